@@ -1,0 +1,36 @@
+"""pipesim: generate, check, simulate, draw, plan and run pipeline-parallel schedules.
+
+>>> import pipesim
+>>> s = pipesim.build("dualpipe", pp=8, microbatches=16)
+>>> report = pipesim.summarize(s, pipesim.simulate(s, pipesim.Costs(f=1, b=1, w=1)))
+"""
+
+from .costs import Costs
+from .errors import DeadlockError, PipesimError
+from .ir import Op, Pair, Placement, Schedule, parse_item, parse_op
+from .metrics import Report, summarize
+from .schedules import REGISTRY, build
+from .simulate import simulate
+from .timeline import Event, Timeline, Transfer
+from .validate import validate
+
+__all__ = [
+    "Costs",
+    "DeadlockError",
+    "Event",
+    "Op",
+    "Pair",
+    "PipesimError",
+    "Placement",
+    "REGISTRY",
+    "Report",
+    "Schedule",
+    "Timeline",
+    "Transfer",
+    "build",
+    "parse_item",
+    "parse_op",
+    "simulate",
+    "summarize",
+    "validate",
+]

@@ -1,0 +1,106 @@
+"""Cost models: how long an op, an overlapped pair or a transfer takes.
+
+A cost model is any object with the three methods of ``CostModel``. ``Costs`` covers the
+two simple levels of the design: uniform costs (the papers' closed forms live there) and
+per-stage costs (stragglers, embedding and head stages), where each of F, B, W may be one
+number or one number per model stage. Stage indices are positions along a route, so they
+mean the same layers on every route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import PipesimError
+from .ir import Op, Pair
+
+PerStage = float | Sequence[float]
+
+
+class CostModel(Protocol):
+    def op_time(self, op: Op, stage: int) -> float: ...
+
+    def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float: ...
+
+    def p2p_time(self, src: int, dst: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class Costs:
+    """F, B (input gradient), W (weight gradient) per chunk, each uniform or per stage.
+
+    ``bw`` is the fused backward (default B + W). ``pair`` is the time of an overlapped
+    F&B pair (default: no overlap, the sum of its halves). ``comm`` is the latency of one
+    point-to-point transfer between two ranks; it delays the receiver without occupying
+    either rank.
+    """
+
+    f: PerStage = 1.0
+    b: PerStage = 1.0
+    w: PerStage = 1.0
+    comm: float = 0.0
+    bw: PerStage | None = None
+    pair: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("f", "b", "w", "bw"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, (int, float)):
+                vals = [v]
+            else:
+                vals = list(v)
+                object.__setattr__(self, name, tuple(float(x) for x in vals))
+                if not vals:
+                    raise PipesimError(f"per-stage --{name} costs must not be empty")
+            if any(x < 0 for x in vals):
+                raise PipesimError(f"--{name} must be >= 0, got {min(vals)}")
+        for name in ("comm", "pair"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise PipesimError(f"--{name} must be >= 0, got {v}")
+
+    @staticmethod
+    def _at(v: PerStage, stage: int) -> float:
+        if isinstance(v, (int, float)):
+            return float(v)
+        if stage >= len(v):
+            raise PipesimError(f"per-stage costs list {len(v)} stages, but the schedule has a stage {stage}")
+        return v[stage]
+
+    def op_time(self, op: Op, stage: int) -> float:
+        if op.kind == "F":
+            return self._at(self.f, stage)
+        if op.kind == "B":
+            return self._at(self.b, stage)
+        if op.kind == "W":
+            return self._at(self.w, stage)
+        if self.bw is not None:
+            return self._at(self.bw, stage)
+        return self._at(self.b, stage) + self._at(self.w, stage)
+
+    def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
+        if self.pair is not None:
+            return float(self.pair)
+        return self.op_time(pair.forward, f_stage) + self.op_time(pair.backward, b_stage)
+
+    def p2p_time(self, src: int, dst: int) -> float:
+        return float(self.comm)
+
+    @property
+    def uniform(self) -> bool:
+        return all(isinstance(getattr(self, n), (int, float)) or getattr(self, n) is None for n in ("f", "b", "w", "bw"))
+
+    def to_dict(self) -> dict:
+        def plain(v):
+            return list(v) if isinstance(v, tuple) else v
+
+        d = {"f": plain(self.f), "b": plain(self.b), "w": plain(self.w), "comm": self.comm}
+        if self.bw is not None:
+            d["bw"] = plain(self.bw)
+        if self.pair is not None:
+            d["pair"] = self.pair
+        return d

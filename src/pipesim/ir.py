@@ -1,0 +1,276 @@
+"""The schedule IR: ops, overlapped pairs, placements, schedules and their text notation.
+
+A schedule is plain data: for each rank, the ordered list of what it executes. Everything
+else in pipesim (validation, simulation, drawing, execution) reads this data and nothing
+more, so a schedule written by hand or loaded from a file is as good as a generated one.
+
+Notation (shared with ``shared/reference``): ``F{chunk}.{microbatch}`` and likewise ``B``,
+``W`` and ``BW``; an overlapped forward/backward pair is ``F1.6&BW0.0``, forward first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .errors import PipesimError
+
+KINDS = ("F", "B", "W", "BW")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Op:
+    """One unit of work on one rank: ``kind`` of model ``chunk`` for micro-batch ``mb``.
+
+    F is the forward, B the backward for the input (its weight gradient deferred to a W),
+    W that deferred weight gradient, BW a fused backward doing both.
+    """
+
+    kind: str
+    chunk: int
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.chunk}.{self.mb}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A forward and a backward of two micro-batches run as one unit (DualPipe's F&B), so
+    that each one's communication can hide behind the other's computation."""
+
+    forward: Op
+    backward: Op
+
+    def __str__(self) -> str:
+        return f"{self.forward}&{self.backward}"
+
+
+Item = Op | Pair
+
+
+def ops_of(item: Item) -> tuple[Op, ...]:
+    """The ops inside an item: itself, or the two halves of a pair."""
+    return (item.forward, item.backward) if isinstance(item, Pair) else (item,)
+
+
+# ---------------------------------------------------------------------------------------
+# Placement: which (rank, chunk) runs which stage of which route.
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model's stages live and which way each micro-batch travels.
+
+    A *route* is the sequence of (rank, chunk) positions a micro-batch visits, one per
+    model stage, forward in that order and backward in reverse. Every route covers the
+    whole model, so ``len(route)`` is the number of stages. Most schedules have one
+    route; DualPipe and Chimera have two running in opposite directions over two copies
+    of the model. ``route_of[mb]`` names the route micro-batch ``mb`` takes.
+    """
+
+    kind: str
+    pp: int
+    chunks: int
+    routes: tuple[tuple[tuple[int, int], ...], ...]
+    route_of: tuple[int, ...]
+    _stage: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        stage = {}
+        for ri, route in enumerate(self.routes):
+            if len(route) != len(self.routes[0]):
+                raise PipesimError("every route of a placement must have the same number of stages")
+            for s, (rank, chunk) in enumerate(route):
+                if not (0 <= rank < self.pp and 0 <= chunk < self.chunks):
+                    raise PipesimError(
+                        f"placement position (rank {rank}, chunk {chunk}) is outside pp={self.pp}, chunks={self.chunks}"
+                    )
+                if (ri, rank, chunk) in stage:
+                    raise PipesimError(f"route {ri} visits rank {rank} chunk {chunk} twice")
+                stage[(ri, rank, chunk)] = s
+        for mb, ri in enumerate(self.route_of):
+            if not 0 <= ri < len(self.routes):
+                raise PipesimError(f"micro-batch {mb} takes route {ri}, but there are {len(self.routes)} routes")
+        object.__setattr__(self, "_stage", stage)
+
+    @property
+    def stages(self) -> int:
+        """Number of model stages along a route."""
+        return len(self.routes[0])
+
+    @property
+    def microbatches(self) -> int:
+        return len(self.route_of)
+
+    @property
+    def parameter_copies(self) -> float:
+        """Parameters held per rank relative to 1F1B on the same ranks: each rank holds
+        ``chunks`` stages of ``1/stages`` of the model, 1F1B one stage of ``1/pp``."""
+        return self.chunks * self.pp / self.stages
+
+    def stage_of(self, rank: int, chunk: int, mb: int) -> int | None:
+        """The stage that (rank, chunk) runs for micro-batch ``mb``, or None if its route
+        does not pass there."""
+        return self._stage.get((self.route_of[mb], rank, chunk))
+
+    def position(self, mb: int, stage: int) -> tuple[int, int]:
+        """The (rank, chunk) that runs ``stage`` for micro-batch ``mb``."""
+        return self.routes[self.route_of[mb]][stage]
+
+    def model_stage(self, rank: int, chunk: int) -> int:
+        """The model stage whose parameters (rank, chunk) holds (any route through it)."""
+        for ri in range(len(self.routes)):
+            s = self._stage.get((ri, rank, chunk))
+            if s is not None:
+                return s
+        raise PipesimError(f"rank {rank} chunk {chunk} holds no stage")
+
+    # Constructors for the standard shapes -------------------------------------------
+
+    @classmethod
+    def flat(cls, pp: int, microbatches: int) -> Placement:
+        """Rank r holds stage r (GPipe, 1F1B, ZB-H1/H2)."""
+        route = tuple((r, 0) for r in range(pp))
+        return cls("flat", pp, 1, (route,), (0,) * microbatches)
+
+    @classmethod
+    def interleaved(cls, pp: int, microbatches: int, chunks: int) -> Placement:
+        """Chunk c of rank r holds stage c*pp + r (Megatron's interleaved 1F1B)."""
+        route = tuple((r, c) for c in range(chunks) for r in range(pp))
+        return cls("interleaved", pp, chunks, (route,), (0,) * microbatches)
+
+    @classmethod
+    def v(cls, pp: int, microbatches: int) -> Placement:
+        """Chunk 0 of rank r holds stage r, chunk 1 holds stage 2pp-1-r (ZB-V, DualPipeV)."""
+        route = tuple((r, 0) for r in range(pp)) + tuple((r, 1) for r in reversed(range(pp)))
+        return cls("v", pp, 2, (route,), (0,) * microbatches)
+
+    @classmethod
+    def dual(cls, pp: int, microbatches: int) -> Placement:
+        """Two copies of the model in opposite directions (DualPipe, Chimera): chunk 0 of
+        rank r is stage r of the route entered at rank 0, chunk 1 is stage pp-1-r of the
+        route entered at rank pp-1. The first half of the micro-batches takes route 0."""
+        down = tuple((r, 0) for r in range(pp))
+        up = tuple((r, 1) for r in reversed(range(pp)))
+        half = microbatches // 2
+        return cls("dual", pp, 2, (down, up), (0,) * half + (1,) * (microbatches - half))
+
+    @classmethod
+    def standard(cls, kind: str, pp: int, microbatches: int, chunks: int = 1) -> Placement:
+        if kind == "flat":
+            return cls.flat(pp, microbatches)
+        if kind == "interleaved":
+            return cls.interleaved(pp, microbatches, chunks)
+        if kind == "v":
+            return cls.v(pp, microbatches)
+        if kind == "dual":
+            return cls.dual(pp, microbatches)
+        raise PipesimError(f"unknown placement kind {kind!r}; use flat, interleaved, v or dual")
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "chunks": self.chunks}
+        standard = self.kind in STANDARD_PLACEMENTS and self == Placement.standard(
+            self.kind, self.pp, self.microbatches, self.chunks
+        )
+        if not standard:
+            d["routes"] = [[list(p) for p in route] for route in self.routes]
+            d["route_of"] = list(self.route_of)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, pp: int, microbatches: int) -> Placement:
+        kind = d.get("kind")
+        if "routes" in d:
+            try:
+                routes = tuple(tuple((int(r), int(c)) for r, c in route) for route in d["routes"])
+                route_of = tuple(int(x) for x in d.get("route_of", [0] * microbatches))
+                chunks = int(d.get("chunks", 1 + max(c for route in routes for _, c in route)))
+            except (TypeError, ValueError) as e:
+                raise PipesimError(f"malformed placement routes: {e}") from None
+            if len(route_of) != microbatches:
+                raise PipesimError(f"placement route_of has {len(route_of)} entries, expected {microbatches}")
+            return cls(str(kind or "custom"), pp, chunks, routes, route_of)
+        if kind not in STANDARD_PLACEMENTS:
+            raise PipesimError(f"unknown placement kind {kind!r}; use one of {', '.join(STANDARD_PLACEMENTS)} or give routes")
+        return cls.standard(kind, pp, microbatches, int(d.get("chunks", 1)))
+
+
+STANDARD_PLACEMENTS = ("flat", "interleaved", "v", "dual")
+
+
+# ---------------------------------------------------------------------------------------
+# Schedule
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A complete pipeline schedule: for each rank, the ordered items it executes."""
+
+    name: str
+    pp: int
+    microbatches: int
+    placement: Placement
+    ranks: tuple[tuple[Item, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ranks) != self.pp:
+            raise PipesimError(f"schedule has {len(self.ranks)} rank lists, expected pp={self.pp}")
+
+    def items(self) -> Iterator[tuple[int, Item]]:
+        for r, items in enumerate(self.ranks):
+            for item in items:
+                yield r, item
+
+    @property
+    def num_ops(self) -> int:
+        return sum(len(ops_of(it)) for _, it in self.items())
+
+    def to_notation(self) -> list[list[str]]:
+        return [[str(it) for it in items] for items in self.ranks]
+
+    def to_dict(self) -> dict:
+        return {
+            "schedule": self.name,
+            "pp": self.pp,
+            "microbatches": self.microbatches,
+            "stages": self.placement.stages,
+            "placement": self.placement.to_dict(),
+            "ranks": self.to_notation(),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Text notation
+
+_OP_RE = re.compile(r"^(BW|F|B|W)(\d+)\.(\d+)$")
+
+
+def parse_op(text: str) -> Op:
+    m = _OP_RE.match(text.strip())
+    if not m:
+        raise PipesimError(f"cannot read op {text!r}: expected KIND CHUNK.MICROBATCH such as F0.3, B1.2, W0.0 or BW1.5")
+    return Op(m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def parse_item(text: str) -> Item:
+    """Parse ``F0.3`` or a pair ``F1.6&BW0.0``."""
+    if "&" in text:
+        parts = text.split("&")
+        if len(parts) != 2:
+            raise PipesimError(f"cannot read pair {text!r}: a pair joins exactly two ops, like F1.6&BW0.0")
+        f, b = parse_op(parts[0]), parse_op(parts[1])
+        if f.kind != "F" or b.kind not in ("B", "BW"):
+            raise PipesimError(f"cannot read pair {text!r}: a pair is a forward then a backward, like F1.6&BW0.0")
+        return Pair(f, b)
+    return parse_op(text)
+
+
+def parse_rank(line: str) -> tuple[Item, ...]:
+    """Parse one rank's whitespace-separated items."""
+    return tuple(parse_item(tok) for tok in line.split())
+
+
+def format_rank(items: tuple[Item, ...]) -> str:
+    return " ".join(str(it) for it in items)

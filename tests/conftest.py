@@ -1,0 +1,26 @@
+"""Shared test helpers. Reference data (op orders and numbers recorded from the public
+implementations and papers) is a copy of shared/reference, so the suite runs anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hypothesis import settings
+
+REFERENCE = Path(__file__).parent / "data" / "reference"
+
+settings.register_profile("ci", max_examples=60, deadline=None)
+settings.register_profile("dev", max_examples=200, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def reference_cases(prefix: str) -> list[dict]:
+    """Every reference file whose name starts with ``prefix`` followed by ``_pp``."""
+    out = []
+    for path in sorted(REFERENCE.glob(f"{prefix}_pp*_m*.json")):
+        d = json.loads(path.read_text())
+        d["_path"] = path
+        out.append(d)
+    return out
