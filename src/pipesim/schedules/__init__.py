@@ -1,0 +1,83 @@
+"""The schedule registry: every generator under one name, with its constraints.
+
+``build(name, pp=, microbatches=, **options)`` is the one way to make a schedule. Each
+generator is a pure function of (pp, microbatches, options) returning a ``Schedule``;
+it raises PipesimError naming the broken constraint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import PipesimError
+from ..ir import Schedule
+from .classic import gpipe, interleaved_1f1b, one_f_one_b
+from .dualpipe import dualpipe, dualpipev
+from .zero_bubble import zb_h1
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    builder: Callable[..., Schedule]
+    placement: str  # flat, interleaved, v or dual
+    constraints: str
+    summary: str
+
+    @property
+    def options(self) -> dict[str, object]:
+        """Keyword options beyond pp and microbatches, with their defaults."""
+        params = list(inspect.signature(self.builder).parameters.values())[2:]
+        return {p.name: p.default for p in params}
+
+
+REGISTRY: dict[str, Family] = {
+    f.name: f
+    for f in [
+        Family("gpipe", gpipe, "flat", "any pp >= 1, M >= 1", "all forwards, then all backwards"),
+        Family("1f1b", one_f_one_b, "flat", "any pp >= 1, M >= 1", "one forward, one backward; pp-r warm-up"),
+        Family(
+            "interleaved-1f1b",
+            interleaved_1f1b,
+            "interleaved",
+            "M divisible by pp; --chunks >= 2 (default 2)",
+            "Megatron's virtual stages: bubble shrinks by the number of chunks",
+        ),
+        Family("zb-h1", zb_h1, "flat", "any pp >= 1, M >= 1", "Zero Bubble H1: B/W split, 1F1B's memory"),
+        Family(
+            "dualpipe",
+            dualpipe,
+            "dual",
+            "even pp; even M >= 2pp",
+            "DeepSeek-V3's bidirectional schedule with overlapped F&B pairs",
+        ),
+        Family("dualpipev", dualpipev, "v", "M >= 2pp", "DualPipe cut in half onto a V placement"),
+    ]
+}
+
+
+def family(name: str) -> Family:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, REGISTRY, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise PipesimError(f"unknown schedule {name!r}{hint}; choose from {', '.join(REGISTRY)}") from None
+
+
+def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
+    """Build the schedule ``name`` for ``pp`` ranks and ``microbatches`` micro-batches."""
+    fam = family(name)
+    if not isinstance(pp, int) or pp < 1:
+        raise PipesimError(f"--pp must be an integer >= 1, got {pp}")
+    if not isinstance(microbatches, int) or microbatches < 1:
+        raise PipesimError(f"--microbatches must be an integer >= 1, got {microbatches}")
+    allowed = fam.options
+    for key in options:
+        if key not in allowed:
+            takes = ", ".join(f"--{k}" for k in allowed) or "no options"
+            raise PipesimError(f"{name} does not take --{key}; it takes {takes}")
+    return fam.builder(pp, microbatches, **options)
