@@ -1,0 +1,117 @@
+"""A timeline as a hand-drawn table in the terminal: a row per rank, time left to right.
+
+Each op is a cell as wide as its duration, labelled ``F3`` (kind, micro-batch), lower
+case for chunk 1 (the return leg of a V, or DualPipe's second direction), full notation
+when ranks hold more than two chunks. An overlapped pair is one cell, ``F3&bw0``. Idle
+time is dotted. The scale makes the shortest op just wide enough for its label, unless
+that exceeds ``width``, in which case time is squeezed and labels are cut.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+from ..ir import Item, Op, Pair, Schedule
+from ..timeline import Timeline
+
+STYLES = {
+    ("F", 0): "black on #9ecae1",
+    ("F", 1): "white on #3182bd",
+    ("B", 0): "black on #fdd0a2",
+    ("B", 1): "black on #fd8d3c",
+    ("W", 0): "black on #c7e9c0",
+    ("W", 1): "white on #31a354",
+    ("BW", 0): "black on #fcbba1",
+    ("BW", 1): "white on #cb181d",
+}
+IDLE = "·"
+LEGEND = (
+    "F forward, B backward for inputs, W weight gradient, BW fused backward; "
+    "lower case = chunk 1; X&y = overlapped pair; · = idle"
+)
+
+
+def op_label(op: Op, chunks: int, numbers_only: bool = False) -> str:
+    if numbers_only:
+        return str(op.mb)
+    if chunks > 2:
+        return str(op)
+    text = f"{op.kind}{op.mb}"
+    return text.lower() if op.chunk == 1 else text
+
+
+def item_label(item: Item, chunks: int, numbers_only: bool = False) -> str:
+    if isinstance(item, Pair):
+        return f"{op_label(item.forward, chunks, numbers_only)}&{op_label(item.backward, chunks, numbers_only)}"
+    return op_label(item, chunks, numbers_only)
+
+
+def _style(op: Op) -> str:
+    return STYLES[(op.kind, min(op.chunk, 1))]
+
+
+HEAD = "rank 00 │"
+TAIL = "│ 100%"
+
+
+def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool]:
+    """The table as Rich text lines (``str(line)`` for plain text), and whether it was
+    squeezed to fit ``width`` columns (labels then show micro-batch numbers only)."""
+    chunks = schedule.placement.chunks
+    t0, t1 = timeline.start, timeline.end
+    events = [e for e in timeline.all_events() if e.duration > 0]
+    if not events:
+        return [Text("(empty timeline)")], False
+    unit = min(e.duration for e in events)
+    units = (t1 - t0) / unit
+    singles = [len(item_label(e.item, chunks)) for e in events if isinstance(e.item, Op) and e.duration <= unit * 1.0001]
+    cell = max(singles, default=2) + 1  # columns per unit: the shortest op's label and a gap
+    squeezed = False
+    avail = width - len(HEAD) - len(TAIL) if width else None
+    if avail is not None and units * cell > avail:
+        squeezed = True
+        # whole columns per unit keep the ranks aligned; below one, time is simply squeezed
+        cell = max(1, math.floor(avail / units)) if avail >= units else max(1, avail) / units
+    scale = cell / unit
+    cols = max(1, math.ceil((t1 - t0) * scale - 1e-9))
+    lines = [_axis(t0, t1, scale, cols, len(HEAD))]
+    for r, evs in enumerate(timeline.events):
+        chars = [IDLE] * cols
+        styles: list[str] = ["dim"] * cols
+        for e in evs:
+            a = round((e.start - t0) * scale)
+            b = min(cols, max(a + 1, round((e.end - t0) * scale)))
+            text = item_label(e.item, chunks, squeezed)[: b - a].ljust(b - a)
+            first, second = (e.item.forward, e.item.backward) if isinstance(e.item, Pair) else (e.item, e.item)
+            split = a + len(op_label(first, chunks, squeezed)) + 1 if isinstance(e.item, Pair) else b
+            for i in range(a, b):
+                chars[i] = text[i - a]
+                styles[i] = _style(first if i < split else second)
+        line = Text(f"rank {r:>2} │", style="bold")
+        run_start = 0
+        for i in range(1, cols + 1):
+            if i == cols or styles[i] != styles[run_start]:
+                line.append("".join(chars[run_start:i]), style=styles[run_start])
+                run_start = i
+        busy = sum(e.duration for e in evs)
+        line.append(f"│ {busy / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
+        lines.append(line)
+    return lines, squeezed
+
+
+def _axis(t0: float, t1: float, scale: float, cols: int, indent: int) -> Text:
+    """Tick labels every 1, 2 or 5 x 10^k time units, at least 8 columns apart."""
+    span = t1 - t0
+    exp = math.floor(math.log10(max(8 / scale, 1e-12)))
+    step = next(m * 10**e for e in (exp, exp + 1) for m in (1, 2, 5) if m * 10**e * scale >= 8)
+    axis = [" "] * (cols + 8)
+    t = 0.0
+    while t <= span + 1e-9:
+        label = f"{t:g}"
+        pos = round(t * scale)
+        if pos + len(label) <= len(axis):
+            axis[pos : pos + len(label)] = list(label)
+        t += step
+    return Text(" " * indent + "".join(axis).rstrip(), style="dim")

@@ -1,0 +1,134 @@
+"""The command line: outputs, and one-line errors with exit status 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REFERENCE
+from pipesim.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ops_json_matches_reference(capsys):
+    code, out, _ = run(capsys, "ops", "--schedule", "dualpipe", "--pp", "4", "--microbatches", "8", "--json")
+    assert code == 0
+    assert json.loads(out) == {"ranks": json.loads((REFERENCE / "dualpipe_pp4_m8.json").read_text())["ranks"]}
+
+
+def test_simulate_json_uses_design_names(capsys):
+    code, out, _ = run(capsys, "simulate", "--schedule", "zb-h1", "--pp", "4", "--microbatches", "8", "--json")
+    assert code == 0
+    d = json.loads(out)
+    for key in (
+        "makespan",
+        "busy",
+        "utilization",
+        "bubble_ratio",
+        "span_bubble_ratio",
+        "steady_state_utilization",
+        "peak_activations",
+        "parameter_copies",
+    ):
+        assert key in d
+    assert d["makespan"] == 27 and d["theory"]["makespan"] == 27
+
+
+def test_simulate_draws_a_timeline(capsys):
+    code, out, _ = run(capsys, "simulate", "--schedule", "dualpipe", "--pp", "4", "-m", "8", "--width", "0")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("rank")]
+    assert len(rows) == 4
+    assert "F3&bw5" in rows[0]  # an overlapped pair is one cell
+    assert "·" in rows[1]  # idle time is visible
+
+
+def test_compare_table_and_unrunnable_rows(capsys):
+    code, out, _ = run(capsys, "compare", "--pp", "8", "-m", "12", "--json")
+    assert code == 0
+    rows = {r["schedule"]: r for r in json.loads(out)["schedules"]}
+    assert rows["1f1b"]["makespan"] == (12 + 7) * 3
+    assert "needs --microbatches >= 2 * --pp = 16" in rows["dualpipe"]["error"]
+
+
+def test_schedules_lists_every_family(capsys):
+    code, out, _ = run(capsys, "schedules", "--json")
+    names = {s["name"] for s in json.loads(out)["schedules"]}
+    assert {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "dualpipe", "dualpipev"} <= names
+
+
+def test_simulate_a_reference_file(capsys):
+    code, out, _ = run(capsys, "simulate", "--schedule", str(REFERENCE / "zb-h1_pp4_m8.json"), "--json")
+    assert code == 0 and json.loads(out)["makespan"] == 27
+
+
+def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps({"schedule": "1f1b", "pp": 2, "microbatches": 2, "ranks": ["F0.0 BW0.0 F0.1 BW0.1", "F0.1 F0.0 BW0.0 BW0.1"]})
+    )
+    code, out, err = run(capsys, "simulate", "--schedule", str(bad))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "deadlock" in err and "rank 0 waits at BW0.0 for B0.0 on rank 1" in err and "rank 1 waits at F0.1" in err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["simulate", "--schedule", "dualpipe", "--pp", "5"], "dualpipe needs an even --pp, got 5"),
+        (["simulate", "--schedule", "dualpipe", "--pp", "4", "-m", "6"], "dualpipe needs --microbatches >= 2 * --pp = 8, got 6"),
+        (["simulate", "--schedule", "dualpipx"], "did you mean dualpipe"),
+        (["simulate", "--schedule", "1f1b", "--pp", "0"], "--pp: expected a whole number >= 1, got 0"),
+        (["simulate", "--schedule", "1f1b", "--pp", "two"], "--pp: expected a whole number >= 1, got 'two'"),
+        (["simulate", "--schedule", "1f1b", "--f", "-1"], "costs must be >= 0"),
+        (["simulate", "--schedule", "1f1b", "--comm", "fast"], "--comm: expected a number >= 0"),
+        (["simulate", "--schedule", "1f1b", "--chunks", "2"], "1f1b does not take --chunks"),
+        (["simulate", "--schedule", "interleaved-1f1b", "--pp", "4", "-m", "6"], "divisible by --pp=4"),
+        (["simulate", "--schedule", "1f1b", "--f", "1,2"], "per-stage costs list 2 stages"),
+        (["simulate", "--pp", "4"], "--schedule"),
+        (["simulate", "--schedule", "1f1b", "--pq", "4"], "unrecognized arguments: --pq"),
+        (["simulate", "--schedule", "missing.json"], "cannot read schedule file 'missing.json'"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+    assert err.startswith("pipesim: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_file(capsys, tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{not json")
+    code, _, err = run(capsys, "simulate", "--schedule", str(p))
+    assert code == 2 and "not valid JSON" in err
+    p.write_text(json.dumps({"pp": 1, "microbatches": 1, "ranks": [["F0.0", "BX0.0"]]}))
+    code, _, err = run(capsys, "validate", "--schedule", str(p))
+    assert code == 2 and "rank 0: cannot read op 'BX0.0'" in err
+
+
+def test_failed_command_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    code, _, _ = run(capsys, "ops", "--schedule", "dualpipe", "--pp", "3", "-o", str(out))
+    assert code == 2 and not out.exists()
+    code, _, _ = run(capsys, "ops", "--schedule", "dualpipe", "--pp", "4", "-m", "8", "-o", str(out))
+    assert code == 0 and json.loads(out.read_text())["pp"] == 4
+    assert list(tmp_path.iterdir()) == [out]  # no temporary files left behind
+
+
+def test_console_script_entry_point():
+    r = subprocess.run(
+        [sys.executable, "-m", "pipesim.cli", "simulate", "--schedule", "dualpipe", "--pp", "5"], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and r.stderr == "pipesim: error: dualpipe needs an even --pp, got 5\n"
