@@ -11,7 +11,7 @@ from .ir import Op, Pair, Placement, Schedule, parse_item, parse_op
 from .metrics import Report, summarize
 from .schedules import REGISTRY, build
 from .simulate import simulate
-from .timeline import Event, Timeline, Transfer
+from .timeline import Event, Segment, Timeline, Transfer
 from .validate import validate
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "REGISTRY",
     "Report",
     "Schedule",
+    "Segment",
     "Timeline",
     "Transfer",
     "build",

@@ -8,6 +8,7 @@ would be right, and exit status 2; nothing is written when a command fails.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import sys
@@ -382,7 +383,17 @@ def make_parser() -> Parser:
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
     c.add_argument("--schedule", "-s", required=True)
     add_shape(c)
+
+    for module in AREA_COMMANDS:
+        importlib.import_module(module).add_commands(command)
     return p
+
+
+# The commands of other areas. Each module defines ``add_commands(command)`` and calls
+# ``command(name, run, help)`` (which returns the sub-parser) once per command; it
+# imports its heavy dependencies (matplotlib, torch) inside ``run`` so that start-up
+# stays fast and the core needs neither.
+AREA_COMMANDS: tuple[str, ...] = ()
 
 
 if __name__ == "__main__":

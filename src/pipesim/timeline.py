@@ -6,19 +6,33 @@ is a comparison of two values of it, and metrics, charts and traces read either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .ir import Item, Op
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """A finer piece of an event on one stream of its rank: ``stream`` is ``"compute"`` or
+    ``"comm"``; ``label`` names the part (for example ``"MLP(B) 3"`` or ``"DISPATCH(F) 7"``).
+    Cost models that know an item's inside (the component model) provide these."""
+
+    stream: str
+    label: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
-    """One item (op or pair) on one rank, from ``start`` to ``end``."""
+    """One item (op or pair) on one rank, from ``start`` to ``end``; ``segments`` optionally
+    tell what ran inside it on which stream, in absolute time."""
 
     rank: int
     item: Item
     start: float
     end: float
+    segments: tuple[Segment, ...] = ()
 
     @property
     def duration(self) -> float:
@@ -43,8 +57,6 @@ class Timeline:
     events: tuple[tuple[Event, ...], ...]  # per rank, in execution order
     transfers: tuple[Transfer, ...] = ()
     source: str = "simulated"  # or "measured"
-    #: optional finer detail per event (component model: per-stream segments)
-    detail: dict = field(default_factory=dict, compare=False)
 
     def all_events(self):
         for evs in self.events:
