@@ -19,11 +19,15 @@ from rich.console import Console
 from rich.table import Table
 
 from . import theory
-from .costs import Costs
+from .components import PRESETS, ComponentCosts, LayerCosts
+from .costfile import load_cost_file
+from .costs import CostModel, Costs
 from .errors import PipesimError
 from .files import load_schedule, save_schedule
-from .ir import Schedule
+from .ir import Op, Pair, Schedule
+from .memory import MemoryModel, memory
 from .metrics import Report, summarize
+from .render.pair import render_pair
 from .render.terminal import LEGEND, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
@@ -103,17 +107,86 @@ def shape(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def add_costs(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("costs (per chunk; a comma-separated list gives one value per stage)")
-    g.add_argument("--f", type=cost_value, default=1.0, help="forward time (default 1)")
-    g.add_argument("--b", type=cost_value, default=1.0, help="backward-for-input time (default 1)")
-    g.add_argument("--w", type=cost_value, default=1.0, help="weight-gradient time (default 1)")
+    g = p.add_argument_group("costs per chunk (a comma-separated list gives one value per stage)")
+    g.add_argument("--f", type=cost_value, help="forward time (default 1)")
+    g.add_argument("--b", type=cost_value, help="backward-for-input time (default 1)")
+    g.add_argument("--w", type=cost_value, help="weight-gradient time (default 1)")
     g.add_argument("--bw", type=cost_value, help="fused backward time (default B + W)")
     g.add_argument("--pair", type=nonneg_float, help="overlapped F&B pair time (default F + BW: no overlap)")
-    g.add_argument("--comm", type=nonneg_float, default=0.0, help="P2P latency per cross-rank transfer (default 0)")
+    g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
+    c = p.add_argument_group(
+        "component costs per layer (instead of --f/--b/--w: a chunk is --layers layers of attention, "
+        "dispatch, MLP, combine; overlapped pairs run on two streams)"
+    )
+    c.add_argument("--preset", choices=sorted(PRESETS), help="ep-1to1: communication equals computation (DeepSeek-V3's regime)")
+    c.add_argument("--components", metavar="FILE.toml", help="component times (and memory sizes) from a TOML file")
+    for name, what in COMPONENT_FLAGS.items():
+        c.add_argument(f"--{name.replace('_', '-')}", type=nonneg_float, help=what)
+    c.add_argument("--layers", type=positive_int, help="layers per chunk (default 1)")
+    c.add_argument("--p2p", type=nonneg_float, help="P2P latency between stages (default 0)")
+    c.add_argument("--comm-sms", type=nonneg_float, help="SMs a communication kernel holds while it runs (default 20)")
+    c.add_argument("--total-sms", type=positive_float, help="SMs of the GPU (default 132, H800)")
+    c.add_argument("--lone-overlap", action="store_true", help="lone ops overlap two half micro-batches (default: exposed)")
 
 
-def costs_from(args: argparse.Namespace) -> Costs:
-    return Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair, comm=args.comm)
+COMPONENT_FLAGS = {
+    "attn": "attention forward time",
+    "mlp": "MLP (experts) forward time",
+    "dispatch": "all-to-all dispatch time",
+    "combine": "all-to-all combine time",
+    "attn_b": "attention backward-for-input (default = --attn)",
+    "attn_w": "attention weight gradient (default = --attn)",
+    "mlp_b": "MLP backward-for-input (default = --mlp)",
+    "mlp_w": "MLP weight gradient (default = --mlp)",
+    "dispatch_b": "dispatch's backward all-to-all (default = --dispatch)",
+    "combine_b": "combine's backward all-to-all (default = --combine)",
+}
+_LAYER_FIELD = {"attn": "attn_f", "mlp": "mlp_f", "dispatch": "dispatch_f", "combine": "combine_f"}
+_COMPONENT_EXTRAS = ("layers", "p2p", "comm_sms", "total_sms")
+
+
+def positive_float(text: str) -> float:
+    v = nonneg_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
+    return v
+
+
+def costs_from(args: argparse.Namespace) -> CostModel:
+    """The cost model the flags describe: per-chunk ``Costs`` or per-layer ``ComponentCosts``."""
+    simple = {k: getattr(args, k) for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k, None) is not None}
+    layer = {_LAYER_FIELD.get(k, k): v for k in COMPONENT_FLAGS if (v := getattr(args, k, None)) is not None}
+    extras = {k: v for k in _COMPONENT_EXTRAS if (v := getattr(args, k, None)) is not None}
+    file, preset = getattr(args, "components", None), getattr(args, "preset", None)
+    if not (layer or extras or file or preset or getattr(args, "lone_overlap", False)):
+        return Costs(**simple)
+    if simple:
+        flags = ", ".join(f"--{k}" for k in simple)
+        raise PipesimError(
+            f"{flags} describe per-chunk costs; with component costs give per-layer times (--attn, --mlp, --dispatch, --combine)"
+        )
+    if file and preset:
+        raise PipesimError("give either --preset or --components, not both")
+    if file:
+        base = load_cost_file(file)[0]
+        base_layer, layers = base.stages[0][0], len(base.stages[0])
+        extras = {"p2p": base.p2p, "comm_sms": base.comm_sms, "total_sms": base.total_sms, "layers": layers, **extras}
+        lone = base.lone_overlap or args.lone_overlap
+    else:
+        base_layer, lone = (PRESETS[preset] if preset else LayerCosts()), args.lone_overlap
+    fields_now = {f: getattr(base_layer, f) for f in base_layer.__dataclass_fields__}
+    if layer:  # flags override the file or preset; derived defaults follow the new forward times
+        for f in ("attn_b", "attn_w", "mlp_b", "mlp_w", "dispatch_b", "combine_b"):
+            if f not in layer and f.split("_")[0] + "_f" in layer:
+                fields_now[f] = None
+        fields_now.update(layer)
+    layers = extras.pop("layers", 1)
+    return ComponentCosts.uniform(LayerCosts(**fields_now), layers, lone_overlap=lone, **extras)
+
+
+def memory_from(args: argparse.Namespace) -> MemoryModel | None:
+    file = getattr(args, "components", None)
+    return load_cost_file(file)[1] if file else None
 
 
 def options_from(args: argparse.Namespace) -> dict:
@@ -168,7 +241,7 @@ def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
     out.print(f"[dim]{LEGEND}{note}[/]")
 
 
-def report_json(report: Report, schedule: Schedule, costs: Costs, opts: dict) -> dict:
+def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
     d = report.to_dict()
     d["costs"] = costs.to_dict()
     d["theory"] = {
@@ -220,21 +293,36 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     s = schedule_from(args)
     costs = costs_from(args)
+    mem_model = memory_from(args)
     tl = simulate(s, costs)
     rep = summarize(s, tl)
+    mem = memory(s, tl, mem_model) if mem_model else None
     if args.json:
-        emit_json(report_json(rep, s, costs, options_from(args)))
+        d = report_json(rep, s, costs, options_from(args))
+        if mem:
+            d["memory_bytes"] = mem.to_dict()
+        emit_json(d)
         return 0
     out = console()
-    out.print(
-        f"[bold]{s.name}[/]  pp={s.pp}  M={s.microbatches}  placement={s.placement.kind}  "
-        f"costs: {', '.join(f'{k}={v}' for k, v in costs.to_dict().items())}"
-    )
+    out.print(f"[bold]{s.name}[/]  pp={s.pp}  M={s.microbatches}  placement={s.placement.kind}  costs: {costs.describe()}")
     out.print(
         f"makespan {num(rep.makespan)}   bubble {pct(rep.bubble_ratio)}   span bubble {pct(rep.span_bubble_ratio)}   "
         f"steady-state utilization {pct(rep.steady_state_utilization)}   min rank utilization {pct(min(rep.utilization))}\n"
         f"peak activations {rep.peak_activations} (chunks)   parameters {rep.parameter_copies:g}x"
     )
+    if rep.compute_utilization is not None:
+        out.print(
+            f"compute utilization {pct(sum(rep.compute_utilization) / s.pp)} (mean; min {pct(min(rep.compute_utilization))})   "
+            f"steady state {pct(rep.steady_state_compute_utilization)}   exposed communication {num(max(rep.exposed_comm))} (worst rank)"
+        )
+    if mem:
+        gib = 2**30
+        out.print(
+            "memory per rank (GiB): peak "
+            + " ".join(f"{x / gib:.1f}" for x in mem.peak)
+            + f"   = parameters {max(mem.params) / gib:.1f} + gradients {max(mem.grads) / gib:.1f} + optimizer {max(mem.optimizer) / gib:.1f}"
+            + f" + activations up to {max(mem.activation_peak) / gib:.1f}"
+        )
     th = theory.makespan(s.name, s.pp, s.microbatches, costs, **options_from(args))
     if th is not None:
         out.print(f"closed form makespan {num(th)} ({'matches' if abs(th - rep.makespan) < 1e-9 * max(1, th) else 'DIFFERS'})")
@@ -242,6 +330,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out.print()
         print_timeline(out, s, tl, args.width)
     return 0
+
+
+COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
+    ("schedule", lambda r: r.schedule),
+    ("makespan", lambda r: num(r.makespan)),
+    ("bubble", lambda r: pct(r.bubble_ratio)),
+    ("steady-state util", lambda r: pct(r.steady_state_utilization)),
+    ("min rank util", lambda r: pct(min(r.utilization))),
+    ("peak act. (chunks)", lambda r: str(max(r.peak_activations))),
+    ("peak act. (stages)", lambda r: f"{max(r.peak_activation_memory):g}"),
+    ("params", lambda r: f"{r.parameter_copies:g}x"),
+]
+COMPONENT_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
+    ("compute util", lambda r: pct(sum(r.compute_utilization) / len(r.compute_utilization))),
+    ("steady compute util", lambda r: pct(r.steady_state_compute_utilization)),
+    ("exposed comm (worst rank)", lambda r: num(max(r.exposed_comm))),
+]
 
 
 @dataclass
@@ -283,33 +388,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ]
         emit_json({"pp": pp, "microbatches": M, "costs": costs.to_dict(), "schedules": out})
         return 0
-    t = Table(title=f"pp={pp}, M={M}, costs {costs.to_dict()}")
-    for col in (
-        "schedule",
-        "makespan",
-        "bubble",
-        "steady-state util",
-        "min rank util",
-        "peak act. (chunks)",
-        "peak act. (stages)",
-        "params",
-    ):
-        t.add_column(col, justify="left" if col == "schedule" else "right")
+    columns = COMPARE_COLUMNS + (COMPONENT_COLUMNS if isinstance(costs, ComponentCosts) else [])
+    t = Table(title=f"pp={pp}, M={M}, costs: {costs.describe()}")
+    for header, _ in columns:
+        t.add_column(header, justify="left" if header == "schedule" else "right")
     for row in rows:
-        rep = row.report
-        if rep is None:
-            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", "", "", "", "", "", "")
-            continue
-        t.add_row(
-            row.name,
-            num(rep.makespan),
-            pct(rep.bubble_ratio),
-            pct(rep.steady_state_utilization),
-            pct(min(rep.utilization)),
-            str(max(rep.peak_activations)),
-            f"{max(rep.peak_activation_memory):g}",
-            f"{rep.parameter_copies:g}x",
-        )
+        if row.report is None:
+            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) - 2))
+        else:
+            t.add_row(row.name, *[cell(row.report) for _, cell in columns[1:]])
     out = console()
     out.print(t)
     if args.timelines:
@@ -331,6 +418,50 @@ def cmd_ops(args: argparse.Namespace) -> int:
         return 0
     for r, ops in enumerate(s.to_notation()):
         print(f"rank {r}: {' '.join(ops)}")
+    return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    """One overlapped F&B pair on two streams, beside the same two ops run alone."""
+    costs = costs_from(args)
+    if not isinstance(costs, ComponentCosts):
+        costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 1)
+    pair = Pair(Op("F", 0, 1), Op(args.backward, 1, 0))
+    segs = costs.segments(pair, (0, 0))
+    t_pair = costs.pair_time(pair, 0, 0)
+    t_alone = costs.op_time(pair.forward, 0) + costs.op_time(pair.backward, 0)
+    compute = sum(g.end - g.start for g in segs if g.stream == "compute")
+    comm = sum(g.end - g.start for g in segs if g.stream == "comm")
+    if args.json:
+        emit_json(
+            {
+                "costs": costs.to_dict(),
+                "pair_time": t_pair,
+                "lone_time": t_alone,
+                "segments": [{"stream": g.stream, "part": g.label, "start": g.start, "end": g.end} for g in segs],
+            }
+        )
+        return 0
+    out = console()
+    out.print(f"costs: {costs.describe()}")
+    out.print(
+        f"F&{args.backward} pair: [bold]{num(t_pair)}[/] on two streams; the same ops alone take {num(t_alone)} "
+        f"({pct(1 - t_pair / t_alone)} saved). Compute stream busy {num(compute)}, communication {num(comm)}; "
+        f"compute runs {pct(costs.comm_share)} slower while a communication kernel holds its SMs."
+    )
+    out.print()
+    for line in render_pair(segs, args.width or 100):
+        out.print(line, crop=False, no_wrap=True, overflow="ignore")
+    out.print(
+        "[dim]blue: forward parts, orange: backward for inputs, green: weight gradients; parts in DeepSeek-V3 Figure 4's order[/]"
+    )
+    t = Table(title="parts (time from the pair's start)")
+    for col in ("stream", "part", "start", "end", "hides behind"):
+        t.add_column(col)
+    for g in sorted(segs, key=lambda g: (g.start, g.stream)):
+        beside = [h.label.split(" ")[0] for h in segs if h.stream != g.stream and h.start < g.end and h.end > g.start]
+        t.add_row(g.stream, g.label, num(g.start), num(g.end), ", ".join(beside) if g.stream == "comm" else "")
+    out.print(t)
     return 0
 
 
@@ -383,6 +514,14 @@ def make_parser() -> Parser:
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
     c.add_argument("--schedule", "-s", required=True)
     add_shape(c)
+
+    c = command("pair", cmd_pair, "the two-stream timeline of one overlapped F&B pair (component costs)")
+    add_costs(c)
+    c.add_argument(
+        "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
+    )
+    c.add_argument("--json", action="store_true")
+    c.add_argument("--width", type=positive_int, help="columns of the picture (default 100)")
 
     for module in AREA_COMMANDS:
         importlib.import_module(module).add_commands(command)

@@ -26,6 +26,10 @@ class CostModel(Protocol):
 
     def p2p_time(self, src: int, dst: int) -> float: ...
 
+    def to_dict(self) -> dict: ...
+
+    def describe(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -93,6 +97,9 @@ class Costs:
     @property
     def uniform(self) -> bool:
         return all(isinstance(getattr(self, n), (int, float)) or getattr(self, n) is None for n in ("f", "b", "w", "bw"))
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.to_dict().items())
 
     def to_dict(self) -> dict:
         def plain(v):

@@ -14,7 +14,12 @@ Names and definitions follow the design (and the CLI's JSON):
   overlap);
 * ``peak_activation_memory[r]``: the same in units of one micro-batch's activation of one
   1F1B stage (1/pp of the model), so schedules with smaller chunks compare fairly;
-* ``parameter_copies``: parameters per rank relative to 1F1B (DualPipe 2).
+* ``parameter_copies``: parameters per rank relative to 1F1B (DualPipe 2);
+* when the cost model sees inside ops (``Event.segments``): ``compute_utilization[r]``,
+  the share of the makespan rank r's compute stream is busy, and ``exposed_comm[r]``, the
+  time its communication runs while its compute stream is idle, and
+  ``steady_state_compute_utilization``, the compute stream's share of the steady state.
+  Otherwise None.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class Report:
     peak_activations: list[int]
     peak_activation_memory: list[float]
     parameter_copies: float
+    compute_utilization: list[float] | None = None
+    steady_state_compute_utilization: float | None = None
+    exposed_comm: list[float] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,6 +65,7 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
     span_bubble = (max_span - max(busy, default=0.0)) / max_span if max_span > 0 else 0.0
     peaks = [peak_live(evs) for evs in timeline.events]
     per_chunk = pp / schedule.placement.stages
+    streams = [stream_times(evs) for evs in timeline.events] if any(e.segments for e in timeline.all_events()) else None
     return Report(
         schedule=schedule.name,
         pp=pp,
@@ -71,7 +80,24 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
         peak_activations=peaks,
         peak_activation_memory=[p * per_chunk for p in peaks],
         parameter_copies=schedule.placement.parameter_copies,
+        compute_utilization=[c / makespan if makespan > 0 else 0.0 for c, _ in streams] if streams else None,
+        steady_state_compute_utilization=steady_state_utilization(timeline, compute_only=True) if streams else None,
+        exposed_comm=[x for _, x in streams] if streams else None,
     )
+
+
+def stream_times(events) -> tuple[float, float]:
+    """(compute busy time, communication time with compute idle) from one rank's segments."""
+    compute = sorted((g.start, g.end) for e in events for g in e.segments if g.stream == "compute")
+    busy = sum(b - a for a, b in compute)
+    exposed = 0.0
+    for e in events:
+        for g in e.segments:
+            if g.stream == "compute":
+                continue
+            covered = sum(max(0.0, min(b, g.end) - max(a, g.start)) for a, b in compute if a < g.end and b > g.start)
+            exposed += (g.end - g.start) - covered
+    return busy, exposed
 
 
 def _has(e: Event, kinds: tuple[str, ...]) -> bool:
@@ -92,14 +118,21 @@ def steady_state_window(timeline: Timeline) -> tuple[float, float] | None:
     return (lo, hi) if hi > lo else None
 
 
-def steady_state_utilization(timeline: Timeline) -> float | None:
+def steady_state_utilization(timeline: Timeline, compute_only: bool = False) -> float | None:
+    """Mean share of the steady-state window each rank is busy: running an item, or with
+    ``compute_only``, running a compute segment."""
     window = steady_state_window(timeline)
     if window is None:
         return None
     lo, hi = window
     total = 0.0
     for evs in timeline.events:
-        total += sum(max(0.0, min(e.end, hi) - max(e.start, lo)) for e in evs)
+        spans = (
+            [(g.start, g.end) for e in evs for g in e.segments if g.stream == "compute"]
+            if compute_only
+            else [(e.start, e.end) for e in evs]
+        )
+        total += sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
     return total / (timeline.pp * (hi - lo))
 
 

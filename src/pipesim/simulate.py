@@ -12,7 +12,7 @@ from __future__ import annotations
 from .costs import CostModel, Costs
 from .deps import Key, produces
 from .ir import Op, Pair, Schedule, ops_of
-from .timeline import Event, Timeline, Transfer
+from .timeline import Event, Segment, Timeline, Transfer
 from .validate import check_structure, execution_order
 
 
@@ -29,6 +29,7 @@ def simulate(schedule: Schedule, costs: CostModel | None = None) -> Timeline:
     events: list[list[Event]] = [[] for _ in range(schedule.pp)]
     done: dict[Key, tuple[float, Op]] = {}
     transfers: list[Transfer] = []
+    inside = getattr(costs, "segments", None)  # cost models that see inside an op
     for r, i, need in execution_order(schedule):
         item = schedule.ranks[r][i]
         start = free[r]
@@ -47,9 +48,13 @@ def simulate(schedule: Schedule, costs: CostModel | None = None) -> Timeline:
         else:
             dur = costs.op_time(item, pl.stage_of(r, item.chunk, item.mb))
         finish = start + dur
+        segs = ()
+        if inside is not None:
+            stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
+            segs = tuple(Segment(g.stream, g.label, start + g.start, start + g.end) for g in inside(item, stages))
         for op in ops_of(item):
             for k in produces(r, op):
                 done[k] = (finish, op)
-        events[r].append(Event(r, item, start, finish))
+        events[r].append(Event(r, item, start, finish, segs))
         free[r] = finish
     return Timeline(schedule.pp, tuple(tuple(e) for e in events), tuple(transfers))

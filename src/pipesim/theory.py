@@ -35,8 +35,9 @@ class Uniform:
     comm: float
 
     @classmethod
-    def of(cls, costs: Costs) -> Uniform | None:
-        if not costs.uniform:
+    def of(cls, costs) -> Uniform | None:
+        """Scalars of a uniform ``Costs``; None for per-stage or component costs."""
+        if not isinstance(costs, Costs) or not costs.uniform:
             return None
         bw = costs.bw if costs.bw is not None else costs.b + costs.w
         pair = costs.pair if costs.pair is not None else costs.f + bw

@@ -1,0 +1,372 @@
+"""The component cost model: what happens inside a chunk, and why DualPipe pairs ops.
+
+A chunk is L layers. A layer's forward is attention -> all-to-all dispatch -> MLP ->
+all-to-all combine; its backward runs the other way, combine -> MLP -> dispatch ->
+attention, each compute part split into the input gradient (B) and the weight gradient
+(W). Compute runs on the GPU's compute stream, all-to-alls on a communication stream.
+
+* A lone op (1F1B, ZB, a DualPipe op outside a pair) runs its parts one after another:
+  its communication is exposed. (``lone_overlap=True`` instead splits the micro-batch in
+  two halves whose parts interleave on the two streams, for schedules that overlap
+  communication inside one micro-batch; that is an assumption about the implementation,
+  stated as such.)
+* An overlapped pair (DualPipe's F&B) runs the forward of one micro-batch and the
+  backward of another on both streams at once, in the order of DeepSeek-V3's Figure 4:
+  per layer, compute MLP(B), MLP(W), MLP(F), ATTN(B), ATTN(W), ATTN(F) and communication
+  DISPATCH(F), DISPATCH(B), COMBINE(F), COMBINE(B), each part waiting for its own
+  micro-batch's previous part.
+
+While a communication kernel runs it holds ``comm_sms`` of the GPU's ``total_sms``
+(DeepSeek-V3: 20 of 132 on H800), so compute running beside it goes slower by that
+share. The pair's duration comes out of this two-stream simulation, not a constant.
+P2P transfers between stages are the ``p2p`` latency on the edges between ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from .errors import PipesimError
+from .ir import Item, Op, Pair
+from .timeline import Segment
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Times of one layer's parts for one micro-batch, on a whole GPU."""
+
+    attn_f: float = 1.0
+    mlp_f: float = 1.0
+    dispatch_f: float = 0.0
+    combine_f: float = 0.0
+    attn_b: float | None = None  # default: attn_f
+    attn_w: float | None = None  # default: attn_f
+    mlp_b: float | None = None  # default: mlp_f
+    mlp_w: float | None = None  # default: mlp_f
+    dispatch_b: float | None = None  # default: dispatch_f (same bytes, other direction)
+    combine_b: float | None = None  # default: combine_f
+
+    def __post_init__(self) -> None:
+        defaults = {
+            "attn_b": self.attn_f,
+            "attn_w": self.attn_f,
+            "mlp_b": self.mlp_f,
+            "mlp_w": self.mlp_f,
+            "dispatch_b": self.dispatch_f,
+            "combine_b": self.combine_f,
+        }
+        for name, v in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, v)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or v < 0 or v != v:
+                raise PipesimError(f"component time {f.name.replace('_', '-')} must be a number >= 0, got {v!r}")
+
+    @property
+    def forward_compute(self) -> float:
+        return self.attn_f + self.mlp_f
+
+    @property
+    def forward_comm(self) -> float:
+        return self.dispatch_f + self.combine_f
+
+    @property
+    def backward_compute(self) -> float:
+        return self.attn_b + self.mlp_b
+
+    @property
+    def weight_compute(self) -> float:
+        return self.attn_w + self.mlp_w
+
+    @property
+    def backward_comm(self) -> float:
+        return self.dispatch_b + self.combine_b
+
+
+#: Presets. ``ep-1to1``: DeepSeek-V3's regime, where expert-parallel all-to-all takes as
+#: long as the computation: in each direction a layer's communication equals its
+#: computation (forward 2 + 2, backward with weight gradients 4 + 4).
+PRESETS: dict[str, LayerCosts] = {
+    "ep-1to1": LayerCosts(attn_f=1, mlp_f=1, dispatch_f=1, combine_f=1, dispatch_b=2, combine_b=2),
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    part: str  # "ATTN(F)", "DISPATCH(B)", ...
+    half: str  # which op of the item: "F"/"B" in a pair, "" or "a"/"b" in a lone op
+    layer: int
+    stream: str  # "compute" or "comm"
+    work: float  # time on a whole GPU (compute) or on the link (comm)
+    after: tuple[int, ...]  # indices of tasks that must end first
+
+
+def run_streams(tasks: list[Task], orders: dict[str, list[int]], comm_share: float) -> list[tuple[float, float]]:
+    """Simulate two in-order streams. Each stream starts its next task when the task
+    before it on the stream and everything in ``after`` have ended. Compute progresses at
+    rate 1 - ``comm_share`` while a communication task runs, else at rate 1."""
+    times: list[tuple[float, float] | None] = [None] * len(tasks)
+    pos = {s: 0 for s in orders}
+    running: dict[str, tuple[int, float, float]] = {}  # stream -> (task, start, work left)
+    t = 0.0
+    while True:
+        # start what can start now (zero-work tasks finish on the spot)
+        progressed = True
+        while progressed:
+            progressed = False
+            for s, order in orders.items():
+                if s in running or pos[s] >= len(order):
+                    continue
+                i = order[pos[s]]
+                if all(times[j] is not None and times[j][1] <= t + 1e-12 for j in tasks[i].after):
+                    pos[s] += 1
+                    progressed = True
+                    if tasks[i].work <= 0:
+                        times[i] = (t, t)
+                    else:
+                        running[s] = (i, t, tasks[i].work)
+        if not running:
+            break
+        comm_on = "comm" in running
+        rate = {"compute": 1.0 - comm_share if comm_on else 1.0, "comm": 1.0}
+        step = min(left / rate[s] for s, (_, _, left) in running.items())
+        t += step
+        for s in list(running):
+            i, start, left = running[s]
+            left -= step * rate[s]
+            if left <= 1e-12:
+                times[i] = (start, t)
+                del running[s]
+            else:
+                running[s] = (i, start, left)
+    if any(x is None for x in times):  # an order that contradicts the dependencies
+        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(times) if x is None]
+        raise PipesimError(f"component stream orders cannot run: {', '.join(stuck[:4])} never start")
+    return times  # type: ignore[return-value]
+
+
+def forward_tasks(layers: tuple[LayerCosts, ...], tag: str, tasks: list[Task]) -> list[dict[str, int]]:
+    """Append a chunk's forward parts; return per layer the index of each part."""
+    out, prev = [], ()
+    for li, c in enumerate(layers):
+        ids = {}
+        for part, stream, work in (
+            ("ATTN(F)", "compute", c.attn_f),
+            ("DISPATCH(F)", "comm", c.dispatch_f),
+            ("MLP(F)", "compute", c.mlp_f),
+            ("COMBINE(F)", "comm", c.combine_f),
+        ):
+            tasks.append(Task(part, tag, li, stream, work, prev))
+            ids[part] = len(tasks) - 1
+            prev = (len(tasks) - 1,)
+        out.append(ids)
+    return out
+
+
+def backward_tasks(layers: tuple[LayerCosts, ...], tag: str, with_w: bool, tasks: list[Task]) -> list[dict[str, int]]:
+    """Append a chunk's backward parts, last layer first; W parts only when ``with_w``."""
+    out, prev = [], ()
+    for li in reversed(range(len(layers))):
+        c = layers[li]
+        ids = {}
+        for part, stream, work in (
+            ("COMBINE(B)", "comm", c.combine_b),
+            ("MLP(B)", "compute", c.mlp_b),
+            ("DISPATCH(B)", "comm", c.dispatch_b),
+            ("ATTN(B)", "compute", c.attn_b),
+        ):
+            tasks.append(Task(part, tag, li, stream, work, prev))
+            ids[part] = len(tasks) - 1
+            prev = (len(tasks) - 1,)
+            if with_w and part in ("MLP(B)", "ATTN(B)"):
+                name = part.replace("(B)", "(W)")
+                work_w = c.mlp_w if part == "MLP(B)" else c.attn_w
+                tasks.append(Task(name, tag, li, "compute", work_w, (ids[part],)))
+                ids[name] = len(tasks) - 1
+        out.append(ids)
+    return out
+
+
+def weight_tasks(layers: tuple[LayerCosts, ...], tag: str, tasks: list[Task]) -> list[dict[str, int]]:
+    out = []
+    for li in reversed(range(len(layers))):
+        c = layers[li]
+        ids = {}
+        for part, work in (("MLP(W)", c.mlp_w), ("ATTN(W)", c.attn_w)):
+            tasks.append(Task(part, tag, li, "compute", work, ()))
+            ids[part] = len(tasks) - 1
+        out.append(ids)
+    return out
+
+
+def pair_plan(f_layers, b_layers, with_w: bool) -> tuple[list[Task], dict[str, list[int]]]:
+    """Tasks and stream orders of an overlapped pair, in DeepSeek-V3 Figure 4's order.
+
+    Block k pairs forward layer k with backward layer L-1-k. Compute runs MLP(B), MLP(W),
+    MLP(F), ATTN(B), ATTN(W) of the block, then ATTN(F) of the next forward layer;
+    communication runs DISPATCH(F), DISPATCH(B), COMBINE(F) of the block, then COMBINE(B)
+    of the next backward layer. The first ATTN(F) and COMBINE(B) open the pair.
+    """
+    tasks: list[Task] = []
+    fw = forward_tasks(f_layers, "F", tasks)
+    bw = backward_tasks(b_layers, "B", with_w, tasks)
+    compute: list[int] = []
+    comm: list[int] = []
+    if fw:
+        compute.append(fw[0]["ATTN(F)"])
+    if bw:
+        comm.append(bw[0]["COMBINE(B)"])
+    for k in range(max(len(fw), len(bw))):
+        f = fw[k] if k < len(fw) else {}
+        b = bw[k] if k < len(bw) else {}
+        for ids, part in ((b, "MLP(B)"), (b, "MLP(W)"), (f, "MLP(F)"), (b, "ATTN(B)"), (b, "ATTN(W)")):
+            if part in ids:
+                compute.append(ids[part])
+        if k + 1 < len(fw):
+            compute.append(fw[k + 1]["ATTN(F)"])
+        for ids, part in ((f, "DISPATCH(F)"), (b, "DISPATCH(B)"), (f, "COMBINE(F)")):
+            if part in ids:
+                comm.append(ids[part])
+        if k + 1 < len(bw):
+            comm.append(bw[k + 1]["COMBINE(B)"])
+    return tasks, {"compute": compute, "comm": comm}
+
+
+def lone_plan(op: Op, layers: tuple[LayerCosts, ...], split: bool) -> tuple[list[Task], dict[str, list[int]]]:
+    """Tasks and orders of a lone op: its parts in sequence, or (``split``) two half
+    micro-batches whose parts alternate so one half's communication hides behind the
+    other's computation."""
+    halves = ("a", "b") if split and op.kind != "W" else ("",)
+    scale = 1.0 / len(halves)
+    part_layers = tuple(_scaled(c, scale) for c in layers)
+    tasks: list[Task] = []
+    per_half = []
+    for h in halves:
+        tag = h
+        if op.kind == "F":
+            per_half.append(forward_tasks(part_layers, tag, tasks))
+        elif op.kind == "W":
+            per_half.append(weight_tasks(part_layers, tag, tasks))
+        else:
+            per_half.append(backward_tasks(part_layers, tag, op.kind == "BW", tasks))
+    if not split:  # one part after another, whatever its stream
+        tasks = [Task(t.part, t.half, t.layer, t.stream, t.work, (i - 1,) if i else ()) for i, t in enumerate(tasks)]
+        return tasks, {
+            "compute": [i for i, t in enumerate(tasks) if t.stream == "compute"],
+            "comm": [i for i, t in enumerate(tasks) if t.stream == "comm"],
+        }
+    orders: dict[str, list[int]] = {"compute": [], "comm": []}
+    for li in range(len(layers)):
+        for part in per_half[0][li]:  # part by part, alternating the halves
+            for half in per_half:
+                i = half[li][part]
+                orders[tasks[i].stream].append(i)
+    return tasks, orders
+
+
+def _scaled(c: LayerCosts, k: float) -> LayerCosts:
+    return LayerCosts(**{f.name: getattr(c, f.name) * k for f in fields(c)})
+
+
+@dataclass(frozen=True)
+class ComponentCosts:
+    """A cost model from per-layer component times (``CostModel`` protocol).
+
+    ``stages`` lists, per model stage, the ``LayerCosts`` of each of its layers; a single
+    entry serves every stage. ``uniform(layer, layers)`` builds the common case.
+    """
+
+    stages: tuple[tuple[LayerCosts, ...], ...]
+    p2p: float = 0.0
+    comm_sms: float = 20
+    total_sms: float = 132
+    lone_overlap: bool = False
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.stages or any(not s for s in self.stages):
+            raise PipesimError("a component cost model needs at least one layer per stage")
+        if not 0 <= self.comm_sms < self.total_sms:
+            raise PipesimError(f"--comm-sms must be >= 0 and below --total-sms={self.total_sms:g}, got {self.comm_sms:g}")
+        if self.p2p < 0:
+            raise PipesimError(f"--p2p must be >= 0, got {self.p2p}")
+
+    @classmethod
+    def uniform(cls, layer: LayerCosts, layers: int = 1, **kw) -> ComponentCosts:
+        if layers < 1:
+            raise PipesimError(f"--layers must be >= 1, got {layers}")
+        return cls(((layer,) * layers,), **kw)
+
+    def to_dict(self) -> dict:
+        layers = [[{f.name: getattr(c, f.name) for f in fields(c)} for c in stage] for stage in self.stages]
+        uniform = all(stage == self.stages[0] for stage in self.stages) and len(set(self.stages[0])) == 1
+        d: dict = {"model": "components"}
+        if uniform:
+            d.update(layer=layers[0][0], layers=len(self.stages[0]))
+        else:
+            d["stages"] = layers
+        d.update(p2p=self.p2p, comm_sms=self.comm_sms, total_sms=self.total_sms, lone_overlap=self.lone_overlap)
+        return d
+
+    def describe(self) -> str:
+        """One line for humans, e.g. for the CLI's header."""
+        stage = self.stages[0]
+        c = stage[0]
+        same = all(x == c for st in self.stages for x in st)
+        head = (
+            f"per layer attn {c.attn_f:g}/{c.attn_b:g}/{c.attn_w:g}, mlp {c.mlp_f:g}/{c.mlp_b:g}/{c.mlp_w:g} (F/B/W), "
+            f"dispatch {c.dispatch_f:g}/{c.dispatch_b:g}, combine {c.combine_f:g}/{c.combine_b:g} (F/B)"
+            if same
+            else f"{len(self.stages)} stages of per-layer components"
+        )
+        lone = ", lone ops overlap half micro-batches" if self.lone_overlap else ""
+        return f"{head}; {len(stage)} layers per chunk; p2p {self.p2p:g}; communication holds {self.comm_sms:g}/{self.total_sms:g} SMs{lone}"
+
+    @property
+    def comm_share(self) -> float:
+        return self.comm_sms / self.total_sms
+
+    def layers(self, stage: int) -> tuple[LayerCosts, ...]:
+        if len(self.stages) == 1:
+            return self.stages[0]
+        if stage >= len(self.stages):
+            raise PipesimError(f"component costs give {len(self.stages)} stages, but the schedule has a stage {stage}")
+        return self.stages[stage]
+
+    # The CostModel protocol ---------------------------------------------------------
+
+    def op_time(self, op: Op, stage: int) -> float:
+        return self._plan((op.kind, stage))[0]
+
+    def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
+        return self._plan(("pair", f_stage, b_stage, pair.backward.kind))[0]
+
+    def p2p_time(self, src: int, dst: int) -> float:
+        return self.p2p
+
+    def segments(self, item: Item, stages: tuple[int, ...]) -> tuple[Segment, ...]:
+        """The item's parts on their streams, times relative to the item's start, each
+        labelled with its part, op and layer, e.g. ``MLP(B) BW0.3 L1``."""
+        if isinstance(item, Pair):
+            parts = self._plan(("pair", stages[0], stages[1], item.backward.kind))[1]
+            names = {"F": str(item.forward), "B": str(item.backward)}
+        else:
+            parts = self._plan((item.kind, stages[0]))[1]
+            names = {h: f"{item}{h}" for h in ("", "a", "b")}
+        return tuple(Segment(t.stream, f"{t.part} {names[t.half]} L{t.layer}", a, b) for t, a, b in parts)
+
+    def _plan(self, key: tuple) -> tuple[float, tuple[tuple[Task, float, float], ...]]:
+        hit = self._cache.get(key)
+        if hit is None:
+            if key[0] == "pair":
+                _, fs, bs, bkind = key
+                tasks, orders = pair_plan(self.layers(fs), self.layers(bs), bkind == "BW")
+            else:
+                kind, stage = key
+                tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
+            times = run_streams(tasks, orders, self.comm_share)
+            parts = tuple((t, a, b) for t, (a, b) in zip(tasks, times) if b > a)
+            hit = (max((b for _, b in times), default=0.0), parts)
+            self._cache[key] = hit
+        return hit

@@ -1,0 +1,137 @@
+"""Memory per rank over time: parameters, gradients, optimizer states and activations.
+
+Static memory follows from what a rank holds: for each of its chunks, the parameters of
+that model stage (so DualPipe's two copies count twice), their gradients, and optimizer
+states, with ZeRO sharding over ``dp`` data-parallel ranks (stage 1: optimizer states;
+stage 2: gradients too; stage 3: parameters too). Activations follow the timeline: a
+forward allocates its stage's activation when it starts, a B frees all but the share
+``w_share`` that the weight gradient still needs, and the W (or a fused BW) frees the
+rest when it ends.
+
+Activation sizes come from the model shape (Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", eq. 1: one transformer layer keeps
+s*b*h*(34 + 5*a*s/h) bytes in 16-bit precision without recomputation; the 5*a*s/h term is
+the attention matrix, which flash attention does not keep). The weight gradient needs the
+inputs of the linear layers, 32*h of the 34*h bytes per token (the Zero Bubble paper's
+M_W), so ``w_share = 32h / (34h + 5as)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .costs import PerStage
+from .errors import PipesimError
+from .ir import Schedule, ops_of
+from .timeline import Timeline
+
+
+def layer_activation(
+    hidden: int, heads: int, seq: int, micro_batch: int = 1, flash_attention: bool = False
+) -> tuple[float, float]:
+    """(bytes one micro-batch keeps for one transformer layer, share of it W needs)."""
+    for name, v in (("hidden", hidden), ("heads", heads), ("seq", seq), ("micro_batch", micro_batch)):
+        if v < 1:
+            raise PipesimError(f"{name} must be >= 1, got {v}")
+    per_token = 34 * hidden + (0 if flash_attention else 5 * heads * seq)
+    return seq * micro_batch * per_token, 32 * hidden / per_token
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Sizes of one model stage as one GPU holds it (experts already divided by the
+    expert-parallel degree), and the training set-up that scales them."""
+
+    params: PerStage  # parameters of one stage (count)
+    activation: PerStage  # bytes one micro-batch keeps for one stage
+    w_share: float = 0.0  # share of an activation kept from B until W
+    param_bytes: float = 2.0  # bf16 weights
+    grad_bytes: float = 4.0  # fp32 gradient accumulation
+    optimizer_bytes: float = 12.0  # fp32 master weights, Adam m and v
+    zero: int = 1  # ZeRO stage (0-3)
+    dp: int = 1  # data-parallel ranks sharing the sharded states
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.w_share <= 1:
+            raise PipesimError(f"w_share must be between 0 and 1, got {self.w_share}")
+        if self.zero not in (0, 1, 2, 3):
+            raise PipesimError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
+        if self.dp < 1:
+            raise PipesimError(f"dp must be >= 1, got {self.dp}")
+
+    @staticmethod
+    def _at(v: PerStage, stage: int) -> float:
+        if isinstance(v, (int, float)):
+            return float(v)
+        if stage >= len(v):
+            raise PipesimError(f"memory sizes list {len(v)} stages, but the schedule has a stage {stage}")
+        return float(v[stage])
+
+    def stage_bytes(self, stage: int) -> tuple[float, float, float]:
+        """(parameter, gradient, optimizer) bytes of one stage on one GPU."""
+        n = self._at(self.params, stage)
+        shard = lambda level: self.dp if self.zero >= level else 1  # noqa: E731
+        return n * self.param_bytes / shard(3), n * self.grad_bytes / shard(2), n * self.optimizer_bytes / shard(1)
+
+    def activation_bytes(self, stage: int) -> float:
+        return self._at(self.activation, stage)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    params: list[float]  # bytes per rank
+    grads: list[float]
+    optimizer: list[float]
+    activation_peak: list[float]
+    peak: list[float]  # static + activations, at the activations' peak
+    timeline: list[list[tuple[float, float]]]  # per rank: (time, activation bytes) after each change
+
+    @property
+    def static(self) -> list[float]:
+        return [p + g + o for p, g, o in zip(self.params, self.grads, self.optimizer)]
+
+    def to_dict(self) -> dict:
+        return {
+            "params": self.params,
+            "grads": self.grads,
+            "optimizer": self.optimizer,
+            "activation_peak": self.activation_peak,
+            "peak": self.peak,
+        }
+
+
+def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel) -> MemoryReport:
+    pl = schedule.placement
+    params, grads, opt, act_peak, series = [], [], [], [], []
+    for r in range(schedule.pp):
+        held = [pl.model_stage(r, c) for c in range(pl.chunks) if _holds(pl, r, c)]
+        sizes = [model.stage_bytes(s) for s in held]
+        params.append(sum(x[0] for x in sizes))
+        grads.append(sum(x[1] for x in sizes))
+        opt.append(sum(x[2] for x in sizes))
+        changes: list[tuple[float, float]] = []
+        for e in timeline.events[r]:
+            for op in ops_of(e.item):
+                a = model.activation_bytes(pl.stage_of(r, op.chunk, op.mb))
+                if op.kind == "F":
+                    changes.append((e.start, a))
+                elif op.kind == "B":
+                    changes.append((e.end, -(1 - model.w_share) * a))
+                elif op.kind == "W":
+                    changes.append((e.end, -model.w_share * a))
+                else:
+                    changes.append((e.end, -a))
+        changes.sort()  # at equal times frees (negative) come first
+        live, peak, steps = 0.0, 0.0, []
+        for t, d in changes:
+            live += d
+            peak = max(peak, live)
+            steps.append((t, live))
+        act_peak.append(peak)
+        series.append(steps)
+    peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
+    return MemoryReport(params, grads, opt, act_peak, peak, series)
+
+
+def _holds(pl, rank: int, chunk: int) -> bool:
+    return any((rank, chunk) in route for route in pl.routes)

@@ -1,0 +1,129 @@
+"""Component costs and memory on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipesim.cli import main
+
+COSTS = """
+layers = 2
+p2p = 0.1
+
+[layer]
+attn_f = 1.0
+mlp_f = 1.0
+dispatch_f = 1.0
+combine_f = 1.0
+
+[memory]
+hidden = 1024
+heads = 16
+seq = 2048
+dp = 4
+"""
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_pair_json(capsys):
+    code, out, _ = run(capsys, "pair", "--preset", "ep-1to1", "--layers", "2", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["pair_time"] < d["lone_time"]
+    parts = {g["part"].split(" ")[0] for g in d["segments"]}
+    assert parts == {
+        "ATTN(F)",
+        "MLP(F)",
+        "DISPATCH(F)",
+        "COMBINE(F)",
+        "MLP(B)",
+        "MLP(W)",
+        "ATTN(B)",
+        "ATTN(W)",
+        "DISPATCH(B)",
+        "COMBINE(B)",
+    }
+
+
+def test_pair_text_names_what_hides_what(capsys):
+    code, out, _ = run(capsys, "pair", "--preset", "ep-1to1")
+    assert code == 0 and "hides behind" in out and "compute │" in out
+
+
+def test_cost_file_with_memory(capsys, tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text(COSTS)
+    code, out, _ = run(capsys, "simulate", "-s", "dualpipe", "--pp", "4", "-m", "8", "--components", str(f), "--json")
+    d = json.loads(out)
+    assert code == 0 and d["costs"]["layers"] == 2 and d["costs"]["p2p"] == 0.1
+    mem = d["memory_bytes"]
+    params = 2 * 12 * 1024**2  # 2 layers of 12 h^2, per stage
+    assert mem["params"] == [2 * params * 2] * 4  # two copies, bf16
+    assert mem["optimizer"] == [2 * params * 12 / 4] * 4  # ZeRO-1 over dp=4
+    assert d["compute_utilization"] is not None
+
+
+def test_flags_override_the_preset(capsys):
+    code, out, _ = run(
+        capsys,
+        "simulate",
+        "-s",
+        "1f1b",
+        "--pp",
+        "2",
+        "-m",
+        "2",
+        "--preset",
+        "ep-1to1",
+        "--dispatch",
+        "0",
+        "--combine",
+        "0",
+        "--json",
+    )
+    d = json.loads(out)
+    # no communication left: (M + pp - 1)(F + BW) with F = 2, BW = 4
+    assert code == 0 and d["makespan"] == 3 * 6
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--f", "2"], "--f describe per-chunk costs"),
+        (["simulate", "-s", "1f1b", "--preset", "nope"], "invalid choice: 'nope'"),
+        (["simulate", "-s", "1f1b", "--attn", "-1"], "--attn: expected a number >= 0"),
+        (
+            ["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--comm-sms", "200"],
+            "--comm-sms must be >= 0 and below --total-sms=132",
+        ),
+        (["simulate", "-s", "1f1b", "--components", "missing.toml"], "cannot read cost file"),
+        (["pair", "--backward", "W"], "invalid choice: 'W'"),
+    ],
+)
+def test_bad_component_input(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("[layer]\nattn_f = 'x'\n", "layer.attn_f must be a number"),
+        ("[layer]\nattn_f = 1\nbogus = 2\n", "unknown key layer.bogus"),
+        ("layers = 2\n", "missing [layer] table"),
+        ("[layer\n", "not valid TOML"),
+        ("[layer]\nattn_f = -1\n", "layer.attn_f must be >= 0"),
+        ("[layer]\nattn_f = 1\n[memory]\nhidden = 8\n", "[memory] needs heads"),
+    ],
+)
+def test_bad_cost_files(capsys, tmp_path, text, needle):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    code, _, err = run(capsys, "simulate", "-s", "1f1b", "--components", str(f))
+    assert code == 2 and needle in err and err.count("\n") == 1
