@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 
 from .errors import PipesimError
 from .ir import Item, Op, Pair
-from .timeline import Segment
+from .timeline import Event, Inside, Segment, exposed_time
 
 
 @dataclass(frozen=True)
@@ -345,18 +345,23 @@ class ComponentCosts:
     def p2p_time(self, src: int, dst: int) -> float:
         return self.p2p
 
-    def segments(self, item: Item, stages: tuple[int, ...]) -> tuple[Segment, ...]:
-        """The item's parts on their streams, times relative to the item's start, each
-        labelled with its part, op and layer, e.g. ``MLP(B) BW0.3 L1``."""
+    def inside(self, item: Item, stages: tuple[int, ...]) -> Inside:
+        """What runs on which stream inside ``item`` (shared by all items of its shape)."""
         if isinstance(item, Pair):
-            parts = self._plan(("pair", stages[0], stages[1], item.backward.kind))[1]
-            names = {"F": str(item.forward), "B": str(item.backward)}
-        else:
-            parts = self._plan((item.kind, stages[0]))[1]
-            names = {h: f"{item}{h}" for h in ("", "a", "b")}
-        return tuple(Segment(t.stream, f"{t.part} {names[t.half]} L{t.layer}", a, b) for t, a, b in parts)
+            return self._plan(("pair", stages[0], stages[1], item.backward.kind))[1]
+        return self._plan((item.kind, stages[0]))[1]
 
-    def _plan(self, key: tuple) -> tuple[float, tuple[tuple[Task, float, float], ...]]:
+    def segments(self, item: Item, stages: tuple[int, ...]) -> tuple[Segment, ...]:
+        """The item's parts, times relative to its start, labelled like ``MLP(B) BW0.3 L1``."""
+        return Event(0, item, 0.0, self._plan(self._key(item, stages))[0], self.inside(item, stages)).segments
+
+    @staticmethod
+    def _key(item: Item, stages: tuple[int, ...]) -> tuple:
+        if isinstance(item, Pair):
+            return ("pair", stages[0], stages[1], item.backward.kind)
+        return (item.kind, stages[0])
+
+    def _plan(self, key: tuple) -> tuple[float, Inside]:
         hit = self._cache.get(key)
         if hit is None:
             if key[0] == "pair":
@@ -366,7 +371,12 @@ class ComponentCosts:
                 kind, stage = key
                 tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
             times = run_streams(tasks, orders, self.comm_share)
-            parts = tuple((t, a, b) for t, (a, b) in zip(tasks, times) if b > a)
-            hit = (max((b for _, b in times), default=0.0), parts)
+            kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
+            parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
+            tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)
+            compute = sorted((a, b) for t, a, b in kept if t.stream == "compute")
+            comm = sorted((a, b) for t, a, b in kept if t.stream != "compute")
+            inside = Inside(parts, sum(b - a for a, b in compute), exposed_time(compute, comm), tags)
+            hit = (max((b for _, b in times), default=0.0), inside)
             self._cache[key] = hit
         return hit

@@ -42,7 +42,7 @@ class MemoryModel:
     """Sizes of one model stage as one GPU holds it (experts already divided by the
     expert-parallel degree), and the training set-up that scales them."""
 
-    params: PerStage  # parameters of one stage (count)
+    params: PerStage  # parameters of one stage (count), sharded over dp by ZeRO
     activation: PerStage  # bytes one micro-batch keeps for one stage
     w_share: float = 0.0  # share of an activation kept from B until W
     param_bytes: float = 2.0  # bf16 weights
@@ -50,13 +50,15 @@ class MemoryModel:
     optimizer_bytes: float = 12.0  # fp32 master weights, Adam m and v
     zero: int = 1  # ZeRO stage (0-3)
     dp: int = 1  # data-parallel ranks sharing the sharded states
+    expert_params: PerStage = 0.0  # expert parameters of one stage on one GPU (already / ep)
+    expert_dp: int = 0  # replicas of each expert that shard its states (0: dp)
 
     def __post_init__(self) -> None:
         if not 0 <= self.w_share <= 1:
             raise PipesimError(f"w_share must be between 0 and 1, got {self.w_share}")
         if self.zero not in (0, 1, 2, 3):
             raise PipesimError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
-        if self.dp < 1:
+        if self.dp < 1 or self.expert_dp < 0:
             raise PipesimError(f"dp must be >= 1, got {self.dp}")
 
     @staticmethod
@@ -68,10 +70,17 @@ class MemoryModel:
         return float(v[stage])
 
     def stage_bytes(self, stage: int) -> tuple[float, float, float]:
-        """(parameter, gradient, optimizer) bytes of one stage on one GPU."""
-        n = self._at(self.params, stage)
-        shard = lambda level: self.dp if self.zero >= level else 1  # noqa: E731
-        return n * self.param_bytes / shard(3), n * self.grad_bytes / shard(2), n * self.optimizer_bytes / shard(1)
+        """(parameter, gradient, optimizer) bytes of one stage on one GPU. ZeRO stage k
+        shards optimizer states (k >= 1), gradients (k >= 2) and parameters (k = 3) over
+        the replicas of each parameter: dp for the dense ones, expert_dp for experts."""
+        out = [0.0, 0.0, 0.0]
+        for n, replicas in (
+            (self._at(self.params, stage), self.dp),
+            (self._at(self.expert_params, stage), self.expert_dp or self.dp),
+        ):
+            for i, (width, level) in enumerate(((self.param_bytes, 3), (self.grad_bytes, 2), (self.optimizer_bytes, 1))):
+                out[i] += n * width / (replicas if self.zero >= level else 1)
+        return out[0], out[1], out[2]
 
     def activation_bytes(self, stage: int) -> float:
         return self._at(self.activation, stage)

@@ -15,7 +15,7 @@ Names and definitions follow the design (and the CLI's JSON):
 * ``peak_activation_memory[r]``: the same in units of one micro-batch's activation of one
   1F1B stage (1/pp of the model), so schedules with smaller chunks compare fairly;
 * ``parameter_copies``: parameters per rank relative to 1F1B (DualPipe 2);
-* when the cost model sees inside ops (``Event.segments``): ``compute_utilization[r]``,
+* when the cost model sees inside ops (``Event.inside``): ``compute_utilization[r]``,
   the share of the makespan rank r's compute stream is busy, and ``exposed_comm[r]``, the
   time its communication runs while its compute stream is idle, and
   ``steady_state_compute_utilization``, the compute stream's share of the steady state.
@@ -65,7 +65,7 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
     span_bubble = (max_span - max(busy, default=0.0)) / max_span if max_span > 0 else 0.0
     peaks = [peak_live(evs) for evs in timeline.events]
     per_chunk = pp / schedule.placement.stages
-    streams = [stream_times(evs) for evs in timeline.events] if any(e.segments for e in timeline.all_events()) else None
+    streams = [stream_times(evs) for evs in timeline.events] if any(e.inside for e in timeline.all_events()) else None
     return Report(
         schedule=schedule.name,
         pp=pp,
@@ -87,16 +87,12 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
 
 
 def stream_times(events) -> tuple[float, float]:
-    """(compute busy time, communication time with compute idle) from one rank's segments."""
-    compute = sorted((g.start, g.end) for e in events for g in e.segments if g.stream == "compute")
-    busy = sum(b - a for a, b in compute)
-    exposed = 0.0
+    """(compute busy time, communication time with compute idle) of one rank's items."""
+    busy = exposed = 0.0
     for e in events:
-        for g in e.segments:
-            if g.stream == "compute":
-                continue
-            covered = sum(max(0.0, min(b, g.end) - max(a, g.start)) for a, b in compute if a < g.end and b > g.start)
-            exposed += (g.end - g.start) - covered
+        if e.inside is not None:
+            busy += e.inside.compute
+            exposed += e.inside.exposed
     return busy, exposed
 
 
@@ -120,19 +116,24 @@ def steady_state_window(timeline: Timeline) -> tuple[float, float] | None:
 
 def steady_state_utilization(timeline: Timeline, compute_only: bool = False) -> float | None:
     """Mean share of the steady-state window each rank is busy: running an item, or with
-    ``compute_only``, running a compute segment."""
+    ``compute_only``, running a compute part of one."""
     window = steady_state_window(timeline)
     if window is None:
         return None
     lo, hi = window
     total = 0.0
-    for evs in timeline.events:
-        spans = (
-            [(g.start, g.end) for e in evs for g in e.segments if g.stream == "compute"]
-            if compute_only
-            else [(e.start, e.end) for e in evs]
-        )
-        total += sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+    for e in timeline.all_events():
+        if e.end <= lo or e.start >= hi:
+            continue
+        if not compute_only:
+            total += min(e.end, hi) - max(e.start, lo)
+        elif e.inside is not None:
+            if lo <= e.start and e.end <= hi:  # wholly inside: no need to look at its parts
+                total += e.inside.compute
+            else:
+                for stream, _, _, _, a, b in e.inside.parts:
+                    if stream == "compute":
+                        total += max(0.0, min(e.start + b, hi) - max(e.start + a, lo))
     return total / (timeline.pp * (hi - lo))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Item, Op
+from .ir import Item, Op, Pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,20 +23,71 @@ class Segment:
     end: float
 
 
+@dataclass(frozen=True)
+class Inside:
+    """What runs inside one item, times relative to its start. Cost models that see inside
+    ops (the component model) share one ``Inside`` among all items of the same shape, so a
+    timeline of many thousand pairs stays cheap; ``Event.segments`` spells it out.
+
+    ``parts`` are (stream, part, half, layer, start, end): ``half`` 0 is the forward of a
+    pair (or the op itself), 1 its backward; a non-empty ``tag`` names a half micro-batch.
+    """
+
+    parts: tuple[tuple[str, str, int, int, float, float], ...]
+    compute: float  # time the compute stream is busy
+    exposed: float  # time communication runs while compute is idle
+    tags: tuple[str, ...] = ()  # per part: "" or the half micro-batch ("a", "b")
+
+    @classmethod
+    def of(cls, segments: tuple[Segment, ...]) -> Inside:
+        """From segments relative to the item's start (for measured timelines, say)."""
+        parts = tuple((g.stream, g.label, 0, -1, g.start, g.end) for g in segments)
+        compute = sorted((g.start, g.end) for g in segments if g.stream == "compute")
+        comm = sorted((g.start, g.end) for g in segments if g.stream != "compute")
+        return cls(parts, sum(b - a for a, b in compute), exposed_time(compute, comm))
+
+
+def exposed_time(compute: list[tuple[float, float]], comm: list[tuple[float, float]]) -> float:
+    """Length of ``comm`` not covered by ``compute``; both sorted, each one stream (disjoint)."""
+    exposed, i = 0.0, 0
+    for a, b in comm:
+        while i < len(compute) and compute[i][1] <= a:
+            i += 1
+        covered, j = 0.0, i
+        while j < len(compute) and compute[j][0] < b:
+            covered += min(b, compute[j][1]) - max(a, compute[j][0])
+            j += 1
+        exposed += (b - a) - covered
+    return exposed
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One item (op or pair) on one rank, from ``start`` to ``end``; ``segments`` optionally
-    tell what ran inside it on which stream, in absolute time."""
+    """One item (op or pair) on one rank, from ``start`` to ``end``; ``inside``, when the
+    cost model knows it, says what ran on which stream meanwhile."""
 
     rank: int
     item: Item
     start: float
     end: float
-    segments: tuple[Segment, ...] = ()
+    inside: Inside | None = None
 
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The inside in absolute time, each part labelled like ``MLP(B) BW1.5 L0``."""
+        if self.inside is None:
+            return ()
+        names = (str(self.item.forward), str(self.item.backward)) if isinstance(self.item, Pair) else (str(self.item),)
+        tags = self.inside.tags or ("",) * len(self.inside.parts)
+        out = []
+        for (stream, part, half, layer, a, b), tag in zip(self.inside.parts, tags):
+            label = part if layer < 0 else f"{part} {names[half]}{tag} L{layer}"
+            out.append(Segment(stream, label, self.start + a, self.start + b))
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
