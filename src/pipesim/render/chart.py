@@ -15,14 +15,16 @@ start. The size of the figure follows the schedule: wide enough that the shortes
 can hold a two-digit label, up to ``MAX_WIDTH`` inches, beyond which labels that do not
 fit are left out.
 
-Every op box carries an SVG id ``op:{panel}:{rank}:{op}`` (``op:0:3:F1.6``), a pair's
-outline ``pair:{panel}:{rank}:{item}`` and a communication strip
-``comm:{panel}:{rank}:{item}:{n}``, so tests and scripts can find the shapes in the SVG.
+In the SVG, each row's boxes form one group ``ops:{panel}:{rank}`` whose shapes follow
+the rank's order (a pair gives two, forward then backward); pair outlines are in
+``pairs:{panel}:{rank}``, comm strips in ``comm:{panel}:{rank}``, and each label is
+``label:{panel}:{rank}:{op}`` (``label:0:3:F1.6``), so tests and scripts can read the
+shapes back.
 
-A view of one event's inside (the two-stream picture of one overlapped pair, issue 5's
-"pair view") would draw ``Event.segments`` on two rows, compute and comm, with the same
-palette: ``event_segments`` below gives those rows, ready for that picture once a cost
-model fills segments.
+Not here yet: the two-stream view of one overlapped pair (issue 5's "pair view": its
+``Event.segments`` on a compute row and a comm row, showing which part hides which).
+It waits for the component cost model, whose segment labels it would draw; it belongs
+beside ``chart_figure`` as a function of one ``Event``, with the same palette.
 
 matplotlib is imported inside the functions, so that the core never needs it.
 """
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from ..errors import PipesimError
 from ..ir import KINDS, Op, Pair, Schedule, ops_of
 from ..metrics import summarize
-from ..timeline import Event, Segment, Timeline
+from ..timeline import Timeline
 from .mpl import FORMATS, figure_bytes
 from .palette import KIND_NAMES, fill, ink
 
@@ -229,12 +231,3 @@ def _legend(fig, panels: Sequence[Panel], fig_w: float) -> None:
         title_fontsize=7,
         alignment="left",
     )
-
-
-def event_segments(event: Event) -> dict[str, list[Segment]]:
-    """An event's segments by stream (``compute``, ``comm``), each in time order: the rows
-    of a two-stream picture of one item."""
-    rows: dict[str, list[Segment]] = {}
-    for seg in sorted(event.segments, key=lambda sg: (sg.start, sg.end)):
-        rows.setdefault(seg.stream, []).append(seg)
-    return rows
