@@ -34,6 +34,7 @@ test: $(READY)
 
 bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py
+	$(BIN)/python benchmarks/draw_speed.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

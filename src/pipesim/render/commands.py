@@ -165,6 +165,13 @@ def cmd_draw(args: argparse.Namespace) -> int:
     return 0
 
 
+def costs_text(costs: Costs) -> str:
+    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them."""
+    return " ".join(
+        f"{k}={','.join(f'{x:g}' for x in v) if isinstance(v, list) else f'{v:g}'}" for k, v in costs.to_dict().items()
+    )
+
+
 def _settings(args: argparse.Namespace, costs: Costs, names: list[str]) -> dict:
     pp, M = shape(args)
     d: dict = {"schedules": names, "pp": pp, "microbatches": M, "costs": costs.to_dict()}
@@ -197,14 +204,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     elif ext:
         from .sweep_plot import sweep_bytes
 
-        title = f"pp={pp}, costs {costs.to_dict()}"
+        title = f"pp={pp}, costs {costs_text(costs)}"
         files.append((args.output, sweep_bytes(points, ext[1:], title=title)))
     for note in notes:
         print(f"pipesim: {note}", file=sys.stderr)
     if not ext and not args.csv:
-        t = Table(title=f"sweep: pp={pp}, M in {Ms}, costs {costs.to_dict()}")
-        for col in COLUMNS:
-            t.add_column(col, justify="left" if col == "schedule" else "right")
+        t = Table(title=f"sweep: pp={pp}, M in {Ms}, costs {costs_text(costs)}")
+        for col in COLUMNS:  # spaces let the headers wrap instead of being cut
+            t.add_column(col.replace("_", " "), justify="left" if col == "schedule" else "right")
         for p in points:
             cells = [getattr(p, col) for col in COLUMNS]
             t.add_row(
