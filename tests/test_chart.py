@@ -157,3 +157,20 @@ def test_bad_format_and_nothing_to_draw():
         chart_bytes([Panel(s, simulate(s))], "jpg")
     with pytest.raises(PipesimError, match="at least one schedule"):
         chart_bytes([], "svg")
+
+
+def test_a_measured_timeline_is_drawn_from_its_first_start():
+    """Measured timelines start at a wall-clock time; the chart's axis starts at 0."""
+    s = build("zb-h1", 2, 4)
+    tl = simulate(s, uneven(s))
+    shifted = Timeline(
+        tl.pp,
+        tuple(tuple(Event(e.rank, e.item, e.start + 1000.5, e.end + 1000.5) for e in evs) for evs in tl.events),
+        source="measured",
+    )
+    a, b = svg_of((s, tl)), svg_of((s, shifted))
+    for r in range(2):
+        assert [sv.box(p) for p in sv.paths(sv.group(a, f"ops:0:{r}"))] == [
+            sv.box(p) for p in sv.paths(sv.group(b, f"ops:0:{r}"))
+        ]
+    assert any(t.text and t.text.endswith("(measured)") for t in b.iter(sv.NS + "text"))
