@@ -132,7 +132,7 @@ def test_report_is_self_contained(capsys, tmp_path):
         (["sweep", "--microbatches", "128:8", "-o", "s.png"], "the start 128 is above the end 8"),
         (["sweep", "--microbatches", "8:x"], "'x' is not a whole number"),
         (["sweep", "-o", "s.txt"], "use .png, .svg or .pdf for a plot, .csv for the data"),
-        (["sweep", "--csv", "s.png"], "-o s.png: unknown extension '.png'; use .csv"),
+        (["sweep", "--csv", "s.png"], "--csv s.png: unknown extension '.png'; use .csv"),
         (
             ["sweep", "--pp", "4", "-m", "2:4", "--schedules", "dualpipe", "-o", "s.png"],
             "no schedule of dualpipe can take pp=4 with M in [2, 4]",

@@ -95,12 +95,12 @@ def _inches(text: str) -> float:
 # outputs
 
 
-def _output(path: str, allowed: Sequence[str], what: str) -> str:
+def _output(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
     """The extension of ``path`` if it is one of ``allowed`` and its folder is writable;
     else a one-line error naming what would be right."""
     ext = Path(path).suffix.lower()
     if ext not in allowed:
-        raise PipesimError(f"-o {path}: unknown extension {ext or '(none)'!r}; use {what}")
+        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}")
     folder = Path(path).parent
     if not folder.is_dir():
         raise PipesimError(f"cannot write {path!r}: there is no folder {str(folder)!r}")
@@ -154,7 +154,7 @@ def cmd_draw(args: argparse.Namespace) -> int:
         if ext == ".json":
             from .trace import trace_json
 
-            settings = _settings(args, costs, [s.name for s, _ in runs])
+            settings = _settings(args, costs, runs)
             files.append((path, trace_json(runs, time_unit=args.time_unit, settings=settings)))
         else:
             from .chart import Panel, chart_bytes
@@ -172,9 +172,10 @@ def costs_text(costs: Costs) -> str:
     )
 
 
-def _settings(args: argparse.Namespace, costs: Costs, names: list[str]) -> dict:
-    pp, M = shape(args)
-    d: dict = {"schedules": names, "pp": pp, "microbatches": M, "costs": costs.to_dict()}
+def _settings(args: argparse.Namespace, costs: Costs, runs: list[tuple[Schedule, object]]) -> dict:
+    """What the trace was made from (a schedule file brings its own pp and M)."""
+    s = runs[0][0]
+    d: dict = {"schedules": [s.name for s, _ in runs], "pp": s.pp, "microbatches": s.microbatches, "costs": costs.to_dict()}
     if getattr(args, "chunks", None):
         d["chunks"] = args.chunks
     return d
@@ -190,7 +191,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     names = _names(args.schedules)
     ext = _output(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data") if args.output else None
     if args.csv:
-        _output(args.csv, (".csv",), ".csv")
+        _output(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
     points, skips = run_sweep(names, pp, Ms, costs, options_from(args))
     notes = skip_lines(skips)
