@@ -1,5 +1,6 @@
 # The two commands that do everything on a fresh machine:
 #   make run    set up .venv if missing, then compare the schedules at pp=8, M=16
+#               in the terminal and draw them into out/ (charts, trace, sweep, report)
 #   make test   set up .venv if missing, then run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -13,8 +14,19 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[plot,exact,test]'
 	touch $(READY)
 
+SHOWN := --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev
+
 run: $(READY)
-	$(BIN)/pipesim compare --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev --timelines
+	$(BIN)/pipesim compare $(SHOWN) --timelines
+	mkdir -p out
+	$(BIN)/pipesim draw $(SHOWN) -o out/schedules.png -o out/schedules.svg -o out/trace.json
+	$(BIN)/pipesim report $(SHOWN) -o out/report.html
+	$(BIN)/pipesim sweep --pp 8 --microbatches 8:128 --schedules 1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev -o out/sweep.png --csv out/sweep.csv
+	@echo "pictures in $(CURDIR)/out:"
+	@echo "  schedules.png, schedules.svg  the four timelines on one time axis"
+	@echo "  trace.json                    Chrome trace: open it in Perfetto or chrome://tracing"
+	@echo "  report.html                   comparison table, charts and settings in one file"
+	@echo "  sweep.png, sweep.csv          bubble and activation memory for M = 8..128"
 
 test: $(READY)
 	$(BIN)/ruff check src tests benchmarks
@@ -22,6 +34,7 @@ test: $(READY)
 
 bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py
+	$(BIN)/python benchmarks/draw_speed.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

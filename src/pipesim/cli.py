@@ -44,7 +44,9 @@ class Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
+        args.argv = argv  # as typed, for reports that say how to reproduce them
         if not getattr(args, "run", None):
             parser.print_help()
             return 2
@@ -349,6 +351,11 @@ COMPONENT_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
 ]
 
 
+def compare_columns(costs: CostModel) -> list[tuple[str, Callable[[Report], str]]]:
+    """The comparison table's columns: header and cell of a report."""
+    return COMPARE_COLUMNS + (COMPONENT_COLUMNS if isinstance(costs, ComponentCosts) else [])
+
+
 @dataclass
 class Row:
     """One schedule in a comparison: its timeline and report, or why it cannot run."""
@@ -388,7 +395,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ]
         emit_json({"pp": pp, "microbatches": M, "costs": costs.to_dict(), "schedules": out})
         return 0
-    columns = COMPARE_COLUMNS + (COMPONENT_COLUMNS if isinstance(costs, ComponentCosts) else [])
+    columns = compare_columns(costs)
     t = Table(title=f"pp={pp}, M={M}, costs: {costs.describe()}")
     for header, _ in columns:
         t.add_column(header, justify="left" if header == "schedule" else "right")
@@ -532,7 +539,7 @@ def make_parser() -> Parser:
 # ``command(name, run, help)`` (which returns the sub-parser) once per command; it
 # imports its heavy dependencies (matplotlib, torch) inside ``run`` so that start-up
 # stays fast and the core needs neither.
-AREA_COMMANDS: tuple[str, ...] = ()
+AREA_COMMANDS: tuple[str, ...] = ("pipesim.render.commands",)
 
 
 if __name__ == "__main__":

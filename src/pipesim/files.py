@@ -87,10 +87,15 @@ def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write all or nothing: a failed write leaves no half-written file behind."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write all or nothing (a temporary file renamed into place)."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(data)
         os.replace(tmp, p)
     except OSError as e:
         tmp.unlink(missing_ok=True)

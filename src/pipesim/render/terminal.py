@@ -15,17 +15,10 @@ from rich.text import Text
 
 from ..ir import Item, Op, Pair, Schedule
 from ..timeline import Timeline
+from .palette import FILLS, fill, ink
 
-STYLES = {
-    ("F", 0): "black on #9ecae1",
-    ("F", 1): "white on #3182bd",
-    ("B", 0): "black on #fdd0a2",
-    ("B", 1): "black on #fd8d3c",
-    ("W", 0): "black on #c7e9c0",
-    ("W", 1): "white on #31a354",
-    ("BW", 0): "black on #fcbba1",
-    ("BW", 1): "white on #cb181d",
-}
+# Rich styles from the shared palette: chunk 0 light, chunk 1 and above dark.
+STYLES = {(kind, c): f"{ink(kind, c)} on {fill(kind, c)}" for kind in FILLS for c in (0, 1)}
 IDLE = "·"
 LEGEND = (
     "F forward, B backward for inputs, W weight gradient, BW fused backward; "

@@ -1,0 +1,276 @@
+"""The picture commands: ``draw`` (charts and Chrome traces), ``sweep`` and ``report``.
+
+Each checks its output paths before any work, renders everything in memory, then
+writes each file whole (a temporary file renamed into place), so a failed command
+leaves nothing half-written. matplotlib is imported only when a picture is asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from rich.table import Table
+
+from ..cli import (
+    DEFAULT_PP,
+    add_costs,
+    add_shape,
+    compare_columns,
+    compare_rows,
+    console,
+    costs_from,
+    options_from,
+    pct,
+    positive_int,
+    schedule_from,
+    shape,
+)
+from ..costs import Costs
+from ..errors import PipesimError
+from ..files import write_bytes_atomic, write_text_atomic
+from ..ir import Schedule
+from ..schedules import REGISTRY, build, family
+from ..simulate import simulate
+from ..sweep import COLUMNS, RANGE_HELP, parse_range, run_sweep, skip_lines, to_csv
+from .trace import UNITS
+
+CHART_EXTS = (".png", ".svg", ".pdf")
+
+
+def add_commands(command) -> None:
+    c = command("draw", cmd_draw, "draw timelines as a chart (.png, .svg, .pdf) or a Chrome/Perfetto trace (.json)")
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--schedule", "-s", help="a schedule name (see 'pipesim schedules') or a schedule JSON file")
+    g.add_argument("--schedules", help="comma-separated names or files, stacked on one time axis")
+    add_shape(c)
+    add_costs(c)
+    c.add_argument(
+        "--output",
+        "-o",
+        action="append",
+        required=True,
+        help="file to write, by extension: .png, .svg, .pdf (chart) or .json (Chrome trace); repeat for several",
+    )
+    c.add_argument(
+        "--time-unit",
+        choices=tuple(UNITS),
+        default="us",
+        help="what one cost-model unit is in the trace (default us: one unit = 1 microsecond)",
+    )
+    c.add_argument("--width", type=_inches, help="chart time axis width in inches (default: from the shortest op, 6 to 40)")
+
+    c = command("sweep", cmd_sweep, "bubble and activation memory over a range of micro-batch counts: a plot, CSV or table")
+    c.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
+    c.add_argument("--microbatches", "-m", help=f"{RANGE_HELP} (default PP:16*PP)")
+    c.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    add_costs(c)
+    c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
+    c.add_argument("--csv", help="also write the data as CSV to this path")
+
+    c = command("report", cmd_report, "write an HTML report: the comparison table, the charts and the settings")
+    add_shape(c)
+    add_costs(c)
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument("--output", "-o", required=True, help="the .html file to write")
+
+
+def _inches(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected inches between 1 and 200, got {text!r}") from None
+    if not 1 <= v <= 200:
+        raise argparse.ArgumentTypeError(f"expected inches between 1 and 200, got {text!r}")
+    return v
+
+
+# --------------------------------------------------------------------------------------
+# outputs
+
+
+def _output(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
+    """The extension of ``path`` if it is one of ``allowed`` and its folder is writable;
+    else a one-line error naming what would be right."""
+    ext = Path(path).suffix.lower()
+    if ext not in allowed:
+        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise PipesimError(f"cannot write {path!r}: there is no folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK):
+        raise PipesimError(f"cannot write {path!r}: the folder {str(folder)!r} is not writable")
+    if Path(path).is_dir():
+        raise PipesimError(f"cannot write {path!r}: it is a folder; give a file name")
+    return ext
+
+
+def _write(path: str, data: bytes | str) -> None:
+    if isinstance(data, str):
+        write_text_atomic(path, data)
+    else:
+        write_bytes_atomic(path, data)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _names(text: str | None) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(REGISTRY)
+    if not names:
+        raise PipesimError("--schedules names no schedule; give comma-separated names such as 1f1b,dualpipe")
+    return names
+
+
+# --------------------------------------------------------------------------------------
+# draw
+
+
+def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
+    if len(names) == 1 and args.schedule:
+        return [schedule_from(args, names[0])]
+    out = []
+    for name in names:
+        if name.endswith(".json") or "/" in name:
+            out.append(schedule_from(args, name))
+            continue
+        # --chunks goes to the schedules that take it, as in compare
+        opts = {k: v for k, v in options_from(args).items() if k in family(name).options}
+        out.append(build(name, *shape(args), **opts))
+    return out
+
+
+def cmd_draw(args: argparse.Namespace) -> int:
+    names = [args.schedule] if args.schedule else _names(args.schedules)
+    exts = [_output(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace") for p in args.output]
+    costs = costs_from(args)
+    runs = [(s, simulate(s, costs)) for s in _build_each(args, names)]
+    files: list[tuple[str, bytes | str]] = []
+    for path, ext in zip(args.output, exts):
+        if ext == ".json":
+            from .trace import trace_json
+
+            settings = _settings(args, costs, runs)
+            files.append((path, trace_json(runs, time_unit=args.time_unit, settings=settings)))
+        else:
+            from .chart import Panel, chart_bytes
+
+            files.append((path, chart_bytes([Panel(s, tl) for s, tl in runs], ext[1:], width=args.width)))
+    for path, data in files:
+        _write(path, data)
+    return 0
+
+
+def costs_text(costs: Costs) -> str:
+    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them."""
+    return " ".join(
+        f"{k}={','.join(f'{x:g}' for x in v) if isinstance(v, list) else f'{v:g}'}" for k, v in costs.to_dict().items()
+    )
+
+
+def _settings(args: argparse.Namespace, costs: Costs, runs: list[tuple[Schedule, object]]) -> dict:
+    """What the trace was made from (a schedule file brings its own pp and M)."""
+    s = runs[0][0]
+    d: dict = {"schedules": [s.name for s, _ in runs], "pp": s.pp, "microbatches": s.microbatches, "costs": costs.to_dict()}
+    if getattr(args, "chunks", None):
+        d["chunks"] = args.chunks
+    return d
+
+
+# --------------------------------------------------------------------------------------
+# sweep
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    pp = args.pp or DEFAULT_PP
+    Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
+    names = _names(args.schedules)
+    ext = _output(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data") if args.output else None
+    if args.csv:
+        _output(args.csv, (".csv",), ".csv", flag="--csv")
+    costs = costs_from(args)
+    points, skips = run_sweep(names, pp, Ms, costs, options_from(args))
+    notes = skip_lines(skips)
+    if not points:
+        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
+    files: list[tuple[str, bytes | str]] = []
+    if args.csv:
+        files.append((args.csv, to_csv(points)))
+    if ext == ".csv":
+        files.append((args.output, to_csv(points)))
+    elif ext:
+        from .sweep_plot import sweep_bytes
+
+        title = f"pp={pp}, costs {costs_text(costs)}"
+        files.append((args.output, sweep_bytes(points, ext[1:], title=title)))
+    for note in notes:
+        print(f"pipesim: {note}", file=sys.stderr)
+    if not ext and not args.csv:
+        t = Table(title=f"sweep: pp={pp}, M in {Ms}, costs {costs_text(costs)}")
+        for col in COLUMNS:  # spaces let the headers wrap instead of being cut
+            t.add_column(col.replace("_", " "), justify="left" if col == "schedule" else "right")
+        for p in points:
+            cells = [getattr(p, col) for col in COLUMNS]
+            t.add_row(
+                *(
+                    pct(v) if "ratio" in col or "utilization" in col else f"{v:g}" if isinstance(v, float) else str(v)
+                    for col, v in zip(COLUMNS, cells)
+                )
+            )
+        console().print(t)
+    for path, data in files:
+        _write(path, data)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# report
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .chart import Panel, axis_width, chart_bytes, longest
+    from .html import Section, Unrunnable, report_html
+
+    _output(args.output, (".html", ".htm"), ".html")
+    names = _names(args.schedules)
+    costs = costs_from(args)
+    rows = compare_rows(args, names, costs)
+    pp, M = shape(args)
+    panels = [Panel(r.schedule, r.timeline) for r in rows if r.report]
+    span = longest(panels)
+    width = axis_width(panels, span) if panels else None
+    sections = [
+        # one chart per schedule, all on the same time scale so their lengths compare
+        Section(p.schedule.name, chart_bytes([p], "svg", span=span, width=width).decode(), anchor=p.schedule.name)
+        for p in panels
+    ]
+    columns = compare_columns(costs)
+    table = [[r.name, *[cell(r.report) for _, cell in columns[1:]]] if r.report else Unrunnable(r.name, f"n/a: {r.error}") for r in rows]
+    try:
+        pipesim_version = version("pipesim")
+    except PackageNotFoundError:
+        pipesim_version = "unknown"
+    command = "pipesim " + shlex.join(args.argv)
+    settings = [
+        ("pp", str(pp)),
+        ("micro-batches", str(M)),
+        *([("chunks", str(args.chunks))] if args.chunks else []),
+        ("schedules", ", ".join(names)),
+        ("costs", costs.describe()),
+        ("time unit", "the cost model's: F, B, W are per chunk"),
+        ("pipesim", pipesim_version),
+        ("command", command),
+    ]
+    page = report_html(
+        title=f"pipesim report: pp={pp}, M={M}",
+        subtitle="Simulated pipeline schedules: metrics, then one timeline per schedule on a shared time scale.",
+        header=tuple(h for h, _ in columns),
+        rows=table,
+        sections=sections,
+        settings=settings,
+    )
+    _write(args.output, page)
+    return 0

@@ -1,0 +1,159 @@
+"""pipesim draw, sweep and report: the files they write, and one-line errors that write nothing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+import pytest
+
+import svgread as sv
+from pipesim import Costs, build, simulate, summarize
+from pipesim.cli import main
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_draw_writes_each_output_by_extension(capsys, tmp_path):
+    png, svg, pdf, trace = (tmp_path / n for n in ("d.png", "d.svg", "d.pdf", "d.json"))
+    code, _, err = run(
+        capsys,
+        "draw",
+        "--schedule",
+        "dualpipe",
+        "--pp",
+        4,
+        "-m",
+        8,
+        "--comm",
+        0.5,
+        *sum((["-o", p] for p in (png, svg, pdf, trace)), []),
+    )
+    assert code == 0, err
+    assert png.read_bytes().startswith(b"\x89PNG") and pdf.read_bytes().startswith(b"%PDF")
+    s = build("dualpipe", 4, 8)
+    tl = simulate(s, Costs(comm=0.5))
+    root = sv.parse(svg.read_bytes())
+    assert sum(len(sv.paths(sv.group(root, f"ops:0:{r}"))) for r in range(4)) == s.num_ops
+    doc = json.loads(trace.read_text())
+    assert sum(e["ph"] == "s" for e in doc["traceEvents"]) == len(tl.transfers)
+    assert doc["otherData"]["costs"]["comm"] == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.json", "d.pdf", "d.png", "d.svg"]
+    assert err.count("wrote ") == 4
+
+
+def test_draw_side_by_side_and_a_schedule_file(capsys, tmp_path):
+    sched = tmp_path / "mine.json"
+    assert run(capsys, "ops", "--schedule", "zb-h1", "--pp", 4, "-m", 8, "-o", sched)[0] == 0
+    out = tmp_path / "side.svg"
+    code, _, err = run(
+        capsys, "draw", "--schedules", f"1f1b,{sched},interleaved-1f1b", "--pp", 4, "-m", 8, "--chunks", 2, "-o", out
+    )
+    assert code == 0, err
+    root = sv.parse(out.read_bytes())
+    titles = [t.text for t in root.iter(sv.NS + "text") if t.text and "makespan" in t.text]
+    assert [t.split(" ")[0] for t in titles] == ["1f1b", "zb-h1", "interleaved-1f1b"]
+    assert sv.group(root, "ops:2:3") is not None
+
+
+def test_trace_time_unit(capsys, tmp_path):
+    out = tmp_path / "t.json"
+    assert run(capsys, "draw", "-s", "1f1b", "--pp", 2, "-m", 2, "--time-unit", "ms", "-o", out)[0] == 0
+    items = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X" and e["name"] == "BW0.1"]
+    tl = simulate(build("1f1b", 2, 2))
+    want = sorted((e.start * 1000, e.duration * 1000) for e in tl.all_events() if str(e.item) == "BW0.1")
+    assert sorted((e["ts"], e["dur"]) for e in items) == want
+
+
+def test_sweep_csv_and_plot(capsys, tmp_path):
+    png, data = tmp_path / "sweep.png", tmp_path / "sweep.csv"
+    code, _, err = run(
+        capsys, "sweep", "--pp", 4, "--microbatches", "4:16", "--schedules", "1f1b,dualpipe", "-o", png, "--csv", data
+    )
+    assert code == 0, err
+    assert "skipped dualpipe at M=4: dualpipe needs --microbatches >= 2 * --pp = 8, got 4" in err
+    assert png.read_bytes().startswith(b"\x89PNG")
+    rows = list(csv.DictReader(data.open()))
+    assert [(r["schedule"], int(r["microbatches"])) for r in rows] == [
+        ("1f1b", 4),
+        ("1f1b", 8),
+        ("1f1b", 16),
+        ("dualpipe", 8),
+        ("dualpipe", 16),
+    ]
+    for r in rows:
+        s = build(r["schedule"], 4, int(r["microbatches"]))
+        assert float(r["bubble_ratio"]) == summarize(s, simulate(s)).bubble_ratio
+
+
+def test_sweep_to_csv_only_and_a_table(capsys, tmp_path):
+    data = tmp_path / "s.csv"
+    assert run(capsys, "sweep", "--pp", 2, "-m", "2,4", "--schedules", "zb-h1", "-o", data)[0] == 0
+    assert len(list(csv.DictReader(data.open()))) == 2
+    code, out, _ = run(capsys, "sweep", "--pp", 2, "-m", "2,4", "--schedules", "zb-h1")
+    assert code == 0 and "zb-h1" in out and list(tmp_path.iterdir()) == [data]
+
+
+def test_report_is_self_contained(capsys, tmp_path):
+    out = tmp_path / "r.html"
+    code, _, err = run(capsys, "report", "--pp", 4, "-m", 6, "--schedules", "1f1b,dualpipe,zb-h1", "--w", 0.5, "-o", out)
+    assert code == 0, err
+    page = out.read_text()
+    assert "<script" not in page and "<link" not in page and "@import" not in page and "src=" not in page
+    # every reference points inside the page (SVG clip paths, markers)
+    refs = re.findall(r'href="([^"]*)"', page) + re.findall(r"url\(([^)]*)\)", page)
+    assert refs and all(ref.startswith("#") for ref in refs)
+    assert page.count("<svg") == 2  # dualpipe cannot take M=6: a row saying so, no chart
+    assert "dualpipe needs --microbatches &gt;= 2 * --pp = 8, got 6" in page
+    assert "--w 0.5" in page  # the settings used
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (
+            ["draw", "-s", "1f1b", "-o", "x.jpg"],
+            "-o x.jpg: unknown extension '.jpg'; use .png, .svg or .pdf for a chart, .json for a Chrome trace",
+        ),
+        (["draw", "-s", "1f1b", "-o", "x"], "unknown extension '(none)'"),
+        (["draw", "-s", "1f1b", "-o", "no/such/dir/x.png"], "cannot write 'no/such/dir/x.png': there is no folder 'no/such/dir'"),
+        (["draw", "-s", "1f1b", "-o", "."], "unknown extension"),
+        (["draw", "-o", "x.png"], "one of the arguments --schedule/-s --schedules is required"),
+        (["draw", "-s", "1f1b", "--schedules", "zb-h1", "-o", "x.png"], "not allowed with argument"),
+        (["draw", "-s", "dualpipe", "--pp", "3", "-o", "x.png"], "dualpipe needs an even --pp, got 3"),
+        (["draw", "--schedules", "1f1b,zb-h9", "-o", "x.png"], "unknown schedule 'zb-h9'"),
+        (["draw", "-s", "1f1b", "--time-unit", "h", "-o", "x.json"], "invalid choice: 'h'"),
+        (["draw", "-s", "1f1b", "--width", "0", "-o", "x.png"], "expected inches between 1 and 200"),
+        (["sweep", "--microbatches", "128:8", "-o", "s.png"], "the start 128 is above the end 8"),
+        (["sweep", "--microbatches", "8:x"], "'x' is not a whole number"),
+        (["sweep", "-o", "s.txt"], "use .png, .svg or .pdf for a plot, .csv for the data"),
+        (["sweep", "--csv", "s.png"], "--csv s.png: unknown extension '.png'; use .csv"),
+        (
+            ["sweep", "--pp", "4", "-m", "2:4", "--schedules", "dualpipe", "-o", "s.png"],
+            "no schedule of dualpipe can take pp=4 with M in [2, 4]",
+        ),
+        (["sweep", "--schedules", ",", "-o", "s.png"], "--schedules names no schedule"),
+        (["report", "-o", "r.pdf"], "use .html"),
+        (["report", "--schedules", "1f1b", "-o", "nowhere/r.html"], "there is no folder 'nowhere'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err, err
+    assert err.startswith("pipesim: error: ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_write_leaves_no_file(capsys, tmp_path):
+    target = tmp_path / "taken.png"
+    target.mkdir()  # a folder where the file should go
+    code, _, err = run(capsys, "draw", "-s", "1f1b", "--pp", 2, "-m", 2, "-o", target)
+    assert code == 2 and "is a folder" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["taken.png"] and not any(target.iterdir())

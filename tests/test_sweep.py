@@ -1,0 +1,96 @@
+"""Sweeps: the range syntax, the data against the simulator's, and the plot's lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+import svgread as sv
+from pipesim import Costs, PipesimError, build, simulate, summarize
+from pipesim.render.sweep_plot import sweep_bytes
+from pipesim.sweep import COLUMNS, parse_range, run_sweep, skip_lines, to_csv
+
+
+@pytest.mark.parametrize(
+    "text,values",
+    [
+        ("8:128", [8, 16, 32, 64, 128]),
+        ("8:100", [8, 16, 32, 64]),
+        ("3:3", [3]),
+        ("8:32:8", [8, 16, 24, 32]),
+        ("8:30:8", [8, 16, 24]),
+        ("16,8, 12", [8, 12, 16]),
+        ("24", [24]),
+    ],
+)
+def test_range_syntax(text, values):
+    assert parse_range(text) == values
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("8:4", "the start 8 is above the end 4"),
+        ("a:8", "'a' is not a whole number"),
+        ("0:8", "values must be >= 1, got 0"),
+        ("8:16:0", "values must be >= 1, got 0"),
+        ("1:2:3:4", "too many ':'"),
+        ("", "is not a whole number"),
+    ],
+)
+def test_bad_ranges_say_what_is_right(text, needle):
+    with pytest.raises(PipesimError, match=needle) as e:
+        parse_range(text)
+    assert "\n" not in str(e.value)
+
+
+def test_csv_values_are_the_simulators():
+    costs = Costs(f=1, b=1.5, w=0.5, comm=0.1)
+    names = ["1f1b", "zb-h1", "dualpipe", "interleaved-1f1b"]
+    points, skips = run_sweep(names, 4, [4, 6, 8, 16], costs, {"chunks": 2})
+    rows = list(csv.DictReader(io.StringIO(to_csv(points))))
+    assert tuple(rows[0]) == COLUMNS
+    ran = set()
+    for row in rows:
+        name, M = row["schedule"], int(row["microbatches"])
+        s = build(name, 4, M, **({"chunks": 2} if name == "interleaved-1f1b" else {}))
+        rep = summarize(s, simulate(s, costs))
+        assert int(row["pp"]) == 4
+        assert float(row["makespan"]) == rep.makespan
+        assert float(row["bubble_ratio"]) == rep.bubble_ratio
+        assert float(row["span_bubble_ratio"]) == rep.span_bubble_ratio
+        ssu = rep.steady_state_utilization
+        assert (row["steady_state_utilization"] == "") if ssu is None else float(row["steady_state_utilization"]) == ssu
+        assert float(row["min_utilization"]) == min(rep.utilization)
+        assert int(row["peak_activations"]) == max(rep.peak_activations)
+        assert float(row["peak_activation_memory"]) == max(rep.peak_activation_memory)
+        assert float(row["parameter_copies"]) == rep.parameter_copies
+        ran.add((name, M))
+    # dualpipe needs M >= 2pp and an even M, interleaved needs pp | M: those are skipped, with why
+    assert {(sk.schedule, sk.microbatches) for sk in skips} == {("dualpipe", 4), ("dualpipe", 6), ("interleaved-1f1b", 6)}
+    assert ran | {(sk.schedule, sk.microbatches) for sk in skips} == {(n, M) for n in names for M in (4, 6, 8, 16)}
+    lines = skip_lines(skips)
+    assert len(lines) == 2 and lines[0].startswith("skipped dualpipe at M=4,6: dualpipe needs --microbatches >= 2 * --pp = 8")
+
+
+def test_unknown_schedule_is_an_error_not_a_skip():
+    with pytest.raises(PipesimError, match="unknown schedule 'zb-h9'"):
+        run_sweep(["1f1b", "zb-h9"], 4, [8], Costs())
+
+
+def test_plot_has_a_line_per_schedule_with_a_point_per_M():
+    points, _ = run_sweep(["1f1b", "dualpipe"], 4, [4, 8, 16, 32], Costs())
+    root = sv.parse(sweep_bytes(points, "svg"))
+    for name, n in (("1f1b", 4), ("dualpipe", 3)):
+        for panel in ("bubble", "memory"):
+            (line,) = sv.group(root, f"{panel}:{name}").findall(sv.NS + "path")  # the line; markers are <use>s
+            vertices = line.get("d").count("L") + 1
+            assert vertices == n
+    # the bubble line of 1F1B falls as M grows (SVG y grows downwards)
+    ys = [float(v) for v in sv.group(root, "bubble:1f1b").find(sv.NS + "path").get("d").split()[2::3]]
+    assert ys == sorted(ys)
+    assert sweep_bytes(points, "png").startswith(b"\x89PNG")
+    with pytest.raises(PipesimError, match="use one of png, svg, pdf"):
+        sweep_bytes(points, "gif")
