@@ -13,7 +13,7 @@ from conftest import registry_schedules
 from pipesim import REGISTRY, Op, Pair, PipesimError, Placement, Schedule, build, simulate, summarize
 from pipesim.deps import produces
 from pipesim.ir import ops_of, parse_rank
-from pipesim.runtime.commands import parse_duration
+from pipesim.runtime.commands import parse_duration, timeout_value
 from pipesim.runtime.plan import comm_plan, data_needs, held_stages, holders, shared_groups
 from pipesim.runtime.torch_export import from_torch_rows, read_csv, rows_to_csv, to_torch_rows, torch_action, why_not_torch
 
@@ -172,6 +172,10 @@ def test_bad_durations_say_what_is_expected(text):
         parse_duration(text)
 
 
+def test_a_bare_time_limit_is_seconds():
+    assert timeout_value("120") == 120 and timeout_value("500ms") == 0.5
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -179,6 +183,8 @@ def test_bad_durations_say_what_is_expected(text):
         (["run", "--schedule", "1f1b", "--f", "20ms"], "--f sets a synthetic duration; add --synthetic"),
         (["run", "--schedule", "1f1b", "--check", "--synthetic"], "drop one of them"),
         (["run", "--pp", "2"], "give --schedule NAME"),
+        (["run", "-s", "1f1b", "--dim", "15"], "expected an even width"),
+        (["run", "-s", "1f1b", "--timeout", "0"], "expected a time limit > 0"),
         (["run", "--schedule", "zz-top", "--pp", "2"], "unknown schedule 'zz-top'"),
         (["run", "--schedule", "dualpipe", "--pp", "3"], "dualpipe needs an even --pp, got 3"),
         (["export", "--schedule", "dualpipe", "--pp", "4", "-m", "8"], "two copies of the model"),

@@ -15,22 +15,35 @@ import os
 import re
 import sys
 
-from ..cli import add_shape, console, costs_from, emit_json, num, pct, print_timeline, schedule_from, shape
+from ..cli import (
+    add_shape,
+    console,
+    costs_from,
+    emit_json,
+    nonneg_float,
+    pct,
+    positive_int,
+    print_timeline,
+    schedule_from,
+    shape,
+)
 from ..errors import PipesimError
 from ..files import save_schedule, write_text_atomic
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
-_UNIT = {None: 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+_UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
 
 
-def parse_duration(text: str) -> float:
-    """``20ms``, ``0.02s``, ``500us`` or a bare number of milliseconds, in seconds."""
+def parse_duration(text: str, bare: str = "ms") -> float:
+    """``20ms``, ``0.02s``, ``500us`` or a bare number (of milliseconds unless ``bare``
+    says otherwise), in seconds."""
     m = _DURATION.match(text)
     if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration like 20ms, 0.02s, 500us or 20 (milliseconds), got {text!r}")
-    value = float(m.group(1)) * _UNIT[m.group(2)]
+        example = "20ms, 0.02s, 500us or 20 (milliseconds)" if bare == "ms" else "120s, 500ms or 120 (seconds)"
+        raise argparse.ArgumentTypeError(f"expected a duration like {example}, got {text!r}")
+    value = float(m.group(1)) * _UNIT[m.group(2) or bare]
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
     return value
@@ -45,10 +58,18 @@ def duration_value(text: str) -> float | tuple[float, ...]:
 DEFAULT_DURATION = 0.02
 
 
-def positive_duration(text: str) -> float:
-    v = parse_duration(text)
+def timeout_value(text: str) -> float:
+    """A time limit: a bare number is seconds here."""
+    v = parse_duration(text, bare="s")
     if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a duration > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a time limit > 0, got {text!r}")
+    return v
+
+
+def even_int(text: str) -> int:
+    v = positive_int(text)
+    if v % 2:
+        raise argparse.ArgumentTypeError(f"expected an even width (the tiny model has 2 heads), got {v}")
     return v
 
 
@@ -199,7 +220,7 @@ def report(args, results, skipped) -> int:
             from ..metrics import summarize
 
             rep = summarize(s, r.timeline)
-            out.print(f"  measured makespan {num(rep.makespan * 1e3)} ms, bubble {pct(rep.bubble_ratio)}")
+            out.print(f"  measured makespan {rep.makespan * 1e3:.1f} ms, bubble {pct(rep.bubble_ratio)}")
         if args.timeline:
             print_timeline(out, s, r.timeline, args.width)
     for name, err in skipped:
@@ -319,18 +340,20 @@ def add_commands(command) -> None:
     c.add_argument("--schedules", help="several schedules in one launch: comma-separated names, or 'all'")
     add_shape(c)
     c.add_argument("--check", action="store_true", help="compare losses and every gradient with one process")
-    c.add_argument("--tolerance", type=float, default=1e-9, help="largest relative error that passes (default 1e-9, float64)")
+    c.add_argument(
+        "--tolerance", type=nonneg_float, default=1e-9, help="largest relative error that passes (default 1e-9, float64)"
+    )
     c.add_argument("--synthetic", action="store_true", help="ops sleep for set durations; compare with the simulation")
     add_durations(c)
     m = c.add_argument_group("model (real runs)")
     m.add_argument("--model", default="tiny", help="'tiny' (a small transformer) or MODULE:NAME, your stage model or layers")
-    m.add_argument("--layers", type=int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
-    m.add_argument("--dim", type=int, default=16, help="width of the tiny model (default 16)")
+    m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
+    m.add_argument("--dim", type=even_int, default=16, help="width of the tiny model, even: 2 heads (default 16)")
     m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
     c.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="default: nccl with a GPU per rank, else gloo"
     )
-    c.add_argument("--timeout", type=positive_duration, default=600.0, help="give up after this long (default 600s)")
+    c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
     c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns")

@@ -103,6 +103,9 @@ def launch(
             conns.append(recv_end)
             alive.append(alive_w)
         return _watch(procs, conns, where, timeout)
+    except RunFailed as e:
+        e.pids = [p.pid for p in procs]  # for whoever wants to see that none is left
+        raise
     finally:
         for p in procs:
             if p.is_alive():

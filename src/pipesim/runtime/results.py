@@ -14,7 +14,10 @@ from ..timeline import Event, Timeline
 
 class RunFailed(RuntimeError):
     """A run that could not finish: a rank raised, died or hung. The message is one line
-    naming the rank and the op."""
+    naming the rank and the op; ``pids`` are the rank processes of a local launch (all
+    stopped by the time this is raised)."""
+
+    pids: list[int] = []
 
 
 @dataclass
