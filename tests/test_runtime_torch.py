@@ -78,7 +78,7 @@ SYNTHETIC = ["1f1b", "zb-h1", "dualpipe", "dualpipev"]
 def test_synthetic_timeline_agrees_with_the_simulation():
     """Ops sleep 40 ms each; with the measured P2P latency, measured makespan is within
     10% of the simulated one, and every op started after everything it waited for ended
-    (up to a few ms of clock offset between ranks). A sleeping rank that the machine is
+    (up to 1 ms of error in the clock offsets between ranks). A sleeping rank that the machine is
     too busy to wake on time makes a run slow, not wrong, so a schedule outside 10% gets
     two more tries; the check fails only if all three are. (20 ms ops, as in the issue's
     example, are in benchmarks/runtime_overhead.py: on a shared 2-core machine a few ms of
@@ -104,7 +104,7 @@ def test_synthetic_timeline_agrees_with_the_simulation():
         for rank, evs in enumerate(r.timeline.events):
             for e in evs:
                 for key in (k for op in ops_of(e.item) for k in data_needs(r.schedule, rank, op)):
-                    assert e.start >= done[key] - 0.005, f"{r.schedule.name}: rank {rank} {e.item} started before {key} was done"
+                    assert e.start >= done[key] - 0.001, f"{r.schedule.name}: rank {rank} {e.item} started before {key} was done"
 
 
 # ---------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import sys
 from ..cli import (
     add_shape,
     console,
-    costs_from,
     emit_json,
     nonneg_float,
     pct,
@@ -27,6 +26,7 @@ from ..cli import (
     schedule_from,
     shape,
 )
+from ..costs import Costs
 from ..errors import PipesimError
 from ..files import save_schedule, write_text_atomic
 from ..schedules import REGISTRY, build, family
@@ -154,7 +154,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .api import execute_many, job
     from .results import RunFailed
 
-    costs = costs_from(args) if args.synthetic else None
+    # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
+    # and --comm belongs to the comparison's simulation, not to what the ranks sleep
+    costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
     model = None if args.synthetic else _model(args)
     jobs = [job(s, model, check=args.check, synthetic=costs, tolerance=args.tolerance) for s in schedules]
     try:
