@@ -4,6 +4,7 @@ stage, the PyTorch action rows both ways, and duration parsing."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -185,6 +186,11 @@ def test_a_bare_time_limit_is_seconds():
         (["run", "--pp", "2"], "give --schedule NAME"),
         (["run", "-s", "1f1b", "--dim", "15"], "expected an even width"),
         (["run", "-s", "1f1b", "--timeout", "0"], "expected a time limit > 0"),
+        pytest.param(
+            ["run", "-s", "1f1b", "--pp", "2", "--backend", "nccl"],
+            "--backend nccl needs a GPU per rank",
+            marks=pytest.mark.skipif(os.path.exists("/dev/nvidia1"), reason="two GPUs here: nccl can run"),
+        ),
         (["run", "--schedule", "zz-top", "--pp", "2"], "unknown schedule 'zz-top'"),
         (["run", "--schedule", "dualpipe", "--pp", "3"], "dualpipe needs an even --pp, got 3"),
         (["export", "--schedule", "dualpipe", "--pp", "4", "-m", "8"], "two copies of the model"),

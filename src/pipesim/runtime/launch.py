@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..errors import PipesimError
 from .executor import CommError, Fault, OpError
 from .results import RunFailed
 
@@ -46,9 +47,14 @@ def under_torchrun() -> bool:
 
 
 def pick_backend(backend: str, nprocs: int) -> str:
+    """gloo, or NCCL when every local rank can have a GPU of its own (NCCL refuses two
+    ranks on one device)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    enough = gpus >= (1 if under_torchrun() else nprocs)
     if backend == "auto":
-        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= (1 if under_torchrun() else nprocs)
-        return "nccl" if cuda else "gloo"
+        return "nccl" if enough else "gloo"
+    if backend == "nccl" and not enough:
+        raise PipesimError(f"--backend nccl needs a GPU per rank: {nprocs} ranks, {gpus} GPUs here; use --backend gloo")
     return backend
 
 
