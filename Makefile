@@ -9,9 +9,11 @@ READY := $(VENV)/.ready
 
 .PHONY: run test bench clean
 
+# torch is pinned: its CPU build installs from local disk; any other version pulls CUDA
 $(READY): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[plot,exact,test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check 'torch==2.13.0' numpy
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[plot,exact,test,torch]'
 	touch $(READY)
 
 SHOWN := --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev
@@ -35,6 +37,7 @@ test: $(READY)
 bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/draw_speed.py
+	$(BIN)/python benchmarks/runtime_overhead.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

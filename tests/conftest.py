@@ -3,6 +3,7 @@ implementations and papers) is a copy of shared/reference, so the suite runs any
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -23,4 +24,22 @@ def reference_cases(prefix: str) -> list[dict]:
         d = json.loads(path.read_text())
         d["_path"] = path
         out.append(d)
+    return out
+
+
+@functools.cache
+def registry_schedules(pp: int) -> dict:
+    """Every registry schedule built at ``pp`` with its default options and the first
+    micro-batch count it accepts among 2pp, 4pp, 3pp, pp (None if none), so that tests
+    over the registry cover families added later without naming them."""
+    from pipesim import REGISTRY, PipesimError, build
+
+    out = {}
+    for name in REGISTRY:
+        for m in (2 * pp, 4 * pp, 3 * pp, pp):
+            try:
+                out[name] = build(name, pp, m)
+                break
+            except PipesimError:
+                continue
     return out

@@ -1,0 +1,378 @@
+"""``pipesim run``, ``pipesim export`` and ``pipesim import``.
+
+Registered through ``cli.AREA_COMMANDS``. Nothing here imports torch at module level:
+the parser is built on every ``pipesim`` call, and only these commands' run functions
+need torch (``import`` of a CSV and ``export`` without ``--check`` need none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import re
+import sys
+
+from ..cli import (
+    add_shape,
+    console,
+    emit_json,
+    nonneg_float,
+    pct,
+    positive_int,
+    print_timeline,
+    schedule_from,
+    shape,
+)
+from ..costs import Costs
+from ..errors import PipesimError
+from ..files import save_schedule, write_text_atomic
+from ..schedules import REGISTRY, build, family
+from ..validate import validate
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
+_UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+
+
+def parse_duration(text: str, bare: str = "ms") -> float:
+    """``20ms``, ``0.02s``, ``500us`` or a bare number (of milliseconds unless ``bare``
+    says otherwise), in seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        example = "20ms, 0.02s, 500us or 20 (milliseconds)" if bare == "ms" else "120s, 500ms or 120 (seconds)"
+        raise argparse.ArgumentTypeError(f"expected a duration like {example}, got {text!r}")
+    value = float(m.group(1)) * _UNIT[m.group(2) or bare]
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
+    return value
+
+
+def duration_value(text: str) -> float | tuple[float, ...]:
+    """One duration for every stage, or a comma-separated duration per stage."""
+    vals = tuple(parse_duration(x) for x in text.split(","))
+    return vals[0] if len(vals) == 1 else vals
+
+
+DEFAULT_DURATION = 0.02
+
+
+def timeout_value(text: str) -> float:
+    """A time limit: a bare number is seconds here."""
+    v = parse_duration(text, bare="s")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a time limit > 0, got {text!r}")
+    return v
+
+
+def even_int(text: str) -> int:
+    v = positive_int(text)
+    if v % 2:
+        raise argparse.ArgumentTypeError(f"expected an even width (the tiny model has 2 heads), got {v}")
+    return v
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PipesimError("this command needs PyTorch: pip install 'pipesim[torch]'") from None
+
+
+# --------------------------------------------------------------------------------------
+# run
+
+
+def _names(args) -> list[str]:
+    if args.schedules == "all":
+        return list(REGISTRY)
+    names = [n.strip() for n in args.schedules.split(",") if n.strip()]
+    for n in names:
+        if not (n.endswith(".json") or "/" in n):
+            family(n)  # an unknown name is an error
+    if not names:
+        raise PipesimError("--schedules is empty; give comma-separated names or 'all'")
+    return names
+
+
+def _model(args):
+    from .model import Sequential, TinyTransformer
+
+    if args.model in (None, "tiny"):
+        return TinyTransformer(dim=args.dim, layers_per_stage=args.layers)
+    if ":" not in args.model:
+        raise PipesimError(f"--model must be 'tiny' or MODULE:NAME (a stage model or an nn.Sequential), got {args.model!r}")
+    mod_name, attr = args.model.split(":", 1)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like python -m: modules next to you are found
+    try:
+        obj = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise PipesimError(f"--model {args.model}: cannot load it ({e})") from None
+    if callable(obj) and not hasattr(obj, "build") and not hasattr(obj, "__len__"):
+        obj = obj()
+    if all(hasattr(obj, m) for m in ("build", "boundary", "microbatch", "loss")):
+        return obj
+    if args.input_shape is None:
+        raise PipesimError(f"--model {args.model} is a list of layers: give --input-shape, e.g. --input-shape 4,16")
+    return Sequential(obj, args.input_shape)
+
+
+def _input_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sizes like 4,16, got {text!r}") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"sizes must be >= 1, got {text!r}")
+    return dims
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.check and args.synthetic:
+        raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
+    if (args.schedule is None) == (args.schedules is None):
+        raise PipesimError("give --schedule NAME (or a JSON file) or --schedules a,b,c|all")
+    given = [f"--{k}" for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k) is not None]
+    if given and not args.synthetic:
+        raise PipesimError(f"{given[0]} sets a synthetic duration; add --synthetic (real runs take as long as they take)")
+    for k in ("f", "b", "w"):
+        if getattr(args, k) is None:
+            setattr(args, k, DEFAULT_DURATION)
+    schedules, skipped = [], []
+    for name in [args.schedule] if args.schedule else _names(args):
+        try:
+            schedules.append(validate(schedule_from(args, name) if args.schedule else _build_for_many(args, name)))
+        except PipesimError as e:
+            if args.schedule:
+                raise
+            skipped.append((name, str(e)))
+    if not schedules:
+        raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    _torch()
+    from .api import execute_many, job
+    from .results import RunFailed
+
+    # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
+    # and --comm belongs to the comparison's simulation, not to what the ranks sleep
+    costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
+    model = None if args.synthetic else _model(args)
+    jobs = [job(s, model, check=args.check, synthetic=costs, tolerance=args.tolerance) for s in schedules]
+    try:
+        results = execute_many(jobs, backend=args.backend, timeout=args.timeout)
+    except RunFailed as e:
+        print(f"pipesim: error: {e}", file=sys.stderr)
+        return 1
+    if results is None:  # a torchrun rank other than 0: rank 0 reports
+        return 0
+    return report(args, results, skipped)
+
+
+def _build_for_many(args, name: str):
+    opts = {"chunks": args.chunks} if args.chunks and "chunks" in family(name).options else {}
+    return build(name, *shape(args), **opts)
+
+
+def report(args, results, skipped) -> int:
+    from .results import compare
+
+    failed = [r for r in results if r.checked and not r.passed]
+    if args.json:
+        rows = []
+        for r in results:
+            d = {
+                "schedule": r.schedule.name,
+                "pp": r.schedule.pp,
+                "microbatches": r.schedule.microbatches,
+                "makespan": r.timeline.end - r.timeline.start,
+                "timeline": [[[str(e.item), e.start, e.end] for e in evs] for evs in r.timeline.events],
+            }
+            if r.checked:
+                d.update(errors=r.errors, tolerance=r.tolerance, passed=r.passed, losses=list(r.losses.values()))
+            if r.costs is not None:
+                c = compare(r, args.comm)
+                d.update(
+                    costs=r.costs.to_dict(),
+                    latency=r.latency,
+                    measured={"makespan": c.measured.makespan, "bubble_ratio": c.measured.bubble_ratio},
+                    simulated={"makespan": c.simulated.makespan, "bubble_ratio": c.simulated.bubble_ratio, "comm": c.comm},
+                    makespan_error=c.makespan_error,
+                )
+            rows.append(d)
+        emit_json({"schedules": rows, "skipped": [{"schedule": n, "error": e} for n, e in skipped]})
+        return 1 if failed else 0
+    out = console()
+    for r in results:
+        s = r.schedule
+        out.print(f"[bold]{s.name}[/]  pp={s.pp}  M={s.microbatches}  placement={s.placement.kind}  {s.num_ops} ops")
+        if r.checked:
+            for rank, err in enumerate(r.errors):
+                verdict = "[green]PASS[/]" if err <= r.tolerance else "[red]FAIL[/]"
+                out.print(f"  rank {rank}: largest relative error {err:.2e}  {verdict}")
+        if r.costs is not None:
+            c = compare(r, args.comm)
+            source = "given" if args.comm is not None else "measured"
+            out.print(f"  synthetic: {_costs_text(r.costs)}; P2P latency {c.comm * 1e6:.0f} us ({source})")
+            out.print(f"  {'':10} {'makespan':>12} {'bubble':>8}")
+            out.print(f"  {'measured':10} {c.measured.makespan * 1e3:9.1f} ms {pct(c.measured.bubble_ratio):>8}")
+            out.print(f"  {'simulated':10} {c.simulated.makespan * 1e3:9.1f} ms {pct(c.simulated.bubble_ratio):>8}")
+            out.print(f"  {'difference':10} {c.makespan_error:+11.1%} {c.bubble_difference * 100:+6.1f} pts")
+        else:
+            from ..metrics import summarize
+
+            rep = summarize(s, r.timeline)
+            out.print(f"  measured makespan {rep.makespan * 1e3:.1f} ms, bubble {pct(rep.bubble_ratio)}")
+        if args.timeline:
+            print_timeline(out, s, r.timeline, args.width)
+    for name, err in skipped:
+        out.print(f"[dim]{name}: skipped ({err})[/]")
+    if any(r.checked for r in results):
+        checked = [r for r in results if r.checked]
+        if failed:
+            names = ", ".join(r.schedule.name for r in failed)
+            out.print(f"[red]FAIL[/]: {names} differ from one process by more than {checked[0].tolerance:g}")
+        else:
+            what = f"{len(checked)} schedules" if len(checked) > 1 else checked[0].schedule.name
+            out.print(f"[green]PASS[/]: {what}: losses and every gradient match one process (tolerance {checked[0].tolerance:g})")
+    return 1 if failed else 0
+
+
+def _costs_text(costs) -> str:
+    def ms(v):
+        return ",".join(f"{x * 1e3:g}" for x in v) + "ms" if isinstance(v, tuple) else f"{v * 1e3:g}ms"
+
+    parts = [f"F={ms(costs.f)}", f"B={ms(costs.b)}", f"W={ms(costs.w)}"]
+    if costs.bw is not None:
+        parts.append(f"BW={ms(costs.bw)}")
+    if costs.pair is not None:
+        parts.append(f"F&B={ms(costs.pair)}")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------------------
+# export / import
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .torch_export import rows_to_csv, to_torch_rows, torchtitan_hint
+
+    s = schedule_from(args)
+    text = rows_to_csv(to_torch_rows(s))  # refuses what PyTorch cannot run, before writing
+    if args.check:
+        _torch()
+        from .api import check_exports
+        from .results import RunFailed
+
+        try:
+            (errors,) = check_exports([s], backend=args.backend)
+        except RunFailed as e:
+            print(f"pipesim: error: PyTorch's runtime failed on the export: {e}", file=sys.stderr)
+            return 1
+        worst = max(errors)
+        ok = worst <= 1e-9
+        print(
+            f"{'PASS' if ok else 'FAIL'}: PyTorch's _PipelineScheduleRuntime ran it; largest relative error "
+            f"{worst:.2e} over {s.pp} ranks",
+            file=sys.stderr,
+        )
+        if not ok:
+            return 1
+    if args.output:
+        write_text_atomic(args.output, text)
+        print(f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s)}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .torch_export import from_torch_rows, order_of_torch_class, read_csv
+
+    if (args.torch is None) == (args.csv is None):
+        raise PipesimError("give --torch CLASS (a PyTorch schedule, e.g. DualPipeV) or --csv FILE (compute-only actions)")
+    if args.torch:
+        pp, M = shape(args)
+        _torch()
+        rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
+        name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
+    else:
+        try:
+            with open(args.csv, newline="") as f:
+                rows = read_csv(f.read())
+        except OSError as e:
+            raise PipesimError(f"cannot read --csv {args.csv!r}: {e.strerror}") from None
+        if args.pp is not None and args.pp != len(rows):
+            raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
+        name = os.path.splitext(os.path.basename(args.csv))[0]
+        where = args.csv
+        M = args.microbatches
+    s = from_torch_rows(rows, name, M)
+    try:
+        validate(s)
+    except PipesimError as e:
+        raise PipesimError(f"{where} is not a valid schedule: {e}") from None
+    if args.output:
+        save_schedule(s, args.output)
+        print(
+            f"wrote {args.output}: {s.name}, pp={s.pp}, M={s.microbatches}, {s.placement.kind} placement, {s.num_ops} ops, valid",
+            file=sys.stderr,
+        )
+    else:
+        print(json.dumps(s.to_dict(), indent=1))
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+
+
+def add_durations(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("synthetic durations (20ms, 0.02s, 500us, or a number of ms; comma-separated per stage)")
+    g.add_argument("--f", type=duration_value, help="forward (default 20ms)")
+    g.add_argument("--b", type=duration_value, help="backward for the input (default 20ms)")
+    g.add_argument("--w", type=duration_value, help="weight gradient (default 20ms)")
+    g.add_argument("--bw", type=duration_value, help="fused backward (default B + W)")
+    g.add_argument("--pair", type=parse_duration, help="overlapped F&B pair (default F + BW)")
+    g.add_argument("--comm", type=parse_duration, help="P2P latency for the simulation (default: measured at start-up)")
+
+
+def add_commands(command) -> None:
+    c = command("run", cmd_run, "run schedules on torch.distributed: check gradients, measure timelines")
+    c.add_argument("--schedule", "-s", help="a schedule name or a schedule JSON file")
+    c.add_argument("--schedules", help="several schedules in one launch: comma-separated names, or 'all'")
+    add_shape(c)
+    c.add_argument("--check", action="store_true", help="compare losses and every gradient with one process")
+    c.add_argument(
+        "--tolerance", type=nonneg_float, default=1e-9, help="largest relative error that passes (default 1e-9, float64)"
+    )
+    c.add_argument("--synthetic", action="store_true", help="ops sleep for set durations; compare with the simulation")
+    add_durations(c)
+    m = c.add_argument_group("model (real runs)")
+    m.add_argument("--model", default="tiny", help="'tiny' (a small transformer) or MODULE:NAME, your stage model or layers")
+    m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
+    m.add_argument("--dim", type=even_int, default=16, help="width of the tiny model, even: 2 heads (default 16)")
+    m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
+    c.add_argument(
+        "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="default: nccl with a GPU per rank, else gloo"
+    )
+    c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
+    c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
+    c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
+    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns")
+
+    c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
+    c.add_argument("--schedule", "-s", required=True, help="a schedule name or a schedule JSON file")
+    add_shape(c)
+    c.add_argument("--to", choices=("torch",), default="torch", help="the target (torch: _PipelineScheduleRuntime's CSV)")
+    c.add_argument("--output", "-o", help="write here (default: print)")
+    c.add_argument("--check", action="store_true", help="first run it in PyTorch's runtime (gloo) and compare gradients")
+    c.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help=argparse.SUPPRESS)
+
+    c = command("import", cmd_import, "read a PyTorch pipeline order into a pipesim schedule file (validated)")
+    c.add_argument(
+        "--torch", metavar="CLASS", help="a torch.distributed.pipelining schedule: 1F1B, DualPipeV, ZBVZeroBubble, ..."
+    )
+    c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
+    add_shape(c)
+    c.add_argument("--stages-per-rank", type=int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
+    c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")

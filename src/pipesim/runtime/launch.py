@@ -1,0 +1,258 @@
+"""Starting the ranks: on this machine (``pipesim run``), or as one rank of ``torchrun``.
+
+Localhost: one process per rank, forked from a forkserver that imported torch once (so a
+launch costs one torch import, not one per rank). This process hosts the rendezvous
+store and watches the ranks: the first one that raises, dies or outlives the timeout
+stops the run; the others are killed within ``GRACE`` seconds, and the run fails with one
+line naming the rank and the op it was at. The ranks also watch this process, and exit
+if it dies, so nothing is left behind.
+
+torchrun (multi-node)::
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-endpoint HOST:29500 \\
+        -m pipesim.runtime run --schedule dualpipe --pp 8 -m 16 --check
+
+Each process then runs as rank ``RANK`` of ``WORLD_SIZE`` (which must equal ``--pp``);
+rank 0 gathers and prints the report; a failing rank prints its one line and exits 1,
+and torchrun stops the others.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ..errors import PipesimError
+from .executor import CommError, Fault, OpError
+from .results import RunFailed
+
+GRACE = 1.0  # seconds to let other failure reports arrive before naming the cause
+WHERE = 160  # bytes of "where am I" per rank in shared memory
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+
+
+def pick_backend(backend: str, nprocs: int) -> str:
+    """gloo, or NCCL when every local rank can have a GPU of its own (NCCL refuses two
+    ranks on one device)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    enough = gpus >= (1 if under_torchrun() else nprocs)
+    if backend == "auto":
+        return "nccl" if enough else "gloo"
+    if backend == "nccl" and not enough:
+        raise PipesimError(f"--backend nccl needs a GPU per rank: {nprocs} ranks, {gpus} GPUs here; use --backend gloo")
+    return backend
+
+
+def device_for(backend: str, local_rank: int) -> torch.device:
+    if backend == "nccl":
+        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------
+# localhost
+
+
+def launch(
+    target: str,
+    payload,
+    nprocs: int,
+    backend: str = "gloo",
+    timeout: float = 600.0,
+    fault: Fault | None = None,
+    preload: tuple[str, ...] = (),
+) -> list:
+    """Run ``target(ctx, payload)`` in ``nprocs`` processes and return their results by
+    rank (``target`` is "module:function", imported in the ranks only); raise RunFailed
+    naming the first rank that failed. Results come back by
+    rank. ``preload``: modules the
+    target needs, imported once in the forkserver rather than in every rank (only the
+    first launch of a process starts the forkserver, so only its list counts)."""
+    ctx = mp.get_context("forkserver")
+    # what every rank needs: autograd.grad with grad_outputs imports torch.fx's symbolic
+    # shapes (sympy) on first use, half a second per process
+    ctx.set_forkserver_preload(["pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload])
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    where = ctx.Array("c", WHERE * nprocs, lock=False)
+    procs, conns, alive = [], [], []
+    try:
+        for rank in range(nprocs):
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            alive_r, alive_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=_child,
+                args=(rank, nprocs, store.port, backend, timeout, target, payload, where, send_end, alive_r, fault),
+                daemon=True,
+                name=f"pipesim-rank{rank}",
+            )
+            p.start()
+            send_end.close()
+            alive_r.close()
+            procs.append(p)
+            conns.append(recv_end)
+            alive.append(alive_w)
+        return _watch(procs, conns, where, timeout)
+    except RunFailed as e:
+        e.pids = [p.pid for p in procs]  # for whoever wants to see that none is left
+        raise
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(5)
+        for c in conns + alive:
+            c.close()
+        del store
+
+
+def _where(buf, rank: int) -> str:
+    raw = bytes(buf[rank * WHERE : (rank + 1) * WHERE]).split(b"\0", 1)[0]
+    return raw.decode(errors="replace") or "start-up"
+
+
+def _watch(procs, conns, where, timeout: float) -> list:
+    n = len(procs)
+    results: list = [None] * n
+    done = [False] * n
+    failures: list[tuple[int, int, str]] = []  # (priority, rank, message); lower is likelier the cause
+    deadline = time.monotonic() + timeout
+    first_failure = None
+    while not all(done):
+        now = time.monotonic()
+        if first_failure is not None and now - first_failure > GRACE:
+            break
+        if now > deadline:
+            stuck = ", ".join(f"rank {r} at {_where(where, r)}" for r in range(n) if not done[r])
+            failures.append((3, -1, f"timed out after {timeout:g} s: {stuck}"))
+            break
+        ready = wait(
+            [c for r, c in enumerate(conns) if not done[r]] + [p.sentinel for r, p in enumerate(procs) if not done[r]], 0.2
+        )
+        for r in range(n):
+            if done[r]:
+                continue
+            if conns[r] in ready or (procs[r].sentinel in ready and conns[r].poll()):
+                try:
+                    kind, value = conns[r].recv()
+                except (EOFError, OSError):
+                    kind, value = None, None
+                if kind == "ok":
+                    results[r], done[r] = value, True
+                    continue
+                if kind == "error":
+                    failures.append(value)
+                    done[r] = True
+            if not done[r] and procs[r].sentinel in ready:
+                procs[r].join(1)
+                code = procs[r].exitcode
+                how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
+                failures.append((0, r, f"rank {r} died ({how}) at {_where(where, r)}"))
+                done[r] = True
+        if failures and first_failure is None:
+            first_failure = time.monotonic()
+    if failures:
+        failures.sort()
+        prio, rank, msg = failures[0]
+        others = sorted({r for r in range(n) if r != rank})
+        raise RunFailed(f"{msg}; stopped rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}")
+    return results
+
+
+def _child(rank, world, port, backend, timeout, target, payload, where, conn, alive, fault) -> None:
+    # The launcher holds the other end of ``alive``: EOF means it is gone, and a rank left
+    # alone would wait on its peers forever.
+    threading.Thread(target=_exit_when_closed, args=(alive,), daemon=True).start()
+    from .worker import RankContext
+
+    def at(text: str) -> None:
+        data = text.encode()[: WHERE - 1]
+        where[rank * WHERE : rank * WHERE + len(data) + 1] = data + b"\0"
+
+    at("start-up")
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
+        ctx = RankContext(rank, world, backend, device_for(backend, rank), at, fault)
+        result = resolve(target)(ctx, payload)
+        conn.send(("ok", result))
+    except BaseException as e:  # report anything, then exit: the launcher stops the rest
+        conn.send(("error", failure(rank, _where(where, rank), e)))
+        conn.close()
+        os._exit(1)
+    conn.close()
+    # skip the process-group teardown: every transfer has completed, and the launcher
+    # is waiting for the results, not for a clean gloo shutdown
+    os._exit(0)
+
+
+def resolve(target: str) -> Callable:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _exit_when_closed(alive) -> None:
+    try:
+        alive.recv()
+    except (EOFError, OSError):
+        pass
+    os._exit(3)
+
+
+def failure(rank: int, where: str, e: BaseException) -> tuple[int, int, str]:
+    """(priority, rank, one-line message) for an exception on ``rank``: a broken transfer
+    is usually another rank's fault, so it ranks after a plain error."""
+    if isinstance(e, OpError):
+        where, cause = e.where, e.cause
+    else:
+        cause = e
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    if isinstance(cause, (CommError, dist.DistError)):
+        return (2, rank, f"rank {rank} lost a transfer at {where}: {text}")
+    tb = traceback.extract_tb(cause.__traceback__)
+    origin = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    return (1, rank, f"rank {rank} raised {type(cause).__name__} at {where}: {text}{origin}")
+
+
+# ---------------------------------------------------------------------------------------
+# torchrun
+
+
+def run_as_torchrun_rank(target: str, payload, nprocs: int, backend: str, timeout: float, fault: Fault | None):
+    """Run ``target`` as this torchrun process's rank; return all ranks' results on rank 0
+    and None elsewhere. A failure prints its line and exits 1 (torchrun stops the rest)."""
+    from .worker import RankContext
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if world != nprocs:
+        raise RunFailed(f"torchrun started {world} processes but the schedule has --pp {nprocs}; they must match")
+    state = {"where": "start-up"}
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        ctx = RankContext(rank, world, backend, device_for(backend, local_rank), lambda w: state.update(where=w), fault)
+        result = resolve(target)(ctx, payload)
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0)
+        dist.destroy_process_group()
+    except Exception as e:
+        print(f"pipesim: error: {failure(rank, state['where'], e)[2]}", file=sys.stderr, flush=True)
+        os._exit(1)
+    return gathered

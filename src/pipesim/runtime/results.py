@@ -1,0 +1,96 @@
+"""What a run hands back, as plain data: the measured Timeline, the check's errors, and the
+measured-versus-simulated comparison. No torch here; the CLI and tests read these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..costs import Costs
+from ..ir import Item, Schedule
+from ..metrics import Report, summarize
+from ..simulate import simulate
+from ..timeline import Event, Timeline
+
+
+class RunFailed(RuntimeError):
+    """A run that could not finish: a rank raised, died or hung. The message is one line
+    naming the rank and the op; ``pids`` are the rank processes of a local launch (all
+    stopped by the time this is raised)."""
+
+    pids: list[int] = []
+
+
+@dataclass
+class RankReport:
+    """One rank's account of one schedule: (item, start, end) in seconds from the common
+    start; the losses it computed; its largest relative error when checked; the measured
+    one-way P2P latency (rank 0 of a synthetic run)."""
+
+    events: list[tuple[Item, float, float]] = field(default_factory=list)
+    losses: dict[int, float] = field(default_factory=dict)
+    error: float | None = None
+    latency: float | None = None
+
+
+@dataclass
+class RunResult:
+    schedule: Schedule
+    timeline: Timeline
+    errors: list[float | None]
+    tolerance: float
+    losses: dict[int, float]
+    latency: float | None = None
+    costs: Costs | None = None  # the synthetic durations, when the run was synthetic
+
+    @property
+    def checked(self) -> bool:
+        return any(e is not None for e in self.errors)
+
+    @property
+    def passed(self) -> bool:
+        return all(e is None or e <= self.tolerance for e in self.errors)
+
+
+def assemble(schedule: Schedule, reports: list[RankReport], tolerance: float, costs: Costs | None = None) -> RunResult:
+    events = tuple(tuple(Event(r, item, start, end) for item, start, end in rep.events) for r, rep in enumerate(reports))
+    losses: dict[int, float] = {}
+    for rep in reports:
+        losses.update(rep.losses)
+    latency = next((rep.latency for rep in reports if rep.latency is not None), None)
+    return RunResult(
+        schedule,
+        Timeline(schedule.pp, events, (), source="measured"),
+        [rep.error for rep in reports],
+        tolerance,
+        dict(sorted(losses.items())),
+        latency,
+        costs,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    measured: Report
+    simulated: Report
+    comm: float  # the P2P latency the simulation was given
+
+    @property
+    def makespan_error(self) -> float:
+        """(measured - simulated) / simulated makespan."""
+        return (self.measured.makespan - self.simulated.makespan) / self.simulated.makespan
+
+    @property
+    def bubble_difference(self) -> float:
+        return self.measured.bubble_ratio - self.simulated.bubble_ratio
+
+
+def compare(result: RunResult, comm: float | None = None) -> Comparison:
+    """Measured against simulated for a synthetic run: the same schedule simulated with the
+    durations the ranks slept and ``comm`` (default: the latency measured at start-up)."""
+    if result.costs is None:
+        raise ValueError("only a synthetic run has durations to simulate")
+    if comm is None:
+        comm = result.latency or 0.0
+    costs = replace(result.costs, comm=comm)
+    simulated = simulate(result.schedule, costs)
+    return Comparison(summarize(result.schedule, result.timeline), summarize(result.schedule, simulated), comm)

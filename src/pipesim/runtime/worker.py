@@ -1,0 +1,211 @@
+"""The body of one rank's process: given an initialised process group, run a list of jobs
+(schedules) and report, per job, what this rank measured and how far off it was.
+
+Both launchers (``pipesim run`` on localhost, and ``torchrun``) call ``run_jobs``; one
+launch runs many schedules, because starting processes and importing torch costs far more
+than running a small schedule.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from ..costs import Costs
+from ..ir import Schedule
+from .check import max_relative_error
+from .executor import Fault, RealWork, SyntheticWork, Transport, execute_rank, model_shape, synthetic_shape
+from .model import Reference, reference
+from .plan import comm_plan, holders, shared_groups
+from .results import RankReport
+
+
+@dataclass
+class Job:
+    """One schedule to run: on ``model`` (real), or sleeping ``costs`` seconds per op
+    (synthetic) when ``costs`` is given; ``check`` compares with one process."""
+
+    schedule: Schedule
+    model: object | None = None
+    costs: Costs | None = None
+    check: bool = False
+    tolerance: float = 1e-9
+
+
+@dataclass
+class RankContext:
+    """What a worker knows about its process: where it is, how to say what it is doing
+    (``at``, read by the launcher when the process dies), the test fault to inject."""
+
+    rank: int
+    world: int
+    backend: str
+    device: torch.device
+    at: Callable[[str], None] = lambda where: None
+    fault: Fault | None = None
+    _groups: dict = field(default_factory=dict)
+
+    def group(self, ranks: tuple[int, ...]):
+        """A process group over ``ranks`` (every rank must ask for the same groups in the
+        same order: creating one is collective); cached for later jobs."""
+        if ranks not in self._groups:
+            self._groups[ranks] = dist.new_group(list(ranks))
+        return self._groups[ranks]
+
+    def p2p_group(self, src: int, dst: int):
+        """The group that carries tensors from ``src`` to ``dst``. gloo matches by tag, so
+        the default group serves. NCCL matches by order on one stream per communicator,
+        where a receive posted early would hold up a send queued behind it: one
+        communicator per direction keeps each stream a plain in-order queue."""
+        return self.group((src, dst)) if self.backend == "nccl" else None
+
+    def sync(self) -> None:
+        """Wait for the device: GPU work is asynchronous, and a timeline of launches is
+        not a timeline of work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def run_jobs(ctx: RankContext, jobs: list[Job]) -> list[RankReport]:
+    torch.set_num_threads(1)  # several ranks share the cores; intra-op threads only fight
+    warm_up()
+    offset = clock_offset(ctx)
+    latency = measure_latency(ctx) if any(j.costs is not None for j in jobs) else None
+    references: dict = {}
+    out = []
+    for job in jobs:
+        report = run_job(ctx, job, references, offset)
+        if job.costs is not None:
+            report.latency = latency
+        out.append(report)
+    dist.barrier()
+    return out
+
+
+def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -> RankReport:
+    s = job.schedule  # validated when the job was made (api.job)
+    ctx.at(f"the setup of {s.name}")
+    plan = comm_plan(s)
+    for pair in sorted({(link.src, link.dst) for link in plan.sends.values()}):
+        ctx.p2p_group(*pair)  # collective: every rank creates them, in the same order
+    if job.costs is not None:
+        work = SyntheticWork(s, ctx.rank, job.costs, ctx.device)
+        shape_of = synthetic_shape
+    else:
+        work = RealWork(s, ctx.rank, job.model, ctx.device)
+        shape_of = model_shape(s, job.model)
+        summing = [(ranks, ctx.group(ranks)) for ranks in shared_groups(s)]
+    transport = Transport(ctx.rank, plan, shape_of, ctx.device, ctx.p2p_group)
+    t0 = common_start(ctx, offset)
+    run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync)
+    report = RankReport(run.events, run.losses)
+    if job.costs is None:
+        ctx.at(f"summing the gradients of {s.name}")
+        sum_shared_gradients(s, ctx.rank, work, dict(summing))
+        if job.check:
+            key = (id(job.model), s.placement.stages, s.microbatches)
+            if key not in references:
+                references[key] = reference(job.model, s.placement.stages, s.microbatches)
+            ref: Reference = references[key]
+            report.error = max_relative_error(work.modules, work.chunk_stage, run.losses, ref)
+    return report
+
+
+def clock_offset(ctx: RankContext, rounds: int = 20) -> float:
+    """What to add to this rank's clock to read rank 0's: the round trip with rank 0 that
+    took least time brackets rank 0's reading most tightly (Cristian's method). On one
+    machine the clocks agree anyway, but ranks leave a barrier milliseconds apart when the
+    cores are busy, so a barrier alone would misplace whole ranks; on several nodes the
+    clocks themselves differ."""
+    buf = torch.zeros(1, dtype=torch.float64, device=ctx.device)
+    best_rtt, best = float("inf"), 0.0
+    for r in range(1, ctx.world):
+        for i in range(rounds):
+            tag = 3_000_000 + 2 * (r * rounds + i)
+            if ctx.rank == r:
+                t1 = time.perf_counter()
+                dist.send(buf, dst=0, tag=tag)
+                dist.recv(buf, src=0, tag=tag + 1)
+                t3 = time.perf_counter()
+                if t3 - t1 < best_rtt:
+                    best_rtt, best = t3 - t1, buf.item() - (t1 + t3) / 2
+            elif ctx.rank == 0:
+                dist.recv(buf, src=r, tag=tag)
+                buf.fill_(time.perf_counter())
+                dist.send(buf, dst=r, tag=tag + 1)
+    dist.barrier()
+    return best
+
+
+def common_start(ctx: RankContext, offset: float) -> float:
+    """The start of a job on this rank's clock: rank 0 reads its clock after a barrier
+    and tells everyone, who convert it with their offset."""
+    dist.barrier()
+    start = torch.tensor([time.perf_counter() + offset], dtype=torch.float64, device=ctx.device)
+    dist.broadcast(start, src=0)
+    return start.item() - offset
+
+
+def warm_up() -> None:
+    """One tiny backward with grad_outputs before any clock starts: the first one in a
+    process pays for lazy imports and initialisation, which would show as a slow op."""
+    layer = torch.nn.Linear(2, 2)
+    x = torch.ones(1, 2, requires_grad=True)
+    torch.autograd.grad(layer(x), [x, *layer.parameters()], torch.ones(1, 2))
+
+
+def sum_shared_gradients(schedule: Schedule, rank: int, work: RealWork, groups: dict) -> None:
+    """A stage held more than once (dual placements) got part of its micro-batches on each
+    copy: sum them so every copy holds the whole gradient. Stages are visited in order on
+    every rank, so the all-reduces of each group line up."""
+    for positions in holders(schedule).values():
+        mine = [c for r, c in positions if r == rank]
+        if len(positions) < 2 or not mine:
+            continue
+        params = [list(work.modules[c].parameters()) for c in mine]
+        flat = sum(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps]) for ps in params)
+        ranks = tuple(sorted({r for r, _ in positions}))
+        if len(ranks) > 1:
+            dist.all_reduce(flat, group=groups[ranks])
+        for ps in params:
+            i = 0
+            for p in ps:
+                p.grad = flat[i : i + p.numel()].view_as(p).clone()
+                i += p.numel()
+
+
+def measure_latency(ctx: RankContext, rounds: int = 40) -> float | None:
+    """One-way P2P latency between ranks 0 and 1: half the median round trip of a
+    one-element tensor, each receive posted before its send starts, as the executor
+    posts them. Returned on rank 0, None elsewhere."""
+    if ctx.world < 2:
+        return 0.0
+    there, back = ctx.p2p_group(0, 1), ctx.p2p_group(1, 0)  # collective: all ranks
+    trips = []
+    if ctx.rank in (0, 1):
+        peer = 1 - ctx.rank
+        token = torch.zeros(1, device=ctx.device)
+        bufs = [torch.zeros(1, device=ctx.device) for _ in range(rounds)]
+        inbox = back if ctx.rank == 0 else there
+        outbox = there if ctx.rank == 0 else back
+        recvs = [dist.irecv(bufs[i], src=peer, group=inbox, tag=1_000_000 + 2 * i + peer) for i in range(rounds)]
+    dist.barrier()
+    if ctx.rank in (0, 1):
+        for i in range(rounds):
+            t = time.perf_counter()
+            if ctx.rank == 0:
+                dist.isend(token, dst=1, group=outbox, tag=1_000_000 + 2 * i).wait()
+                recvs[i].wait()
+                ctx.sync()
+            else:
+                recvs[i].wait()
+                ctx.sync()
+                dist.isend(token, dst=0, group=outbox, tag=1_000_000 + 2 * i + 1).wait()
+            trips.append(time.perf_counter() - t)
+    dist.barrier()
+    return statistics.median(trips[5:]) / 2 if ctx.rank == 0 else None
