@@ -38,6 +38,7 @@ bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/draw_speed.py
 	$(BIN)/python benchmarks/runtime_overhead.py
+	$(BIN)/python benchmarks/plan_speed.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,219 @@
+"""The planner's commands: ``pipesim plan`` and ``pipesim memory``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..cli import console, emit_json, positive_int
+from ..errors import PipesimError
+from ..files import write_text_atomic
+from ..memory import memory
+from ..schedules import build, family
+from ..simulate import simulate
+from .estimate import Layout, component_costs, memory_model, stage_params
+from .search import search
+from .specs import load_cluster, load_model, load_training, model_published, model_training
+
+GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
+
+
+def add_commands(command) -> None:
+    c = command("plan", cmd_plan, "recommend a pipeline strategy for a model on a cluster, as a Markdown report")
+    add_specs(c)
+    c.add_argument("--schedules", help="search only these (comma-separated; default: every schedule but zb-auto)")
+    c.add_argument("--compare", metavar="A,B", help="GPU-hours per million tokens that B recovers against A (e.g. 1f1b,dualpipe)")
+    c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
+    c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
+    c.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
+    add_specs(c, cluster_default="h100")
+    c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
+    c.add_argument("--schedule", "-s", default="dualpipe", help="schedule (default dualpipe), set beside 1f1b")
+    c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp)")
+    c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shards (default 1)")
+    c.add_argument("--ep", type=positive_int, help="expert-parallel degree (MoE; default min(64, dp, experts))")
+    c.add_argument(
+        "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
+    )
+    c.add_argument("--json", action="store_true")
+
+
+def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) -> None:
+    c.add_argument(
+        "--model",
+        required=True,
+        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b) or TOML file",
+    )
+    if cluster_default:
+        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset or TOML file (default {cluster_default})")
+    else:
+        c.add_argument("--cluster", required=True, help="a cluster preset (h800-2048, h100, h200, a100, b200) or TOML file")
+    c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
+    g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
+    g.add_argument("--training", metavar="FILE.toml", help="training spec file")
+    g.add_argument("--seq", type=positive_int, help="tokens per sequence")
+    g.add_argument("--global-batch", type=positive_int, help="sequences per step")
+    g.add_argument("--precision", choices=("bf16", "fp8"))
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
+    g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
+    g.add_argument("--tokens", type=float, help="tokens of the whole run (for its GPU-hours)")
+
+
+def specs_from(args: argparse.Namespace):
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster, args.gpus)
+    training = load_training(
+        args.training,
+        base=model_training(args.model),
+        seq=args.seq,
+        global_batch=args.global_batch,
+        precision=args.precision,
+        zero=args.zero,
+        recompute=args.recompute,
+        tokens=args.tokens,
+    )
+    return model, cluster, training
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from . import report
+
+    model, cluster, training = specs_from(args)
+    schedules = _names(args.schedules) if args.schedules else None
+    compare = None
+    if args.compare:
+        pair = _names(args.compare)
+        if len(pair) != 2:
+            raise PipesimError(f"--compare takes two schedules, like 1f1b,dualpipe; got {args.compare!r}")
+        compare = (pair[0], pair[1])
+        schedules = sorted(set(schedules or []) | set(pair)) if schedules else list(pair)
+    out = args.output
+    if out and not out.endswith((".md", ".json")):
+        raise PipesimError(f"--output must end in .md or .json, got {out!r}")
+    plan = _search_with_progress(model, cluster, training, schedules, args.top)
+    plan.model_published = model_published(args.model)
+    as_json = args.json or (out or "").endswith(".json")
+    text = json.dumps(report.to_dict(plan, compare), indent=1) + "\n" if as_json else report.markdown(plan, compare)
+    if out:
+        write_text_atomic(out, text)
+        best = plan.best
+        summary = (
+            f"{best.candidate.label} on {report.layout_text(best, plan)}: {best.step_time:.2f} s per step"
+            if best
+            else "nothing fits"
+        )
+        print(f"wrote {out}: {summary}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        family(n)  # unknown names: one clear line
+    return names
+
+
+def _search_with_progress(model, cluster, training, schedules, top):
+    if not sys.stderr.isatty():
+        return search(model, cluster, training, schedules, keep=top)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("search", total=None)
+        return search(
+            model, cluster, training, schedules, lambda done, total: bar.update(task, completed=done, total=total), keep=top
+        )
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    model, cluster, training = specs_from(args)
+    pp, tp = args.pp, args.tp
+    if cluster.gpus % (pp * tp):
+        raise PipesimError(f"--pp {pp} x --tp {tp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
+    dp = args.dp or cluster.gpus // (pp * tp)
+    ep = args.ep or (min(64, dp, model.moe.experts) if model.moe else 1)
+    if model.moe and (dp % ep or model.moe.experts % ep):
+        raise PipesimError(f"--ep {ep} must divide dp={dp} and the {model.moe.experts} experts")
+    if not model.moe and args.ep:
+        raise PipesimError(f"{model.name} has no experts; drop --ep")
+    lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep)
+    M = args.microbatches or 4 * pp
+    recompute = "selective" if training.recompute == "auto" else training.recompute
+    rows = [_memory_row(model, cluster, training, lay, name, M, recompute) for name in dict.fromkeys(("1f1b", args.schedule))]
+    extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
+    middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
+    per_gpu = sum(stage_params(model, middle, False, False, lay))
+    whole = sum(stage_params(model, middle, False, False, Layout(pp=pp, dp=1)))
+    data = {
+        "model": model.name,
+        "cluster": cluster.name,
+        "layout": {"pp": pp, "dp": dp, "tp": tp, "ep": ep},
+        "microbatches": M,
+        "recompute": recompute,
+        "schedules": rows,
+        "extra_copy_gb": extra,
+        "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
+        "stage_parameters": whole,
+        "stage_parameters_per_gpu": per_gpu,
+    }
+    if args.json:
+        emit_json(data)
+        return 0
+    out = console()
+    out.print(
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:g} GB), pp{pp} x dp{dp}"
+        + (f" x tp{tp}" if tp > 1 else "")
+        + (f", ep{ep}" if ep > 1 else "")
+        + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
+    )
+    for r in rows:
+        out.print(
+            f"  {r['schedule']:10s} {r['copies']:g} cop{'y' if r['copies'] == 1 else 'ies'} of {r['params_per_copy'] / 1e9:.2f}B parameters: "
+            f"weights {r['weights_gb']:.1f} + gradients {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} = {r['static_gb']:.1f} GB; "
+            f"activations up to {r['activations_gb']:.1f} GB; peak {r['peak_gb']:.1f} GB"
+            + ("" if r["fits"] else "  [red]does not fit[/]")
+        )
+    if len(rows) > 1:
+        out.print(
+            f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
+            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:g} GB)."
+        )
+    if model.moe:
+        out.print(
+            f"Why it is small for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU keeps "
+            f"only {per_gpu / 1e9:.2f}B of them (each routed expert lives on one of {ep} GPUs), so the second copy doubles "
+            f"{per_gpu / 1e9:.2f}B. A dense model has nothing to shard that way: each GPU doubles its whole stage."
+        )
+    return 0
+
+
+def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
+    s = build(name, lay.pp, M)
+    stages = s.placement.stages
+    mm = memory_model(model, training, lay, stages, recompute)
+    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute))
+    mem = memory(s, tl, mm)
+    worst = max(range(s.pp), key=lambda r: mem.peak[r])
+    copies = s.placement.parameter_copies
+    pl = s.placement
+    held = [pl.model_stage(worst, ch) for ch in range(pl.chunks)]
+    n = sum(mm._at(mm.params, st) + mm._at(mm.expert_params, st) for st in held)
+    return {
+        "schedule": name,
+        "copies": copies,
+        "params_per_copy": n / copies,
+        "weights_gb": mem.params[worst] / GIB,
+        "grads_gb": mem.grads[worst] / GIB,
+        "optimizer_gb": mem.optimizer[worst] / GIB,
+        "static_gb": mem.static[worst] / GIB,
+        "activations_gb": mem.activation_peak[worst] / GIB,
+        "peak_gb": mem.peak[worst] / GIB,
+        "fits": mem.peak[worst] <= cluster.hbm_gb * GIB * training.memory_headroom,
+    }

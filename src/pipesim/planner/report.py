@@ -1,0 +1,345 @@
+"""A plan as a Markdown report (for a design review) or as JSON.
+
+The report gives the recommendation and its runners-up, what it saves against 1F1B over
+the whole run, why each other schedule family lost, advice in plain words, and every
+assumption the numbers rest on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, fields
+
+from ..schedules import REGISTRY
+from .estimate import active_params, model_flops_per_token, total_params
+from .search import Plan, Result
+from .specs import Training
+
+DUAL_FAMILY = ("dualpipe", "dualpipev")
+
+
+def layout_text(r: Result, plan: Plan) -> str:
+    lay = r.candidate.layout
+    parts = [f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"tp{lay.tp}"] if lay.tp > 1 else [])
+    text = " x ".join(parts)
+    if lay.ep > 1:
+        nodes = -(-lay.ep // plan.cluster.gpus_per_node)
+        text += f", ep{lay.ep} ({nodes} node{'s' if nodes > 1 else ''})"
+    return text
+
+
+def schedule_text(r: Result) -> str:
+    return r.candidate.label
+
+
+def hours_for_run(r: Result, t: Training) -> float:
+    return r.gpu_hours_per_t * t.tokens / 1e12
+
+
+def result_row(r: Result, plan: Plan) -> dict:
+    c = r.candidate
+    return {
+        "layout": layout_text(r, plan),
+        "pp": c.layout.pp,
+        "dp": c.layout.dp,
+        "tp": c.layout.tp,
+        "ep": c.layout.ep,
+        "schedule": c.schedule,
+        "chunks": c.chunks,
+        "microbatches": c.microbatches,
+        "micro_batch_size": c.layout.micro_batch,
+        "recompute": c.recompute,
+        "step_seconds": r.step_time,
+        "bubble_ratio": r.bubble,
+        "compute_utilization": r.compute_utilization,
+        "exposed_comm_seconds": r.exposed_comm,
+        "memory_gb": r.memory_gb,
+        "tokens_per_second": r.tokens_per_s,
+        "mfu": r.mfu,
+        "gpu_hours_per_trillion_tokens": r.gpu_hours_per_t,
+    }
+
+
+def family_verdicts(plan: Plan) -> dict[str, str]:
+    """Why each family other than the winner's lost, in one sentence."""
+    best = plan.best
+    out = {}
+    names = {r.candidate.schedule for r in plan.results + plan.rejected}
+    for name in REGISTRY:
+        if name not in names or (best and name == best.candidate.schedule):
+            continue
+        mine = plan.best_of(name)
+        if mine is None:
+            out[name] = "does not fit or cannot run: " + _rejection(plan, name)
+            continue
+        slower = mine.step_time / best.step_time - 1
+        reasons = []
+        bubble_gap = mine.bubble * mine.makespan - best.bubble * best.makespan
+        comm_gap = mine.exposed_comm - best.exposed_comm
+        if comm_gap > 0.02 * best.step_time:
+            reasons.append(f"exposes {mine.exposed_comm:.2f} s of communication per step against {best.exposed_comm:.2f} s")
+        if bubble_gap > 0.02 * best.step_time:
+            reasons.append(f"bubble {mine.bubble:.1%} against {best.bubble:.1%}")
+        if mine.candidate.recompute != best.candidate.recompute and mine.candidate.recompute == "full":
+            reasons.append("it only fits with full recomputation")
+        elif mine.candidate.layout.pp > best.candidate.layout.pp:
+            reasons.append(f"memory pushes it to pp{mine.candidate.layout.pp}")
+        if not reasons:
+            reasons.append("a little more time per step at its best layout")
+        out[name] = f"{slower:+.1%} per step at {layout_text(mine, plan)}, M={mine.candidate.microbatches}: " + "; ".join(reasons)
+    return out
+
+
+def _rejection(plan: Plan, name: str) -> str:
+    mine = [r for r in plan.rejected if r.candidate.schedule == name]
+    if not mine:
+        return "not searched"
+    memory = [r for r in mine if r.static_gb or r.memory_gb]
+    if memory:
+        need = min(r.memory_gb or r.static_gb for r in memory)
+        return f"needs at least {need:.0f} GB per GPU against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable"
+    reason, n = Counter(r.reason for r in mine).most_common(1)[0]
+    return f"{reason} (and so at every layout searched)" if n == len(mine) else f"{reason} ({n} of {len(mine)} layouts)"
+
+
+def advice(plan: Plan) -> list[str]:
+    best, m, c = plan.best, plan.model, plan.cluster
+    out: list[str] = []
+    if best is None:
+        return ["Nothing fits: add GPUs, use a larger-memory GPU, or lower the global batch or sequence length."]
+    dual = [plan.best_of(n) for n in DUAL_FAMILY if plan.best_of(n)]
+    other = [r for r in plan.results if r.candidate.schedule not in DUAL_FAMILY]
+    best_other = other[0] if other else None
+    if best.candidate.schedule in DUAL_FAMILY:
+        if best_other:
+            gain = best_other.step_time / best.step_time - 1
+            out.append(
+                f"DualPipe pays for itself here: {best_other.candidate.label} at its best exposes {best_other.exposed_comm:.2f} s of "
+                f"communication per step, and overlapping forward and backward chunks brings that to {best.exposed_comm:.2f} s; "
+                f"steps are {gain:.1%} faster."
+            )
+        if best.candidate.schedule == "dualpipe" and m.moe:
+            out.append(
+                f"The two parameter copies cost {best.params_gb / 2:.1f} GB more weights per GPU (plus their gradients and optimizer "
+                f"shards), which expert parallelism keeps small: each GPU holds 1/{best.candidate.layout.ep} of the routed experts."
+            )
+        elif best.candidate.schedule == "dualpipev":
+            out.append("DualPipeV folds the model into a V on each rank: DualPipe's overlap with one copy of the parameters.")
+    else:
+        why = []
+        if m.moe is None:
+            why.append("a dense model has no expert all-to-all for DualPipe to hide")
+        if not dual:
+            why.append("its second copy of the parameters does not fit in memory at any layout searched")
+        else:
+            d = min(dual, key=lambda r: r.step_time)
+            why.append(
+                f"its best ({d.candidate.label}, {layout_text(d, plan)}) is {d.step_time / best.step_time - 1:+.1%} per step"
+            )
+            two = plan.best_of("dualpipe")
+            if two is None:
+                why.append("DualPipe proper, with its two parameter copies, does not fit at all")
+            elif two.candidate.recompute == "full" and best.candidate.recompute != "full":
+                why.append(
+                    f"DualPipe proper fits its two parameter copies only with full recomputation ({two.step_time / best.step_time - 1:+.1%})"
+                )
+        out.append(
+            "DualPipe is overkill here: "
+            + "; ".join(why)
+            + f". {best.candidate.label} with a {best.bubble:.1%} bubble is the better buy."
+        )
+    if best.candidate.layout.pp == 1:
+        out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
+    head = c.hbm_gb * plan.training.memory_headroom - best.memory_gb
+    if head < 0.05 * c.hbm_gb:
+        out.append(
+            f"Memory is tight: {best.memory_gb:.1f} GB of {c.hbm_gb:.0f} GB per GPU; fragmentation or a larger micro-batch may not fit."
+        )
+    return out
+
+
+def published(plan: Plan) -> dict | None:
+    """A published GPU-hours figure for this model on this GPU, if the preset has one."""
+    ref = plan.model_published
+    if ref and ref.get("gpu") == plan.cluster.gpu:
+        return ref
+    return None
+
+
+def _published_choice(plan: Plan, ref: dict) -> str | None:
+    """Where the layout the model's authors chose ranks in this search."""
+    if not {"schedule", "pp", "ep"} <= ref.keys():
+        return None
+    want = (ref["schedule"], ref["pp"], ref["ep"])
+    for i, r in enumerate(plan.results, 1):
+        c = r.candidate
+        if (c.schedule, c.layout.pp, c.layout.ep) == want:
+            return (
+                f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]}) ranks #{i} of {len(plan.results)} here, "
+                f"{r.step_time / plan.best.step_time - 1:+.1%} per step against the recommendation."
+            )
+    return f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]}) did not fit or was not searched here."
+
+
+def assumptions(plan: Plan) -> list[tuple[str, str]]:
+    t, c = plan.training, plan.cluster
+    rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
+    rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
+        "compute_efficiency",
+        f"{t.efficiency} of {t.precision} peak",
+    )
+    rows += [
+        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB"),
+        ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
+        ("nodes", f"{c.nodes} x {c.gpus_per_node} GPUs"),
+        (
+            "flops",
+            "matrix multiplies 2nm; B and W each as the forward's multiplies; causal attention scores heads*seq/2*(qk+v)*2, twice that backward",
+        ),
+        (
+            "all-to-all",
+            "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the slower link sets the time",
+        ),
+        (
+            "overlap",
+            "expert all-to-alls overlap only inside DualPipe's F&B pairs; tensor-parallel all-reduces overlap in every schedule",
+        ),
+        ("not modelled", "norms, routing and quantization kernels, load imbalance, optimizer step, data loading, restarts"),
+    ]
+    return rows
+
+
+def to_dict(plan: Plan, compare: tuple[str, str] | None = None) -> dict:
+    best = plan.best
+    d = {
+        "model": plan.model.name,
+        "cluster": plan.cluster.name,
+        "gpus": plan.cluster.gpus,
+        "parameters": total_params(plan.model),
+        "active_parameters": active_params(plan.model),
+        "training": asdict(plan.training),
+        "candidates": plan.considered,
+        "fitting": len(plan.results),
+        "recommendation": result_row(best, plan) if best else None,
+        "runners_up": [result_row(r, plan) for r in plan.results[1 : plan.top]],
+        "families": family_verdicts(plan) if best else {},
+        "advice": advice(plan),
+        "assumptions": dict(assumptions(plan)),
+    }
+    one = plan.best_of("1f1b")
+    if best and one:
+        d["versus_1f1b"] = {
+            "step_seconds_1f1b": one.step_time,
+            "gpu_hours_recovered_whole_run": hours_for_run(one, plan.training) - hours_for_run(best, plan.training),
+            "tokens": plan.training.tokens,
+        }
+    ref = published(plan)
+    if best and ref:
+        d["published"] = {**ref, "ratio": best.gpu_hours_per_t / ref["gpu_hours_per_trillion_tokens"]}
+    if compare:
+        d["compare"] = compare_dict(plan, *compare)
+    return d
+
+
+def compare_dict(plan: Plan, a: str, b: str) -> dict:
+    ra, rb = plan.best_of(a), plan.best_of(b)
+    out = {"baseline": a, "candidate": b, a: result_row(ra, plan) if ra else None, b: result_row(rb, plan) if rb else None}
+    if ra and rb:
+        out["gpu_hours_recovered_per_million_tokens"] = (ra.gpu_hours_per_t - rb.gpu_hours_per_t) / 1e6
+    return out
+
+
+def _fmt_hours(h: float) -> str:
+    return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"
+
+
+def markdown(plan: Plan, compare: tuple[str, str] | None = None) -> str:
+    m, c, t, best = plan.model, plan.cluster, plan.training, plan.best
+    lines = [f"# Pipeline plan: {m.name} on {c.name} ({c.gpus} x {c.gpu})", ""]
+    lines.append(
+        f"{m.name}: {total_params(m) / 1e9:.0f}B parameters ({active_params(m) / 1e9:.0f}B active per token), {m.layers} layers. "
+        f"Training: {t.global_batch} sequences of {t.seq} tokens per step, {t.precision}, ZeRO-{t.zero}, "
+        f"{t.tokens / 1e12:g}T tokens in all. Searched {plan.considered} candidate layouts and schedules; "
+        f"{len(plan.results)} fit and were simulated to the end, {plan.skipped} more fit but provably could not win."
+    )
+    lines.append("")
+    if best is None:
+        lines += ["## Recommendation", "", "Nothing fits. " + advice(plan)[0], ""]
+        return "\n".join(lines)
+    cand = best.candidate
+    lines += [
+        "## Recommendation",
+        "",
+        f"**{cand.label} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
+        f"per pipeline per step, {cand.recompute} recomputation.",
+        "",
+        f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed gradient sync {best.dp_sync:.2f} s)",
+        f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
+        f"- memory per GPU: {best.memory_gb:.1f} GB of {c.hbm_gb:g} GB ({best.static_gb:.1f} GB parameters, gradients and optimizer states)",
+        f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
+        f"- **{_fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {_fmt_hours(hours_for_run(best, t))} GPU-hours "
+        f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
+        "",
+    ]
+    ref = published(plan)
+    if ref:
+        ratio = best.gpu_hours_per_t / ref["gpu_hours_per_trillion_tokens"]
+        lines += [
+            f"Published: {_fmt_hours(ref['gpu_hours_per_trillion_tokens'])} {ref['gpu']} GPU-hours per trillion tokens "
+            f"({ref['source']}). This estimate: {_fmt_hours(best.gpu_hours_per_t)}, ratio {ratio:.2f}. The estimate counts the "
+            "matrix multiplies, attention and communication of the model at the efficiencies below; what it leaves out (see "
+            "'not modelled') is why it comes in under the published figure.",
+            "",
+        ]
+        theirs = _published_choice(plan, ref)
+        if theirs:
+            lines += [theirs, ""]
+    lines += ["## Runners-up", "", _table(plan, plan.results[: plan.top]), ""]
+    one = plan.best_of("1f1b")
+    if one and one is not best:
+        saved = hours_for_run(one, t) - hours_for_run(best, t)
+        lines += [
+            "## Against 1F1B",
+            "",
+            f"The best 1F1B plan ({layout_text(one, plan)}, {one.step_time:.2f} s per step) needs {_fmt_hours(one.gpu_hours_per_t)} "
+            f"GPU-hours per trillion tokens. The recommendation recovers **{_fmt_hours(saved)} GPU-hours** over the whole run "
+            f"of {t.tokens / 1e12:g}T tokens ({saved / hours_for_run(one, t):.1%}).",
+            "",
+        ]
+    if compare:
+        d = compare_dict(plan, *compare)
+        a, b = compare
+        lines += [f"## {b} against {a}", ""]
+        if "gpu_hours_recovered_per_million_tokens" in d:
+            ra, rb = plan.best_of(a), plan.best_of(b)
+            lines.append(
+                f"Best {a}: {layout_text(ra, plan)}, {ra.step_time:.2f} s per step. Best {b}: {layout_text(rb, plan)}, "
+                f"{rb.step_time:.2f} s per step. {b} recovers **{d['gpu_hours_recovered_per_million_tokens']:.3f} GPU-hours per "
+                f"million tokens** ({_fmt_hours(d['gpu_hours_recovered_per_million_tokens'] * t.tokens / 1e6)} over the run)."
+            )
+        else:
+            missing = a if d[a] is None else b
+            lines.append(f"{missing} has no plan that fits: {_rejection(plan, missing)}.")
+        lines.append("")
+    verdicts = family_verdicts(plan)
+    if verdicts:
+        lines += ["## Why the other schedules lost", "", "| schedule | verdict |", "|---|---|"]
+        lines += [f"| {n} | {v} |" for n, v in verdicts.items()]
+        lines.append("")
+    lines += ["## Advice", ""] + [f"- {a}" for a in advice(plan)] + [""]
+    lines += ["## Assumptions", "", "| name | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in assumptions(plan)] + [""]
+    lines += [f"Model FLOPs per token: {model_flops_per_token(m, t.seq) / 1e9:.0f} GFLOP (training, no recomputation).", ""]
+    return "\n".join(lines)
+
+
+def _table(plan: Plan, rows: list[Result]) -> str:
+    head = "| # | layout | schedule | M x mb | recompute | step (s) | bubble | utilization | memory/GPU (GB) | tokens/s | MFU | GPU-h / 1T tokens |"
+    out = [head, "|---" * 12 + "|"]
+    for i, r in enumerate(rows, 1):
+        c = r.candidate
+        out.append(
+            f"| {i} | {layout_text(r, plan)} | {c.label} | {c.microbatches} x {c.layout.micro_batch} | {c.recompute} | "
+            f"{r.step_time:.2f} | {r.bubble:.1%} | {r.compute_utilization:.1%} | {r.memory_gb:.1f} | {r.tokens_per_s:,.0f} | "
+            f"{r.mfu:.1%} | {_fmt_hours(r.gpu_hours_per_t)} |"
+        )
+    return "\n".join(out)

@@ -1,0 +1,270 @@
+"""Model, cluster and training specs: TOML files, validated, with shipped presets.
+
+A spec is a name of a preset (``deepseek-v3``, ``h800-2048``, ...) or a path to a TOML
+file of the same shape (see ``presets/``). Every field is checked on load; a missing,
+unknown or negative field is one clear ``PipesimError`` naming the file and the field.
+Every assumption the planner makes is a field of ``Training``, printed in the report.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import get_type_hints
+
+from ..errors import PipesimError
+
+PRESETS = Path(__file__).parent / "presets"
+
+
+@dataclass(frozen=True)
+class Attention:
+    kind: str = "gqa"  # "gqa" (MHA when kv_heads == heads) or "mla"
+    kv_heads: int = 0  # gqa: key/value heads (0: as many as query heads)
+    head_dim: int = 0  # gqa: per-head size (0: hidden / heads)
+    q_lora_rank: int = 0  # mla: query down-projection rank
+    kv_lora_rank: int = 0  # mla: key/value down-projection rank
+    qk_rope_dim: int = 0  # mla: rotary part of each query/key head
+    qk_nope_dim: int = 0  # mla: non-rotary part
+    v_head_dim: int = 0  # mla: value head size
+
+
+@dataclass(frozen=True)
+class MoE:
+    experts: int  # routed experts per MoE layer
+    expert_ffn: int
+    top_k: int
+    shared_experts: int = 0
+    max_nodes: int = 0  # node-limited routing: nodes a token may reach (0: no limit)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    attention: Attention
+    dense_layers: int  # the first dense_layers layers have a dense MLP, the rest MoE
+    dense_ffn: int
+    moe: MoE | None = None
+    tied_embeddings: bool = False
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.moe is not None and i >= self.dense_layers
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    gpu: str
+    gpus: int
+    gpus_per_node: int
+    bf16_tflops: float  # dense peak per GPU
+    fp8_tflops: float  # dense peak per GPU (0: no FP8)
+    hbm_gb: float
+    nvlink_gbps: float  # achieved per GPU, one direction, inside a node
+    network_gbps: float  # achieved per GPU, one direction, between nodes
+    sms: int = 132
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.gpus // self.gpus_per_node)
+
+    def resized(self, gpus: int) -> Cluster:
+        if gpus < 1:
+            raise PipesimError(f"--gpus must be >= 1, got {gpus}")
+        if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
+            raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node, got {gpus}")
+        name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
+        return replace(self, name=name, gpus=gpus)
+
+
+@dataclass(frozen=True)
+class Training:
+    """The run, and every assumption the estimate rests on."""
+
+    seq: int = 4096  # tokens per sequence
+    global_batch: int = 1024  # sequences per step
+    precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
+    zero: int = 1  # ZeRO stage over the data-parallel ranks
+    recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
+    tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
+    compute_efficiency: float = 0.0  # achieved share of dense peak in matmuls (0: 0.55 bf16, 0.4 fp8)
+    attention_efficiency: float = 0.4  # achieved share of bf16 peak in attention kernels
+    comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
+    param_bytes: float = 2  # weights (bf16)
+    grad_bytes: float = 4  # gradient accumulation (fp32)
+    optimizer_bytes: float = 12  # fp32 master weights and Adam moments
+    memory_headroom: float = 0.9  # share of HBM the planner lets a plan use
+    dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
+    p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
+    micro_batch_sizes: tuple[int, ...] = (1, 2)  # sequences per micro-batch, searched
+
+    @property
+    def efficiency(self) -> float:
+        if self.compute_efficiency:
+            return self.compute_efficiency
+        return 0.4 if self.precision == "fp8" else 0.55
+
+
+# --------------------------------------------------------------------------------------
+# loading
+
+
+def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
+    """The TOML table of a file path, or of a preset in presets/<kind>s/."""
+    p = Path(name_or_path)
+    if p.suffix != ".toml" and not p.exists():
+        p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
+        if not p.exists():
+            names = sorted(x.stem for x in (PRESETS / f"{kind}s").glob("*.toml"))
+            raise PipesimError(f"unknown {kind} {name_or_path!r}: give a TOML file or one of {', '.join(names)}")
+    try:
+        return tomllib.loads(p.read_text()), str(p)
+    except OSError as e:
+        raise PipesimError(f"cannot read {kind} spec {str(p)!r}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PipesimError(f"{p}: not valid TOML ({e})") from None
+
+
+def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
+    """Build ``cls`` from ``table``: known fields only, each of its declared type, numbers
+    not negative, the ``required`` ones present."""
+    if not isinstance(table, dict):
+        raise PipesimError(f"{where} must be a table")
+    hints = get_type_hints(cls)
+    for key in table:
+        if key not in hints:
+            raise PipesimError(f"{where}: unknown field {key!r}; expected one of {', '.join(hints)}")
+    for key in required:
+        if key not in table:
+            raise PipesimError(f"{where}: missing field {key!r}")
+    out = {}
+    for key, value in table.items():
+        want = hints[key]
+        if want is bool:
+            ok = isinstance(value, bool)
+            what = "true or false"
+        elif want is str:
+            ok = isinstance(value, str)
+            what = "a string"
+        elif want == tuple[int, ...]:
+            ok = (
+                isinstance(value, list)
+                and bool(value)
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value)
+            )
+            what = "a list of whole numbers >= 1"
+            value = tuple(value) if ok else value
+        elif want in (int, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (want is float or value == int(value))
+            what = "a whole number" if want is int else "a number"
+            if ok and value < 0:
+                raise PipesimError(f"{where}: {key} must be >= 0, got {value}")
+            value = want(value) if ok else value
+        else:  # nested tables are filled by the caller
+            ok, what = True, ""
+        if not ok:
+            raise PipesimError(f"{where}: {key} must be {what}, got {value!r}")
+        out[key] = value
+    return cls(**out)
+
+
+def load_model(name_or_path: str) -> Model:
+    data, where = _read("model", name_or_path)
+    data = dict(data)
+    data.pop("training", None)
+    data.pop("published", None)
+    att = _fill(Attention, data.pop("attention", {}), f"{where} [attention]")
+    mlp = data.pop("mlp", {})
+    moe_t = data.pop("moe", None)
+    moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
+    if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn") for k in mlp):
+        raise PipesimError(f"{where} [mlp]: expected dense_layers and dense_ffn")
+    for key in ("name", "layers", "hidden", "heads", "vocab"):
+        if key not in data:
+            raise PipesimError(f"{where}: missing field {key!r}")
+    dense_layers = mlp.get("dense_layers", 0 if moe else data["layers"])
+    dense_ffn = mlp.get("dense_ffn", 0)
+    m = _fill(Model, {**data, "attention": att, "moe": moe, "dense_layers": dense_layers, "dense_ffn": dense_ffn}, where)
+    _check_model(m, where)
+    return m
+
+
+def _check_model(m: Model, where: str) -> None:
+    for key in ("layers", "hidden", "heads", "vocab"):
+        if getattr(m, key) < 1:
+            raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
+    if m.attention.kind not in ("gqa", "mla"):
+        raise PipesimError(f'{where} [attention]: kind must be "gqa" or "mla", got {m.attention.kind!r}')
+    if m.attention.kind == "mla" and not (
+        m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
+    ):
+        raise PipesimError(f"{where} [attention]: mla needs kv_lora_rank, qk_nope_dim, qk_rope_dim and v_head_dim")
+    if m.dense_layers > m.layers:
+        raise PipesimError(f"{where} [mlp]: dense_layers {m.dense_layers} exceeds layers {m.layers}")
+    if m.dense_layers and not m.dense_ffn:
+        raise PipesimError(f"{where} [mlp]: dense layers need dense_ffn")
+    if m.moe is None and m.dense_layers < m.layers:
+        raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
+    if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
+        raise PipesimError(f"{where} [moe]: top_k must be between 1 and experts={m.moe.experts}, got {m.moe.top_k}")
+
+
+def load_cluster(name_or_path: str, gpus: int | None = None) -> Cluster:
+    data, where = _read("cluster", name_or_path)
+    c = _fill(
+        Cluster, data, where, ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps")
+    )
+    for key in ("gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps"):
+        if getattr(c, key) <= 0:
+            raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
+    return c.resized(gpus) if gpus is not None else c
+
+
+def model_training(name_or_path: str) -> dict:
+    """The ``[training]`` table a model preset may carry: the set-up it was trained with."""
+    data, _ = _read("model", name_or_path)
+    return dict(data.get("training", {}))
+
+
+def model_published(name_or_path: str) -> dict | None:
+    """The ``[published]`` table a model preset may carry: what its training cost, with
+    ``gpu``, ``gpu_hours_per_trillion_tokens`` and ``source``."""
+    data, where = _read("model", name_or_path)
+    ref = data.get("published")
+    if ref is None:
+        return None
+    if not isinstance(ref, dict) or not {"gpu", "gpu_hours_per_trillion_tokens", "source"} <= ref.keys():
+        raise PipesimError(f"{where} [published]: needs gpu, gpu_hours_per_trillion_tokens and source")
+    return ref
+
+
+def load_training(name_or_path: str | None = None, base: dict | None = None, **overrides) -> Training:
+    """Training from defaults, a model's ``[training]``, a file or preset, then flags."""
+    table: dict = dict(base or {})
+    where = "training"
+    if name_or_path:
+        data, where = _read("training", name_or_path)
+        data.pop("name", None)
+        table.update(data)
+    table.update({k: v for k, v in overrides.items() if v is not None})
+    t = _fill(Training, table, where)
+    if t.precision not in ("bf16", "fp8"):
+        raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
+    if t.recompute not in ("none", "selective", "full", "auto"):
+        raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.zero not in (0, 1, 2, 3):
+        raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
+    for key in ("seq", "global_batch"):
+        if getattr(t, key) < 1:
+            raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")
+    for key in ("memory_headroom", "dp_overlap", "attention_efficiency"):
+        if not 0 <= getattr(t, key) <= 1:
+            raise PipesimError(f"{where}: {key} must be between 0 and 1, got {getattr(t, key)}")
+    if t.compute_efficiency > 1:
+        raise PipesimError(f"{where}: compute_efficiency must be between 0 and 1, got {t.compute_efficiency}")
+    return t
