@@ -132,7 +132,10 @@ def test_comm_segments_are_drawn_under_their_row():
     tl = Timeline(
         2,
         (
-            (Event(0, s.ranks[0][0], 0, 1, Inside.of((Segment("compute", "ATTN(F) 0", 0, 0.25), seg))), Event(0, s.ranks[0][1], 4, 6)),
+            (
+                Event(0, s.ranks[0][0], 0, 1, Inside.of((Segment("compute", "ATTN(F) 0", 0, 0.25), seg))),
+                Event(0, s.ranks[0][1], 4, 6),
+            ),
             (Event(1, s.ranks[1][0], 1, 2), Event(1, s.ranks[1][1], 2, 4)),
         ),
     )

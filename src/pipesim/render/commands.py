@@ -230,6 +230,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # report
 
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .chart import Panel, axis_width, chart_bytes, longest
     from .html import Section, Unrunnable, report_html
@@ -248,7 +249,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         for p in panels
     ]
     columns = compare_columns(costs)
-    table = [[r.name, *[cell(r.report) for _, cell in columns[1:]]] if r.report else Unrunnable(r.name, f"n/a: {r.error}") for r in rows]
+    table = [
+        [r.name, *[cell(r.report) for _, cell in columns[1:]]] if r.report else Unrunnable(r.name, f"n/a: {r.error}")
+        for r in rows
+    ]
     try:
         pipesim_version = version("pipesim")
     except PackageNotFoundError:
