@@ -127,3 +127,18 @@ def test_bad_cost_files(capsys, tmp_path, text, needle):
     f.write_text(text)
     code, _, err = run(capsys, "simulate", "-s", "1f1b", "--components", str(f))
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_pair_chart_names_every_part(capsys, tmp_path):
+    """The pair view as a chart: one labelled box per part of the pair, nothing else written."""
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "pair.svg"
+    code, _, _ = run(capsys, "pair", "--preset", "ep-1to1", "--layers", "2", "-o", str(out))
+    assert code == 0 and list(tmp_path.iterdir()) == [out]
+    texts = [t.text or "" for t in ET.parse(out).getroot().iter("{http://www.w3.org/2000/svg}text")]
+    code, js, _ = run(capsys, "pair", "--preset", "ep-1to1", "--layers", "2", "--json")
+    parts = json.loads(js)["segments"]
+    for g in parts:
+        part = g["part"].split(" ")[0]
+        assert sum(part in t for t in texts) >= sum(p["part"].split(" ")[0] == part for p in parts)

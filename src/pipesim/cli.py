@@ -147,6 +147,12 @@ _LAYER_FIELD = {"attn": "attn_f", "mlp": "mlp_f", "dispatch": "dispatch_f", "com
 _COMPONENT_EXTRAS = ("layers", "p2p", "comm_sms", "total_sms")
 
 
+def picture_path(text: str) -> str:
+    if not text.lower().endswith((".png", ".svg", ".pdf")):
+        raise argparse.ArgumentTypeError(f"expected a .png, .svg or .pdf file, got {text!r}")
+    return text
+
+
 def positive_float(text: str) -> float:
     v = nonneg_float(text)
     if v == 0:
@@ -439,6 +445,15 @@ def cmd_pair(args: argparse.Namespace) -> int:
     t_alone = costs.op_time(pair.forward, 0) + costs.op_time(pair.backward, 0)
     compute = sum(g.end - g.start for g in segs if g.stream == "compute")
     comm = sum(g.end - g.start for g in segs if g.stream == "comm")
+    title = f"F&{args.backward} pair: {num(t_pair)} on two streams, {num(t_alone)} alone; {costs.describe()}"
+    for path in args.output or ():
+        from .files import write_bytes_atomic
+        from .render.pair import pair_chart_bytes
+
+        write_bytes_atomic(path, pair_chart_bytes(segs, path.rsplit(".", 1)[-1].lower(), title))
+        print(f"wrote {path}", file=sys.stderr)
+    if args.output:
+        return 0
     if args.json:
         emit_json(
             {
@@ -529,6 +544,9 @@ def make_parser() -> Parser:
     )
     c.add_argument("--json", action="store_true")
     c.add_argument("--width", type=positive_int, help="columns of the picture (default 100)")
+    c.add_argument(
+        "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
+    )
 
     for module in AREA_COMMANDS:
         importlib.import_module(module).add_commands(command)

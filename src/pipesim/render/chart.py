@@ -21,10 +21,8 @@ the rank's order (a pair gives two, forward then backward); pair outlines are in
 ``label:{panel}:{rank}:{op}`` (``label:0:3:F1.6``), so tests and scripts can read the
 shapes back.
 
-Not here yet: the two-stream view of one overlapped pair (issue 5's "pair view": its
-``Event.segments`` on a compute row and a comm row, showing which part hides which).
-It waits for the component cost model, whose segment labels it would draw; it belongs
-beside ``chart_figure`` as a function of one ``Event``, with the same palette.
+The two-stream view of one overlapped pair (compute and communication rows, which part
+hides which) is ``pair.py``'s ``pair_chart_bytes``.
 
 matplotlib is imported inside the functions, so that the core never needs it.
 """

@@ -1,12 +1,21 @@
-"""The two-stream picture of one overlapped pair: which component hides which."""
+"""The two-stream picture of one overlapped pair: which component hides which.
+
+A compute row and a communication row, each part a box as long as it runs, coloured by
+the kind it belongs to (forward, backward for the input, weight gradient: the palette of
+every other picture). A communication box with compute above it is hidden; one with an
+empty compute row above is exposed. In the terminal (``render_pair``) or as a chart
+(``pair_chart_bytes``, png/svg/pdf).
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from ..timeline import Segment
+from .mpl import figure_bytes
+from .palette import fill, ink
 
-_STYLE = {"F": "black on #9ecae1", "B": "black on #fdd0a2", "W": "black on #c7e9c0"}
+_STYLE = {k: f"{ink(k)} on {fill(k)}" for k in ("F", "B", "W")}
 
 
 def _kind(seg: Segment) -> str:
@@ -39,3 +48,46 @@ def render_pair(segments: tuple[Segment, ...], width: int = 100) -> list[Text]:
         line.append("│")
         lines.append(line)
     return lines
+
+
+def pair_chart_bytes(segments: tuple[Segment, ...], fmt: str, title: str) -> bytes:
+    """The pair as a chart: compute on top, communication below, time left to right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = max((g.end for g in segments), default=1.0)
+    fig, ax = plt.subplots(figsize=(max(6.0, min(24.0, 0.9 * len(segments))), 2.2))
+    for row, stream in ((1, "compute"), (0, "comm")):
+        for g in segments:
+            if g.stream != stream:
+                continue
+            kind = _kind(g)
+            ax.broken_barh(
+                [(g.start, g.end - g.start)], (row - 0.4, 0.8), facecolors=fill(kind), edgecolors="#333333", linewidth=0.6
+            )
+            part, rest = g.label.split(" ", 1) if " " in g.label else (g.label, "")
+            layer = rest.rsplit(" ", 1)[-1] if rest else ""
+            ax.text(
+                (g.start + g.end) / 2,
+                row,
+                f"{part}\n{layer}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color=ink(kind),
+                clip_on=True,
+            )
+    ax.set_yticks([0, 1], ["communication", "compute"])
+    ax.set_xlim(0, end)
+    ax.set_ylim(-0.6, 1.6)
+    ax.set_xlabel("time from the pair's start (cost-model units)")
+    ax.set_title(title, fontsize=9, loc="left")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    try:
+        return figure_bytes(fig, fmt)
+    finally:
+        plt.close(fig)
