@@ -16,14 +16,14 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[plot,exact,test,torch]'
 	touch $(READY)
 
-SHOWN := --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev
+SHOWN := --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev --costs-per stage
 
 run: $(READY)
 	$(BIN)/pipesim compare $(SHOWN) --timelines
 	mkdir -p out
 	$(BIN)/pipesim draw $(SHOWN) -o out/schedules.png -o out/schedules.svg -o out/trace.json
 	$(BIN)/pipesim report $(SHOWN) -o out/report.html
-	$(BIN)/pipesim sweep --pp 8 --microbatches 8:128 --schedules 1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev -o out/sweep.png --csv out/sweep.csv
+	$(BIN)/pipesim sweep --pp 8 --microbatches 8:128 --schedules 1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev --costs-per stage -o out/sweep.png --csv out/sweep.csv
 	@echo "pictures in $(CURDIR)/out:"
 	@echo "  schedules.png, schedules.svg  the four timelines on one time axis"
 	@echo "  trace.json                    Chrome trace: open it in Perfetto or chrome://tracing"

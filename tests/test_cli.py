@@ -132,3 +132,23 @@ def test_console_script_entry_point():
         [sys.executable, "-m", "pipesim.cli", "simulate", "--schedule", "dualpipe", "--pp", "5"], capture_output=True, text=True
     )
     assert r.returncode == 2 and r.stderr == "pipesim: error: dualpipe needs an even --pp, got 5\n"
+
+
+def test_costs_per_stage_prices_chunks_by_their_share_of_the_model(capsys):
+    """A V chunk is half a 1F1B stage, an interleaved chunk 1/v: with --costs-per stage
+    their times scale by that share; 1F1B and DualPipe (full-stage chunks) are unchanged."""
+
+    def makespans(*extra):
+        code, out, _ = run(
+            capsys, "compare", "--pp", "4", "-m", "8", "--schedules", "1f1b,dualpipe,dualpipev,interleaved-1f1b", "--json", *extra
+        )
+        assert code == 0
+        return {r["schedule"]: r["makespan"] for r in json.loads(out)["schedules"]}
+
+    chunk, stage = makespans(), makespans("--costs-per", "stage")
+    assert stage["1f1b"] == chunk["1f1b"] and stage["dualpipe"] == chunk["dualpipe"]
+    assert stage["dualpipev"] == chunk["dualpipev"] / 2
+    assert stage["interleaved-1f1b"] == chunk["interleaved-1f1b"] / 2
+    # P2P latency does not shrink with the chunk
+    with_comm = makespans("--costs-per", "stage", "--comm", "0.5")
+    assert with_comm["dualpipev"] > stage["dualpipev"]

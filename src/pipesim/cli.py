@@ -21,7 +21,7 @@ from rich.table import Table
 from . import theory
 from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
-from .costs import CostModel, Costs
+from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .files import load_schedule, save_schedule
 from .ir import Op, Pair, Schedule
@@ -116,6 +116,13 @@ def add_costs(p: argparse.ArgumentParser) -> None:
     g.add_argument("--bw", type=cost_value, help="fused backward time (default B + W)")
     g.add_argument("--pair", type=nonneg_float, help="overlapped F&B pair time (default F + BW: no overlap)")
     g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
+    g.add_argument(
+        "--costs-per",
+        choices=("chunk", "stage"),
+        default="chunk",
+        help="chunk (default): the times are one chunk's, whatever its size; stage: they are one 1F1B stage's "
+        "(1/pp of the model), and V or interleaved chunks cost their share, to compare schedules on one model",
+    )
     c = p.add_argument_group(
         "component costs per layer (instead of --f/--b/--w: a chunk is --layers layers of attention, "
         "dispatch, MLP, combine; overlapped pairs run on two streams)"
@@ -302,7 +309,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     s = schedule_from(args)
     costs = costs_from(args)
     mem_model = memory_from(args)
-    tl = simulate(s, costs)
+    tl = simulate(s, chunk_costs(costs, s, args.costs_per))
     rep = summarize(s, tl)
     mem = memory(s, tl, mem_model) if mem_model else None
     if args.json:
@@ -380,7 +387,7 @@ def compare_rows(args: argparse.Namespace, names: list[str], costs: Costs) -> li
         try:
             opts = options_from(args) if "chunks" in fam.options else {}
             s = build(name, *shape(args), **opts)
-            tl = simulate(s, costs)
+            tl = simulate(s, chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
         except PipesimError as e:
             rows.append(Row(name, error=str(e)))
@@ -412,6 +419,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             t.add_row(row.name, *[cell(row.report) for _, cell in columns[1:]])
     out = console()
     out.print(t)
+    halves = [r.name for r in rows if r.schedule and r.schedule.placement.stages != r.schedule.pp]
+    if halves and args.costs_per == "chunk":
+        out.print(
+            f"[dim]costs are per chunk, and {', '.join(halves)} cut the model into more, smaller chunks than 1F1B; "
+            "--costs-per stage compares them on one model[/]"
+        )
     if args.timelines:
         for row in rows:
             if row.report:

@@ -309,6 +309,11 @@ class ComponentCosts:
         d.update(p2p=self.p2p, comm_sms=self.comm_sms, total_sms=self.total_sms, lone_overlap=self.lone_overlap)
         return d
 
+    def scaled(self, k: float) -> ComponentCosts:
+        """Every part of every layer times ``k`` (a chunk of k times the layers); P2P unchanged."""
+        stages = tuple(tuple(_scaled(c, k) for c in stage) for stage in self.stages)
+        return ComponentCosts(stages, self.p2p, self.comm_sms, self.total_sms, self.lone_overlap)
+
     def describe(self) -> str:
         """One line for humans, e.g. for the CLI's header."""
         stage = self.stages[0]

@@ -30,6 +30,22 @@ class CostModel(Protocol):
 
     def describe(self) -> str: ...
 
+    def scaled(self, k: float) -> CostModel: ...
+
+
+def chunk_costs(costs: CostModel, schedule, per: str = "chunk") -> CostModel:
+    """The cost model for ``schedule``'s chunks. ``per="chunk"``: the costs are given per
+    chunk, whatever its size (the papers' convention). ``per="stage"``: they are given per
+    1F1B stage (1/pp of the model), and a chunk holding 1/stages of the model costs
+    pp/stages of that; so V and interleaved schedules compare with 1F1B on the same model.
+    Communication between ranks does not shrink with the chunk."""
+    if per not in ("chunk", "stage"):
+        raise PipesimError(f"costs are per chunk or per stage, got {per!r}")
+    stages = schedule.placement.stages
+    if per == "stage" and stages != schedule.pp:
+        return costs.scaled(schedule.pp / stages)
+    return costs
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -100,6 +116,16 @@ class Costs:
 
     def describe(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.to_dict().items())
+
+    def scaled(self, k: float) -> Costs:
+        """Every compute time times ``k`` (the P2P latency unchanged)."""
+
+        def mul(v):
+            if v is None:
+                return None
+            return v * k if isinstance(v, (int, float)) else tuple(x * k for x in v)
+
+        return Costs(f=mul(self.f), b=mul(self.b), w=mul(self.w), comm=self.comm, bw=mul(self.bw), pair=mul(self.pair))
 
     def to_dict(self) -> dict:
         def plain(v):

@@ -19,7 +19,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .costs import CostModel
+from .costs import CostModel, chunk_costs
 from .errors import PipesimError
 from .metrics import summarize
 from .schedules import build, family
@@ -102,10 +102,16 @@ class Skip:
 
 
 def run_sweep(
-    names: Sequence[str], pp: int, microbatches: Sequence[int], costs: CostModel, options: dict | None = None
+    names: Sequence[str],
+    pp: int,
+    microbatches: Sequence[int],
+    costs: CostModel,
+    options: dict | None = None,
+    costs_per: str = "chunk",
 ) -> tuple[list[Point], list[Skip]]:
     """Build, simulate and summarize every schedule at every M; the points that ran and
-    the (schedule, M) that could not, with why. Unknown names are an error."""
+    the (schedule, M) that could not, with why. Unknown names are an error. ``costs_per``
+    as in ``costs.chunk_costs``."""
     options = options or {}
     points, skips = [], []
     for name in names:
@@ -117,7 +123,7 @@ def run_sweep(
             except PipesimError as e:
                 skips.append(Skip(name, M, str(e)))
                 continue
-            rep = summarize(s, simulate(s, costs))
+            rep = summarize(s, simulate(s, chunk_costs(costs, s, costs_per)))
             points.append(
                 Point(
                     schedule=name,

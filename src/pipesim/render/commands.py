@@ -31,7 +31,7 @@ from ..cli import (
     schedule_from,
     shape,
 )
-from ..costs import Costs
+from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
 from ..files import write_bytes_atomic, write_text_atomic
 from ..ir import Schedule
@@ -148,7 +148,7 @@ def cmd_draw(args: argparse.Namespace) -> int:
     names = [args.schedule] if args.schedule else _names(args.schedules)
     exts = [_output(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace") for p in args.output]
     costs = costs_from(args)
-    runs = [(s, simulate(s, costs)) for s in _build_each(args, names)]
+    runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in _build_each(args, names)]
     files: list[tuple[str, bytes | str]] = []
     for path, ext in zip(args.output, exts):
         if ext == ".json":
@@ -193,7 +193,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.csv:
         _output(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
-    points, skips = run_sweep(names, pp, Ms, costs, options_from(args))
+    points, skips = run_sweep(names, pp, Ms, costs, options_from(args), args.costs_per)
     notes = skip_lines(skips)
     if not points:
         raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
