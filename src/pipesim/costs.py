@@ -19,6 +19,15 @@ from .ir import Op, Pair
 PerStage = float | Sequence[float]
 
 
+def at_stage(v: PerStage, stage: int, what: str) -> float:
+    """``v`` at ``stage``: one number serves every stage, a sequence gives one per stage."""
+    if isinstance(v, (int, float)):
+        return float(v)
+    if stage >= len(v):
+        raise PipesimError(f"{what} list {len(v)} stages, but the schedule has a stage {stage}")
+    return float(v[stage])
+
+
 class CostModel(Protocol):
     def op_time(self, op: Op, stage: int) -> float: ...
 
@@ -85,11 +94,7 @@ class Costs:
 
     @staticmethod
     def _at(v: PerStage, stage: int) -> float:
-        if isinstance(v, (int, float)):
-            return float(v)
-        if stage >= len(v):
-            raise PipesimError(f"per-stage costs list {len(v)} stages, but the schedule has a stage {stage}")
-        return v[stage]
+        return at_stage(v, stage, "per-stage costs")
 
     def op_time(self, op: Op, stage: int) -> float:
         if op.kind == "F":

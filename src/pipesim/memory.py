@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costs import PerStage
+from .costs import PerStage, at_stage
 from .errors import PipesimError
 from .ir import Schedule, ops_of
 from .timeline import Timeline
@@ -61,29 +61,23 @@ class MemoryModel:
         if self.dp < 1 or self.expert_dp < 0:
             raise PipesimError(f"dp must be >= 1, got {self.dp}")
 
-    @staticmethod
-    def _at(v: PerStage, stage: int) -> float:
-        if isinstance(v, (int, float)):
-            return float(v)
-        if stage >= len(v):
-            raise PipesimError(f"memory sizes list {len(v)} stages, but the schedule has a stage {stage}")
-        return float(v[stage])
+    def params_at(self, stage: int) -> tuple[float, float]:
+        """(non-expert, expert) parameters of one stage on one GPU."""
+        return at_stage(self.params, stage, "memory sizes"), at_stage(self.expert_params, stage, "memory sizes")
 
     def stage_bytes(self, stage: int) -> tuple[float, float, float]:
         """(parameter, gradient, optimizer) bytes of one stage on one GPU. ZeRO stage k
         shards optimizer states (k >= 1), gradients (k >= 2) and parameters (k = 3) over
         the replicas of each parameter: dp for the dense ones, expert_dp for experts."""
         out = [0.0, 0.0, 0.0]
-        for n, replicas in (
-            (self._at(self.params, stage), self.dp),
-            (self._at(self.expert_params, stage), self.expert_dp or self.dp),
-        ):
+        dense, experts = self.params_at(stage)
+        for n, replicas in ((dense, self.dp), (experts, self.expert_dp or self.dp)):
             for i, (width, level) in enumerate(((self.param_bytes, 3), (self.grad_bytes, 2), (self.optimizer_bytes, 1))):
                 out[i] += n * width / (replicas if self.zero >= level else 1)
         return out[0], out[1], out[2]
 
     def activation_bytes(self, stage: int) -> float:
-        return self._at(self.activation, stage)
+        return at_stage(self.activation, stage, "memory sizes")
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,7 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     copies = s.placement.parameter_copies
     pl = s.placement
     held = [pl.model_stage(worst, ch) for ch in range(pl.chunks)]
-    n = sum(mm._at(mm.params, st) + mm._at(mm.expert_params, st) for st in held)
+    n = sum(sum(mm.params_at(st)) for st in held)
     return {
         "schedule": name,
         "copies": copies,

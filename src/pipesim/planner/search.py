@@ -285,7 +285,7 @@ def dp_sync_seconds(m: Model, c: Cluster, t: Training, lay: Layout, s, mm) -> fl
         total = 0.0
         for ch in range(s.placement.chunks):
             st = s.placement.model_stage(r, ch)
-            dense, experts = mm._at(mm.params, st), mm._at(mm.expert_params, st)
+            dense, experts = mm.params_at(st)
             for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
                 if replicas > 1:
                     total += 2 * (replicas - 1) / replicas * n * 2 / (c.network_gbps * 1e9)
