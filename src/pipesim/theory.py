@@ -127,7 +127,7 @@ def _zb_v(pp, M, u):
 def _chimera(pp, M, u):
     # Li and Hoefler's bubble (D-2)/(2N+D-2) assumes a backward as long as the forward:
     # each rank idles (pp-2) forwards beside its M(F+BW) of work.
-    if u.comm or u.bw != u.f or pp % 2 or M % pp:
+    if u.comm or abs(u.bw - u.f) > 1e-9 * max(1.0, u.f) or pp % 2 or M % pp:
         return None
     return M * (u.f + u.bw) + (pp - 2) * u.f
 

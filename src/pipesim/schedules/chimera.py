@@ -26,7 +26,7 @@ from ..ir import Placement, Schedule
 def chimera(pp: int, microbatches: int) -> Schedule:
     M = microbatches
     if pp % 2:
-        raise PipesimError(f"chimera needs an even --pp (two pipelines of pp stages meet in the middle), got {pp}")
+        raise PipesimError(f"chimera needs an even --pp, got {pp}")
     if M % pp:
         raise PipesimError(f"chimera needs --microbatches a multiple of --pp={pp} (whole units of pp/2 each way), got {M}")
     prob = Problem.of(Placement.dual(pp, M), Costs(f=1, b=1, w=0), split=False)
