@@ -150,6 +150,7 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "zb-auto", "--memory-limit", "0.5"], "zb-auto needs --memory-limit >= 1 activation per rank"),
         (["simulate", "--schedule", "1f1b", "--memory-limit", "4"], "1f1b does not take --memory-limit; it takes no options"),
         (["simulate", "--schedule", "zb-h2", "--exact"], "zb-h2 does not take --exact"),
+        (["simulate", "--schedule", "zb-auto", "--time-limit", "5"], "--time-limit bounds the exact search; add --exact"),
         (["simulate", "--schedule", "chimera", "--pp", "3", "-m", "6"], "chimera needs an even --pp, got 3"),
         (["compare", "--memory-limit", "-1"], "--memory-limit: expected a number > 0"),
     ],

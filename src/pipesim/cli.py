@@ -158,6 +158,8 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     passed anyway so that ``build`` rejects them; the cost flags go to the builders that
     take costs (zb-auto) and to the simulator."""
     opts = {k: v for k in ("chunks", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
+    if "time_limit" in opts and not getattr(args, "exact", False):
+        raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
     if getattr(args, "exact", False):
         opts["exact"] = True
     name = name or getattr(args, "schedule", None)
