@@ -63,6 +63,53 @@ def test_schedules_lists_every_family(capsys):
     code, out, _ = run(capsys, "schedules", "--json")
     names = {s["name"] for s in json.loads(out)["schedules"]}
     assert {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "dualpipe", "dualpipev"} <= names
+    assert {"zb-h2", "zb-v", "v-half", "v-min", "chimera", "zb-auto"} <= names
+
+
+PAPER_1P = ["--pp", "8", "--microbatches", "24", "--f", "18.522", "--b", "18.086", "--w", "9.337", "--comm", "0.601"]
+
+
+def test_zb_auto_json_from_the_issue(capsys):
+    """The issue's command: the paper's 1.5B costs, a limit of p = 8 activations (ZB-1p,
+    bubble 0.1585 in the paper's Table 5)."""
+    code, out, _ = run(
+        capsys, "simulate", "--schedule", "zb-auto", *PAPER_1P, "--memory-limit", "8", "--w-memory", "0.366", "--json"
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["span_bubble_ratio"] == pytest.approx(0.1585, abs=0.002)
+    assert d["proven_optimal"] is None  # the heuristic proves nothing
+    assert len(d["ranks"]) == 8 and all(len(r) == 3 * 24 for r in d["ranks"])
+    assert d["search"]["memory_limit"] == 8 and d["search"]["peak_memory"] <= 8
+
+
+def test_zb_auto_exact_says_it_proved(capsys):
+    args = ["--pp", "2", "-m", "3", "--f", "1.5", "--b", "1.2", "--w", "0.7", "--comm", "0.1", "--memory-limit", "2"]
+    code, out, _ = run(capsys, "simulate", "--schedule", "zb-auto", *args, "--exact", "--time-limit", "20", "--json")
+    assert code == 0 and json.loads(out)["proven_optimal"] is True
+    code, out, _ = run(capsys, "simulate", "--schedule", "zb-auto", *args, "--exact", "--time-limit", "20", "--no-timeline")
+    assert code == 0 and "proven optimal" in out
+
+
+def test_handcrafted_schedules_prove_nothing(capsys):
+    code, out, _ = run(capsys, "simulate", "--schedule", "zb-v", "--pp", "4", "-m", "8", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["proven_optimal"] is None and d["search"] is None and d["makespan"] == 51
+
+
+def test_compare_memory_limit_drops_and_says_so(capsys):
+    code, out, _ = run(capsys, "compare", "--pp", "4", "-m", "8", "--memory-limit", "4", "--json")
+    assert code == 0
+    d = json.loads(out)
+    kept = {r["schedule"]: r for r in d["schedules"]}
+    dropped = {r["schedule"]: r["peak_activation_memory"] for r in d["dropped"]}
+    assert dropped["gpipe"] == 8 and dropped["zb-h2"] == 8 and "zb-v" in kept
+    assert all(max(r["peak_activation_memory"]) <= 4 for r in kept.values() if "error" not in r)
+    # the Pareto front: V-Min holds the least memory, ZB-V the least bubble among these
+    assert kept["v-min"]["pareto"] and kept["zb-v"]["pareto"] and not kept["1f1b"]["pareto"]
+    code, out, _ = run(capsys, "compare", "--pp", "4", "-m", "8", "--memory-limit", "4")
+    assert "dropped, peak activation memory above --memory-limit 4 stages: gpipe (8)" in out
+    assert "memory/bubble trade-off" in out
 
 
 def test_simulate_a_reference_file(capsys):
@@ -98,6 +145,14 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "1f1b", "--pq", "4"], "unrecognized arguments: --pq"),
         (["simulate", "--schedule", "missing.json"], "cannot read schedule file 'missing.json'"),
         (["frobnicate"], "invalid choice"),
+        (["simulate", "--schedule", "zb-auto", "--w-memory", "2"], "--w-memory: expected a share between 0 and 1, got '2'"),
+        (["simulate", "--schedule", "zb-auto", "--memory-limit", "0"], "--memory-limit: expected a number > 0, got '0'"),
+        (["simulate", "--schedule", "zb-auto", "--memory-limit", "0.5"], "zb-auto needs --memory-limit >= 1 activation per rank"),
+        (["simulate", "--schedule", "1f1b", "--memory-limit", "4"], "1f1b does not take --memory-limit; it takes no options"),
+        (["simulate", "--schedule", "zb-h2", "--exact"], "zb-h2 does not take --exact"),
+        (["simulate", "--schedule", "zb-auto", "--time-limit", "5"], "--time-limit bounds the exact search; add --exact"),
+        (["simulate", "--schedule", "chimera", "--pp", "3", "-m", "6"], "chimera needs an even --pp, got 3"),
+        (["compare", "--memory-limit", "-1"], "--memory-limit: expected a number > 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):

@@ -121,16 +121,16 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
     checked = 0
     for cand in cands:
         p = search_mod.prepare(m, c, t, cand)
-        if isinstance(p, search_mod.Result) or search_mod.sample_points(cand.layout.pp, cand.microbatches) is None:
+        if isinstance(p, search_mod.Result) or search_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None:
             continue
         fast = search_mod.finish(m, c, t, p)
-        monkeypatch.setattr(search_mod, "sample_points", lambda pp, M: None)
+        monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M: None)
         full = search_mod.finish(m, c, t, p)
         monkeypatch.undo()
         for field in ("step_time", "bubble", "compute_utilization", "exposed_comm", "memory_gb"):
             assert getattr(fast, field) == pytest.approx(getattr(full, field), rel=1e-9, abs=1e-9), (cand, field)
         checked += 1
-    assert checked >= 5
+    assert checked >= 5  # every periodic family that fits (the searched ones are simulated whole)
 
 
 def test_deepseek_v3_on_its_cluster(capsys):

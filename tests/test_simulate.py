@@ -72,6 +72,9 @@ def shapes():
             M = 2 * d(st.integers(pp, pp + 6))
         elif name == "dualpipev":
             M = d(st.integers(2 * pp, 2 * pp + 9))
+        elif name == "chimera":
+            pp = 2 * d(st.integers(1, 4))
+            M = pp * d(st.integers(1, 3))
         elif name == "interleaved-1f1b":
             opts["chunks"] = d(st.integers(2, 4))
             M = pp * d(st.integers(1, 4))

@@ -76,12 +76,45 @@ def test_dualpipe_family(half, extra, f, wf, overlap):
         assert rep.peak_activations == theory.peak_activations(name, pp, M)
 
 
+@given(st.integers(1, 8), st.integers(1, 24), cost)
+def test_zb_h2(pp, M, f):
+    """ZB-H2 (Zero Bubble paper, section 3): zero bubble in every rank's span once
+    M >= 2pp-1 when F = B = W, with at most 2pp activations."""
+    costs = Costs(f=f, b=f, w=f)
+    rep = sim("zb-h2", pp, M, costs)
+    assert rep.peak_activations == theory.peak_activations("zb-h2", pp, M)
+    if M >= 2 * pp - 1:
+        assert rep.makespan == pytest.approx(theory.makespan("zb-h2", pp, M, costs))
+        assert max(rep.span) == pytest.approx(3 * M * f)
+        assert rep.span_bubble_ratio == pytest.approx(0, abs=1e-12)
+
+
+@given(st.integers(1, 4), st.integers(1, 3), cost, st.floats(0.0, 1.0))
+def test_chimera(half, k, f, split):
+    """Chimera (Li and Hoefler): bubble ratio (D-2)/(2N+D-2) for D stages and N
+    micro-batches when the backward takes as long as the forward; peak activations from
+    D/2+1 at the ends to D in the middle for one unit of D micro-batches, D beyond."""
+    pp, M = 2 * half, 2 * half * k
+    costs = Costs(f=f, b=split * f, w=(1 - split) * f)  # BW = B + W = F
+    rep = sim("chimera", pp, M, costs)
+    assert rep.makespan == pytest.approx(theory.makespan("chimera", pp, M, costs))
+    assert rep.bubble_ratio == pytest.approx((pp - 2) / (2 * M + pp - 2))
+    assert rep.peak_activations == theory.peak_activations("chimera", pp, M)
+    assert rep.parameter_copies == 2
+
+
 def test_forms_decline_outside_their_regime():
     assert theory.makespan("1f1b", 4, 8, Costs(comm=0.1)) is None
     assert theory.makespan("zb-h1", 4, 8, Costs(w=2)) is None
     assert theory.makespan("zb-h1", 8, 4, Costs()) is None
     assert theory.makespan("dualpipe", 4, 8, Costs(b=2)) is None
     assert theory.makespan("gpipe", 4, 8, Costs(f=[1, 2, 1, 1])) is None  # not uniform
+    assert theory.makespan("zb-h2", 4, 6, Costs()) is None  # M < 2pp-1
+    assert theory.makespan("zb-h2", 4, 8, Costs(w=0.5)) is None
+    assert theory.makespan("zb-v", 4, 3, Costs()) is None  # M < pp
+    assert theory.makespan("chimera", 4, 8, Costs()) is None  # BW = 2F
+    assert theory.makespan("v-half", 4, 8, Costs()) is None  # no exact form
+    assert theory.makespan("zb-auto", 4, 8, Costs()) is None
 
 
 def test_every_registered_schedule_has_a_form():

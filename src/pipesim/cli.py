@@ -85,6 +85,26 @@ def cost_value(text: str) -> float | tuple[float, ...]:
     return vals[0] if len(vals) == 1 else vals
 
 
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
+
+
+def share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
+    return v
+
+
 def nonneg_float(text: str) -> float:
     try:
         v = float(text)
@@ -160,13 +180,6 @@ def picture_path(text: str) -> str:
     return text
 
 
-def positive_float(text: str) -> float:
-    v = nonneg_float(text)
-    if v == 0:
-        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
-    return v
-
-
 def costs_from(args: argparse.Namespace) -> CostModel:
     """The cost model the flags describe: per-chunk ``Costs`` or per-layer ``ComponentCosts``."""
     simple = {k: getattr(args, k) for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k, None) is not None}
@@ -204,8 +217,39 @@ def memory_from(args: argparse.Namespace) -> MemoryModel | None:
     return load_cost_file(file)[1] if file else None
 
 
-def options_from(args: argparse.Namespace) -> dict:
-    return {k: v for k in ("chunks",) if (v := getattr(args, k, None)) is not None}
+def add_search(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("search (zb-auto: the cost flags above are its costs too)")
+    g.add_argument(
+        "--memory-limit",
+        type=positive_float,
+        help="peak activations per rank, in micro-batches of one stage's activation (default pp), or bytes with --activation-bytes",
+    )
+    g.add_argument("--w-memory", type=share, help="share of an activation kept until its W; B frees the rest (default 1)")
+    g.add_argument("--activation-bytes", type=positive_float, help="bytes one forward adds: --memory-limit is then in bytes")
+    g.add_argument("--exact", action="store_true", help="improve with CP-SAT (OR-Tools) and prove optimality if it can")
+    g.add_argument("--time-limit", type=nonneg_float, help="seconds for --exact (default 10)")
+
+
+SEARCH_FLAGS = ("memory_limit", "w_memory", "activation_bytes", "time_limit")
+COST_OPTIONS = ("f", "b", "w", "comm")
+
+
+def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
+    """Builder options given on the command line. Flags a schedule does not take are
+    passed anyway so that ``build`` rejects them; the cost flags go to the builders that
+    take costs (zb-auto) and to the simulator."""
+    opts = {k: v for k in ("chunks", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
+    if "time_limit" in opts and not getattr(args, "exact", False):
+        raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
+    if getattr(args, "exact", False):
+        opts["exact"] = True
+    name = name or getattr(args, "schedule", None)
+    fam = REGISTRY.get(name) if name else None
+    if fam is not None:
+        for k in COST_OPTIONS:
+            if k in fam.options and getattr(args, k, None) is not None:
+                opts[k] = getattr(args, k)
+    return opts
 
 
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
@@ -263,7 +307,26 @@ def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict
         "makespan": theory.makespan(schedule.name, schedule.pp, schedule.microbatches, costs, **opts),
         "peak_activations": theory.peak_activations(schedule.name, schedule.pp, schedule.microbatches, **opts),
     }
+    # null for the handcrafted schedules; false for a search that did not prove its result
+    d["proven_optimal"] = schedule.info.get("proven_optimal")
+    d["search"] = schedule.info or None
+    d["ranks"] = schedule.to_notation()
     return d
+
+
+def search_line(s: Schedule) -> str | None:
+    info = s.info
+    if not info:
+        return None
+    proven = info.get("proven_optimal")
+    verdict = "heuristic (not proven)" if proven is None else "proven optimal" if proven else "not proven optimal"
+    bound = info.get("lower_bound")
+    tail = f", lower bound {num(bound)}" if bound is not None and not proven else ""
+    status = f", CP-SAT {info['status']}" if "status" in info else ""
+    return (
+        f"searched: {info['method']}  longest span {num(info['longest_span'])}  {verdict}{tail}{status}  "
+        f"peak memory {info['peak_memory']:.3g} of {info['memory_limit']:g}  ({info['search_seconds']:.2f} s)"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -338,6 +401,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             + f"   = parameters {max(mem.params) / gib:.1f} + gradients {max(mem.grads) / gib:.1f} + optimizer {max(mem.optimizer) / gib:.1f}"
             + f" + activations up to {max(mem.activation_peak) / gib:.1f}"
         )
+    line = search_line(s)
+    if line:
+        out.print(line)
     th = theory.makespan(s.name, s.pp, s.microbatches, costs, **options_from(args))
     if th is not None:
         out.print(f"closed form makespan {num(th)} ({'matches' if abs(th - rep.makespan) < 1e-9 * max(1, th) else 'DIFFERS'})")
@@ -385,7 +451,9 @@ def compare_rows(args: argparse.Namespace, names: list[str], costs: Costs) -> li
     for name in names:
         fam = family(name)  # an unknown name is an error, not a row
         try:
-            opts = options_from(args) if "chunks" in fam.options else {}
+            # each schedule gets the options it takes: --chunks, and for zb-auto the
+            # costs and the memory limit (it then uses all the memory allowed)
+            opts = {k: v for k, v in options_from(args, name).items() if k in fam.options}
             s = build(name, *shape(args), **opts)
             tl = simulate(s, chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
@@ -394,19 +462,50 @@ def compare_rows(args: argparse.Namespace, names: list[str], costs: Costs) -> li
     return rows
 
 
+def pareto(rows: list[Row]) -> set[str]:
+    """Schedules no other one beats on both peak activation memory and bubble."""
+    reps = [r.report for r in rows if r.report]
+
+    def point(rep: Report) -> tuple[float, float]:
+        return (max(rep.peak_activation_memory), rep.bubble_ratio)
+
+    front = set()
+    for rep in reps:
+        m, b = point(rep)
+        if not any(point(o)[0] <= m and point(o)[1] <= b and point(o) != (m, b) for o in reps):
+            front.add(rep.schedule)
+    return front
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.schedules.split(",") if n.strip()] if args.schedules else list(REGISTRY)
     costs = costs_from(args)
     rows = compare_rows(args, names, costs)
     pp, M = shape(args)
+    dropped: list[Row] = []
+    if args.memory_limit is not None:
+        keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]
+        dropped = [r for r in rows if r not in keep]
+        rows = keep
+    front = pareto(rows)
     if args.json:
         out = [
-            {**row.report.to_dict(), "min_utilization": min(row.report.utilization)}
+            {**row.report.to_dict(), "min_utilization": min(row.report.utilization), "pareto": row.name in front}
             if row.report
             else {"schedule": row.name, "error": row.error}
             for row in rows
         ]
-        emit_json({"pp": pp, "microbatches": M, "costs": costs.to_dict(), "schedules": out})
+        gone = [{"schedule": r.name, "peak_activation_memory": max(r.report.peak_activation_memory)} for r in dropped]
+        emit_json(
+            {
+                "pp": pp,
+                "microbatches": M,
+                "costs": costs.to_dict(),
+                "memory_limit": args.memory_limit,
+                "schedules": out,
+                "dropped": gone,
+            }
+        )
         return 0
     columns = compare_columns(costs)
     t = Table(title=f"pp={pp}, M={M}, costs: {costs.describe()}")
@@ -416,9 +515,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if row.report is None:
             t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) - 2))
         else:
-            t.add_row(row.name, *[cell(row.report) for _, cell in columns[1:]])
+            t.add_row(f"{row.name} *" if row.name in front else row.name, *[cell(row.report) for _, cell in columns[1:]])
     out = console()
     out.print(t)
+    trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
+    if trade:
+        steps = ", ".join(f"{n} ({m:g} stages, {pct(b)})" for m, b, n in trade)
+        out.print(f"* memory/bubble trade-off: no other schedule has both less peak memory and less bubble: {steps}")
+    if dropped:
+        gone = ", ".join(f"{r.name} ({max(r.report.peak_activation_memory):g})" for r in dropped)
+        out.print(f"dropped, peak activation memory above --memory-limit {args.memory_limit:g} stages: {gone}")
     halves = [r.name for r in rows if r.schedule and r.schedule.placement.stages != r.schedule.pp]
     if halves and args.costs_per == "chunk":
         out.print(
@@ -528,7 +634,8 @@ def make_parser() -> Parser:
     c.add_argument("--schedule", "-s", required=True, help="a schedule name (see 'pipesim schedules') or a schedule JSON file")
     add_shape(c)
     add_costs(c)
-    c.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    add_search(c)
+    c.add_argument("--json", action="store_true", help="print the metrics, the search result and the op order as JSON")
     c.add_argument("--no-timeline", action="store_true", help="metrics only")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
 
@@ -536,6 +643,11 @@ def make_parser() -> Parser:
     add_shape(c)
     add_costs(c)
     c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument(
+        "--memory-limit",
+        type=positive_float,
+        help="drop schedules whose peak activation memory (in 1F1B stages) exceeds this; zb-auto is searched under it",
+    )
     c.add_argument("--timelines", action="store_true", help="also draw each schedule's timeline")
     c.add_argument("--json", action="store_true")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")

@@ -213,6 +213,9 @@ class Schedule:
     microbatches: int
     placement: Placement
     ranks: tuple[tuple[Item, ...], ...]
+    # how a searched schedule was found (method, proven optimality, bounds); empty for
+    # the handcrafted ones. Not part of the schedule's identity.
+    info: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.ranks) != self.pp:

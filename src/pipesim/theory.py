@@ -10,9 +10,15 @@ Symbols: F, B, W per chunk; BW the fused backward (B + W unless given); F&B an o
 pair (F + BW unless given); c the P2P latency; v chunks per rank.
 
 Sources: GPipe and 1F1B (Narayanan et al. 2021, Megatron-LM); interleaved 1F1B (ibid.);
-ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", section 3); DualPipe and
-DualPipeV (DeepSeek-V3 technical report, Table 2, and the DualPipe repository's README,
-whose B is the full backward, our BW).
+ZB-H1, ZB-H2 and ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"); V-Half and
+V-Min (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory": memory
+(pp+2)//2 and (pp+4)//3 micro-batches, bubble rates about pp/(2M) and 2pp/(3M));
+Chimera (Li and Hoefler 2021: bubble (D-2)/(2N+D-2)); DualPipe and DualPipeV
+(DeepSeek-V3 technical report, Table 2, and the DualPipe repository's README, whose B is
+the full backward, our BW).
+
+Where a schedule's peak is a limit it is built to respect rather than an exact count
+(the V family), ``peak_exact`` is False and ``peak`` gives that bound.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class Form:
     regime: str  # where the makespan form is exact
     makespan: Callable[..., float | None]  # (pp, M, Uniform, **options)
     peak: Callable[..., list[int] | None]  # (pp, M, **options)
+    peak_exact: bool = True  # False: ``peak`` is an upper bound the schedule respects
 
 
 def _gpipe(pp, M, u):
@@ -99,6 +106,45 @@ def _dualpipev(pp, M, u):
     return work + (pp - 1) * (u.pair + u.bw - 3 * u.w)
 
 
+def _equal_fbw(u) -> bool:
+    return u.comm == 0 and u.f == u.b == u.w and u.bw == u.b + u.w
+
+
+def _zb_h2(pp, M, u):
+    # ZB-H2 fills 1F1B's warm-up with extra forwards: no idle time in any rank's span
+    # once M >= 2pp - 1, and the ranks start (pp-1)F apart.
+    if not _equal_fbw(u) or M < 2 * pp - 1:
+        return None
+    return 3 * M * u.f + (pp - 1) * u.f
+
+
+def _zb_v(pp, M, u):
+    # 2M chunk passes of F, B and W on every rank; the last rank starts (pp-1)F late.
+    if not _equal_fbw(u) or M < pp:
+        return None
+    return 6 * M * u.f + (pp - 1) * u.f
+
+
+def _chimera(pp, M, u):
+    # Li and Hoefler's bubble (D-2)/(2N+D-2) assumes a backward as long as the forward:
+    # each rank idles (pp-2) forwards beside its M(F+BW) of work.
+    if u.comm or abs(u.bw - u.f) > 1e-9 * max(1.0, u.f) or pp % 2 or M % pp:
+        return None
+    return M * (u.f + u.bw) + (pp - 2) * u.f
+
+
+def _chimera_peak(pp, M):
+    if pp % 2 or M % pp:
+        return None
+    if M == pp:  # one unit: D/2+1 at the ends up to D in the middle (Chimera, section 3)
+        return [min(r, pp - 1 - r) + pp // 2 + 1 for r in range(pp)]
+    return [pp] * pp
+
+
+def _v_peak(limit):
+    return lambda pp, M: [min(2 * M, limit(pp))] * pp
+
+
 FORMS: dict[str, Form] = {
     "gpipe": Form(
         "(pp-1)(F+BW) + 2(pp-1)c",
@@ -127,6 +173,51 @@ FORMS: dict[str, Form] = {
         "c = 0, M >= pp, W <= min(F, B)",
         _zb_h1,
         lambda pp, M: [min(pp, M)] * pp,
+    ),
+    "zb-h2": Form(
+        "0 in each rank's span (F = B = W, M >= 2pp-1); ranks start (pp-1)F apart",
+        "2pp",
+        "c = 0, F = B = W, M >= 2pp-1",
+        _zb_h2,
+        lambda pp, M: [min(M, 2 * pp)] * pp,
+    ),
+    "zb-v": Form(
+        "makespan 6MF + (pp-1)F: no bubble beyond the fill (F = B = W, M >= pp)",
+        "2pp chunks = pp stages (1F1B's)",
+        "c = 0, F = B = W, M >= pp",
+        _zb_v,
+        _v_peak(lambda pp: 2 * pp),
+        peak_exact=False,
+    ),
+    "v-half": Form(
+        "about pp/(2M) of the span (F = B = W); no exact form",
+        "2((pp+2)//2) chunks = (pp+2)//2 stages, about 1/2 of 1F1B",
+        "no exact form",
+        lambda pp, M, u: None,
+        _v_peak(lambda pp: 2 * ((pp + 2) // 2)),
+        peak_exact=False,
+    ),
+    "v-min": Form(
+        "about 2pp/(3M) of the span (F = B = W); no exact form",
+        "2((pp+4)//3) chunks = (pp+4)//3 stages, about 1/3 of 1F1B",
+        "no exact form",
+        lambda pp, M, u: None,
+        _v_peak(lambda pp: 2 * ((pp + 4) // 3)),
+        peak_exact=False,
+    ),
+    "chimera": Form(
+        "(pp-2)F, i.e. (D-2)/(2N+D-2) of the time (Li and Hoefler), 2x parameters",
+        "pp/2+1 .. pp for M = pp, pp beyond",
+        "c = 0, BW = F, M a multiple of pp",
+        _chimera,
+        _chimera_peak,
+    ),
+    "zb-auto": Form(
+        "searched: the shortest longest span found for your costs and limit",
+        "at most --memory-limit (default pp)",
+        "no closed form (searched)",
+        lambda pp, M, u, **opts: None,
+        lambda pp, M, **opts: None,
     ),
     "dualpipe": Form(
         "(pp/2-1)(F&B+BW-3W)",

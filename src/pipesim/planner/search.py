@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import PipesimError
-from ..ir import Op, Pair
+from ..ir import Op, Pair, Placement
 from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build
@@ -132,7 +132,6 @@ class Prepared:
     """A candidate that passed the cheap checks, with what its simulation needs."""
 
     candidate: Candidate
-    program: Program  # at M, or at the first sample point when M is extrapolated
     costs: object
     memory: object
     budget: float
@@ -140,30 +139,44 @@ class Prepared:
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
+#: searched schedules are built only up to this many (rank, micro-batch) slots, pp x M:
+#: they are not periodic, so each M is a search, a build and a simulation of its own
+SEARCHED_MAX_SLOTS = 4096
+
+
 def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Result:
-    """Build the schedule and the models, and reject what cannot fit or run."""
-    lay = cand.layout
-    points = sample_points(lay.pp, cand.microbatches)
+    """Check the candidate against its schedule's constraints and the GPU's memory, and
+    bound its step time from below, without simulating it."""
+    lay, M = cand.layout, cand.microbatches
+    fam = REGISTRY[cand.schedule]
+    points = sample_points(cand.schedule, lay.pp, M)
+    counts = None
     try:
-        if points is None:
-            prog, counts = _program(cand.schedule, lay.pp, cand.microbatches, cand.chunks)
-        else:  # the rank's op counts grow affinely with M, as its busy time does
+        if not fam.periodic:
+            if M * lay.pp > SEARCHED_MAX_SLOTS:
+                return Result(
+                    cand, False, f"a searched schedule, built for pp x M up to {SEARCHED_MAX_SLOTS}, not {lay.pp} x {M}"
+                )
+            pl = Placement.standard(fam.placement, lay.pp, M, 2 if fam.placement == "v" else 1)
+        elif points is None:
+            prog, counts = _program(cand.schedule, lay.pp, M, cand.chunks)
+            pl = prog.schedule.placement
+        else:  # a rank's op counts grow affinely with M, as its busy time does
             prog, c1 = _program(cand.schedule, lay.pp, points[0], cand.chunks)
             c2 = _program(cand.schedule, lay.pp, points[1], cand.chunks)[1]
-            k = (cand.microbatches - points[0]) / (points[1] - points[0])
+            k = (M - points[0]) / (points[1] - points[0])
             counts = [
                 {key: a.get(key, 0) + k * (b.get(key, 0) - a.get(key, 0)) for key in a.keys() | b.keys()} for a, b in zip(c1, c2)
             ]
+            pl = prog.schedule.placement
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
-    s = prog.schedule
-    stages = s.placement.stages
+    stages = pl.stages
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
     mm = memory_model(m, t, lay, stages, cand.recompute)
-    pl = s.placement
-    static = max(sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks)) for r in range(s.pp))
+    static = max(sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks)) for r in range(lay.pp))
     if static > budget:
         return Result(
             cand,
@@ -172,8 +185,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Re
             static_gb=static / GB,
         )
     costs = component_costs(m, c, t, lay, stages, cand.recompute)
-    sync = dp_sync_seconds(m, c, t, lay, s, mm) * (1 - t.dp_overlap)
-    return Prepared(cand, prog, costs, mm, budget, sync, busiest_rank(counts, costs) + sync)
+    sync = dp_sync_seconds(c, lay, pl, mm) * (1 - t.dp_overlap)
+    bound = busiest_rank(counts, costs) if counts is not None else unpaired_work(pl, costs)
+    return Prepared(cand, costs, mm, budget, sync, bound + sync)
 
 
 def busiest_rank(counts: list[dict], costs) -> float:
@@ -186,6 +200,17 @@ def busiest_rank(counts: list[dict], costs) -> float:
         return costs.op_time(Op(what, 0, 0), stages[0])
 
     return max(sum(n * time(k) for k, n in c.items()) for c in counts)
+
+
+def unpaired_work(pl: Placement, costs) -> float:
+    """The busiest rank's F, B and W over all micro-batches its chunks serve: the step
+    time bound of a schedule without overlapped pairs, from its placement alone."""
+    per_route = [pl.route_of.count(ri) for ri in range(len(pl.routes))]
+    work = [0.0] * pl.pp
+    for ri, route in enumerate(pl.routes):
+        for st, (r, ch) in enumerate(route):
+            work[r] += per_route[ri] * sum(costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W"))
+    return max(work)
 
 
 @dataclass(frozen=True)
@@ -227,10 +252,13 @@ def measure(prog: Program, costs, mm) -> Measured:
     )
 
 
-def sample_points(pp: int, M: int) -> tuple[int, int] | None:
-    """Two micro-batch counts past warm-up (from 2pp on every schedule repeats itself every
-    2pp micro-batches), congruent to M modulo 2pp so each schedule's constraints still
-    hold, from which M's totals follow affinely; None when simulating M is as cheap."""
+def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
+    """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
+    every 2pp micro-batches), congruent to M modulo 2pp so the schedule's constraints
+    still hold, from which M's totals follow affinely; None when M must be simulated
+    itself: the schedule is searched rather than periodic, or M is as cheap."""
+    if not REGISTRY[name].periodic:
+        return None
     q = 2 * pp
     m1 = q + (M - q) % q
     return (m1, m1 + q) if M > m1 + 2 * q else None
@@ -241,7 +269,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared) -> Result:
     itself, so for large M two shorter runs are simulated and M's totals extrapolated
     (exactly: tests/test_planner.py checks it against full simulations)."""
     cand = p.candidate
-    points = sample_points(cand.layout.pp, cand.microbatches)
+    points = sample_points(cand.schedule, cand.layout.pp, cand.microbatches)
     if points is None:
         x = measure(_program(cand.schedule, cand.layout.pp, cand.microbatches, cand.chunks)[0], p.costs, p.memory)
     else:
@@ -277,15 +305,14 @@ def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate) -> Result:
     return p if isinstance(p, Result) else finish(m, c, t, p)
 
 
-def dp_sync_seconds(m: Model, c: Cluster, t: Training, lay: Layout, s, mm) -> float:
+def dp_sync_seconds(c: Cluster, lay: Layout, pl: Placement, mm) -> float:
     """A ring reduce-scatter and all-gather of one GPU's bf16 gradients over its replicas
     (dense parameters over dp, experts over dp / ep), over the network."""
     worst = 0.0
-    for r in range(s.pp):
+    for r in range(pl.pp):
         total = 0.0
-        for ch in range(s.placement.chunks):
-            st = s.placement.model_stage(r, ch)
-            dense, experts = mm.params_at(st)
+        for ch in range(pl.chunks):
+            dense, experts = mm.params_at(pl.model_stage(r, ch))
             for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
                 if replicas > 1:
                     total += 2 * (replicas - 1) / replicas * n * 2 / (c.network_gbps * 1e9)

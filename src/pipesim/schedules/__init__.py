@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 from ..errors import PipesimError
 from ..ir import Schedule
+from .chimera import chimera
 from .classic import gpipe, interleaved_1f1b, one_f_one_b
 from .dualpipe import dualpipe, dualpipev
-from .zero_bubble import zb_h1
+from .v_shape import v_half, v_min, zb_v
+from .zb_auto import zb_auto
+from .zero_bubble import zb_h1, zb_h2
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,10 @@ class Family:
     placement: str  # flat, interleaved, v or dual
     constraints: str
     summary: str
+    #: a handcrafted pattern: past warm-up (M >= 2pp) the order repeats every 2pp
+    #: micro-batches, so totals grow affinely with M (the planner extrapolates on it);
+    #: searched orders (ZB-H2, ZB-V, V-Half, V-Min, zb-auto) make no such promise
+    periodic: bool = True
 
     @property
     def options(self) -> dict[str, object]:
@@ -48,6 +55,27 @@ REGISTRY: dict[str, Family] = {
         ),
         Family("zb-h1", zb_h1, "flat", "any pp >= 1, M >= 1", "Zero Bubble H1: B/W split, 1F1B's memory"),
         Family(
+            "zb-h2",
+            zb_h2,
+            "flat",
+            "any pp >= 1, M >= 1",
+            "Zero Bubble H2: 2pp activations for a zero span bubble",
+            periodic=False,
+        ),
+        Family(
+            "zb-v", zb_v, "v", "any pp >= 1, M >= 1", "Zero Bubble V: 1F1B's memory, zero bubble when F = B = W", periodic=False
+        ),
+        Family("v-half", v_half, "v", "any pp >= 1, M >= 1", "V-Half: about 1/2 of 1F1B's activation memory", periodic=False),
+        Family("v-min", v_min, "v", "any pp >= 1, M >= 1", "V-Min: about 1/3 of 1F1B's activation memory", periodic=False),
+        Family(
+            "zb-auto",
+            zb_auto,
+            "flat",
+            "any pp >= 1, M >= 1; --memory-limit >= 1",
+            "searched for your costs and memory limit (--exact: CP-SAT, proves optimality)",
+            periodic=False,
+        ),
+        Family(
             "dualpipe",
             dualpipe,
             "dual",
@@ -55,6 +83,13 @@ REGISTRY: dict[str, Family] = {
             "DeepSeek-V3's bidirectional schedule with overlapped F&B pairs",
         ),
         Family("dualpipev", dualpipev, "v", "M >= 2pp", "DualPipe cut in half onto a V placement"),
+        Family(
+            "chimera",
+            chimera,
+            "dual",
+            "even pp; M a multiple of pp",
+            "two pipelines in opposite directions over two model copies",
+        ),
     ]
 }
 
@@ -68,6 +103,10 @@ def family(name: str) -> Family:
         raise PipesimError(f"unknown schedule {name!r}{hint}; choose from {', '.join(REGISTRY)}") from None
 
 
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
 def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
     """Build the schedule ``name`` for ``pp`` ranks and ``microbatches`` micro-batches."""
     fam = family(name)
@@ -78,6 +117,6 @@ def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
     allowed = fam.options
     for key in options:
         if key not in allowed:
-            takes = ", ".join(f"--{k}" for k in allowed) or "no options"
-            raise PipesimError(f"{name} does not take --{key}; it takes {takes}")
+            takes = ", ".join(_flag(k) for k in allowed) or "no options"
+            raise PipesimError(f"{name} does not take {_flag(key)}; it takes {takes}")
     return fam.builder(pp, microbatches, **options)

@@ -6,6 +6,9 @@ gradient, deferrable) lets W fill the bubbles 1F1B leaves.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from ..costs import Costs
 from ..ir import Op, Placement, Schedule
 
 
@@ -32,3 +35,19 @@ def zb_h1(pp: int, microbatches: int) -> Schedule:
         ops += [Op("W", 0, i) for i in range(w_next, M)]
         ranks.append(tuple(ops))
     return Schedule("zb-h1", pp, M, Placement.flat(pp, M), tuple(ranks))
+
+
+@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+def zb_h2(pp: int, microbatches: int) -> Schedule:
+    """ZB-H2: up to 2pp activations per rank buy a zero span bubble when F = B = W
+    (and M >= 2pp - 1): extra warm-up forwards fill what 1F1B leaves idle before the
+    first backward, and deferred Ws fill the cool-down.
+
+    This is the automatic scheduler at F = B = W = 1 with a 2pp limit (as the Zero Bubble
+    repository derives it), so its order is fixed: other costs simulate the same order.
+    """
+    from ..autoschedule.problem import Problem
+    from ..autoschedule.search import heuristic
+
+    prob = Problem.of(Placement.flat(pp, microbatches), Costs(), memory_limit=2 * pp)
+    return heuristic(prob).schedule("zb-h2")

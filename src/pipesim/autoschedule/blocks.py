@@ -1,0 +1,203 @@
+"""V-shape schedules from a repeating building block (Qi et al. 2024, "Pipeline
+Parallelism with Controllable Memory"), in unit time (F = B = W = 1).
+
+A *block* places one micro-batch's passes: the forward runs down the V (stages 0..2pp-1,
+rank r holds stages r and 2pp-1-r), the backward back up. It is given by the gap between
+consecutive forwards on each leg, the gap at the turn, the wait between the last forward
+and the first backward, and likewise for the backward. Repeating the block every 6 slots
+(each rank does F, B and W of two chunks per micro-batch) gives a schedule with no
+bubble in its steady state, provided no rank gets two passes in the same slot mod 6; the
+two free slots of every 6 take the Ws. The block's lifespans (first forward to last W on
+a rank) set the peak memory: the tight block has about 2pp/3 live chunk-activations, 1/3
+of 1F1B's (V-Min); spacing the first legs by 2 gives about pp (V-Half).
+
+The repeated blocks leave idle slots in the warm-up and cool-down. ``reorder`` moves ops
+there into the earliest free slot their inputs allow, never past the block's own peak
+memory: once with the Ws in place, once more for the cool-down with the Ws taken out
+(they then run in any free slot) and put back afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .problem import B, F, W
+
+Slots = dict[int, tuple[int, int, int]]  # slot -> (kind, stage, mb) on one rank
+
+
+@dataclass(frozen=True)
+class Block:
+    leg1: int = 1  # forward gap between ranks on the way down (chunk 0)
+    turn_f: int = 1  # forward gap at the bottom of the V (same rank, chunk 0 -> 1)
+    leg2: int = 1  # forward gap on the way up (chunk 1)
+    loss: int = 0  # extra wait between the last forward and the first backward
+    back1: int = 1  # backward gap through chunk 1
+    turn_b: int = 1  # backward gap at the turn (chunk 1 -> 0)
+    back2: int = 1  # backward gap through chunk 0
+
+    def times(self, pp: int) -> tuple[list[int], list[int]] | None:
+        """Slots of F and B per stage for micro-batch 0, or None if two passes of one
+        rank collide once repeated every 6 slots."""
+        S = 2 * pp
+        tf, tb = [0] * S, [0] * S
+        for s in range(1, S):
+            tf[s] = tf[s - 1] + (self.leg1 if s < pp else self.turn_f if s == pp else self.leg2)
+        tb[S - 1] = tf[S - 1] + 1 + self.loss
+        for s in range(S - 2, -1, -1):
+            tb[s] = tb[s + 1] + (self.back1 if s >= pp else self.turn_b if s == pp - 1 else self.back2)
+        for r in range(pp):
+            mine = (r, S - 1 - r)
+            if len({tf[s] % 6 for s in mine} | {tb[s] % 6 for s in mine}) < 4:
+                return None
+        return tf, tb
+
+
+def v_min_block(pp: int) -> Block:
+    """Every gap tight; when 3 divides pp the first backward and forward of a rank would
+    share a slot mod 6, so the loss wait takes 2 (an even shift keeps the rest apart)."""
+    return Block(loss=2 if pp % 3 == 0 else 0)
+
+
+def v_half_blocks(pp: int) -> tuple[Block, ...]:
+    """The first legs spaced by 2 (about half of 1F1B's lifespans); for even pp the loss
+    wait is 3 (odd, to clear the collisions the even spacing creates), with the extra
+    gap at the backward turn or at the forward turn (the latter is better for small M
+    at larger pp)."""
+    loss = 3 if pp % 2 == 0 else 0
+    return (Block(leg1=2, back1=2, turn_b=2, loss=loss), Block(leg1=2, turn_f=2, back1=2, loss=loss))
+
+
+def zb_v_block(pp: int) -> Block:
+    """Every leg spaced by 3: lifespans of about 2pp chunk-activations (1F1B's memory),
+    and after reordering no bubble once M >= pp."""
+    return Block(leg1=3, leg2=3, back1=3, back2=3)
+
+
+def _place_ws(occ: Slots) -> None:
+    """Each W into the first free slot after its B, first in first out."""
+    last = -1
+    for tb, (kind, s, i) in sorted(occ.items()):
+        if kind != B:
+            continue
+        t = max(tb + 1, last + 1)
+        while t in occ:
+            t += 1
+        occ[t] = (W, s, i)
+        last = t
+
+
+def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0) -> list[int]:
+    """Live chunk-activations after each slot from ``start`` on, given the state before
+    it; with ``implicit_w`` the Ws are not placed and a pending one is taken to run in
+    every free slot."""
+    prof = []
+    for t in range(start, horizon):
+        op = occ.get(t)
+        if op is None:
+            if implicit_w and pending:
+                live -= 1
+                pending -= 1
+        elif op[0] == F:
+            live += 1
+        elif op[0] == B and implicit_w:
+            pending += 1
+        elif op[0] == W:
+            live -= 1
+        prof.append(live)
+    return prof
+
+
+def _pending(occ: Slots, upto: int) -> tuple[int, int]:
+    """(live, pending Ws) before slot ``upto`` in the implicit-W model."""
+    live = pending = 0
+    for t in range(upto):
+        op = occ.get(t)
+        if op is None:
+            if pending:
+                live -= 1
+                pending -= 1
+        elif op[0] == F:
+            live += 1
+        elif op[0] == B:
+            pending += 1
+    return live, pending
+
+
+def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool) -> None:
+    """One pass in slot order; see the module docstring. With the Ws placed, moving an F
+    earlier raises memory by one over the slots it skips and moving a W earlier lowers
+    it, so a range check suffices; without them (cool-down only) the memory from the
+    new slot on is recomputed."""
+    S = 2 * pp
+    horizon = max(max(o) for o in occ if o) + 2
+    prof = [_memory(o, horizon, not with_ws) for o in occ]
+    ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
+    end: dict[tuple[int, int, int], int] = {}
+    phase = "warm-up"
+    for t0, r, (kind, s, i) in ops:
+        o = occ[r]
+        if phase == "warm-up" and kind == B and s == 0:
+            phase = "steady"
+        if phase == "steady" and kind == F and s < pp and i == M - 1:
+            phase = "cool-down"
+        at = t0
+        if phase == "cool-down" or (phase == "warm-up" and with_ws):
+            if kind == F:
+                ready = 0 if s == 0 else end[(F, s - 1, i)]
+            elif kind == B:
+                ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
+            else:
+                ready = end[(B, s, i)]
+            if i > 0:
+                ready = max(ready, end[(kind, s, i - 1)])
+            for t in range(ready, t0):
+                if t in o:
+                    continue
+                if with_ws:
+                    if kind == F and max(prof[r][t:t0]) + 1 > bound:
+                        continue
+                    step = 1 if kind == F else -1 if kind == W else 0
+                    for x in range(t, t0):
+                        prof[r][x] += step
+                    del o[t0]
+                    o[t] = (kind, s, i)
+                    at = t
+                    break
+                del o[t0]
+                o[t] = (kind, s, i)
+                tail = _memory(o, horizon, True, t, *_pending(o, t))
+                if max(tail, default=0) <= bound and max(prof[r][:t], default=0) <= bound:
+                    prof[r][t:] = tail
+                    at = t
+                    break
+                del o[t]
+                o[t0] = (kind, s, i)
+        end[(kind, s, i)] = at + 1
+
+
+def block_orders(pp: int, M: int, block: Block) -> list[list[tuple[int, int, int]]] | None:
+    """Per-rank orders (kind, chunk, mb) of the repeated, reordered block; None if the
+    block collides."""
+    times = block.times(pp)
+    if times is None:
+        return None
+    tf, tb = times
+    S = 2 * pp
+    occ: list[Slots] = []
+    for r in range(pp):
+        o: Slots = {}
+        for s in (r, S - 1 - r):
+            for i in range(M):
+                o[tf[s] + 6 * i] = (F, s, i)
+                o[tb[s] + 6 * i] = (B, s, i)
+        _place_ws(o)
+        occ.append(o)
+    horizon = max(max(o) for o in occ) + 2
+    bound = max(max(_memory(o, horizon, False)) for o in occ)
+    _reorder(pp, M, occ, bound, with_ws=True)
+    occ = [{t: op for t, op in o.items() if op[0] != W} for o in occ]
+    _reorder(pp, M, occ, bound, with_ws=False)
+    for o in occ:
+        _place_ws(o)
+    return [[(kind, 0 if s < pp else 1, i) for _, (kind, s, i) in sorted(o.items())] for o in occ]

@@ -1,0 +1,115 @@
+"""The scheduling problem the automatic schedulers solve, and the plan they return.
+
+A ``Problem`` is plain data: where each stage lives (a ``Placement``), what each op costs
+per stage, the P2P latency, whether the backward is split into B and W, and the memory
+model. Memory is counted in chunk-activations (one micro-batch through one chunk): an F
+adds 1, a B frees ``1 - w_memory`` and its W the remaining ``w_memory`` (the Zero Bubble
+paper's M_B and M_W); a fused BW frees all of it. ``memory_limit`` caps what a rank may
+hold at any moment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..costs import Costs
+from ..errors import PipesimError
+from ..ir import Op, Placement, Schedule
+
+F, B, W = 0, 1, 2
+KIND = ("F", "B", "W")
+
+
+@dataclass(frozen=True)
+class Problem:
+    placement: Placement
+    f: tuple[float, ...]  # per stage
+    b: tuple[float, ...]  # per stage: B when split, the fused BW otherwise
+    w: tuple[float, ...]  # per stage (unused when not split)
+    comm: float = 0.0
+    split: bool = True
+    memory_limit: float | None = None  # per rank, in chunk-activations; None: no limit
+    w_memory: float = 1.0  # share of an activation kept until W
+
+    @classmethod
+    def of(
+        cls,
+        placement: Placement,
+        costs: Costs,
+        split: bool = True,
+        memory_limit: float | None = None,
+        w_memory: float = 1.0,
+    ) -> Problem:
+        """Read per-stage costs off a ``Costs`` (uniform or per stage)."""
+        S = placement.stages
+
+        def per_stage(kind: str) -> tuple[float, ...]:
+            return tuple(costs.op_time(Op(kind, 0, 0), s) for s in range(S))
+
+        b = per_stage("B") if split else per_stage("BW")
+        return cls(placement, per_stage("F"), b, per_stage("W"), float(costs.comm), split, memory_limit, w_memory)
+
+    def cost(self, kind: int, stage: int) -> float:
+        return (self.f, self.b, self.w)[kind][stage]
+
+    def work(self, rank: int) -> float:
+        """Total compute of ``rank``: a lower bound on its span."""
+        pl = self.placement
+        total = 0.0
+        for mb in range(pl.microbatches):
+            for s, (r, _) in enumerate(pl.routes[pl.route_of[mb]]):
+                if r == rank:
+                    total += self.f[s] + self.b[s] + (self.w[s] if self.split else 0.0)
+        return total
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A searched schedule: per rank, (kind, chunk, mb, start, end) in execution order,
+    with how it was found. ``optimal`` is True only when a solver proved it; ``bound`` is
+    the best proven lower bound on the longest span, when known."""
+
+    problem: Problem
+    ranks: tuple[tuple[tuple[int, int, int, float, float], ...], ...]
+    method: str
+    optimal: bool | None = None
+    bound: float | None = None
+    seconds: float = 0.0
+    info: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def spans(self) -> list[float]:
+        return [(ops[-1][4] - ops[0][3]) if ops else 0.0 for ops in self.ranks]
+
+    @property
+    def span(self) -> float:
+        return max(self.spans, default=0.0)
+
+    def peak_memory(self) -> list[float]:
+        """Most chunk-activations held at once per rank, with the w_memory semantics."""
+        p = self.problem
+        out = []
+        for ops in self.ranks:
+            live = peak = 0.0
+            for kind, *_ in ops:
+                if kind == F:
+                    live += 1
+                    peak = max(peak, live)
+                elif kind == B:
+                    live -= (1 - p.w_memory) if p.split else 1
+                else:
+                    live -= p.w_memory
+            out.append(peak)
+        return out
+
+    def schedule(self, name: str) -> Schedule:
+        bkind = "B" if self.problem.split else "BW"
+        kinds = ("F", bkind, "W")
+        ranks = tuple(tuple(Op(kinds[k], c, i) for k, c, i, _, _ in ops) for ops in self.ranks)
+        pl = self.problem.placement
+        return Schedule(name, pl.pp, pl.microbatches, pl, ranks)
+
+
+def check_memory_limit(limit: float | None, needed: int, what: str) -> None:
+    if limit is not None and limit < needed:
+        raise PipesimError(f"{what} needs a memory limit of at least {needed} activations per rank, got {limit:g}")

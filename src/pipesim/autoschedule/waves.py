@@ -1,0 +1,114 @@
+"""A wave scheduler for the flat placement: 1F1B's skeleton, with the Ws placed by timing.
+
+Rank r runs ``warmup[r]`` forwards, then step k = 0, 1, ...: the backward of micro-batch
+k and the next forward; the Ws are slotted in where they cost nothing. Micro-batch by
+micro-batch ("waves": the backwards of step k from the last rank up, then the forwards
+from the first rank down), every op is placed with its inputs' arrival times already
+known, so a W goes where the rank would otherwise wait:
+
+* whole Ws go into the wait before an op while they end before its input arrives;
+* a W that would overrun the arrival goes in only when the wait left is at least
+  ``partial`` times the W (0: always, large: never); it delays that op by the overrun;
+* a forward that does not fit in memory runs the oldest Ws first;
+* the Ws left at the end run last.
+
+Knobs are few (warm-up depth, ``partial``); ``best_waves`` tries a small grid and keeps
+the order with the shortest longest span under the fast model of ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+from .problem import B, F, Plan, Problem, W
+
+EPS = 1e-9
+
+
+def warmups(prob: Problem, depth: float) -> list[int]:
+    """Forwards before the first backward on each rank: ``depth`` forwards per rank still
+    ahead (1F1B has pp - r, i.e. depth 1; ZB-H2 about 2(pp - r) - 1, depth 2), capped by
+    the memory limit and M, and never more than the rank above (the waves need that)."""
+    pl = prob.placement
+    pp, M = pl.pp, pl.microbatches
+    cap = M if prob.memory_limit is None else max(1, min(M, math.floor(prob.memory_limit + EPS)))
+    out = []
+    for r in range(pp):
+        want = max(1, round(depth * (pp - r) - (depth - 1)))
+        out.append(min(cap, want, out[-1] if out else M))
+    return out
+
+
+def wave_schedule(prob: Problem, warm: list[int], partial: float) -> Plan | None:
+    """Place every op as described in the module docstring; None when memory cannot be
+    met with this warm-up (a forward needs room that no W can free)."""
+    t0 = time.perf_counter()
+    pl = prob.placement
+    pp, M = pl.pp, pl.microbatches
+    comm = prob.comm
+    wmem = prob.w_memory
+    limit = math.inf if prob.memory_limit is None else prob.memory_limit + EPS
+    fend = [[0.0] * M for _ in range(pp)]
+    bend = [[0.0] * M for _ in range(pp)]
+    free = [0.0] * pp
+    live = [0.0] * pp
+    wq: list[deque] = [deque() for _ in range(pp)]
+    out: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(pp)]
+
+    def run(r: int, kind: int, i: int, at: float) -> float:
+        d = prob.cost(kind, r)
+        out[r].append((kind, 0, i, at, at + d))
+        free[r] = at + d
+        return at + d
+
+    def fill(r: int, arrive: float) -> None:
+        """Ws into the wait before an op whose input arrives at ``arrive``."""
+        q = wq[r]
+        while q and free[r] + prob.w[r] <= arrive + EPS:
+            i = q.popleft()
+            run(r, W, i, free[r])
+            live[r] -= wmem
+        if q and arrive - free[r] > EPS and arrive - free[r] >= partial * prob.w[r]:
+            i = q.popleft()
+            run(r, W, i, free[r])
+            live[r] -= wmem
+
+    def forward(r: int, i: int) -> bool:
+        arrive = 0.0 if r == 0 else fend[r - 1][i] + comm
+        while live[r] + 1 > limit:
+            if not wq[r]:
+                return False
+            run(r, W, wq[r].popleft(), free[r])
+            live[r] -= wmem
+        fill(r, arrive)
+        fend[r][i] = run(r, F, i, max(free[r], arrive))
+        live[r] += 1
+        return True
+
+    def backward(r: int, i: int) -> None:
+        arrive = fend[r][i] if r == pp - 1 else bend[r + 1][i] + comm
+        fill(r, arrive)
+        bend[r][i] = run(r, B, i, max(free[r], arrive))
+        live[r] -= 1 - wmem
+        wq[r].append(i)
+
+    nf = [0] * pp
+    for r in range(pp):
+        for _ in range(warm[r]):
+            if not forward(r, nf[r]):
+                return None
+            nf[r] += 1
+    for k in range(M):
+        for r in reversed(range(pp)):
+            backward(r, k)
+        for r in range(pp):
+            if nf[r] < M:
+                if not forward(r, nf[r]):
+                    return None
+                nf[r] += 1
+    for r in range(pp):
+        while wq[r]:
+            run(r, W, wq[r].popleft(), free[r])
+    return Plan(prob, tuple(tuple(o) for o in out), f"waves(warm={warm},partial={partial:g})", seconds=time.perf_counter() - t0)

@@ -1,0 +1,98 @@
+"""The V-shape family of Qi et al. (Zero Bubble's ZB-V, and V-Min / V-Half from "Pipeline
+Parallelism with Controllable Memory"): rank r holds stage r (chunk 0) and stage
+2pp-1-r (chunk 1), so the first and last stage share a rank and every rank's memory is
+balanced.
+
+Each is the best of a few constructions at F = B = W = 1 under its activation limit (in
+chunk-activations, two per micro-batch stage of 1F1B), polished by local search:
+
+* ``zb-v``: limit 2pp (1F1B's memory), zero bubble when F = B = W;
+* ``v-half``: limit 2((pp+2)//2), about half of 1F1B's;
+* ``v-min``: limit 2((pp+4)//3), about a third.
+
+Constructions: the repeating building block (``autoschedule.blocks``) and the list
+scheduler (``autoschedule.greedy``) with the limit. Orders are chosen at unit costs and
+are then fixed: simulating them under other costs just runs the same order.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
+from ..autoschedule.evaluate import Index, asap
+from ..autoschedule.greedy import Policy, list_schedule
+from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
+from ..autoschedule.problem import Problem
+from ..costs import Costs
+from ..errors import PipesimError
+from ..ir import Placement, Schedule
+
+# At unit costs only these knobs of the list scheduler matter (``fill`` never does).
+# The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
+V_POLICIES = (
+    Policy(b_first=False),
+    Policy(),
+    Policy(unblock=True),
+    Policy(b_first=False, unblock=True),
+    Policy(banker=True, b_first=False, unblock=True),
+    Policy(banker=True),
+)
+
+
+# Moves tried by the local search; enough to settle the warm-up and cool-down at the
+# sizes people run, and bounded so that building stays interactive.
+POLISH_BUDGET = 600
+POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
+
+
+def zb_v_limit(pp: int) -> int:
+    return 2 * pp
+
+
+def v_half_limit(pp: int) -> int:
+    return 2 * ((pp + 2) // 2)
+
+
+def v_min_limit(pp: int) -> int:
+    return 2 * ((pp + 4) // 3)
+
+
+def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key) -> Schedule:
+    prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
+    index = Index(prob)
+    plans = []
+    for block in blocks:
+        orders = block_orders(pp, M, block)
+        if orders is not None and all(fits(index, seq) for seq in orders):
+            plan = asap(index, orders)
+            if plan is not None:
+                plans.append(plan)
+    for pol in V_POLICIES:
+        plan = list_schedule(prob, pol)
+        if plan is not None:
+            plans.append(plan)
+    if not plans:  # cannot happen for limit >= 2: the banker policies always finish
+        raise PipesimError(f"{name}: no schedule fits {limit} activations per rank at pp={pp}, M={M}")
+    best = min(plans, key=key)
+    ops = 6 * pp * M
+    best = polish(index, best, key, window=3 * pp, budget=min(POLISH_BUDGET, max(20, POLISH_WORK // ops)))
+    return best.schedule(name)
+
+
+@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+def zb_v(pp: int, microbatches: int) -> Schedule:
+    """ZB-V: 1F1B's activation memory (2pp chunks), zero bubble when F = B = W and M >= pp."""
+    return _v("zb-v", pp, microbatches, zb_v_limit(pp), (zb_v_block(pp), *v_half_blocks(pp), v_min_block(pp)), span_makespan_key)
+
+
+@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+def v_half(pp: int, microbatches: int) -> Schedule:
+    """V-Half: about half of 1F1B's activation memory."""
+    return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
+
+
+@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+def v_min(pp: int, microbatches: int) -> Schedule:
+    """V-Min: about a third of 1F1B's activation memory."""
+    return _v("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))

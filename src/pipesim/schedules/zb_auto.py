@@ -1,0 +1,71 @@
+"""``zb-auto``: the Zero Bubble paper's automatic scheduling, for the user's own costs and
+memory limit (flat placement; see ``pipesim.autoschedule``).
+
+Memory follows the paper's model: a forward adds one activation (``activation_bytes``
+bytes when the limit is given in bytes, else one unit: the limit is then in micro-batches
+of one stage's activation), the B frees the share ``1 - w_memory`` and the W the share
+``w_memory`` (the paper's M_B and M_W: w_memory = M_W / M_B). The default limit is pp
+activations, 1F1B's peak; 2pp is the paper's ZB-2p.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..autoschedule.problem import Problem
+from ..autoschedule.search import auto_schedule
+from ..costs import Costs
+from ..errors import PipesimError
+from ..ir import Placement, Schedule
+
+Cost = float | tuple[float, ...]
+
+
+def _finite(name: str, v: float | None, low: float, high: float = math.inf) -> None:
+    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not low <= v <= high or v != v):
+        bounds = f"between {low:g} and {high:g}" if high < math.inf else f">= {low:g}"
+        raise PipesimError(f"zb-auto needs --{name.replace('_', '-')} {bounds}, got {v}")
+
+
+def zb_auto(
+    pp: int,
+    microbatches: int,
+    f: Cost = 1.0,
+    b: Cost = 1.0,
+    w: Cost = 1.0,
+    comm: float = 0.0,
+    memory_limit: float | None = None,
+    w_memory: float = 1.0,
+    activation_bytes: float | None = None,
+    exact: bool = False,
+    time_limit: float = 10.0,
+) -> Schedule:
+    """The order with the shortest longest per-rank span found for these costs within
+    the memory limit; ``exact`` runs CP-SAT for up to ``time_limit`` seconds to improve it
+    and prove it optimal. The schedule's ``info`` says how it was found."""
+    _finite("comm", comm, 0.0)
+    _finite("w_memory", w_memory, 0.0, 1.0)
+    _finite("time_limit", time_limit, 0.0)
+    _finite("activation_bytes", activation_bytes, 1e-300)
+    unit = 1.0 if activation_bytes is None else float(activation_bytes)
+    limit = float(pp) if memory_limit is None else memory_limit / unit
+    if memory_limit is not None and (not isinstance(memory_limit, (int, float)) or not limit >= 1.0):
+        need = "1 activation" if activation_bytes is None else f"{unit:g} bytes (one activation)"
+        raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit}")
+    costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs (>= 0, per stage)
+    prob = Problem.of(Placement.flat(pp, microbatches), costs, memory_limit=limit, w_memory=float(w_memory))
+    plan = auto_schedule(prob, exact=exact, time_limit=time_limit)
+    s = plan.schedule("zb-auto")
+    info = {
+        "method": plan.method,
+        "objective": "longest per-rank span",
+        "proven_optimal": plan.optimal if exact else None,
+        "lower_bound": plan.bound,
+        "longest_span": plan.span,
+        "memory_limit": limit,
+        "w_memory": float(w_memory),
+        "peak_memory": max(plan.peak_memory(), default=0.0),
+        "search_seconds": plan.seconds,
+        **plan.info,
+    }
+    return Schedule(s.name, s.pp, s.microbatches, s.placement, s.ranks, info)

@@ -1,0 +1,107 @@
+"""The schedulers' fast internal model and constructions, checked against simulate."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipesim import Costs, Placement, build, simulate, summarize, validate
+from pipesim.autoschedule.evaluate import Index, asap, orders_of
+from pipesim.autoschedule.greedy import POLICIES, list_schedule
+from pipesim.autoschedule.polish import fits, polish, span_key
+from pipesim.autoschedule.problem import B, F, Problem
+from pipesim.autoschedule.waves import warmups, wave_schedule
+
+cost = st.sampled_from([0.3, 0.5, 1.0, 1.7, 2.5])
+
+
+def orders(s):
+    """A Schedule's per-rank orders in the fast model's encoding."""
+    kinds = {"F": F, "B": B, "W": 2, "BW": B}
+    return [[(kinds[op.kind], op.chunk, op.mb) for op in ops] for ops in s.ranks]
+
+
+def assert_matches_simulate(plan, costs):
+    s = validate(plan.schedule("x"))
+    tl = simulate(s, costs)
+    got = [[(round(e.start, 9), round(e.end, 9)) for e in evs] for evs in tl.events]
+    want = [[(round(st_, 9), round(en, 9)) for *_, st_, en in ops] for ops in plan.ranks]
+    assert got == want
+
+
+@given(
+    st.sampled_from(["1f1b", "zb-h1", "zb-h2", "zb-v", "gpipe"]),
+    st.integers(1, 5),
+    st.integers(1, 10),
+    cost,
+    cost,
+    cost,
+    st.sampled_from([0, 0.2]),
+)
+def test_fast_model_equals_simulate(name, pp, M, f, b, w, c):
+    """Every op's start and end in the fast model equal the simulator's."""
+    s = build(name, pp, M)
+    split = any(op.kind == "W" for ops in s.ranks for op in ops)
+    costs = Costs(f=f, b=b, w=w, comm=c)
+    plan = asap(Index(Problem.of(s.placement, costs, split=split)), orders(s))
+    assert plan is not None
+    assert_matches_simulate(plan, costs)
+
+
+def test_fast_model_reports_a_deadlock():
+    s = build("1f1b", 2, 2)
+    bad = orders(s)
+    bad[1] = bad[1][1:] + bad[1][:1]  # rank 1 wants F0.1 before F0.0 ... and B before its F
+    assert asap(Index(Problem.of(s.placement, Costs(), split=False)), bad) is None
+
+
+@given(
+    st.integers(1, 5),
+    st.integers(1, 12),
+    cost,
+    cost,
+    cost,
+    st.sampled_from([0, 0.3]),
+    st.sampled_from([None, 1, 2.5, 6]),
+    st.sampled_from([1.0, 0.4, 0.0]),
+)
+def test_constructions_are_valid_asap_and_within_memory(pp, M, f, b, w, c, limit, wmem):
+    """The list and wave schedulers' own times equal simulate's, and their orders never
+    hold more than the limit (F +1, B -(1-w_memory), W -w_memory)."""
+    costs = Costs(f=f, b=b, w=w, comm=c)
+    prob = Problem.of(Placement.flat(pp, M), costs, memory_limit=limit, w_memory=wmem)
+    plans = [list_schedule(prob, pol) for pol in POLICIES[::5]]
+    plans += [wave_schedule(prob, warmups(prob, d), p) for d in (1, 2) for p in (0, 1)]
+    for plan in plans:
+        if plan is None:
+            continue
+        assert_matches_simulate(plan, costs)
+        if limit is not None:
+            assert max(plan.peak_memory()) <= limit + 1e-9
+
+
+def test_list_scheduler_on_v_and_dual_placements():
+    for pl, split in ((Placement.v(3, 5), True), (Placement.dual(4, 8), False)):
+        prob = Problem.of(pl, Costs(f=1, b=2, w=0.5, comm=0.1), split=split, memory_limit=None)
+        assert_matches_simulate(list_schedule(prob), Costs(f=1, b=2, w=0.5, comm=0.1))
+
+
+def test_polish_never_worsens_and_keeps_memory():
+    costs = Costs(f=1.3, b=1.1, w=0.6, comm=0.2)
+    prob = Problem.of(Placement.flat(4, 8), costs, memory_limit=4, w_memory=0.5)
+    start = list_schedule(prob, POLICIES[0])
+    better = polish(Index(prob), start, span_key, window=12)
+    assert better.span <= start.span
+    assert all(fits(Index(prob), seq) for seq in orders_of(better))
+    assert_matches_simulate(better, costs)
+
+
+@pytest.mark.parametrize("limit", [1, 1.5])
+def test_tight_memory_still_schedules(limit):
+    """A limit of one activation forces F, B, W per micro-batch in turn: it must still finish."""
+    prob = Problem.of(Placement.flat(3, 4), Costs(), memory_limit=limit)
+    plan = list_schedule(prob, POLICIES[0])
+    assert plan is not None and max(plan.peak_memory()) <= limit
+    rep = summarize(plan.schedule("x"), simulate(plan.schedule("x")))
+    assert max(rep.peak_activations) == 1

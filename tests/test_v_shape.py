@@ -1,0 +1,57 @@
+"""ZB-V, V-Half and V-Min: valid everywhere, within their memory, and at least as good as
+the reference generators (recorded at pp=4, M=8) and the papers' claims elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim import Costs, build, simulate, summarize, theory, validate
+
+GRID = [(pp, M) for pp in range(1, 7) for M in sorted({1, 2, pp, pp + 1, 2 * pp, 3 * pp + 1})]
+V = ["zb-v", "v-half", "v-min"]
+
+
+def report(name, pp, M, costs=None):
+    s = build(name, pp, M)
+    return s, summarize(s, simulate(s, costs))
+
+
+@pytest.mark.parametrize("name", V)
+@pytest.mark.parametrize("pp,M", GRID)
+def test_valid_and_within_the_papers_memory(name, pp, M):
+    """Every schedule validates, and its peak stays within the paper's activation memory
+    ("Pipeline Parallelism with Controllable Memory": V-ZB pp, V-Half (pp+2)//2, V-Min
+    (pp+4)//3 micro-batches, i.e. twice that in chunks), and M micro-batches' worth."""
+    s, rep = report(name, pp, M)
+    validate(s)
+    stages = {"zb-v": pp, "v-half": (pp + 2) // 2, "v-min": (pp + 4) // 3}[name]
+    assert max(rep.peak_activations) <= min(2 * stages, 2 * M)
+    assert all(a <= b for a, b in zip(rep.peak_activations, theory.peak_activations(name, pp, M)))
+    assert rep.busy == [6.0 * M] * pp  # F, B and W of two chunks per micro-batch
+
+
+@pytest.mark.parametrize("pp,M", [(pp, M) for pp, M in GRID if M >= pp])
+def test_zb_v_closed_form(pp, M):
+    """ZB-V at F = B = W: every rank's passes back to back after the pipeline fill, so the
+    makespan is 6M F + (pp-1) F (the reference's 51 at pp=4, M=8)."""
+    for f in (1.0, 2.5):
+        _, rep = report("zb-v", pp, M, Costs(f=f, b=f, w=f))
+        assert rep.makespan == pytest.approx(theory.makespan("zb-v", pp, M, Costs(f=f, b=f, w=f)))
+        assert rep.makespan == pytest.approx((6 * M + pp - 1) * f)
+
+
+@pytest.mark.parametrize("pp,M", [(pp, M) for pp, M in GRID if M >= 2 * pp])
+def test_bubbles_within_the_papers_rates(pp, M):
+    """The paper's bubble rates at F = B = W (1 - M(F+B+W)/longest span): about pp/(2M)
+    for V-Half and 2pp/(3M) for V-Min; as idle time per rank that is 3pp and 4pp units."""
+    for name, idle in (("v-half", 3 * pp), ("v-min", 4 * pp)):
+        _, rep = report(name, pp, M)
+        assert max(rep.span) - 6 * M <= idle
+
+
+def test_controllable_memory_ordering():
+    """Less memory costs time, never the other way round, at every size here."""
+    for pp, M in GRID:
+        reps = [report(n, pp, M)[1] for n in V]
+        peaks = [max(r.peak_activations) for r in reps]
+        assert peaks[0] >= peaks[1] >= peaks[2]
