@@ -1,6 +1,7 @@
 # The two commands that do everything on a fresh machine:
 #   make run    set up .venv if missing, then compare the schedules at pp=8, M=16
-#               in the terminal and draw them into out/ (charts, trace, sweep, report)
+#               in the terminal, draw them into out/ (charts, trace, sweep, report)
+#               and plan DeepSeek-V3 on 2048 H800s (out/plan.md)
 #   make test   set up .venv if missing, then run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -24,11 +25,13 @@ run: $(READY)
 	$(BIN)/pipesim draw $(SHOWN) -o out/schedules.png -o out/schedules.svg -o out/trace.json
 	$(BIN)/pipesim report $(SHOWN) -o out/report.html
 	$(BIN)/pipesim sweep --pp 8 --microbatches 8:128 --schedules 1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev --costs-per stage -o out/sweep.png --csv out/sweep.csv
-	@echo "pictures in $(CURDIR)/out:"
+	$(BIN)/pipesim plan --model deepseek-v3 --cluster h800-2048 -o out/plan.md
+	@echo "pictures and the plan in $(CURDIR)/out:"
 	@echo "  schedules.png, schedules.svg  the four timelines on one time axis"
 	@echo "  trace.json                    Chrome trace: open it in Perfetto or chrome://tracing"
 	@echo "  report.html                   comparison table, charts and settings in one file"
 	@echo "  sweep.png, sweep.csv          bubble and activation memory for M = 8..128"
+	@echo "  plan.md                       DeepSeek-V3 on 2048 H800s: the recommended pipeline strategy and its cost"
 
 test: $(READY)
 	$(BIN)/ruff check src tests benchmarks
