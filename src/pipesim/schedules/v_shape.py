@@ -42,7 +42,7 @@ V_POLICIES = (
 
 # Moves tried by the local search; enough to settle the warm-up and cool-down at the
 # sizes people run, and bounded so that building stays interactive.
-POLISH_BUDGET = 600
+POLISH_BUDGET = 3000
 POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
 
 
