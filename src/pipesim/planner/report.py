@@ -98,8 +98,13 @@ def _rejection(plan: Plan, name: str) -> str:
     if memory:
         need = min(r.memory_gb or r.static_gb for r in memory)
         return f"needs at least {need:.0f} GB per GPU against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable"
+    near = plan.best.candidate.layout.pp if plan.best else 0
+    mine.sort(key=lambda r: abs(r.candidate.layout.pp - near))  # the example nearest the winner's layout
+    cannot = [r.reason.removeprefix("cannot run: ") for r in mine if r.reason.startswith("cannot run: ")]
+    if len(cannot) == len(mine):
+        return f"its constraints fail at every layout searched (for example: {cannot[0]})"
     reason, n = Counter(r.reason for r in mine).most_common(1)[0]
-    return f"{reason} (and so at every layout searched)" if n == len(mine) else f"{reason} ({n} of {len(mine)} layouts)"
+    return reason if n == len(mine) else f"{reason} ({n} of {len(mine)} layouts; the others cannot run or do not fit)"
 
 
 def advice(plan: Plan) -> list[str]:
