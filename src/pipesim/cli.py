@@ -85,34 +85,24 @@ def cost_value(text: str) -> float | tuple[float, ...]:
     return vals[0] if len(vals) == 1 else vals
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return v
+def number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    """An argparse type: a number for which ``ok`` holds, else "expected <expected>"."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if v != v or not ok(v):  # NaN is never a good answer
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+
+    return parse
 
 
-def share(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}")
-    return v
-
-
-def nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if v < 0 or v != v:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
+positive_float = number(lambda v: 0 < v < float("inf"), "a number > 0")
+nonneg_float = number(lambda v: 0 <= v < float("inf"), "a number >= 0")
+share = number(lambda v: 0 <= v <= 1, "a share between 0 and 1")
 
 
 DEFAULT_PP, DEFAULT_MICROBATCHES = 8, 16

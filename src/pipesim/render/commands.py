@@ -25,6 +25,7 @@ from ..cli import (
     compare_rows,
     console,
     costs_from,
+    number,
     options_from,
     pct,
     positive_int,
@@ -81,14 +82,7 @@ def add_commands(command) -> None:
     c.add_argument("--output", "-o", required=True, help="the .html file to write")
 
 
-def _inches(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected inches between 1 and 200, got {text!r}") from None
-    if not 1 <= v <= 200:
-        raise argparse.ArgumentTypeError(f"expected inches between 1 and 200, got {text!r}")
-    return v
+_inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
 
 
 # --------------------------------------------------------------------------------------
