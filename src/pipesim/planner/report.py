@@ -12,7 +12,7 @@ from dataclasses import asdict, fields
 
 from ..schedules import REGISTRY
 from .estimate import active_params, model_flops_per_token, total_params
-from .search import Plan, Result
+from .search import SKIPPED, Plan, Result
 from .specs import Training
 
 DUAL_FAMILY = ("dualpipe", "dualpipev")
@@ -65,7 +65,10 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
     best = plan.best
     out = {}
     names = {r.candidate.schedule for r in plan.results + plan.rejected}
+    whole = names >= set(REGISTRY) - set(SKIPPED)  # every family but the skipped was searched
     for name in REGISTRY:
+        if name in SKIPPED and whole:
+            out[name] = f"not searched: {SKIPPED[name]}"
         if name not in names or (best and name == best.candidate.schedule):
             continue
         mine = plan.best_of(name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from ..errors import PipesimError
@@ -225,21 +225,15 @@ class Measured:
     static: tuple[float, ...]
     params: tuple[float, ...]
 
-    def __add__(self, other: Measured) -> Measured:
-        return Measured(*(_combine(a, b, 1.0) for a, b in zip(self._values(), other._values())))
+    def toward(self, other: Measured, k: float) -> Measured:
+        """self + k * (other - self), field by field: the affine extrapolation in M."""
 
-    def scaled(self, k: float) -> Measured:
-        return Measured(*(_combine(a, a, k - 1.0) for a in self._values()))
+        def line(x, y):
+            if isinstance(x, tuple):
+                return tuple(u + k * (v - u) for u, v in zip(x, y))
+            return x + k * (y - x)
 
-    def _values(self):
-        return (self.makespan, self.busy, self.compute, self.exposed, self.peak, self.static, self.params)
-
-
-def _combine(a, b, k):
-    """a + k*b for numbers or tuples of numbers (k=1: sum; a is b: scale by 1+k)."""
-    if isinstance(a, tuple):
-        return tuple(x + k * y for x, y in zip(a, b))
-    return a + k * b
+        return Measured(*(line(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
 
 
 def measure(prog: Program, costs, mm) -> Measured:
@@ -276,7 +270,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared) -> Result:
         m1, m2 = points
         a = measure(_program(cand.schedule, cand.layout.pp, m1, cand.chunks)[0], p.costs, p.memory)
         b = measure(_program(cand.schedule, cand.layout.pp, m2, cand.chunks)[0], p.costs, p.memory)
-        x = a + (b + a.scaled(-1.0)).scaled((cand.microbatches - m1) / (m2 - m1))
+        x = a.toward(b, (cand.microbatches - m1) / (m2 - m1))
     pp = cand.layout.pp
     peak = max(x.peak)
     step = x.makespan + p.sync
