@@ -23,11 +23,11 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import load_schedule, save_schedule
+from .files import load_schedule, save_schedule, write_bytes_atomic
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
-from .render.pair import render_pair
+from .render.pair import pair_chart_bytes, render_pair
 from .render.terminal import LEGEND, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
@@ -556,9 +556,6 @@ def cmd_pair(args: argparse.Namespace) -> int:
     comm = sum(g.end - g.start for g in segs if g.stream == "comm")
     title = f"F&{args.backward} pair: {num(t_pair)} on two streams, {num(t_alone)} alone; {costs.describe()}"
     for path in args.output or ():
-        from .files import write_bytes_atomic
-        from .render.pair import pair_chart_bytes
-
         write_bytes_atomic(path, pair_chart_bytes(segs, path.rsplit(".", 1)[-1].lower(), title))
         print(f"wrote {path}", file=sys.stderr)
     if args.output:
