@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from hypothesis import settings
+from hypothesis import strategies as st
 
 REFERENCE = Path(__file__).parent / "data" / "reference"
 
@@ -43,3 +44,31 @@ def registry_schedules(pp: int) -> dict:
             except PipesimError:
                 continue
     return out
+
+
+def shapes():
+    """(name, pp, M, options) satisfying each family's constraints."""
+
+    from pipesim import REGISTRY
+
+    @st.composite
+    def draw(d):
+        name = d(st.sampled_from(sorted(REGISTRY)))
+        pp = d(st.integers(1, 8))
+        opts = {}
+        if name == "dualpipe":
+            pp = 2 * d(st.integers(1, 4))
+            M = 2 * d(st.integers(pp, pp + 6))
+        elif name == "dualpipev":
+            M = d(st.integers(2 * pp, 2 * pp + 9))
+        elif name == "chimera":
+            pp = 2 * d(st.integers(1, 4))
+            M = pp * d(st.integers(1, 3))
+        elif name == "interleaved-1f1b":
+            opts["chunks"] = d(st.integers(2, 4))
+            M = pp * d(st.integers(1, 4))
+        else:
+            M = d(st.integers(1, 24))
+        return name, pp, M, opts
+
+    return draw()

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipesim import REGISTRY, Costs, Placement, Schedule, build, simulate
+from conftest import shapes
+from pipesim import Costs, Placement, Schedule, build, simulate
 from pipesim.ir import parse_rank
 
 
@@ -57,32 +58,6 @@ def test_route_entered_at_the_last_rank_flows_backwards():
 def test_bw_override():
     tl = simulate(build("1f1b", 1, 1), Costs(f=1, b=1, w=1, bw=1.5))
     assert tl.end == 2.5
-
-
-def shapes():
-    """(name, pp, M, options) satisfying each family's constraints."""
-
-    @st.composite
-    def draw(d):
-        name = d(st.sampled_from(sorted(REGISTRY)))
-        pp = d(st.integers(1, 8))
-        opts = {}
-        if name == "dualpipe":
-            pp = 2 * d(st.integers(1, 4))
-            M = 2 * d(st.integers(pp, pp + 6))
-        elif name == "dualpipev":
-            M = d(st.integers(2 * pp, 2 * pp + 9))
-        elif name == "chimera":
-            pp = 2 * d(st.integers(1, 4))
-            M = pp * d(st.integers(1, 3))
-        elif name == "interleaved-1f1b":
-            opts["chunks"] = d(st.integers(2, 4))
-            M = pp * d(st.integers(1, 4))
-        else:
-            M = d(st.integers(1, 24))
-        return name, pp, M, opts
-
-    return draw()
 
 
 positive = st.floats(0.1, 5.0)

@@ -11,8 +11,10 @@ Notation (shared with ``shared/reference``): ``F{chunk}.{microbatch}`` and likew
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .errors import PipesimError
 
@@ -201,25 +203,143 @@ STANDARD_PLACEMENTS = ("flat", "interleaved", "v", "dual")
 
 
 # ---------------------------------------------------------------------------------------
+# The ranks' items as flat arrays
+
+
+class RankTable(Sequence):
+    """The per-rank item lists of a schedule stored as flat integer arrays, one entry per
+    item, rank after rank: ``offsets[r]:offsets[r + 1]`` are rank r's items. ``kind``,
+    ``chunk`` and ``mb`` describe the item's op (a pair's forward); ``kind2``, ``chunk2``
+    and ``mb2`` a pair's backward (``kind2`` is -1 for a lone op). Kinds are indices into
+    ``KINDS``.
+
+    It is a sequence of per-rank tuples of items, as ``Schedule.ranks`` is, so a schedule
+    built as arrays (large sizes, where a Python object per op would cost more than the
+    simulation) reads like any other; the Op objects of a rank are made when first asked
+    for. The engine, the metrics and the builders of large schedules use the arrays.
+    """
+
+    __slots__ = ("offsets", "kind", "chunk", "mb", "kind2", "chunk2", "mb2", "_rows")
+
+    def __init__(self, offsets, kind, chunk, mb, kind2=None, chunk2=None, mb2=None) -> None:
+        n = len(kind)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.kind = np.asarray(kind, dtype=np.int8)
+        self.chunk = np.asarray(chunk, dtype=np.int32)
+        self.mb = np.asarray(mb, dtype=np.int32)
+        self.kind2 = np.full(n, -1, np.int8) if kind2 is None else np.asarray(kind2, dtype=np.int8)
+        self.chunk2 = np.zeros(n, np.int32) if chunk2 is None else np.asarray(chunk2, dtype=np.int32)
+        self.mb2 = np.zeros(n, np.int32) if mb2 is None else np.asarray(mb2, dtype=np.int32)
+        if self.offsets[0] != 0 or self.offsets[-1] != n or any(len(a) != n for a in (self.chunk, self.mb, self.kind2)):
+            raise PipesimError("malformed rank table: offsets and item columns disagree")
+        self._rows: list = [None] * (len(self.offsets) - 1)
+
+    @classmethod
+    def of(cls, ranks: Sequence[Sequence[Item]]) -> RankTable:
+        """The arrays of per-rank item lists (one Python pass over the items)."""
+        if isinstance(ranks, RankTable):
+            return ranks
+        code = {k: i for i, k in enumerate(KINDS)}
+        cols: list[list[int]] = [[], [], [], [], [], []]
+        offsets = [0]
+        for items in ranks:
+            for it in items:
+                if isinstance(it, Pair):
+                    f, b = it.forward, it.backward
+                    row = (code[f.kind], f.chunk, f.mb, code[b.kind], b.chunk, b.mb)
+                else:
+                    row = (code[it.kind], it.chunk, it.mb, -1, 0, 0)
+                for col, v in zip(cols, row):
+                    col.append(v)
+            offsets.append(len(cols[0]))
+        return cls(offsets, *cols)
+
+    @property
+    def items(self) -> int:
+        return len(self.kind)
+
+    @property
+    def num_ops(self) -> int:
+        return self.items + int(np.count_nonzero(self.kind2 >= 0))
+
+    def ranks_of_items(self) -> np.ndarray:
+        """The rank of every item."""
+        return np.repeat(np.arange(len(self), dtype=np.int32), np.diff(self.offsets))
+
+    def item(self, i: int) -> Item:
+        op = Op(KINDS[self.kind[i]], int(self.chunk[i]), int(self.mb[i]))
+        if self.kind2[i] < 0:
+            return op
+        return Pair(op, Op(KINDS[self.kind2[i]], int(self.chunk2[i]), int(self.mb2[i])))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, r):
+        if isinstance(r, slice):
+            return tuple(self[i] for i in range(*r.indices(len(self))))
+        row = self._rows[r]
+        if row is None:
+            a, b = int(self.offsets[r]), int(self.offsets[r + 1])
+            ops = [
+                Op(KINDS[k], c, m) for k, c, m in zip(self.kind[a:b].tolist(), self.chunk[a:b].tolist(), self.mb[a:b].tolist())
+            ]
+            for j in np.flatnonzero(self.kind2[a:b] >= 0).tolist():
+                i = a + j
+                ops[j] = Pair(ops[j], Op(KINDS[self.kind2[i]], int(self.chunk2[i]), int(self.mb2[i])))
+            row = self._rows[r] = tuple(ops)
+        return row
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, RankTable):
+            cols = ("offsets", "kind", "chunk", "mb", "kind2")
+            pairs = self.kind2 >= 0
+            return all(np.array_equal(getattr(self, c), getattr(other, c)) for c in cols) and all(
+                np.array_equal(getattr(self, c)[pairs], getattr(other, c)[pairs]) for c in ("chunk2", "mb2")
+            )
+        if isinstance(other, Sequence):
+            return len(other) == len(self) and all(tuple(a) == b for a, b in zip(other, self))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"RankTable({len(self)} ranks, {self.items} items)"
+
+
+# ---------------------------------------------------------------------------------------
 # Schedule
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A complete pipeline schedule: for each rank, the ordered items it executes."""
+    """A complete pipeline schedule: for each rank, the ordered items it executes.
+
+    ``ranks`` is a tuple of per-rank tuples of items, or the same as a ``RankTable``
+    (the array form the large builders emit); ``table`` is always the array form."""
 
     name: str
     pp: int
     microbatches: int
     placement: Placement
-    ranks: tuple[tuple[Item, ...], ...]
+    ranks: tuple[tuple[Item, ...], ...] | RankTable
     # how a searched schedule was found (method, proven optimality, bounds); empty for
     # the handcrafted ones. Not part of the schedule's identity.
     info: dict = field(default_factory=dict, compare=False, repr=False)
 
+    _table: list = field(default_factory=list, init=False, compare=False, repr=False)
+
     def __post_init__(self) -> None:
         if len(self.ranks) != self.pp:
             raise PipesimError(f"schedule has {len(self.ranks)} rank lists, expected pp={self.pp}")
+
+    @property
+    def table(self) -> RankTable:
+        """The items as flat arrays (made once from tuples of items if built that way)."""
+        if not self._table:
+            self._table.append(RankTable.of(self.ranks))
+        return self._table[0]
 
     def items(self) -> Iterator[tuple[int, Item]]:
         for r, items in enumerate(self.ranks):
@@ -228,7 +348,7 @@ class Schedule:
 
     @property
     def num_ops(self) -> int:
-        return sum(len(ops_of(it)) for _, it in self.items())
+        return self.table.num_ops
 
     def to_notation(self) -> list[list[str]]:
         return [[str(it) for it in items] for items in self.ranks]

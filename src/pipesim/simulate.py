@@ -1,56 +1,23 @@
-"""The event engine: a Schedule and a cost model in, a Timeline out.
+"""Simulation: a Schedule (or its compiled ``Program``) and a cost model in, a Timeline out.
 
 Each rank runs its items in order; an item starts when its rank is free and everything it
 needs is done, plus the P2P latency for what comes from another rank. Communication
 delays the receiver but occupies no rank here (the component model of ``pipesim.components``
-puts it on a stream of its own). Items are visited in ``execution_order``, which
-respects all dependencies, so one pass computes every start time: linear in the ops.
-
-What does not depend on the costs (the checks, the walk order, what each item needs and
-makes, its stages) is ``compile``d once into a ``Program``; simulating one schedule under
-many cost models (the planner, sweeps) reuses it.
+puts it on a stream of its own). The work is the array engine's (``pipesim.engine``):
+``compile`` once, then one pass per cost model; the Timeline keeps the arrays and makes
+Event and Transfer objects only when someone asks for them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import numpy as np
 
 from .costs import CostModel, Costs
-from .deps import Key, produces
-from .ir import Item, Op, Pair, Schedule, ops_of
-from .timeline import Event, Timeline, Transfer
-from .validate import check_structure, execution_order
+from .engine import Program, compile, op_of, run
+from .ir import Schedule
+from .timeline import Timeline, Transfer
 
-
-@dataclass(frozen=True, eq=False)
-class Step:
-    rank: int
-    item: Item
-    needs: tuple[Key, ...]
-    makes: tuple[tuple[Key, Op], ...]
-    stages: tuple[int, ...]  # of the item's ops, in order
-
-
-@dataclass(frozen=True, eq=False)
-class Program:
-    """A checked schedule, ready to simulate under any costs."""
-
-    schedule: Schedule
-    steps: tuple[Step, ...]
-
-
-def compile(schedule: Schedule) -> Program:
-    """Check ``schedule`` (PipesimError, or DeadlockError naming the wait cycle) and lay
-    out its items in an executable order."""
-    check_structure(schedule)
-    pl = schedule.placement
-    steps = []
-    for r, i, need in execution_order(schedule):
-        item = schedule.ranks[r][i]
-        ops = ops_of(item)
-        makes = tuple((k, op) for op in ops for k in produces(r, op))
-        steps.append(Step(r, item, need, makes, tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops)))
-    return Program(schedule, tuple(steps))
+__all__ = ["Program", "compile", "simulate"]
 
 
 def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Timeline:
@@ -58,31 +25,33 @@ def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Ti
     F = B = W = 1, no communication)."""
     program = schedule if isinstance(schedule, Program) else compile(schedule)
     costs = costs if costs is not None else Costs()
-    pp = program.schedule.pp
-    free = [0.0] * pp
-    events: list[list[Event]] = [[] for _ in range(pp)]
-    done: dict[Key, tuple[float, Op]] = {}
-    transfers: list[Transfer] = []
+    start, end, lat = run(program, costs)
     inside = getattr(costs, "inside", None)  # cost models that see inside an op
-    for step in program.steps:
-        r, item = step.rank, step.item
-        start = free[r]
-        for key in step.needs:
-            end, op = done[key]
-            src = key[1]
-            if src != r:
-                arrive = end + costs.p2p_time(src, r)
-                transfers.append(Transfer(src, r, op, end, arrive))
-                end = arrive
-            if end > start:
-                start = end
-        if isinstance(item, Pair):
-            dur = costs.pair_time(item, step.stages[0], step.stages[1])
-        else:
-            dur = costs.op_time(item, step.stages[0])
-        finish = start + dur
-        for k, op in step.makes:
-            done[k] = (finish, op)
-        events[r].append(Event(r, item, start, finish, inside(item, step.stages) if inside is not None else None))
-        free[r] = finish
-    return Timeline(pp, tuple(tuple(e) for e in events), tuple(transfers))
+    ids, insides = None, ()
+    if inside is not None:
+        insides = tuple(inside(item, stages) for item, stages in program.shapes)
+        ids = program.shape
+    return Timeline.of_arrays(
+        program.schedule.pp,
+        program.table,
+        start,
+        end,
+        ids,
+        insides,
+        lambda: transfers(program, end, lat),
+    )
+
+
+def transfers(program: Program, end: np.ndarray, lat: np.ndarray) -> tuple[Transfer, ...]:
+    """Every wait across ranks as a Transfer, in execution order: what the producer's
+    op sent, when it left and when it was usable."""
+    t = program.table
+    ptr, dep, half, cross = program.dep_ptr.tolist(), program.dep.tolist(), program.dep_half.tolist(), program.cross.tolist()
+    rank, ends, lats = program.rank.tolist(), end.tolist(), lat.tolist()
+    out = []
+    for i in program.order.tolist():
+        for e in range(ptr[i], ptr[i + 1]):
+            if cross[e]:
+                p = dep[e]
+                out.append(Transfer(rank[p], rank[i], op_of(t, p, half[e]), ends[p], ends[p] + lats[e]))
+    return tuple(out)

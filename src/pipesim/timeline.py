@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Item, Op, Pair
+import numpy as np
+
+from .ir import Item, Op, Pair, RankTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +104,74 @@ class Transfer:
     end: float
 
 
-@dataclass(frozen=True)
 class Timeline:
-    pp: int
-    events: tuple[tuple[Event, ...], ...]  # per rank, in execution order
-    transfers: tuple[Transfer, ...] = ()
-    source: str = "simulated"  # or "measured"
+    """When every item ran on every rank: ``events[r]`` in rank r's order.
+
+    Stored as arrays over the items, rank after rank (``table``: what each item is;
+    ``starts``, ``ends``; ``inside_id`` into ``insides``, -1 where the cost model does
+    not see inside), so metrics read it without an ``Event`` per op. A simulation builds
+    it from arrays and makes ``events`` and ``transfers`` only when asked for; a measured
+    run or a test builds it from events, ``Timeline(pp, events, transfers, source)``.
+    """
+
+    __slots__ = ("pp", "source", "table", "starts", "ends", "inside_id", "insides", "_events", "_transfers")
+
+    def __init__(self, pp: int, events=None, transfers=(), source: str = "simulated") -> None:
+        self.pp = pp
+        self.source = source  # "simulated" or "measured"
+        events = tuple(tuple(evs) for evs in (events or ((),) * pp))
+        self._events = events
+        self._transfers = tuple(transfers) if not callable(transfers) else transfers
+        self.table = RankTable.of([[e.item for e in evs] for evs in events])
+        flat = [e for evs in events for e in evs]
+        self.starts = np.array([e.start for e in flat], np.float64)
+        self.ends = np.array([e.end for e in flat], np.float64)
+        ids: dict[int, int] = {}
+        insides: list[Inside] = []
+        for e in flat:
+            if e.inside is not None and id(e.inside) not in ids:
+                ids[id(e.inside)] = len(insides)
+                insides.append(e.inside)
+        self.inside_id = np.array([-1 if e.inside is None else ids[id(e.inside)] for e in flat], np.int32)
+        self.insides = tuple(insides)
+
+    @classmethod
+    def of_arrays(cls, pp, table, starts, ends, inside_id=None, insides=(), transfers=(), source="simulated") -> Timeline:
+        """From arrays over ``table``'s items; ``transfers`` may be a function that makes
+        them when first asked for."""
+        tl = cls.__new__(cls)
+        tl.pp, tl.source, tl.table, tl.starts, tl.ends = pp, source, table, starts, ends
+        tl.inside_id = np.full(len(starts), -1, np.int32) if inside_id is None else inside_id
+        tl.insides = tuple(insides)
+        tl._events = None
+        tl._transfers = transfers
+        return tl
+
+    @property
+    def events(self) -> tuple[tuple[Event, ...], ...]:
+        """Per rank, in execution order (made from the arrays on first use)."""
+        if self._events is None:
+            starts, ends, ids = self.starts.tolist(), self.ends.tolist(), self.inside_id.tolist()
+            insides = (*self.insides, None)  # id -1 reads the None at the end
+            off = self.table.offsets.tolist()
+            self._events = tuple(
+                tuple(
+                    Event(r, item, starts[i], ends[i], insides[ids[i]])
+                    for i, item in zip(range(off[r], off[r + 1]), self.table[r])
+                )
+                for r in range(self.pp)
+            )
+        return self._events
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        if callable(self._transfers):
+            self._transfers = self._transfers()
+        return self._transfers
+
+    @property
+    def rank_of_item(self) -> np.ndarray:
+        return self.table.ranks_of_items()
 
     def all_events(self):
         for evs in self.events:
@@ -115,8 +179,11 @@ class Timeline:
 
     @property
     def start(self) -> float:
-        return min((e.start for e in self.all_events()), default=0.0)
+        return float(self.starts.min()) if len(self.starts) else 0.0
 
     @property
     def end(self) -> float:
-        return max((e.end for e in self.all_events()), default=0.0)
+        return float(self.ends.max()) if len(self.ends) else 0.0
+
+    def __repr__(self) -> str:
+        return f"Timeline(pp={self.pp}, {len(self.starts)} items, {self.source})"

@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..engine import check_size
 from ..errors import PipesimError
 from ..ir import Schedule
 from .chimera import chimera
@@ -119,4 +120,8 @@ def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
         if key not in allowed:
             takes = ", ".join(_flag(k) for k in allowed) or "no options"
             raise PipesimError(f"{name} does not take {_flag(key)}; it takes {takes}")
+    chunks = options.get("chunks")
+    if not isinstance(chunks, int) or chunks < 1:  # the builder words a bad value
+        chunks = 2 if fam.placement in ("v", "interleaved") else 1
+    check_size(pp, microbatches, pp * chunks if fam.placement != "dual" else pp, name)
     return fam.builder(pp, microbatches, **options)
