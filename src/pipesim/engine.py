@@ -21,7 +21,7 @@ import numpy as np
 from . import kernel
 from .deps import Key
 from .errors import PipesimError
-from .ir import KINDS, Item, Op, Pair, Placement, RankTable, Schedule
+from .ir import KINDS, Item, Op, Pair, RankTable, Schedule
 from .validate import check_structure, execution_order, item_needs
 
 F, B, W, BW = range(4)
@@ -94,15 +94,6 @@ class Program:
         return tuple(out)
 
 
-def stage_table(pl: Placement) -> np.ndarray:
-    """``[route, rank, chunk]`` -> stage, -1 where the route does not pass."""
-    tab = np.full((len(pl.routes), pl.pp, pl.chunks), -1, np.int32)
-    for ri, route in enumerate(pl.routes):
-        for s, (r, c) in enumerate(route):
-            tab[ri, r, c] = s
-    return tab
-
-
 def compile(schedule: Schedule) -> Program:
     """Check ``schedule`` (PipesimError, or DeadlockError naming the wait cycle) and lay
     it out as arrays with an executable order."""
@@ -112,17 +103,13 @@ def compile(schedule: Schedule) -> Program:
     n, S, C = t.items, pl.stages, pl.chunks
     rank = t.ranks_of_items()
     pair = np.flatnonzero(t.kind2 >= 0)
-    # every op once: the items' (first) ops, then the pairs' backwards
-    o_item = np.concatenate([np.arange(n, dtype=np.int32), pair.astype(np.int32)])
-    o_kind = np.concatenate([t.kind, t.kind2[pair]])
-    o_chunk = np.concatenate([t.chunk, t.chunk2[pair]])
-    o_mb = np.concatenate([t.mb, t.mb2[pair]])
+    o_item, o_kind, o_chunk, o_mb = t.ops()  # the items' (first) ops, then the pairs' backwards
     o_rank = rank[o_item]
     route_of = np.asarray(pl.route_of, np.int32)
     inside = (o_mb >= 0) & (o_mb < M) & (o_chunk >= 0) & (o_chunk < C)
     if not inside.all():
         _refuse(schedule)
-    o_stage = stage_table(pl)[route_of[o_mb], o_rank, o_chunk]
+    o_stage = pl.stage_grid()[route_of[o_mb], o_rank, o_chunk]
     if (o_stage < 0).any():
         _refuse(schedule)
     # each (rank, chunk, micro-batch) on a route: one F, and one BW or one B and one W

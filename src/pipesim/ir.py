@@ -121,6 +121,15 @@ class Placement:
         """The (rank, chunk) that runs ``stage`` for micro-batch ``mb``."""
         return self.routes[self.route_of[mb]][stage]
 
+    def stage_grid(self) -> np.ndarray:
+        """``stage_of`` as an array: ``[route, rank, chunk]`` -> stage, -1 where the route
+        does not pass."""
+        grid = np.full((len(self.routes), self.pp, self.chunks), -1, np.int32)
+        for ri, route in enumerate(self.routes):
+            for s, (r, c) in enumerate(route):
+                grid[ri, r, c] = s
+        return grid
+
     def model_stage(self, rank: int, chunk: int) -> int:
         """The model stage whose parameters (rank, chunk) holds (any route through it)."""
         for ri in range(len(self.routes)):
@@ -261,6 +270,17 @@ class RankTable(Sequence):
     @property
     def num_ops(self) -> int:
         return self.items + int(np.count_nonzero(self.kind2 >= 0))
+
+    def ops(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every op once, as (item, kind, chunk, mb): the items' own (first) ops in item
+        order, then the pairs' backwards."""
+        pair = np.flatnonzero(self.kind2 >= 0)
+        return (
+            np.concatenate([np.arange(self.items, dtype=np.int32), pair.astype(np.int32)]),
+            np.concatenate([self.kind, self.kind2[pair]]),
+            np.concatenate([self.chunk, self.chunk2[pair]]),
+            np.concatenate([self.mb, self.mb2[pair]]),
+        )
 
     def ranks_of_items(self) -> np.ndarray:
         """The rank of every item."""

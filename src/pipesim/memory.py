@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .costs import PerStage, at_stage
 from .errors import PipesimError
-from .ir import Schedule, ops_of
+from .ir import Schedule
+from .metrics import running_peaks
 from .timeline import Timeline
 
 
@@ -105,33 +108,25 @@ class MemoryReport:
 
 def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel) -> MemoryReport:
     pl = schedule.placement
-    params, grads, opt, act_peak, series = [], [], [], [], []
+    params, grads, opt = [], [], []
     for r in range(schedule.pp):
         held = [pl.model_stage(r, c) for c in range(pl.chunks) if _holds(pl, r, c)]
         sizes = [model.stage_bytes(s) for s in held]
         params.append(sum(x[0] for x in sizes))
         grads.append(sum(x[1] for x in sizes))
         opt.append(sum(x[2] for x in sizes))
-        changes: list[tuple[float, float]] = []
-        for e in timeline.events[r]:
-            for op in ops_of(e.item):
-                a = model.activation_bytes(pl.stage_of(r, op.chunk, op.mb))
-                if op.kind == "F":
-                    changes.append((e.start, a))
-                elif op.kind == "B":
-                    changes.append((e.end, -(1 - model.w_share) * a))
-                elif op.kind == "W":
-                    changes.append((e.end, -model.w_share * a))
-                else:
-                    changes.append((e.end, -a))
-        changes.sort()  # at equal times frees (negative) come first
-        live, peak, steps = 0.0, 0.0, []
-        for t, d in changes:
-            live += d
-            peak = max(peak, live)
-            steps.append((t, live))
-        act_peak.append(peak)
-        series.append(steps)
+    # activations: an F allocates its stage's at its start; a B frees all but the share W
+    # needs, the W the rest, a fused BW all of it, at their ends
+    t = timeline.table
+    item, kind, chunk, mb = t.ops()
+    rank = t.ranks_of_items()[item]
+    stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], rank, chunk]
+    size = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)[stage]
+    w = model.w_share
+    delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
+    when = np.where(kind == 0, timeline.starts[item], timeline.ends[item])
+    series: list = []
+    act_peak = [float(x) for x in running_peaks(schedule.pp, rank, when, delta, series)]
     peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 

@@ -26,8 +26,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .ir import Schedule, ops_of
-from .timeline import Event, Timeline
+import numpy as np
+
+from .ir import Schedule
+from .timeline import Timeline
+
+F, B, W, BW = range(4)  # indices into ir.KINDS
 
 
 @dataclass(frozen=True)
@@ -54,18 +58,24 @@ class Report:
 
 
 def summarize(schedule: Schedule, timeline: Timeline) -> Report:
-    pp = timeline.pp
+    pp, t = timeline.pp, timeline.table
+    starts, ends = timeline.starts, timeline.ends
+    rank = t.ranks_of_items()
     t0, t1 = timeline.start, timeline.end
     makespan = t1 - t0
-    busy = [sum(e.duration for e in evs) for evs in timeline.events]
-    span = [(evs[-1].end - evs[0].start) if evs else 0.0 for evs in timeline.events]
+    busy = np.bincount(rank, weights=ends - starts, minlength=pp).tolist()  # in item order, as a running sum
+    first, last = t.offsets[:-1], t.offsets[1:] - 1
+    has = first <= last
+    span = (
+        np.where(has, ends[np.where(has, last, 0)] - starts[np.where(has, first, 0)], 0.0).tolist() if len(ends) else [0.0] * pp
+    )
     util = [b / makespan if makespan > 0 else 0.0 for b in busy]
     bubble = 1 - sum(busy) / (pp * makespan) if makespan > 0 else 0.0
     max_span = max(span, default=0.0)
     span_bubble = (max_span - max(busy, default=0.0)) / max_span if max_span > 0 else 0.0
-    peaks = [peak_live(evs) for evs in timeline.events]
+    peaks = peak_activations(timeline)
     per_chunk = pp / schedule.placement.stages
-    streams = [stream_times(evs) for evs in timeline.events] if any(e.inside for e in timeline.all_events()) else None
+    streams = stream_times(timeline) if (timeline.inside_id >= 0).any() else None
     return Report(
         schedule=schedule.name,
         pp=pp,
@@ -86,31 +96,37 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
     )
 
 
-def stream_times(events) -> tuple[float, float]:
-    """(compute busy time, communication time with compute idle) of one rank's items."""
-    busy = exposed = 0.0
-    for e in events:
-        if e.inside is not None:
-            busy += e.inside.compute
-            exposed += e.inside.exposed
-    return busy, exposed
+def stream_times(timeline: Timeline) -> list[tuple[float, float]]:
+    """Per rank, (compute busy time, communication time with compute idle) of its items."""
+    ids = timeline.inside_id
+    has = ids >= 0
+    rank = timeline.rank_of_item[has]
+    compute = np.array([x.compute for x in timeline.insides], np.float64)[ids[has]]
+    exposed = np.array([x.exposed for x in timeline.insides], np.float64)[ids[has]]
+    busy = np.bincount(rank, weights=compute, minlength=timeline.pp).tolist()
+    hidden = np.bincount(rank, weights=exposed, minlength=timeline.pp).tolist()
+    return list(zip(busy, hidden))
 
 
-def _has(e: Event, kinds: tuple[str, ...]) -> bool:
-    return any(op.kind in kinds for op in ops_of(e.item))
+def _has(table, kinds: tuple[int, ...]) -> np.ndarray:
+    """Per item: does it hold an op of one of ``kinds`` (indices into KINDS)?"""
+    return np.isin(table.kind, kinds) | np.isin(table.kind2, kinds)
 
 
 def steady_state_window(timeline: Timeline) -> tuple[float, float] | None:
     """[every rank has started a backward, some rank ends its last forward], or None."""
-    starts, ends = [], []
-    for evs in timeline.events:
-        first_b = next((e.start for e in evs if _has(e, ("B", "BW"))), None)
-        last_f = next((e.end for e in reversed(evs) if _has(e, ("F",))), None)
-        if first_b is None or last_f is None:
-            return None
-        starts.append(first_b)
-        ends.append(last_f)
-    lo, hi = max(starts), min(ends)
+    t = timeline.table
+    rank = t.ranks_of_items()
+    back = np.flatnonzero(_has(t, (B, BW)))
+    fwd = np.flatnonzero(_has(t, (F,)))
+    if len(np.unique(rank[back])) < timeline.pp or len(np.unique(rank[fwd])) < timeline.pp:
+        return None
+    first_b = np.full(timeline.pp, len(rank), np.int64)
+    np.minimum.at(first_b, rank[back], back)  # each rank's first item with a backward
+    last_f = np.full(timeline.pp, -1, np.int64)
+    np.maximum.at(last_f, rank[fwd], fwd)  # ... and its last with a forward
+    lo = float(timeline.starts[first_b].max())
+    hi = float(timeline.ends[last_f].min())
     return (lo, hi) if hi > lo else None
 
 
@@ -121,34 +137,55 @@ def steady_state_utilization(timeline: Timeline, compute_only: bool = False) -> 
     if window is None:
         return None
     lo, hi = window
-    total = 0.0
-    for e in timeline.all_events():
-        if e.end <= lo or e.start >= hi:
-            continue
-        if not compute_only:
-            total += min(e.end, hi) - max(e.start, lo)
-        elif e.inside is not None:
-            if lo <= e.start and e.end <= hi:  # wholly inside: no need to look at its parts
-                total += e.inside.compute
-            else:
-                for stream, _, _, _, a, b in e.inside.parts:
-                    if stream == "compute":
-                        total += max(0.0, min(e.start + b, hi) - max(e.start + a, lo))
+    starts, ends = timeline.starts, timeline.ends
+    sel = np.flatnonzero((ends > lo) & (starts < hi))
+    if not compute_only:
+        part = np.minimum(ends[sel], hi) - np.maximum(starts[sel], lo)
+    else:
+        ids = timeline.inside_id[sel]
+        sel, ids = sel[ids >= 0], ids[ids >= 0]
+        part = np.array([x.compute for x in timeline.insides], np.float64)[ids] if len(ids) else np.zeros(0)
+        cut = np.flatnonzero((starts[sel] < lo) | (ends[sel] > hi))  # only the window's edges: a few items
+        for k, i, x in zip(cut.tolist(), sel[cut].tolist(), ids[cut].tolist()):
+            s = float(starts[i])
+            part[k] = sum(
+                max(0.0, min(s + b, hi) - max(s + a, lo))
+                for stream, _, _, _, a, b in timeline.insides[x].parts
+                if stream == "compute"
+            )
+    total = float(np.cumsum(part)[-1]) if len(part) else 0.0  # a running sum, in item order
     return total / (timeline.pp * (hi - lo))
 
 
-def peak_live(events: tuple[Event, ...] | list[Event]) -> int:
+def peak_activations(timeline: Timeline) -> list[int]:
+    """Per rank, most chunk-activations alive at once: born when an F starts, dead when
+    its W or BW ends (at equal times a death comes first: a freed activation makes room)."""
+    t = timeline.table
+    item, kind, _, _ = t.ops()
+    born = kind == F
+    dies = (kind == W) | (kind == BW)
+    keep = born | dies
+    item, born = item[keep], born[keep]
+    when = np.where(born, timeline.starts[item], timeline.ends[item])
+    return [int(x) for x in running_peaks(timeline.pp, t.ranks_of_items()[item], when, np.where(born, 1, -1))]
+
+
+def running_peaks(pp: int, rank: np.ndarray, when: np.ndarray, delta: np.ndarray, series: list | None = None) -> list:
+    """Per rank, the highest running sum of ``delta`` in time order (ties: smaller delta
+    first), from 0; with ``series``, also each rank's (time, running sum) after each change."""
+    order = np.lexsort((delta, when, rank))
+    rank, when, delta = rank[order], when[order], delta[order]
+    bounds = np.searchsorted(rank, np.arange(pp + 1))
+    peaks = []
+    for r in range(pp):
+        a, b = bounds[r], bounds[r + 1]
+        live = np.cumsum(delta[a:b])  # a running sum per rank, as one would add by hand
+        peaks.append(max(0, live.max()) if b > a else 0)
+        if series is not None:
+            series.append(list(zip(when[a:b].tolist(), live.tolist())))
+    return peaks
+
+
+def peak_live(events) -> int:
     """Most chunk-activations alive at once among ``events`` of one rank."""
-    marks: list[tuple[float, int]] = []
-    for e in events:
-        for op in ops_of(e.item):
-            if op.kind == "F":
-                marks.append((e.start, +1))
-            elif op.kind in ("W", "BW"):
-                marks.append((e.end, -1))
-    marks.sort()  # at equal times -1 sorts first: a freed activation makes room
-    live = peak = 0
-    for _, d in marks:
-        live += d
-        peak = max(peak, live)
-    return peak
+    return peak_activations(Timeline(1, (tuple(events),)))[0]
