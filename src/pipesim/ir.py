@@ -263,6 +263,17 @@ class RankTable(Sequence):
             offsets.append(len(cols[0]))
         return cls(offsets, *cols)
 
+    @classmethod
+    def stack(cls, rows: Sequence[tuple[np.ndarray, ...]]) -> RankTable:
+        """From per-rank columns (kind, chunk, mb) or (kind, chunk, mb, kind2, chunk2, mb2),
+        as the array builders make them."""
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([len(row[0]) for row in rows], out=offsets[1:])
+        cols = [np.concatenate([row[j] for row in rows]) if rows else np.zeros(0, np.int32) for j in range(3)]
+        if rows and len(rows[0]) == 6:
+            cols += [np.concatenate([row[j] for row in rows]) for j in range(3, 6)]
+        return cls(offsets, *cols)
+
     @property
     def items(self) -> int:
         return len(self.kind)

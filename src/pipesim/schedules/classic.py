@@ -1,31 +1,48 @@
-"""GPipe, 1F1B and Megatron's interleaved 1F1B: the schedules with a fused backward (BW)."""
+"""GPipe, 1F1B and Megatron's interleaved 1F1B: the schedules with a fused backward (BW).
+
+Built as arrays (``RankTable``): at pp=64, M=1024 a Python object per op would cost more
+than simulating them."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import PipesimError
-from ..ir import Op, Placement, Schedule
+from ..ir import Placement, RankTable, Schedule
+
+F, BW = 0, 3  # indices into ir.KINDS
 
 
 def gpipe(pp: int, microbatches: int) -> Schedule:
     """Every rank runs all forwards, then all backwards in micro-batch order."""
     M = microbatches
-    ranks = tuple(tuple(Op("F", 0, i) for i in range(M)) + tuple(Op("BW", 0, i) for i in range(M)) for _ in range(pp))
-    return Schedule("gpipe", pp, M, Placement.flat(pp, M), ranks)
+    kind = np.repeat(np.array([F, BW], np.int8), M)
+    mb = np.tile(np.arange(M, dtype=np.int32), 2)
+    row = (kind, np.zeros(2 * M, np.int32), mb)
+    return Schedule("gpipe", pp, M, Placement.flat(pp, M), RankTable.stack([row] * pp))
+
+
+def warm_then_alternate(warm: int, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """A rank that runs ``warm`` forwards, then alternates a forward and a backward, then
+    drains the backwards: per item, (is it a forward, its index among the forwards or
+    among the backwards)."""
+    j = np.arange(2 * total)
+    steady_end = 2 * total - warm
+    d = j - warm
+    fwd = (j < warm) | ((j < steady_end) & (d % 2 == 0))
+    k = np.where(j < warm, j, np.where(j < steady_end, np.where(fwd, warm + d // 2, d // 2), j - total))
+    return fwd, k
 
 
 def one_f_one_b(pp: int, microbatches: int) -> Schedule:
     """Rank r runs pp-r-1 warm-up forwards, then alternates forward and backward, then
     drains the backwards: at most pp-r activations alive."""
     M = microbatches
-    ranks = []
+    rows = []
     for r in range(pp):
-        warm = min(pp - r - 1, M)
-        ops = [Op("F", 0, i) for i in range(warm)]
-        for i in range(M - warm):
-            ops += [Op("F", 0, warm + i), Op("BW", 0, i)]
-        ops += [Op("BW", 0, i) for i in range(M - warm, M)]
-        ranks.append(tuple(ops))
-    return Schedule("1f1b", pp, M, Placement.flat(pp, M), tuple(ranks))
+        fwd, k = warm_then_alternate(min(pp - r - 1, M), M)
+        rows.append((np.where(fwd, F, BW), np.zeros(len(k), np.int32), k))
+    return Schedule("1f1b", pp, M, Placement.flat(pp, M), RankTable.stack(rows))
 
 
 def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
@@ -38,19 +55,9 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     if M % pp:
         raise PipesimError(f"interleaved-1f1b needs --microbatches divisible by --pp={pp}, got {M}")
     total = M * v
-
-    def fwd(k: int) -> Op:
-        return Op("F", (k // pp) % v, (k // (pp * v)) * pp + k % pp)
-
-    def bwd(k: int) -> Op:
-        return Op("BW", v - 1 - (k // pp) % v, (k // (pp * v)) * pp + k % pp)
-
-    ranks = []
+    rows = []
     for r in range(pp):
-        warm = min((pp - r - 1) * 2 + (v - 1) * pp, total)
-        ops = [fwd(k) for k in range(warm)]
-        for i in range(total - warm):
-            ops += [fwd(warm + i), bwd(i)]
-        ops += [bwd(k) for k in range(total - warm, total)]
-        ranks.append(tuple(ops))
-    return Schedule("interleaved-1f1b", pp, M, Placement.interleaved(pp, M, v), tuple(ranks))
+        fwd, k = warm_then_alternate(min((pp - r - 1) * 2 + (v - 1) * pp, total), total)
+        group = (k // pp) % v  # the k-th forward runs chunk group, the k-th backward chunk v-1-group
+        rows.append((np.where(fwd, F, BW), np.where(fwd, group, v - 1 - group), (k // (pp * v)) * pp + k % pp))
+    return Schedule("interleaved-1f1b", pp, M, Placement.interleaved(pp, M, v), RankTable.stack(rows))

@@ -13,76 +13,68 @@ and in which chunk a "phase" means:
 The program (names as in the reference: nF0 is "n forwards of phase 0"):
   1 nF0   2 nF0F1   3 nB1W1F1 (zero bubble)   4 nF0B1F1B0 (overlapped pairs, the steady
   state)   5 nB1F1B0   6 nB1B0 (the second half with B and W split)   7 nWB0   8 nW.
-Deferred weight gradients are computed first in, first out.
+Deferred weight gradients are computed first in, first out. Built as arrays
+(``RankTable``): the program is a few repeated patterns per rank.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import numpy as np
 
 from ..errors import PipesimError
-from ..ir import Item, Op, Pair, Placement, Schedule
+from ..ir import Placement, RankTable, Schedule
+
+F, B, W, BW = range(4)  # indices into ir.KINDS
+ZB = 4  # a B whose W is deferred (a B in the result)
 
 
-def _program(n: int, k: int, count: int, chunk_of, mb_of) -> tuple[Item, ...]:
-    """One rank's items. ``chunk_of(phase)`` maps a phase to this rank's chunk and
-    ``mb_of(chunk, i)`` the i-th micro-batch through that chunk to its global id."""
-    items: list[Item] = []
-    nf = [0, 0]  # next forward, per chunk
-    nb = [0, 0]  # next backward, per chunk
-    wq: deque[Op] = deque()
-
-    def f(phase: int) -> Op:
-        c = chunk_of(phase)
-        op = Op("F", c, mb_of(c, nf[c]))
-        nf[c] += 1
-        return op
-
-    def b(phase: int, zb: bool = False) -> Op:
-        c = chunk_of(phase)
-        mb = mb_of(c, nb[c])
-        nb[c] += 1
-        if zb:
-            wq.append(Op("W", c, mb))
-            return Op("B", c, mb)
-        return Op("BW", c, mb)
-
-    def pair(pf: int, pb: int) -> Pair:
-        return Pair(f(pf), b(pb))
-
+def _program(n: int, k: int, count: int, second: int, half: int) -> tuple[np.ndarray, ...]:
+    """One rank's items as columns (kind, chunk, mb, kind2, chunk2, mb2). Phase p is
+    chunk ``p ^ second``; the i-th micro-batch through chunk c is ``c * half + i``."""
     rest = n - k - 1
-    items += [f(0) for _ in range(2 * rest)]  # 1: nF0
-    for _ in range(k + 1):  # 2: nF0F1
-        items += [f(0), f(1)]
-    for _ in range(rest):  # 3: nB1W1F1
-        items.append(b(1, zb=True))
-        items.append(wq.popleft())
-        items.append(f(1))
-    for i in range(count - 2 * n + k + 1):  # 4: nF0B1F1B0
-        if i == 0 and k == n - 1:
-            # the middle (DualPipe) or last (DualPipeV) rank does not overlap its first
-            # F and B: that shortens the bubble
-            items += [f(0), b(1)]
-        else:
-            items.append(pair(0, 1))
-        items.append(pair(1, 0))
-    for _ in range(rest):  # 5: nB1F1B0
-        items.append(b(1))
-        items.append(pair(1, 0))
-    zb = False
     steps = k + 1
-    for i in range(steps):  # 6: nB1B0, switching to split backwards halfway
-        if i == steps // 2 and k % 2 == 1:
-            zb = True
-        items.append(b(1, zb))
-        if i == steps // 2 and k % 2 == 0:
-            zb = True
-        items.append(b(0, zb))
-    for _ in range(rest):  # 7: nWB0
-        items.append(wq.popleft())
-        items.append(b(0, zb=True))
-    items += [wq.popleft() for _ in range(k + 1)]  # 8: nW
-    return tuple(items)
+    pieces: list[tuple[list[int], list[int], list[bool], int]] = []  # (kinds, phases, joins, repeats)
+
+    def add(kinds, phases, joins, times):
+        if times > 0:
+            pieces.append((kinds, phases, joins, times))
+
+    add([F], [0], [False], 2 * rest)  # 1: nF0
+    add([F, F], [0, 1], [False, False], k + 1)  # 2: nF0F1
+    add([ZB, W, F], [1, 1, 1], [False, False, False], rest)  # 3: nB1W1F1
+    pairs = count - 2 * n + k + 1  # 4: nF0B1F1B0, in overlapped pairs
+    if pairs > 0 and k == n - 1:
+        # the middle (DualPipe) or last (DualPipeV) rank does not overlap its first F and
+        # B: that shortens the bubble
+        add([F, BW, F, BW], [0, 1, 1, 0], [False, False, False, True], 1)
+        pairs -= 1
+    add([F, BW, F, BW], [0, 1, 1, 0], [False, True, False, True], pairs)
+    add([BW, F, BW], [1, 1, 0], [False, False, True], rest)  # 5: nB1F1B0
+    # 6: nB1B0, switching to split backwards halfway (B1 a step later on even k)
+    i = np.arange(steps)
+    b1 = np.where((i > steps // 2) | ((i == steps // 2) & (k % 2 == 1)), ZB, BW)
+    b0 = np.where(i >= steps // 2, ZB, BW)
+    pieces.append((np.stack([b1, b0], axis=1).ravel(), [1, 0] * steps, [False] * (2 * steps), 1))
+    add([W, ZB], [0, 0], [False, False], rest)  # 7: nWB0
+    add([W], [0], [False], k + 1)  # 8: nW
+    kind = np.concatenate([np.tile(np.asarray(x, np.int8), t) for x, _, _, t in pieces])
+    chunk = np.concatenate([np.tile(np.asarray(p, np.int32), t) for _, p, _, t in pieces]) ^ second
+    join = np.concatenate([np.tile(np.asarray(j, bool), t) for _, _, j, t in pieces])
+    # micro-batches: forwards and backwards each in order per chunk; Ws first in, first out
+    mb = np.zeros(len(kind), np.int32)
+    back = (kind == ZB) | (kind == BW)
+    for c in (0, 1):
+        for sel in ((kind == F) & (chunk == c), back & (chunk == c)):
+            mb[sel] = c * half + np.arange(int(sel.sum()))
+    zb, w = np.flatnonzero(kind == ZB), np.flatnonzero(kind == W)
+    chunk[w], mb[w] = chunk[zb], mb[zb]
+    kind = np.where(kind == ZB, B, kind).astype(np.int8)
+    # a joined op is the backward of the pair its previous op opens
+    first = np.flatnonzero(~join)
+    nxt = np.minimum(first + 1, len(kind) - 1)
+    paired = join[nxt] & (nxt > first)
+    kind2 = np.where(paired, kind[nxt], -1).astype(np.int8)
+    return kind[first], chunk[first], mb[first], kind2, np.where(paired, chunk[nxt], 0), np.where(paired, mb[nxt], 0)
 
 
 def dualpipe(pp: int, microbatches: int) -> Schedule:
@@ -98,16 +90,8 @@ def dualpipe(pp: int, microbatches: int) -> Schedule:
     ranks = []
     for r in range(pp):
         second = r >= pp // 2
-        ranks.append(
-            _program(
-                pp // 2,
-                min(r, pp - 1 - r),
-                half,
-                chunk_of=lambda phase, s=second: phase ^ s,
-                mb_of=lambda c, i: c * half + i,
-            )
-        )
-    return Schedule("dualpipe", pp, M, Placement.dual(pp, M), tuple(ranks))
+        ranks.append(_program(pp // 2, min(r, pp - 1 - r), half, int(second), half))
+    return Schedule("dualpipe", pp, M, Placement.dual(pp, M), RankTable.stack(ranks))
 
 
 def dualpipev(pp: int, microbatches: int) -> Schedule:
@@ -115,5 +99,5 @@ def dualpipev(pp: int, microbatches: int) -> Schedule:
     M = microbatches
     if M < 2 * pp:
         raise PipesimError(f"dualpipev needs --microbatches >= 2 * --pp = {2 * pp}, got {M}")
-    ranks = tuple(_program(pp, r, M, chunk_of=lambda phase: phase, mb_of=lambda c, i: i) for r in range(pp))
-    return Schedule("dualpipev", pp, M, Placement.v(pp, M), ranks)
+    ranks = [_program(pp, r, M, 0, 0) for r in range(pp)]
+    return Schedule("dualpipev", pp, M, Placement.v(pp, M), RankTable.stack(ranks))

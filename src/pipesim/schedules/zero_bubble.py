@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 from ..costs import Costs
-from ..ir import Op, Placement, Schedule
+from ..ir import Placement, RankTable, Schedule
+
+F, B, W = 0, 1, 2  # indices into ir.KINDS
 
 
 def zb_h1(pp: int, microbatches: int) -> Schedule:
@@ -20,21 +24,23 @@ def zb_h1(pp: int, microbatches: int) -> Schedule:
     W by r steps is what lets the later ranks fill the cool-down with weight gradients.
     """
     M = microbatches
-    ranks = []
+    k = np.arange(M)
+    rows = []
     for r in range(pp):
         warm = min(pp - r, M)
-        ops = [Op("F", 0, i) for i in range(warm)]
-        w_next = 0
-        for k in range(M):
-            ops.append(Op("B", 0, k))
-            if k >= r:
-                ops.append(Op("W", 0, w_next))
-                w_next += 1
-            if warm + k < M:
-                ops.append(Op("F", 0, warm + k))
-        ops += [Op("W", 0, i) for i in range(w_next, M)]
-        ranks.append(tuple(ops))
-    return Schedule("zb-h1", pp, M, Placement.flat(pp, M), tuple(ranks))
+        # step k: B_k, then W_{k-r} from step r on, then F_{warm+k} while forwards remain
+        kind = np.broadcast_to(np.array([B, W, F], np.int8), (M, 3))
+        mb = np.stack([k, k - r, warm + k], axis=1)
+        keep = np.stack([np.ones(M, bool), k >= r, warm + k < M], axis=1)
+        drained = np.arange(max(0, M - r), M)  # the Ws not yet run
+        rows.append(
+            (
+                np.concatenate([np.full(warm, F), kind[keep], np.full(len(drained), W)]),
+                np.zeros(warm + int(keep.sum()) + len(drained), np.int32),
+                np.concatenate([np.arange(warm), mb[keep], drained]),
+            )
+        )
+    return Schedule("zb-h1", pp, M, Placement.flat(pp, M), RankTable.stack(rows))
 
 
 @lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
