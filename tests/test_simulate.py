@@ -78,6 +78,9 @@ def shapes():
         elif name == "interleaved-1f1b":
             opts["chunks"] = d(st.integers(2, 4))
             M = pp * d(st.integers(1, 4))
+        elif name == "interleaved-1f1b-overlap":
+            opts["chunks"] = d(st.integers(2, 4))
+            M = pp * d(st.integers(1, 4))
         else:
             M = d(st.integers(1, 24))
         return name, pp, M, opts
