@@ -64,7 +64,7 @@ def shapes():
         elif name == "chimera":
             pp = 2 * d(st.integers(1, 4))
             M = pp * d(st.integers(1, 3))
-        elif name == "interleaved-1f1b":
+        elif name in ("interleaved-1f1b", "interleaved-1f1b-overlap"):
             opts["chunks"] = d(st.integers(2, 4))
             M = pp * d(st.integers(1, 4))
         else:

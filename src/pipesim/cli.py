@@ -112,6 +112,11 @@ def add_shape(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
     p.add_argument("--microbatches", "-m", type=positive_int, help=f"micro-batches per step (default {DEFAULT_MICROBATCHES})")
     p.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
+    p.add_argument(
+        "--delay-wgrad",
+        action="store_true",
+        help="combined 1F1B: split the weight gradient off the backward (Megatron's --delay-wgrad-compute)",
+    )
 
 
 def shape(args: argparse.Namespace) -> tuple[int, int]:
@@ -233,6 +238,8 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
         raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
     if getattr(args, "exact", False):
         opts["exact"] = True
+    if getattr(args, "delay_wgrad", False):
+        opts["delay_wgrad"] = True
     name = name or getattr(args, "schedule", None)
     fam = REGISTRY.get(name) if name else None
     if fam is not None:

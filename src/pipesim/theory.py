@@ -13,7 +13,8 @@ Sources: GPipe and 1F1B (Narayanan et al. 2021, Megatron-LM); interleaved 1F1B (
 ZB-H1, ZB-H2 and ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"); V-Half and
 V-Min (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory": memory
 (pp+2)//2 and (pp+4)//3 micro-batches, bubble rates about pp/(2M) and 2pp/(3M));
-Chimera (Li and Hoefler 2021: bubble (D-2)/(2N+D-2)); DualPipe and DualPipeV
+Chimera (Li and Hoefler 2021: bubble (D-2)/(2N+D-2)); combined 1F1B (Megatron-LM's
+warm-up and max_outstanding_backprops; the makespan is ours, checked on grids); DualPipe and DualPipeV
 (DeepSeek-V3 technical report, Table 2, and the DualPipe repository's README, whose B is
 the full backward, our BW).
 
@@ -141,6 +142,20 @@ def _chimera_peak(pp, M):
     return [pp] * pp
 
 
+def _combined(pp, M, u, chunks=1, delay_wgrad=False):
+    # Megatron's combined 1F1B: every rank's forwards and backwards outside the pairs
+    # add up to v*pp (F+BW) on the critical path, and the rest are vM - (v-1)pp - 1
+    # back-to-back pairs (one per step of the last rank's steady state).
+    if u.comm or delay_wgrad or M % pp and chunks > 1 or not max(u.f, u.bw) <= u.pair <= u.f + u.bw:
+        return None
+    return chunks * pp * (u.f + u.bw) + (chunks * M - (chunks - 1) * pp - 1) * u.pair
+
+
+def _combined_peak(pp, M, chunks=1, delay_wgrad=False):
+    # Megatron's max_outstanding_backprops: the warm-up forwards plus the pair's own
+    return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * pp + 2) for r in range(pp)]
+
+
 def _v_peak(limit):
     return lambda pp, M: [min(2 * M, limit(pp))] * pp
 
@@ -232,6 +247,20 @@ FORMS: dict[str, Form] = {
         "c = 0, F = B, W <= F, F&B >= F+B",
         _dualpipev,
         lambda pp, M: [2 * pp + 1] * pp,
+    ),
+    "1f1b-overlap": Form(
+        "makespan pp(F+BW) + (M-1)F&B: one F+BW per rank to fill, then pairs",
+        "2(pp-r) on rank r (Megatron's warm-up + 1 + the pair's forward)",
+        "c = 0, fused backward, max(F, BW) <= F&B <= F+BW",
+        _combined,
+        _combined_peak,
+    ),
+    "interleaved-1f1b-overlap": Form(
+        "makespan v pp(F+BW) + (vM-(v-1)pp-1)F&B",
+        "2(pp-r-1) + (v-1)pp + 2 chunks on rank r",
+        "c = 0, fused backward, max(F, BW) <= F&B <= F+BW, M divisible by pp",
+        lambda pp, M, u, chunks=2, delay_wgrad=False: _combined(pp, M, u, chunks, delay_wgrad),
+        lambda pp, M, chunks=2, delay_wgrad=False: _combined_peak(pp, M, chunks),
     ),
 }
 

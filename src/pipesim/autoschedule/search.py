@@ -14,7 +14,7 @@ import time
 from .greedy import Policy, list_schedule
 from .polish import span_key
 from .problem import Plan, Problem
-from .waves import warmups, wave_schedule
+from .waves import timed_warmups, warmups, wave_schedule
 
 # The grid: on 266 random problems (pp 1..8, costs 0.5..3, latency, limits pp/2+1..2pp,
 # w_memory 0..1) this smaller grid found the same best span as one 2.6 times its size.
@@ -27,8 +27,9 @@ def heuristic(prob: Problem) -> Plan:
     t0 = time.perf_counter()
     plans = []
     seen = set()
-    for depth in DEPTHS:
-        warm = tuple(warmups(prob, depth))
+    candidates = [warmups(prob, depth) for depth in DEPTHS] + [timed_warmups(prob, over) for over in (False, True)]
+    for warm_list in candidates:
+        warm = tuple(warm_list)
         if warm in seen:
             continue
         seen.add(warm)

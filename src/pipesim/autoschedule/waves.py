@@ -41,6 +41,30 @@ def warmups(prob: Problem, depth: float) -> list[int]:
     return out
 
 
+def timed_warmups(prob: Problem, overrun: bool) -> list[int]:
+    """Warm-up depths from the costs rather than a ratio: rank r runs the forwards that
+    fit between its first forward's arrival and its first backward's (the first
+    micro-batch down to the last rank and back up to r), and with ``overrun`` one more
+    that ends after it; capped like ``warmups``."""
+    pl = prob.placement
+    pp, M = pl.pp, pl.microbatches
+    cap = M if prob.memory_limit is None else max(1, min(M, math.floor(prob.memory_limit + EPS)))
+    start = [0.0] * pp
+    for r in range(1, pp):
+        start[r] = start[r - 1] + prob.f[r - 1] + prob.comm
+    arrive = [0.0] * pp
+    arrive[pp - 1] = start[pp - 1] + prob.f[pp - 1]
+    for r in range(pp - 2, -1, -1):
+        arrive[r] = arrive[r + 1] + prob.b[r + 1] + prob.comm
+    out: list[int] = []
+    for r in range(pp):
+        k, end = 1, start[r] + prob.f[r]
+        while k < M and (end < arrive[r] - EPS if overrun else end + prob.f[r] <= arrive[r] + EPS):
+            k, end = k + 1, end + prob.f[r]
+        out.append(min(cap, k, out[-1] if out else M))
+    return out
+
+
 def wave_schedule(prob: Problem, warm: list[int], partial: float) -> Plan | None:
     """Place every op as described in the module docstring; None when memory cannot be
     met with this warm-up (a forward needs room that no W can free)."""

@@ -17,6 +17,7 @@ from ..errors import PipesimError
 from ..ir import Schedule
 from .chimera import chimera
 from .classic import gpipe, interleaved_1f1b, one_f_one_b
+from .combined import interleaved_1f1b_overlap, one_f_one_b_overlap
 from .dualpipe import dualpipe, dualpipev
 from .v_shape import v_half, v_min, zb_v
 from .zb_auto import zb_auto
@@ -91,6 +92,22 @@ REGISTRY: dict[str, Family] = {
             "even pp; M a multiple of pp",
             "two pipelines in opposite directions over two model copies",
         ),
+        # --- combined 1F1B (Megatron-LM's EP-overlapped 1F1B; schedules/combined.py) ---
+        Family(
+            "1f1b-overlap",
+            one_f_one_b_overlap,
+            "flat",
+            "any pp >= 1, M >= 1; --delay-wgrad splits W off",
+            "Megatron's combined 1F1B, one chunk: F&B pairs hide each other's all-to-all",
+        ),
+        Family(
+            "interleaved-1f1b-overlap",
+            interleaved_1f1b_overlap,
+            "interleaved",
+            "M divisible by pp; --chunks >= 2 (default 2); --delay-wgrad splits W off",
+            "Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm) on virtual stages",
+        ),
+        # --- end combined 1F1B ---
     ]
 }
 
