@@ -27,10 +27,10 @@ from .files import load_schedule, save_schedule, write_bytes_atomic
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
+from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
 from .render.terminal import legend, render
 from .schedules import REGISTRY, build, family
-from .pertoken import SECONDS, PerToken
 from .simulate import simulate
 from .steady import AllBusy, all_busy
 from .timeline import Timeline
