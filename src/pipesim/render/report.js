@@ -291,7 +291,7 @@
     var box = document.getElementById("sweep");
     if (!D.sweep || !box) return;
     while (box.firstChild) box.removeChild(box.firstChild);
-    var width = Math.max(300, box.clientWidth), each = Math.floor((width - 20) / 2), H = 260;
+    var width = Math.max(300, box.clientWidth), each = Math.floor((width - 40) / 2), H = 260;
     var Ms = [].concat.apply([], D.sweep.series.map(function (s) { return s.M; }));
     var lo = Math.log2(Math.min.apply(null, Ms)), hi = Math.log2(Math.max.apply(null, Ms));
     [["bubble", "bubble ratio against micro-batches M", function (v) { return (100 * v).toFixed(0) + "%"; }],
