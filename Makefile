@@ -3,12 +3,13 @@
 #               in the terminal, draw them into out/ (charts, trace, sweep, report)
 #               and plan DeepSeek-V3 on 2048 H800s (out/plan.md)
 #   make test   set up .venv if missing, then run the whole test suite
+#   make docs   rebuild docs/dualpipe.md and its pictures from pipesim's output
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: run test bench clean
+.PHONY: run test bench docs clean
 
 # torch is pinned: its CPU build installs from local disk; any other version pulls CUDA
 $(READY): pyproject.toml
@@ -23,19 +24,23 @@ run: $(READY)
 	$(BIN)/pipesim compare $(SHOWN) --timelines
 	mkdir -p out
 	$(BIN)/pipesim draw $(SHOWN) -o out/schedules.png -o out/schedules.svg -o out/trace.json
-	$(BIN)/pipesim report $(SHOWN) -o out/report.html
+	$(BIN)/pipesim report $(SHOWN) --sweep 16:128 -o out/report.html
 	$(BIN)/pipesim sweep --pp 8 --microbatches 8:128 --schedules 1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev --costs-per stage -o out/sweep.png --csv out/sweep.csv
 	$(BIN)/pipesim plan --model deepseek-v3 --cluster h800-2048 -o out/plan.md
 	@echo "pictures and the plan in $(CURDIR)/out:"
 	@echo "  schedules.png, schedules.svg  the four timelines on one time axis"
 	@echo "  trace.json                    Chrome trace: open it in Perfetto or chrome://tracing"
-	@echo "  report.html                   comparison table, charts and settings in one file"
+	@echo "  report.html                   interactive: sortable table, timelines to hover and zoom, memory"
 	@echo "  sweep.png, sweep.csv          bubble and activation memory for M = 8..128"
 	@echo "  plan.md                       DeepSeek-V3 on 2048 H800s: the recommended pipeline strategy and its cost"
 
 test: $(READY)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -n 2
+
+# the DualPipe walkthrough: every number and picture from the commands it shows
+docs: $(READY)
+	$(BIN)/python docs/make_docs.py
 
 bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py

@@ -178,3 +178,22 @@ def test_a_measured_timeline_is_drawn_from_its_first_start():
             sv.box(p) for p in sv.paths(sv.group(b, f"ops:0:{r}"))
         ]
     assert any(t.text and t.text.endswith("(measured)") for t in b.iter(sv.NS + "text"))
+
+
+def test_the_legend_says_what_each_chunk_means_for_the_schedules_shown():
+    runs = [(s, simulate(s)) for s in (build("1f1b", 4, 8), build("dualpipe", 4, 8), build("dualpipev", 4, 8))]
+    texts = " ".join(t.text or "" for t in svg_of(*runs).iter(sv.NS + "text"))
+    assert "dualpipe: chunk 0: forward direction, model copy 1 (micro-batches 0-3 enter at rank 0)" in texts
+    assert "chunk 1: reverse direction, model copy 2 (micro-batches 4-7 enter at rank 3)" in texts
+    assert "dualpipev: chunk 0: the V's way down (rank r runs stage r of 8); chunk 1: the V's return leg" in texts
+    assert "1f1b:" not in texts  # one chunk: nothing to explain
+
+
+def test_the_terminal_legend_names_the_chunks():
+    from pipesim.render.terminal import legend
+
+    assert "lower case = chunk 1" in legend(build("dualpipe", 4, 8)) and "reverse direction" in legend(build("dualpipe", 4, 8))
+    assert "return leg" in legend(build("zb-v", 4, 8))
+    inter = legend(build("interleaved-1f1b", 4, 8, chunks=3))
+    assert "chunk 2: virtual stage 2 (rank r runs stage 8+r of 12)" in inter and "lower case" not in inter
+    assert "chunk" not in legend(build("1f1b", 4, 8))

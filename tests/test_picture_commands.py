@@ -9,7 +9,7 @@ import re
 import pytest
 
 import svgread as sv
-from pipesim import Costs, build, simulate, summarize
+from pipesim import Costs, Pair, build, simulate, summarize
 from pipesim.cli import main
 
 
@@ -104,13 +104,43 @@ def test_report_is_self_contained(capsys, tmp_path):
     code, _, err = run(capsys, "report", "--pp", 4, "-m", 6, "--schedules", "1f1b,dualpipe,zb-h1", "--w", 0.5, "-o", out)
     assert code == 0, err
     page = out.read_text()
-    assert "<script" not in page and "<link" not in page and "@import" not in page and "src=" not in page
-    # every reference points inside the page (SVG clip paths, markers)
-    refs = re.findall(r'href="([^"]*)"', page) + re.findall(r"url\(([^)]*)\)", page)
-    assert refs and all(ref.startswith("#") for ref in refs)
-    assert page.count("<svg") == 2  # dualpipe cannot take M=6: a row saying so, no chart
+    # one inline script, nothing loaded: no script files, style sheets, fonts, images or requests
+    assert page.count("<script") == 2 and not re.search(r"<script[^>]*\bsrc=", page)
+    assert "<link" not in page and "@import" not in page and "url(" not in page and "<img" not in page
+    assert set(re.findall(r"https?://[^\s\"']*", page)) == {"http://www.w3.org/2000/svg"}  # the SVG namespace, not a fetch
+    assert not any(call in page for call in ("fetch(", "XMLHttpRequest", "import(", "WebSocket"))
+    data = json.loads(re.search(r'<script type="application/json" id="pipesim-data">(.*?)</script>', page, re.S).group(1))
+    assert [s["name"] for s in data["schedules"]] == ["1f1b", "zb-h1"]  # dualpipe cannot take M=6: a row saying so
     assert "dualpipe needs --microbatches &gt;= 2 * --pp = 8, got 6" in page
     assert "--w 0.5" in page  # the settings used
+
+
+def test_report_data_is_the_timeline(capsys, tmp_path):
+    out = tmp_path / "r.html"
+    code, _, err = run(capsys, "report", "--pp", 4, "-m", 8, "--schedules", "dualpipe,zb-v", "--comm", 0.25, "-o", out)
+    assert code == 0, err
+    page = out.read_text()
+    data = json.loads(re.search(r'id="pipesim-data">(.*?)</script>', page, re.S).group(1))
+    for d in data["schedules"]:
+        s = build(d["name"], 4, 8)
+        tl = simulate(s, Costs(comm=0.25))
+        rep = summarize(s, tl)
+        events = [e for evs in tl.events for e in evs]
+        assert len(d["ev"]) == len(events)
+        for row, e in zip(d["ev"], events):
+            ops = [e.item.forward, e.item.backward] if isinstance(e.item, Pair) else [e.item]
+            assert row[:3] == [e.rank, pytest.approx(e.start), pytest.approx(e.end)]
+            assert [o[:3] for o in row[3:] if o] == [[op.kind, op.chunk, op.mb] for op in ops]
+        # the memory curve peaks where the metrics put each rank's peak
+        assert [max(c[1::2]) for c in d["mem"]] == pytest.approx(rep.peak_activation_memory)
+        # every cross-rank wait is a transfer of the timeline, ready when it arrives
+        arrivals = {(t.src, t.dst, round(t.end, 9)) for t in tl.transfers}
+        for row, waits in zip(d["ev"], d["dep"]):
+            for src, ready in waits:
+                if d["ev"][src][0] != row[0]:
+                    assert (d["ev"][src][0], row[0], round(ready, 9)) in arrivals
+                assert ready <= row[1] + 1e-9  # nothing starts before what it needs is there
+    assert "chunk 1: the V&#x27;s return leg" in page or "the V's return leg" in page
 
 
 @pytest.mark.parametrize(

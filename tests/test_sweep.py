@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -94,3 +95,23 @@ def test_plot_has_a_line_per_schedule_with_a_point_per_M():
     assert sweep_bytes(points, "png").startswith(b"\x89PNG")
     with pytest.raises(PipesimError, match="use one of png, svg, pdf"):
         sweep_bytes(points, "gif")
+
+
+def test_end_labels_never_overlap():
+    # at M=128 1F1B and ZB-H1 end at the same memory and nearly the same bubble, and the
+    # two DualPipes close by: their labels used to be drawn over each other
+    names = ["1f1b", "zb-h1", "interleaved-1f1b", "dualpipe", "dualpipev"]
+    points, _ = run_sweep(names, 8, [16, 32, 64, 128], Costs(), {}, "stage")
+    root = sv.parse(sweep_bytes(points, "svg"))
+    boxes = []
+    for name in names:
+        t = sv.group(root, f"end:{name}").find(f".//{sv.NS}text")
+        assert t.text == "M=128"
+        size = float(re.search(r"font-size: ([\d.]+)px", t.get("style")).group(1))
+        x, y = float(t.get("x")), float(t.get("y"))  # left end of the baseline
+        # DejaVu Sans: "M" 0.86 em, "=" 0.84, digits 0.64; ascent 0.76 em, descent 0.24
+        width = size * (0.86 + 0.84 + 0.64 * (len(t.text) - 2))
+        boxes.append((x, y - 0.76 * size, x + width, y + 0.24 * size))
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)

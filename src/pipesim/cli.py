@@ -27,10 +27,12 @@ from .files import load_schedule, save_schedule, write_bytes_atomic
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
+from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import LEGEND, render
+from .render.terminal import legend, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
+from .steady import AllBusy, all_busy
 from .timeline import Timeline
 
 
@@ -294,7 +296,7 @@ def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
     note = (
         f"; squeezed to {width} columns: cells show micro-batch numbers, colour the kind (widen with --width)" if squeezed else ""
     )
-    out.print(f"[dim]{LEGEND}{note}[/]")
+    out.print(f"[dim]{legend(s)}{note}[/]")
 
 
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
@@ -372,8 +374,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     tl = simulate(s, chunk_costs(costs, s, args.costs_per))
     rep = summarize(s, tl)
     mem = memory(s, tl, mem_model) if mem_model else None
+    busy = all_busy(tl)
     if args.json:
         d = report_json(rep, s, costs, options_from(args))
+        d["all_busy"] = busy.to_dict()
         if mem:
             d["memory_bytes"] = mem.to_dict()
         emit_json(d)
@@ -385,6 +389,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"steady-state utilization {pct(rep.steady_state_utilization)}   min rank utilization {pct(min(rep.utilization))}\n"
         f"peak activations {rep.peak_activations} (chunks)   parameters {rep.parameter_copies:g}x"
     )
+    out.print(all_busy_line(busy, tl.start))
     if rep.compute_utilization is not None:
         out.print(
             f"compute utilization {pct(sum(rep.compute_utilization) / s.pp)} (mean; min {pct(min(rep.compute_utilization))})   "
@@ -408,6 +413,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out.print()
         print_timeline(out, s, tl, args.width)
     return 0
+
+
+def all_busy_line(busy: AllBusy, t0: float) -> str:
+    """When no rank idles, in time from the first start."""
+    if busy.first is None:
+        return "no rank idles: never (some rank is idle at every moment)"
+    n = len(busy.gaps)
+    gaps = f", except {n} stretch{'es' if n > 1 else ''} totalling {num(sum(b - a for a, b in busy.gaps))}" if n else ""
+    lo, hi = busy.longest
+    return (
+        f"no rank idles: from t={num(busy.first - t0)} (first) to t={num(busy.last - t0)} (last){gaps}; "
+        f"longest unbroken t={num(lo - t0)} to {num(hi - t0)}"
+    )
 
 
 COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
@@ -443,7 +461,11 @@ class Row:
     error: str | None = None
 
 
-def compare_rows(args: argparse.Namespace, names: list[str], costs: Costs) -> list[Row]:
+def compare_rows(
+    args: argparse.Namespace, names: list[str], costs: Costs, costs_for: Callable[[Schedule], CostModel] | None = None
+) -> list[Row]:
+    """Each schedule built and simulated; ``costs_for`` (a model's costs, which depend on
+    the schedule's stage count) replaces ``costs`` when given."""
     rows = []
     for name in names:
         fam = family(name)  # an unknown name is an error, not a row
@@ -452,7 +474,7 @@ def compare_rows(args: argparse.Namespace, names: list[str], costs: Costs) -> li
             # costs and the memory limit (it then uses all the memory allowed)
             opts = {k: v for k, v in options_from(args, name).items() if k in fam.options}
             s = build(name, *shape(args), **opts)
-            tl = simulate(s, chunk_costs(costs, s, args.costs_per))
+            tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
         except PipesimError as e:
             rows.append(Row(name, error=str(e)))
@@ -474,20 +496,105 @@ def pareto(rows: list[Row]) -> set[str]:
     return front
 
 
+@dataclass
+class CompareCosts:
+    """What a comparison is priced with: ``costs`` for every schedule, or ``costs_for``
+    one (a model's costs depend on the schedule's stage count); ``per_token`` states the
+    result per million tokens when asked for; ``text`` names the costs in the title."""
+
+    costs: CostModel
+    costs_for: Callable[[Schedule], CostModel] | None
+    per_token: PerToken | None
+    text: str
+
+
+def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
+    """The costs of ``compare``: the cost flags, or ``--model``/``--cluster``."""
+    seq, mbs, unit = args.seq, args.micro_batch_size, args.time_unit
+    if not args.model:
+        if args.cluster:
+            raise PipesimError("--cluster goes with --model (a model preset or TOML file); give both")
+        given = [f for f, v in (("--seq", seq), ("--micro-batch-size", mbs), ("--time-unit", unit)) if v is not None]
+        if given and len(given) < 3:
+            missing = [f for f in ("--seq", "--micro-batch-size", "--time-unit") if f not in given]
+            raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
+        costs = costs_from(args)
+        return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
+    from .planner.estimate import Layout, component_costs
+    from .planner.specs import load_cluster, load_model, load_training, model_training
+
+    if not args.cluster:
+        raise PipesimError("--model needs --cluster (a cluster preset such as h800-2048, or a TOML file)")
+    if unit is not None:
+        raise PipesimError("--model times are in seconds; drop --time-unit")
+    if costs_from(args) != Costs():
+        raise PipesimError("--model brings its own costs; drop the cost flags (--f, --b, --preset, ...)")
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    training = load_training(None, base=model_training(args.model), seq=seq)
+    if cluster.gpus % pp:
+        raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
+    dp = cluster.gpus // pp
+    ep = min(64, dp, model.moe.experts) if model.moe else 1
+    lay = Layout(pp=pp, dp=dp, ep=ep, micro_batch=mbs or 1)
+    recompute = "selective" if training.recompute == "auto" else training.recompute
+    cache: dict[int, CostModel] = {}
+
+    def costs_for(s: Schedule) -> CostModel:
+        stages = s.placement.stages
+        if stages not in cache:
+            cache[stages] = component_costs(model, cluster, training, lay, stages, recompute)
+        return cache[stages]
+
+    text = f"{model.name} on {cluster.name} ({lay}, {recompute} recomputation; seconds, from the planner's estimate)"
+    return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
+
+
+def token_hours(rows: list[Row], per_token: PerToken, M: int) -> dict[str, dict[str, float]]:
+    """Per schedule: GPU-hours per million tokens, and the difference against the first
+    schedule that ran."""
+    ran = [r for r in rows if r.report]
+    out: dict[str, dict[str, float]] = {}
+    for r in ran:
+        h = per_token.gpu_hours_per_million_tokens(r.report.makespan, M)
+        first = out[ran[0].name]["GPU-h per 1M tokens"] if out else h
+        out[r.name] = {"GPU-h per 1M tokens": h, f"vs {ran[0].name}": h - first}
+    return out
+
+
+def per_token_line(per_token: PerToken, rows: list[Row], hours: dict, M: int) -> str:
+    ran = [r.name for r in rows if r.report]
+    head = (
+        f"per million tokens: {per_token.tokens_per_step(M)} tokens a step (M={M} x {per_token.micro_batch_size} "
+        f"x {per_token.seq}) on {per_token.gpus} GPUs a pipeline, one time unit = {per_token.seconds_per_unit:g} s"
+    )
+    if len(ran) < 2:
+        return head
+    base = hours[ran[0]]["GPU-h per 1M tokens"]
+    diffs = ", ".join(f"{n} {hours[n][f'vs {ran[0]}']:+.4g} GPU-h ({hours[n][f'vs {ran[0]}'] / base:+.1%})" for n in ran[1:])
+    return f"{head}; against {ran[0]}: {diffs}"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.schedules.split(",") if n.strip()] if args.schedules else list(REGISTRY)
-    costs = costs_from(args)
-    rows = compare_rows(args, names, costs)
     pp, M = shape(args)
+    priced = compare_costs(args, pp)
+    costs, per_token = priced.costs, priced.per_token
+    rows = compare_rows(args, names, costs, priced.costs_for)
     dropped: list[Row] = []
     if args.memory_limit is not None:
         keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]
         dropped = [r for r in rows if r not in keep]
         rows = keep
     front = pareto(rows)
+    hours = token_hours(rows, per_token, M) if per_token else {}
     if args.json:
         out = [
-            {**row.report.to_dict(), "min_utilization": min(row.report.utilization), "pareto": row.name in front}
+            {
+                **row.report.to_dict(),
+                "min_utilization": min(row.report.utilization),
+                "pareto": row.name in front,
+                **({k.replace(" ", "_"): v for k, v in hours.get(row.name, {}).items()}),
+            }
             if row.report
             else {"schedule": row.name, "error": row.error}
             for row in rows
@@ -499,22 +606,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "microbatches": M,
                 "costs": costs.to_dict(),
                 "memory_limit": args.memory_limit,
+                **({"per_token": per_token.to_dict(M)} if per_token else {}),
                 "schedules": out,
                 "dropped": gone,
             }
         )
         return 0
     columns = compare_columns(costs)
-    t = Table(title=f"pp={pp}, M={M}, costs: {costs.describe()}")
-    for header, _ in columns:
+    extra = list(next(iter(hours.values()), {}))  # the per-token columns, when asked for
+    t = Table(title=f"pp={pp}, M={M}, costs: {priced.text}")
+    for header in [h for h, _ in columns] + extra:
         t.add_column(header, justify="left" if header == "schedule" else "right")
     for row in rows:
         if row.report is None:
-            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) - 2))
+            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2))
         else:
-            t.add_row(f"{row.name} *" if row.name in front else row.name, *[cell(row.report) for _, cell in columns[1:]])
+            cells = [cell(row.report) for _, cell in columns[1:]]
+            h = hours.get(row.name, {})
+            cells += [f"{v:+.4g}" if k.startswith("vs") else f"{v:.4g}" for k, v in h.items()]
+            t.add_row(f"{row.name} *" if row.name in front else row.name, *cells)
     out = console()
     out.print(t)
+    if per_token:
+        out.print(per_token_line(per_token, rows, hours, M))
     trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
     if trade:
         steps = ", ".join(f"{n} ({m:g} stages, {pct(b)})" for m, b, n in trade)
@@ -523,7 +637,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         gone = ", ".join(f"{r.name} ({max(r.report.peak_activation_memory):g})" for r in dropped)
         out.print(f"dropped, peak activation memory above --memory-limit {args.memory_limit:g} stages: {gone}")
     halves = [r.name for r in rows if r.schedule and r.schedule.placement.stages != r.schedule.pp]
-    if halves and args.costs_per == "chunk":
+    if halves and args.costs_per == "chunk" and not priced.costs_for:
         out.print(
             f"[dim]costs are per chunk, and {', '.join(halves)} cut the model into more, smaller chunks than 1F1B; "
             "--costs-per stage compares them on one model[/]"
@@ -644,6 +758,15 @@ def make_parser() -> Parser:
     )
     c.add_argument("--timelines", action="store_true", help="also draw each schedule's timeline")
     c.add_argument("--json", action="store_true")
+    g = c.add_argument_group(
+        "per million tokens (GPU-hours, and the difference against the first schedule): --seq, --micro-batch-size "
+        "and --time-unit with the cost flags, or --model and --cluster presets whose costs are in seconds"
+    )
+    g.add_argument("--seq", type=positive_int, help="tokens per sequence (with --model: default the preset's)")
+    g.add_argument("--micro-batch-size", type=positive_int, help="sequences per micro-batch (with --model: default 1)")
+    g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
+    g.add_argument("--model", help="a model preset (deepseek-v3, llama3-70b, ...) or TOML file: costs from the planner's model")
+    g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
 
     c = command("ops", cmd_ops, "print a schedule's op order per rank (reference notation)")

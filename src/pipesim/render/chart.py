@@ -7,7 +7,8 @@ halves, the forward on top and the backward below: the two run at once, so each 
 spans the whole pair. Communication segments of an event (``Event.segments`` on the
 ``"comm"`` stream, filled by component cost models) are drawn as a thin grey strip under
 the row; compute segments are the box itself. Each rank's utilization is written at the
-row's end and the title gives the schedule, pp, M, bubble ratio and makespan.
+row's end and the title gives the schedule, pp, M, bubble ratio and makespan; the legend
+says what each chunk means for each schedule shown (``chunks.py``).
 
 Several timelines can share one figure, stacked on one time axis, so the shorter
 makespan is seen at once. Time is in the cost model's units, from each timeline's first
@@ -36,6 +37,7 @@ from ..errors import PipesimError
 from ..ir import KINDS, Op, Pair, Schedule, ops_of
 from ..metrics import summarize
 from ..timeline import Timeline
+from .chunks import chunk_caption
 from .mpl import FORMATS, figure_bytes
 from .palette import KIND_NAMES, fill, ink
 
@@ -47,6 +49,7 @@ LEFT, RIGHT = 0.6, 0.55  # inches for the rank labels and the utilization column
 TITLE, TICKS, GAP, LEGEND = 0.3, 0.35, 0.2, 0.5
 COMM_GREY = "#636363"
 MIN_FONT = 5.0  # labels smaller than this are left out
+CAPTION_LINE = 0.14  # inches per line saying what the chunks of a schedule mean
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def chart_figure(panels: Sequence[Panel], *, span: float | None = None, width: f
     span = span if span is not None else longest(panels)
     width = width if width is not None else axis_width(panels, span)
     heights = [TITLE + _row_height(p.timeline.pp) * p.timeline.pp + TICKS for p in panels]
-    fig_h = sum(heights) + GAP * (len(panels) - 1) + LEGEND + 0.1
+    fig_h = sum(heights) + GAP * (len(panels) - 1) + LEGEND + CAPTION_LINE * len(_captions(panels)) + 0.1
     fig_w = LEFT + width + RIGHT
     fig = Figure(figsize=(fig_w, fig_h))
     top = fig_h - 0.1
@@ -195,6 +198,12 @@ def _rect(x0: float, x1: float, y: float, h: float) -> list[tuple[float, float]]
     return [(x0, y), (x1, y), (x1, y + h), (x0, y + h)]
 
 
+def _captions(panels: Sequence[Panel]) -> list[str]:
+    """What the chunks mean, one line per schedule that has several (``chunks.py``)."""
+    lines = (f"{p.schedule.name}: {chunk_caption(p.schedule.placement)}" for p in panels if p.schedule.placement.chunks > 1)
+    return list(dict.fromkeys(lines))
+
+
 def _legend(fig, panels: Sequence[Panel], fig_w: float) -> None:
     from matplotlib.patches import Patch
 
@@ -226,7 +235,12 @@ def _legend(fig, panels: Sequence[Panel], fig_w: float) -> None:
         frameon=False,
         handlelength=1.2,
         columnspacing=1.0,
-        title=", ".join(f"{k} {KIND_NAMES[k]}" for k in kinds) + "; digit = chunk; number in a box = micro-batch",
+        title="\n".join(
+            [
+                ", ".join(f"{k} {KIND_NAMES[k]}" for k in kinds) + "; digit = chunk; number in a box = micro-batch",
+                *_captions(panels),
+            ]
+        ),
         title_fontsize=7,
         alignment="left",
     )

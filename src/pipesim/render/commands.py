@@ -1,4 +1,5 @@
-"""The picture commands: ``draw`` (charts and Chrome traces), ``sweep`` and ``report``.
+"""The picture commands: ``draw`` (charts and Chrome traces), ``sweep`` and ``report``
+(one interactive HTML file).
 
 Each checks its output paths before any work, renders everything in memory, then
 writes each file whole (a temporary file renamed into place), so a failed command
@@ -75,10 +76,13 @@ def add_commands(command) -> None:
     c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
     c.add_argument("--csv", help="also write the data as CSV to this path")
 
-    c = command("report", cmd_report, "write an HTML report: the comparison table, the charts and the settings")
+    c = command(
+        "report", cmd_report, "write an interactive HTML report: a sortable table, timelines to hover and zoom, memory, a sweep"
+    )
     add_shape(c)
     add_costs(c)
     c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument("--sweep", metavar="M-RANGE", help=f"also sweep the schedules over micro-batch counts: {RANGE_HELP}")
     c.add_argument("--output", "-o", required=True, help="the .html file to write")
 
 
@@ -225,26 +229,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 # report
 
 
+def _sort_value(text: str) -> float | str:
+    """What a table cell sorts by: its number (``30.4%`` -> 30.4, ``2x`` -> 2), else its text."""
+    try:
+        return float(text.rstrip("%x"))
+    except ValueError:
+        return text
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    from .chart import Panel, axis_width, chart_bytes, longest
-    from .html import Section, Unrunnable, report_html
+    from .html import Unrunnable, report_html
+    from .report_data import sweep_data, timeline_data, to_json
 
     _output(args.output, (".html", ".htm"), ".html")
     names = _names(args.schedules)
     costs = costs_from(args)
-    rows = compare_rows(args, names, costs)
     pp, M = shape(args)
-    panels = [Panel(r.schedule, r.timeline) for r in rows if r.report]
-    span = longest(panels)
-    width = axis_width(panels, span) if panels else None
-    sections = [
-        # one chart per schedule, all on the same time scale so their lengths compare
-        Section(p.schedule.name, chart_bytes([p], "svg", span=span, width=width).decode(), anchor=p.schedule.name)
-        for p in panels
-    ]
+    Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
+    rows = compare_rows(args, names, costs)
+    data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
+    notes: list[str] = []
+    if Ms:
+        points, skips = run_sweep(names, pp, Ms, costs, options_from(args), args.costs_per)
+        notes = skip_lines(skips)
+        data["sweep"] = sweep_data(points) if points else None
     columns = compare_columns(costs)
     table = [
-        [r.name, *[cell(r.report) for _, cell in columns[1:]]] if r.report else Unrunnable(r.name, f"n/a: {r.error}")
+        [(r.name, r.name), *[(text := cell(r.report), _sort_value(text)) for _, cell in columns[1:]]]
+        if r.report
+        else Unrunnable(r.name, f"n/a: {r.error}")
         for r in rows
     ]
     try:
@@ -258,17 +271,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         *([("chunks", str(args.chunks))] if args.chunks else []),
         ("schedules", ", ".join(names)),
         ("costs", costs.describe()),
-        ("time unit", "the cost model's: F, B, W are per chunk"),
+        (
+            "time unit",
+            "the cost model's: F, B, W are per chunk" if args.costs_per == "chunk" else "the cost model's, per 1F1B stage",
+        ),
+        *([("sweep", f"M in {Ms}" + "".join(f"; {n}" for n in notes))] if Ms else []),
         ("pipesim", pipesim_version),
         ("command", command),
     ]
     page = report_html(
         title=f"pipesim report: pp={pp}, M={M}",
-        subtitle="Simulated pipeline schedules: metrics, then one timeline per schedule on a shared time scale.",
+        subtitle="Simulated pipeline schedules: metrics, then each timeline and its memory on one time axis.",
         header=tuple(h for h, _ in columns),
         rows=table,
-        sections=sections,
+        data_json=to_json(data),
         settings=settings,
+        sweep=data["sweep"] is not None,
     )
     _write(args.output, page)
     return 0

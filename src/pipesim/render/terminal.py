@@ -2,7 +2,7 @@
 
 Each op is a cell as wide as its duration, labelled ``F3`` (kind, micro-batch), lower
 case for chunk 1 (the return leg of a V, or DualPipe's second direction), full notation
-when ranks hold more than two chunks. An overlapped pair is one cell, ``F3&bw0``. Idle
+when ranks hold more than two chunks; ``legend`` says which for the schedule shown. An overlapped pair is one cell, ``F3&bw0``. Idle
 time is dotted. The scale makes the shortest op just wide enough for its label, unless
 that exceeds ``width``, in which case time is squeezed and labels are cut.
 """
@@ -15,15 +15,22 @@ from rich.text import Text
 
 from ..ir import Item, Op, Pair, Schedule
 from ..timeline import Timeline
+from .chunks import chunk_caption
 from .palette import FILLS, fill, ink
 
 # Rich styles from the shared palette: chunk 0 light, chunk 1 and above dark.
 STYLES = {(kind, c): f"{ink(kind, c)} on {fill(kind, c)}" for kind in FILLS for c in (0, 1)}
 IDLE = "·"
-LEGEND = (
-    "F forward, B backward for inputs, W weight gradient, BW fused backward; "
-    "lower case = chunk 1; X&y = overlapped pair; · = idle"
-)
+KINDS_LEGEND = "F forward, B backward for inputs, W weight gradient, BW fused backward; X&y = overlapped pair; · = idle"
+
+
+def legend(schedule: Schedule) -> str:
+    """The key under a table: the kinds, how chunks are written and what they mean here."""
+    pl = schedule.placement
+    if pl.chunks == 1:
+        return KINDS_LEGEND
+    written = "lower case = chunk 1" if pl.chunks == 2 else "cells name KIND CHUNK.MICRO-BATCH"
+    return f"{KINDS_LEGEND}; {written}; {chunk_caption(pl)}"
 
 
 def op_label(op: Op, chunks: int, numbers_only: bool = False) -> str:

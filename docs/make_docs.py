@@ -1,0 +1,404 @@
+"""Build docs/dualpipe.md and its pictures from pipesim's own output (``make docs``).
+
+Every number and picture of the walkthrough comes from a pipesim command run here: the
+text blocks are what the commands print, the figures in the prose are read from their
+``--json`` output, and each picture is drawn by ``draw``/``pair``/``sweep``. Beside each
+picture the page records the SHA-256 of the data it is drawn from (the Chrome trace of the
+same timelines, the pair's JSON, the sweep's CSV), so ``tests/test_docs.py`` can rebuild
+the page without drawing and know the pictures are still current (PNG or SVG bytes vary
+with the matplotlib version; the data does not).
+
+    python docs/make_docs.py            # the page and the pictures
+    python docs/make_docs.py --check    # exit 1 if the checked-in page is out of date
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from pipesim import build, simulate
+from pipesim.cli import main
+from pipesim.ir import ops_of
+
+DOCS = Path(__file__).resolve().parent
+PAGE = DOCS / "dualpipe.md"
+PICTURES = "dualpipe"  # folder beside the page
+
+
+def run(*argv: object) -> str:
+    """What ``pipesim ARGV`` prints (stdout), trailing spaces removed; it must succeed."""
+    args = [str(a) for a in argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    if code != 0:
+        raise SystemExit(f"pipesim {shlex.join(args)} failed ({code}): {err.getvalue().strip()}")
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+
+
+def run_json(*argv: object) -> dict:
+    return json.loads(run(*argv, "--json"))
+
+
+def block(*argv: object) -> str:
+    """A Markdown code block: the command, then what it prints."""
+    return f"```\n$ pipesim {shlex.join(str(a) for a in argv)}\n{run(*argv)}```\n"
+
+
+def pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+class Pictures:
+    """Draws each picture into docs/dualpipe/ (when ``draw``) and says, under it, the
+    command and the hash of the data it is drawn from."""
+
+    def __init__(self, draw: bool, tmp: Path):
+        self.draw = draw
+        self.tmp = tmp  # where the data files go, to be hashed
+
+    def _digest(self, path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+    def chart(self, name: str, alt: str, *argv: object) -> str:
+        """``pipesim draw ARGV -o name.svg``; its data is the Chrome trace of the same runs."""
+        trace = self.tmp / f"{name}.json"
+        run("draw", *argv, "-o", trace)
+        if self.draw:
+            run("draw", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
+        return self._caption(name, alt, ["draw", *argv], "its Chrome trace (`-o x.json`)", self._digest(trace))
+
+    def pair(self, name: str, alt: str, *argv: object) -> str:
+        data = run("pair", *argv, "--json").encode()
+        if self.draw:
+            run("pair", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
+        return self._caption(name, alt, ["pair", *argv], "`--json`", hashlib.sha256(data).hexdigest()[:16])
+
+    def sweep(self, name: str, alt: str, *argv: object) -> str:
+        csv = self.tmp / f"{name}.csv"
+        run("sweep", *argv, "-o", csv)
+        if self.draw:
+            run("sweep", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
+        return self._caption(name, alt, ["sweep", *argv], "its CSV (`-o x.csv`)", self._digest(csv))
+
+    def _caption(self, name: str, alt: str, argv: list, source: str, digest: str) -> str:
+        command = "pipesim " + shlex.join(str(a) for a in argv) + f" -o {PICTURES}/{name}.svg"
+        return f"![{alt}]({PICTURES}/{name}.svg)\n\n<sub>`{command}`; drawn from data with SHA-256 {digest}… ({source})</sub>\n"
+
+
+def first_starts(name: str, pp: int, M: int) -> list[float]:
+    tl = simulate(build(name, pp, M))
+    return [evs[0].start for evs in tl.events]
+
+
+def running_at(name: str, pp: int, M: int, t: float) -> str:
+    """What each rank runs just after ``t`` (unit costs), and in which direction."""
+    tl = simulate(build(name, pp, M))
+    parts = []
+    for r, evs in enumerate(tl.events):
+        e = next(e for e in evs if e.start <= t < e.end)
+        parts.append(f"rank {r} runs {e.item} ({'reverse' if ops_of(e.item)[0].chunk else 'forward'} direction)")
+    return "; ".join(parts)
+
+
+def page(draw: bool = False) -> str:
+    """The walkthrough's text; with ``draw``, the pictures are drawn into docs/dualpipe/ too."""
+    with tempfile.TemporaryDirectory(prefix="pipesim-docs-") as tmp:
+        return _page(Pictures(draw, Path(tmp)))
+
+
+def _page(pics: Pictures) -> str:
+    if pics.draw:
+        (DOCS / PICTURES).mkdir(exist_ok=True)
+    out: list[str] = []
+    add = out.append
+
+    add(
+        "# DualPipe, step by step\n\n"
+        "<!-- generated by docs/make_docs.py (make docs); edit the script, not this page -->\n\n"
+        "A walkthrough of DeepSeek-V3's DualPipe schedule with pipesim: what runs inside one overlapped "
+        "forward-backward chunk, why the schedule feeds micro-batches from both ends of the pipeline, what its "
+        "V-shaped variant DualPipeV trades, what the second model copy costs, what it adds over Chimera, and what "
+        "all of it is worth in GPU-hours. Every block below is what the command above it prints, and every number "
+        "in the prose is read from the same commands' `--json` output by `docs/make_docs.py`; `make docs` "
+        "rebuilds the page and its pictures.\n"
+    )
+
+    # 1 -------------------------------------------------------------------------------
+    pair = run_json("pair", "--preset", "ep-1to1")
+    segs = pair["segments"]
+    hides = []
+    for s in sorted((s for s in segs if s["stream"] == "comm"), key=lambda s: s["start"]):
+        behind = [
+            c["part"].split(" ")[0] for c in segs if c["stream"] == "compute" and c["start"] < s["end"] and c["end"] > s["start"]
+        ]
+        hides.append(f"`{s['part'].split(' ')[0]}` behind {' and '.join(f'`{b}`' for b in behind) or 'nothing'}")
+    comm = sum(s["end"] - s["start"] for s in segs if s["stream"] == "comm")
+    compute = sum(s["end"] - s["start"] for s in segs if s["stream"] == "compute")
+    add(
+        "## 1. Inside one forward-backward chunk\n\n"
+        "In DeepSeek-V3's expert-parallel training a chunk of layers has four components: attention (`ATTN`), the "
+        "all-to-all that sends tokens to their experts (`DISPATCH`), the experts' MLP (`MLP`), and the all-to-all "
+        "that brings them back (`COMBINE`); the backward repeats them in reverse, with the weight gradients (`W`) "
+        "split from the input gradients (`B`). Dispatch and combine are communication, and with `--preset ep-1to1` "
+        "they take as long as the computation, the regime DeepSeek-V3 reports. Run alone, a forward and a backward "
+        "leave every all-to-all exposed. DualPipe pairs the forward of one micro-batch with the backward of another "
+        "so that each one's communication runs while the other computes:\n\n"
+    )
+    add(block("pair", "--preset", "ep-1to1"))
+    add(
+        f"\nThe overlap windows, from the parts table: {'; '.join(hides)}. The pair takes {g(pair['pair_time'])} "
+        f"instead of {g(pair['lone_time'])} ({pct(1 - pair['pair_time'] / pair['lone_time'])} less): its {g(comm)} of "
+        f"communication run under the computation, which itself takes {g(compute)} rather than its share of the lone "
+        "time because the communication kernels hold some of the GPU's SMs meanwhile.\n\n"
+    )
+    add(pics.pair("pair", "the two streams of one F&BW pair", "--preset", "ep-1to1"))
+
+    # 2 -------------------------------------------------------------------------------
+    add(
+        "\n## 2. The bubble of 1F1B, DualPipe and DualPipeV as pp and M grow\n\n"
+        "With F = B = W = 1 per 1F1B stage (`--costs-per stage`, so that DualPipeV's half-size chunks cost half), "
+        "the share of the step each schedule leaves idle (`pipesim sweep`, bubble ratio):\n\n"
+    )
+    rows = []
+    for pp in (4, 8, 16):
+        Ms = [2 * pp, 4 * pp, 8 * pp]
+        csv_path = pics.tmp / f"bubble_pp{pp}.csv"
+        run(
+            "sweep",
+            "--pp",
+            pp,
+            "-m",
+            ",".join(map(str, Ms)),
+            "--schedules",
+            "1f1b,dualpipe,dualpipev",
+            "--costs-per",
+            "stage",
+            "-o",
+            csv_path,
+        )
+        table: dict[tuple[int, str], float] = {}
+        for r in csv.DictReader(csv_path.open()):
+            table[(int(r["microbatches"]), r["schedule"])] = float(r["bubble_ratio"])
+        for M in Ms:
+            rows.append((pp, M, table[(M, "1f1b")], table[(M, "dualpipe")], table[(M, "dualpipev")]))
+    add("| pp | M | 1f1b | dualpipe | dualpipev |\n|---|---|---|---|---|\n")
+    for pp, M, a, b, c in rows:
+        add(f"| {pp} | {M} | {pct(a)} | {pct(b)} | {pct(c)} |\n")
+    # what the prose says of the table, checked so that a changed simulator cannot leave it wrong
+    assert all(a > c >= b for _, _, a, b, c in rows), rows
+    assert all(rows[i][2] < rows[i + 3][2] for i in range(6)), "1F1B's bubble grows with pp at equal M/pp"
+    worst = rows[6]  # pp=16, M=2pp
+    add(
+        f"\n(`pipesim sweep --pp PP -m 2PP,4PP,8PP --schedules 1f1b,dualpipe,dualpipev --costs-per stage -o x.csv`.) "
+        f"1F1B's bubble is (pp-1)(F+BW) per rank, so it grows with pp and shrinks only as 1/M: at pp=16, M=32 it "
+        f"idles {pct(worst[2])} of the step against DualPipe's {pct(worst[3])} and DualPipeV's {pct(worst[4])}. "
+        "DualPipe's is DeepSeek-V3's (pp/2-1)(F&B+BW-3W) (its Table 2): half as many warm-up slots, and the split "
+        "W's fill part of what is left. DualPipeV sits between the two at every size in the table.\n\n"
+    )
+    add(
+        pics.sweep(
+            "sweep_pp8",
+            "bubble and memory against M at pp=8",
+            "--pp",
+            8,
+            "-m",
+            "16:128",
+            "--schedules",
+            "1f1b,zb-h1,dualpipe,dualpipev",
+            "--costs-per",
+            "stage",
+        )
+    )
+
+    # 3 -------------------------------------------------------------------------------
+    sim = run_json("simulate", "-s", "dualpipe", "--pp", 4, "-m", 8)
+    busy = sim["all_busy"]
+    lo, hi = busy["longest_all_busy"]
+    add(
+        "\n## 3. DualPipe by hand: P=4, M=8\n\n"
+        "The op order per rank, in the reference notation (`F0.3` is the forward of micro-batch 3 on chunk 0; "
+        "`F1.6&BW0.0` a pair; chunk 1 is the reverse direction, the second model copy):\n\n"
+    )
+    add(block("ops", "-s", "dualpipe", "--pp", 4, "-m", 8))
+    add(
+        "\nSimulated with F = B = W = 1 (a fused BW is 2, a pair F&B 3: no overlap credit here), as a table a slot "
+        "per time unit. Upper case is the forward direction (micro-batches 0-3 enter at rank 0), lower case the "
+        "reverse direction (4-7 enter at rank 3):\n\n"
+    )
+    add(block("simulate", "-s", "dualpipe", "--pp", 4, "-m", 8, "--width", 0))
+    gaps = ", ".join(f"t={g(a)}" for a, _ in busy["gaps"])
+    add(
+        f"\nThe first slot in which no rank idles starts at t={g(busy['first_all_busy'])}: "
+        f"{running_at('dualpipe', 4, 8, busy['first_all_busy'])}. From there every rank "
+        f"stays busy until t={g(hi)} without a break, and to the end of the step (t={g(busy['last_all_busy'])}) "
+        f"except one slot each at {gaps}. The makespan, {g(sim['makespan'])}, is the closed form "
+        f"{g(sim['theory']['makespan'])}, and its bubble {pct(sim['bubble_ratio'])}.\n"
+    )
+
+    # 4 -------------------------------------------------------------------------------
+    one, dual = first_starts("1f1b", 4, 8), first_starts("dualpipe", 4, 8)
+    assert all(b <= a for a, b in zip(one, dual)) and dual[-1] == 0
+    c1 = run_json("compare", "--pp", 4, "-m", 8, "--schedules", "1f1b,dualpipe")["schedules"]
+    add(
+        "\n## 4. Two directions fill each other's idle slots\n\n"
+        f"In 1F1B the forward wave enters at rank 0 only, so rank r waits r slots for its first op (first starts "
+        f"{', '.join(g(t) for t in one)}) and the mirror image happens in the cool-down. DualPipe sends half the "
+        f"micro-batches in from the other end: the ranks near the end start at once on the reverse direction, "
+        f"and first starts become {', '.join(g(t) for t in dual)}. Where one direction would leave a rank idle, "
+        f"the other direction's work is there to run; with the pairs and split W's on top, the bubble falls from "
+        f"{pct(c1[0]['bubble_ratio'])} to {pct(c1[1]['bubble_ratio'])} at pp=4, M=8, and the makespan from "
+        f"{g(c1[0]['makespan'])} to {g(c1[1]['makespan'])}.\n\n"
+    )
+    add(
+        pics.chart(
+            "pp4_m8", "1F1B, DualPipe and DualPipeV at pp=4, M=8", "--schedules", "1f1b,dualpipe,dualpipev", "--pp", 4, "-m", 8
+        )
+    )
+
+    # 5 -------------------------------------------------------------------------------
+    argv5 = (
+        "compare",
+        "--pp",
+        8,
+        "-m",
+        32,
+        "--schedules",
+        "dualpipe,dualpipev",
+        "--preset",
+        "ep-1to1",
+        "--layers",
+        4,
+        "--costs-per",
+        "stage",
+    )
+    d, v = run_json(*argv5)["schedules"]
+    assert (d["parameter_copies"], v["parameter_copies"]) == (2, 1) and v["bubble_ratio"] > d["bubble_ratio"]
+    add(
+        "\n## 5. DualPipeV's trade\n\n"
+        'DualPipeV (the "cut-in-half" DualPipe) keeps one model copy: each rank holds two half-size chunks '
+        "placed as a V, and micro-batches go down the ranks on chunk 0 and back up on chunk 1. Same model, same "
+        "ranks, component costs:\n\n"
+    )
+    add(block(*argv5))
+    add(
+        f"\nIt halves the parameters a rank holds ({g(d['parameter_copies'])}x against {g(v['parameter_copies'])}x, "
+        f"with their gradients and optimizer states), and keeps the peak activations within "
+        f"{g(max(v['peak_activation_memory']))} stages against {g(max(d['peak_activation_memory']))}. The price: a "
+        f"bubble of {pct(v['bubble_ratio'])} against {pct(d['bubble_ratio'])} and a makespan {pct(v['makespan'] / d['makespan'] - 1)} "
+        f"longer; its compute utilization is {pct(sum(v['compute_utilization']) / len(v['compute_utilization']))} against "
+        f"{pct(sum(d['compute_utilization']) / len(d['compute_utilization']))}.\n"
+    )
+
+    # 6 -------------------------------------------------------------------------------
+    dense = run_json("memory", "--model", "llama3-70b", "--pp", 8, "--schedule", "dualpipe")
+    moe = run_json("memory", "--model", "deepseek-v3", "--pp", 16, "--cluster", "h800-2048")
+    assert dense["extra_copy_gb"] > moe["extra_copy_gb"]
+    hbm = dense["extra_copy_gb"] / dense["extra_copy_share_of_hbm"]
+    fits = "fits" if all(r["fits"] for r in dense["schedules"]) else "does not fit"
+    add("\n## 6. What the second copy costs: dense 70B at P=8 against a 671B MoE at P=16\n\n")
+    add(block("memory", "--model", "llama3-70b", "--pp", 8, "--schedule", "dualpipe"))
+    add("\n")
+    add(block("memory", "--model", "deepseek-v3", "--pp", 16, "--cluster", "h800-2048"))
+    add(
+        f"\nFor the dense model every parameter of a stage is on every GPU of it: the second copy adds "
+        f"{dense['extra_copy_gb']:.1f} GB of weights, gradients and optimizer states per GPU, "
+        f"{pct(dense['extra_copy_share_of_hbm'])} of the GPU's {hbm:g} GB (at this layout, without tensor parallelism, "
+        f"the dense model {fits} either way; the difference is the point here). For DeepSeek-V3 a stage "
+        f"holds {moe['stage_parameters'] / 1e9:.1f}B parameters, but expert parallelism (ep={moe['layout']['ep']}) "
+        f"leaves {moe['stage_parameters_per_gpu'] / 1e9:.2f}B of them on each GPU, so the copy adds "
+        f"{moe['extra_copy_gb']:.1f} GB, {pct(moe['extra_copy_share_of_hbm'])} of its GPU's memory: DualPipe's 2x "
+        "parameters are affordable precisely for the models whose all-to-alls it hides.\n"
+    )
+
+    # 7 -------------------------------------------------------------------------------
+    argv7 = ("compare", "--pp", 8, "-m", 32, "--schedules", "chimera,dualpipe", "--preset", "ep-1to1", "--layers", 4)
+    ch, dp = run_json(*argv7)["schedules"]
+    ops = {n: run_json("ops", "-s", n, "--pp", 8, "-m", 32)["ranks"] for n in ("chimera", "dualpipe")}
+    pairs = {n: sum(op.count("&") for r in ranks for op in r) for n, ranks in ops.items()}
+    ws = {n: sum(op.startswith("W") for r in ranks for op in r) for n, ranks in ops.items()}
+    assert pairs["chimera"] == 0 and ws["chimera"] == 0
+    add(
+        "\n## 7. DualPipe against Chimera\n\n"
+        "Chimera (Li and Hoefler, 2021) already ran two model copies in opposite directions. DualPipe keeps that "
+        "and adds two things: forward-backward pairs that overlap one micro-batch's communication with another's "
+        "computation, and backwards split into B and W so that the W's fill the bubbles. At pp=8, M=32 the op "
+        f"orders hold {pairs['chimera']} pairs and {ws['chimera']} W's for Chimera against {pairs['dualpipe']} "
+        f"pairs and {ws['dualpipe']} W's for DualPipe (`pipesim ops ... --json`). With communication as long as "
+        "computation:\n\n"
+    )
+    add(block(*argv7))
+    add(
+        f"\nBoth hold 2x parameters; DualPipe's bubble is {pct(dp['bubble_ratio'])} against Chimera's "
+        f"{pct(ch['bubble_ratio'])}, its exposed communication {g(max(dp['exposed_comm']))} against "
+        f"{g(max(ch['exposed_comm']))} on the worst rank, and its compute utilization "
+        f"{pct(sum(dp['compute_utilization']) / 8)} against {pct(sum(ch['compute_utilization']) / 8)}, for "
+        f"{g(max(dp['peak_activation_memory']) - max(ch['peak_activation_memory']))} more stage(s) of activations "
+        f"({g(max(dp['peak_activation_memory']))} against {g(max(ch['peak_activation_memory']))}).\n"
+    )
+
+    # 8 -------------------------------------------------------------------------------
+    argv8 = (
+        "compare",
+        "--pp",
+        16,
+        "-m",
+        64,
+        "--schedules",
+        "1f1b,dualpipe,dualpipev",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800-2048",
+    )
+    res = run_json(*argv8)
+    a, b, c = res["schedules"]
+    add(
+        "\n## 8. The utilization difference in GPU-hours per million tokens\n\n"
+        "`compare --model --cluster` prices each schedule with the planner's estimate of DeepSeek-V3 on H800s "
+        "(seconds per op, per layer, from FLOPs and all-to-all sizes) and states the step per million tokens:\n\n"
+    )
+    add(block(*argv8))
+    pt = res["per_token"]
+    add(
+        f"\nA step is {pt['tokens_per_step']} tokens on one pipeline of {pt['gpus_per_pipeline']} GPUs (data-parallel "
+        f"replicas multiply GPUs and tokens alike). 1F1B needs {a['GPU-h_per_1M_tokens']:.4f} GPU-hours per million "
+        f"tokens, DualPipe {b['GPU-h_per_1M_tokens']:.4f} ({b['vs_1f1b']:+.4f}, "
+        f"{pct(b['vs_1f1b'] / a['GPU-h_per_1M_tokens'])}) and DualPipeV {c['GPU-h_per_1M_tokens']:.4f} "
+        f"({c['vs_1f1b']:+.4f}, {pct(c['vs_1f1b'] / a['GPU-h_per_1M_tokens'])}); over a trillion tokens DualPipe's "
+        f"difference is {-b['vs_1f1b'] * 1e6:,.0f} GPU-hours. These are the pipeline's own step times; `pipesim plan` "
+        "adds the data-parallel gradient sync and ranks whole layouts.\n"
+    )
+
+    add(
+        "\n## Reproduce\n\n`make docs` runs `docs/make_docs.py`, which rewrites this page and the pictures in "
+        "`docs/dualpipe/`; `tests/test_docs.py` rebuilds the page (without drawing) and fails when it differs "
+        "from the checked-in one.\n"
+    )
+    return "".join(out)
+
+
+def main_(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        ok = PAGE.read_text() == page()
+        print("docs/dualpipe.md is up to date" if ok else "docs/dualpipe.md is out of date: run make docs")
+        return 0 if ok else 1
+    PAGE.write_text(page(draw=True))
+    print(f"wrote {PAGE} and {DOCS / PICTURES}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_(sys.argv[1:]))
