@@ -17,8 +17,10 @@ from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
 from ..files import timeline_to_dict, write_text_atomic
 from ..metrics import summarize
-from .labels import Mapping
-from .measure import Profile, profile
+from .labels import COMM, COMPONENTS, Mapping
+from .measure import Profile, measured_kinds, profile
+
+LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
 
 def add_commands(command) -> None:
@@ -121,25 +123,33 @@ def cost_file(prof: Profile) -> str:
             else []
         ),
     )
-    layer = dict(prof.layer_times)
-    for name in ("attn", "mlp"):  # a backward measured without its W: the W is in it
-        if f"{name}_b" in layer:
-            layer.setdefault(f"{name}_w", 0.0)
+    # every part explicitly: one the trace does not show took no time in it (LayerCosts'
+    # defaults, B = W = F, are guesses for hand-written files)
+    layer = {f: prof.layer_times.get(f, 0.0) for f in LAYER_FIELDS}
+    missing = [f for f in LAYER_FIELDS if f not in prof.layer_times]
+    if missing:
+        comments += (f"not in the trace, so 0: {', '.join(missing)}",)
     return format_cost_file(layer, top, measured, comments)
 
 
-def stage_flags(prof: Profile) -> str:
+def stage_values(prof: Profile) -> dict[str, object]:
+    """The measured kinds' per-stage costs, as simulate's flags name them (f, b, w, bw, pair)."""
     c = prof.stage_costs
+    kinds = measured_kinds(prof.schedule)
+    values = {k.lower(): getattr(c, k.lower()) for k in kinds if k != "BW"}
+    if "BW" in kinds:
+        values["bw"] = c.bw if c.bw is not None else c.b
+    if c.pair is not None:
+        values["pair"] = c.pair
+    values["comm"] = c.comm
+    return values
 
+
+def stage_flags(prof: Profile) -> str:
     def flag(v) -> str:
         return ",".join(f"{x:.6g}" for x in v) if isinstance(v, tuple) else f"{v:.6g}"
 
-    parts = [f"--f {flag(c.f)}", f"--b {flag(c.b)}", f"--w {flag(c.w)}"]
-    if c.bw is not None:
-        parts.append(f"--bw {flag(c.bw)}")
-    if c.pair is not None:
-        parts.append(f"--pair {flag(c.pair)}")
-    return " ".join(parts)
+    return " ".join(f"--{k} {flag(v)}" for k, v in stage_values(prof).items())
 
 
 def to_dict(prof: Profile) -> dict:
@@ -173,7 +183,9 @@ def to_dict(prof: Profile) -> dict:
         "pp": prof.schedule.pp,
         "microbatches": prof.schedule.microbatches,
         "makespan": rep.makespan,
-        "stage_costs": prof.stage_costs.to_dict() if prof.stage_costs else None,
+        "stage_costs": {k: list(v) if isinstance(v, tuple) else v for k, v in stage_values(prof).items()}
+        if prof.stage_costs
+        else None,
         "notes": prof.notes,
     }
     return d
@@ -221,11 +233,11 @@ def print_profile(prof: Profile) -> None:
         stages = s.placement.stages
         for st in range(stages):
             t.add_column(f"stage {st}", justify="right")
-        c = prof.stage_costs
-        for kind, v in (("F", c.f), ("B", c.b), ("W", c.w), ("BW", c.bw)):
-            if v is None:
+        for kind, v in stage_values(prof).items():
+            if kind in ("pair", "comm"):
+                t.add_row("F&B" if kind == "pair" else "P2P latency", f"{v * 1e3:.3f} (every stage)")
                 continue
             vals = v if isinstance(v, tuple) else (v,) * stages
-            t.add_row(kind, *(f"{x * 1e3:.3f}" for x in vals))
+            t.add_row(kind.upper(), *(f"{x * 1e3:.3f}" for x in vals))
         out.print(t)
         out.print(f"simulate with: pipesim simulate -s SCHEDULE --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")

@@ -12,11 +12,13 @@ the annotated ranges instead, and says so. All times here are seconds.
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..costs import Costs
+from ..deps import needs, produces
 from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule, ops_of
 from ..timeline import Event, Inside, Segment, Timeline
@@ -64,12 +66,14 @@ class Profile:
 
 
 def trace_paths(target: str | Path) -> list[Path]:
-    """The traces of ``target``: the file itself, or a folder's ``*.json`` / ``*.json.gz``
-    (``pipesim run --profile`` writes ``rank{r}.json``), in rank order."""
+    """The traces of ``target``: the file itself, or a folder's ``rank*.json`` (what
+    ``pipesim run --profile`` writes; ``.json.gz`` too), in rank order, else all its
+    ``*.json`` / ``*.json.gz``."""
     p = Path(target)
     if p.is_dir():
+        files = [f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))]
         files = sorted(
-            (f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))),
+            [f for f in files if f.name.startswith("rank")] or files,
             key=lambda f: (_rank_of_name(f.name) is None, _rank_of_name(f.name) or 0, f.name),
         )
         if not files:
@@ -275,7 +279,35 @@ def _pipeline(runs: list[Attributed], gpu: bool) -> tuple[Schedule, Timeline, Co
     placement = _placement(pp, op_stage)
     name = names.most_common(1)[0][0]
     schedule = Schedule(name, pp, placement.microbatches, placement, tuple(ranks))
-    return schedule, Timeline(pp, tuple(events), (), source="measured"), _stage_costs(events, op_stage, placement.stages)
+    timeline = Timeline(pp, tuple(events), (), source="measured")
+    overhead, latency = between_items(schedule, timeline)
+    costs = replace(_stage_costs(events, op_stage, placement.stages, overhead), comm=latency)
+    return schedule, timeline, costs
+
+
+def between_items(schedule: Schedule, timeline: Timeline) -> tuple[float, float]:
+    """(overhead, latency) measured between items: ``overhead`` is the mean time a rank
+    spends between two items when the second's inputs were all ready as the first ended
+    (the runtime's own work per item: taking inputs, posting sends, being scheduled);
+    ``latency`` the mean time from a remote input becoming ready to its consumer
+    starting, over the consumers whose rank sat idle waiting for it. Means rather than
+    medians: the simulated makespan adds them up, so their tails count."""
+    done: dict = {}
+    for evs in timeline.events:
+        for e in evs:
+            for op in ops_of(e.item):
+                done.update({key: e.end for key in produces(e.rank, op)})
+    gaps, waits = [], []
+    for evs in timeline.events:
+        for prev, e in zip(evs, evs[1:]):
+            keys = [k for op in ops_of(e.item) for k in needs(schedule.placement, e.rank, op) if k[1] != e.rank]
+            remote = max((done[k] for k in keys if k in done), default=float("-inf"))
+            if remote > prev.end:
+                waits.append(e.start - remote)
+            else:
+                gaps.append(e.start - prev.end)
+    mean = statistics.fmean
+    return (max(0.0, mean(gaps)) if gaps else 0.0, max(0.0, mean(waits)) if waits else 0.0)
 
 
 def _with_chunks(item: Item, chunks: tuple[int, ...]) -> Item:
@@ -313,8 +345,9 @@ def _placement(pp: int, op_stage: dict) -> Placement:
     return Placement("custom", pp, chunks, tuple(routes), tuple(route_of))
 
 
-def _stage_costs(events, op_stage: dict, stages: int) -> Costs:
-    """Mean measured time of each kind at each stage: per-stage F/B/W/BW, and a pair's."""
+def _stage_costs(events, op_stage: dict, stages: int, overhead: float = 0.0) -> Costs:
+    """Mean measured time of each kind at each stage, plus the ``overhead`` a rank spends
+    between items: per-stage F/B/W/BW, and a pair's."""
     times: dict[tuple[str, int], list[float]] = defaultdict(list)
     pairs = []
     for evs in events:
@@ -327,18 +360,25 @@ def _stage_costs(events, op_stage: dict, stages: int) -> Costs:
     def per_stage(kind: str) -> tuple[float, ...] | None:
         if not any((kind, s) in times for s in range(stages)):
             return None
-        mean = {s: sum(v) / len(v) for (k, s), v in times.items() if k == kind}
+        mean = {s: sum(v) / len(v) + overhead for (k, s), v in times.items() if k == kind}
         fill = sum(mean.values()) / len(mean)  # a stage without this kind: the mean of the others
         return tuple(mean.get(s, fill) for s in range(stages))
 
     f, b, w, bw = (per_stage(k) for k in ("F", "B", "W", "BW"))
+    # kinds not measured cost nothing; a fused backward alone is the B+W of Costs
     return Costs(
         f=f or 0.0,
-        b=b or (bw or 0.0),
+        b=b or bw or 0.0,
         w=w or 0.0,
         bw=bw if bw is not None and b is not None else None,
-        pair=sum(pairs) / len(pairs) if pairs else None,
+        pair=sum(pairs) / len(pairs) + overhead if pairs else None,
     )
+
+
+def measured_kinds(schedule: Schedule) -> tuple[str, ...]:
+    """The op kinds a measured schedule ran, in F, B, W, BW order."""
+    seen = {op.kind for _, it in schedule.items() for op in ops_of(it)}
+    return tuple(k for k in ("F", "B", "W", "BW") if k in seen)
 
 
 def _inside(inst: Instance, run: Attributed, gpu: bool, start: float) -> Inside | None:
