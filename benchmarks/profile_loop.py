@@ -4,7 +4,7 @@ recording, its traces read back by ``pipesim profile`` into per-stage F/B/W/BW c
 P2P latency, simulated with those, and the simulated makespan printed against the
 measured one.
 
-    python benchmarks/profile_loop.py [--pp 4] [--microbatches 8] [--dim 128] [--layers 2]
+    python benchmarks/profile_loop.py [--pp 4] [--microbatches 8] [--dim 256] [--layers 2]
 
 The measured makespan is the one in the traces (first op start to last op end over all
 ranks). What the simulation cannot know: per-op variation around each stage's mean (a
@@ -32,13 +32,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pp", type=int, default=4)
     ap.add_argument("--microbatches", "-m", type=int, default=8)
-    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--schedules", default=",".join(REGISTRY), help="comma-separated names (default: the whole registry)")
     args = ap.parse_args()
     model = TinyTransformer(dim=args.dim, layers_per_stage=args.layers, seq=args.seq, batch=4)
     schedules, skipped = [], []
-    for name in REGISTRY:
+    for name in args.schedules.split(","):
         try:
             schedules.append(build(name, args.pp, args.microbatches))
         except PipesimError as e:

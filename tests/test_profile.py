@@ -294,3 +294,17 @@ def test_timeline_file_draws(tmp_path, capsys):
     assert main(["profile", str(d), "--flags"]) == 0
     flags = capsys.readouterr().out.split()
     assert main(["simulate", "-s", "zb-h1", "--pp", "2", "-m", "4", "--no-timeline", *flags]) == 0
+
+
+def test_a_trace_of_two_steps_reads_the_first(tmp_path):
+    s = build("1f1b", 2, 4)
+    pl = s.placement
+    for r, items in enumerate(s.ranks):
+        ev = []
+        for step in range(2):
+            for i, item in enumerate(items):
+                stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
+                ev.append(ann(pipesim_label(item, r, stages, s.name), 10_000 * step + 200 * i, 100))
+        write(tmp_path / f"rank{r}.json", ev)
+    prof = profile(tmp_path)
+    assert prof.schedule.ranks == s.ranks and "more than one step" in " ".join(prof.notes)

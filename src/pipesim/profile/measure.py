@@ -111,7 +111,7 @@ def measure(runs: list[Attributed]) -> Profile:
     unassigned = [k for run in runs for k in run.unassigned]
     window = sum(_window(run, gpu) for run in runs)
     rows, layers, overlapped, comm_sms = _components(runs, gpu, window)
-    schedule, timeline, costs = _pipeline(runs, gpu)
+    schedule, timeline, costs = _pipeline(runs, gpu, notes)
     first = runs[0].trace
     if unassigned:
         notes.append(f"{len(unassigned)} kernels were launched outside every recognised annotation (not counted)")
@@ -233,7 +233,7 @@ def _span(inst: Instance, gpu: bool) -> tuple[float, float]:
     return span if span is not None else (inst.range.start, inst.range.end)
 
 
-def _pipeline(runs: list[Attributed], gpu: bool) -> tuple[Schedule, Timeline, Costs | None]:
+def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Schedule, Timeline, Costs | None]:
     acted = [(i, run) for i, run in enumerate(runs) if any(a.what.compute for a in run.actions)]
     if not acted:
         return _one_item(runs, gpu)
@@ -263,8 +263,15 @@ def _pipeline(runs: list[Attributed], gpu: bool) -> tuple[Schedule, Timeline, Co
     # 0, 1, ... (looped: stage c*pp + r; V: r then 2pp-1-r)
     ranks, events, op_stage = [], [], {}
     t0 = min(row[2] for rows in per_rank.values() for row in rows)
+    steps = False
     for r in range(pp):
         rows = sorted(per_rank[r], key=lambda row: row[2])
+        seen: set = set()
+        for i, row in enumerate(rows):
+            if row[:2] in seen:  # the same item at the same stages again: a second step began
+                rows, steps = rows[:i], True
+                break
+            seen.add(row[:2])
         held = sorted({s for row in rows for s in row[1]})
         items, evs = [], []
         for item, stages, start, end, inst, run in rows:
@@ -282,6 +289,8 @@ def _pipeline(runs: list[Attributed], gpu: bool) -> tuple[Schedule, Timeline, Co
     timeline = Timeline(pp, tuple(events), (), source="measured")
     overhead, latency = between_items(schedule, timeline)
     costs = replace(_stage_costs(events, op_stage, placement.stages, overhead), comm=latency)
+    if steps:
+        notes.append("the traces hold more than one step: the first is read")
     return schedule, timeline, costs
 
 

@@ -75,6 +75,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
     p = Path(path)
     tr = Trace(str(p))
     meta: dict = {}
+    names: dict[str, str] = {}  # one copy of each name: kernels and ranges repeat theirs
     for kind, value in _items(p):
         if kind == "meta":
             meta[value[0]] = value[1]
@@ -93,6 +94,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         args = value.get("args") or {}
         if cat in RANGE_CATS:
             name = str(value.get("name", ""))
+            name = names.setdefault(name, name)
             if cat == "cpu_op":
                 tr.cpu_ops += 1
                 if not wanted(name):
@@ -105,6 +107,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         elif cat in GPU_CATS:
             corr = args.get("correlation")
             stream = args.get("stream", value.get("tid"))
+            kname = str(value.get("name", ""))
             grid = args.get("grid") or [1]
             blocks = 1
             for g in grid if isinstance(grid, list) else [1]:
@@ -115,7 +118,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
                     ts,
                     end,
                     corr if isinstance(corr, int) else None,
-                    str(value.get("name", "")),
+                    names.setdefault(kname, kname),
                     blocks,
                 )
             )
