@@ -799,7 +799,12 @@ def make_parser() -> Parser:
 # ``command(name, run, help)`` (which returns the sub-parser) once per command; it
 # imports its heavy dependencies (matplotlib, torch) inside ``run`` so that start-up
 # stays fast and the core needs neither.
-AREA_COMMANDS: tuple[str, ...] = ("pipesim.render.commands", "pipesim.runtime.commands", "pipesim.planner.commands")
+AREA_COMMANDS: tuple[str, ...] = (
+    "pipesim.render.commands",
+    "pipesim.runtime.commands",
+    "pipesim.planner.commands",
+    "pipesim.profile.commands",
+)
 
 
 if __name__ == "__main__":

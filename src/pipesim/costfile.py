@@ -23,10 +23,16 @@ flash_attention = false
 params = 8.05e8       # parameters of one stage (default 12 * hidden^2 * layers)
 dp = 8
 zero = 1
+
+[measured]            # optional, written by `pipesim profile`: where the times came from
+source = "train.json" # (strings, numbers, booleans; read by tools, not by the cost model)
+time_unit = "s"
+window = 0.129
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -85,7 +91,9 @@ def parse_costs(data: dict) -> tuple[ComponentCosts, MemoryModel | None]:
     layer = data.get("layer")
     if not isinstance(layer, dict):
         raise PipesimError("missing [layer] table with the per-layer times (attn_f, mlp_f, dispatch_f, combine_f, ...)")
-    top = _typed({k: v for k, v in data.items() if k not in ("layer", "memory")}, TOP, "")
+    if not isinstance(data.get("measured", {}), dict):
+        raise PipesimError("[measured] must be a table")
+    top = _typed({k: v for k, v in data.items() if k not in ("layer", "memory", "measured")}, TOP, "")
     costs = ComponentCosts.uniform(LayerCosts(**_typed(layer, {k: float for k in LAYER}, "layer.")), **top)
     mem = data.get("memory")
     if mem is None:
@@ -101,3 +109,24 @@ def parse_costs(data: dict) -> tuple[ComponentCosts, MemoryModel | None]:
     extra = {k: m[k] for k in ("dp", "zero", "param_bytes", "grad_bytes", "optimizer_bytes") if k in m}
     params = m.get("params", 12 * m["hidden"] ** 2 * layers)
     return costs, MemoryModel(params=params, activation=act * layers, w_share=w_share, **extra)
+
+
+def format_cost_file(layer: dict[str, float], top: dict, measured: dict | None = None, comments: tuple[str, ...] = ()) -> str:
+    """The text of a cost file that ``load_cost_file`` reads back: ``top`` keys of
+    ``TOP``, the ``[layer]`` times, and an optional ``[measured]`` table of provenance."""
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return f"{v:.9g}"
+        return json.dumps(str(v))  # a JSON string is a TOML basic string
+
+    lines = [f"# {c}" for c in comments]
+    lines += [f"{k} = {value(v)}" for k, v in top.items() if k in TOP]
+    lines += ["", "[layer]"] + [f"{k} = {value(v)}" for k, v in layer.items() if k in LAYER]
+    if measured:
+        lines += ["", "[measured]"] + [f"{k} = {value(v)}" for k, v in measured.items()]
+    return "\n".join(lines) + "\n"

@@ -100,3 +100,53 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise PipesimError(f"cannot write {str(p)!r}: {e.strerror}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# timeline files: a schedule and when each of its items ran (measured, say)
+
+
+def timeline_to_dict(schedule: Schedule, timeline) -> dict:
+    """A schedule file plus ``timeline``: per rank, ``[item, start, end, segments]`` in
+    execution order, segments being ``[stream, label, start, end]`` in absolute time."""
+    events = [
+        [[str(e.item), e.start, e.end, [[g.stream, g.label, g.start, g.end] for g in e.segments]] for e in evs]
+        for evs in timeline.events
+    ]
+    return {**schedule.to_dict(), "timeline": {"source": timeline.source, "events": events}}
+
+
+def load_timeline(path: str | os.PathLike):
+    """(Schedule, Timeline) from a file ``timeline_to_dict`` wrote."""
+    from .timeline import Event, Inside, Segment, Timeline
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as e:
+        raise PipesimError(f"cannot read timeline file {str(p)!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise PipesimError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    tl = data.get("timeline") if isinstance(data, dict) else None
+    if not isinstance(tl, dict) or not isinstance(tl.get("events"), list):
+        raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")
+    schedule = schedule_from_dict(data, str(p))
+    if len(tl["events"]) != schedule.pp:
+        raise PipesimError(f"{p}: timeline has {len(tl['events'])} ranks, the schedule pp={schedule.pp}")
+    ranks = []
+    try:
+        for r, (row, items) in enumerate(zip(tl["events"], schedule.ranks)):
+            evs = []
+            for (name, start, end, segs), item in zip(row, items):
+                if parse_item(name) != item:
+                    raise PipesimError(f"{p}: rank {r}: timeline item {name} is not the schedule's {item}")
+                parts = tuple(Segment(s, label, a - start, b - start) for s, label, a, b in segs)
+                evs.append(Event(r, item, float(start), float(end), Inside.of(parts) if parts else None))
+            if len(evs) != len(items):
+                raise PipesimError(f"{p}: rank {r}: timeline has {len(evs)} events for {len(items)} items")
+            ranks.append(tuple(evs))
+    except PipesimError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise PipesimError(f"{p}: malformed timeline event ({e}); expected [item, start, end, segments]") from None
+    return schedule, Timeline(schedule.pp, tuple(ranks), (), source=str(tl.get("source", "measured")))

@@ -35,7 +35,7 @@ from ..cli import (
 )
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
-from ..files import write_bytes_atomic, write_text_atomic
+from ..files import load_timeline, write_bytes_atomic, write_text_atomic
 from ..ir import Schedule
 from ..schedules import REGISTRY, build, family
 from ..simulate import simulate
@@ -50,6 +50,7 @@ def add_commands(command) -> None:
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--schedule", "-s", help="a schedule name (see 'pipesim schedules') or a schedule JSON file")
     g.add_argument("--schedules", help="comma-separated names or files, stacked on one time axis")
+    g.add_argument("--measured", metavar="FILE.json", help="a measured timeline (pipesim profile --timeline), in seconds")
     add_shape(c)
     add_costs(c)
     c.add_argument(
@@ -143,10 +144,13 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
-    names = [args.schedule] if args.schedule else _names(args.schedules)
     exts = [_output(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace") for p in args.output]
     costs = costs_from(args)
-    runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in _build_each(args, names)]
+    if args.measured:
+        runs = [load_timeline(args.measured)]
+    else:
+        names = [args.schedule] if args.schedule else _names(args.schedules)
+        runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in _build_each(args, names)]
     files: list[tuple[str, bytes | str]] = []
     for path, ext in zip(args.output, exts):
         if ext == ".json":

@@ -41,11 +41,24 @@ def execute(
     return out[0] if out else None
 
 
-def job(schedule: Schedule, model=None, *, check: bool = False, synthetic: Costs | None = None, tolerance: float = 1e-9) -> Job:
+def job(
+    schedule: Schedule,
+    model=None,
+    *,
+    check: bool = False,
+    synthetic: Costs | None = None,
+    tolerance: float = 1e-9,
+    profile: str | os.PathLike | None = None,
+) -> Job:
+    """One schedule to run; ``profile``: a folder to record each rank's torch.profiler
+    trace in (``rank{r}.json``, created if missing), for ``pipesim profile``."""
     validate(schedule)
+    if profile is not None:
+        os.makedirs(profile, exist_ok=True)
+        profile = os.fspath(profile)
     if synthetic is not None:
-        return Job(schedule, None, synthetic, False, tolerance)
-    return Job(schedule, model if model is not None else TinyTransformer(), None, check, tolerance)
+        return Job(schedule, None, synthetic, False, tolerance, profile)
+    return Job(schedule, model if model is not None else TinyTransformer(), None, check, tolerance, profile)
 
 
 def execute_many(jobs: list[Job], *, backend: str = "auto", timeout: float = 600.0) -> list[RunResult] | None:

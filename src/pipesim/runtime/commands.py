@@ -158,7 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
     model = None if args.synthetic else _model(args)
-    jobs = [job(s, model, check=args.check, synthetic=costs, tolerance=args.tolerance) for s in schedules]
+    jobs = [
+        job(s, model, check=args.check, synthetic=costs, tolerance=args.tolerance, profile=_profile_dir(args, s, len(schedules)))
+        for s in schedules
+    ]
     try:
         results = execute_many(jobs, backend=args.backend, timeout=args.timeout)
     except RunFailed as e:
@@ -167,6 +170,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if results is None:  # a torchrun rank other than 0: rank 0 reports
         return 0
     return report(args, results, skipped)
+
+
+def _profile_dir(args, schedule, count: int) -> str | None:
+    """Where a schedule's traces go: DIR itself for one schedule, DIR/NAME for several."""
+    if args.profile is None:
+        return None
+    folder = args.profile if count == 1 else os.path.join(args.profile, re.sub(r"[^\w.-]", "_", schedule.name))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise PipesimError(f"--profile {args.profile}: cannot create {folder!r}: {e.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise PipesimError(f"--profile {args.profile}: the folder {folder!r} is not writable")
+    return folder
 
 
 def _build_for_many(args, name: str):
@@ -359,6 +376,11 @@ def add_commands(command) -> None:
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
     c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns")
+    c.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record a torch.profiler trace per rank, DIR/rank{r}.json (DIR/NAME/ for several schedules); read with pipesim profile DIR",
+    )
 
     c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
     c.add_argument("--schedule", "-s", required=True, help="a schedule name or a schedule JSON file")

@@ -17,10 +17,12 @@ simulated timelines can be compared on any number of cores.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -282,10 +284,12 @@ def execute_rank(
     at: Callable[[str], None] = lambda where: None,
     fault: Fault | None = None,
     sync: Callable[[], None] = lambda: None,
+    mark: Callable[[Item], AbstractContextManager] = lambda item: contextlib.nullcontext(),
 ) -> RankRun:
     """Run ``rank``'s items in order. ``at`` is told where the rank is before each item
     (so that whoever watches can name the op a dead rank stopped at); ``sync`` waits for
-    the device around each item's work, so that the clock times work, not launches."""
+    the device around each item's work, so that the clock times work, not launches;
+    ``mark`` wraps that timed work (a profiler label, see ``worker.profiled``)."""
     run = RankRun()
     clock = time.perf_counter
     for item in schedule.ranks[rank]:
@@ -297,11 +301,12 @@ def execute_rank(
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected fault (PIPESIM_FAULT)")
             inputs = {k: transport.take(k) for op in ops_of(item) for k in data_needs(schedule, rank, op)}
-            sync()
-            start = clock()
-            outputs = work.run(item, inputs)
-            sync()
-            end = clock()
+            with mark(item):
+                sync()
+                start = clock()
+                outputs = work.run(item, inputs)
+                sync()
+                end = clock()
             if fault is not None and fault.rank == rank and fault.item == str(item):
                 outputs = {k: v * 1.001 for k, v in outputs.items()}
             for key, tensor in outputs.items():

@@ -8,6 +8,8 @@ than running a small schedule.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -35,6 +37,7 @@ class Job:
     costs: Costs | None = None
     check: bool = False
     tolerance: float = 1e-9
+    profile: str | None = None  # a folder: record a torch.profiler trace there, rank{r}.json
 
 
 @dataclass
@@ -102,7 +105,11 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
         summing = [(ranks, ctx.group(ranks)) for ranks in shared_groups(s)]
     transport = Transport(ctx.rank, plan, shape_of, ctx.device, ctx.p2p_group)
     t0 = common_start(ctx, offset)
-    run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync)
+    if job.profile is None:
+        run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync)
+    else:
+        with profiled(s, ctx, job.profile) as mark:
+            run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync, mark)
     report = RankReport(run.events, run.losses)
     if job.costs is None:
         ctx.at(f"summing the gradients of {s.name}")
@@ -114,6 +121,28 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
             ref: Reference = references[key]
             report.error = max_relative_error(work.modules, work.chunk_stage, run.losses, ref)
     return report
+
+
+@contextlib.contextmanager
+def profiled(schedule: Schedule, ctx: RankContext, folder: str):
+    """Record a torch.profiler trace of this rank's run into ``folder``/rank{r}.json (CPU
+    activities, and CUDA on a GPU), each item under the label ``pipesim profile`` reads
+    (``profile.labels.pipesim_label``: item, rank, model stages, schedule)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from ..ir import ops_of
+    from ..profile.labels import pipesim_label
+
+    pl = schedule.placement
+
+    def mark(item):
+        stages = tuple(pl.stage_of(ctx.rank, op.chunk, op.mb) for op in ops_of(item))
+        return record_function(pipesim_label(item, ctx.rank, stages, schedule.name))
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        yield mark
+    prof.export_chrome_trace(os.path.join(folder, f"rank{ctx.rank}.json"))
 
 
 def clock_offset(ctx: RankContext, rounds: int = 20) -> float:

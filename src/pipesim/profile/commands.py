@@ -1,0 +1,243 @@
+"""``pipesim profile TRACE|DIR``: a PyTorch profiler trace in, pipesim's costs out.
+
+Registered through ``cli.AREA_COMMANDS``; needs no torch (the trace is JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.table import Table
+
+from ..cli import console, emit_json, num, pct
+from ..costfile import format_cost_file, parse_costs
+from ..errors import PipesimError
+from ..files import timeline_to_dict, write_text_atomic
+from ..metrics import summarize
+from .labels import COMM, COMPONENTS, Mapping
+from .measure import Profile, measured_kinds, profile
+
+LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
+
+
+def add_commands(command) -> None:
+    c = command(
+        "profile",
+        cmd_profile,
+        "read a PyTorch profiler trace (or a folder of per-rank traces): component and per-stage costs, the measured timeline",
+    )
+    c.add_argument("trace", metavar="TRACE", help="a torch.profiler Chrome trace (.json or .json.gz), or a folder of rank*.json")
+    c.add_argument(
+        "--map",
+        metavar="MAP",
+        help="your annotation names: attn=self_attn,mlp=moe (names before (F)/(B)/(W)), attn_f='fwd*' (whole names), "
+        "or a TOML file with a [map] table",
+    )
+    c.add_argument("--output", "-o", metavar="COSTS.toml", help="write the component cost file (what --components reads)")
+    c.add_argument("--timeline", metavar="FILE.json", help="write the measured timeline (pipesim draw --measured FILE.json)")
+    c.add_argument("--flags", action="store_true", help="print only the per-stage costs as simulate flags (--f ... --b ...)")
+    c.add_argument("--json", action="store_true", help="print what was found as JSON")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    if args.output and not args.output.endswith(".toml"):
+        raise PipesimError(f"-o {args.output}: a cost file is TOML; give a name ending in .toml")
+    for path in (args.output, args.timeline):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise PipesimError(f"cannot write {path!r}: there is no folder {str(Path(path).parent)!r}")
+    prof = profile(args.trace, Mapping.parse(args.map))
+    files = []
+    if args.output:
+        if not prof.rows:
+            raise PipesimError(
+                f"-o writes a component cost file, and {args.trace} has no component annotations "
+                "(attn(F), mlp(B), ...); its per-stage costs are what --flags prints"
+            )
+        text = cost_file(prof)
+        parse_costs(_toml(text))  # what we write must load back
+        files.append((args.output, text))
+    if args.timeline:
+        files.append((args.timeline, json.dumps(timeline_to_dict(prof.schedule, prof.timeline)) + "\n"))
+    if args.flags:
+        if prof.stage_costs is None:
+            raise PipesimError(f"{args.trace} has no pipeline action labels (pipesim/F0.3 ..., PP:2F0): no per-stage costs")
+        print(stage_flags(prof))
+    elif args.json:
+        emit_json(to_dict(prof))
+    else:
+        print_profile(prof)
+    for path, text in files:
+        write_text_atomic(path, text)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _toml(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def comm_sms(prof: Profile) -> float | None:
+    """The comm_sms the cost file gets. Compute kernels measured beside communication
+    already ran on the SMs it left: charging the share again would count it twice, so
+    then 0; measured alone, the SMs the communication kernels held (their grid)."""
+    if prof.overlapped > 0.01:
+        return 0.0
+    if prof.comm_sms_seen is not None and prof.total_sms and prof.comm_sms_seen < prof.total_sms:
+        return prof.comm_sms_seen
+    return None
+
+
+def cost_file(prof: Profile) -> str:
+    top: dict = {"layers": prof.layers}
+    sms = comm_sms(prof)
+    if sms is not None:
+        top["comm_sms"] = sms
+    if prof.total_sms:
+        top["total_sms"] = float(prof.total_sms)
+    measured = {
+        "source": ", ".join(Path(s).name for s in prof.sources),
+        "time_unit": "s",
+        "from": "gpu kernels" if prof.gpu else "cpu ranges",
+        "window": prof.window,
+        "kernels": prof.kernels,
+        "unassigned_kernels": prof.unassigned,
+        "compute_beside_comm": round(prof.overlapped, 4),
+    }
+    if prof.device:
+        measured["device"] = prof.device
+    if prof.comm_sms_seen is not None:
+        measured["comm_sms_seen"] = prof.comm_sms_seen
+    comments = (
+        "measured by pipesim profile; times in seconds, per layer of one micro-batch",
+        *(
+            [
+                f"{pct(prof.overlapped)} of the compute kernel time ran beside communication kernels, which held "
+                f"{prof.comm_sms_seen:g} SMs: the times already carry that, so comm_sms = 0"
+            ]
+            if sms == 0.0 and prof.comm_sms_seen
+            else []
+        ),
+    )
+    # every part explicitly: one the trace does not show took no time in it (LayerCosts'
+    # defaults, B = W = F, are guesses for hand-written files)
+    layer = {f: prof.layer_times.get(f, 0.0) for f in LAYER_FIELDS}
+    missing = [f for f in LAYER_FIELDS if f not in prof.layer_times]
+    if missing:
+        comments += (f"not in the trace, so 0: {', '.join(missing)}",)
+    return format_cost_file(layer, top, measured, comments)
+
+
+def stage_values(prof: Profile) -> dict[str, object]:
+    """The measured kinds' per-stage costs, as simulate's flags name them (f, b, w, bw, pair)."""
+    c = prof.stage_costs
+    kinds = measured_kinds(prof.schedule)
+    values = {k.lower(): getattr(c, k.lower()) for k in kinds if k != "BW"}
+    if "BW" in kinds:
+        values["bw"] = c.bw if c.bw is not None else c.b
+    if c.pair is not None:
+        values["pair"] = c.pair
+    values["comm"] = c.comm
+    return values
+
+
+def stage_flags(prof: Profile) -> str:
+    def flag(v) -> str:
+        return ",".join(f"{x:.6g}" for x in v) if isinstance(v, tuple) else f"{v:.6g}"
+
+    return " ".join(f"--{k} {flag(v)}" for k, v in stage_values(prof).items())
+
+
+def to_dict(prof: Profile) -> dict:
+    rep = summarize(prof.schedule, prof.timeline)
+    d = {
+        "sources": prof.sources,
+        "from": "gpu kernels" if prof.gpu else "cpu ranges",
+        "device": prof.device,
+        "total_sms": prof.total_sms,
+        "window": prof.window,
+        "kernels": prof.kernels,
+        "unassigned_kernels": prof.unassigned,
+        "unassigned_time": prof.unassigned_time,
+        "layers": prof.layers,
+        "components": [
+            {
+                "component": str(r.component),
+                "field": r.component.field,
+                "instances": r.instances,
+                "per_layer": r.per_layer,
+                "busy_per_layer": r.busy,
+                "streams": list(r.streams),
+                "share": r.share,
+                "kernels": r.kernels,
+            }
+            for r in prof.rows
+        ],
+        "compute_beside_comm": prof.overlapped,
+        "comm_sms_seen": prof.comm_sms_seen,
+        "schedule": prof.schedule.name,
+        "pp": prof.schedule.pp,
+        "microbatches": prof.schedule.microbatches,
+        "makespan": rep.makespan,
+        "stage_costs": {k: list(v) if isinstance(v, tuple) else v for k, v in stage_values(prof).items()}
+        if prof.stage_costs
+        else None,
+        "notes": prof.notes,
+    }
+    return d
+
+
+def print_profile(prof: Profile) -> None:
+    out = console()
+    where = prof.sources[0] if len(prof.sources) == 1 else f"{len(prof.sources)} traces ({Path(prof.sources[0]).parent})"
+    device = f" on {prof.device}" if prof.device else ""
+    out.print(
+        f"[bold]{where}[/]{device}: {prof.kernels} GPU kernels, {prof.unassigned} unassigned "
+        f"({num(prof.unassigned_time * 1e3)} ms); window {num(prof.window * 1e3)} ms"
+    )
+    for note in prof.notes:
+        out.print(f"[dim]{note}[/]")
+    if prof.rows:
+        t = Table(title=f"components: {prof.layers} layers; times per layer of one micro-batch")
+        for col in ("component", "instances", "ms per layer", "busy ms per layer", "stream", "share of window", "kernels"):
+            t.add_column(col, justify="left" if col == "component" else "right")
+        for r in prof.rows:
+            t.add_row(
+                str(r.component),
+                str(r.instances),
+                f"{r.per_layer * 1e3:.4g}",
+                f"{r.busy * 1e3:.4g}",
+                "+".join(map(str, r.streams)) or "cpu",
+                pct(r.share),
+                str(r.kernels),
+            )
+        out.print(t)
+        if prof.overlapped:
+            out.print(
+                f"{pct(prof.overlapped)} of compute kernel time ran beside communication"
+                + (f" holding {prof.comm_sms_seen:g} SMs" if prof.comm_sms_seen else "")
+            )
+    if prof.stage_costs is not None:
+        rep = summarize(prof.schedule, prof.timeline)
+        s = prof.schedule
+        out.print(
+            f"pipeline: {s.name}, pp={s.pp}, M={s.microbatches}, {s.placement.kind} placement; "
+            f"measured makespan {rep.makespan * 1e3:.1f} ms, bubble {pct(rep.bubble_ratio)}"
+        )
+        t = Table(title="per-stage costs (ms, mean of each kind at each stage)")
+        t.add_column("kind")
+        stages = s.placement.stages
+        for st in range(stages):
+            t.add_column(f"stage {st}", justify="right")
+        for kind, v in stage_values(prof).items():
+            if kind in ("pair", "comm"):
+                t.add_row("F&B" if kind == "pair" else "P2P latency", f"{v * 1e3:.3f} (every stage)")
+                continue
+            vals = v if isinstance(v, tuple) else (v,) * stages
+            t.add_row(kind.upper(), *(f"{x * 1e3:.3f}" for x in vals))
+        out.print(t)
+        out.print(f"simulate with: pipesim simulate -s SCHEDULE --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")

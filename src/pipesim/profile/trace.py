@@ -1,0 +1,254 @@
+"""Reading a PyTorch profiler trace (Kineto's Chrome-trace JSON, plain or gzipped) in one
+pass with bounded memory.
+
+The file is read in chunks and its ``traceEvents`` decoded one event at a time, so a
+trace of many gigabytes never sits in memory whole; of each event only what attribution
+needs is kept, and only for the kinds it needs:
+
+* CPU-side ranges that may name something (``cat`` user_annotation, cpu_op: the
+  annotations of ``record_function`` and of PyTorch's pipelining runtime);
+* kernel launches (``cat`` cuda_runtime / cuda_driver, and their ROCm names), keyed by
+  ``args.correlation``;
+* GPU work (``cat`` kernel, gpu_memcpy, gpu_memset) with its stream and correlation id.
+
+Kineto also writes flow events (``ac2g``) from each launch to its kernel; their ids are
+the same correlation ids, so ``args.correlation`` alone links them and the flows are
+skipped. Times are microseconds, as in the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PipesimError
+
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"}
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+RANGE_CATS = {"user_annotation", "cpu_op"}
+CHUNK = 1 << 20  # characters read at a time
+MAX_VALUE = 64 << 20  # characters one top-level value or event may take
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A CPU-side range: ``name`` on thread (pid, tid) from ``start`` to ``end`` (us)."""
+
+    pid: object
+    tid: object
+    start: float
+    end: float
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """GPU work on ``stream`` from ``start`` to ``end`` (us), launched under ``correlation``."""
+
+    stream: int
+    start: float
+    end: float
+    correlation: int | None
+    name: str
+    blocks: int  # grid size: a communication kernel's grid is the SMs it holds
+
+
+@dataclass
+class Trace:
+    path: str
+    ranges: list[Range] = field(default_factory=list)
+    launches: dict[int, tuple[object, object, float]] = field(default_factory=dict)  # corr -> (pid, tid, ts)
+    kernels: list[Kernel] = field(default_factory=list)
+    rank: int | None = None  # distributedInfo.rank
+    device: str | None = None
+    total_sms: int | None = None
+    events: int = 0  # events read, of any kind
+    cpu_ops: int = 0
+
+
+def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
+    """The parts of the trace at ``path`` that attribution needs. ``wanted(name)`` says
+    which cpu_op names to keep as ranges (user annotations are always kept): a trace has
+    far more operator events than annotations, and most of them name nothing."""
+    p = Path(path)
+    tr = Trace(str(p))
+    meta: dict = {}
+    names: dict[str, str] = {}  # one copy of each name: kernels and ranges repeat theirs
+    for kind, value in _items(p):
+        if kind == "meta":
+            meta[value[0]] = value[1]
+            continue
+        tr.events += 1
+        if not isinstance(value, dict):
+            raise PipesimError(f"{p}: not a profiler trace: traceEvents holds a {type(value).__name__}, expected event objects")
+        cat = value.get("cat")
+        if value.get("ph") != "X" or cat is None:
+            continue
+        try:
+            ts = float(value["ts"])
+            end = ts + float(value.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            continue
+        args = value.get("args") or {}
+        if cat in RANGE_CATS:
+            name = str(value.get("name", ""))
+            name = names.setdefault(name, name)
+            if cat == "cpu_op":
+                tr.cpu_ops += 1
+                if not wanted(name):
+                    continue
+            tr.ranges.append(Range(value.get("pid"), value.get("tid"), ts, end, name))
+        elif cat in LAUNCH_CATS:
+            corr = args.get("correlation")
+            if isinstance(corr, int):
+                tr.launches[corr] = (value.get("pid"), value.get("tid"), ts)
+        elif cat in GPU_CATS:
+            corr = args.get("correlation")
+            stream = args.get("stream", value.get("tid"))
+            kname = str(value.get("name", ""))
+            grid = args.get("grid") or [1]
+            blocks = 1
+            for g in grid if isinstance(grid, list) else [1]:
+                blocks *= g if isinstance(g, int) else 1
+            tr.kernels.append(
+                Kernel(
+                    int(stream) if isinstance(stream, (int, float)) else -1,
+                    ts,
+                    end,
+                    corr if isinstance(corr, int) else None,
+                    names.setdefault(kname, kname),
+                    blocks,
+                )
+            )
+    dist = meta.get("distributedInfo")
+    if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+        tr.rank = dist["rank"]
+    props = meta.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        tr.device = props[0].get("name")
+        sms = props[0].get("numSms")
+        tr.total_sms = sms if isinstance(sms, int) and sms > 0 else None
+    return tr
+
+
+def _open(p: Path):
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(2)
+    except OSError as e:
+        raise PipesimError(f"cannot read trace {str(p)!r}: {e.strerror}") from None
+    if magic == b"\x1f\x8b":
+        return gzip.open(p, "rt", encoding="utf-8", errors="replace")
+    return open(p, encoding="utf-8", errors="replace")
+
+
+class _Reader:
+    """A text buffer over a file that decodes one JSON value at a time, reading more of
+    the file only when a value runs past the end of what has been read."""
+
+    def __init__(self, f, where: str):
+        self.f, self.where = f, where
+        self.buf, self.pos, self.eof = "", 0, False
+        self.dec = json.JSONDecoder()
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        try:
+            chunk = self.f.read(CHUNK)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise PipesimError(f"{self.where}: cannot read it ({e}); expected a plain or gzipped profiler trace") from None
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos :] + chunk
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ('' at the end)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._more():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        c = self.peek()
+        if c == "" or c not in chars:
+            found = "the end of the file" if c == "" else repr(c)
+            raise PipesimError(f"{self.where}: not a profiler trace: found {found} where {what} should be")
+        self.pos += 1
+        return c
+
+    def value(self):
+        """The next JSON value. One that fails to decode may only be cut by the end of
+        what was read: read more and try again, up to ``MAX_VALUE`` characters (no
+        profiler event is that large, so a malformed file fails without being read whole)."""
+        self.peek()
+        while True:
+            try:
+                v, end = self.dec.raw_decode(self.buf, self.pos)
+                # a number at the end of the buffer may go on in the next chunk
+                if end < len(self.buf) or not isinstance(v, (int, float)) or not self._more():
+                    self.pos = end
+                    return v
+                continue
+            except json.JSONDecodeError as e:
+                error = e
+            if len(self.buf) - self.pos > MAX_VALUE or not self._more():
+                raise PipesimError(
+                    f"{self.where}: not valid JSON ({error.msg}); expected the Chrome-trace JSON of torch.profiler"
+                ) from None
+
+
+def _items(p: Path):
+    """("meta", (key, value)) for each top-level key but traceEvents, and ("event", e)
+    for each of its events, in file order. A bare list of events (Chrome's other form)
+    is taken too."""
+    where = str(p)
+    with _open(p) as f:
+        r = _Reader(f, where)
+        first = r.expect("{[", "a JSON object with traceEvents")
+        if first == "[":
+            yield from (("event", e) for e in _array(r))
+            return
+        seen = False
+        if r.peek() == "}":
+            r.pos += 1
+        else:
+            while True:
+                key = r.value()
+                if not isinstance(key, str):
+                    raise PipesimError(f"{where}: not valid JSON (a key that is not a string); expected a profiler trace")
+                r.expect(":", "':'")
+                if key == "traceEvents":
+                    seen = True
+                    if r.peek() != "[":
+                        raise PipesimError(f"{where}: not a profiler trace: traceEvents is not a list of events")
+                    r.pos += 1
+                    yield from (("event", e) for e in _array(r))
+                else:
+                    yield ("meta", (key, r.value()))
+                if r.expect(",}", "',' or '}'") == "}":
+                    break
+        if not seen:
+            raise PipesimError(
+                f"{where}: not a profiler trace: a JSON object without traceEvents; "
+                "expected the Chrome-trace JSON that torch.profiler's export_chrome_trace writes"
+            )
+
+
+def _array(r: _Reader):
+    """The elements of a JSON array whose '[' has been read."""
+    if r.peek() == "]":
+        r.pos += 1
+        return
+    while True:
+        yield r.value()
+        if r.expect(",]", "',' or ']'") == "]":
+            return

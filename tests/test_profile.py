@@ -1,0 +1,310 @@
+"""pipesim profile: Kineto traces in, component costs, per-stage costs and timelines out.
+
+The fixtures are small Kineto-format traces written here with plain numbers (what
+torch.profiler exports: ``traceEvents`` with ``cat`` user_annotation / cuda_runtime /
+kernel, ``args.correlation``), so every expected value is a sum of numbers in the test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from pipesim import build, simulate
+from pipesim.cli import main
+from pipesim.components import ComponentCosts, LayerCosts
+from pipesim.costfile import load_cost_file
+from pipesim.errors import PipesimError
+from pipesim.files import load_timeline
+from pipesim.ir import ops_of
+from pipesim.profile.labels import Mapping, action, pipesim_label
+from pipesim.profile.measure import profile
+from pipesim.profile.trace import read_trace
+
+CPU, BWD = 100, 101  # the annotating thread, autograd's backward thread
+
+
+def ann(name, ts, dur, tid=CPU):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def launch(corr, ts, tid=CPU):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": ts, "dur": 2,
+            "args": {"correlation": corr}}  # fmt: skip
+
+
+def kernel(corr, ts, dur, stream=7, grid=(132, 1, 1)):
+    return {"ph": "X", "cat": "kernel", "name": f"k{corr}", "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"correlation": corr, "stream": stream, "grid": list(grid)}}  # fmt: skip
+
+
+def write(path, events, **meta):
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "H800", "numSms": 132}], **meta, "traceEvents": events}
+    text = json.dumps(doc)
+    if str(path).endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def pair_trace():
+    """Two layers of F&B parts. Kernels run after their launching range has closed (the
+    GPU lags the CPU), ``mlp(B)``'s kernels are launched by autograd's thread, and one
+    kernel is launched outside every annotation."""
+    ev = [ann("ProfilerStep#1", 0, 10_000)]
+    corr = 0
+    times = {}  # component -> list of kernel durations
+    t, gpu = 10, 2000  # CPU and GPU clocks: kernels run one after another
+    for _layer in range(2):
+        for name, stream, durs in (
+            ("attn(F)", 7, (100, 50)),
+            ("dispatch(F)", 27, (300,)),
+            ("mlp(B)", 7, (200,)),
+            ("combine(B)", 27, (250,)),
+            ("mlp(W)", 7, (80,)),
+        ):
+            ev.append(ann(name, t, 40))
+            for d in durs:
+                corr += 1
+                tid = BWD if name == "mlp(B)" else CPU
+                ev.append(launch(corr, t + 5, tid))
+                ev.append(kernel(corr, gpu, d, stream, (20, 1, 1) if stream == 27 else (132, 1, 1)))
+                gpu += d + 5
+                times.setdefault(name, []).append(d)
+            t += 50
+    ev.append(launch(999, 5000))  # outside every annotation
+    ev.append(kernel(999, 9000, 7))
+    return ev, times
+
+
+def test_kernels_go_to_the_annotation_that_launched_them(tmp_path):
+    ev, times = pair_trace()
+    prof = profile(write(tmp_path / "t.json", ev))
+    rows = {str(r.component): r for r in prof.rows}
+    assert set(rows) == set(times)
+    for name, durs in times.items():
+        assert rows[name].instances == 2
+        assert rows[name].per_layer == pytest.approx(sum(durs) / 2 * 1e-6)
+    assert rows["attn(F)"].streams == (7,) and rows["dispatch(F)"].streams == (27,)
+    assert rows["mlp(B)"].kernels == 2  # launched from the backward thread
+    assert prof.unassigned == 1 and prof.unassigned_time == pytest.approx(7e-6)
+    assert prof.layers == 2 and prof.gpu and prof.comm_sms_seen == 20
+    first = min(k["ts"] for k in ev if k["cat"] == "kernel")
+    last = max(k["ts"] + k["dur"] for k in ev if k["cat"] == "kernel")
+    assert prof.window == pytest.approx((last - first) * 1e-6)
+
+
+def test_gzipped_trace_reads_the_same(tmp_path):
+    ev, _ = pair_trace()
+    plain = profile(write(tmp_path / "t.json", ev))
+    packed = profile(write(tmp_path / "t.json.gz", ev))
+    assert [(r.component, r.per_layer, r.streams) for r in packed.rows] == [
+        (r.component, r.per_layer, r.streams) for r in plain.rows
+    ]
+
+
+def test_a_trace_split_across_read_chunks_reads_the_same(tmp_path, monkeypatch):
+    """The reader decodes the file in pieces; values cut at a piece's end must survive."""
+    import pipesim.profile.trace as trace_mod
+
+    ev, _ = pair_trace()
+    path = write(tmp_path / "t.json", ev)
+    whole = read_trace(path)
+    monkeypatch.setattr(trace_mod, "CHUNK", 7)
+    pieces = read_trace(path)
+    assert pieces.kernels == whole.kernels and pieces.ranges == whole.ranges and pieces.launches == whole.launches
+
+
+def test_cost_file_loads_back_and_pairs_like_the_measured_parts(tmp_path, capsys):
+    ev, times = pair_trace()
+    path = write(tmp_path / "t.json", ev)
+    out = tmp_path / "costs.toml"
+    assert main(["profile", str(path), "-o", str(out)]) == 0
+    costs, mem = load_cost_file(out)
+    assert mem is None and len(costs.stages[0]) == 2
+    layer = costs.stages[0][0]
+    us = 1e-6
+    assert layer.attn_f == pytest.approx(150 * us) and layer.dispatch_f == pytest.approx(300 * us)
+    assert layer.mlp_b == pytest.approx(200 * us) and layer.combine_b == pytest.approx(250 * us)
+    assert layer.mlp_w == pytest.approx(80 * us) and layer.attn_w == 0  # B measured, W not: none
+    # compute never ran beside communication here (kernels do not overlap), so the file
+    # keeps the SMs the communication kernels held
+    assert costs.comm_sms == 20 and costs.total_sms == 132
+    capsys.readouterr()
+    assert main(["pair", "--components", str(out), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["pair_time"]
+    # the same parts by hand: attn_b defaults to attn_f in LayerCosts, so give it as measured (0)
+    hand = LayerCosts(attn_f=150 * us, mlp_f=0, dispatch_f=300 * us, combine_f=0, attn_b=0, attn_w=0, mlp_b=200 * us,
+                      mlp_w=80 * us, dispatch_b=0, combine_b=250 * us)  # fmt: skip
+    want = ComponentCosts.uniform(hand, 2, comm_sms=20, total_sms=132)
+    from pipesim.ir import Op, Pair
+
+    assert got == pytest.approx(want.pair_time(Pair(Op("F", 0, 1), Op("BW", 1, 0)), 0, 0))
+
+
+def test_compute_measured_beside_communication_is_not_slowed_twice(tmp_path):
+    """A compute kernel that ran while a communication kernel held SMs already took the
+    longer time: the cost file then sets comm_sms = 0."""
+    ev = [ann("attn(F)", 0, 10), launch(1, 1), kernel(1, 100, 50), ann("dispatch(F)", 20, 10), launch(2, 21)]
+    ev.append(kernel(2, 110, 30, 27, (20, 1, 1)))
+    out = tmp_path / "c.toml"
+    assert main(["profile", str(write(tmp_path / "t.json", ev)), "-o", str(out)]) == 0
+    costs, _ = load_cost_file(out)
+    assert costs.comm_sms == 0
+
+
+def test_the_mapping_option_reads_other_names(tmp_path):
+    ev = [ann("self_attn(F)", 0, 10), launch(1, 1), kernel(1, 100, 50)]
+    ev += [ann("layer3.experts.fwd", 20, 10), launch(2, 21), kernel(2, 200, 70)]
+    path = write(tmp_path / "t.json", ev)
+    with pytest.raises(PipesimError, match="none of which pipesim reads"):
+        profile(path)
+    prof = profile(path, Mapping.parse("attn=self_attn,mlp_f=layer*.experts.fwd"))
+    assert {str(r.component): r.per_layer for r in prof.rows} == {"attn(F)": pytest.approx(50e-6), "mlp(F)": pytest.approx(70e-6)}
+    toml = tmp_path / "map.toml"
+    toml.write_text('[map]\nattn = "self_attn"\nmlp_f = ["layer*.experts.fwd"]\n')
+    assert len(profile(path, Mapping.parse(str(toml))).rows) == 2
+    with pytest.raises(PipesimError, match="unknown component 'attention'"):
+        Mapping.parse("attention=x")
+
+
+def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, capsys):
+    ev = [ann("attn(F)", 0, 300), ann("mlp(F)", 400, 500), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
+                                                            "tid": CPU, "ts": 10, "dur": 5}]  # fmt: skip
+    path = write(tmp_path / "t.json", ev)
+    prof = profile(path)
+    assert not prof.gpu and {r.component.field: r.per_layer for r in prof.rows} == {"attn_f": 300e-6, "mlp_f": 500e-6}
+    assert main(["profile", str(path)]) == 0
+    assert "no GPU kernels in the trace: times are the CPU durations" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("this is not json", "not a profiler trace: found 't' where a JSON object with traceEvents should be"),
+        ('{"schemaVersion": 1, "deviceProperties": []}', "without traceEvents"),
+        ('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "x", "ts": 1', "not valid JSON"),
+        ("[1, 2]", "traceEvents holds a int"),
+        ('"text"', "found '\"'"),
+    ],
+)
+def test_what_is_not_a_profiler_trace_is_one_line(tmp_path, capsys, content, says):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert main(["profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pipesim: error: ") and says in err
+
+
+def test_unrecognised_annotations_say_what_was_found_and_expected(tmp_path, capsys):
+    ev = [ann("my_layer_fwd", 0, 10), launch(1, 1), kernel(1, 100, 50), ann("ProfilerStep#0", 0, 100)]
+    assert main(["profile", str(write(tmp_path / "t.json", ev))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "1 GPU kernels and 1 annotations ('my_layer_fwd')" in err and "attn(F)" in err and "PP:2F0" in err and "--map" in err
+
+
+def test_no_events_and_missing_inputs(tmp_path, capsys):
+    assert main(["profile", str(write(tmp_path / "t.json", []))]) == 2
+    assert "found no events at all" in capsys.readouterr().err
+    assert main(["profile", str(tmp_path / "none.json")]) == 2
+    assert "no trace" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["profile", str(empty)]) == 2
+    assert "no traces in this folder" in capsys.readouterr().err
+    ev = [ann("attn(F)", 0, 10)]
+    assert main(["profile", str(write(tmp_path / "a.json", ev)), "-o", str(tmp_path / "x.txt")]) == 2
+    assert ".toml" in capsys.readouterr().err
+    assert not (tmp_path / "x.txt").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# pipeline actions
+
+
+def torch_label(op, stage: int) -> str:
+    """PyTorch's own record_function name for an action (schedules._get_profiler_function_name)."""
+    torch_sched = pytest.importorskip("torch.distributed.pipelining.schedules")
+    kind = {"F": torch_sched.F, "B": torch_sched.I, "W": torch_sched.W, "BW": torch_sched.B}[op.kind]
+    return torch_sched._get_profiler_function_name(torch_sched._Action(stage, kind, op.mb))
+
+
+def action_traces(tmp_path, schedule, label, dur=lambda op: 100):
+    """One CPU-only trace per rank: the schedule's items back to back, 10 us apart."""
+    pl = schedule.placement
+    for r, items in enumerate(schedule.ranks):
+        t, ev = 0, []
+        for item in items:
+            stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
+            d = sum(dur(op) for op in ops_of(item))
+            ev.append(ann(label(item, r, stages), t, d))
+            t += d + 10
+        write(tmp_path / f"rank{r}.json", ev, distributedInfo={"rank": r})
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, kw", [("1f1b", {}), ("zb-h1", {}), ("interleaved-1f1b", {"chunks": 2}), ("zb-v", {})])
+def test_pytorch_action_labels_give_back_the_schedule(tmp_path, name, kw):
+    """PyTorch's labels name global stages, not chunks: the chunks and the placement
+    (flat, looped, V) come back from which stages each rank ran."""
+    s = build(name, 2, 4, **kw)
+    prof = profile(action_traces(tmp_path, s, lambda it, r, st: torch_label(it, st[0])))
+    assert prof.schedule.ranks == s.ranks
+    assert prof.schedule.placement == s.placement
+
+
+def test_pipesim_labels_with_pairs_give_back_dualpipe_and_its_costs(tmp_path):
+    s = build("dualpipe", 4, 8)
+    costs = {"F": 100, "B": 150, "W": 60, "BW": 210}
+    prof = profile(action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name), lambda op: costs[op.kind]))
+    assert prof.schedule.ranks == s.ranks and prof.schedule.placement == s.placement and prof.schedule.name == "dualpipe"
+    c = prof.stage_costs
+    gap = 10e-6  # between items, with every input ready: the runtime's time per item
+    assert c.f == pytest.approx((100e-6 + gap,) * 4)
+    assert c.pair == pytest.approx(100e-6 + 210e-6 + gap)
+    assert len(prof.timeline.events) == 4 and sum(map(len, prof.timeline.events)) == sum(map(len, s.ranks))
+    simulate(s, c)  # the costs simulate
+
+
+def test_action_label_forms():
+    assert str(action("PP:(0F7;7B3)OVERLAP_F_B").item) == "F0.7&BW0.3"
+    assert action("PP:1SEND_F0").compute is False and action("PP:0REDUCE_GRAD").compute is False
+    assert str(action("Backward 3").item) == "BW0.3"
+    assert action("pipesim/F0.3 rank=1 stage=1 of=1f1b").rank == 1
+    assert action("pipesim/F0.3 rank=1") is None and action("PP:banana") is None
+
+
+def test_timeline_file_draws(tmp_path, capsys):
+    s = build("zb-h1", 2, 4)
+    (tmp_path / "traces").mkdir()
+    d = action_traces(tmp_path / "traces", s, lambda it, r, st: pipesim_label(it, r, st, s.name))
+    tl = tmp_path / "tl.json"
+    assert main(["profile", str(d), "--timeline", str(tl)]) == 0
+    sched, timeline = load_timeline(tl)
+    assert sched.ranks == s.ranks and timeline.source == "measured"
+    assert [e.start for e in timeline.events[0]] == pytest.approx([e.start for e in profile(d).timeline.events[0]])
+    svg = tmp_path / "tl.svg"
+    assert main(["draw", "--measured", str(tl), "-o", str(svg)]) == 0
+    assert "(measured)" in svg.read_text()
+    capsys.readouterr()
+    assert main(["profile", str(d), "--flags"]) == 0
+    flags = capsys.readouterr().out.split()
+    assert main(["simulate", "-s", "zb-h1", "--pp", "2", "-m", "4", "--no-timeline", *flags]) == 0
+
+
+def test_a_trace_of_two_steps_reads_the_first(tmp_path):
+    s = build("1f1b", 2, 4)
+    pl = s.placement
+    for r, items in enumerate(s.ranks):
+        ev = []
+        for step in range(2):
+            for i, item in enumerate(items):
+                stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
+                ev.append(ann(pipesim_label(item, r, stages, s.name), 10_000 * step + 200 * i, 100))
+        write(tmp_path / f"rank{r}.json", ev)
+    prof = profile(tmp_path)
+    assert prof.schedule.ranks == s.ranks and "more than one step" in " ".join(prof.notes)

@@ -1,0 +1,72 @@
+"""pipesim profile on traces torch.profiler itself wrote: one recorded here in-process, and
+the per-rank traces of ``pipesim run --profile`` at pp=2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pipesim import build, simulate  # noqa: E402
+from pipesim.cli import main  # noqa: E402
+from pipesim.metrics import summarize  # noqa: E402
+from pipesim.profile.measure import profile  # noqa: E402
+from pipesim.runtime import execute_many, job  # noqa: E402
+
+
+def test_a_torch_profiler_trace_gives_the_durations_torch_reports(tmp_path):
+    """Component annotations recorded with record_function on CPU: the per-layer times are
+    the range durations PyTorch's own event list gives (no GPU here, so CPU ranges)."""
+    from torch.profiler import ProfilerActivity, record_function
+
+    layer = torch.nn.Linear(32, 32)
+    x = torch.randn(16, 32, requires_grad=True)
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            with record_function("attn(F)"):
+                y = torch.tanh(layer(x))
+            with record_function("mlp(F)"):
+                z = layer(y).sum()
+            with record_function("attn(B)"):
+                z.backward()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    want: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.name in ("attn(F)", "mlp(F)", "attn(B)"):
+            want.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    got = profile(path)
+    assert not got.gpu and got.layers == 2
+    rows = {str(r.component): r for r in got.rows}
+    for name, durs in want.items():
+        assert rows[name].instances == len(durs) == 2
+        assert rows[name].per_layer == pytest.approx(sum(durs) / len(durs) * 1e-6, rel=1e-3, abs=2e-6)
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("runtime")
+def test_run_profile_traces_turn_into_costs_that_simulate(tmp_path, capsys):
+    """run --profile at pp=2: one trace per rank, read back into the schedule that ran, a
+    measured timeline whose items last as long as the executor timed them, and per-stage
+    costs that simulate."""
+    schedules = [build("1f1b", 2, 4), build("zb-h1", 2, 4)]
+    jobs = [job(s, profile=tmp_path / s.name) for s in schedules]
+    results = execute_many(jobs, backend="gloo", timeout=240)
+    for s, r in zip(schedules, results):
+        folder = tmp_path / s.name
+        assert sorted(p.name for p in folder.iterdir()) == ["rank0.json", "rank1.json"]
+        prof = profile(folder)
+        assert prof.schedule.ranks == s.ranks and prof.schedule.placement == s.placement and prof.schedule.name == s.name
+        # the profiler's range around each item holds the executor's own timing of it
+        for ours, theirs in zip(prof.timeline.all_events(), r.timeline.all_events()):
+            assert ours.item == theirs.item
+            assert ours.duration >= theirs.duration - 1e-4
+            assert ours.duration == pytest.approx(theirs.duration, abs=2e-3)
+        rep = summarize(s, simulate(s, prof.stage_costs))
+        assert rep.makespan > 0
+    capsys.readouterr()
+    assert main(["profile", str(tmp_path / "zb-h1"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["from"] == "cpu ranges" and d["schedule"] == "zb-h1" and set(d["stage_costs"]) == {"f", "b", "w", "comm"}
