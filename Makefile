@@ -45,6 +45,7 @@ docs: $(READY)
 bench: $(READY)
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/draw_speed.py
+	$(BIN)/python benchmarks/report_size.py
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/plan_speed.py
 

@@ -69,16 +69,13 @@ class Pictures:
         self.draw = draw
         self.tmp = tmp  # where the data files go, to be hashed
 
-    def _digest(self, path: Path) -> str:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
     def chart(self, name: str, alt: str, *argv: object) -> str:
         """``pipesim draw ARGV -o name.svg``; its data is the Chrome trace of the same runs."""
-        trace = self.tmp / f"{name}.json"
-        run("draw", *argv, "-o", trace)
-        if self.draw:
-            run("draw", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
-        return self._caption(name, alt, ["draw", *argv], "its Chrome trace (`-o x.json`)", self._digest(trace))
+        return self._file("draw", ".json", "its Chrome trace (`-o x.json`)", name, alt, argv)
+
+    def sweep(self, name: str, alt: str, *argv: object) -> str:
+        """``pipesim sweep ARGV -o name.svg``; its data is the sweep's CSV."""
+        return self._file("sweep", ".csv", "its CSV (`-o x.csv`)", name, alt, argv)
 
     def pair(self, name: str, alt: str, *argv: object) -> str:
         data = run("pair", *argv, "--json").encode()
@@ -86,12 +83,12 @@ class Pictures:
             run("pair", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
         return self._caption(name, alt, ["pair", *argv], "`--json`", hashlib.sha256(data).hexdigest()[:16])
 
-    def sweep(self, name: str, alt: str, *argv: object) -> str:
-        csv = self.tmp / f"{name}.csv"
-        run("sweep", *argv, "-o", csv)
+    def _file(self, command: str, ext: str, source: str, name: str, alt: str, argv: tuple) -> str:
+        data = self.tmp / f"{name}{ext}"
+        run(command, *argv, "-o", data)
         if self.draw:
-            run("sweep", *argv, "-o", DOCS / PICTURES / f"{name}.svg")
-        return self._caption(name, alt, ["sweep", *argv], "its CSV (`-o x.csv`)", self._digest(csv))
+            run(command, *argv, "-o", DOCS / PICTURES / f"{name}.svg")
+        return self._caption(name, alt, [command, *argv], source, hashlib.sha256(data.read_bytes()).hexdigest()[:16])
 
     def _caption(self, name: str, alt: str, argv: list, source: str, digest: str) -> str:
         command = "pipesim " + shlex.join(str(a) for a in argv) + f" -o {PICTURES}/{name}.svg"

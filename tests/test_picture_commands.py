@@ -169,6 +169,7 @@ def test_report_data_is_the_timeline(capsys, tmp_path):
         ),
         (["sweep", "--schedules", ",", "-o", "s.png"], "--schedules names no schedule"),
         (["report", "-o", "r.pdf"], "use .html"),
+        (["report", "--sweep", "8:x", "-o", "r.html"], "--sweep '8:x': 'x' is not a whole number"),
         (["report", "--schedules", "1f1b", "-o", "nowhere/r.html"], "there is no folder 'nowhere'"),
     ],
 )

@@ -154,6 +154,15 @@ def test_hover_on_a_pair_shows_both_ops_and_its_two_streams(driver, pages):
         assert rows[f"{stream} stream"] == want
 
 
+def test_a_pair_without_component_costs_says_its_streams_are_not_modelled(driver, pages):
+    load(driver, pages["r"])
+    tl = simulate(build("dualpipe", 4, 8), COSTS)
+    i, e = next((i, e) for i, e in enumerate(flat(tl)) if isinstance(e.item, Pair))
+    rows = hover(driver, 2, i)
+    assert rows["head"] == f"dualpipe: {e.item} (overlapped pair)" and "do not see inside a pair" in rows["streams"]
+    assert (rows["start"], rows["end"]) == (g(e.start), g(e.end))
+
+
 def visible(driver) -> tuple[float, float]:
     return tuple(driver.execute_script("var v = window.pipesimReport.view; return [v.t0, v.t1];"))
 

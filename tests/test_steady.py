@@ -70,24 +70,12 @@ def test_simulate_says_when_no_rank_idles(capsys):
     }
 
 
+BASE = "compare --pp 8 -m 16 --schedules 1f1b,dualpipe".split()
+PER_TOKEN = [*BASE, *"--seq 4096 --micro-batch-size 2 --time-unit ms".split()]
+
+
 def test_compare_per_million_tokens(capsys):
-    code, out, err = run(
-        capsys,
-        "compare",
-        "--pp",
-        8,
-        "-m",
-        16,
-        "--schedules",
-        "1f1b,dualpipe",
-        "--seq",
-        4096,
-        "--micro-batch-size",
-        2,
-        "--time-unit",
-        "ms",
-        "--json",
-    )
+    code, out, err = run(capsys, *PER_TOKEN, "--json")
     assert code == 0, err
     d = json.loads(out)
     # 1F1B at pp=8, M=16, unit costs: (M + pp - 1)(F + BW) = 69 units of 1 ms, on 8 GPUs,
@@ -97,41 +85,12 @@ def test_compare_per_million_tokens(capsys):
     assert one["GPU-h_per_1M_tokens"] == pytest.approx(8 * 0.069 / 3600 / 131072 * 1e6)
     assert dual["GPU-h_per_1M_tokens"] == pytest.approx(8 * 0.054 / 3600 / 131072 * 1e6)
     assert one["vs_1f1b"] == 0 and dual["vs_1f1b"] == pytest.approx(8 * (0.054 - 0.069) / 3600 / 131072 * 1e6)
-    code, out, _ = run(
-        capsys,
-        "compare",
-        "--pp",
-        8,
-        "-m",
-        16,
-        "--schedules",
-        "1f1b,dualpipe",
-        "--seq",
-        4096,
-        "--micro-batch-size",
-        2,
-        "--time-unit",
-        "ms",
-    )
+    code, out, _ = run(capsys, *PER_TOKEN)
     assert "against 1f1b: dualpipe -0.0002543 GPU-h (-21.7%)" in out
 
 
 def test_compare_per_million_tokens_from_presets(capsys):
-    code, out, err = run(
-        capsys,
-        "compare",
-        "--pp",
-        8,
-        "-m",
-        16,
-        "--schedules",
-        "1f1b,dualpipe",
-        "--model",
-        "llama3-70b",
-        "--cluster",
-        "h100",
-        "--json",
-    )
+    code, out, err = run(capsys, *BASE, *"--model llama3-70b --cluster h100 --json".split())
     assert code == 0, err
     d = json.loads(out)
     assert d["per_token"]["seq"] == 8192 and d["per_token"]["seconds_per_unit"] == 1.0

@@ -32,7 +32,7 @@ from .render.pair import pair_chart_bytes, render_pair
 from .render.terminal import legend, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
-from .steady import AllBusy, all_busy
+from .steady import all_busy
 from .timeline import Timeline
 
 
@@ -389,7 +389,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"steady-state utilization {pct(rep.steady_state_utilization)}   min rank utilization {pct(min(rep.utilization))}\n"
         f"peak activations {rep.peak_activations} (chunks)   parameters {rep.parameter_copies:g}x"
     )
-    out.print(all_busy_line(busy, tl.start))
+    out.print(busy.describe(tl.start))
     if rep.compute_utilization is not None:
         out.print(
             f"compute utilization {pct(sum(rep.compute_utilization) / s.pp)} (mean; min {pct(min(rep.compute_utilization))})   "
@@ -413,19 +413,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out.print()
         print_timeline(out, s, tl, args.width)
     return 0
-
-
-def all_busy_line(busy: AllBusy, t0: float) -> str:
-    """When no rank idles, in time from the first start."""
-    if busy.first is None:
-        return "no rank idles: never (some rank is idle at every moment)"
-    n = len(busy.gaps)
-    gaps = f", except {n} stretch{'es' if n > 1 else ''} totalling {num(sum(b - a for a, b in busy.gaps))}" if n else ""
-    lo, hi = busy.longest
-    return (
-        f"no rank idles: from t={num(busy.first - t0)} (first) to t={num(busy.last - t0)} (last){gaps}; "
-        f"longest unbroken t={num(lo - t0)} to {num(hi - t0)}"
-    )
 
 
 COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
@@ -549,31 +536,6 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
 
 
-def token_hours(rows: list[Row], per_token: PerToken, M: int) -> dict[str, dict[str, float]]:
-    """Per schedule: GPU-hours per million tokens, and the difference against the first
-    schedule that ran."""
-    ran = [r for r in rows if r.report]
-    out: dict[str, dict[str, float]] = {}
-    for r in ran:
-        h = per_token.gpu_hours_per_million_tokens(r.report.makespan, M)
-        first = out[ran[0].name]["GPU-h per 1M tokens"] if out else h
-        out[r.name] = {"GPU-h per 1M tokens": h, f"vs {ran[0].name}": h - first}
-    return out
-
-
-def per_token_line(per_token: PerToken, rows: list[Row], hours: dict, M: int) -> str:
-    ran = [r.name for r in rows if r.report]
-    head = (
-        f"per million tokens: {per_token.tokens_per_step(M)} tokens a step (M={M} x {per_token.micro_batch_size} "
-        f"x {per_token.seq}) on {per_token.gpus} GPUs a pipeline, one time unit = {per_token.seconds_per_unit:g} s"
-    )
-    if len(ran) < 2:
-        return head
-    base = hours[ran[0]]["GPU-h per 1M tokens"]
-    diffs = ", ".join(f"{n} {hours[n][f'vs {ran[0]}']:+.4g} GPU-h ({hours[n][f'vs {ran[0]}'] / base:+.1%})" for n in ran[1:])
-    return f"{head}; against {ran[0]}: {diffs}"
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     names = [n.strip() for n in args.schedules.split(",") if n.strip()] if args.schedules else list(REGISTRY)
     pp, M = shape(args)
@@ -586,7 +548,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         dropped = [r for r in rows if r not in keep]
         rows = keep
     front = pareto(rows)
-    hours = token_hours(rows, per_token, M) if per_token else {}
+    hours = per_token.table([(r.name, r.report.makespan) for r in rows if r.report], M) if per_token else {}
     if args.json:
         out = [
             {
@@ -628,7 +590,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = console()
     out.print(t)
     if per_token:
-        out.print(per_token_line(per_token, rows, hours, M))
+        out.print(per_token.describe(hours, M))
     trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
     if trade:
         steps = ", ".join(f"{n} ({m:g} stages, {pct(b)})" for m, b, n in trade)

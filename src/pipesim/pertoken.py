@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .errors import PipesimError
 
 SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+HOURS = "GPU-h per 1M tokens"  # the table's column
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,29 @@ class PerToken:
         """GPU-hours one million tokens take at ``makespan`` (cost-model units) per step."""
         hours = self.gpus * makespan * self.seconds_per_unit / 3600
         return hours / self.tokens_per_step(microbatches) * 1e6
+
+    def table(self, makespans: list[tuple[str, float]], microbatches: int) -> dict[str, dict[str, float]]:
+        """Per schedule (name, makespan), in order: GPU-hours per million tokens and the
+        difference against the first."""
+        out: dict[str, dict[str, float]] = {}
+        for name, makespan in makespans:
+            h = self.gpu_hours_per_million_tokens(makespan, microbatches)
+            first = out[makespans[0][0]][HOURS] if out else h
+            out[name] = {HOURS: h, f"vs {makespans[0][0]}": h - first}
+        return out
+
+    def describe(self, table: dict[str, dict[str, float]], microbatches: int) -> str:
+        """One line: the step in tokens and GPUs, and each schedule against the first."""
+        head = (
+            f"per million tokens: {self.tokens_per_step(microbatches)} tokens a step (M={microbatches} x "
+            f"{self.micro_batch_size} x {self.seq}) on {self.gpus} GPUs a pipeline, one time unit = {self.seconds_per_unit:g} s"
+        )
+        names = list(table)
+        if len(names) < 2:
+            return head
+        first, base = names[0], table[names[0]][HOURS]
+        diffs = ", ".join(f"{n} {table[n][f'vs {first}']:+.4g} GPU-h ({table[n][f'vs {first}'] / base:+.1%})" for n in names[1:])
+        return f"{head}; against {first}: {diffs}"
 
     def to_dict(self, microbatches: int) -> dict:
         return {

@@ -40,6 +40,18 @@ class AllBusy:
         """The longest unbroken stretch with no rank idle (the first of equals)."""
         return max(self.intervals, key=lambda iv: iv[1] - iv[0], default=None)
 
+    def describe(self, t0: float = 0.0) -> str:
+        """One line, in time from ``t0`` (the timeline's first start)."""
+        if self.first is None:
+            return "no rank idles: never (some rank is idle at every moment)"
+        n = len(self.gaps)
+        gaps = f", except {n} stretch{'es' if n > 1 else ''} totalling {_num(sum(b - a for a, b in self.gaps))}" if n else ""
+        lo, hi = self.longest
+        return (
+            f"no rank idles: from t={_num(self.first - t0)} (first) to t={_num(self.last - t0)} (last){gaps}; "
+            f"longest unbroken t={_num(lo - t0)} to {_num(hi - t0)}"
+        )
+
     def to_dict(self) -> dict:
         return {
             "first_all_busy": self.first,
@@ -48,6 +60,10 @@ class AllBusy:
             "all_busy_time": sum(b - a for a, b in self.intervals),
             "gaps": [list(g) for g in self.gaps],
         }
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
 
 
 def _busy(events) -> list[tuple[float, float]]:

@@ -9,6 +9,8 @@ empty compute row above is exposed. In the terminal (``render_pair``) or as a ch
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 
 from ..timeline import Segment
@@ -58,7 +60,9 @@ def pair_chart_bytes(segments: tuple[Segment, ...], fmt: str, title: str) -> byt
     import matplotlib.pyplot as plt
 
     end = max((g.end for g in segments), default=1.0)
-    fig, ax = plt.subplots(figsize=(max(6.0, min(24.0, 0.9 * len(segments))), 2.2))
+    width = max(6.0, min(24.0, 0.9 * len(segments)))
+    fig, ax = plt.subplots(figsize=(width, 2.4))
+    title = textwrap.fill(title, width=int(width * 14))  # about 14 characters of 9-pt text an inch
     for row, stream in ((1, "compute"), (0, "comm")):
         for g in segments:
             if g.stream != stream:

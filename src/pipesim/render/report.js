@@ -190,6 +190,8 @@
         });
         tipRow(t, stream + " stream", parts.length ? parts.join("; ") : "idle");
       });
+    } else if (e[4]) {
+      tipRow(t, "streams", "one box: these costs do not see inside a pair (component costs, e.g. --preset ep-1to1, do)");
     }
     tip.appendChild(t);
     tip.hidden = false;
