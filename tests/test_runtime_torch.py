@@ -212,9 +212,8 @@ def test_import_catches_pytorchs_1f1b_off_by_one(capsys):
     code = main(["import", "--torch", "1F1B", "--pp", "4", "-m", "8"])
     err = capsys.readouterr().err
     assert code == 2
-    assert (
-        "PyTorch's 1F1B (pp=4, M=8) is not a valid schedule: invalid torch-1F1B schedule: rank 3: F0.8 names micro-batch 8" in err
-    )
+    assert "PyTorch's 1F1B (pp=4, M=8) is not a valid schedule: PyTorch 2.13's Schedule1F1B displays a wrong" in err
+    assert "rank 3 lists forwards of micro-batches 1..8 (no 0, and 8 does not exist)" in err
 
 
 def test_import_writes_a_schedule_file_the_simulator_reads(tmp_path, capsys):

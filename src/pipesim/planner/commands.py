@@ -112,10 +112,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        family(n)  # unknown names: one clear line
-    return names
+    # the registry's spelling (PyTorch's names and any case are accepted); unknown names:
+    # one clear line
+    return [family(n.strip()).name for n in text.split(",") if n.strip()]
 
 
 def _search_with_progress(model, cluster, training, schedules, top):

@@ -181,6 +181,29 @@ def _named_placement(pp: int, M: int, chunks: int, route) -> Placement:
     return Placement("custom", pp, chunks, (route,), (0,) * M)
 
 
+def torch_1f1b_defect(name: str, rows: list[list[str]], microbatches: int) -> str | None:
+    """What is wrong with torch 2.13's displayed Schedule1F1B order, and what its runtime
+    runs instead; None for another class or an order without the defect."""
+    if name.lower() != "1f1b" or not rows:
+        return None
+    last = len(rows) - 1
+    fwd = [int(a.group(3)) for a in map(_ACTION.match, rows[last]) if a and a.group(2) == "F"]
+    if fwd == list(range(microbatches)) or not fwd:
+        return None
+    missing = sorted(set(range(microbatches)) - set(fwd))
+    extra = sorted(set(fwd) - set(range(microbatches)))
+    what = ", ".join(
+        ([f"no {', '.join(map(str, missing))}"] if missing else [])
+        + ([f"and {', '.join(map(str, extra))} does not exist"] if extra else [])
+    )
+    return (
+        f"PyTorch 2.13's Schedule1F1B displays a wrong pipeline_order: rank {last} lists forwards of micro-batches "
+        f"{fwd[0]}..{fwd[-1]} ({what}). Its runtime does not execute that list: rank r runs pp-r forwards, then "
+        "alternates a backward and a forward, then the last backwards (Schedule1F1B._step_microbatches), which is "
+        "pipesim's --schedule 1F1B"
+    )
+
+
 TORCH_CLASSES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 
 
