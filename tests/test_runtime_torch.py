@@ -52,7 +52,7 @@ def test_every_registry_schedule_gives_one_process_gradients(pp):
     single-process run (float64: only summation order differs). Completing at all
     shows that no registry order deadlocks with these sends and receives."""
     schedules = registry_schedules(pp)
-    assert {"1f1b", "zb-h1", "dualpipe", "dualpipev"} <= set(schedules)
+    assert {"1f1b", "zb-h1", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-torch"} <= set(schedules)
     jobs = [job(s, check=True) for s in schedules.values()]
     jobs.append(job(build("zb-h1", pp, 2 * pp), Sequential(user_layers(), (3, 6)), check=True))
     results = execute_many(jobs, backend="gloo", timeout=240)
@@ -196,7 +196,9 @@ def test_exports_run_in_pytorchs_runtime_with_the_same_gradients():
     """Every registry schedule PyTorch can express, exported to its compute-only CSV and
     loaded by _PipelineScheduleRuntime._load_csv, gives one process's gradients."""
     schedules = [s for s in registry_schedules(4).values() if why_not_torch(s) is None]
-    assert {"1f1b", "zb-h1", "dualpipev", "interleaved-1f1b"} <= {s.name for s in schedules}
+    assert {"1f1b", "zb-h1", "dualpipev", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv-torch"} <= {
+        s.name for s in schedules
+    }
     for s, errors in zip(schedules, check_exports(schedules, backend="gloo", timeout=240)):
         assert max(errors) <= 1e-9, f"{s.name}: {errors}"
 

@@ -181,3 +181,59 @@ def test_interleaved_1f1b_takes_the_microbatch_counts_pytorch_takes():
         assert s.microbatches == M
     with pytest.raises(PipesimError, match="multiple of its 2 rounds"):
         build("interleaved-1f1b", 4, 9)  # PyTorch refuses it too
+
+
+# ---------------------------------------------------------------------------------------
+# export says the truth
+
+
+def torch_order(cls: str, pp: int, M: int, k: int) -> list[list[str]] | None:
+    """What PyTorch's class runs: its pipeline_order, or for the single-stage classes the
+    order its runtime executes; None where it refuses the size."""
+    single = {"1F1B": S.Schedule1F1B, "GPipe": S.ScheduleGPipe}
+    try:
+        if cls in single:
+            return executed(single[cls], pp, M)
+        return compute_only(order_of_torch_class(cls, pp, M, k))
+    except (PipesimError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("pp, M", [(2, 4), (4, 8), (3, 7)])
+def test_export_names_the_class_that_runs_the_order_or_none(pp, M):
+    """For every registry schedule PyTorch can run: the class the export names runs
+    exactly the exported actions, and when it names none, no class with that placement
+    does (all seven were asked)."""
+    from pipesim.runtime.torch_export import to_torch_rows, torch_class_of, why_not_torch
+    from pipesim.schedules import REGISTRY
+
+    named = set()
+    for name in REGISTRY:
+        try:
+            s = build(name, pp, M)
+        except PipesimError:
+            continue
+        if why_not_torch(s):
+            continue
+        rows = to_torch_rows(s)
+        k = s.placement.chunks
+        cls = torch_class_of(s)
+        if cls:
+            assert torch_order(cls, pp, M, k) == rows, (name, cls)
+            named.add(cls)
+        else:
+            for other in TORCH_NAMES:
+                assert torch_order(other, pp, M, k) != rows, (name, other)
+    if M % pp == 0:  # every class takes this size
+        assert {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble"} <= named
+        assert torch_class_of(build("zb-h1", pp, M)) == "InterleavedZeroBubble"  # on one stage per rank
+
+
+def test_export_of_zb_v_says_no_class_runs_it_and_how_to_run_the_csv(tmp_path, capsys):
+    path = tmp_path / "zbv.csv"
+    assert main(["export", "-s", "zb-v", "--pp", "4", "-m", "8", "-o", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "no PyTorch schedule class runs this order" in err
+    assert f'pipeline_parallel_schedule_csv = "{path}"' in err and '"ZBVZeroBubble" (a V) only to place the stages' in err
+    assert main(["export", "-s", "ZBVZeroBubble", "--pp", "4", "-m", "8"]) == 0
+    assert 'pipeline_parallel_schedule = "ZBVZeroBubble" runs this order exactly' in capsys.readouterr().err

@@ -280,9 +280,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             return 1
     if args.output:
         write_text_atomic(args.output, text)
-        print(f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s)}", file=sys.stderr)
+        print(
+            f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s, args.output)}", file=sys.stderr
+        )
     else:
         sys.stdout.write(text)
+        print(torchtitan_hint(s), file=sys.stderr)
     return 0
 
 
