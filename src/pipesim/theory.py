@@ -251,6 +251,15 @@ def _looped_bfs(pp, M, u, chunks=2):
     return (chunks * M + pp - 1) * (u.f + u.bw)
 
 
+def _unstated(what: str) -> Form:
+    """A schedule whose forms are not stated here: every question answers None."""
+    return Form(f"no closed form stated ({what})", "not stated", "no closed form", _no_answer, _no_answer)
+
+
+def _no_answer(*args, **options) -> None:
+    return None
+
+
 FORMS.update(
     {
         "looped-bfs": Form(
@@ -260,20 +269,8 @@ FORMS.update(
             _looped_bfs,
             lambda pp, M, chunks=2: [chunks * M] * pp,
         ),
-        "interleaved-zb": Form(
-            "no closed form stated (PyTorch's ZB-1P on looped stages)",
-            "not stated",
-            "no closed form",
-            lambda pp, M, u, **opts: None,
-            lambda pp, M, **opts: None,
-        ),
-        "zbv-torch": Form(
-            "no closed form stated (PyTorch's ZB-V pattern)",
-            "not stated",
-            "no closed form",
-            lambda pp, M, u: None,
-            lambda pp, M: None,
-        ),
+        "interleaved-zb": _unstated("PyTorch's ZB-1P on looped stages"),
+        "zbv-torch": _unstated("PyTorch's ZB-V pattern"),
     }
 )
 # --- end of PyTorch's schedules
