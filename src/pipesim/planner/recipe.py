@@ -32,6 +32,7 @@ from dataclasses import astuple, dataclass
 
 from ..errors import PipesimError
 from ..ir import Placement
+from ..runtime.torch_export import placing_class
 from ..schedules import REGISTRY, TORCH_NAMES
 from .estimate import head_costs, layer_costs
 from .search import Plan, Result
@@ -206,9 +207,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if exact:
         name, csv = exact, None
     else:
-        name = (
-            "ZBVZeroBubble" if pl == Placement.v(lay.pp, cand.microbatches) else "1F1B" if pl.chunks == 1 else "Interleaved1F1B"
-        )
+        name = placing_class(pl, lay.pp, cand.microbatches)
         csv = csv_name(r)
         notes.append(
             f"no PyTorch schedule class runs {cand.schedule}'s order: the CSV carries it, and the schedule name "

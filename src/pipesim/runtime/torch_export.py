@@ -93,8 +93,12 @@ LOOPED = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")
 V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
 
 
+#: the class whose name makes torchtitan place the stages so, for a CSV to run on
+PLACING = {"single": "1F1B", "looped": "Interleaved1F1B", "v": "ZBVZeroBubble"}
+
+
 def _shape(pl: Placement, pp: int, M: int) -> str | None:
-    """ "single", "looped" or "v": how torchtitan would have to place the stages."""
+    """How torchtitan would have to place the stages: "single", "looped" or "v"."""
     if pl.chunks == 1 and pl.routes == Placement.flat(pp, M).routes:
         return "single"
     if len(pl.routes) == 1 and pl.routes == Placement.interleaved(pp, M, pl.chunks).routes:
@@ -140,12 +144,7 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
     layers = "" if pl.chunks <= 2 else f"; set pipeline_parallel_layers_per_stage so that each rank gets {pl.chunks} stages"
     if exact and not (shape == "single" and exact in LOOPED):
         return f'torchtitan: pipeline_parallel_schedule = "{exact}" runs this order exactly (no CSV needed){layers}; num_pp_microbatches = {M}'
-    placement = {
-        "single": '"1F1B" (one stage per rank)',
-        "looped": f'"Interleaved1F1B" (looped, {pl.chunks} stages per rank)',
-        "v": '"ZBVZeroBubble" (a V)',
-    }.get(shape)
-    if placement is None:
+    if shape is None:
         return (
             "no PyTorch schedule class runs this order, and torchtitan places stages one per rank, looped or as a V "
             "only: this placement needs your own PipelineStage setup and _PipelineScheduleRuntime._load_csv"
@@ -155,9 +154,10 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
         if exact
         else "no PyTorch schedule class runs this order"
     )
+    how = {"single": "one stage per rank", "looped": f"looped, {pl.chunks} stages per rank", "v": "a V"}[shape]
     return (
         f'{who}: in torchtitan set pipeline_parallel_schedule_csv = "{csv_path}", and pipeline_parallel_schedule = '
-        f"{placement} only to place the stages{layers}; num_pp_microbatches = {M}"
+        f'"{PLACING[shape]}" ({how}) only to place the stages{layers}; num_pp_microbatches = {M}'
     )
 
 
@@ -266,7 +266,13 @@ def torch_1f1b_defect(name: str, rows: list[list[str]], microbatches: int) -> st
     )
 
 
-TORCH_CLASSES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+def placing_class(pl: Placement, pp: int, M: int) -> str | None:
+    """The schedule name that makes torchtitan place stages as ``pl`` does, or None."""
+    shape = _shape(pl, pp, M)
+    return PLACING[shape] if shape else None
+
+
+TORCH_CLASSES = SINGLE_STAGE + LOOPED + V_SHAPED
 
 
 def order_of_torch_class(name: str, pp: int, microbatches: int, stages_per_rank: int | None = None) -> list[list[str]]:
