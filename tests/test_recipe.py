@@ -143,6 +143,23 @@ def test_balanced_split_of_equal_layers_is_even(n, k):
     assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_ranks_are_balanced_over_the_stages_they_hold(pp):
+    """On a V (rank r holds stages r and 2pp-1-r) with equal layers and a head as long as
+    two layers, every rank can run exactly four layers' worth: rank 0 one layer on each
+    of its stages plus the head, the others two and two."""
+    from pipesim.planner.recipe import balance_ranks
+
+    n, stages = 4 * pp - 2, 2 * pp
+    holders = [(s,) for s in range(pp)] + [(s,) for s in reversed(range(pp))]
+    parts = balance_ranks(balanced_split([1.0] * n, stages, 0.0, 2.0), [1.0] * n, 2.0, holders, pp)
+    load = [0.0] * pp
+    for s, r in enumerate(parts):
+        load[holders[s][0]] += len(r) + (2.0 if s == stages - 1 else 0.0)
+    assert [i for r in parts for i in r] == list(range(n)) and all(parts)
+    assert load == [4.0] * pp
+
+
 @pytest.mark.parametrize("model, cluster, gpus, results", cases())
 def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus, results):
     plan = plan_with(model, cluster, gpus, results)

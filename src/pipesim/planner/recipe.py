@@ -140,9 +140,44 @@ def balanced_split(times: list[float], stages: int, first: float = 0.0, last: fl
     return out[::-1]
 
 
+def balance_ranks(parts: list[range], times: list[float], last: float, holders, pp: int) -> list[range]:
+    """Move stage boundaries a layer at a time while that evens out the ranks: a rank
+    runs every stage it holds (two on a V or a loop, the last stage's head with them),
+    so the busiest rank, not the slowest stage, sets the pace. Stops at a split no
+    single move improves (the busiest rank's time, then the sum of squares)."""
+    cuts = [p.start for p in parts[1:]]
+    n, k = len(times), len(parts)
+
+    def score(cuts: list[int]) -> tuple[float, float]:
+        bounds = [0, *cuts, n]
+        load = [0.0] * pp
+        for s in range(k):
+            x = sum(times[bounds[s] : bounds[s + 1]]) + (last if s == k - 1 else 0.0)
+            for r in holders[s]:
+                load[r] += x
+        return max(load), sum(x * x for x in load)
+
+    best = score(cuts)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(len(cuts)):
+            for step in (-1, 1):
+                moved = cuts[:i] + [cuts[i] + step] + cuts[i + 1 :]
+                lo, hi = (moved[i - 1] if i else 0), (moved[i + 1] if i + 1 < len(moved) else n)
+                if not lo < moved[i] < hi:
+                    continue  # every stage keeps a layer
+                got = score(moved)
+                if got[0] < best[0] - 1e-12 or (got[0] <= best[0] + 1e-12 and got[1] < best[1] - 1e-12):
+                    cuts, best, improved = moved, got, True
+    bounds = [0, *cuts, n]
+    return [range(bounds[s], bounds[s + 1]) for s in range(k)]
+
+
 def stage_split(plan: Plan, r: Result) -> list[Part]:
-    """The model's stages for result ``r``: layers balanced by time, the embedding on the
-    first stage, the output head and MTP modules on the last."""
+    """The model's stages for result ``r``: layers balanced by time (each stage, then
+    each rank over the stages it holds), the embedding on the first stage, the output
+    head and MTP modules on the last."""
     m, c, t = plan.model, plan.cluster, plan.training
     lay, rc = r.candidate.layout, r.candidate.recompute
     pl = placement_of(r)
@@ -152,11 +187,11 @@ def stage_split(plan: Plan, r: Result) -> list[Part]:
     # an MTP module is one more transformer layer (as the last one) with its own pass
     # through the output head; the embedding is a lookup, with no time in the model
     mtp = m.mtp_layers * (times[-1] + head)
-    parts = balanced_split(times, pl.stages, 0.0, head + mtp)
+    holders = [tuple(sorted({route[s][0] for route in pl.routes})) for s in range(pl.stages)]
+    parts = balance_ranks(balanced_split(times, pl.stages, 0.0, head + mtp), times, head + mtp, holders, lay.pp)
     out = []
-    for s, rng in enumerate(parts):
+    for s, (rng, ranks) in enumerate(zip(parts, holders)):
         last = s == pl.stages - 1
-        ranks = tuple(sorted({route[s][0] for route in pl.routes}))
         seconds = sum(times[i] for i in rng) + (head + mtp if last else 0.0)
         out.append(Part(s, ranks, rng, s == 0, last, m.mtp_layers if last else 0, seconds))
     return out
