@@ -143,21 +143,43 @@ def test_balanced_split_of_equal_layers_is_even(n, k):
     assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
 
 
-@pytest.mark.parametrize("pp", [2, 4, 8])
-def test_ranks_are_balanced_over_the_stages_they_hold(pp):
-    """On a V (rank r holds stages r and 2pp-1-r) with equal layers and a head as long as
-    two layers, every rank can run exactly four layers' worth: rank 0 one layer on each
-    of its stages plus the head, the others two and two."""
+def test_ranks_are_balanced_over_the_stages_they_hold():
+    """On a V or a loop a rank runs two stages. Against the best of all contiguous splits
+    (brute force) over small random models, the busiest rank after balance_ranks is the
+    optimum in most cases (a local search: 50 of these 60, measured), more often than
+    after balancing stages alone (42 of 60)."""
+    import random
+
     from pipesim.planner.recipe import balance_ranks
 
-    n, stages = 4 * pp - 2, 2 * pp
-    holders = [(s,) for s in range(pp)] + [(s,) for s in reversed(range(pp))]
-    parts = balance_ranks(balanced_split([1.0] * n, stages, 0.0, 2.0), [1.0] * n, 2.0, holders, pp)
-    load = [0.0] * pp
-    for s, r in enumerate(parts):
-        load[holders[s][0]] += len(r) + (2.0 if s == stages - 1 else 0.0)
-    assert [i for r in parts for i in r] == list(range(n)) and all(parts)
-    assert load == [4.0] * pp
+    def busiest(parts, times, last, holders, pp):
+        load = [0.0] * pp
+        for s, r in enumerate(parts):
+            x = sum(times[i] for i in r) + (last if s == len(parts) - 1 else 0.0)
+            for h in holders[s]:
+                load[h] += x
+        return max(load)
+
+    optimal = [0, 0]
+    cases = 60
+    for seed in range(cases):
+        rng = random.Random(seed)
+        pp = rng.choice([2, 3, 4])
+        back = reversed(range(pp)) if rng.random() < 0.5 else range(pp)  # a V or a loop
+        holders = [(s,) for s in range(pp)] + [(s,) for s in back]
+        n = rng.randint(2 * pp, 2 * pp + 6)
+        times = [rng.choice([1.0, 1.0, 2.0, 3.0]) for _ in range(n)]
+        last = rng.choice([0.0, 1.0, 3.0])
+        best = min(
+            busiest([range(a, b) for a, b in itertools.pairwise((0, *c, n))], times, last, holders, pp)
+            for c in itertools.combinations(range(1, n), 2 * pp - 1)
+        )
+        stages_only = balanced_split(times, 2 * pp, 0.0, last)
+        ranks = balance_ranks(stages_only, times, last, holders, pp)
+        assert [i for r in ranks for i in r] == list(range(n)) and all(ranks)
+        optimal[0] += busiest(stages_only, times, last, holders, pp) <= best + 1e-9
+        optimal[1] += busiest(ranks, times, last, holders, pp) <= best + 1e-9
+    assert optimal[1] >= 0.8 * cases and optimal[1] > optimal[0], optimal
 
 
 @pytest.mark.parametrize("model, cluster, gpus, results", cases())
