@@ -64,9 +64,13 @@ def shapes():
         elif name == "chimera":
             pp = 2 * d(st.integers(1, 4))
             M = pp * d(st.integers(1, 3))
-        elif name in ("interleaved-1f1b", "interleaved-1f1b-overlap"):
+        elif name == "interleaved-1f1b-overlap":
             opts["chunks"] = d(st.integers(2, 4))
             M = pp * d(st.integers(1, 4))
+        elif name in ("interleaved-1f1b", "interleaved-zb"):
+            opts["chunks"] = d(st.integers(1, 4))
+            # PyTorch's rounds: every multiple of pp, and some M that are not
+            M = d(st.integers(1, 4 * pp).filter(lambda m: m % max(1, m // pp) == 0))
         else:
             M = d(st.integers(1, 24))
         return name, pp, M, opts

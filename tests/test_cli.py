@@ -139,7 +139,7 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "1f1b", "--f", "-1"], "costs must be >= 0"),
         (["simulate", "--schedule", "1f1b", "--comm", "fast"], "--comm: expected a number >= 0"),
         (["simulate", "--schedule", "1f1b", "--chunks", "2"], "1f1b does not take --chunks"),
-        (["simulate", "--schedule", "interleaved-1f1b", "--pp", "4", "-m", "6"], "divisible by --pp=4"),
+        (["simulate", "--schedule", "interleaved-1f1b", "--pp", "4", "-m", "9"], "multiple of its 2 rounds"),
         (["simulate", "--schedule", "1f1b", "--f", "1,2"], "per-stage costs list 2 stages"),
         (["simulate", "--pp", "4"], "--schedule"),
         (["simulate", "--schedule", "1f1b", "--pq", "4"], "unrecognized arguments: --pq"),

@@ -52,7 +52,7 @@ def test_every_registry_schedule_gives_one_process_gradients(pp):
     single-process run (float64: only summation order differs). Completing at all
     shows that no registry order deadlocks with these sends and receives."""
     schedules = registry_schedules(pp)
-    assert {"1f1b", "zb-h1", "dualpipe", "dualpipev"} <= set(schedules)
+    assert {"1f1b", "zb-h1", "dualpipe", "dualpipev", "looped-bfs", "interleaved-zb", "zbv-torch"} <= set(schedules)
     jobs = [job(s, check=True) for s in schedules.values()]
     jobs.append(job(build("zb-h1", pp, 2 * pp), Sequential(user_layers(), (3, 6)), check=True))
     results = execute_many(jobs, backend="gloo", timeout=240)
@@ -196,7 +196,9 @@ def test_exports_run_in_pytorchs_runtime_with_the_same_gradients():
     """Every registry schedule PyTorch can express, exported to its compute-only CSV and
     loaded by _PipelineScheduleRuntime._load_csv, gives one process's gradients."""
     schedules = [s for s in registry_schedules(4).values() if why_not_torch(s) is None]
-    assert {"1f1b", "zb-h1", "dualpipev", "interleaved-1f1b"} <= {s.name for s in schedules}
+    assert {"1f1b", "zb-h1", "dualpipev", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv-torch"} <= {
+        s.name for s in schedules
+    }
     for s, errors in zip(schedules, check_exports(schedules, backend="gloo", timeout=240)):
         assert max(errors) <= 1e-9, f"{s.name}: {errors}"
 
@@ -212,9 +214,8 @@ def test_import_catches_pytorchs_1f1b_off_by_one(capsys):
     code = main(["import", "--torch", "1F1B", "--pp", "4", "-m", "8"])
     err = capsys.readouterr().err
     assert code == 2
-    assert (
-        "PyTorch's 1F1B (pp=4, M=8) is not a valid schedule: invalid torch-1F1B schedule: rank 3: F0.8 names micro-batch 8" in err
-    )
+    assert "PyTorch's 1F1B (pp=4, M=8) is not a valid schedule: PyTorch 2.13's Schedule1F1B displays a wrong" in err
+    assert "rank 3 lists forwards of micro-batches 1..8 (no 0, and 8 does not exist)" in err
 
 
 def test_import_writes_a_schedule_file_the_simulator_reads(tmp_path, capsys):

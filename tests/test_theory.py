@@ -48,6 +48,25 @@ def test_interleaved(pp, k, v, f, b, w):
     assert rep.peak_activations == theory.peak_activations("interleaved-1f1b", pp, M, chunks=v)
 
 
+@given(st.integers(1, 8), st.integers(1, 30), st.integers(1, 4))
+def test_interleaved_peak_at_any_m_pytorch_takes(pp, M, v):
+    """Where pp does not divide M, PyTorch's rounds of M // max(1, M // pp) set the warm-up."""
+    assume(M % max(1, M // pp) == 0)
+    rep = sim("interleaved-1f1b", pp, M, Costs(), chunks=v)
+    assert rep.peak_activations == theory.peak_activations("interleaved-1f1b", pp, M, chunks=v)
+
+
+@given(st.integers(1, 8), st.integers(1, 24), st.integers(1, 3), cost, cost, cost)
+def test_looped_bfs(pp, M, v, f, b, w):
+    costs = Costs(f=f, b=b, w=w)
+    rep = sim("looped-bfs", pp, M, costs, chunks=v)
+    if M >= pp:
+        assert rep.makespan == pytest.approx(theory.makespan("looped-bfs", pp, M, costs, chunks=v))
+        # the bubble of GPipe on v*M chunk passes: (pp-1)/(vM+pp-1)
+        assert rep.bubble_ratio == pytest.approx((pp - 1) / (v * M + pp - 1))
+    assert rep.peak_activations == theory.peak_activations("looped-bfs", pp, M, chunks=v)
+
+
 @given(st.integers(1, 10), st.integers(1, 40), cost, cost, cost)
 def test_zb_h1(pp, M, f, b, w):
     assume(M >= pp and w <= min(f, b))

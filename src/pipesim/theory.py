@@ -76,7 +76,10 @@ def _interleaved(pp, M, u, chunks=2):
 
 
 def _interleaved_peak(pp, M, chunks=2):
-    return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * pp + 1) for r in range(pp)]
+    # warm-up forwards plus the first steady one; a round is pp micro-batches when pp
+    # divides M, else PyTorch's M // max(1, M // pp)
+    per_round = M // max(1, M // pp)
+    return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * per_round + 1) for r in range(pp)]
 
 
 def _zb_h1(pp, M, u):
@@ -178,7 +181,7 @@ FORMS: dict[str, Form] = {
     "interleaved-1f1b": Form(
         "(pp-1)(F+BW) per chunk, i.e. 1/v of 1F1B's",
         "2(pp-r-1) + (v-1)pp + 1 chunks on rank r",
-        "c = 0, M divisible by pp",
+        "c = 0, M divisible by pp (otherwise PyTorch's rounds: no form stated)",
         _interleaved,
         _interleaved_peak,
     ),
@@ -263,6 +266,43 @@ FORMS: dict[str, Form] = {
         lambda pp, M, chunks=2, delay_wgrad=False: _combined_peak(pp, M, chunks),
     ),
 }
+
+
+# --- PyTorch's schedules (schedules/torch_orders.py)
+
+
+def _looped_bfs(pp, M, u, chunks=2):
+    # Once M >= pp no rank waits between its v*M forwards (the first micro-batch is back
+    # at rank 0 for the next chunk by then), nor between its v*M backwards: the fill and
+    # the drain are (pp-1)F and (pp-1)BW, as GPipe's.
+    if u.comm or M < pp:
+        return None
+    return (chunks * M + pp - 1) * (u.f + u.bw)
+
+
+def _unstated(what: str) -> Form:
+    """A schedule whose forms are not stated here: every question answers None."""
+    return Form(f"no closed form stated ({what})", "not stated", "no closed form", _no_answer, _no_answer)
+
+
+def _no_answer(*args, **options) -> None:
+    return None
+
+
+FORMS.update(
+    {
+        "looped-bfs": Form(
+            "(pp-1)(F+BW), as GPipe's, over v*M chunk passes per rank",
+            "v*M (every forward before any backward)",
+            "c = 0, M >= pp",
+            _looped_bfs,
+            lambda pp, M, chunks=2: [chunks * M] * pp,
+        ),
+        "interleaved-zb": _unstated("PyTorch's ZB-1P on looped stages"),
+        "zbv-torch": _unstated("PyTorch's ZB-V pattern"),
+    }
+)
+# --- end of PyTorch's schedules
 
 
 def makespan(name: str, pp: int, microbatches: int, costs: Costs, **options) -> float | None:

@@ -25,6 +25,13 @@ def add_commands(command) -> None:
     c.add_argument("--schedules", help="search only these (comma-separated; default: every schedule but zb-auto)")
     c.add_argument("--compare", metavar="A,B", help="GPU-hours per million tokens that B recovers against A (e.g. 1f1b,dualpipe)")
     c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
+    c.add_argument(
+        "--layout",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="how to run plan #N of the ranking (default 1: the recommendation)",
+    )
     c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
     c.add_argument("--json", action="store_true", help="print the plan as JSON")
 
@@ -79,7 +86,7 @@ def specs_from(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from . import report
+    from . import recipe, report
 
     model, cluster, training = specs_from(args)
     schedules = _names(args.schedules) if args.schedules else None
@@ -96,7 +103,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = _search_with_progress(model, cluster, training, schedules, args.top)
     plan.model_published = model_published(args.model)
     as_json = args.json or (out or "").endswith(".json")
-    text = json.dumps(report.to_dict(plan, compare), indent=1) + "\n" if as_json else report.markdown(plan, compare)
+    if plan.best:
+        recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
+    text = (
+        json.dumps(report.to_dict(plan, compare, args.layout), indent=1) + "\n"
+        if as_json
+        else report.markdown(plan, compare, args.layout)
+    )
     if out:
         write_text_atomic(out, text)
         best = plan.best
@@ -112,10 +125,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        family(n)  # unknown names: one clear line
-    return names
+    # the registry's spelling (PyTorch's names and any case are accepted); unknown names:
+    # one clear line
+    return [family(n.strip()).name for n in text.split(",") if n.strip()]
 
 
 def _search_with_progress(model, cluster, training, schedules, top):

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import asdict, fields
 
 from ..schedules import REGISTRY
+from . import recipe
 from .estimate import active_params, model_flops_per_token, total_params
 from .search import SKIPPED, Plan, Result
 from .specs import Training
@@ -217,7 +218,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     return rows
 
 
-def to_dict(plan: Plan, compare: tuple[str, str] | None = None) -> dict:
+def to_dict(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1) -> dict:
     best = plan.best
     d = {
         "model": plan.model.name,
@@ -246,6 +247,8 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None) -> dict:
         d["published"] = {**ref, "ratio": best.gpu_hours_per_t / ref["gpu_hours_per_trillion_tokens"]}
     if compare:
         d["compare"] = compare_dict(plan, *compare)
+    if best:  # how to run it (planner/recipe.py)
+        d["recipe"] = recipe.recipe(plan, layout)
     return d
 
 
@@ -261,7 +264,7 @@ def _fmt_hours(h: float) -> str:
     return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"
 
 
-def markdown(plan: Plan, compare: tuple[str, str] | None = None) -> str:
+def markdown(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1) -> str:
     m, c, t, best = plan.model, plan.cluster, plan.training, plan.best
     lines = [f"# Pipeline plan: {m.name} on {c.name} ({c.gpus} x {c.gpu})", ""]
     lines.append(
@@ -303,6 +306,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None) -> str:
         if theirs:
             lines += [theirs, ""]
     lines += ["## Runners-up", "", _table(plan, plan.results[: plan.top]), ""]
+    lines += recipe.markdown(plan, layout)  # how to run it (planner/recipe.py)
     one = plan.best_of("1f1b")
     if one and one is not best:
         saved = hours_for_run(one, t) - hours_for_run(best, t)

@@ -51,6 +51,7 @@ class Model:
     dense_ffn: int
     moe: MoE | None = None
     tied_embeddings: bool = False
+    mtp_layers: int = 0  # multi-token-prediction modules after the last layer (DeepSeek-V3: 1)
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers

@@ -297,14 +297,17 @@ def cmd_export(args: argparse.Namespace) -> int:
             return 1
     if args.output:
         write_text_atomic(args.output, text)
-        print(f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s)}", file=sys.stderr)
+        print(
+            f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s, args.output)}", file=sys.stderr
+        )
     else:
         sys.stdout.write(text)
+        print(torchtitan_hint(s), file=sys.stderr)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .torch_export import from_torch_rows, order_of_torch_class, read_csv
+    from .torch_export import from_torch_rows, order_of_torch_class, read_csv, torch_1f1b_defect
 
     if (args.torch is None) == (args.csv is None):
         raise PipesimError("give --torch CLASS (a PyTorch schedule, e.g. DualPipeV) or --csv FILE (compute-only actions)")
@@ -328,7 +331,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         validate(s)
     except PipesimError as e:
-        raise PipesimError(f"{where} is not a valid schedule: {e}") from None
+        known = torch_1f1b_defect(args.torch, rows, M) if args.torch else None
+        raise PipesimError(f"{where} is not a valid schedule: {known or e}") from None
     if args.output:
         save_schedule(s, args.output)
         print(

@@ -86,17 +86,79 @@ def rows_to_csv(rows: list[list[str]]) -> str:
     return out.getvalue()
 
 
-def torchtitan_hint(schedule: Schedule) -> str:
-    """How to make torchtitan place the stages as the CSV expects: it takes the placement
-    from the schedule name even when it reads the order from a CSV."""
-    pl = schedule.placement
-    if pl == Placement.v(schedule.pp, schedule.microbatches):
-        return 'torchtitan: pipeline_parallel_schedule = "ZBVZeroBubble" (a V placement) with this CSV'
-    if pl.chunks == 1 and pl == Placement.flat(schedule.pp, schedule.microbatches):
-        return 'torchtitan: pipeline_parallel_schedule = "1F1B" (one stage per rank) with this CSV'
-    if pl == Placement.interleaved(schedule.pp, schedule.microbatches, pl.chunks):
-        return f'torchtitan: pipeline_parallel_schedule = "Interleaved1F1B" (looped, {pl.chunks} stages per rank) with this CSV'
-    return "torchtitan places stages looped or as a V only; this placement needs your own PipelineStage setup"
+#: PyTorch's classes by the placement torchtitan gives their stages: one stage per rank,
+#: looped (stage c*pp + r on rank r) or a V (``_get_pp_rank_to_stage_indices_mapping``)
+SINGLE_STAGE = ("GPipe", "1F1B")
+LOOPED = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")
+V_SHAPED = ("ZBVZeroBubble", "DualPipeV")
+
+
+#: the class whose name makes torchtitan place the stages so, for a CSV to run on
+PLACING = {"single": "1F1B", "looped": "Interleaved1F1B", "v": "ZBVZeroBubble"}
+
+
+def _shape(pl: Placement, pp: int, M: int) -> str | None:
+    """How torchtitan would have to place the stages: "single", "looped" or "v"."""
+    if pl.chunks == 1 and pl.routes == Placement.flat(pp, M).routes:
+        return "single"
+    if len(pl.routes) == 1 and pl.routes == Placement.interleaved(pp, M, pl.chunks).routes:
+        return "looped"
+    if pl.chunks == 2 and pl.routes == Placement.v(pp, M).routes:
+        return "v"
+    return None
+
+
+def torch_class_of(schedule: Schedule) -> str | None:
+    """The PyTorch class whose own order is exactly ``schedule``'s (for the single-stage
+    classes, the order their runtime executes), or None when no class runs it. A
+    multi-stage class may match a one-stage-per-rank order (ZB-H1 is InterleavedZeroBubble
+    on one stage per rank).
+
+    Compared with pipesim's generators for those classes, which tests/test_torch_orders.py
+    holds equal to the classes op for op."""
+    from ..schedules import TORCH_NAMES, build
+
+    pl, pp, M = schedule.placement, schedule.pp, schedule.microbatches
+    names = {"single": SINGLE_STAGE + LOOPED, "looped": LOOPED, "v": V_SHAPED}.get(_shape(pl, pp, M), ())
+    for name in names:
+        if name == "1F1B" and M < pp:
+            continue  # Schedule1F1B refuses fewer micro-batches than stages
+        try:
+            theirs = build(TORCH_NAMES[name], pp, M, **({"chunks": pl.chunks} if name in LOOPED else {}))
+        except PipesimError:
+            continue
+        if theirs.ranks == schedule.ranks:
+            return name
+    return None
+
+
+def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
+    """How to run ``schedule`` in torchtitan: by a schedule name when a PyTorch class runs
+    exactly this order, else with the CSV. torchtitan (pytorch/torchtitan at b5bcd76,
+    torchtitan/distributed/pipeline_parallel.py) takes the stage placement from
+    ``pipeline_parallel_schedule`` even when it reads the order from
+    ``pipeline_parallel_schedule_csv``, so the name must give the CSV's placement, and it
+    gives a multi-stage class at least 2 stages per rank."""
+    pl, pp, M = schedule.placement, schedule.pp, schedule.microbatches
+    shape, exact = _shape(pl, pp, M), torch_class_of(schedule)
+    layers = "" if pl.chunks <= 2 else f"; set pipeline_parallel_layers_per_stage so that each rank gets {pl.chunks} stages"
+    if exact and not (shape == "single" and exact in LOOPED):
+        return f'torchtitan: pipeline_parallel_schedule = "{exact}" runs this order exactly (no CSV needed){layers}; num_pp_microbatches = {M}'
+    if shape is None:
+        return (
+            "no PyTorch schedule class runs this order, and torchtitan places stages one per rank, looped or as a V "
+            "only: this placement needs your own PipelineStage setup and _PipelineScheduleRuntime._load_csv"
+        )
+    who = (
+        f"PyTorch's {exact} on one stage per rank runs this order, but torchtitan gives multi-stage classes 2 or more"
+        if exact
+        else "no PyTorch schedule class runs this order"
+    )
+    how = {"single": "one stage per rank", "looped": f"looped, {pl.chunks} stages per rank", "v": "a V"}[shape]
+    return (
+        f'{who}: in torchtitan set pipeline_parallel_schedule_csv = "{csv_path}", and pipeline_parallel_schedule = '
+        f'"{PLACING[shape]}" ({how}) only to place the stages{layers}; num_pp_microbatches = {M}'
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,7 +243,36 @@ def _named_placement(pp: int, M: int, chunks: int, route) -> Placement:
     return Placement("custom", pp, chunks, (route,), (0,) * M)
 
 
-TORCH_CLASSES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+def torch_1f1b_defect(name: str, rows: list[list[str]], microbatches: int) -> str | None:
+    """What is wrong with torch 2.13's displayed Schedule1F1B order, and what its runtime
+    runs instead; None for another class or an order without the defect."""
+    if name.lower() != "1f1b" or not rows:
+        return None
+    last = len(rows) - 1
+    fwd = [int(a.group(3)) for a in map(_ACTION.match, rows[last]) if a and a.group(2) == "F"]
+    if fwd == list(range(microbatches)) or not fwd:
+        return None
+    missing = sorted(set(range(microbatches)) - set(fwd))
+    extra = sorted(set(fwd) - set(range(microbatches)))
+    what = ", ".join(
+        ([f"no {', '.join(map(str, missing))}"] if missing else [])
+        + ([f"and {', '.join(map(str, extra))} does not exist"] if extra else [])
+    )
+    return (
+        f"PyTorch 2.13's Schedule1F1B displays a wrong pipeline_order: rank {last} lists forwards of micro-batches "
+        f"{fwd[0]}..{fwd[-1]} ({what}). Its runtime does not execute that list: rank r runs pp-r forwards, then "
+        "alternates a backward and a forward, then the last backwards (Schedule1F1B._step_microbatches), which is "
+        "pipesim's --schedule 1F1B"
+    )
+
+
+def placing_class(pl: Placement, pp: int, M: int) -> str | None:
+    """The schedule name that makes torchtitan place stages as ``pl`` does, or None."""
+    shape = _shape(pl, pp, M)
+    return PLACING[shape] if shape else None
+
+
+TORCH_CLASSES = SINGLE_STAGE + LOOPED + V_SHAPED
 
 
 def order_of_torch_class(name: str, pp: int, microbatches: int, stages_per_rank: int | None = None) -> list[list[str]]:

@@ -19,6 +19,7 @@ from .chimera import chimera
 from .classic import gpipe, interleaved_1f1b, one_f_one_b
 from .combined import interleaved_1f1b_overlap, one_f_one_b_overlap
 from .dualpipe import dualpipe, dualpipev
+from .torch_orders import TORCH_NAMES, interleaved_zb, looped_bfs, zbv_torch
 from .v_shape import v_half, v_min, zb_v
 from .zb_auto import zb_auto
 from .zero_bubble import zb_h1, zb_h2
@@ -52,7 +53,7 @@ REGISTRY: dict[str, Family] = {
             "interleaved-1f1b",
             interleaved_1f1b,
             "interleaved",
-            "M divisible by pp; --chunks >= 2 (default 2)",
+            "M a multiple of max(1, M // pp) (PyTorch's rounds; any multiple of pp); --chunks >= 1 (default 2)",
             "Megatron's virtual stages: bubble shrinks by the number of chunks",
         ),
         Family("zb-h1", zb_h1, "flat", "any pp >= 1, M >= 1", "Zero Bubble H1: B/W split, 1F1B's memory"),
@@ -108,17 +109,50 @@ REGISTRY: dict[str, Family] = {
             "Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm) on virtual stages",
         ),
         # --- end combined 1F1B ---
+        # --- PyTorch's schedules that pipesim had no order for (torch_orders.py); the
+        # --- others of PyTorch's names are aliases of gpipe, 1f1b, interleaved-1f1b
+        # --- and dualpipev (TORCH_NAMES)
+        Family(
+            "looped-bfs",
+            looped_bfs,
+            "interleaved",
+            "any pp >= 1, M >= 1; --chunks >= 1 (default 2)",
+            "PyTorch's LoopedBFS: every forward chunk by chunk, then every backward",
+        ),
+        Family(
+            "interleaved-zb",
+            interleaved_zb,
+            "interleaved",
+            "M a multiple of max(1, M // pp); --chunks >= 1 (default 2)",
+            "PyTorch's InterleavedZeroBubble: ZB-1P's B/W split on looped stages",
+        ),
+        Family("zbv-torch", zbv_torch, "v", "any pp >= 1, M >= 1", "PyTorch's ZBVZeroBubble: ZB-V's hand-written pattern"),
+        # --- end of PyTorch's schedules
     ]
 }
 
 
+def canonical(name: str) -> str | None:
+    """The registry's name for ``name``, matched without regard to case, PyTorch's class
+    names (``Interleaved1F1B``, ``ZBVZeroBubble``, ...) included; None if unknown."""
+    if name in REGISTRY:
+        return name
+    known = {n.lower(): n for n in REGISTRY} | {t.lower(): n for t, n in TORCH_NAMES.items()}
+    return known.get(name.lower())
+
+
 def family(name: str) -> Family:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, REGISTRY, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise PipesimError(f"unknown schedule {name!r}{hint}; choose from {', '.join(REGISTRY)}") from None
+    found = canonical(name)
+    if found is not None:
+        return REGISTRY[found]
+    # suggest in the style typed: PyTorch's spelling for a name with capitals
+    ours, theirs = {n.lower(): n for n in REGISTRY}, {t.lower(): t for t in TORCH_NAMES}
+    spelled = ours | theirs if name != name.lower() else theirs | ours
+    close = difflib.get_close_matches(name.lower(), spelled, n=1)
+    hint = f" (did you mean {spelled[close[0]]}?)" if close else ""
+    raise PipesimError(
+        f"unknown schedule {name!r}{hint}; choose from {', '.join(REGISTRY)} or PyTorch's {', '.join(TORCH_NAMES)}"
+    )
 
 
 def _flag(option: str) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import PipesimError
 from ..ir import Placement, RankTable, Schedule
+from .torch_orders import interleaved
 
 F, BW = 0, 3  # indices into ir.KINDS
 
@@ -48,12 +49,16 @@ def one_f_one_b(pp: int, microbatches: int) -> Schedule:
 def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     """Megatron-LM's interleaved 1F1B: each rank holds ``chunks`` model chunks (chunk c of
     rank r is stage c*pp + r) and walks them in groups of pp micro-batches, forwards in
-    chunk order and backwards in reverse chunk order."""
+    chunk order and backwards in reverse chunk order. For M not a multiple of pp, the
+    order of PyTorch's Interleaved1F1B, which groups micro-batches in rounds of
+    M // max(1, M // pp) (it refuses M that its rounds do not divide, and so does this)."""
     M, v = microbatches, chunks
-    if v < 2:
-        raise PipesimError(f"interleaved-1f1b needs --chunks >= 2, got {v} (with 1 chunk use 1f1b)")
-    if M % pp:
-        raise PipesimError(f"interleaved-1f1b needs --microbatches divisible by --pp={pp}, got {M}")
+    if not isinstance(v, int) or v < 1:
+        # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per
+        # rank: 1F1B with twice its warm-up forwards
+        raise PipesimError(f"interleaved-1f1b needs --chunks >= 1, got {v}")
+    if M % pp:  # PyTorch's generalisation: rounds of M // max(1, M // pp) micro-batches
+        return interleaved("interleaved-1f1b", pp, M, v, zero_bubble=False)
     total = M * v
     rows = []
     for r in range(pp):

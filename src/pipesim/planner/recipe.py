@@ -1,0 +1,426 @@
+"""A plan you can run: the stage split, torchtitan's settings and Megatron-LM's flags.
+
+For one result of the search (the recommendation, or a runner-up by its row number) this
+says which layers, the embedding, the output head and the multi-token-prediction (MTP)
+modules sit on which stage and rank, balanced by the cost model's per-layer times, and
+how to ask torchtitan and Megatron-LM for the same layout and schedule, or that they
+cannot run it.
+
+The setting names were read from the trainers' sources as stored here (check them
+again against the version you run):
+- torchtitan, pytorch/torchtitan at b5bcd76 (2026-08-21): ``ParallelismConfig`` and
+  ``TrainingConfig`` in torchtitan/config/configs.py, set as ``--parallelism.<key>`` on
+  the command line or in a config registry (torchtitan read TOML files until #2386,
+  2026-02, and named the micro-batch setting ``pipeline_parallel_microbatch_size``
+  until #4121, 2026-08); the stage placement and CSV handling in
+  torchtitan/distributed/pipeline_parallel.py; module names from its LLM models
+  (``tok_embeddings``, ``layers.N``, ``norm``, ``lm_head``). Its DeepSeek-V3 refuses
+  pipeline parallelism with MTP (torchtitan/models/deepseek_v3/MTP.md).
+- Megatron-LM, NVIDIA/Megatron-LM at d98e8a6 (2026-08-22): megatron/training/arguments.py
+  and the TransformerConfig fields it turns into flags; the layout syntax (E embedding,
+  t layer, m MTP, L loss, stages split by |) in
+  megatron/core/transformer/pipeline_parallel_layer_layout.py. Its schedules are 1F1B,
+  interleaved 1F1B (virtual stages) and combined 1F1B (``--overlap-moe-expert-parallel-comm``,
+  which needs virtual stages when pp > 1); it has no GPipe, Zero Bubble, V or DualPipe
+  schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple, dataclass
+
+from ..errors import PipesimError
+from ..ir import Placement
+from ..runtime.torch_export import placing_class
+from ..schedules import REGISTRY, TORCH_NAMES
+from .estimate import head_costs, layer_costs
+from .search import Plan, Result
+
+#: registry name -> PyTorch class name, for the schedules whose order equals the class's
+TORCH_CLASS = {ours: theirs for theirs, ours in TORCH_NAMES.items()}
+#: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
+COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One model stage: what it holds, where it lives, and its time per micro-batch."""
+
+    stage: int
+    ranks: tuple[int, ...]  # one per model copy that holds it (two for DualPipe)
+    layers: range
+    embedding: bool
+    head: bool
+    mtp: int
+    seconds: float  # F + B + W of one micro-batch, compute and communication
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.stage,
+            "ranks": list(self.ranks),
+            "layers": [self.layers.start, self.layers.stop - 1] if self.layers else [],
+            "embedding": self.embedding,
+            "head": self.head,
+            "mtp": self.mtp,
+            "seconds_per_microbatch": self.seconds,
+        }
+
+
+def pick(plan: Plan, n: int = 1) -> Result:
+    """The n-th plan of the ranking (1: the recommendation)."""
+    if not plan.results:
+        raise PipesimError("--layout: nothing fits, so there is no plan to run")
+    if not 1 <= n <= len(plan.results):
+        raise PipesimError(f"--layout {n}: choose 1 (the recommendation) to {len(plan.results)}, the plans that fit")
+    return plan.results[n - 1]
+
+
+def placement_of(r: Result) -> Placement:
+    cand = r.candidate
+    fam = REGISTRY[cand.schedule]
+    chunks = cand.chunks or (2 if fam.placement in ("v", "dual") else fam.options.get("chunks", 1))
+    return Placement.standard(fam.placement, cand.layout.pp, cand.microbatches, chunks)
+
+
+def _seconds(lc) -> float:
+    return sum(astuple(lc))
+
+
+def balanced_split(times: list[float], stages: int, first: float = 0.0, last: float = 0.0) -> list[range]:
+    """Contiguous layers per stage, at least one each, so that the slowest stage (with
+    ``first`` added to stage 0 and ``last`` to the last) is as fast as it can be, and the
+    others as even as that allows (the least sum of squared stage times)."""
+    n = len(times)
+    if not 1 <= stages <= n:
+        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
+    prefix = [0.0]
+    for x in times:
+        prefix.append(prefix[-1] + x)
+
+    def load(s: int, a: int, b: int) -> float:
+        return prefix[b] - prefix[a] + (first if s == 0 else 0.0) + (last if s == stages - 1 else 0.0)
+
+    def fits(limit: float) -> bool:  # greedy: each stage takes what it can, leaving a layer per later stage
+        i = 0
+        for s in range(stages - 1):
+            j = i + 1
+            while j < n - (stages - s - 1) and load(s, i, j + 1) <= limit:
+                j += 1
+            if load(s, i, j) > limit:
+                return False
+            i = j
+        return load(stages - 1, i, n) <= limit
+
+    lo, hi = max(times), prefix[-1] + first + last
+    for _ in range(100):  # bisection on the slowest stage's time
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    limit = hi * (1 + 1e-9)
+    # among the splits within that limit, the most even: dynamic programming over
+    # (stages done, layers done) on the sum of squared stage times
+    cost = [[math.inf] * (n + 1) for _ in range(stages + 1)]
+    back = [[0] * (n + 1) for _ in range(stages + 1)]
+    cost[0][0] = 0.0
+    for s in range(stages):
+        for a in range(s, n - (stages - s) + 1):
+            if cost[s][a] == math.inf:
+                continue
+            for b in range(a + 1, n - (stages - s - 1) + 1):
+                x = load(s, a, b)
+                if x > limit:
+                    break
+                if cost[s][a] + x * x < cost[s + 1][b]:
+                    cost[s + 1][b], back[s + 1][b] = cost[s][a] + x * x, a
+    out, b = [], n
+    for s in range(stages, 0, -1):
+        a = back[s][b]
+        out.append(range(a, b))
+        b = a
+    return out[::-1]
+
+
+def balance_ranks(parts: list[range], times: list[float], last: float, holders, pp: int) -> list[range]:
+    """Move stage boundaries a layer at a time while that evens out the ranks: a rank
+    runs every stage it holds (two on a V or a loop, the last stage's head with them),
+    so the busiest rank, not the slowest stage, sets the pace. Stops at a split no
+    single move improves (the busiest rank's time, then the sum of squares)."""
+    cuts = [p.start for p in parts[1:]]
+    n, k = len(times), len(parts)
+
+    def score(cuts: list[int]) -> tuple[float, float]:
+        bounds = [0, *cuts, n]
+        load = [0.0] * pp
+        for s in range(k):
+            x = sum(times[bounds[s] : bounds[s + 1]]) + (last if s == k - 1 else 0.0)
+            for r in holders[s]:
+                load[r] += x
+        return max(load), sum(x * x for x in load)
+
+    best = score(cuts)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(len(cuts)):
+            for step in (-1, 1):
+                moved = cuts[:i] + [cuts[i] + step] + cuts[i + 1 :]
+                lo, hi = (moved[i - 1] if i else 0), (moved[i + 1] if i + 1 < len(moved) else n)
+                if not lo < moved[i] < hi:
+                    continue  # every stage keeps a layer
+                got = score(moved)
+                if got[0] < best[0] - 1e-12 or (got[0] <= best[0] + 1e-12 and got[1] < best[1] - 1e-12):
+                    cuts, best, improved = moved, got, True
+    bounds = [0, *cuts, n]
+    return [range(bounds[s], bounds[s + 1]) for s in range(k)]
+
+
+def stage_split(plan: Plan, r: Result) -> list[Part]:
+    """The model's stages for result ``r``: layers balanced by time (each stage, then
+    each rank over the stages it holds), the embedding on the first stage, the output
+    head and MTP modules on the last."""
+    m, c, t = plan.model, plan.cluster, plan.training
+    lay, rc = r.candidate.layout, r.candidate.recompute
+    pl = placement_of(r)
+    per_kind: dict[bool, float] = {}
+    times = [per_kind.setdefault(m.is_moe_layer(i), _seconds(layer_costs(m, i, c, t, lay, rc))) for i in range(m.layers)]
+    head = _seconds(head_costs(m, c, t, lay))
+    # an MTP module is one more transformer layer (as the last one) with its own pass
+    # through the output head; the embedding is a lookup, with no time in the model
+    mtp = m.mtp_layers * (times[-1] + head)
+    holders = [tuple(sorted({route[s][0] for route in pl.routes})) for s in range(pl.stages)]
+    parts = balance_ranks(balanced_split(times, pl.stages, 0.0, head + mtp), times, head + mtp, holders, lay.pp)
+    out = []
+    for s, (rng, ranks) in enumerate(zip(parts, holders)):
+        last = s == pl.stages - 1
+        seconds = sum(times[i] for i in rng) + (head + mtp if last else 0.0)
+        out.append(Part(s, ranks, rng, s == 0, last, m.mtp_layers if last else 0, seconds))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# torchtitan
+
+
+def csv_name(r: Result) -> str:
+    c = r.candidate
+    chunks = f"-v{c.chunks}" if c.chunks else ""
+    return f"{c.schedule}{chunks}-pp{c.layout.pp}-m{c.microbatches}.csv"
+
+
+def export_command(r: Result) -> str:
+    c = r.candidate
+    chunks = f" --chunks {c.chunks}" if c.chunks else ""
+    return f"pipesim export --schedule {c.schedule}{chunks} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list) and v and isinstance(v[0], list):  # one model part a line
+        return "[\n" + "".join(f"  {_toml_value(x)},\n" for x in v) + "]"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
+    """torchtitan's settings for this plan, or why it cannot run it."""
+    cand, lay, m, t = r.candidate, r.candidate.layout, plan.model, plan.training
+    pl = placement_of(r)
+    notes: list[str] = []
+    if len(pl.routes) > 1:
+        return {
+            "runs": False,
+            "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
+            "(DualPipeV is DualPipe on one copy)",
+        }
+    exact = TORCH_CLASS.get(cand.schedule)
+    if cand.schedule == "1f1b" and cand.microbatches < lay.pp:
+        exact = None  # Schedule1F1B refuses fewer micro-batches than stages
+    if cand.schedule == "zb-h1":
+        notes.append("zb-h1 is PyTorch's InterleavedZeroBubble on one stage per rank, which torchtitan does not build")
+    if exact:
+        name, csv = exact, None
+    else:
+        name = placing_class(pl, lay.pp, cand.microbatches)
+        csv = csv_name(r)
+        notes.append(
+            f"no PyTorch schedule class runs {cand.schedule}'s order: the CSV carries it, and the schedule name "
+            f"{name} only places the stages (write the CSV with: {export_command(r)})"
+        )
+    par: dict = {
+        "pipeline_parallel_degree": lay.pp,
+        "pipeline_parallel_schedule": name,
+    }
+    if csv:
+        par["pipeline_parallel_schedule_csv"] = csv
+    par["num_pp_microbatches"] = cand.microbatches
+    if lay.pp > 1:
+        par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
+    par["tensor_parallel_degree"] = lay.tp
+    if t.zero == 0:
+        par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
+    else:
+        par["data_parallel_shard_degree"] = lay.dp
+        notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
+    if m.moe:
+        par["expert_parallel_degree"] = lay.ep
+    if m.mtp_layers:
+        notes.append(
+            "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
+            "train without MTP there, or use Megatron-LM"
+        )
+    training = {
+        "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
+        "num_tokens_per_train_step": t.global_batch * t.seq,
+        "max_context_length": t.seq,
+    }
+    toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in par.items()] + [""]
+    toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+    flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    return {
+        "runs": True,
+        "parallelism": par,
+        "training": training,
+        "toml": "\n".join(toml) + "\n",
+        "command_line": flags,
+        "notes": notes,
+    }
+
+
+def _fqns(p: Part) -> list[str]:
+    names = ["tok_embeddings"] if p.embedding else []
+    names += [f"layers.{i}" for i in p.layers]
+    return names + (["norm", "lm_head"] if p.head else [])
+
+
+# --------------------------------------------------------------------------------------
+# Megatron-LM
+
+
+def megatron_layout(parts: list[Part]) -> str:
+    """``--pipeline-model-parallel-layout``: the stages in model order, split by |."""
+
+    def one(p: Part) -> str:
+        n = len(p.layers)
+        body = ("E" if p.embedding else "") + ("t" if n == 1 else f"t*{n}" if n else "")
+        return body + "m" * p.mtp + ("L" if p.head else "")
+
+    return "|".join(one(p) for p in parts)
+
+
+def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
+    """Megatron-LM's flags for this plan, or why it has no equivalent schedule."""
+    cand, lay, m, t = r.candidate, r.candidate.layout, plan.model, plan.training
+    name = cand.schedule
+    pl = placement_of(r)
+    if name not in ("1f1b", "interleaved-1f1b", *COMBINED):
+        what = {
+            "dualpipe": "DualPipe (two model copies, bidirectional); run it with DeepSeek's deepseek-ai/DualPipe",
+            "dualpipev": "DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it",
+        }.get(name, name)
+        return {"runs": False, "why": f"Megatron-LM has no {what} schedule: it runs 1F1B, interleaved 1F1B and combined 1F1B"}
+    if name.startswith("interleaved") and cand.microbatches % lay.pp:
+        return {
+            "runs": False,
+            "why": f"pipesim's interleaved order for M={cand.microbatches} not a multiple of pp={lay.pp} is PyTorch's "
+            "rounds, not Megatron's",
+        }
+    if name in COMBINED and lay.pp > 1 and pl.chunks < 2:
+        return {
+            "runs": False,
+            "why": "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1: "
+            "use interleaved-1f1b-overlap",
+        }
+    flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
+    if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
+        flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
+    if lay.tp > 1:
+        flags.append("--sequence-parallel")
+    if m.moe:
+        flags.append(f"--expert-model-parallel-size {lay.ep}")
+    if m.mtp_layers:
+        flags.append(f"--mtp-num-layers {m.mtp_layers}")
+    flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
+    if t.zero >= 1:
+        flags.append("--use-distributed-optimizer")
+    if cand.recompute == "selective":
+        flags.append("--recompute-granularity selective")
+    elif cand.recompute == "full":
+        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    notes = []
+    if name in COMBINED:
+        flags.append("--overlap-moe-expert-parallel-comm")
+        if getattr(cand, "delay_wgrad", False):
+            flags.append("--delay-wgrad-compute")
+        else:
+            notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
+    return {"runs": True, "flags": flags, "notes": notes}
+
+
+# --------------------------------------------------------------------------------------
+# the report's section
+
+
+def recipe(plan: Plan, n: int = 1) -> dict:
+    r = pick(plan, n)
+    parts = stage_split(plan, r)
+    tt = torchtitan(plan, r, parts)
+    path = tt.get("parallelism", {}).get("pipeline_parallel_schedule_csv")
+    return {
+        "layout": n,
+        "schedule": r.candidate.label,
+        "stages": [p.to_dict() for p in parts],
+        "torchtitan": tt,
+        "megatron": megatron(plan, r, parts),
+        # the order as PyTorch's runtime reads it, when no class of its own runs it
+        "schedule_csv": {"path": path, "command": export_command(r)} if path else None,
+    }
+
+
+def markdown(plan: Plan, n: int = 1) -> list[str]:
+    """The 'How to run it' section of the report."""
+    from .report import layout_text
+
+    d = recipe(plan, n)
+    r = pick(plan, n)
+    which = "the recommendation" if n == 1 else f"plan #{n} of the ranking"
+    out = [
+        "## How to run it",
+        "",
+        f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batches. Stages "
+        "balanced by the cost model's time per layer (F + B + W of one micro-batch):",
+        "",
+        "| stage | rank | layers | also holds | ms per micro-batch |",
+        "|---|---|---|---|---|",
+    ]
+    for p in d["stages"]:
+        held = [x for x, on in (("embedding", p["embedding"]), ("output head", p["head"])) if on]
+        held += [f"{p['mtp']} MTP"] if p["mtp"] else []
+        first, last = p["layers"]
+        layers = str(first) if first == last else f"{first}-{last}"
+        ranks = ", ".join(map(str, p["ranks"]))
+        out.append(f"| {p['stage']} | {ranks} | {layers} | {', '.join(held) or '-'} | {p['seconds_per_microbatch'] * 1e3:.1f} |")
+    out.append("")
+    tt = d["torchtitan"]
+    if tt["runs"]:
+        out += [
+            "torchtitan (`--parallelism.*` overrides, or these fields of its config):",
+            "",
+            "```toml",
+            tt["toml"].rstrip(),
+            "```",
+        ]
+        out += [f"- {x}" for x in tt["notes"]]
+    else:
+        out.append(f"torchtitan: cannot run it: {tt['why']}.")
+    out.append("")
+    mg = d["megatron"]
+    if mg["runs"]:
+        out += ["Megatron-LM:", "", "```", " \\\n  ".join(mg["flags"]), "```"] + [f"- {x}" for x in mg["notes"]]
+    else:
+        out.append(f"Megatron-LM: no equivalent. {mg['why']}.")
+    out.append("")
+    if d["schedule_csv"]:
+        out += [f"Schedule CSV: `{d['schedule_csv']['command']}`", ""]
+    return out

@@ -1,0 +1,144 @@
+"""The orders of PyTorch 2.13's pipeline schedule classes, as pipesim generators.
+
+torchtitan users pick a schedule by its ``torch.distributed.pipelining`` name; for what
+they simulate to be what torchtitan runs, each name must give the class's order op for
+op. Written here from the algorithms the classes implement (tests/test_torch_orders.py
+compares every one with the class itself over many sizes):
+
+* ``Interleaved1F1B`` and ``InterleavedZeroBubble`` share one walk (``interleaved``):
+  micro-batches go in *rounds* of ``M // max(1, M // pp)``; rank r runs a warm-up of
+  forwards, then alternates a forward with a backward, then drains the backwards.
+  Forwards visit the chunks in order a round at a time, backwards in reverse order.
+  Interleaved1F1B warms up ``(v-1) * round + 2(pp-1-r)`` forwards and runs fused
+  backwards; InterleavedZeroBubble (the paper's ZB-1P on looped stages) warms up
+  ``(v-1) * round + (pp-1-r)``, splits each backward into B and W and, after its first r
+  steady backwards, follows every B with the oldest pending W. With M a multiple of pp
+  the rounds are pp micro-batches and Interleaved1F1B is Megatron's interleaved 1F1B.
+* ``LoopedBFS``: every forward of chunk 0, then of chunk 1, ...; then the backwards in
+  reverse chunk order, each chunk's micro-batches last to first.
+* ``ZBVZeroBubble``: ZB-V's hand-written pattern on a V (chunk 0 of rank r is stage r,
+  chunk 1 stage 2pp-1-r), laid out for ``max(M, 2pp-1)`` micro-batches with the ones
+  beyond M left out. It is not pipesim's ``zb-v``, which is searched.
+
+``GPipe``, ``1F1B`` and ``DualPipeV`` need nothing here: pipesim's ``gpipe``, ``1f1b``
+and ``dualpipev`` already give those classes' orders (for ``1F1B``, the order its runtime
+executes; the order its ``pipeline_order`` displays is wrong on the last rank).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..errors import PipesimError
+from ..ir import Op, Placement, Schedule
+
+#: PyTorch's names (as ``get_schedule_class`` spells them) -> the registry's name
+TORCH_NAMES = {
+    "GPipe": "gpipe",
+    "1F1B": "1f1b",
+    "Interleaved1F1B": "interleaved-1f1b",
+    "LoopedBFS": "looped-bfs",
+    "InterleavedZeroBubble": "interleaved-zb",
+    "ZBVZeroBubble": "zbv-torch",
+    "DualPipeV": "dualpipev",
+}
+
+
+def rounds(name: str, pp: int, microbatches: int) -> int:
+    """Micro-batches per round of PyTorch's interleaved schedules; PipesimError where the
+    class refuses M (M not a multiple of its number of rounds, max(1, M // pp))."""
+    n = max(1, microbatches // pp)
+    if microbatches % n:
+        ok = [m for m in range(max(1, microbatches - pp), microbatches + pp + 1) if m % max(1, m // pp) == 0]
+        near = ", ".join(str(m) for m in ok if m != microbatches)[:60]
+        raise PipesimError(
+            f"{name} needs --microbatches a multiple of its {n} rounds (max(1, M // pp), as PyTorch's), got {microbatches}; "
+            f"nearby that work: {near}"
+        )
+    return microbatches // n
+
+
+def _chunks(name: str, chunks: int) -> None:
+    if not isinstance(chunks, int) or chunks < 1:
+        raise PipesimError(f"{name} needs --chunks >= 1 (stages per rank), got {chunks}")
+
+
+def interleaved(name: str, pp: int, microbatches: int, chunks: int, zero_bubble: bool) -> Schedule:
+    """PyTorch's Interleaved1F1B (``zero_bubble=False``) or InterleavedZeroBubble."""
+    _chunks(name, chunks)
+    per_round = rounds(name, pp, microbatches)
+    ranks = tuple(_interleaved_rank(pp, microbatches, chunks, r, per_round, zero_bubble) for r in range(pp))
+    return Schedule(name, pp, microbatches, Placement.interleaved(pp, microbatches, chunks), ranks)
+
+
+def _interleaved_rank(pp: int, M: int, v: int, r: int, per_round: int, zero_bubble: bool) -> tuple[Op, ...]:
+    warm = min((v - 1) * per_round + (pp - 1 - r) * (1 if zero_bubble else 2), M * v)
+    nf, nb = [0] * v, [0] * v  # next micro-batch per chunk
+    pending: deque[Op] = deque()  # W of a B that ran, oldest first
+    ops: list[Op] = []
+    for step in range(M * v + warm):
+        if step < M * v:  # forwards walk the chunks in order, a round at a time
+            c = (step // per_round) % v
+            ops.append(Op("F", c, nf[c]))
+            nf[c] += 1
+        if step >= warm:  # backwards walk them in reverse, from the end of the warm-up
+            c = v - 1 - ((step - warm) // per_round) % v
+            if zero_bubble:
+                ops.append(Op("B", c, nb[c]))
+                pending.append(Op("W", c, nb[c]))
+                if step - warm >= r:  # the first r steady backwards leave their W for later
+                    ops.append(pending.popleft())
+            else:
+                ops.append(Op("BW", c, nb[c]))
+            nb[c] += 1
+    return tuple(ops) + tuple(pending)
+
+
+def interleaved_zb(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
+    """PyTorch's InterleavedZeroBubble: ZB-1P on looped stages (see the module's text)."""
+    return interleaved("interleaved-zb", pp, microbatches, chunks, zero_bubble=True)
+
+
+def looped_bfs(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
+    """PyTorch's LoopedBFS (Lamy-Poirier 2023, breadth-first): each chunk's forwards for
+    every micro-batch before the next chunk's; backwards in reverse, last micro-batch first."""
+    _chunks("looped-bfs", chunks)
+    M, v = microbatches, chunks
+    ops = tuple(Op("F", c, i) for c in range(v) for i in range(M))
+    ops += tuple(Op("BW", c, i) for c in reversed(range(v)) for i in reversed(range(M)))
+    return Schedule("looped-bfs", pp, M, Placement.interleaved(pp, M, v), (ops,) * pp)
+
+
+def zbv_torch(pp: int, microbatches: int) -> Schedule:
+    """PyTorch's ZBVZeroBubble order (see the module's text)."""
+    ranks = tuple(_zbv_rank(pp, microbatches, r) for r in range(pp))
+    return Schedule("zbv-torch", pp, microbatches, Placement.v(pp, microbatches), ranks)
+
+
+def _zbv_rank(pp: int, M: int, r: int) -> tuple[Op, ...]:
+    n = max(2 * pp - 1, M)  # laid out for at least a full pipeline, then cut back to M
+    count = {kind: [0, 0] for kind in "FBW"}  # next micro-batch per kind and chunk
+    ops: list[Op] = []
+
+    def run(*steps: str) -> None:  # "F0" is a forward of chunk 0, ...
+        for step in steps:
+            kind, c = step[0], int(step[1])
+            ops.append(Op(kind, c, count[kind][c]))
+            count[kind][c] += 1
+
+    for _ in range(2 * (pp - r) - 1):
+        run("F0")
+    for _ in range(r):
+        run("F1", "F0")
+    for _ in range(pp - r):
+        run("F1", "B1", "W1")
+    while count["F"][1] < count["F"][0] or count["F"][0] < n:
+        if count["F"][0] < n:
+            run("F0")
+        run("B0", "W0", "F1", "B1", "W1")
+    for _ in range(r):
+        run("B0", "B1")
+    for _ in range(pp - r):
+        run("B0", "W0")
+    run(*["W1"] * (count["B"][1] - count["W"][1]), *["W0"] * (count["B"][0] - count["W"][0]))
+    return tuple(op for op in ops if op.mb < M)
