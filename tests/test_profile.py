@@ -72,6 +72,11 @@ def pair_trace():
                 tid = BWD if name == "mlp(B)" else CPU
                 ev.append(launch(corr, t + 5, tid))
                 ev.append(kernel(corr, gpu, d, stream, (20, 1, 1) if stream == 27 else (132, 1, 1)))
+                # Kineto's flow from launch to kernel and its GPU-side copy of the
+                # annotation: both repeat what correlation ids say, and must not count twice
+                ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": tid, "ts": t + 5})
+                ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 0, "tid": stream, "ts": gpu, "bp": "e"})
+                ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": stream, "ts": gpu, "dur": d})
                 gpu += d + 5
                 times.setdefault(name, []).append(d)
             t += 50
