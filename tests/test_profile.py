@@ -313,3 +313,16 @@ def test_a_trace_of_two_steps_reads_the_first(tmp_path):
         write(tmp_path / f"rank{r}.json", ev)
     prof = profile(tmp_path)
     assert prof.schedule.ranks == s.ranks and "more than one step" in " ".join(prof.notes)
+
+
+def test_outputs_that_need_what_the_trace_lacks_are_one_line(tmp_path, capsys):
+    s = build("1f1b", 2, 4)
+    (tmp_path / "acts").mkdir()
+    d = action_traces(tmp_path / "acts", s, lambda it, r, st: pipesim_label(it, r, st, s.name))
+    assert main(["profile", str(d), "-o", str(tmp_path / "c.toml")]) == 2
+    assert "no component annotations" in capsys.readouterr().err and not (tmp_path / "c.toml").exists()
+    comp = write(tmp_path / "comp.json", [ann("attn(F)", 0, 10)])
+    assert main(["profile", str(comp), "--flags"]) == 2
+    assert "no pipeline action labels" in capsys.readouterr().err
+    assert main(["profile", str(comp), "--timeline", str(tmp_path / "no" / "t.json")]) == 2
+    assert "there is no folder" in capsys.readouterr().err
