@@ -209,7 +209,12 @@ def test_unrecognised_annotations_say_what_was_found_and_expected(tmp_path, caps
     assert main(["profile", str(write(tmp_path / "t.json", ev))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "(0 operators), 1 GPU kernels and 1 annotations ('my_layer_fwd')" in err and "attn(F)" in err and "PP:2F0" in err and "--map" in err
+    assert (
+        "(0 operators), 1 GPU kernels and 1 annotations ('my_layer_fwd')" in err
+        and "attn(F)" in err
+        and "PP:2F0" in err
+        and "--map" in err
+    )
 
 
 def test_no_events_and_missing_inputs(tmp_path, capsys):
