@@ -331,3 +331,10 @@ def test_outputs_that_need_what_the_trace_lacks_are_one_line(tmp_path, capsys):
     assert "no pipeline action labels" in capsys.readouterr().err
     assert main(["profile", str(comp), "--timeline", str(tmp_path / "no" / "t.json")]) == 2
     assert "there is no folder" in capsys.readouterr().err
+
+
+def test_older_kineto_category_names_read_the_same(tmp_path):
+    """Kineto before torch 1.11 wrote Kernel / Runtime; the categories are read in any case."""
+    ev = [ann("attn(F)", 0, 10), {**launch(1, 1), "cat": "Runtime"}, {**kernel(1, 100, 50), "cat": "Kernel"}]
+    prof = profile(write(tmp_path / "old.json", ev))
+    assert prof.gpu and prof.rows[0].per_layer == pytest.approx(50e-6)
