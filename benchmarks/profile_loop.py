@@ -94,7 +94,8 @@ def main() -> None:
     out.print(t)
     out.print(
         f"worst |error| {worst:.1%} (target 10%); one launch, {len(schedules)} schedules, {wall:.1f} s wall; "
-        f"{os.cpu_count()} cores, load average {load:.1f} at the start"
+        f"{os.cpu_count()} cores, load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        f"(this run's {args.pp} ranks included)"
     )
     for line in skipped:
         out.print(f"skipped {line}")

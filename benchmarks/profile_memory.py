@@ -43,8 +43,8 @@ def write_trace(path: Path, mb: int) -> None:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as f:
         f.write('{"schemaVersion": 1, "deviceProperties": [{"name": "synthetic", "numSms": 132}], "traceEvents": [\n')
-        t, corr, first = 0, 0, True
-        while f.tell() < mb * 1_000_000 if path.suffix != ".gz" else t < mb * 2_600:
+        t, corr, first, written = 0, 0, True, 0
+        while written < mb * 1_000_000:  # characters of JSON, before any compression
             events = [{"ph": "X", "cat": "user_annotation", "name": "attn(F)", "pid": 1, "tid": 1, "ts": t, "dur": 90}]
             for i in range(20):  # operators, which name nothing
                 events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + i, "dur": 1,
@@ -55,7 +55,7 @@ def write_trace(path: Path, mb: int) -> None:
             events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 40, "dur": 50,
                            "args": {"correlation": corr, "stream": 7, "grid": [132, 1, 1]}})  # fmt: skip
             for e in events:
-                f.write(("" if first else ",\n") + json.dumps(e))
+                written += f.write(("" if first else ",\n") + json.dumps(e))
                 first = False
             t += 100
         f.write("\n]}\n")
@@ -67,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Console(width=160)
     t = Table(title="peak resident memory of one read (fresh process each)")
-    for col in ("file", "size MB", "reader", "peak RSS MB", "CPU s", "found"):
+    for col in ("file", "size MB (on disk)", "reader", "peak RSS MB", "CPU s", "found"):
         t.add_column(col, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("big.json", "big.json.gz"):

@@ -153,7 +153,7 @@ def test_report_data_is_the_timeline(capsys, tmp_path):
         (["draw", "-s", "1f1b", "-o", "x"], "unknown extension '(none)'"),
         (["draw", "-s", "1f1b", "-o", "no/such/dir/x.png"], "cannot write 'no/such/dir/x.png': there is no folder 'no/such/dir'"),
         (["draw", "-s", "1f1b", "-o", "."], "unknown extension"),
-        (["draw", "-o", "x.png"], "one of the arguments --schedule/-s --schedules is required"),
+        (["draw", "-o", "x.png"], "one of the arguments --schedule/-s --schedules --measured is required"),
         (["draw", "-s", "1f1b", "--schedules", "zb-h1", "-o", "x.png"], "not allowed with argument"),
         (["draw", "-s", "dualpipe", "--pp", "3", "-o", "x.png"], "dualpipe needs an even --pp, got 3"),
         (["draw", "--schedules", "1f1b,zb-h9", "-o", "x.png"], "unknown schedule 'zb-h9'"),

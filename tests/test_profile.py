@@ -72,6 +72,11 @@ def pair_trace():
                 tid = BWD if name == "mlp(B)" else CPU
                 ev.append(launch(corr, t + 5, tid))
                 ev.append(kernel(corr, gpu, d, stream, (20, 1, 1) if stream == 27 else (132, 1, 1)))
+                # Kineto's flow from launch to kernel and its GPU-side copy of the
+                # annotation: both repeat what correlation ids say, and must not count twice
+                ev.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": tid, "ts": t + 5})
+                ev.append({"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 0, "tid": stream, "ts": gpu, "bp": "e"})
+                ev.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": stream, "ts": gpu, "dur": d})
                 gpu += d + 5
                 times.setdefault(name, []).append(d)
             t += 50
@@ -204,7 +209,12 @@ def test_unrecognised_annotations_say_what_was_found_and_expected(tmp_path, caps
     assert main(["profile", str(write(tmp_path / "t.json", ev))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "1 GPU kernels and 1 annotations ('my_layer_fwd')" in err and "attn(F)" in err and "PP:2F0" in err and "--map" in err
+    assert (
+        "(0 operators), 1 GPU kernels and 1 annotations ('my_layer_fwd')" in err
+        and "attn(F)" in err
+        and "PP:2F0" in err
+        and "--map" in err
+    )
 
 
 def test_no_events_and_missing_inputs(tmp_path, capsys):
@@ -308,3 +318,23 @@ def test_a_trace_of_two_steps_reads_the_first(tmp_path):
         write(tmp_path / f"rank{r}.json", ev)
     prof = profile(tmp_path)
     assert prof.schedule.ranks == s.ranks and "more than one step" in " ".join(prof.notes)
+
+
+def test_outputs_that_need_what_the_trace_lacks_are_one_line(tmp_path, capsys):
+    s = build("1f1b", 2, 4)
+    (tmp_path / "acts").mkdir()
+    d = action_traces(tmp_path / "acts", s, lambda it, r, st: pipesim_label(it, r, st, s.name))
+    assert main(["profile", str(d), "-o", str(tmp_path / "c.toml")]) == 2
+    assert "no component annotations" in capsys.readouterr().err and not (tmp_path / "c.toml").exists()
+    comp = write(tmp_path / "comp.json", [ann("attn(F)", 0, 10)])
+    assert main(["profile", str(comp), "--flags"]) == 2
+    assert "no pipeline action labels" in capsys.readouterr().err
+    assert main(["profile", str(comp), "--timeline", str(tmp_path / "no" / "t.json")]) == 2
+    assert "there is no folder" in capsys.readouterr().err
+
+
+def test_older_kineto_category_names_read_the_same(tmp_path):
+    """Kineto before torch 1.11 wrote Kernel / Runtime; the categories are read in any case."""
+    ev = [ann("attn(F)", 0, 10), {**launch(1, 1), "cat": "Runtime"}, {**kernel(1, 100, 50), "cat": "Kernel"}]
+    prof = profile(write(tmp_path / "old.json", ev))
+    assert prof.gpu and prof.rows[0].per_layer == pytest.approx(50e-6)

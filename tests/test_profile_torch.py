@@ -70,3 +70,35 @@ def test_run_profile_traces_turn_into_costs_that_simulate(tmp_path, capsys):
     assert main(["profile", str(tmp_path / "zb-h1"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["from"] == "cpu ranges" and d["schedule"] == "zb-h1" and set(d["stage_costs"]) == {"f", "b", "w", "comm"}
+
+
+def test_a_pytorch_pipelining_step_reads_back_as_its_own_order(tmp_path):
+    """A real step of PyTorch's ScheduleZBVZeroBubble (one rank holding both stages, gloo,
+    in this process) under torch.profiler: the items pipesim reads from its ``PP:``
+    labels are PyTorch's own pipeline order (I is pipesim's B)."""
+    import datetime
+
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import ScheduleZBVZeroBubble
+    from torch.profiler import ProfilerActivity
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        stages = [PipelineStage(torch.nn.Linear(8, 8), i, 2, torch.device("cpu")) for i in range(2)]
+        sched = ScheduleZBVZeroBubble(stages, 4, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+        x, t = torch.randn(8, 8), torch.randn(8, 8)
+        sched.step(x, target=t, losses=[])  # the first step sets up the stages
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+            sched.step(x, target=t, losses=[])
+        path = tmp_path / "pp.json"
+        prof.export_chrome_trace(str(path))
+        letter = {"F": "F", "I": "B", "W": "W", "B": "BW"}
+        want = [f"{letter[a.computation_type.value]}{a.stage_index}.{a.microbatch_index}" for a in sched.pipeline_order[0] if a]
+    finally:
+        dist.destroy_process_group()
+    got = profile(path)
+    assert got.schedule.to_notation() == [want]
+    assert got.schedule.placement.stages == 2 and got.stage_costs is not None

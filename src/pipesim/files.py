@@ -68,17 +68,21 @@ def _placement(p, name: str, pp: int, M: int, d: dict, max_chunk: int, where: st
         raise PipesimError(f"{where}: {e}") from None
 
 
-def load_schedule(path: str | os.PathLike) -> Schedule:
+def read_json(path: str | os.PathLike, what: str):
+    """The JSON document at ``path``, or one line saying why not (``what`` names the file's kind)."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
-        raise PipesimError(f"cannot read schedule file {str(p)!r}: {e.strerror}") from None
+        raise PipesimError(f"cannot read {what} {str(p)!r}: {e.strerror}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise PipesimError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    return schedule_from_dict(data, str(p))
+
+
+def load_schedule(path: str | os.PathLike) -> Schedule:
+    return schedule_from_dict(read_json(path, "schedule file"), str(path))
 
 
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
@@ -121,12 +125,7 @@ def load_timeline(path: str | os.PathLike):
     from .timeline import Event, Inside, Segment, Timeline
 
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as e:
-        raise PipesimError(f"cannot read timeline file {str(p)!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise PipesimError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(p, "timeline file")
     tl = data.get("timeline") if isinstance(data, dict) else None
     if not isinstance(tl, dict) or not isinstance(tl.get("events"), list):
         raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")

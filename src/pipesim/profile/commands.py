@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 from rich.table import Table
@@ -57,7 +58,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 "(attn(F), mlp(B), ...); its per-stage costs are what --flags prints"
             )
         text = cost_file(prof)
-        parse_costs(_toml(text))  # what we write must load back
+        parse_costs(tomllib.loads(text))  # what we write must load back
         files.append((args.output, text))
     if args.timeline:
         files.append((args.timeline, json.dumps(timeline_to_dict(prof.schedule, prof.timeline)) + "\n"))
@@ -73,12 +74,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         write_text_atomic(path, text)
         print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-def _toml(text: str) -> dict:
-    import tomllib
-
-    return tomllib.loads(text)
 
 
 def comm_sms(prof: Profile) -> float | None:

@@ -139,6 +139,7 @@ def _nothing_found(runs: list[Attributed]) -> str:
     where = runs[0].trace.path if len(runs) == 1 else f"{len(runs)} traces in {Path(runs[0].trace.path).parent}"
     events = sum(r.trace.events for r in runs)
     kernels = sum(len(r.trace.kernels) for r in runs)
+    ops = sum(r.trace.cpu_ops for r in runs)
     names = Counter()
     for r in runs:
         names.update(r.unrecognised)
@@ -147,7 +148,7 @@ def _nothing_found(runs: list[Attributed]) -> str:
     else:
         shown = ", ".join(repr(n) for n, _ in names.most_common(4))
         found = (
-            f"{events} events, {kernels} GPU kernels and {sum(names.values())} annotations"
+            f"{events} events ({ops} operators), {kernels} GPU kernels and {sum(names.values())} annotations"
             + (f" ({shown}{', ...' if len(names) > 4 else ''})" if names else "")
             + ", none of which pipesim reads"
         )

@@ -25,9 +25,10 @@ from pathlib import Path
 
 from ..errors import PipesimError
 
-LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"}
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-RANGE_CATS = {"user_annotation", "cpu_op"}
+# categories compared in lower case: older Kineto wrote Kernel, Runtime, Memcpy, Memset
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"}
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+RANGE_CATS = {"user_annotation", "cpu_op", "operator"}
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 64 << 20  # characters one top-level value or event may take
 
@@ -84,8 +85,9 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         if not isinstance(value, dict):
             raise PipesimError(f"{p}: not a profiler trace: traceEvents holds a {type(value).__name__}, expected event objects")
         cat = value.get("cat")
-        if value.get("ph") != "X" or cat is None:
+        if value.get("ph") != "X" or not isinstance(cat, str):
             continue
+        cat = cat.lower()
         try:
             ts = float(value["ts"])
             end = ts + float(value.get("dur", 0.0))
@@ -95,7 +97,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         if cat in RANGE_CATS:
             name = str(value.get("name", ""))
             name = names.setdefault(name, name)
-            if cat == "cpu_op":
+            if cat != "user_annotation":
                 tr.cpu_ops += 1
                 if not wanted(name):
                     continue

@@ -140,9 +140,27 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str):
         return record_function(pipesim_label(item, ctx.rank, stages, schedule.name))
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    prof = profile(activities=activities)
+    with _quiet_stderr():  # Kineto prints a line to stderr at each start and stop
+        prof.start()
+    try:
         yield mark
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     prof.export_chrome_trace(os.path.join(folder, f"rank{ctx.rank}.json"))
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def clock_offset(ctx: RankContext, rounds: int = 20) -> float:
