@@ -113,7 +113,8 @@ def walk(offsets: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray) -> tuple[np.
             out.append(i)
             is_done[i] = True
             if i in parked_on:
-                ready.extend(parked_on.pop(i))
+                # newest first, as the compiled loop keeps its parked ranks (a linked list)
+                ready.extend(reversed(parked_on.pop(i)))
             i += 1
         heads[r] = i
     order[: len(out)] = out
