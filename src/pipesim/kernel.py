@@ -122,24 +122,23 @@ def walk(offsets: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray) -> tuple[np.
 
 
 def times(
-    order: np.ndarray, prev: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray, latency: np.ndarray, duration: np.ndarray
+    order: np.ndarray, first: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray, latency: np.ndarray, duration: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every item: in ``order``, an item starts when the item before it on
-    its rank (``prev``, -1 for none) has ended and every predecessor's end plus its edge's
-    latency has passed."""
+    its rank (i - 1, unless ``first[i]``) has ended and every predecessor's end plus its
+    edge's latency has passed."""
     n = len(duration)
     lib = compiled()
     if lib is not None:
         start = np.empty(n, np.float64)
         end = np.empty(n, np.float64)
-        lib.pipesim_times(n, *(_ptr(a) for a in (order, prev, dep_ptr, dep, latency, duration, start, end)))
+        lib.pipesim_times(n, *(_ptr(a) for a in (order, first, dep_ptr, dep, latency, duration, start, end)))
         return start, end
-    pv, ptr, dp, lat, dur = prev.tolist(), dep_ptr.tolist(), dep.tolist(), latency.tolist(), duration.tolist()
+    top, ptr, dp, lat, dur = first.tolist(), dep_ptr.tolist(), dep.tolist(), latency.tolist(), duration.tolist()
     st = [0.0] * n
     en = [0.0] * n
     for i in order.tolist():
-        p = pv[i]
-        s = en[p] if p >= 0 else 0.0
+        s = 0.0 if top[i] else en[i - 1]
         for e in range(ptr[i], ptr[i + 1]):
             t = en[dp[e]] + lat[e]
             if t > s:
