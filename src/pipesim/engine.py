@@ -26,11 +26,12 @@ from .validate import check_structure, execution_order, item_needs
 
 F, B, W, BW = range(4)
 
-#: The most ops one schedule may have: the engine (build, compile, simulate, summarize)
-#: runs about 2-5 million ops per second of CPU and holds about 100 bytes per op, so
-#: this is about a minute of work and a few GB; larger sizes are refused before
-#: anything is allocated (``check_size``).
-MAX_OPS = 200_000_000
+#: The most ops one schedule may have. The engine (build, compile, simulate, summarize)
+#: runs 2-5 million ops per second of CPU and peaks near 75 bytes per op (1F1B at 16.8M
+#: ops: 7.7 s, 1.3 GB), so this is at most about half a minute and 5 GB with the C loops
+#: (a few minutes with the Python ones); larger sizes are refused before anything is
+#: allocated (``check_size``).
+MAX_OPS = 64_000_000
 
 
 def check_size(pp: int, microbatches: int, stages: int, what: str = "schedule") -> None:
@@ -40,7 +41,7 @@ def check_size(pp: int, microbatches: int, stages: int, what: str = "schedule") 
     if ops > MAX_OPS:
         raise PipesimError(
             f"{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
-            f"{MAX_OPS:,} (about a minute of simulation); use fewer micro-batches or stages"
+            f"{MAX_OPS:,} (about half a minute and 5 GB to simulate); use fewer micro-batches or stages"
         )
 
 
