@@ -13,7 +13,11 @@ PyTorch's side: its schedule class is constructed with stand-in stages (it gener
 per-rank order and, for the multi-stage runtime, lowers it for execution: that is
 "generate"); the compute-only order, overlapped pairs split into their two actions
 (its simulator rejects OVERLAP_F_B), gets ``_add_send_recv`` ("lower") and then
-``_simulate_comms_compute`` ("simulate"). Its 1F1B is ``ScheduleInterleaved1F1B`` with
+``_simulate_comms_compute`` ("simulate"). For ZB-V, whose pipesim order is searched
+(a cold build of tens of seconds, issue 10's item 4), a second row times pipesim on
+PyTorch's own order (compiled, simulated and summarized; reading its action rows into
+a Schedule is timed apart) against PyTorch's lower + simulate of it. "simulators alone" is PyTorch's
+lower + simulate against pipesim's compile + simulate. Its 1F1B is ``ScheduleInterleaved1F1B`` with
 one stage per rank: ``Schedule1F1B``'s order has an off-by-one on the last rank that
 ``_add_send_recv`` rejects (shared/PYTORCH.md).
 """
@@ -135,7 +139,8 @@ def torch_classes():
 
 
 def torch_run(name: str, pp: int, M: int) -> dict:
-    """PyTorch's generate, lower and simulate of its own class for ``name`` (CPU seconds)."""
+    """PyTorch's generate, lower and simulate of its own class for ``name`` (CPU seconds),
+    and its order as action rows."""
     from torch.distributed.pipelining import schedules as S
 
     cls, k, style = torch_classes()[name]
@@ -163,7 +168,20 @@ def torch_run(name: str, pp: int, M: int) -> dict:
     t2 = time.process_time()
     S._simulate_comms_compute(lowered, stage_to_rank, n)
     t3 = time.process_time()
-    return dict(ops=ops, generate=t1 - t0, lower=t2 - t1, simulate=t3 - t2, total=t3 - t0)
+    rows = [[str(a) for a in sched.pipeline_order[r] if a is not None] for r in range(pp)]
+    return dict(ops=ops, generate=t1 - t0, lower=t2 - t1, simulate=t3 - t2, total=t3 - t0, rows=rows)
+
+
+def on_torch_order(rows: list[list[str]], M: int) -> dict:
+    """pipesim on PyTorch's own order: read its action rows (a Python object per op, timed
+    apart), then compile, simulate and summarize."""
+    from pipesim.runtime.torch_export import from_torch_rows
+
+    t0 = time.process_time()
+    s = from_torch_rows(rows, "torch", M)
+    t1 = time.process_time()
+    summarize(s, simulate(s, COSTS))
+    return dict(ops=s.num_ops, read=t1 - t0, total=time.process_time() - t1)
 
 
 def peer_table(args) -> None:
@@ -180,6 +198,7 @@ def peer_table(args) -> None:
         "simulate",
         "torch s",
         "ratio",
+        "simulators alone",
     ):
         t.add_column(col, justify="right")
     sizes = [(32, 256)] if args.quick else [(32, 256), (64, 1024)]
@@ -198,8 +217,25 @@ def peer_table(args) -> None:
                 f"{theirs['ops']:,}",
                 *(f"{theirs[k]:.2f}" for k in ("generate", "lower", "simulate", "total")),
                 f"{ratio:.0f}x " + ("ok" if ratio >= 20 else "MISS") + " (>= 20x)",
+                f"{(theirs['lower'] + theirs['simulate']) / (ours['compile'] + ours['simulate']):.0f}x",
             )
             print(f"  {name} pp={pp} M={M}: {ratio:.0f}x", file=sys.stderr, flush=True)
+            if name in SEARCHED:  # the same order on both sides: pipesim reads PyTorch's
+                ours = on_torch_order(theirs["rows"], M)
+                ratio = (theirs["lower"] + theirs["simulate"]) / ours["total"]
+                t.add_row(
+                    f"{name} on torch's order (read {ours['read']:.2f} s)",
+                    str(pp),
+                    str(M),
+                    f"{ours['ops']:,}",
+                    f"{ours['total']:.3f}",
+                    f"{theirs['ops']:,}",
+                    "-",
+                    *(f"{theirs[k]:.2f}" for k in ("lower", "simulate")),
+                    f"{theirs['lower'] + theirs['simulate']:.2f}",
+                    f"{ratio:.0f}x",
+                    "",
+                )
     console.print(t)
 
 
@@ -207,10 +243,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes, no ZB-V at pp=64, no PyTorch at pp=64")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    ap.add_argument("--tables", default="speed,scaling,peer", help="which tables, comma-separated")
     args = ap.parse_args()
-    speed_table(args)
-    scaling_table(args)
-    if not args.no_torch:
+    tables = args.tables.split(",")
+    if "speed" in tables:
+        speed_table(args)
+    if "scaling" in tables:
+        scaling_table(args)
+    if "peer" in tables and not args.no_torch:
         peer_table(args)
 
 
