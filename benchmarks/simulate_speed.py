@@ -251,6 +251,11 @@ def main() -> None:
     if "scaling" in tables:
         scaling_table(args)
     if "peer" in tables and not args.no_torch:
+        try:
+            import torch.distributed.pipelining  # noqa: F401
+        except ImportError:
+            print("no PyTorch comparison: pip install 'pipesim[torch]'", file=sys.stderr)
+            return
         peer_table(args)
 
 

@@ -4,7 +4,8 @@ when a compiler is at hand and in plain Python otherwise; both give the same ans
 ``_engine.c`` is compiled once, at first use, into the user's cache directory
 (``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the source's hash and the
 interpreter) with ``$CC`` or ``cc``, and loaded with ctypes: ``pip install`` needs no
-compiler, and a machine without one runs the Python loops (about 30x slower per op).
+compiler, and a machine without one runs the Python loops (compile + simulate of 1F1B at
+pp=64, M=1024: 259 ms instead of 17 ms).
 ``PIPESIM_KERNEL=python`` forces the Python loops (the tests compare the two).
 """
 
