@@ -9,7 +9,7 @@
  * executable order to `order` and returns how many were placed (fewer than n: deadlock;
  * `head[r]` is then rank r's first item not placed). Scratch: `done` (n bytes, zeroed),
  * `parked` (n, -1), `next_parked` and `queue` (pp). */
-int64_t pipesim_walk(int64_t pp, const int64_t *offsets, const int64_t *dep_ptr, const int32_t *dep,
+int64_t pipesim_walk(int64_t pp, const int64_t *offsets, const int32_t *dep_ptr, const int32_t *dep,
                      int32_t *order, int64_t *head, uint8_t *done, int32_t *parked, int32_t *next_parked,
                      int32_t *queue) {
     int64_t placed = 0, q_head = 0, q_len = pp;
@@ -24,7 +24,7 @@ int64_t pipesim_walk(int64_t pp, const int64_t *offsets, const int64_t *dep_ptr,
         int64_t i = head[r], stop = offsets[r + 1];
         while (i < stop) {
             int32_t missing = -1;
-            for (int64_t e = dep_ptr[i]; e < dep_ptr[i + 1]; e++) {
+            for (int32_t e = dep_ptr[i]; e < dep_ptr[i + 1]; e++) {
                 if (!done[dep[e]]) {
                     missing = dep[e];
                     break;
@@ -49,14 +49,15 @@ int64_t pipesim_walk(int64_t pp, const int64_t *offsets, const int64_t *dep_ptr,
     return placed;
 }
 
-/* The timing pass: in `order`, an item starts when the item before it on its rank has
- * ended and every predecessor's end plus its edge's latency has passed. */
-void pipesim_times(int64_t n, const int32_t *order, const int32_t *prev, const int64_t *dep_ptr, const int32_t *dep,
+/* The timing pass: in `order`, an item starts when the item before it on its rank (i - 1,
+ * unless `first[i]`) has ended and every predecessor's end plus its edge's latency has
+ * passed. */
+void pipesim_times(int64_t n, const int32_t *order, const uint8_t *first, const int32_t *dep_ptr, const int32_t *dep,
                    const double *latency, const double *duration, double *start, double *end) {
     for (int64_t k = 0; k < n; k++) {
         int32_t i = order[k];
-        double s = prev[i] >= 0 ? end[prev[i]] : 0.0;
-        for (int64_t e = dep_ptr[i]; e < dep_ptr[i + 1]; e++) {
+        double s = first[i] ? 0.0 : end[i - 1];
+        for (int32_t e = dep_ptr[i]; e < dep_ptr[i + 1]; e++) {
             double t = end[dep[e]] + latency[e];
             if (t > s) s = t;
         }

@@ -21,16 +21,17 @@ import numpy as np
 from . import kernel
 from .deps import Key
 from .errors import PipesimError
-from .ir import KINDS, Item, Op, Pair, RankTable, Schedule
+from .ir import KINDS, Item, Op, Pair, RankTable, Schedule, ops_of
 from .validate import check_structure, execution_order, item_needs
 
 F, B, W, BW = range(4)
 
-#: The most ops one schedule may have: the engine (build, compile, simulate, summarize)
-#: runs about 2-5 million ops per second of CPU and holds about 100 bytes per op, so
-#: this is about a minute of work and a few GB; larger sizes are refused before
-#: anything is allocated (``check_size``).
-MAX_OPS = 200_000_000
+#: The most ops one schedule may have. The engine (build, compile, simulate, summarize)
+#: runs 2-5 million ops per second of CPU and peaks near 75 bytes per op (1F1B at 16.8M
+#: ops: 7.7 s, 1.3 GB), so this is at most about half a minute and 5 GB with the C loops
+#: (a few minutes with the Python ones); larger sizes are refused before anything is
+#: allocated (``check_size``).
+MAX_OPS = 64_000_000
 
 
 def check_size(pp: int, microbatches: int, stages: int, what: str = "schedule") -> None:
@@ -40,7 +41,7 @@ def check_size(pp: int, microbatches: int, stages: int, what: str = "schedule") 
     if ops > MAX_OPS:
         raise PipesimError(
             f"{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
-            f"{MAX_OPS:,} (about a minute of simulation); use fewer micro-batches or stages"
+            f"{MAX_OPS:,} (about half a minute and 5 GB to simulate); use fewer micro-batches or stages"
         )
 
 
@@ -56,19 +57,17 @@ class Step:
 
 @dataclass(frozen=True, eq=False)
 class Program:
-    """A checked schedule as arrays, ready to time under any costs."""
+    """A checked schedule as arrays, ready to time under any costs. Items are numbered
+    as ``schedule.table`` stores them (rank after rank, each rank's in its order)."""
 
     schedule: Schedule
-    rank: np.ndarray  # int32 per item
-    stage: np.ndarray  # int32 per item: its (first) op's stage
-    stage2: np.ndarray  # int32 per item: a pair's backward's stage, -1 for a lone op
-    prev: np.ndarray  # int32 per item: the item before it on its rank, -1 for the first
-    dep_ptr: np.ndarray  # int64, items + 1
+    first: np.ndarray  # uint8 per item: 1 for a rank's first item (no item before it on its rank)
+    dep_ptr: np.ndarray  # int32, items + 1
     dep: np.ndarray  # int32 per edge: the item waited for
-    dep_half: np.ndarray  # int8 per edge: which op of that item made what is waited for
+    dep_half: np.ndarray  # int8 per edge: which op of that item made what is waited for (1: a pair's backward)
     cross: np.ndarray  # bool per edge: the wait crosses ranks (a P2P transfer)
     order: np.ndarray  # int32: every item once, each after all it waits for
-    shape: np.ndarray  # int32 per item: index into ``shapes``
+    shape: np.ndarray  # int16 or int32 per item: index into ``shapes``
     shapes: tuple[tuple[Item, tuple[int, ...]], ...]  # one (item, stages) per shape
 
     @property
@@ -77,21 +76,33 @@ class Program:
 
     @property
     def items(self) -> int:
-        return len(self.rank)
+        return len(self.order)
+
+    @property
+    def rank(self) -> np.ndarray:
+        """The rank of every item."""
+        return self.table.ranks_of_items()
 
     @cached_property
     def steps(self) -> tuple[Step, ...]:
         """The items as objects in execution order (for callers that want them; slow)."""
         s = self.schedule
+        pl = s.placement
         where = self.rank.tolist()
-        first = s.table.offsets.tolist()
+        start = s.table.offsets.tolist()
         out = []
         for i in self.order.tolist():
             r = where[i]
-            item = s.ranks[r][i - first[r]]
-            stages = (int(self.stage[i]),) if self.stage2[i] < 0 else (int(self.stage[i]), int(self.stage2[i]))
+            item = s.ranks[r][i - start[r]]
+            stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
             out.append(Step(r, item, item_needs(s, r, item), stages))
         return tuple(out)
+
+
+#: a (rank, chunk, micro-batch) slot is complete with one F and one BW (two ops) or one
+#: F, one B and one W (three): with these weights per op, only those reach these sums
+_WEIGHT = np.array([4096 + 1, 4096 + 8, 4096 + 64, 4096 + 512], np.float64)  # F, B, W, BW
+_COMPLETE = (2 * 4096 + 1 + 512, 3 * 4096 + 1 + 8 + 64)
 
 
 def compile(schedule: Schedule) -> Program:
@@ -100,82 +111,75 @@ def compile(schedule: Schedule) -> Program:
     pl, M = schedule.placement, schedule.microbatches
     check_size(schedule.pp, M, pl.stages, schedule.name)
     t = schedule.table
-    n, S, C = t.items, pl.stages, pl.chunks
-    rank = t.ranks_of_items()
+    n, S, C, pp = t.items, pl.stages, pl.chunks, schedule.pp
     pair = np.flatnonzero(t.kind2 >= 0)
     o_item, o_kind, o_chunk, o_mb = t.ops()  # the items' (first) ops, then the pairs' backwards
-    o_rank = rank[o_item]
-    route_of = np.asarray(pl.route_of, np.int32)
-    inside = (o_mb >= 0) & (o_mb < M) & (o_chunk >= 0) & (o_chunk < C)
-    if not inside.all():
+    rank = t.ranks_of_items()
+    o_rank = rank[o_item] if len(pair) else rank
+    if not ((o_mb >= 0) & (o_mb < M) & (o_chunk >= 0) & (o_chunk < C)).all():
         _refuse(schedule)
-    o_stage = pl.stage_grid()[route_of[o_mb], o_rank, o_chunk]
+    route_of = np.asarray(pl.route_of, np.int32)
+    o_route = route_of[o_mb]
+    o_stage = pl.stage_grid()[o_route, o_rank, o_chunk]
     if (o_stage < 0).any():
         _refuse(schedule)
-    # each (rank, chunk, micro-batch) on a route: one F, and one BW or one B and one W
-    slot = (o_rank.astype(np.int64) * C + o_chunk) * M + o_mb
-    count = np.bincount(slot * 4 + o_kind, minlength=schedule.pp * C * M * 4).reshape(-1, 4)
-    on_route = np.zeros(schedule.pp * C * M, bool)
-    routes = np.asarray(pl.routes, np.int32).reshape(len(pl.routes), S, 2)  # [route, stage] -> (rank, chunk)
-    pos = routes[route_of]  # [mb, stage] -> (rank, chunk)
-    on_route[((pos[..., 0].astype(np.int64) * C + pos[..., 1]) * M + np.arange(M)[:, None]).ravel()] = True
-    nf, nb, nw, nbw = count[on_route].T
-    split = (nb == 1) & (nw == 1) & (nbw == 0)
-    fused = (nbw == 1) & (nb == 0) & (nw == 0)
-    if not ((nf == 1) & (split | fused)).all() or (
+    # slot: (rank, chunk, micro-batch); what each slot makes is ``made[2 * slot + phase]``
+    # (phase 0: its forward, 1: its input gradient), the op's number
+    idx = np.int32 if 2 * pp * C * M < 2**31 else np.int64
+    slot = (o_rank.astype(idx) * C + o_chunk) * M + o_mb
+    del o_rank
+    base = np.full((len(pl.routes), S + 2), -1, idx)  # [route, stage + 1] -> slot of micro-batch 0 there
+    for ri, route in enumerate(pl.routes):
+        base[ri, 1:-1] = [(r * C + c) * M for r, c in route]
+    on_route = (base[route_of, 1:-1] + np.arange(M, dtype=idx)[:, None]).ravel()
+    if not np.isin(np.bincount(slot, _WEIGHT[o_kind], pp * C * M)[on_route], _COMPLETE).all() or (
         len(pair) and ((t.mb[pair] == t.mb2[pair]) & (t.chunk[pair] == t.chunk2[pair])).any()
     ):
         _refuse(schedule)
-    # who makes what: the item (and its op) ending each forward and each input gradient
-    made_f = np.zeros(len(on_route), np.int32)
-    made_b = np.zeros(len(on_route), np.int32)
-    o_half = np.concatenate([np.zeros(n, np.int8), np.ones(len(pair), np.int8)])
-    half_b = np.zeros(len(on_route), np.int8)
+    del on_route
+    made = np.zeros(2 * pp * C * M, np.int32)
+    op = np.arange(len(o_kind), dtype=np.int32)
     isf = o_kind == F
     isb = (o_kind == B) | (o_kind == BW)
-    made_f[slot[isf]] = o_item[isf]
-    made_b[slot[isb]] = o_item[isb]
-    half_b[slot[isb]] = o_half[isb]
-    # what each op waits for (deps.needs): F the previous stage's F; B and BW their own F
-    # and the next stage's input gradient; W its own B. Two columns per op.
-    want = np.full((len(o_item), 2), -1, np.int64)  # slots
-    want_b = np.zeros((len(o_item), 2), bool)  # the slot's input gradient, not its forward
-    up = isf & (o_stage > 0)
-    p = pos[o_mb[up], o_stage[up] - 1]
-    want[up, 0] = (p[:, 0].astype(np.int64) * C + p[:, 1]) * M + o_mb[up]
-    want[isb, 0] = slot[isb]
-    down = isb & (o_stage < S - 1)
-    p = pos[o_mb[down], o_stage[down] + 1]
-    want[down, 1] = (p[:, 0].astype(np.int64) * C + p[:, 1]) * M + o_mb[down]
-    want_b[down, 1] = True
-    isw = o_kind == W
-    want[isw, 0] = slot[isw]
-    want_b[isw, 0] = True
-    # per item: its first op's two columns, then its pair backward's (validate.item_needs)
-    per_item = np.full((n, 4), -1, np.int64)
-    per_b = np.zeros((n, 4), bool)
-    per_item[:, :2] = want[:n]
-    per_b[:, :2] = want_b[:n]
-    per_item[pair, 2:] = want[n:]
-    per_b[pair, 2:] = want_b[n:]
-    has = per_item >= 0
-    wanted, wanted_b = per_item[has], per_b[has]
-    dep = np.where(wanted_b, made_b[np.maximum(wanted, 0)], made_f[np.maximum(wanted, 0)]).astype(np.int32)
-    dep_half = np.where(wanted_b, half_b[np.maximum(wanted, 0)], 0).astype(np.int8)
-    dep_ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(has.sum(axis=1), out=dep_ptr[1:])
+    made[2 * slot[isf]] = op[isf]
+    made[2 * slot[isb] + 1] = op[isb]
+    # what each op waits for (deps.needs), as made-indices, two columns: F the previous
+    # stage's forward; B and BW their own forward, then the next stage's input gradient;
+    # W its own B
+    prev_f = base[o_route, o_stage]  # the slot base one stage back (column s is stage s - 1)
+    col0 = np.where(isf, np.where(prev_f >= 0, 2 * (prev_f + o_mb), -1), 2 * slot + (o_kind == W))
+    del prev_f
+    next_b = base[o_route, o_stage + 2]
+    col1 = np.where(isb & (next_b >= 0), 2 * (next_b + o_mb) + 1, -1)
+    del next_b, o_route, slot
+    # per item: its first op's columns, then its pair backward's (validate.item_needs)
+    if len(pair):
+        want = np.full((n, 4), -1, idx)
+        want[:, 0], want[:, 1] = col0[:n], col1[:n]
+        want[pair, 2], want[pair, 3] = col0[n:], col1[n:]
+    else:
+        want = np.stack([col0, col1], axis=1)
+    del col0, col1
+    has = want >= 0
+    dep_op = made[want[has]]
+    del want, made
+    dep_ptr = np.zeros(n + 1, np.int32)
+    np.cumsum(has.sum(axis=1, dtype=np.int32), out=dep_ptr[1:])
+    del has
+    dep = o_item[dep_op] if len(pair) else dep_op
+    dep_half = (dep_op >= n).astype(np.int8) if len(pair) else np.broadcast_to(np.int8(0), dep_op.shape)
+    del dep_op
     cross = rank[dep] != np.repeat(rank, np.diff(dep_ptr))
     order, _, placed = kernel.walk(t.offsets, dep_ptr, dep)
     if placed != n:
         execution_order(schedule)  # raises the DeadlockError naming the cycle
         raise AssertionError("the engine's walk and validate's disagree")
-    prev = np.arange(-1, n - 1, dtype=np.int32)
-    prev[t.offsets[:-1][np.diff(t.offsets) > 0]] = -1
-    stage = o_stage[:n]
+    first = np.zeros(n, np.uint8)
+    first[t.offsets[:-1][np.diff(t.offsets) > 0]] = 1
     stage2 = np.full(n, -1, np.int32)
     stage2[pair] = o_stage[n:]
-    shape, shapes = _shapes(t, stage, stage2, S)
-    return Program(schedule, rank, stage, stage2, prev, dep_ptr, dep, dep_half, cross, order, shape, shapes)
+    shape, shapes = _shapes(t, o_stage[:n], stage2, S)
+    return Program(schedule, first, dep_ptr, dep, dep_half, cross, order, shape, shapes)
 
 
 def _refuse(schedule: Schedule) -> None:
@@ -196,7 +200,7 @@ def _shapes(t: RankTable, stage: np.ndarray, stage2: np.ndarray, S: int) -> tupl
         shape = ids[key]
     else:
         keys, shape = np.unique(key, return_inverse=True)
-        shape = shape.astype(np.int32)
+    shape = shape.astype(np.int16 if len(keys) < 2**15 else np.int32)
     first = np.full(len(keys), len(key), np.int64)
     np.minimum.at(first, shape, np.arange(len(key)))
     shapes = []
@@ -219,24 +223,33 @@ def item_times(program: Program, costs) -> np.ndarray:
 def edge_latency(program: Program, costs) -> np.ndarray:
     """Every edge's latency: ``p2p_time(src, dst)`` across ranks (one call per rank pair
     that occurs), 0 on the same rank."""
-    lat = np.zeros(len(program.dep), np.float64)
     if not program.cross.any():
-        return lat
+        return np.zeros(len(program.dep), np.float64)
     pp = program.schedule.pp
-    e = np.flatnonzero(program.cross)
-    src = program.rank[program.dep[e]].astype(np.int64)
-    dst = np.repeat(program.rank, np.diff(program.dep_ptr))[e].astype(np.int64)
-    pairs, inv = np.unique(src * pp + dst, return_inverse=True)
-    per = np.asarray([costs.p2p_time(int(k // pp), int(k % pp)) for k in pairs.tolist()], np.float64)
-    lat[e] = per[inv]
+    rank = program.rank
+    key = rank[program.dep].astype(np.int64 if pp * pp >= 2**31 else np.int32) * pp
+    key += np.repeat(rank, np.diff(program.dep_ptr))
+    del rank
+    cross = key[program.cross]
+    pairs = np.flatnonzero(np.bincount(cross, minlength=pp * pp)) if pp <= 4096 else np.unique(cross)
+    del cross
+    table = np.zeros(pp * pp if pp <= 4096 else len(pairs), np.float64)
+    per = [costs.p2p_time(int(k // pp), int(k % pp)) for k in pairs.tolist()]
+    if pp <= 4096:
+        table[pairs] = per
+        lat = table[key]
+    else:
+        table[:] = per
+        lat = table[np.searchsorted(pairs, key).clip(0, len(pairs) - 1)]
+    lat[~program.cross] = 0.0
     return lat
 
 
-def run(program: Program, costs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, edge latency) of every item under ``costs``."""
+def run(program: Program, costs) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of every item under ``costs``."""
     lat = edge_latency(program, costs)
-    start, end = kernel.times(program.order, program.prev, program.dep_ptr, program.dep, lat, item_times(program, costs))
-    return start, end, lat
+    dur = item_times(program, costs)
+    return kernel.times(program.order, program.first, program.dep_ptr, program.dep, lat, dur)
 
 
 def op_of(table: RankTable, i: int, half: int) -> Op:

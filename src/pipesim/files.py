@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from .engine import check_size
 from .errors import PipesimError
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
 
@@ -26,6 +27,8 @@ def schedule_from_dict(d: dict, where: str = "schedule") -> Schedule:
     pp, M = d["pp"], d["microbatches"]
     if not isinstance(pp, int) or pp < 1 or not isinstance(M, int) or M < 1:
         raise PipesimError(f"{where}: pp and microbatches must be integers >= 1, got {pp!r} and {M!r}")
+    stages = d.get("stages")
+    check_size(pp, M, max(pp, stages if isinstance(stages, int) else 0), where)  # before anything of size M
     rows = d["ranks"]
     if not isinstance(rows, list) or len(rows) != pp:
         raise PipesimError(f"{where}: 'ranks' must be a list of {pp} op lists (one per rank)")

@@ -236,9 +236,10 @@ class RankTable(Sequence):
         self.kind = np.asarray(kind, dtype=np.int8)
         self.chunk = np.asarray(chunk, dtype=np.int32)
         self.mb = np.asarray(mb, dtype=np.int32)
-        self.kind2 = np.full(n, -1, np.int8) if kind2 is None else np.asarray(kind2, dtype=np.int8)
-        self.chunk2 = np.zeros(n, np.int32) if chunk2 is None else np.asarray(chunk2, dtype=np.int32)
-        self.mb2 = np.zeros(n, np.int32) if mb2 is None else np.asarray(mb2, dtype=np.int32)
+        # without pairs the backward columns are read-only views of one number: no memory
+        self.kind2 = np.broadcast_to(np.int8(-1), (n,)) if kind2 is None else np.asarray(kind2, dtype=np.int8)
+        self.chunk2 = np.broadcast_to(np.int32(0), (n,)) if chunk2 is None else np.asarray(chunk2, dtype=np.int32)
+        self.mb2 = np.broadcast_to(np.int32(0), (n,)) if mb2 is None else np.asarray(mb2, dtype=np.int32)
         if self.offsets[0] != 0 or self.offsets[-1] != n or any(len(a) != n for a in (self.chunk, self.mb, self.kind2)):
             raise PipesimError("malformed rank table: offsets and item columns disagree")
         self._rows: list = [None] * (len(self.offsets) - 1)
@@ -261,6 +262,8 @@ class RankTable(Sequence):
                 for col, v in zip(cols, row):
                     col.append(v)
             offsets.append(len(cols[0]))
+        if all(k < 0 for k in cols[3]):
+            return cls(offsets, *cols[:3])
         return cls(offsets, *cols)
 
     @classmethod
@@ -286,6 +289,8 @@ class RankTable(Sequence):
         """Every op once, as (item, kind, chunk, mb): the items' own (first) ops in item
         order, then the pairs' backwards."""
         pair = np.flatnonzero(self.kind2 >= 0)
+        if not len(pair):  # no copies
+            return np.arange(self.items, dtype=np.int32), self.kind, self.chunk, self.mb
         return (
             np.concatenate([np.arange(self.items, dtype=np.int32), pair.astype(np.int32)]),
             np.concatenate([self.kind, self.kind2[pair]]),

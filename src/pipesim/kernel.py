@@ -4,7 +4,8 @@ when a compiler is at hand and in plain Python otherwise; both give the same ans
 ``_engine.c`` is compiled once, at first use, into the user's cache directory
 (``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the source's hash and the
 interpreter) with ``$CC`` or ``cc``, and loaded with ctypes: ``pip install`` needs no
-compiler, and a machine without one runs the Python loops (about 30x slower per op).
+compiler, and a machine without one runs the Python loops (compile + simulate of 1F1B at
+pp=64, M=1024: 259 ms instead of 17 ms).
 ``PIPESIM_KERNEL=python`` forces the Python loops (the tests compare the two).
 """
 
@@ -123,24 +124,23 @@ def walk(offsets: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray) -> tuple[np.
 
 
 def times(
-    order: np.ndarray, prev: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray, latency: np.ndarray, duration: np.ndarray
+    order: np.ndarray, first: np.ndarray, dep_ptr: np.ndarray, dep: np.ndarray, latency: np.ndarray, duration: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of every item: in ``order``, an item starts when the item before it on
-    its rank (``prev``, -1 for none) has ended and every predecessor's end plus its edge's
-    latency has passed."""
+    its rank (i - 1, unless ``first[i]``) has ended and every predecessor's end plus its
+    edge's latency has passed."""
     n = len(duration)
     lib = compiled()
     if lib is not None:
         start = np.empty(n, np.float64)
         end = np.empty(n, np.float64)
-        lib.pipesim_times(n, *(_ptr(a) for a in (order, prev, dep_ptr, dep, latency, duration, start, end)))
+        lib.pipesim_times(n, *(_ptr(a) for a in (order, first, dep_ptr, dep, latency, duration, start, end)))
         return start, end
-    pv, ptr, dp, lat, dur = prev.tolist(), dep_ptr.tolist(), dep.tolist(), latency.tolist(), duration.tolist()
+    top, ptr, dp, lat, dur = first.tolist(), dep_ptr.tolist(), dep.tolist(), latency.tolist(), duration.tolist()
     st = [0.0] * n
     en = [0.0] * n
     for i in order.tolist():
-        p = pv[i]
-        s = en[p] if p >= 0 else 0.0
+        s = 0.0 if top[i] else en[i - 1]
         for e in range(ptr[i], ptr[i + 1]):
             t = en[dp[e]] + lat[e]
             if t > s:

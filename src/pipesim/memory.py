@@ -25,7 +25,7 @@ import numpy as np
 from .costs import PerStage, at_stage
 from .errors import PipesimError
 from .ir import Schedule
-from .metrics import running_peaks
+from .metrics import running_peak
 from .timeline import Timeline
 
 
@@ -117,16 +117,16 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel) -> Memory
         opt.append(sum(x[2] for x in sizes))
     # activations: an F allocates its stage's at its start; a B frees all but the share W
     # needs, the W the rest, a fused BW all of it, at their ends
-    t = timeline.table
-    item, kind, chunk, mb = t.ops()
-    rank = t.ranks_of_items()[item]
-    stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], rank, chunk]
-    size = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)[stage]
+    grid = pl.stage_grid()
+    route_of = np.asarray(pl.route_of, np.int32)
+    sizes = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)
     w = model.w_share
-    delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
-    when = np.where(kind == 0, timeline.starts[item], timeline.ends[item])
-    series: list = []
-    act_peak = [float(x) for x in running_peaks(schedule.pp, rank, when, delta, series)]
+    act_peak, series = [], []
+    for r in range(schedule.pp):
+        kind, chunk, mb, start, end = timeline.rank_ops(r)
+        size = sizes[grid[route_of[mb], r, chunk]]
+        delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
+        act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series)))
     peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 

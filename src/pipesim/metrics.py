@@ -58,24 +58,21 @@ class Report:
 
 
 def summarize(schedule: Schedule, timeline: Timeline) -> Report:
-    pp, t = timeline.pp, timeline.table
-    starts, ends = timeline.starts, timeline.ends
-    rank = t.ranks_of_items()
+    pp = timeline.pp
     t0, t1 = timeline.start, timeline.end
     makespan = t1 - t0
-    busy = np.bincount(rank, weights=ends - starts, minlength=pp).tolist()  # in item order, as a running sum
-    first, last = t.offsets[:-1], t.offsets[1:] - 1
-    has = first <= last
-    span = (
-        np.where(has, ends[np.where(has, last, 0)] - starts[np.where(has, first, 0)], 0.0).tolist() if len(ends) else [0.0] * pp
-    )
+    busy, span = [], []
+    for r in range(pp):  # rank by rank: temporaries of one rank's size
+        st, en = timeline.rank_slice(r)
+        busy.append(_running_sum(en - st))
+        span.append(float(en[-1] - st[0]) if len(st) else 0.0)
     util = [b / makespan if makespan > 0 else 0.0 for b in busy]
     bubble = 1 - sum(busy) / (pp * makespan) if makespan > 0 else 0.0
     max_span = max(span, default=0.0)
     span_bubble = (max_span - max(busy, default=0.0)) / max_span if max_span > 0 else 0.0
     peaks = peak_activations(timeline)
     per_chunk = pp / schedule.placement.stages
-    streams = stream_times(timeline) if (timeline.inside_id >= 0).any() else None
+    streams = stream_times(timeline) if timeline.insides else None
     return Report(
         schedule=schedule.name,
         pp=pp,
@@ -96,37 +93,40 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
     )
 
 
+def _running_sum(x: np.ndarray) -> float:
+    """The sum as adding one after another gives it (numpy's sum pairs them up instead)."""
+    return float(np.cumsum(x)[-1]) if len(x) else 0.0
+
+
 def stream_times(timeline: Timeline) -> list[tuple[float, float]]:
     """Per rank, (compute busy time, communication time with compute idle) of its items."""
-    ids = timeline.inside_id
-    has = ids >= 0
-    rank = timeline.rank_of_item[has]
-    compute = np.array([x.compute for x in timeline.insides], np.float64)[ids[has]]
-    exposed = np.array([x.exposed for x in timeline.insides], np.float64)[ids[has]]
-    busy = np.bincount(rank, weights=compute, minlength=timeline.pp).tolist()
-    hidden = np.bincount(rank, weights=exposed, minlength=timeline.pp).tolist()
-    return list(zip(busy, hidden))
+    compute = np.array([x.compute for x in timeline.insides] + [0.0], np.float64)  # id -1: no inside
+    exposed = np.array([x.exposed for x in timeline.insides] + [0.0], np.float64)
+    off = timeline.table.offsets
+    out = []
+    for r in range(timeline.pp):
+        ids = timeline.inside_id[off[r] : off[r + 1]]
+        out.append((_running_sum(compute[ids]), _running_sum(exposed[ids])))
+    return out
 
 
-def _has(table, kinds: tuple[int, ...]) -> np.ndarray:
-    """Per item: does it hold an op of one of ``kinds`` (indices into KINDS)?"""
-    return np.isin(table.kind, kinds) | np.isin(table.kind2, kinds)
+def _holds(table, a: int, b: int, kinds: tuple[int, ...]) -> np.ndarray:
+    """Per item a..b: does it hold an op of one of ``kinds`` (indices into KINDS)?"""
+    return np.isin(table.kind[a:b], kinds) | np.isin(table.kind2[a:b], kinds)
 
 
 def steady_state_window(timeline: Timeline) -> tuple[float, float] | None:
     """[every rank has started a backward, some rank ends its last forward], or None."""
-    t = timeline.table
-    rank = t.ranks_of_items()
-    back = np.flatnonzero(_has(t, (B, BW)))
-    fwd = np.flatnonzero(_has(t, (F,)))
-    if len(np.unique(rank[back])) < timeline.pp or len(np.unique(rank[fwd])) < timeline.pp:
-        return None
-    first_b = np.full(timeline.pp, len(rank), np.int64)
-    np.minimum.at(first_b, rank[back], back)  # each rank's first item with a backward
-    last_f = np.full(timeline.pp, -1, np.int64)
-    np.maximum.at(last_f, rank[fwd], fwd)  # ... and its last with a forward
-    lo = float(timeline.starts[first_b].max())
-    hi = float(timeline.ends[last_f].min())
+    t, off = timeline.table, timeline.table.offsets
+    lo, hi = -np.inf, np.inf
+    for r in range(timeline.pp):
+        a, b = int(off[r]), int(off[r + 1])
+        back = np.flatnonzero(_holds(t, a, b, (B, BW)))
+        fwd = np.flatnonzero(_holds(t, a, b, (F,)))
+        if not len(back) or not len(fwd):
+            return None
+        lo = max(lo, float(timeline.starts[a + back[0]]))  # the rank's first backward starts
+        hi = min(hi, float(timeline.ends[a + fwd[-1]]))  # ... its last forward ends
     return (lo, hi) if hi > lo else None
 
 
@@ -137,53 +137,51 @@ def steady_state_utilization(timeline: Timeline, compute_only: bool = False) -> 
     if window is None:
         return None
     lo, hi = window
-    starts, ends = timeline.starts, timeline.ends
-    sel = np.flatnonzero((ends > lo) & (starts < hi))
-    if not compute_only:
-        part = np.minimum(ends[sel], hi) - np.maximum(starts[sel], lo)
-    else:
-        ids = timeline.inside_id[sel]
-        sel, ids = sel[ids >= 0], ids[ids >= 0]
-        part = np.array([x.compute for x in timeline.insides], np.float64)[ids] if len(ids) else np.zeros(0)
-        cut = np.flatnonzero((starts[sel] < lo) | (ends[sel] > hi))  # only the window's edges: a few items
-        for k, i, x in zip(cut.tolist(), sel[cut].tolist(), ids[cut].tolist()):
-            s = float(starts[i])
+    compute = np.array([x.compute for x in timeline.insides] + [0.0], np.float64)
+    off = timeline.table.offsets
+    parts = []
+    for r in range(timeline.pp):
+        a = int(off[r])
+        st, en = timeline.rank_slice(r)
+        sel = np.flatnonzero((en > lo) & (st < hi))
+        if not compute_only:
+            parts.append(np.minimum(en[sel], hi) - np.maximum(st[sel], lo))
+            continue
+        ids = timeline.inside_id[a + sel]
+        part = compute[ids]
+        for k in np.flatnonzero(((st[sel] < lo) | (en[sel] > hi)) & (ids >= 0)).tolist():  # at the window's edges
+            s = float(st[sel[k]])
             part[k] = sum(
-                max(0.0, min(s + b, hi) - max(s + a, lo))
-                for stream, _, _, _, a, b in timeline.insides[x].parts
+                max(0.0, min(s + y, hi) - max(s + x, lo))
+                for stream, _, _, _, x, y in timeline.insides[ids[k]].parts
                 if stream == "compute"
             )
-    total = float(np.cumsum(part)[-1]) if len(part) else 0.0  # a running sum, in item order
-    return total / (timeline.pp * (hi - lo))
+        parts.append(part)
+    return _running_sum(np.concatenate(parts)) / (timeline.pp * (hi - lo))
 
 
 def peak_activations(timeline: Timeline) -> list[int]:
     """Per rank, most chunk-activations alive at once: born when an F starts, dead when
     its W or BW ends (at equal times a death comes first: a freed activation makes room)."""
-    t = timeline.table
-    item, kind, _, _ = t.ops()
-    born = kind == F
-    dies = (kind == W) | (kind == BW)
-    keep = born | dies
-    item, born = item[keep], born[keep]
-    when = np.where(born, timeline.starts[item], timeline.ends[item])
-    return [int(x) for x in running_peaks(timeline.pp, t.ranks_of_items()[item], when, np.where(born, 1, -1))]
+    out = []
+    for r in range(timeline.pp):
+        kind, _, _, start, end = timeline.rank_ops(r)
+        born = kind == F
+        dies = (kind == W) | (kind == BW)
+        when = np.concatenate([start[born], end[dies]])
+        delta = np.concatenate([np.ones(int(born.sum()), np.int64), -np.ones(int(dies.sum()), np.int64)])
+        out.append(int(running_peak(when, delta)))
+    return out
 
 
-def running_peaks(pp: int, rank: np.ndarray, when: np.ndarray, delta: np.ndarray, series: list | None = None) -> list:
-    """Per rank, the highest running sum of ``delta`` in time order (ties: smaller delta
-    first), from 0; with ``series``, also each rank's (time, running sum) after each change."""
-    order = np.lexsort((delta, when, rank))
-    rank, when, delta = rank[order], when[order], delta[order]
-    bounds = np.searchsorted(rank, np.arange(pp + 1))
-    peaks = []
-    for r in range(pp):
-        a, b = bounds[r], bounds[r + 1]
-        live = np.cumsum(delta[a:b])  # a running sum per rank, as one would add by hand
-        peaks.append(max(0, live.max()) if b > a else 0)
-        if series is not None:
-            series.append(list(zip(when[a:b].tolist(), live.tolist())))
-    return peaks
+def running_peak(when: np.ndarray, delta: np.ndarray, series: list | None = None):
+    """The highest running sum of ``delta`` in time order (ties: smaller delta first),
+    from 0; with ``series``, also append the (time, running sum) after each change."""
+    order = np.lexsort((delta, when))
+    live = np.cumsum(delta[order])  # a running sum, as one would add by hand
+    if series is not None:
+        series.append(list(zip(when[order].tolist(), live.tolist())))
+    return max(0, live.max()) if len(live) else 0
 
 
 def peak_live(events) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import CostModel, Costs
-from .engine import Program, compile, op_of, run
+from .engine import Program, compile, edge_latency, op_of, run
 from .ir import Schedule
 from .timeline import Timeline, Transfer
 
@@ -25,7 +25,7 @@ def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Ti
     F = B = W = 1, no communication)."""
     program = schedule if isinstance(schedule, Program) else compile(schedule)
     costs = costs if costs is not None else Costs()
-    start, end, lat = run(program, costs)
+    start, end = run(program, costs)
     inside = getattr(costs, "inside", None)  # cost models that see inside an op
     ids, insides = None, ()
     if inside is not None:
@@ -38,7 +38,7 @@ def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Ti
         end,
         ids,
         insides,
-        lambda: transfers(program, end, lat),
+        lambda: transfers(program, end, edge_latency(program, costs)),
     )
 
 

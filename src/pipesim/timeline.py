@@ -141,7 +141,7 @@ class Timeline:
         them when first asked for."""
         tl = cls.__new__(cls)
         tl.pp, tl.source, tl.table, tl.starts, tl.ends = pp, source, table, starts, ends
-        tl.inside_id = np.full(len(starts), -1, np.int32) if inside_id is None else inside_id
+        tl.inside_id = np.broadcast_to(np.int32(-1), (len(starts),)) if inside_id is None else inside_id
         tl.insides = tuple(insides)
         tl._events = None
         tl._transfers = transfers
@@ -169,9 +169,23 @@ class Timeline:
             self._transfers = self._transfers()
         return self._transfers
 
-    @property
-    def rank_of_item(self) -> np.ndarray:
-        return self.table.ranks_of_items()
+    def rank_slice(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of rank r's items (views)."""
+        a, b = self.table.offsets[r], self.table.offsets[r + 1]
+        return self.starts[a:b], self.ends[a:b]
+
+    def rank_ops(self, r: int) -> tuple[np.ndarray, ...]:
+        """Rank r's ops as (kind, chunk, mb, start, end): its items' own (first) ops in
+        order, then its pairs' backwards."""
+        t = self.table
+        a, b = t.offsets[r], t.offsets[r + 1]
+        st, en = self.starts[a:b], self.ends[a:b]
+        pair = np.flatnonzero(t.kind2[a:b] >= 0)
+        if not len(pair):
+            return t.kind[a:b], t.chunk[a:b], t.mb[a:b], st, en
+        cols = [(t.kind, t.kind2), (t.chunk, t.chunk2), (t.mb, t.mb2)]
+        out = [np.concatenate([one[a:b], two[a:b][pair]]) for one, two in cols]
+        return (*out, np.concatenate([st, st[pair]]), np.concatenate([en, en[pair]]))
 
     def all_events(self):
         for evs in self.events:

@@ -7,8 +7,10 @@ Two checks, both linear in the number of ops:
 * order: the per-rank orders can all run to completion. If they cannot, the ranks stuck
   at their heads wait on each other in a cycle, and the error names that cycle.
 
-``execution_order`` is the walk behind the second check, and the simulator's engine: it
-returns the items in an order that respects every rank's order and every dependency.
+``execution_order`` is the walk behind the second check: it returns the items in an
+order that respects every rank's order and every dependency. The engine
+(``pipesim.engine``) runs the same checks and walk on arrays and comes here only to word
+what it refuses.
 """
 
 from __future__ import annotations
