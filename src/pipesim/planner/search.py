@@ -39,11 +39,16 @@ GB = 1e9
 #: slots, pp x M: each M is a search, a build and a simulation of its own
 SEARCHED_MAX_SLOTS = 4096
 
+#: ... and a family ordered under each candidate's own costs (zb-auto), whose build is a
+#: search no other candidate shares, up to this many
+COST_ORDERED_MAX_SLOTS = 1024
+
 #: compiled programs kept for reuse across candidates, in bytes (estimated, see _nbytes)
-PROGRAM_CACHE_BYTES = 96 * 2**20
-#: bytes a compiled program holds per item when the engine does not say (measured on the
-#: event engine with tracemalloc: about 1.2 KB per op)
-BYTES_PER_ITEM = 1200
+PROGRAM_CACHE_BYTES = 192 * 2**20
+#: bytes a compiled program holds per item when the engine does not say (the event
+#: engine's Steps, measured with tracemalloc: 520-590 bytes per item)
+BYTES_PER_ITEM = 600
+SCHEDULE_BYTES_PER_ITEM = 200  # an Op in a built schedule, and its share of the Shape
 
 #: cost options a builder may take: such families are ordered under the candidate's costs
 COST_OPTIONS = ("f", "b", "w")
@@ -265,28 +270,45 @@ def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = 
 
 
 class ProgramCache:
-    """Compiled programs by (schedule, pp, M, options), least recently used dropped first
-    once their estimated bytes pass ``limit``."""
+    """Schedules by (family, pp, M, options), each with its Shape and, once simulated, its
+    compiled program; least recently used dropped first once their estimated bytes pass
+    ``limit``."""
 
     def __init__(self, limit: int = PROGRAM_CACHE_BYTES):
         self.limit = limit
         self.bytes = 0
-        self.kept: OrderedDict[tuple, tuple[Program, int]] = OrderedDict()
+        self.kept: OrderedDict[tuple, list] = OrderedDict()  # key -> [schedule, shape, program, bytes]
 
-    def get(self, name: str, pp: int, M: int, options: dict) -> Program:
+    def _entry(self, name: str, pp: int, M: int, options: dict) -> list:
         key = (name, pp, M, tuple(sorted(options.items())))
         hit = self.kept.get(key)
         if hit is not None:
             self.kept.move_to_end(key)
-            return hit[0]
-        prog = compile(build(name, pp, M, **options))
-        size = _nbytes(prog)
-        self.kept[key] = (prog, size)
+            return hit
+        s = build(name, pp, M, **options)
+        size = SCHEDULE_BYTES_PER_ITEM * sum(len(r) for r in s.ranks)
+        entry = self.kept[key] = [s, shape(s), None, size]
+        self._grow(size)
+        return entry
+
+    def _grow(self, size: int) -> None:
         self.bytes += size
         while self.bytes > self.limit and len(self.kept) > 1:
-            _, (_, dropped) = self.kept.popitem(last=False)
-            self.bytes -= dropped
-        return prog
+            _, dropped = self.kept.popitem(last=False)
+            self.bytes -= dropped[3]
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
+        e = self._entry(name, pp, M, options)
+        return e[1], e[0].placement
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        e = self._entry(name, pp, M, options)
+        if e[2] is None:
+            e[2] = compile(e[0])
+            size = _nbytes(e[2])
+            e[3] += size
+            self._grow(size)
+        return e[2]
 
 
 def _nbytes(prog: Program) -> int:
@@ -362,20 +384,15 @@ class Shared:
         self.m, self.c, self.t = m, c, t
         self.exhaustive = exhaustive
         self.programs = ProgramCache(0 if exhaustive else cache_bytes)
-        self.shapes: dict[tuple, tuple[Shape, Placement]] = {}
         self.costs: OrderedDict[tuple, object] = OrderedDict()
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
-        return self.programs.get(name, pp, M, options)
+        return self.programs.program(name, pp, M, options)
 
     def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
-        """A periodic schedule's shape and placement (built, not compiled: building a
-        handcrafted pattern is cheap, compiling it is not)."""
-        key = (name, pp, M, tuple(sorted(options.items())))
-        if key not in self.shapes:
-            s = build(name, pp, M, **options)
-            self.shapes[key] = (shape(s), s.placement)
-        return self.shapes[key]
+        """A schedule's shape and placement, built and not compiled (building a handcrafted
+        pattern is cheap, compiling it is not; a searched one is compiled only if it fits)."""
+        return self.programs.shape(name, pp, M, options)
 
     def cost_model(self, lay: Layout, stages: int, recompute: str):
         """The candidate's component costs; candidates of one layout share them (a few are
@@ -453,8 +470,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     shared = shared or Shared(m, c, t)
     lay, M = cand.layout, cand.microbatches
     fam = REGISTRY[cand.schedule]
-    if not fam.periodic and M * lay.pp > SEARCHED_MAX_SLOTS:
-        return Result(cand, False, f"a searched schedule, built for pp x M up to {SEARCHED_MAX_SLOTS}, not {lay.pp} x {M}")
+    limit = COST_ORDERED_MAX_SLOTS if set(COST_OPTIONS) <= fam.options.keys() else SEARCHED_MAX_SLOTS
+    if not fam.periodic and M * lay.pp > limit:
+        return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
     shapes: list[Shape] = []
@@ -492,6 +510,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
             f"({opts['activation_bytes'] / GB:.1f} GB) in {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
+    one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
+    if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
+        return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
     if shapes:  # the exact activation peak, from the order: what does not fit is not simulated
         peak = max(
             affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
@@ -515,6 +536,15 @@ def _ends(f, shapes: list[Shape], arg) -> tuple:
 def affine(a: float, b: float, k: float) -> float:
     """a + k (b - a): a total at M from two sample points (see ``sample_points``)."""
     return a + k * (b - a)
+
+
+def rank_stages(pl: Placement) -> list[set[int]]:
+    """Per rank, the stages (positions along the routes that carry micro-batches) it runs."""
+    out: list[set[int]] = [set() for _ in range(pl.pp)]
+    for ri in set(pl.route_of):
+        for st, (r, _) in enumerate(pl.routes[ri]):
+            out[r].add(st)
+    return out
 
 
 def static_bytes(pl: Placement, mm) -> list[float]:
@@ -636,14 +666,14 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     points = None if shared.exhaustive else sample_points(cand.schedule, pp, M)
     try:
         if points is None:
-            prog = shared.program(cand.schedule, pp, M, p.options)
-            if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is simulated
-                peak = max(x + a for x, a in zip(p.statics, activation_peaks(shape(prog.schedule), p.memory)))
+            if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
+                sh = shared.shape(cand.schedule, pp, M, p.options)[0]
+                peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
                 if peak > p.budget * (1 + 1e-9):
                     return Result(
                         cand, False, f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable", memory_gb=peak / GB
                     )
-            x = measure(prog, costs, p.memory)
+            x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
         else:
             m1, m2 = points
             a = measure(shared.program(cand.schedule, pp, m1, p.options), costs, p.memory)
