@@ -98,6 +98,7 @@ def ratio(peer: dict | None, mine: dict, key: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", default=str(SRC), help="this side's src/ (default: this checkout's)")
     ap.add_argument("--peer-src", default="/work/main/src", help="the peer checkout's src/ (default /work/main/src)")
     ap.add_argument("--no-peer", action="store_true", help="measure this checkout only")
     ap.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per case (default 60)")
@@ -112,7 +113,7 @@ def main() -> None:
     worst_cpu = worst_rss = 0.0
     misses = 0
     for m, c in pairs:
-        mine = run_case(SRC, m, c, args.timeout)
+        mine = run_case(Path(args.src), m, c, args.timeout)
         peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout)
         limit = DEEPSEEK_TARGET if (m, c) == ("deepseek-v3", "h800-2048") else CPU_TARGET
         ok = not mine["timed_out"] and "error" not in mine and mine["cpu"] < limit and mine["rss_mb"] < RSS_TARGET_MB
