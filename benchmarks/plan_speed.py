@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -103,29 +104,39 @@ def main() -> None:
     ap.add_argument("--no-peer", action="store_true", help="measure this checkout only")
     ap.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per case (default 60)")
     ap.add_argument("--only", help="only models or clusters whose name contains this")
+    ap.add_argument("--pairs", help="only these model:cluster pairs, comma-separated")
+    ap.add_argument("--jobs", type=int, default=1, help="cases measured at once (CPU time is per process; default 1)")
     args = ap.parse_args()
     models = sorted(p.stem for p in (PRESETS / "models").glob("*.toml"))
     clusters = sorted(p.stem for p in (PRESETS / "clusters").glob("*.toml"))
     pairs = [(m, c) for m in models for c in clusters if not args.only or args.only in m or args.only in c]
+    if args.pairs:
+        wanted = [tuple(x.split(":")) for x in args.pairs.split(",")]
+        pairs = [p for p in pairs if p in wanted]
     head = f"{'model':14s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
     print(f"pipesim plan: CPU seconds and peak RSS per case; peer = {'none' if args.no_peer else args.peer_src}")
     print(head, flush=True)
     worst_cpu = worst_rss = 0.0
     misses = 0
-    for m, c in pairs:
+
+    def measure(pair):
+        m, c = pair
         mine = run_case(Path(args.src), m, c, args.timeout)
         peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout)
-        limit = DEEPSEEK_TARGET if (m, c) == ("deepseek-v3", "h800-2048") else CPU_TARGET
-        ok = not mine["timed_out"] and "error" not in mine and mine["cpu"] < limit and mine["rss_mb"] < RSS_TARGET_MB
-        misses += not ok
-        worst_cpu, worst_rss = max(worst_cpu, mine["cpu"]), max(worst_rss, mine["rss_mb"])
+        return m, c, mine, peer
 
-        answer = mine.get("answer") or " ".join(mine.get("error", ["timed out"]))
-        print(
-            f"{m:14s} {c:10s} {cell(mine, args.timeout):>20s} {cell(peer, args.timeout):>20s} {ratio(peer, mine, 'cpu'):>9s} "
-            f"{ratio(peer, mine, 'rss_mb'):>9s} <{limit:g}s {'ok' if ok else 'MISS'}  {answer}",
-            flush=True,
-        )
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for m, c, mine, peer in pool.map(measure, pairs):
+            limit = DEEPSEEK_TARGET if (m, c) == ("deepseek-v3", "h800-2048") else CPU_TARGET
+            ok = not mine["timed_out"] and "error" not in mine and mine["cpu"] < limit and mine["rss_mb"] < RSS_TARGET_MB
+            misses += not ok
+            worst_cpu, worst_rss = max(worst_cpu, mine["cpu"]), max(worst_rss, mine["rss_mb"])
+            answer = mine.get("answer") or " ".join(mine.get("error", ["timed out"]))
+            print(
+                f"{m:14s} {c:10s} {cell(mine, args.timeout):>20s} {cell(peer, args.timeout):>20s} {ratio(peer, mine, 'cpu'):>9s} "
+                f"{ratio(peer, mine, 'rss_mb'):>9s} <{limit:g}s {'ok' if ok else 'MISS'}  {answer}",
+                flush=True,
+            )
     print(f"worst: {worst_cpu:.1f} s CPU, {worst_rss:.0f} MB peak RSS; {misses} of {len(pairs)} cases miss their target")
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import fields
 
 from ..cli import console, emit_json, positive_int
 from ..errors import PipesimError
@@ -29,16 +30,16 @@ def add_commands(command) -> None:
     c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
     c.add_argument("--json", action="store_true", help="print the plan as JSON")
     g = c.add_argument_group("pins (each fixes one dimension of the search; the rest is searched)")
-    for flag, what in (
-        ("--tp", "tensor-parallel shards"),
-        ("--pp", "pipeline ranks"),
-        ("--dp", "data-parallel replicas"),
-        ("--ep", "expert-parallel degree (MoE)"),
-        ("--chunks", "chunks per rank (interleaved schedules take any; V and dual placements hold 2, flat 1)"),
-        ("--micro-batch-size", "sequences per micro-batch"),
-        ("--microbatches", "micro-batches per pipeline per step"),
+    for flag, pin, what in (
+        ("--tp", "tp", "tensor-parallel shards"),
+        ("--pp", "pp", "pipeline ranks"),
+        ("--dp", "dp", "data-parallel replicas"),
+        ("--ep", "ep", "expert-parallel degree (MoE)"),
+        ("--chunks", "chunks", "chunks per rank (interleaved schedules take any; V and dual placements hold 2, flat 1)"),
+        ("--micro-batch-size", "micro_batch", "sequences per micro-batch"),
+        ("--microbatches", "microbatches", "micro-batches per pipeline per step"),
     ):
-        g.add_argument(flag, type=positive_int, dest="pin_" + flag[2:].replace("-", "_"), metavar="N", help=what)
+        g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
 
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
     add_specs(c, cluster_default="h100")
@@ -105,15 +106,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = args.output
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
-    pins = Pins(
-        tp=args.pin_tp,
-        pp=args.pin_pp,
-        dp=args.pin_dp,
-        ep=args.pin_ep,
-        chunks=args.pin_chunks,
-        micro_batch=args.pin_micro_batch_size,
-        microbatches=args.pin_microbatches,
-    )
+    pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
     plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
     plan.model_published = model_published(args.model)
     as_json = args.json or (out or "").endswith(".json")
