@@ -60,7 +60,7 @@ def run_case(src: Path, model: str, cluster: str, timeout: float) -> dict:
             time.sleep(0.05)
         proc.returncode = os.waitstatus_to_exitcode(status)
         cpu = usage.ru_utime + usage.ru_stime
-        timed_out = timed_out or cpu >= timeout
+        timed_out = timed_out or cpu >= timeout or proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
         row = {"cpu": cpu, "rss_mb": usage.ru_maxrss / 1024, "timed_out": timed_out}
         if timed_out:
             return row
