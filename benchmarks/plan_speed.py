@@ -1,50 +1,143 @@
-"""How long the planner's search takes, printed as a table.
+"""How long ``pipesim plan`` takes and how much memory it holds, for every preset model on
+every preset cluster, against a peer checkout of pipesim measured in the same run.
 
-    python benchmarks/plan_speed.py
+    python benchmarks/plan_speed.py                      # every pair, peer: /work/main/src
+    python benchmarks/plan_speed.py --peer-src DIR       # another checkout's src/ as the peer
+    python benchmarks/plan_speed.py --no-peer --timeout 60 --only deepseek-v3
 
-The issue's target: the whole search for DeepSeek-V3 on 2,048 GPUs in under a minute on
-two cores.
+Each case is ``pipesim plan --json`` in a subprocess of its own; its CPU time (user +
+system, start-up included) and peak resident memory come from the kernel's accounting of
+that child (``os.wait4``). A case past ``--timeout`` CPU seconds is stopped by the kernel
+(RLIMIT_CPU) and shown as ``> N s``. Rows print as they finish.
+
+Targets (issue 10): every pair under 10 s CPU and 500 MB peak RSS; DeepSeek-V3 on
+h800-2048 under 5 s.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+SRC = Path(__file__).resolve().parents[1] / "src"
+PRESETS = SRC / "pipesim" / "planner" / "presets"
+RUN = "import sys; from pipesim.cli import main; sys.exit(main(sys.argv[1:]))"
+CPU_TARGET, RSS_TARGET_MB, DEEPSEEK_TARGET = 10.0, 500.0, 5.0
 
-from pipesim.planner import load_cluster, load_model, load_training
-from pipesim.planner.search import search
-from pipesim.planner.specs import model_training
 
-CASES = [
-    ("deepseek-v3", "h800-2048", None),
-    ("llama3-70b", "h100", 64),
-    ("llama3-405b", "h100", 1024),
-    ("mixtral-8x22b", "h100", 256),
-    ("llama3-8b", "a100", 64),
-]
+def run_case(src: Path, model: str, cluster: str, timeout: float) -> dict:
+    """One ``pipesim plan`` in a child process: CPU seconds, peak RSS MB, the answer."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUN, "plan", "--model", model, "--cluster", cluster, "--json"],
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (int(timeout), int(timeout) + 5)),
+        )
+        timed_out = False
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > 10 * timeout:  # a safety net: the CPU limit stops it first
+                os.killpg(proc.pid, signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.05)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        timed_out = timed_out or cpu >= timeout or proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL)
+        row = {"cpu": cpu, "rss_mb": usage.ru_maxrss / 1024, "timed_out": timed_out}
+        if timed_out:
+            return row
+        if proc.returncode != 0:
+            err.seek(0)
+            row["error"] = err.read().decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            return row
+        out.seek(0)
+        rec = json.loads(out.read())["recommendation"]
+        row["answer"] = (
+            f"{rec['schedule']}{'' if rec.get('chunks') is None else ' v=' + str(rec['chunks'])} pp{rec['pp']} tp{rec['tp']} ep{rec['ep']}"
+            f" {rec['step_seconds']:.2f}s"
+            if rec
+            else "nothing fits"
+        )
+        return row
+
+
+def cell(row: dict | None, timeout: float) -> str:
+    if row is None:
+        return "-"
+    if row["timed_out"]:
+        return f"> {timeout:.0f} s"
+    if "error" in row:
+        return "error"
+    return f"{row['cpu']:.1f} s {row['rss_mb']:.0f} MB"
+
+
+def ratio(peer: dict | None, mine: dict, key: str) -> str:
+    """peer / this; '>' when the peer ran out of time (its true figure is larger)."""
+    if peer is None or "error" in peer or "error" in mine:
+        return "-"
+    mark = ">" if peer["timed_out"] else ""
+    return f"{mark}{peer[key] / max(mine[key], 1e-9):.1f}x"
 
 
 def main() -> None:
-    t = Table(title="pipesim plan: search time (one core)")
-    for col in ("model", "cluster", "GPUs", "candidates", "simulated", "skipped by bound", "seconds", "recommendation"):
-        t.add_column(col, justify="left" if col in ("model", "cluster", "recommendation") else "right")
-    for model, cluster, gpus in CASES:
-        m, c = load_model(model), load_cluster(cluster, gpus)
-        tr = load_training(base=model_training(model))
-        start = time.perf_counter()
-        plan = search(m, c, tr)
-        took = time.perf_counter() - start
-        best = plan.best
-        rec = (
-            f"{best.candidate.label} pp{best.candidate.layout.pp} ep{best.candidate.layout.ep} tp{best.candidate.layout.tp}"
-            if best
-            else "nothing fits"
-        )
-        simulated = plan.considered - len([r for r in plan.rejected if not r.step_time < float("inf")]) - plan.skipped
-        t.add_row(model, cluster, str(c.gpus), str(plan.considered), str(simulated), str(plan.skipped), f"{took:.1f}", rec)
-    Console(width=160).print(t)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", default=str(SRC), help="this side's src/ (default: this checkout's)")
+    ap.add_argument("--peer-src", default="/work/main/src", help="the peer checkout's src/ (default /work/main/src)")
+    ap.add_argument("--no-peer", action="store_true", help="measure this checkout only")
+    ap.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per case (default 60)")
+    ap.add_argument("--only", help="only models or clusters whose name contains this")
+    ap.add_argument("--pairs", help="only these model:cluster pairs, comma-separated")
+    ap.add_argument("--jobs", type=int, default=1, help="cases measured at once (CPU time is per process; default 1)")
+    args = ap.parse_args()
+    models = sorted(p.stem for p in (PRESETS / "models").glob("*.toml"))
+    clusters = sorted(p.stem for p in (PRESETS / "clusters").glob("*.toml"))
+    pairs = [(m, c) for m in models for c in clusters if not args.only or args.only in m or args.only in c]
+    if args.pairs:
+        wanted = [tuple(x.split(":")) for x in args.pairs.split(",")]
+        pairs = [p for p in pairs if p in wanted]
+    head = f"{'model':14s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
+    print(f"pipesim plan: CPU seconds and peak RSS per case; peer = {'none' if args.no_peer else args.peer_src}")
+    print(head, flush=True)
+    worst_cpu = worst_rss = 0.0
+    misses = 0
+
+    def measure(pair):
+        m, c = pair
+        mine = run_case(Path(args.src), m, c, args.timeout)
+        peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout)
+        return m, c, mine, peer
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for m, c, mine, peer in pool.map(measure, pairs):
+            limit = DEEPSEEK_TARGET if (m, c) == ("deepseek-v3", "h800-2048") else CPU_TARGET
+            ok = not mine["timed_out"] and "error" not in mine and mine["cpu"] < limit and mine["rss_mb"] < RSS_TARGET_MB
+            misses += not ok
+            worst_cpu, worst_rss = max(worst_cpu, mine["cpu"]), max(worst_rss, mine["rss_mb"])
+            answer = mine.get("answer") or " ".join(mine.get("error", ["timed out"]))
+            print(
+                f"{m:14s} {c:10s} {cell(mine, args.timeout):>20s} {cell(peer, args.timeout):>20s} {ratio(peer, mine, 'cpu'):>9s} "
+                f"{ratio(peer, mine, 'rss_mb'):>9s} <{limit:g}s {'ok' if ok else 'MISS'}  {answer}",
+                flush=True,
+            )
+    print(f"worst: {worst_cpu:.1f} s CPU, {worst_rss:.0f} MB peak RSS; {misses} of {len(pairs)} cases miss their target")
 
 
 if __name__ == "__main__":

@@ -151,7 +151,8 @@ def test_deepseek_v3_on_its_cluster(capsys):
 
 def test_dense_70b_on_64_gpus_is_not_a_dualpipe_job(tmp_path, capsys):
     out = tmp_path / "plan.md"
-    code = main(["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "-o", str(out)])
+    code = main(["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "-o", str(out),
+                 "--schedules", "1f1b,zb-h1,interleaved-1f1b,dualpipe,dualpipev"])  # fmt: skip
     text = out.read_text()
     assert code == 0
     rec = text.split("## Recommendation", 1)[1].split("\n\n", 2)[1]
@@ -229,3 +230,136 @@ def test_bad_cluster_spec(tmp_path, capsys):
 def test_model_training_presets_load():
     t = load_training(base=model_training("deepseek-v3"))
     assert (t.seq, t.global_batch, t.precision) == (4096, 15360, "fp8")
+
+
+# --------------------------------------------------------------------------------------
+# the fast search against the exhaustive one, pins, progress
+
+SMALL_MOE = Model(
+    "small-moe",
+    layers=8,
+    hidden=1024,
+    heads=8,
+    vocab=1000,
+    attention=Attention("gqa", kv_heads=8, head_dim=128),
+    dense_layers=1,
+    dense_ffn=4096,
+    moe=MoE(experts=16, expert_ffn=512, top_k=2),
+)
+
+
+@pytest.mark.parametrize(
+    "model,gpus,training",
+    [
+        ("llama3-8b", 8, dict(seq=1024, global_batch=32, recompute="selective")),
+        (SMALL_MOE, 16, dict(seq=1024, global_batch=64, recompute="none", micro_batch_sizes=(1,))),
+    ],
+)
+def test_fast_search_ranks_as_the_exhaustive_search_does(model, gpus, training):
+    """Bounds, early stop, shared programs and extrapolation change how much is simulated,
+    never the answer: the top rows and each family's best are those of simulating every
+    candidate in full."""
+    m = load_model(model) if isinstance(model, str) else model
+    c = load_cluster("h100", gpus=gpus)
+    t = Training(**training)
+    keep = 5
+    fast = search_mod.search(m, c, t, keep=keep)
+    full = search_mod.search(m, c, t, keep=keep, exhaustive=True)
+    assert full.skipped == 0 and fast.skipped > 0
+    assert len(full.results) >= keep
+    by_candidate = {r.candidate: r.step_time for r in full.results}
+    assert [r.step_time for r in fast.results[:keep]] == pytest.approx([r.step_time for r in full.results[:keep]], rel=1e-9)
+    for r in fast.results:
+        assert r.step_time == pytest.approx(by_candidate[r.candidate], rel=1e-9)
+    for name in full.searched:
+        a, b = fast.best_of(name), full.best_of(name)
+        assert (a is None) == (b is None), name
+        if a:
+            assert a.step_time == pytest.approx(b.step_time, rel=1e-9), name
+
+
+def test_registry_families_join_the_search(monkeypatch):
+    """A family added to the registry is searched without naming it in the planner, and
+    one taking ``chunks`` is tried at its default and twice that."""
+    from pipesim.schedules import REGISTRY, Family
+    from pipesim.schedules.classic import interleaved_1f1b, one_f_one_b
+
+    def looped(pp: int, microbatches: int, chunks: int = 3):
+        return interleaved_1f1b(pp, microbatches, chunks)
+
+    monkeypatch.setitem(REGISTRY, "test-1f1b", Family("test-1f1b", one_f_one_b, "flat", "", ""))
+    monkeypatch.setitem(REGISTRY, "test-looped", Family("test-looped", looped, "interleaved", "", ""))
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=16)
+    t = Training(seq=1024, global_batch=32, recompute="selective")
+    cands = list(search_mod.candidates(m, c, t))
+    assert {x.chunks for x in cands if x.schedule == "test-looped"} == {3, 6}
+    plan = search_mod.search(m, c, t)
+    assert plan.best_of("test-1f1b").step_time == pytest.approx(plan.best_of("1f1b").step_time)
+
+
+def test_pins_are_honoured():
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=32)
+    t = Training(seq=1024, global_batch=64, recompute="selective")
+    pins = search_mod.Pins(pp=4, tp=2, micro_batch=2, chunks=2)
+    plan = search_mod.search(m, c, t, pins=pins)
+    assert plan.results
+    for r in plan.results:
+        lay = r.candidate.layout
+        assert (lay.pp, lay.tp, lay.dp, lay.micro_batch, r.candidate.microbatches) == (4, 2, 4, 2, 8)
+        assert search_mod.placement_chunks(r.candidate.schedule, r.candidate.chunks) == 2
+    assert {"1f1b", "zb-h1", "gpipe"}.isdisjoint(plan.searched)  # flat: one chunk per rank
+    only_m = search_mod.search(m, c, t, pins=search_mod.Pins(microbatches=16), schedules=["1f1b"])
+    assert {r.candidate.microbatches for r in only_m.results} == {16}
+
+
+def test_pinned_plan_json_keeps_the_headline_numbers(capsys):
+    """step_seconds, tokens_per_second, gpu_hours_per_trillion_tokens and mfu agree with
+    each other and with the training FLOPs of PaLM's appendix B (6N + 12 L H Q T per
+    token, halved attention term for causal masks: 6N + 6 L s h)."""
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "32", "--seq", "1024", "--global-batch", "64",
+                 "--recompute", "selective", "--pp", "2", "--tp", "4", "--microbatches", "16", "--json"])  # fmt: skip
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rec = d["recommendation"]
+    assert (rec["pp"], rec["tp"], rec["dp"], rec["microbatches"]) == (2, 4, 4, 16)
+    tokens = 64 * 1024
+    assert rec["tokens_per_second"] == pytest.approx(tokens / rec["step_seconds"], rel=1e-9)
+    assert rec["gpu_hours_per_trillion_tokens"] == pytest.approx(32 * rec["step_seconds"] / 3600 * 1e12 / tokens, rel=1e-9)
+    m = load_model("llama3-8b")
+    n = active_params(m) - m.vocab * m.hidden  # the input embedding is a lookup, no FLOPs
+    flops = 6 * n + 6 * m.layers * 1024 * m.hidden
+    assert rec["mfu"] == pytest.approx(
+        flops * rec["tokens_per_second"] / (32 * load_cluster("h100").bf16_tflops * 1e12), rel=1e-6
+    )
+    assert "--pp 2" in d["assumptions"]["pinned"]
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--tp", "3"], "--tp 3 must divide the cluster's 64 GPUs"),
+        (["--pp", "128", "--gpus", "128"], "--pp 128 exceeds llama3-70b's 80 layers"),
+        (["--tp", "8", "--pp", "8", "--dp", "8"], "tp x pp x dp must be 64"),
+        (["--ep", "2"], "has no experts"),
+        (["--microbatches", "7"], "--microbatches 7 must divide the global batch of 2048"),
+        (["--chunks", "3", "--schedules", "1f1b"], "no schedule searched holds 3 chunks"),
+        (["--pp", "1", "--tp", "1"], "the pinned layout (--tp 1 --pp 1) does not fit"),
+    ],
+)
+def test_impossible_pins(capsys, flags, needle):
+    code = main(["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(monkeypatch, capsys):
+    from pipesim.planner import commands
+
+    monkeypatch.setattr(commands, "PROGRESS_EVERY", 0.0)
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "1024",
+                 "--global-batch", "32", "--json"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) >= 3 and all(x.startswith("pipesim plan: search") for x in lines)
+    assert lines[-1].startswith("pipesim plan: searched ") and "best " in lines[-1]

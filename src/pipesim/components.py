@@ -269,6 +269,12 @@ def _scaled(c: LayerCosts, k: float) -> LayerCosts:
     return LayerCosts(**{f.name: getattr(c, f.name) * k for f in fields(c)})
 
 
+#: plans of items shared by every cost model, keyed by the layers they run (bounded:
+#: a plan of a deep stage holds a tuple per part)
+_PLANS: dict[tuple, tuple[float, Inside]] = {}
+PLANS_KEPT = 2048
+
+
 @dataclass(frozen=True)
 class ComponentCosts:
     """A cost model from per-layer component times (``CostModel`` protocol).
@@ -369,19 +375,32 @@ class ComponentCosts:
     def _plan(self, key: tuple) -> tuple[float, Inside]:
         hit = self._cache.get(key)
         if hit is None:
+            # Keyed by what the plan depends on (the layers' times, not the stage's index),
+            # so cost models that share layers (the planner's candidates) share plans.
             if key[0] == "pair":
-                _, fs, bs, bkind = key
-                tasks, orders = pair_plan(self.layers(fs), self.layers(bs), bkind == "BW")
+                content = (key[3], self.layers(key[1]), self.layers(key[2]), self.lone_overlap, self.comm_share)
             else:
-                kind, stage = key
-                tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
-            times = run_streams(tasks, orders, self.comm_share)
-            kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
-            parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
-            tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)
-            compute = sorted((a, b) for t, a, b in kept if t.stream == "compute")
-            comm = sorted((a, b) for t, a, b in kept if t.stream != "compute")
-            inside = Inside(parts, sum(b - a for a, b in compute), exposed_time(compute, comm), tags)
-            hit = (max((b for _, b in times), default=0.0), inside)
+                content = (key[0], self.layers(key[1]), self.lone_overlap, self.comm_share)
+            hit = _PLANS.get(content)
+            if hit is None:
+                hit = _PLANS[content] = self._run_plan(key)
+                if len(_PLANS) > PLANS_KEPT:
+                    del _PLANS[next(iter(_PLANS))]  # the oldest: a bounded memory
             self._cache[key] = hit
         return hit
+
+    def _run_plan(self, key: tuple) -> tuple[float, Inside]:
+        if key[0] == "pair":
+            _, fs, bs, bkind = key
+            tasks, orders = pair_plan(self.layers(fs), self.layers(bs), bkind == "BW")
+        else:
+            kind, stage = key
+            tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
+        times = run_streams(tasks, orders, self.comm_share)
+        kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
+        parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
+        tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)
+        compute = sorted((a, b) for t, a, b in kept if t.stream == "compute")
+        comm = sorted((a, b) for t, a, b in kept if t.stream != "compute")
+        inside = Inside(parts, sum(b - a for a, b in compute), exposed_time(compute, comm), tags)
+        return max((b for _, b in times), default=0.0), inside

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from dataclasses import fields
 
 from ..cli import console, emit_json, positive_int
 from ..errors import PipesimError
@@ -13,7 +15,7 @@ from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
 from .estimate import Layout, component_costs, memory_model, stage_params
-from .search import search
+from .search import Pins, search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
@@ -34,6 +36,17 @@ def add_commands(command) -> None:
     )
     c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
     c.add_argument("--json", action="store_true", help="print the plan as JSON")
+    g = c.add_argument_group("pins (each fixes one dimension of the search; the rest is searched)")
+    for flag, pin, what in (
+        ("--tp", "tp", "tensor-parallel shards"),
+        ("--pp", "pp", "pipeline ranks"),
+        ("--dp", "dp", "data-parallel replicas"),
+        ("--ep", "ep", "expert-parallel degree (MoE)"),
+        ("--chunks", "chunks", "chunks per rank (interleaved schedules take any; V and dual placements hold 2, flat 1)"),
+        ("--micro-batch-size", "micro_batch", "sequences per micro-batch"),
+        ("--microbatches", "microbatches", "micro-batches per pipeline per step"),
+    ):
+        g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
 
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
     add_specs(c, cluster_default="h100")
@@ -100,7 +113,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = args.output
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
-    plan = _search_with_progress(model, cluster, training, schedules, args.top)
+    pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
+    plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
     plan.model_published = model_published(args.model)
     as_json = args.json or (out or "").endswith(".json")
     if plan.best:
@@ -130,18 +144,42 @@ def _names(text: str) -> list[str]:
     return [family(n.strip()).name for n in text.split(",") if n.strip()]
 
 
-def _search_with_progress(model, cluster, training, schedules, top):
-    if not sys.stderr.isatty():
-        return search(model, cluster, training, schedules, keep=top)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+#: seconds between progress lines
+PROGRESS_EVERY = 2.0
 
-    with Progress(
-        TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), transient=True
-    ) as bar:
-        task = bar.add_task("search", total=None)
-        return search(
-            model, cluster, training, schedules, lambda done, total: bar.update(task, completed=done, total=total), keep=top
+
+class ProgressLine:
+    """The search's progress on stderr every few seconds: one line rewritten in place on
+    a terminal, plain lines otherwise (logs, CI), so a long search never looks hung."""
+
+    def __init__(self, stream, every: float | None = None):
+        self.stream = stream
+        self.every = PROGRESS_EVERY if every is None else every
+        self.tty = stream.isatty()
+        self.start = self.last = time.monotonic()
+        self.shown = False
+        self.width = 0
+
+    def __call__(self, done: int, total: int, plan) -> None:
+        now = time.monotonic()
+        final = done >= total
+        # quiet for a search that answers at once; once shown, the last line says it ended
+        if (final and not self.shown) or (not final and now - self.last < self.every):
+            return
+        self.last, self.shown = now, True
+        best = plan.best if final else min(plan.results, key=lambda r: r.step_time, default=None)
+        line = (
+            f"pipesim plan: {'searched' if final else 'searching'} {plan.considered} candidates, "
+            f"{len(plan.results)} simulated that fit, {plan.skipped} skipped by bound"
+            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {best.candidate.layout})" if best else "")
+            + f"; {now - self.start:.0f} s"
         )
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from dataclasses import asdict, fields
 from ..schedules import REGISTRY
 from . import recipe
 from .estimate import active_params, model_flops_per_token, total_params
-from .search import SKIPPED, Plan, Result
+from .search import SEARCHED_MAX_SLOTS, Plan, Result, fixed_order_families, skipped_families
 from .specs import Training
 
 DUAL_FAMILY = ("dualpipe", "dualpipev")
@@ -66,10 +66,11 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
     best = plan.best
     out = {}
     names = {r.candidate.schedule for r in plan.results + plan.rejected}
-    whole = names >= set(REGISTRY) - set(SKIPPED)  # every family but the skipped was searched
+    skipped = skipped_families()
+    whole = names >= set(REGISTRY) - set(skipped)  # every family but the skipped was searched
     for name in REGISTRY:
-        if name in SKIPPED and whole:
-            out[name] = f"not searched: {SKIPPED[name]}"
+        if name in skipped and whole:
+            out[name] = f"not searched: {skipped[name]}"
         if name not in names or (best and name == best.candidate.schedule):
             continue
         mine = plan.best_of(name)
@@ -215,6 +216,23 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ),
         ("not modelled", "norms, routing and quantization kernels, load imbalance, optimizer step, data loading, restarts"),
     ]
+    return rows + search_assumptions(plan)
+
+
+def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """What the search fixed or left out: pins, and the searched orders not chosen for
+    the candidate's own costs."""
+    rows = [("pinned", plan.pins.flags())] if plan.pins else []
+    fixed = fixed_order_families(plan.searched)
+    if fixed:
+        rows.append(
+            (
+                "searched orders",
+                f"{', '.join(fixed)}: orders chosen at F = B = W = 1 by their builders, which take no costs, then simulated "
+                "under each candidate's costs (a conservative verdict on them); zb-auto is ordered under each candidate's "
+                f"own per-stage F/B/W and memory; searched orders are built for pp x M up to {SEARCHED_MAX_SLOTS}",
+            )
+        )
     return rows
 
 

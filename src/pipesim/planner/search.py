@@ -1,33 +1,77 @@
 """The search: every layout and schedule that fits, simulated, ranked by time per step.
 
-Candidates are (pp, dp, tp, ep, micro-batch size, schedule, chunks, recomputation). Each
-is first checked against the GPU's memory from its static bytes and its schedule's peak
-live activations (cheap); the survivors are simulated with the component cost model, and
-their memory is then taken from the simulated timeline.
+Candidates are (pp, dp, tp, ep, micro-batch size, schedule, chunks, recomputation); any
+of the layout's dimensions may be pinned (``Pins``). The schedules are the registry's
+families (``pipesim.schedules.REGISTRY``), each with the options its ``Family`` entry
+declares, so a family added there is searched without editing this file.
+
+Each candidate is first checked against the GPU's memory from its static bytes (cheap)
+and given a lower bound on its step time: the busiest rank's summed item times plus the
+gradient sync. Candidates are then simulated in order of their bound with the component
+cost model; the search stops when the bounds prove the rest cannot enter the top rows or
+beat their own family's best. Memory of the survivors is taken from their timelines.
+
+What the candidates share is computed once: compiled programs (kept in a cache bounded
+in bytes), per-rank item counts for the bounds, cost models (and, through
+``pipesim.components``, the plans of their items).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 
 from ..errors import PipesimError
-from ..ir import Op, Pair, Placement
+from ..ir import Op, Pair, Placement, Schedule, ops_of
 from ..memory import memory
 from ..metrics import summarize
-from ..schedules import REGISTRY, build
+from ..schedules import REGISTRY, build, family
 from ..simulate import Program, compile, simulate
 from .estimate import Layout, component_costs, memory_model, model_flops_per_token
 from .specs import Cluster, Model, Training
 
 GB = 1e9
 
-#: schedules the planner tries, with the chunk counts for families that take them
-SEARCHED = {"interleaved-1f1b": (2, 4)}
-SKIPPED = {"zb-auto": "built from one cost set at a time; compare it by hand with pipesim simulate"}
+#: searched schedules (not periodic) are built only up to this many (rank, micro-batch)
+#: slots, pp x M: each M is a search, a build and a simulation of its own
+SEARCHED_MAX_SLOTS = 4096
+
+#: ... and a family ordered under each candidate's own costs (zb-auto), whose build is a
+#: search no other candidate shares, up to this many
+COST_ORDERED_MAX_SLOTS = 1024
+
+#: compiled programs kept for reuse across candidates, in bytes (estimated, see _nbytes)
+PROGRAM_CACHE_BYTES = 192 * 2**20
+#: bytes a compiled program holds per item when the engine does not say (the event
+#: engine's Steps, measured with tracemalloc: 520-590 bytes per item)
+BYTES_PER_ITEM = 600
+SCHEDULE_BYTES_PER_ITEM = 200  # an Op in a built schedule, and its share of the Shape
+
+#: cost options a builder may take: such families are ordered under the candidate's costs
+COST_OPTIONS = ("f", "b", "w")
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Dimensions of the search the user fixed; None: searched."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    chunks: int | None = None
+    micro_batch: int | None = None
+    microbatches: int | None = None
+
+    def flags(self) -> str:
+        names = {"micro_batch": "micro-batch-size"}
+        return " ".join(f"--{names.get(f.name, f.name)} {getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name))
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass(frozen=True)
@@ -74,6 +118,8 @@ class Plan:
     skipped: int = 0  # fitted, but provably slower than what was kept
     top: int = 10  # rows the report shows
     model_published: dict | None = None  # a published cost of this model, from its preset
+    pins: Pins = field(default_factory=Pins)
+    searched: tuple[str, ...] = ()  # the schedule families searched
 
     @property
     def best(self) -> Result | None:
@@ -83,19 +129,125 @@ class Plan:
         return next((r for r in self.results if r.candidate.schedule == schedule), None)
 
 
-def layouts(m: Model, c: Cluster, t: Training) -> Iterator[Layout]:
+# --------------------------------------------------------------------------------------
+# what is searched
+
+
+def _required(name: str) -> list[str]:
+    """Options of a family's builder that have no default (the planner cannot guess them)."""
+    fam = REGISTRY[name]
+    return [k for k, v in fam.options.items() if v is inspect.Parameter.empty]
+
+
+def skipped_families() -> dict[str, str]:
+    """Registry families the planner cannot build on its own, with why."""
+    return {
+        n: f"its builder needs {', '.join('--' + k.replace('_', '-') for k in _required(n))}, which the planner cannot choose"
+        for n in REGISTRY
+        if _required(n)
+    }
+
+
+def fixed_order_families(names) -> list[str]:
+    """Searched (not periodic) families whose builders take no costs: their orders are
+    chosen at unit costs and then simulated under the candidate's."""
+    return [n for n in names if not REGISTRY[n].periodic and not set(COST_OPTIONS) <= REGISTRY[n].options.keys()]
+
+
+def placement_chunks(name: str, chunks: int | None) -> int:
+    fam = REGISTRY[name]
+    return Placement.standard(fam.placement, 2, 4, chunks or 1).chunks
+
+
+def schedule_variants(names: list[str] | None, pins: Pins) -> list[tuple[str, int | None]]:
+    """(family, chunks) pairs to search: a family whose builder takes ``chunks`` is tried at
+    its default and twice that (or the pinned count); the others as they are, when their
+    placement holds the pinned number of chunks per rank."""
+    skipped = skipped_families()
+    out = []
+    for name in names or [n for n in REGISTRY if n not in skipped]:
+        fam = family(name)
+        if name in skipped:
+            raise PipesimError(f"cannot search {name}: {skipped[name]}")
+        default = fam.options.get("chunks")
+        if isinstance(default, int):
+            for ch in (pins.chunks,) if pins.chunks else (default, 2 * default):
+                out.append((name, ch))
+        elif pins.chunks is None or placement_chunks(name, None) == pins.chunks:
+            out.append((name, None))
+    if not out:
+        raise PipesimError(
+            f"--chunks {pins.chunks}: no schedule searched holds {pins.chunks} chunks per rank; "
+            "interleaved schedules take any --chunks >= 2, V and dual placements hold 2, flat ones 1"
+        )
+    return out
+
+
+def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
+    """One line naming the pin that cannot hold, before anything is searched."""
+    g = c.gpus
+    kv = m.attention.kv_heads or m.heads
+    for name in ("tp", "pp", "dp"):
+        v = getattr(pins, name)
+        if v and g % v:
+            raise PipesimError(f"--{name} {v} must divide the cluster's {g} GPUs (or give --gpus)")
+    if pins.tp and (m.heads % pins.tp or kv % pins.tp):
+        raise PipesimError(f"--tp {pins.tp} must divide {m.name}'s {m.heads} attention heads and {kv} key/value heads")
+    if pins.pp and pins.pp > m.layers:
+        raise PipesimError(f"--pp {pins.pp} exceeds {m.name}'s {m.layers} layers (one stage needs a layer)")
+    given = [(n, getattr(pins, n)) for n in ("tp", "pp", "dp") if getattr(pins, n)]
+    product = math.prod(v for _, v in given)
+    text = " x ".join(f"--{n} {v}" for n, v in given)
+    if len(given) == 3 and product != g:
+        raise PipesimError(f"{text} = {product} GPUs, but the cluster has {g}; tp x pp x dp must be {g}")
+    if len(given) == 2 and g % product:
+        raise PipesimError(f"{text} = {product} does not divide the cluster's {g} GPUs")
+    if pins.ep:
+        if m.moe is None:
+            raise PipesimError(f"{m.name} has no experts; drop --ep")
+        if m.moe.experts % pins.ep:
+            raise PipesimError(f"--ep {pins.ep} must divide {m.name}'s {m.moe.experts} experts")
+        if pins.dp and pins.dp % pins.ep:
+            raise PipesimError(f"--ep {pins.ep} must divide --dp {pins.dp} (experts are sharded over data-parallel ranks)")
+    mb, M = pins.micro_batch, pins.microbatches
+    for flag, v in (("--micro-batch-size", mb), ("--microbatches", M)):
+        if v and t.global_batch % v:
+            raise PipesimError(f"{flag} {v} must divide the global batch of {t.global_batch} sequences")
+    if mb and M and t.global_batch % (mb * M):
+        raise PipesimError(
+            f"--micro-batch-size {mb} x --microbatches {M} must divide the global batch of {t.global_batch} sequences"
+        )
+    if mb and M and pins.dp and pins.dp * mb * M != t.global_batch:
+        raise PipesimError(
+            f"--dp {pins.dp} x --micro-batch-size {mb} x --microbatches {M} = {pins.dp * mb * M} sequences per step, "
+            f"but the global batch is {t.global_batch}"
+        )
+
+
+def layouts(m: Model, c: Cluster, t: Training, pins: Pins = Pins()) -> Iterator[Layout]:
     gpus = c.gpus
     kv = m.attention.kv_heads or m.heads
-    tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.gpus_per_node and m.heads % x == 0 and kv % x == 0]
+    if pins.tp:
+        tps = [pins.tp]
+    else:
+        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.gpus_per_node and m.heads % x == 0 and kv % x == 0]
     for tp in tps:
-        for pp in _powers(gpus // tp):
+        for pp in [pins.pp] if pins.pp else _powers(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
             dp = gpus // (tp * pp)
-            eps = [e for e in _powers(min(dp, m.moe.experts)) if dp % e == 0 and m.moe.experts % e == 0] if m.moe else [1]
+            if pins.dp and dp != pins.dp:
+                continue
+            if m.moe:
+                eps = [pins.ep] if pins.ep else _powers(min(dp, m.moe.experts))
+                eps = [e for e in eps if dp % e == 0 and m.moe.experts % e == 0]
+            else:
+                eps = [1]
             for ep in eps:
-                for mb in t.micro_batch_sizes:
+                for mb in [pins.micro_batch] if pins.micro_batch else t.micro_batch_sizes:
                     if t.global_batch % (dp * mb) == 0:
+                        if pins.microbatches and t.global_batch // (dp * mb) != pins.microbatches:
+                            continue
                         yield Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=mb)
 
 
@@ -103,28 +255,163 @@ def _powers(limit: int) -> list[int]:
     return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
 
 
-def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = None) -> Iterator[Candidate]:
-    names = schedules or [n for n in REGISTRY if n not in SKIPPED]
+def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = None, pins: Pins = Pins()) -> Iterator[Candidate]:
+    variants = schedule_variants(schedules, pins)
     recomputes = ("none", "selective", "full") if t.recompute == "auto" else (t.recompute,)
-    for lay in layouts(m, c, t):
+    for lay in layouts(m, c, t, pins):
         M = t.global_batch // (lay.dp * lay.micro_batch)
-        for name in names:
-            for chunks in SEARCHED.get(name, (None,)):
-                for rc in recomputes:
-                    yield Candidate(lay, name, chunks, rc, M)
+        for name, chunks in variants:
+            for rc in recomputes:
+                yield Candidate(lay, name, chunks, rc, M)
 
 
-@lru_cache(maxsize=256)
-def _program(name: str, pp: int, M: int, chunks: int | None) -> tuple[Program, dict]:
-    """The compiled schedule, and per rank how often each cost key occurs in it (so a
-    rank's busy time under any costs is a short sum)."""
-    opts = {"chunks": chunks} if chunks else {}
-    prog = compile(build(name, pp, M, **opts))
-    counts: list[Counter] = [Counter() for _ in range(pp)]
-    for st in prog.steps:
-        what = ("pair", st.item.backward.kind) if isinstance(st.item, Pair) else st.item.kind
-        counts[st.rank][(what, st.stages)] += 1
-    return prog, counts
+# --------------------------------------------------------------------------------------
+# what candidates share
+
+
+class ProgramCache:
+    """Schedules by (family, pp, M, options), each with its Shape and, once simulated, its
+    compiled program; least recently used dropped first once their estimated bytes pass
+    ``limit``."""
+
+    def __init__(self, limit: int = PROGRAM_CACHE_BYTES):
+        self.limit = limit
+        self.bytes = 0
+        self.kept: OrderedDict[tuple, list] = OrderedDict()  # key -> [schedule, shape, program, bytes]
+
+    def _entry(self, name: str, pp: int, M: int, options: dict) -> list:
+        key = (name, pp, M, tuple(sorted(options.items())))
+        hit = self.kept.get(key)
+        if hit is not None:
+            self.kept.move_to_end(key)
+            return hit
+        s = build(name, pp, M, **options)
+        size = SCHEDULE_BYTES_PER_ITEM * sum(len(r) for r in s.ranks)
+        entry = self.kept[key] = [s, shape(s), None, size]
+        self._grow(size)
+        return entry
+
+    def _grow(self, size: int) -> None:
+        self.bytes += size
+        while self.bytes > self.limit and len(self.kept) > 1:
+            _, dropped = self.kept.popitem(last=False)
+            self.bytes -= dropped[3]
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
+        e = self._entry(name, pp, M, options)
+        return e[1], e[0].placement
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        e = self._entry(name, pp, M, options)
+        if e[2] is None:
+            e[2] = compile(e[0])
+            size = _nbytes(e[2])
+            e[3] += size
+            self._grow(size)
+        return e[2]
+
+
+def _nbytes(prog: Program) -> int:
+    """The program's size: what the engine reports, else an estimate per item."""
+    n = getattr(prog, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    return BYTES_PER_ITEM * sum(len(r) for r in prog.schedule.ranks)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a schedule's order says without costs, per rank: how often each cost key occurs
+    (so a rank's busy time under any costs is a short sum): ("F", stage) for a lone op,
+    ("pair", backward kind, f stage, b stage); and the states its live activations pass
+    through right after each forward starts, as ((stage, u, v), ...) where the stage's
+    activations held are u whole ones and v kept for W alone (so peak memory under any
+    sizes is a max of short sums)."""
+
+    counts: list[Counter]
+    states: list[tuple[tuple[tuple[int, int, int], ...], ...]]
+
+
+def shape(s: Schedule) -> Shape:
+    """A rank runs its items one after another, so the order alone fixes its activation
+    peak: a forward adds its activation when its item starts, B frees the share W does not
+    need, W the rest, BW all of it, when their item ends (``pipesim.memory``'s model)."""
+    pl = s.placement
+    counts: list[Counter] = []
+    states = []
+    for r, items in enumerate(s.ranks):
+        c: Counter = Counter()
+        live: dict[int, list[int]] = {}
+        seen: set = set()
+        for it in items:
+            ops = ops_of(it)
+            st = [pl.stage_of(r, op.chunk, op.mb) for op in ops]
+            if isinstance(it, Pair):
+                c[("pair", it.backward.kind, st[0], st[1])] += 1
+            else:
+                c[(it.kind, st[0])] += 1
+            if any(op.kind == "F" for op in ops):
+                for op, x in zip(ops, st):
+                    if op.kind == "F":
+                        live.setdefault(x, [0, 0])[0] += 1
+                seen.add(tuple(sorted((x, u, v) for x, (u, v) in live.items() if u or v)))
+            for op, x in zip(ops, st):
+                held = live.setdefault(x, [0, 0])
+                if op.kind == "B":
+                    held[0] -= 1
+                    held[1] += 1
+                elif op.kind == "W":
+                    held[1] -= 1
+                elif op.kind == "BW":
+                    held[0] -= 1
+        counts.append(c)
+        states.append(tuple(seen))
+    return Shape(counts, states)
+
+
+def activation_peaks(sh: Shape, mm) -> list[float]:
+    """Per rank, the most activation bytes live at once."""
+    w = mm.w_share
+    return [
+        max((sum(mm.activation_bytes(x) * (u + w * v) for x, u, v in state) for state in rank), default=0.0) for rank in sh.states
+    ]
+
+
+class Shared:
+    """What one search computes once: programs, item counts, cost models."""
+
+    def __init__(self, m: Model, c: Cluster, t: Training, cache_bytes: int = PROGRAM_CACHE_BYTES, exhaustive: bool = False):
+        self.m, self.c, self.t = m, c, t
+        self.exhaustive = exhaustive
+        self.programs = ProgramCache(0 if exhaustive else cache_bytes)
+        self.costs: OrderedDict[tuple, object] = OrderedDict()
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        return self.programs.program(name, pp, M, options)
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
+        """A schedule's shape and placement, built and not compiled (building a handcrafted
+        pattern is cheap, compiling it is not; a searched one is compiled only if it fits)."""
+        return self.programs.shape(name, pp, M, options)
+
+    def cost_model(self, lay: Layout, stages: int, recompute: str):
+        """The candidate's component costs; candidates of one layout share them (a few are
+        kept: a deep model's plans are large, and rebuilding one from its parts is cheap)."""
+        if self.exhaustive:
+            return component_costs(self.m, self.c, self.t, lay, stages, recompute)
+        key = (lay, stages, recompute)
+        hit = self.costs.get(key)
+        if hit is None:
+            hit = self.costs[key] = component_costs(self.m, self.c, self.t, lay, stages, recompute)
+            if len(self.costs) > 16:
+                self.costs.popitem(last=False)
+        else:
+            self.costs.move_to_end(key)
+        return hit
+
+
+# --------------------------------------------------------------------------------------
+# one candidate: checks and bound, then simulation
 
 
 @dataclass
@@ -132,51 +419,80 @@ class Prepared:
     """A candidate that passed the cheap checks, with what its simulation needs."""
 
     candidate: Candidate
-    costs: object
+    stages: int
+    options: dict  # for its builder
     memory: object
     budget: float
+    statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
     sync: float  # exposed data-parallel sync, seconds
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
-#: searched schedules are built only up to this many (rank, micro-batch) slots, pp x M:
-#: they are not periodic, so each M is a search, a build and a simulation of its own
-SEARCHED_MAX_SLOTS = 4096
+def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
+    """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
+    every 2pp micro-batches), congruent to M modulo 2pp so the schedule's constraints
+    still hold, from which M's totals follow affinely; None when M must be simulated
+    itself: the schedule is searched rather than periodic, or M is as cheap."""
+    if not REGISTRY[name].periodic:
+        return None
+    q = 2 * pp
+    m1 = q + (M - q) % q
+    return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
-def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Result:
+def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
+    """The options the candidate's family is built with: its chunks, and for a family whose
+    builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
+    the activation memory left on the GPU (at most 2pp activations: ZB-2p's room)."""
+    fam = REGISTRY[cand.schedule]
+    takes = fam.options
+    opts: dict = {}
+    if cand.chunks is not None:
+        opts["chunks"] = cand.chunks
+    if not set(COST_OPTIONS) <= takes.keys():
+        return opts
+    for k in COST_OPTIONS:
+        opts[k] = tuple(costs.op_time(Op(k.upper(), 0, 0), s) for s in range(stages))
+    if "comm" in takes:
+        opts["comm"] = costs.p2p_time(0, 1)
+    if {"memory_limit", "activation_bytes"} <= takes.keys():
+        unit = max(mm.activation_bytes(s) for s in range(stages))
+        opts["activation_bytes"] = unit
+        opts["memory_limit"] = min(room, 2 * cand.layout.pp * unit)
+    if "w_memory" in takes:
+        opts["w_memory"] = mm.w_share
+    return opts
+
+
+def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None) -> Prepared | Result:
     """Check the candidate against its schedule's constraints and the GPU's memory, and
     bound its step time from below, without simulating it."""
+    shared = shared or Shared(m, c, t)
     lay, M = cand.layout, cand.microbatches
     fam = REGISTRY[cand.schedule]
-    points = sample_points(cand.schedule, lay.pp, M)
-    counts = None
+    limit = COST_ORDERED_MAX_SLOTS if set(COST_OPTIONS) <= fam.options.keys() else SEARCHED_MAX_SLOTS
+    if not fam.periodic and M * lay.pp > limit:
+        return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
+    chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
+    points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
+    shapes: list[Shape] = []
     try:
-        if not fam.periodic:
-            if M * lay.pp > SEARCHED_MAX_SLOTS:
-                return Result(
-                    cand, False, f"a searched schedule, built for pp x M up to {SEARCHED_MAX_SLOTS}, not {lay.pp} x {M}"
-                )
-            pl = Placement.standard(fam.placement, lay.pp, M, 2 if fam.placement == "v" else 1)
-        elif points is None:
-            prog, counts = _program(cand.schedule, lay.pp, M, cand.chunks)
-            pl = prog.schedule.placement
-        else:  # a rank's op counts grow affinely with M, as its busy time does
-            prog, c1 = _program(cand.schedule, lay.pp, points[0], cand.chunks)
-            c2 = _program(cand.schedule, lay.pp, points[1], cand.chunks)[1]
-            k = (M - points[0]) / (points[1] - points[0])
-            counts = [
-                {key: a.get(key, 0) + k * (b.get(key, 0) - a.get(key, 0)) for key in a.keys() | b.keys()} for a, b in zip(c1, c2)
-            ]
-            pl = prog.schedule.placement
+        if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
+            pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
+        else:
+            for x in points or (M,):
+                sh, pl = shared.shape(cand.schedule, lay.pp, x, chunks)
+                shapes.append(sh)
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
+    k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
     mm = memory_model(m, t, lay, stages, cand.recompute)
-    static = max(sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks)) for r in range(lay.pp))
+    statics = static_bytes(pl, mm)
+    static = max(statics)
     if static > budget:
         return Result(
             cand,
@@ -184,33 +500,126 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Re
             f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
-    costs = component_costs(m, c, t, lay, stages, cand.recompute)
+    costs = shared.cost_model(lay, stages, cand.recompute)
+    opts = builder_options(cand, costs, mm, budget - static, stages)
+    if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
+        return Result(
+            cand,
+            False,
+            f"static memory {static / GB:.0f} GB leaves no room for one micro-batch's activations "
+            f"({opts['activation_bytes'] / GB:.1f} GB) in {budget / GB:.0f} GB usable",
+            static_gb=static / GB,
+        )
+    one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
+    if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
+        return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
+    if shapes:  # the exact activation peak, from the order: what does not fit is not simulated
+        peak = max(
+            affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
+        )
+        if peak > budget * (1 + 1e-9):
+            return Result(cand, False, f"peak memory {peak / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=peak / GB)
+        (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c), shapes, costs)
+        busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
+    else:
+        busy, w = unpaired_work(pl, costs)
+    bound = pipeline_bound(pl, costs, busy, w)
     sync = dp_sync_seconds(c, lay, pl, mm) * (1 - t.dp_overlap)
-    bound = busiest_rank(counts, costs) if counts is not None else unpaired_work(pl, costs)
-    return Prepared(cand, costs, mm, budget, sync, bound + sync)
+    return Prepared(cand, stages, opts, mm, budget, statics, sync, bound + sync)
 
 
-def busiest_rank(counts: list[dict], costs) -> float:
-    """The longest summed item time of a rank: no step can be shorter."""
-
-    def time(key) -> float:
-        what, stages = key
-        if isinstance(what, tuple):  # a pair: ("pair", its backward's kind)
-            return costs.pair_time(Pair(Op("F", 0, 0), Op(what[1], 0, 1)), *stages)
-        return costs.op_time(Op(what, 0, 0), stages[0])
-
-    return max(sum(n * time(k) for k, n in c.items()) for c in counts)
+def _ends(f, shapes: list[Shape], arg) -> tuple:
+    """f at the first and last sample point (the same when M is simulated itself)."""
+    return f(shapes[0], arg), f(shapes[-1], arg)
 
 
-def unpaired_work(pl: Placement, costs) -> float:
-    """The busiest rank's F, B and W over all micro-batches its chunks serve: the step
-    time bound of a schedule without overlapped pairs, from its placement alone."""
+def affine(a: float, b: float, k: float) -> float:
+    """a + k (b - a): a total at M from two sample points (see ``sample_points``)."""
+    return a + k * (b - a)
+
+
+def rank_stages(pl: Placement) -> list[set[int]]:
+    """Per rank, the stages (positions along the routes that carry micro-batches) it runs."""
+    out: list[set[int]] = [set() for _ in range(pl.pp)]
+    for ri in set(pl.route_of):
+        for st, (r, _) in enumerate(pl.routes[ri]):
+            out[r].add(st)
+    return out
+
+
+def static_bytes(pl: Placement, mm) -> list[float]:
+    """Per rank, its parameters, gradients and optimizer states: the chunks it holds."""
+    return [
+        sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks) if any((r, ch) in rt for rt in pl.routes))
+        for r in range(pl.pp)
+    ]
+
+
+def item_time(key: tuple, costs) -> float:
+    if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
+        return costs.pair_time(Pair(Op("F", 0, 0), Op(key[1], 0, 1)), key[2], key[3])
+    return costs.op_time(Op(key[0], 0, 0), key[1])
+
+
+def rank_work(counts: list[dict], costs) -> tuple[list[float], list[float]]:
+    """Per rank, the summed time of its items, and of its lone W items among them."""
+    times: dict = {}
+    busy, w = [], []
+    for rank in counts:
+        total = weights = 0.0
+        for key, n in rank.items():
+            if key not in times:
+                times[key] = item_time(key, costs)
+            total += n * times[key]
+            if key[0] == "W":
+                weights += n * times[key]
+        busy.append(total)
+        w.append(weights)
+    return busy, w
+
+
+def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
+    """Per rank, the forward and backward (B + W, or the fused BW if shorter) of all the
+    micro-batches its chunks serve, and no W counted as deferrable: the work of a schedule
+    without overlapped pairs, from its placement alone."""
     per_route = [pl.route_of.count(ri) for ri in range(len(pl.routes))]
     work = [0.0] * pl.pp
     for ri, route in enumerate(pl.routes):
         for st, (r, ch) in enumerate(route):
-            work[r] += per_route[ri] * sum(costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W"))
-    return max(work)
+            t = {k: costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W", "BW")}
+            work[r] += per_route[ri] * (t["F"] + min(t["B"] + t["W"], t["BW"]))
+    return work, work
+
+
+def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float]) -> float:
+    """No schedule on this placement is shorter: for each rank, the fill before its first
+    item, its busy time, and the drain after its last backward.
+
+    A rank's first item holds a forward of the first stage it serves on some route (any
+    other op waits for one of its own), so it starts no earlier than the forwards of the
+    route's earlier stages, all on other ranks, and their P2P hops. Its last item holding a
+    backward is at that first stage too (the backward runs back through the rank's later
+    stages first), and the backward must still run through the earlier stages: a drain,
+    less the lone W items that may run after it. An item holding an op lasts at least the
+    op alone: a pair runs each of its ops' parts in sequence at no more than full rate."""
+    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(pl.stages)]
+    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(pl.stages)]
+    fill = [math.inf] * pl.pp
+    drain = [math.inf] * pl.pp
+    used = set(pl.route_of)
+    for ri, route in enumerate(pl.routes):
+        if ri not in used:
+            continue
+        f = b = 0.0
+        seen: set[int] = set()
+        for st, (r, _) in enumerate(route):
+            if r not in seen:
+                seen.add(r)
+                fill[r], drain[r] = min(fill[r], f), min(drain[r], b)
+            nxt = route[st + 1][0] if st + 1 < len(route) else r
+            f += fwd[st] + (costs.p2p_time(r, nxt) if nxt != r else 0.0)
+            b += bwd[st] + (costs.p2p_time(nxt, r) if nxt != r else 0.0)
+    return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)
 
 
 @dataclass(frozen=True)
@@ -246,32 +655,32 @@ def measure(prog: Program, costs, mm) -> Measured:
     )
 
 
-def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
-    """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
-    every 2pp micro-batches), congruent to M modulo 2pp so the schedule's constraints
-    still hold, from which M's totals follow affinely; None when M must be simulated
-    itself: the schedule is searched rather than periodic, or M is as cheap."""
-    if not REGISTRY[name].periodic:
-        return None
-    q = 2 * pp
-    m1 = q + (M - q) % q
-    return (m1, m1 + q) if M > m1 + 2 * q else None
-
-
-def finish(m: Model, c: Cluster, t: Training, p: Prepared) -> Result:
+def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
     """Simulate a prepared candidate and measure it. Past warm-up every schedule repeats
     itself, so for large M two shorter runs are simulated and M's totals extrapolated
     (exactly: tests/test_planner.py checks it against full simulations)."""
+    shared = shared or Shared(m, c, t)
     cand = p.candidate
-    points = sample_points(cand.schedule, cand.layout.pp, cand.microbatches)
-    if points is None:
-        x = measure(_program(cand.schedule, cand.layout.pp, cand.microbatches, cand.chunks)[0], p.costs, p.memory)
-    else:
-        m1, m2 = points
-        a = measure(_program(cand.schedule, cand.layout.pp, m1, cand.chunks)[0], p.costs, p.memory)
-        b = measure(_program(cand.schedule, cand.layout.pp, m2, cand.chunks)[0], p.costs, p.memory)
-        x = a.toward(b, (cand.microbatches - m1) / (m2 - m1))
-    pp = cand.layout.pp
+    pp, M = cand.layout.pp, cand.microbatches
+    costs = shared.cost_model(cand.layout, p.stages, cand.recompute)
+    points = None if shared.exhaustive else sample_points(cand.schedule, pp, M)
+    try:
+        if points is None:
+            if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
+                sh = shared.shape(cand.schedule, pp, M, p.options)[0]
+                peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
+                if peak > p.budget * (1 + 1e-9):
+                    return Result(
+                        cand, False, f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable", memory_gb=peak / GB
+                    )
+            x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
+        else:
+            m1, m2 = points
+            a = measure(shared.program(cand.schedule, pp, m1, p.options), costs, p.memory)
+            b = measure(shared.program(cand.schedule, pp, m2, p.options), costs, p.memory)
+            x = a.toward(b, (M - m1) / (m2 - m1))
+    except PipesimError as e:
+        return Result(cand, False, f"cannot run: {e}")
     peak = max(x.peak)
     step = x.makespan + p.sync
     tokens = t.global_batch * t.seq
@@ -294,9 +703,10 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared) -> Result:
     )
 
 
-def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate) -> Result:
-    p = prepare(m, c, t, cand)
-    return p if isinstance(p, Result) else finish(m, c, t, p)
+def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None) -> Result:
+    shared = shared or Shared(m, c, t)
+    p = prepare(m, c, t, cand, shared)
+    return p if isinstance(p, Result) else finish(m, c, t, p, shared)
 
 
 def dp_sync_seconds(c: Cluster, lay: Layout, pl: Placement, mm) -> float:
@@ -314,49 +724,89 @@ def dp_sync_seconds(c: Cluster, lay: Layout, pl: Placement, mm) -> float:
     return worst
 
 
+# --------------------------------------------------------------------------------------
+# the search
+
+
 def search(
     m: Model,
     c: Cluster,
     t: Training,
     schedules: list[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, Plan], None] | None = None,
     keep: int = 10,
+    pins: Pins = Pins(),
+    exhaustive: bool = False,
 ) -> Plan:
     """Rank every candidate that fits. Candidates are simulated in order of their lower
     bound, and one is skipped when its bound cannot beat both its family's best and the
-    ``keep``-th best so far: the winner, the runners-up and each family's best are exact."""
-    cands = list(candidates(m, c, t, schedules))
+    ``keep``-th best so far: the winner, the runners-up and each family's best are exact.
+    ``exhaustive`` simulates every candidate in full (no bound, extrapolation or shared
+    programs): the slow oracle the tests hold the fast search to.
+
+    ``progress(done, total, plan)`` is called as candidates are checked and simulated."""
+    check_pins(m, c, t, pins)
+    cands = list(candidates(m, c, t, schedules, pins))
     if not cands:
+        if pins:
+            raise PipesimError(
+                f"no layout with {pins.flags()} divides {c.gpus} GPUs and {t.global_batch} sequences per step "
+                "into whole pipelines and micro-batches; change or drop a pin"
+            )
         raise PipesimError(
             f"no layout divides {c.gpus} GPUs and {t.global_batch} sequences into whole pipelines and micro-batches; "
             "change --gpus or --global-batch"
         )
-    plan = Plan(m, c, t, considered=len(cands), top=keep)
+    shared = Shared(m, c, t, exhaustive=exhaustive)
+    plan = Plan(m, c, t, considered=len(cands), top=keep, pins=pins, searched=tuple(dict.fromkeys(x.schedule for x in cands)))
     total = 2 * len(cands)
+    tick = progress or (lambda done, total, plan: None)
+    tick(0, total, plan)
     prepared: list[Prepared] = []
     for i, cand in enumerate(cands):
-        p = prepare(m, c, t, cand)
+        p = prepare(m, c, t, cand, shared)
         (plan.rejected.append(p) if isinstance(p, Result) else prepared.append(p))
-        if progress:
-            progress(i + 1, total)
+        if i % 16 == 0:
+            tick(i + 1, total, plan)
     prepared.sort(key=lambda p: p.bound)
+    remaining = Counter(p.candidate.schedule for p in prepared)
     family_best: dict[str, float] = {}
+    best_times: list[float] = []  # the keep fastest so far, sorted
     done = len(cands) + len(plan.rejected)
-    for p in prepared:
+    for i, p in enumerate(prepared):
         fam = p.candidate.schedule
-        times = sorted(r.step_time for r in plan.results)
-        limit = max(times[keep - 1] if len(times) >= keep else math.inf, family_best.get(fam, math.inf))
-        if p.bound < limit:
-            res = finish(m, c, t, p)
+        remaining[fam] -= 1
+        kth = best_times[keep - 1] if len(best_times) >= keep else math.inf
+        if exhaustive or p.bound < max(kth, family_best.get(fam, math.inf)):
+            res = finish(m, c, t, p, shared)
             if res.fits:
                 plan.results.append(res)
                 family_best[fam] = min(family_best.get(fam, math.inf), res.step_time)
+                best_times = sorted([*best_times, res.step_time])[:keep]
             else:
                 plan.rejected.append(res)
         else:
             plan.skipped += 1
+            # sorted by bound: once no family left can still improve, the rest cannot win
+            if p.bound >= kth and all(family_best.get(f, math.inf) <= p.bound for f, n in remaining.items() if n):
+                plan.skipped += len(prepared) - i - 1
+                break
         done += 1
-        if progress:
-            progress(done, total)
+        tick(done, total, plan)
     plan.results.sort(key=lambda r: (r.step_time, r.memory_gb))
+    tick(total, total, plan)
+    if pins and plan.best is None:
+        raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
     return plan
+
+
+def closest_miss(plan: Plan) -> str:
+    """Why the candidate that came nearest to fitting did not."""
+    if not plan.rejected:
+        return "every candidate was skipped"
+    memory = [r for r in plan.rejected if r.memory_gb or r.static_gb]
+    if memory:
+        r = min(memory, key=lambda r: r.memory_gb or r.static_gb)
+    else:
+        r = plan.rejected[0]
+    return f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation: {r.reason}"
