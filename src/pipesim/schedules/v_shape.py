@@ -17,8 +17,6 @@ are then fixed: simulating them under other costs just runs the same order.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
@@ -27,6 +25,7 @@ from ..autoschedule.problem import Problem
 from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Placement, Schedule
+from .cache import cached
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
 # The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
@@ -80,19 +79,19 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     return best.schedule(name)
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("zb-v")  # searched once per (pp, M), then read from the cache file
 def zb_v(pp: int, microbatches: int) -> Schedule:
     """ZB-V: 1F1B's activation memory (2pp chunks), zero bubble when F = B = W and M >= pp."""
     return _v("zb-v", pp, microbatches, zb_v_limit(pp), (zb_v_block(pp), *v_half_blocks(pp), v_min_block(pp)), span_makespan_key)
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("v-half")  # searched once per (pp, M), then read from the cache file
 def v_half(pp: int, microbatches: int) -> Schedule:
     """V-Half: about half of 1F1B's activation memory."""
     return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("v-min")  # searched once per (pp, M), then read from the cache file
 def v_min(pp: int, microbatches: int) -> Schedule:
     """V-Min: about a third of 1F1B's activation memory."""
     return _v("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))

@@ -6,10 +6,9 @@ gradient, deferrable) lets W fill the bubbles 1F1B leaves.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ..costs import Costs
 from ..ir import Op, Placement, Schedule
+from .cache import cached
 
 
 def zb_h1(pp: int, microbatches: int) -> Schedule:
@@ -37,7 +36,7 @@ def zb_h1(pp: int, microbatches: int) -> Schedule:
     return Schedule("zb-h1", pp, M, Placement.flat(pp, M), tuple(ranks))
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("zb-h2")  # searched once per (pp, M), then read from the cache file
 def zb_h2(pp: int, microbatches: int) -> Schedule:
     """ZB-H2: up to 2pp activations per rank buy a zero span bubble when F = B = W
     (and M >= 2pp - 1): extra warm-up forwards fill what 1F1B leaves idle before the
