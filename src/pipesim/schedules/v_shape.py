@@ -10,8 +10,9 @@ chunk-activations, two per micro-batch stage of 1F1B), polished by local search:
 * ``v-half``: limit 2((pp+2)//2), about half of 1F1B's;
 * ``v-min``: limit 2((pp+4)//3), about a third.
 
-Constructions: the repeating building block (``autoschedule.blocks``) and the list
-scheduler (``autoschedule.greedy``) with the limit. Orders are chosen at unit costs and
+Constructions: the repeating building block (``autoschedule.blocks``), the Zero Bubble
+authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero span
+bubble) and the list scheduler (``autoschedule.greedy``), each with the limit. Orders are chosen at unit costs and
 are then fixed: simulating them under other costs just runs the same order.
 """
 
@@ -22,6 +23,7 @@ from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
 from ..autoschedule.problem import Problem
+from ..autoschedule.vgreedy import v_greedy_orders
 from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Placement, Schedule
@@ -62,11 +64,16 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     index = Index(prob)
     plans = []
     for block in blocks:
-        orders = block_orders(pp, M, block)
-        if orders is not None and all(fits(index, seq) for seq in orders):
-            plan = asap(index, orders)
-            if plan is not None:
-                plans.append(plan)
+        for paired in (False, True):
+            orders = block_orders(pp, M, block, paired)
+            if orders is not None and all(fits(index, seq) for seq in orders):
+                plan = asap(index, orders)
+                if plan is not None:
+                    plans.append(plan)
+    for orders in v_greedy_orders(prob):
+        plan = asap(index, orders)
+        if plan is not None:
+            plans.append(plan)
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
