@@ -59,10 +59,22 @@ def v_min_limit(pp: int) -> int:
     return 2 * ((pp + 4) // 3)
 
 
+def _lower_bounds(prob: Problem) -> tuple[float, float]:
+    """(longest span, makespan) no order can beat: a rank's own work, and that work
+    started when the first forward can reach the rank."""
+    pp = prob.placement.pp
+    work = [prob.work(r) for r in range(pp)]
+    return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
+
+
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key) -> Schedule:
     prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
     index = Index(prob)
-    plans = []
+    plans = [plan for orders in v_greedy_orders(prob) if (plan := asap(index, orders)) is not None]
+    span_lb, makespan_lb = _lower_bounds(prob)
+    for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
+        if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
+            return plan.schedule(name)
     for block in blocks:
         for paired in (False, True):
             orders = block_orders(pp, M, block, paired)
@@ -70,10 +82,6 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
                 plan = asap(index, orders)
                 if plan is not None:
                     plans.append(plan)
-    for orders in v_greedy_orders(prob):
-        plan = asap(index, orders)
-        if plan is not None:
-            plans.append(plan)
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
@@ -88,7 +96,8 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
 
 @cached("zb-v")  # searched once per (pp, M), then read from the cache file
 def zb_v(pp: int, microbatches: int) -> Schedule:
-    """ZB-V: 1F1B's activation memory (2pp chunks), zero bubble when F = B = W and M >= pp."""
+    """ZB-V: 1F1B's activation memory (2pp chunks); when F = B = W, makespan 6M + pp - 1
+    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1."""
     return _v("zb-v", pp, microbatches, zb_v_limit(pp), (zb_v_block(pp), *v_half_blocks(pp), v_min_block(pp)), span_makespan_key)
 
 
