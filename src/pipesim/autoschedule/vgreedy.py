@@ -104,11 +104,8 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
             pending[r].append((s, i))
 
     def put_w(r: int) -> None:
-        s, i = pending[r].popleft()
-        start = free[r]
-        if count[r][F][0] > 0:
-            bubble[r] += 0.0
-        free[r] = start + prob.w[s]
+        s, i = pending[r].popleft()  # a W never waits: its B ran on this rank
+        free[r] += prob.w[s]
         live[r] -= wmem
         order[r].append((W, 1 if s >= pp else 0, i))
 
