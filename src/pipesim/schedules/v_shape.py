@@ -45,6 +45,7 @@ V_POLICIES = (
 # sizes people run, and bounded so that building stays interactive.
 POLISH_BUDGET = 3000
 POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
+PAIRED_OPS = 100_000  # sizes up to which the blocks are also reordered in V order
 
 
 def zb_v_limit(pp: int) -> int:
@@ -78,7 +79,9 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
     for block in blocks:
-        for paired in (False, True):
+        # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS
+        # ops those are a small share of the span and it would double the search
+        for paired in (False, True) if 6 * pp * M <= PAIRED_OPS else (False,):
             orders = block_orders(pp, M, block, paired)
             if orders is not None and all(fits(index, seq) for seq in orders):
                 plan = asap(index, orders)
