@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,14 @@ REFERENCE = Path(__file__).parent / "data" / "reference"
 settings.register_profile("ci", max_examples=60, deadline=None)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _orders_cache(tmp_path_factory):
+    """Searched orders are cached under the user's cache directory; tests keep theirs
+    in a temporary one (subprocesses inherit it)."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    yield
 
 
 def reference_cases(prefix: str) -> list[dict]:

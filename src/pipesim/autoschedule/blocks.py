@@ -19,6 +19,7 @@ memory: once with the Ws in place, once more for the cool-down with the Ws taken
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from .problem import B, F, W
@@ -87,6 +88,23 @@ def _place_ws(occ: Slots) -> None:
         last = t
 
 
+def _place_ws_by_chunk(occ: Slots, pp: int) -> None:
+    """The Ws into free slots in time order, those of chunk 1 (the first backward leg)
+    ahead of chunk 0's, each chunk first in first out."""
+    queues: tuple[deque, deque] = (deque(), deque())
+    t, last = 0, max(occ)
+    while t <= last or queues[0] or queues[1]:
+        op = occ.get(t)
+        if op is None:
+            q = queues[0] or queues[1]
+            if q:
+                _, s, i = q.popleft()
+                occ[t] = (W, s, i)
+        elif op[0] == B:
+            queues[0 if op[1] >= pp else 1].append(op)
+        t += 1
+
+
 def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0) -> list[int]:
     """Live chunk-activations after each slot from ``start`` on, given the state before
     it; with ``implicit_w`` the Ws are not placed and a pending one is taken to run in
@@ -124,7 +142,7 @@ def _pending(occ: Slots, upto: int) -> tuple[int, int]:
     return live, pending
 
 
-def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool) -> None:
+def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paired: bool = False) -> None:
     """One pass in slot order; see the module docstring. With the Ws placed, moving an F
     earlier raises memory by one over the slots it skips and moving a W earlier lowers
     it, so a range check suffices; without them (cool-down only) the memory from the
@@ -134,6 +152,7 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool) -> No
     prof = [_memory(o, horizon, not with_ws) for o in occ]
     ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
     end: dict[tuple[int, int, int], int] = {}
+    last_w: dict[int, int] = {}
     phase = "warm-up"
     for t0, r, (kind, s, i) in ops:
         o = occ[r]
@@ -149,8 +168,15 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool) -> No
                 ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
             else:
                 ready = end[(B, s, i)]
-            if i > 0:
+            if paired and kind == W:
+                ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
+            elif i > 0:
                 ready = max(ready, end[(kind, s, i - 1)])
+            if paired and (kind == F and s >= pp or kind == B and s < pp):
+                # also keep a rank's two passes of one micro-batch in V order (F of
+                # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
+                # moves, which sometimes squeeze better
+                ready = max(ready, end[(kind, S - 1 - s, i)])
             for t in range(ready, t0):
                 if t in o:
                     continue
@@ -174,9 +200,11 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool) -> No
                 del o[t]
                 o[t0] = (kind, s, i)
         end[(kind, s, i)] = at + 1
+        if kind == W:
+            last_w[r] = at + 1
 
 
-def block_orders(pp: int, M: int, block: Block) -> list[list[tuple[int, int, int]]] | None:
+def block_orders(pp: int, M: int, block: Block, paired: bool = False) -> list[list[tuple[int, int, int]]] | None:
     """Per-rank orders (kind, chunk, mb) of the repeated, reordered block; None if the
     block collides."""
     times = block.times(pp)
@@ -195,9 +223,12 @@ def block_orders(pp: int, M: int, block: Block) -> list[list[tuple[int, int, int
         occ.append(o)
     horizon = max(max(o) for o in occ) + 2
     bound = max(max(_memory(o, horizon, False)) for o in occ)
-    _reorder(pp, M, occ, bound, with_ws=True)
+    _reorder(pp, M, occ, bound, with_ws=True, paired=paired)
     occ = [{t: op for t, op in o.items() if op[0] != W} for o in occ]
-    _reorder(pp, M, occ, bound, with_ws=False)
+    _reorder(pp, M, occ, bound, with_ws=False, paired=paired)
     for o in occ:
-        _place_ws(o)
+        if paired:
+            _place_ws_by_chunk(o, pp)
+        else:
+            _place_ws(o)
     return [[(kind, 0 if s < pp else 1, i) for _, (kind, s, i) in sorted(o.items())] for o in occ]

@@ -13,8 +13,6 @@ The order is the list scheduler's (``autoschedule.greedy``, backwards first, at 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.problem import Problem
 from ..costs import Costs
@@ -22,7 +20,6 @@ from ..errors import PipesimError
 from ..ir import Placement, Schedule
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
 def chimera(pp: int, microbatches: int) -> Schedule:
     M = microbatches
     if pp % 2:

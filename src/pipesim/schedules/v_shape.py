@@ -10,23 +10,24 @@ chunk-activations, two per micro-batch stage of 1F1B), polished by local search:
 * ``v-half``: limit 2((pp+2)//2), about half of 1F1B's;
 * ``v-min``: limit 2((pp+4)//3), about a third.
 
-Constructions: the repeating building block (``autoschedule.blocks``) and the list
-scheduler (``autoschedule.greedy``) with the limit. Orders are chosen at unit costs and
+Constructions: the repeating building block (``autoschedule.blocks``), the Zero Bubble
+authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero span
+bubble) and the list scheduler (``autoschedule.greedy``), each with the limit. Orders are chosen at unit costs and
 are then fixed: simulating them under other costs just runs the same order.
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
 from ..autoschedule.problem import Problem
+from ..autoschedule.vgreedy import v_greedy_orders
 from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Placement, Schedule
+from .cache import cached
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
 # The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
@@ -44,6 +45,7 @@ V_POLICIES = (
 # sizes people run, and bounded so that building stays interactive.
 POLISH_BUDGET = 3000
 POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
+PAIRED_OPS = 100_000  # sizes up to which the blocks are also reordered in V order
 
 
 def zb_v_limit(pp: int) -> int:
@@ -58,16 +60,33 @@ def v_min_limit(pp: int) -> int:
     return 2 * ((pp + 4) // 3)
 
 
-def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key) -> Schedule:
+def _lower_bounds(prob: Problem) -> tuple[float, float]:
+    """(longest span, makespan) no order can beat: a rank's own work, and that work
+    started when the first forward can reach the rank."""
+    pp = prob.placement.pp
+    work = [prob.work(r) for r in range(pp)]
+    return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
+
+
+def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
     prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
     index = Index(prob)
-    plans = []
+    # the round-based greedy reserves 1F1B's memory in its warm-up: only ZB-V's limit suits it
+    orders_found = v_greedy_orders(prob) if greedy else []
+    plans = [plan for orders in orders_found if (plan := asap(index, orders)) is not None]
+    span_lb, makespan_lb = _lower_bounds(prob)
+    for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
+        if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
+            return plan.schedule(name)
     for block in blocks:
-        orders = block_orders(pp, M, block)
-        if orders is not None and all(fits(index, seq) for seq in orders):
-            plan = asap(index, orders)
-            if plan is not None:
-                plans.append(plan)
+        # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS
+        # ops those are a small share of the span and it would double the search
+        for paired in (False, True) if 6 * pp * M <= PAIRED_OPS else (False,):
+            orders = block_orders(pp, M, block, paired)
+            if orders is not None and all(fits(index, seq) for seq in orders):
+                plan = asap(index, orders)
+                if plan is not None:
+                    plans.append(plan)
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
@@ -80,19 +99,28 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     return best.schedule(name)
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("zb-v")  # searched once per (pp, M), then read from the cache file
 def zb_v(pp: int, microbatches: int) -> Schedule:
-    """ZB-V: 1F1B's activation memory (2pp chunks), zero bubble when F = B = W and M >= pp."""
-    return _v("zb-v", pp, microbatches, zb_v_limit(pp), (zb_v_block(pp), *v_half_blocks(pp), v_min_block(pp)), span_makespan_key)
+    """ZB-V: 1F1B's activation memory (2pp chunks); when F = B = W, makespan 6M + pp - 1
+    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1."""
+    return _v(
+        "zb-v",
+        pp,
+        microbatches,
+        zb_v_limit(pp),
+        (zb_v_block(pp), *v_half_blocks(pp), v_min_block(pp)),
+        span_makespan_key,
+        greedy=True,
+    )
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("v-half")  # searched once per (pp, M), then read from the cache file
 def v_half(pp: int, microbatches: int) -> Schedule:
     """V-Half: about half of 1F1B's activation memory."""
     return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("v-min")  # searched once per (pp, M), then read from the cache file
 def v_min(pp: int, microbatches: int) -> Schedule:
     """V-Min: about a third of 1F1B's activation memory."""
     return _v("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))

@@ -6,12 +6,11 @@ gradient, deferrable) lets W fill the bubbles 1F1B leaves.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from ..costs import Costs
 from ..ir import Placement, RankTable, Schedule
+from .cache import cached
 
 F, B, W = 0, 1, 2  # indices into ir.KINDS
 
@@ -43,7 +42,7 @@ def zb_h1(pp: int, microbatches: int) -> Schedule:
     return Schedule("zb-h1", pp, M, Placement.flat(pp, M), RankTable.stack(rows))
 
 
-@lru_cache(maxsize=64)  # a pure function of (pp, M) that searches: build once
+@cached("zb-h2")  # searched once per (pp, M), then read from the cache file
 def zb_h2(pp: int, microbatches: int) -> Schedule:
     """ZB-H2: up to 2pp activations per rank buy a zero span bubble when F = B = W
     (and M >= 2pp - 1): extra warm-up forwards fill what 1F1B leaves idle before the

@@ -1,0 +1,119 @@
+"""Searched orders kept on disk, so that each (schedule, pp, M) is searched once.
+
+ZB-H2, ZB-V, V-Half and V-Min are searched at unit costs (seconds at pp=64, M=1024), and
+the result depends only on (name, pp, M) and on the code that searched it. The first
+build stores the order in ``$XDG_CACHE_HOME/pipesim/`` (default ``~/.cache/pipesim/``),
+one JSON file per (name, pp, M) whose name and content carry a version key: a hash of
+the searching code, so that a changed search never serves an old order. Writes are
+atomic (a temporary file renamed into place); a file that cannot be read, is corrupt or
+has another key is ignored and rewritten. ``PIPESIM_CACHE=off`` turns the cache off, and
+a cache directory that cannot be written only costs the search.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..ir import KINDS, Op, Placement, Schedule
+
+#: the modules whose code decides a searched order
+_SEARCH_CODE = ("autoschedule", "schedules/v_shape.py", "schedules/zero_bubble.py", "schedules/cache.py")
+
+
+@functools.cache
+def version_key() -> str:
+    """A hash of the searching code (and the format of the files)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(b"pipesim-orders-1")
+    for part in _SEARCH_CODE:
+        path = root / part
+        for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    """Where orders are kept, or None when the cache is off."""
+    if os.environ.get("PIPESIM_CACHE", "").lower() in ("0", "off", "no", "false"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pipesim"
+
+
+def path_of(name: str, pp: int, microbatches: int) -> Path | None:
+    d = cache_dir()
+    return None if d is None else d / f"{name}-pp{pp}-m{microbatches}-{version_key()}.json"
+
+
+def _encode(s: Schedule) -> dict:
+    ranks = [[x for it in items for x in (KINDS.index(it.kind), it.chunk, it.mb)] for items in s.ranks]
+    head = {"version": version_key(), "schedule": s.name, "pp": s.pp, "microbatches": s.microbatches}
+    return {**head, "placement": s.placement.to_dict(), "ranks": ranks}
+
+
+def _decode(d: dict, name: str, pp: int, M: int) -> Schedule | None:
+    head = (d.get("version"), d.get("schedule"), d.get("pp"), d.get("microbatches"))
+    if head != (version_key(), name, pp, M):
+        return None
+    placement = Placement.from_dict(d["placement"], pp, M)
+    ranks = []
+    for flat in d["ranks"]:
+        if len(flat) % 3:
+            return None
+        ranks.append(tuple(Op(KINDS[flat[i]], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)))
+    return Schedule(name, pp, M, placement, tuple(ranks))
+
+
+def load(name: str, pp: int, microbatches: int) -> Schedule | None:
+    """The stored order, or None when there is none that can be trusted."""
+    path = path_of(name, pp, microbatches)
+    if path is None:
+        return None
+    try:
+        return _decode(json.loads(path.read_text()), name, pp, microbatches)
+    except Exception:  # unreadable, corrupt or from another format: search again
+        return None
+
+
+def store(s: Schedule) -> None:
+    path = path_of(s.name, s.pp, s.microbatches)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(_encode(s), f, separators=(",", ":"))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError:  # a read-only or full disk only costs the next search
+        pass
+
+
+def cached(name: str) -> Callable[[Callable[[int, int], Schedule]], Callable[[int, int], Schedule]]:
+    """Decorate a searching builder of (pp, microbatches): search once, then read the file."""
+
+    def wrap(search: Callable[[int, int], Schedule]) -> Callable[[int, int], Schedule]:
+        @functools.wraps(search)
+        def build(pp: int, microbatches: int) -> Schedule:
+            hit = load(name, pp, microbatches)
+            if hit is not None:
+                return hit
+            s = build.search(pp, microbatches)  # looked up here, so a test can count searches
+            store(s)
+            return s
+
+        build.search = search  # the uncached search, for benchmarks and tests
+        return build
+
+    return wrap

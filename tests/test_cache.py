@@ -1,0 +1,60 @@
+"""Searched builders store their orders in the user's cache directory, once per (pp, M)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipesim import build
+from pipesim.schedules import cache, v_shape
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("PIPESIM_CACHE", raising=False)
+    return tmp_path / "pipesim"
+
+
+def files(d):
+    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_first_build_searches_and_stores_then_reads(home, monkeypatch):
+    first = build("zb-v", 3, 5)
+    (path,) = home.iterdir()
+    assert path.name == f"zb-v-pp3-m5-{cache.version_key()}.json"
+    assert json.loads(path.read_text())["version"] == cache.version_key()
+
+    def no_search(pp, M):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(v_shape.zb_v, "search", no_search)
+    again = v_shape.zb_v(3, 5)
+    assert again == first and again.ranks == first.ranks
+    path.unlink()  # without the file it searches again
+    with pytest.raises(AssertionError, match="searched again"):
+        v_shape.zb_v(3, 5)
+
+
+def test_corrupt_or_foreign_files_are_ignored_and_rewritten(home):
+    good = build("v-half", 2, 4)
+    path = cache.path_of("v-half", 2, 4)
+    for bad in ("{not json", json.dumps({"version": "old", "schedule": "v-half", "pp": 2, "microbatches": 4})):
+        path.write_text(bad)
+        assert build("v-half", 2, 4).ranks == good.ranks
+        assert json.loads(path.read_text())["version"] == cache.version_key()
+    assert files(home) == [path.name]  # no temporary file left behind
+
+
+def test_off_switch_and_unwritable_directory(home, monkeypatch):
+    monkeypatch.setenv("PIPESIM_CACHE", "off")
+    build("v-min", 2, 3)
+    assert files(home) == []
+    monkeypatch.delenv("PIPESIM_CACHE")
+    blocked = home.parent / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no directory can be made there
+    assert build("v-min", 2, 3).pp == 2
+    assert blocked.read_text() == ""
