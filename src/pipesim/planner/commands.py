@@ -12,7 +12,7 @@ from ..files import write_text_atomic
 from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
-from .estimate import Layout, component_costs, memory_model, stage_params
+from .estimate import Layout, component_costs, memory_model, stage_params, stage_parts
 from .search import search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
 
@@ -197,8 +197,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
     s = build(name, lay.pp, M)
     stages = s.placement.stages
-    mm = memory_model(model, training, lay, stages, recompute)
-    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute))
+    parts = stage_parts(model, cluster, training, lay, stages, recompute)
+    mm = memory_model(model, training, lay, stages, recompute, parts)
+    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mem = memory(s, tl, mm)
     worst = max(range(s.pp), key=lambda r: mem.peak[r])
     copies = s.placement.parameter_copies

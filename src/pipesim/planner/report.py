@@ -194,7 +194,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
     rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
         "compute_efficiency",
-        f"{t.efficiency} of {t.precision} peak",
+        f"{t.compute_efficiency or (c.fp8_gemm_efficiency if t.precision == 'fp8' else c.gemm_efficiency)} of {t.precision} peak",
     )
     rows += [
         ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB"),

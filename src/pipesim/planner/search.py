@@ -20,7 +20,7 @@ from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build
 from ..simulate import Program, compile, simulate
-from .estimate import Layout, component_costs, memory_model, model_flops_per_token
+from .estimate import Layout, component_costs, memory_model, model_flops_per_token, stage_parts, step_overhead
 from .specs import Cluster, Model, Training
 
 GB = 1e9
@@ -51,7 +51,7 @@ class Result:
     reason: str = ""  # why it does not fit, or why it could not run
     step_time: float = math.inf  # seconds
     makespan: float = math.inf
-    dp_sync: float = 0.0  # exposed data-parallel gradient sync, seconds
+    dp_sync: float = 0.0  # exposed data-parallel collectives and the optimizer step, seconds
     bubble: float = 0.0
     compute_utilization: float = 0.0
     exposed_comm: float = 0.0  # seconds per step, worst rank
@@ -135,7 +135,7 @@ class Prepared:
     costs: object
     memory: object
     budget: float
-    sync: float  # exposed data-parallel sync, seconds
+    sync: float  # exposed data-parallel collectives and the optimizer step, seconds
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
@@ -175,7 +175,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Re
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
-    mm = memory_model(m, t, lay, stages, cand.recompute)
+    held = tuple(tuple(pl.model_stage(r, ch) for ch in range(pl.chunks)) for r in range(lay.pp))
+    parts = stage_parts(m, c, t, lay, stages, cand.recompute, held)
+    mm = memory_model(m, t, lay, stages, cand.recompute, parts)
     static = max(sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks)) for r in range(lay.pp))
     if static > budget:
         return Result(
@@ -184,8 +186,8 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Re
             f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
-    costs = component_costs(m, c, t, lay, stages, cand.recompute)
-    sync = dp_sync_seconds(c, lay, pl, mm) * (1 - t.dp_overlap)
+    costs = component_costs(m, c, t, lay, stages, cand.recompute, parts)
+    sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
     bound = busiest_rank(counts, costs) if counts is not None else unpaired_work(pl, costs)
     return Prepared(cand, costs, mm, budget, sync, bound + sync)
 
@@ -297,21 +299,6 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared) -> Result:
 def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate) -> Result:
     p = prepare(m, c, t, cand)
     return p if isinstance(p, Result) else finish(m, c, t, p)
-
-
-def dp_sync_seconds(c: Cluster, lay: Layout, pl: Placement, mm) -> float:
-    """A ring reduce-scatter and all-gather of one GPU's bf16 gradients over its replicas
-    (dense parameters over dp, experts over dp / ep), over the network."""
-    worst = 0.0
-    for r in range(pl.pp):
-        total = 0.0
-        for ch in range(pl.chunks):
-            dense, experts = mm.params_at(pl.model_stage(r, ch))
-            for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
-                if replicas > 1:
-                    total += 2 * (replicas - 1) / replicas * n * 2 / (c.network_gbps * 1e9)
-        worst = max(worst, total)
-    return worst
 
 
 def search(
