@@ -198,7 +198,8 @@ def from_step(m: Model, c: Cluster, t: Training, lay: dict, seconds: float) -> C
     for _ in range(30):
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if step(mid) <= seconds else (mid, hi)
-    layout_text = ",".join(f"{k}{v}" if k in ("pp", "dp", "tp", "ep") else str(v) for k, v in lay.items())
+    prefix = {"pp": "pp", "dp": "dp", "tp": "tp", "ep": "ep", "micro_batch": "mb", "chunks": "v"}
+    layout_text = ",".join(f"{prefix[k]}{v}" if k in prefix else str(v) for k, v in lay.items())
     return Calibration(compute=hi, links=1.0, source=f"a measured step on {layout_text}", predicted=before, measured=seconds)
 
 

@@ -7,11 +7,13 @@ import json
 import sys
 
 from ..cli import console, emit_json, positive_int
+from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import write_text_atomic
 from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
+from . import calibrate
 from .estimate import Layout, component_costs, memory_model, stage_params, stage_parts
 from .search import search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
@@ -27,6 +29,10 @@ def add_commands(command) -> None:
     c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
     c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
     c.add_argument("--json", action="store_true", help="print the plan as JSON")
+    g = c.add_argument_group("calibration (fit the efficiencies to a measurement, then re-rank)")
+    g.add_argument("--calibrate", metavar="COSTS.toml", help="a component cost file measured on --measured-on (pipesim profile)")
+    g.add_argument("--measured-step", type=float, metavar="SECONDS", help="the measured step time of --measured-on")
+    g.add_argument("--measured-on", metavar="LAYOUT", help="the layout measured, e.g. pp16,dp128,ep64,mb1,dualpipe (v2: chunks)")
 
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
     add_specs(c, cluster_default="h100")
@@ -93,10 +99,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = args.output
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
+    calibration = _calibration(args, model, cluster, training)
+    fitted = calibration.text(cluster, training) if calibration else None
+    if calibration:
+        cluster, training = calibrate.scaled(cluster, training, calibration.compute, calibration.links)
     plan = _search_with_progress(model, cluster, training, schedules, args.top)
     plan.model_published = model_published(args.model)
+    notes = report.Notes(
+        calibration=fitted,
+        uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,
+    )
     as_json = args.json or (out or "").endswith(".json")
-    text = json.dumps(report.to_dict(plan, compare), indent=1) + "\n" if as_json else report.markdown(plan, compare)
+    text = json.dumps(report.to_dict(plan, compare, notes), indent=1) + "\n" if as_json else report.markdown(plan, compare, notes)
     if out:
         write_text_atomic(out, text)
         best = plan.best
@@ -109,6 +123,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _calibration(args, model, cluster, training):
+    """The fit ``--calibrate`` or ``--measured-step`` asks for, on ``--measured-on``."""
+    if not (args.calibrate or args.measured_step is not None):
+        if args.measured_on:
+            raise PipesimError("--measured-on names the layout of a measurement: give --calibrate or --measured-step with it")
+        return None
+    if args.calibrate and args.measured_step is not None:
+        raise PipesimError("give --calibrate or --measured-step, not both")
+    if not args.measured_on:
+        raise PipesimError("calibration needs the layout it was measured on: add --measured-on, e.g. pp16,dp128,ep64,dualpipe")
+    lay = calibrate.parse_layout(args.measured_on)
+    if args.calibrate:
+        costs, _ = load_cost_file(args.calibrate)
+        return calibrate.from_components(model, cluster, training, lay, costs, args.calibrate)
+    return calibrate.from_step(model, cluster, training, lay, args.measured_step)
 
 
 def _names(text: str) -> list[str]:

@@ -250,13 +250,15 @@ def measure(prog: Program, costs, mm) -> Measured:
 
 def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
     """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
-    every 2pp micro-batches), congruent to M modulo 2pp so the schedule's constraints
-    still hold, from which M's totals follow affinely; None when M must be simulated
-    itself: the schedule is searched rather than periodic, or M is as cheap."""
+    every 2pp micro-batches under equal stage costs; the end stages' embedding and head
+    make the warm-up last up to a period longer, so sampling starts at 4pp), congruent to
+    M modulo 2pp so the schedule's constraints still hold, from which M's totals follow
+    affinely; None when M must be simulated itself: the schedule is searched rather than
+    periodic, or M is as cheap."""
     if not REGISTRY[name].periodic:
         return None
     q = 2 * pp
-    m1 = q + (M - q) % q
+    m1 = 2 * q + (M - q) % q
     return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
