@@ -3,8 +3,11 @@ and its calibration. Small models and small clusters only: these run in seconds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+import test_planner
 from pipesim.cli import main
 from pipesim.components import ComponentCosts, LayerCosts
 from pipesim.ir import Op, Pair, Placement
@@ -25,19 +28,10 @@ from pipesim.planner.estimate import (
     step_overhead,
     tp_allreduce,
 )
-from pipesim.planner.specs import Attention, Cluster, Model, Training, load_cluster, load_model, load_training, model_training
+from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
 
-# hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128 (as in test_planner.py)
-TINY = Model(
-    "tiny",
-    layers=4,
-    hidden=64,
-    heads=4,
-    vocab=100,
-    attention=Attention("gqa", kv_heads=2, head_dim=16),
-    dense_layers=4,
-    dense_ffn=128,
-)
+# test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
+TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
 # 4 SMs, 100 TFLOP/s BF16 at 0.5, 1 TB/s HBM at 0.5: round numbers to work with
 GPU = Cluster(
     "t", "X", gpus=16, gpus_per_node=8, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10,
