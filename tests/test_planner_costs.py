@@ -24,8 +24,10 @@ from pipesim.planner.estimate import (
     layer_params,
     memory_model,
     p2p_seconds,
+    stage_params,
     stage_parts,
     step_overhead,
+    tied_embedding_sync,
     tp_allreduce,
 )
 from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
@@ -154,6 +156,24 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     fwd = costs.op_time(Op("F", 0, 0), 0)
     half = 1 / 2 * n * 2 / 100e9
     assert comm2 == pytest.approx(max(0.0, half - bwd) + max(0.0, half - fwd))
+
+
+def test_tied_embedding_sync_by_hand():
+    """A tied embedding (vocab 100 x hidden 64) split over tp2: the first and last stages
+    all-reduce their 3200-element shards' bf16 gradients, 6400 bytes across the link: over
+    the 10 GB/s network when the pipeline spans nodes, NVLink's 100 GB/s inside one;
+    nothing untied or without a pipeline. The last stage keeps the head's copy."""
+    tied = replace(TINY, tied_embeddings=True)
+    t = Training(seq=32, global_batch=16, grad_reduce_bytes=2)
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=2, dp=4, tp=2)) == pytest.approx(6400 / 10e9)
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=2, dp=2, tp=2)) == pytest.approx(6400 / 100e9)
+    assert tied_embedding_sync(TINY, GPU, t, Layout(pp=2, dp=4, tp=2)) == 0.0
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=1, dp=8, tp=2)) == 0.0
+    lay = Layout(pp=2, dp=4, tp=2)
+    last_tied, _ = stage_params(tied, range(2, 4), True, False, lay)
+    only, _ = stage_params(tied, range(0, 4), True, True, Layout(pp=1, dp=8, tp=2))
+    assert last_tied == pytest.approx(stage_params(TINY, range(2, 4), True, False, lay)[0])
+    assert only == pytest.approx(stage_params(TINY, range(0, 4), True, True, Layout(pp=1, dp=8, tp=2))[0] - 3200)
 
 
 # --------------------------------------------------------------------------------------

@@ -603,6 +603,20 @@ def step_overhead(
     return worst_comm, worst_opt
 
 
+def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
+    """Seconds of the all-reduce of a tied word embedding's gradient between the first
+    stage (the input embedding) and the last (its copy, the output head), which Megatron-LM
+    (``_allreduce_embedding_grads``) and DeepSpeed's pipeline engine (``ReduceTiedGrads``)
+    run after the last backward, exposed. A two-rank all-reduce moves each rank's
+    vocab * hidden / tp shard once across the link (half out, half back), over the network
+    unless the whole pipeline shares a node; nothing without pp > 1 or tied embeddings."""
+    if not m.tied_embeddings or lay.pp < 2:
+        return 0.0
+    same_node = lay.tp * lay.dp * lay.pp <= c.gpus_per_node
+    bw = (c.nvlink_gbps if same_node else c.network_gbps) * 1e9
+    return m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes / bw
+
+
 # --------------------------------------------------------------------------------------
 # memory
 
@@ -653,7 +667,7 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         experts += e / lay.ep
     if first:
         dense += m.vocab * m.hidden / lay.tp
-    if last and not m.tied_embeddings:
+    if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
         dense += m.vocab * m.hidden / lay.tp
     if last and m.mtp_layers:  # each MTP module: an MoE (or dense) layer, a 2h x h projection, two norms
         d, e = mlp_params(m, m.layers - 1)

@@ -20,7 +20,15 @@ from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build
 from ..simulate import Program, compile, simulate
-from .estimate import Layout, component_costs, memory_model, model_flops_per_token, stage_parts, step_overhead
+from .estimate import (
+    Layout,
+    component_costs,
+    memory_model,
+    model_flops_per_token,
+    stage_parts,
+    step_overhead,
+    tied_embedding_sync,
+)
 from .specs import Cluster, Model, Training
 
 GB = 1e9
@@ -51,7 +59,7 @@ class Result:
     reason: str = ""  # why it does not fit, or why it could not run
     step_time: float = math.inf  # seconds
     makespan: float = math.inf
-    dp_sync: float = 0.0  # exposed data-parallel collectives and the optimizer step, seconds
+    dp_sync: float = 0.0  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     bubble: float = 0.0
     compute_utilization: float = 0.0
     exposed_comm: float = 0.0  # seconds per step, worst rank
@@ -135,7 +143,7 @@ class Prepared:
     costs: object
     memory: object
     budget: float
-    sync: float  # exposed data-parallel collectives and the optimizer step, seconds
+    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
@@ -188,6 +196,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate) -> Prepared | Re
         )
     costs = component_costs(m, c, t, lay, stages, cand.recompute, parts)
     sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
+    sync += tied_embedding_sync(m, c, t, lay)
     bound = busiest_rank(counts, costs) if counts is not None else unpaired_work(pl, costs)
     return Prepared(cand, costs, mm, budget, sync, bound + sync)
 
