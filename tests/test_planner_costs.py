@@ -158,6 +158,25 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     assert comm2 == pytest.approx(max(0.0, half - bwd) + max(0.0, half - fwd))
 
 
+def test_blocking_p2p_by_hand():
+    """Without overlap a stage's ops wait for their transfers: one micro-batch's activation
+    is 32 tokens x 64 x 2 bytes = 4096 bytes over the 10 GB/s network plus the 10 us
+    latency; the end stages of a 3-stage pipeline have one neighbour, the middle one two;
+    the edges then carry nothing (the transfer already sits on both ranks)."""
+    hop = 4096 / 10e9 + 10e-6
+    lay = Layout(pp=3, dp=1)
+    on_t = replace(T, comm_sms=1)  # GPU has 4 SMs
+    on = component_costs(TINY, GPU, on_t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
+    t = replace(on_t, p2p_overlap=False)
+    off = component_costs(TINY, GPU, t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
+    assert on.p2p == pytest.approx(hop) and off.p2p == 0.0
+    for stage, hops in ((0, 1), (1, 2), (2, 1)):
+        for kind in ("F", "B"):
+            extra = off.op_time(Op(kind, 0, 0), stage) - on.op_time(Op(kind, 0, 0), stage)
+            assert extra == pytest.approx(hops * hop)
+        assert off.op_time(Op("W", 0, 0), stage) == pytest.approx(on.op_time(Op("W", 0, 0), stage))
+
+
 def test_tied_embedding_sync_by_hand():
     """A tied embedding (vocab 100 x hidden 64) split over tp2: the first and last stages
     all-reduce their 3200-element shards' bf16 gradients, 6400 bytes across the link: over

@@ -446,6 +446,17 @@ def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     return t.p2p_latency_us * 1e-6 + size / (c.network_gbps * 1e9)
 
 
+def blocking_p2p(stage: int, stages: int, p2p: float) -> LayerCosts:
+    """The transfers of a stage whose schedule waits for them (Megatron-LM 2021's
+    ``batch_isend_irecv`` then ``wait`` before each op; DeepSpeed's pipeline engine's
+    blocking send and recv instructions), as a pseudo-layer on the compute stream: a
+    forward receives its input and sends its output, a backward receives the output's
+    gradient and sends the input's, each one transfer per neighbouring stage (one for the
+    end stages, two for the middle ones)."""
+    hops = (stage > 0) + (stage < stages - 1)
+    return LayerCosts(attn_f=hops * p2p, mlp_f=0.0, attn_b=hops * p2p, attn_w=0.0, mlp_b=0.0, mlp_w=0.0)
+
+
 def partition(layers: int, stages: int) -> list[range]:
     """Split layers over stages as evenly as possible; when uneven, the first and last
     stages (which also hold the embedding and the output head) get the fewer layers."""
@@ -537,14 +548,17 @@ def component_costs(
             row.append(per_layer[key])
         if s == stages - 1:
             row += [*mtp_costs(m, c, t, lay, recompute), head_costs(m, c, t, lay)]
+        if not t.p2p_overlap and stages > 1:
+            row.append(blocking_p2p(s, stages, p2p_seconds(m, c, t, lay)))
         stage_layers.append(tuple(row))
     # Tensor-parallel collectives overlap with the multiplies around them when the run
     # overlaps them (Megatron-Core and TransformerEngine chunk them so; ``tp_overlap``),
     # modelled by splitting a lone op's micro-batch in two; expert all-to-alls overlap
-    # only inside overlapped pairs.
+    # only inside overlapped pairs. Blocking transfers sit on the ranks' compute streams
+    # instead of the edges between them.
     return ComponentCosts(
         tuple(stage_layers),
-        p2p=p2p_seconds(m, c, t, lay),
+        p2p=p2p_seconds(m, c, t, lay) if t.p2p_overlap else 0.0,
         comm_sms=t.comm_sms,
         total_sms=c.sms,
         lone_overlap=m.moe is None and t.tp_overlap,

@@ -106,6 +106,7 @@ class Training:
     memory_headroom: float = 0.9  # share of HBM the planner lets a plan use
     dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
+    p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
     micro_batch_sizes: tuple[int, ...] = (1, 2)  # sequences per micro-batch, searched
     hbm_efficiency: float = 0.8  # share of HBM bandwidth memory-bound kernels reach
     flash_attention: bool = True  # false: unfused attention (scores go through HBM)
