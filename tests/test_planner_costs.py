@@ -177,6 +177,17 @@ def test_blocking_p2p_by_hand():
         assert off.op_time(Op("W", 0, 0), stage) == pytest.approx(on.op_time(Op("W", 0, 0), stage))
 
 
+def test_p2p_gathers_without_sequence_parallelism_by_hand():
+    """tp2, 32 tokens x 64 x 2 bytes = 4096 bytes: each shard sends 2048 over the 10 GB/s
+    network; without sequence parallelism the receivers all-gather the other half (2048
+    bytes) over the 100 GB/s NVLink."""
+    lay = Layout(pp=2, dp=1, tp=2)
+    sp = replace(T, sequence_parallel=True)
+    assert p2p_seconds(TINY, GPU, sp, lay) == pytest.approx(10e-6 + 2048 / 10e9)
+    no_sp = replace(T, sequence_parallel=False)
+    assert p2p_seconds(TINY, GPU, no_sp, lay) == pytest.approx(10e-6 + 2048 / 10e9 + 2048 / 100e9)
+
+
 def test_tied_embedding_sync_by_hand():
     """A tied embedding (vocab 100 x hidden 64) split over tp2: the first and last stages
     all-reduce their 3200-element shards' bf16 gradients, 6400 bytes across the link: over

@@ -441,9 +441,13 @@ def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     """One activation (or its gradient) between two stages: with tensor parallelism each
     shard sends its 1/tp, over the network (stages sit on different nodes once tp x pp
     exceeds a node; inside a node NVLink is faster, and the network bound is kept as the
-    conservative one)."""
-    size = lay.micro_batch * t.seq * m.hidden * 2 / lay.tp
-    return t.p2p_latency_us * 1e-6 + size / (c.network_gbps * 1e9)
+    conservative one). Without sequence parallelism every shard needs the whole tensor, so
+    the receiving shards all-gather it over NVLink (Megatron-LM 2021's scatter/gather
+    optimisation, DeepSpeed's partitioned pipeline buffers); under it the shard is what
+    the next stage consumes."""
+    full = lay.micro_batch * t.seq * m.hidden * 2
+    gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
+    return t.p2p_latency_us * 1e-6 + full / lay.tp / (c.network_gbps * 1e9) + gather
 
 
 def blocking_p2p(stage: int, stages: int, p2p: float) -> LayerCosts:
