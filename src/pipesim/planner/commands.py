@@ -9,12 +9,14 @@ import time
 from dataclasses import fields
 
 from ..cli import console, emit_json, positive_int
+from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import write_text_atomic
 from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
-from .estimate import Layout, component_costs, memory_model, stage_params
+from . import calibrate
+from .estimate import Layout, component_costs, memory_model, stage_params, stage_parts
 from .search import Pins, search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
 
@@ -47,6 +49,10 @@ def add_commands(command) -> None:
         ("--microbatches", "microbatches", "micro-batches per pipeline per step"),
     ):
         g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
+    g = c.add_argument_group("calibration (fit the efficiencies to a measurement, then re-rank)")
+    g.add_argument("--calibrate", metavar="COSTS.toml", help="a component cost file measured on --measured-on (pipesim profile)")
+    g.add_argument("--measured-step", type=float, metavar="SECONDS", help="the measured step time of --measured-on")
+    g.add_argument("--measured-on", metavar="LAYOUT", help="the layout measured, e.g. pp16,dp128,ep64,mb1,dualpipe (v2: chunks)")
 
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
     add_specs(c, cluster_default="h100")
@@ -113,16 +119,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = args.output
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
+    calibration = _calibration(args, model, cluster, training)
+    fitted = calibration.text(cluster, training) if calibration else None
+    if calibration:
+        cluster, training = calibrate.scaled(cluster, training, calibration.compute, calibration.links)
     pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
     plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
     plan.model_published = model_published(args.model)
+    notes = report.Notes(
+        calibration=fitted,
+        uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,
+    )
     as_json = args.json or (out or "").endswith(".json")
     if plan.best:
         recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
     text = (
-        json.dumps(report.to_dict(plan, compare, args.layout), indent=1) + "\n"
+        json.dumps(report.to_dict(plan, compare, notes, args.layout), indent=1) + "\n"
         if as_json
-        else report.markdown(plan, compare, args.layout)
+        else report.markdown(plan, compare, notes, args.layout)
     )
     if out:
         write_text_atomic(out, text)
@@ -136,6 +150,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _calibration(args, model, cluster, training):
+    """The fit ``--calibrate`` or ``--measured-step`` asks for, on ``--measured-on``."""
+    if not (args.calibrate or args.measured_step is not None):
+        if args.measured_on:
+            raise PipesimError("--measured-on names the layout of a measurement: give --calibrate or --measured-step with it")
+        return None
+    if args.calibrate and args.measured_step is not None:
+        raise PipesimError("give --calibrate or --measured-step, not both")
+    if not args.measured_on:
+        raise PipesimError("calibration needs the layout it was measured on: add --measured-on, e.g. pp16,dp128,ep64,dualpipe")
+    lay = calibrate.parse_layout(args.measured_on)
+    if args.calibrate:
+        costs, _ = load_cost_file(args.calibrate)
+        return calibrate.from_components(model, cluster, training, lay, costs, args.calibrate)
+    return calibrate.from_step(model, cluster, training, lay, args.measured_step)
 
 
 def _names(text: str) -> list[str]:
@@ -247,8 +278,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
     s = build(name, lay.pp, M)
     stages = s.placement.stages
-    mm = memory_model(model, training, lay, stages, recompute)
-    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute))
+    parts = stage_parts(model, cluster, training, lay, stages, recompute)
+    mm = memory_model(model, training, lay, stages, recompute, parts)
+    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mem = memory(s, tl, mm)
     worst = max(range(s.pp), key=lambda r: mem.peak[r])
     copies = s.placement.parameter_copies

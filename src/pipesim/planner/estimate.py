@@ -14,10 +14,11 @@ backward (all of it in B: no weights).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..components import ComponentCosts, LayerCosts
 from ..errors import PipesimError
+from ..ir import Op
 from ..memory import MemoryModel
 from .specs import Cluster, Model, Training
 
@@ -64,10 +65,10 @@ def attention_params(m: Model) -> float:
 
 def mlp_params(m: Model, layer: int) -> tuple[float, float]:
     """(parameters every GPU of the layer's tensor group holds, expert parameters) of a
-    layer's MLP: SwiGLU matrices are 3 * hidden * ffn."""
+    layer's MLP: SwiGLU matrices are 3 * hidden * ffn, GELU ones 2 * hidden * ffn."""
     h = m.hidden
     if not m.is_moe_layer(layer):
-        return 3 * h * m.dense_ffn, 0.0
+        return (3 if m.activation == "swiglu" else 2) * h * m.dense_ffn, 0.0
     e = m.moe
     return 3 * h * e.expert_ffn * e.shared_experts + h * e.experts, 3 * h * e.expert_ffn * e.experts
 
@@ -131,15 +132,197 @@ def model_flops_per_token(m: Model, seq: int) -> float:
 
 # --------------------------------------------------------------------------------------
 # times
+#
+# Every part of a layer is priced by what bounds it: a matrix multiply by the roofline of
+# its FLOPs (at the share of peak large multiplies reach) and its bytes (at HBM bandwidth),
+# which is the one shape- and precision-dependent efficiency curve; attention by its FLOPs
+# at the fused kernel's share of peak; norms, activations, residual adds, rotary
+# embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwidth.
+
+#: bytes an unfused attention moves per score element: the scores written, read and
+#: written by the softmax (and its dropout), read by the value product; twice that backward
+FORWARD_SCORE_BYTES = 10
+#: output tile of a matrix-multiply kernel (rows x columns), for wave quantization
+TILE = 128
+#: the backward of fused attention runs at this share of its forward's FLOP rate
+#: (FlashAttention-2: 73% vs 63% of A100 peak; FlashAttention-3: about 75% vs 55% on H100)
+FLASH_BACKWARD_SHARE = 0.75
+#: block-scaled FP8 weight-gradient multiplies (both operands scaled along the token
+#: dimension, accumulated into FP32) run at this share of the forward multiplies' rate:
+#: in DeepSeek's public training profile (deepseek-ai/profile-data, train.json, H800) the
+#: grouped expert wgrad kernels take 5.8 ms per layer against 2.9 ms forward, same FLOPs
+FP8_WGRAD_SHARE = 0.5
+#: bytes per logit of the cross-entropy: logits written, read for the softmax and the loss;
+#: their gradient written and read
+LOGIT_BYTES = 10
 
 
-def matmul_rate(c: Cluster, t: Training) -> float:
-    peak = c.fp8_tflops if t.precision == "fp8" and c.fp8_tflops else c.bf16_tflops
-    return peak * 1e12 * t.efficiency
+def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
+    if t.compute_efficiency:
+        return t.compute_efficiency
+    return c.fp8_gemm_efficiency if fp8 else c.gemm_efficiency
 
 
-def attention_rate(c: Cluster, t: Training) -> float:
-    return c.bf16_tflops * 1e12 * t.attention_efficiency
+def hbm_rate(c: Cluster, t: Training) -> float:
+    """Bytes per second memory-bound kernels move."""
+    return c.hbm_tbps * 1e12 * t.hbm_efficiency
+
+
+def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1) -> float:
+    """Seconds of ``count`` (m x k) @ (k x n) multiplies run as one (grouped) kernel.
+
+    The one efficiency curve: 2mnk FLOPs at the achieved share of dense peak, times the
+    wave quantization of the output's 128 x 128 tiles over the GPU's SMs (a last partial
+    wave idles the rest: NVIDIA's matrix-multiplication performance guide), or the bytes
+    (inputs at their width, a bf16 output) at HBM bandwidth, whichever is longer. Thin
+    multiplies (few tokens per expert, narrow shards) fall below the peak share this way,
+    large ones reach it; FP8 has its own peak and share."""
+    low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
+    peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
+    tiles = count * math.ceil(m / TILE) * math.ceil(n / TILE)
+    waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
+    width = 1 if low else 2
+    return count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+
+
+def gemm_fbw(
+    c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1
+) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) of a multiply of m tokens by a k x n
+    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n."""
+    return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), gemm(c, t, k, n, m, fp8, count)
+
+
+def _sum3(parts) -> tuple[float, float, float]:
+    f = b = w = 0.0
+    for x, y, z in parts:
+        f, b, w = f + x, b + y, w + z
+    return f, b, w
+
+
+def attention_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """The attention block's multiplies as (tokens, n, k, count): tokens x k by k x n."""
+    a, h, tp, T = m.attention, m.hidden, lay.tp, lay.micro_batch * t.seq
+    if a.kind == "mla":
+        qk = a.qk_nope_dim + a.qk_rope_dim
+        shapes = [(a.kv_lora_rank + a.qk_rope_dim, h), (m.heads * (a.qk_nope_dim + a.v_head_dim) / tp, a.kv_lora_rank)]
+        shapes += [(a.q_lora_rank, h), (m.heads * qk / tp, a.q_lora_rank)] if a.q_lora_rank else [(m.heads * qk / tp, h)]
+        shapes.append((h, m.heads * a.v_head_dim / tp))
+    else:
+        hd, kv = attention_dims(m)[0], a.kv_heads or m.heads
+        shapes = [((m.heads + 2 * kv) * hd / tp, h), (h, m.heads * hd / tp)]  # fused q, k, v; output
+    return [(T, n, k, 1) for n, k in shapes]
+
+
+def mla_up_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """MLA's up-projections (query and key/value), which DeepSeek-V3 recomputes in the
+    backward rather than keep their outputs."""
+    a, T = m.attention, lay.micro_batch * t.seq
+    if a.kind != "mla":
+        return []
+    up = [(m.heads * (a.qk_nope_dim + a.v_head_dim) / lay.tp, a.kv_lora_rank)]
+    if a.q_lora_rank:
+        up.append((m.heads * (a.qk_nope_dim + a.qk_rope_dim) / lay.tp, a.q_lora_rank))
+    return [(T, n, k, 1) for n, k in up]
+
+
+def mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """The MLP's multiplies as (tokens, n, k, count). A routed expert on a GPU of the ep
+    group sees, with balanced routing, top_k * ep / experts of the group's tokens per
+    micro-batch; the router's multiply (count 0 here) is priced apart, in BF16."""
+    h, T = m.hidden, lay.micro_batch * t.seq
+    if not m.is_moe_layer(layer):
+        f = m.dense_ffn / lay.tp
+        return [(T, 2 * f if m.activation == "swiglu" else f, h, 1), (T, h, f, 1)]
+    e = m.moe
+    local = e.experts / lay.ep
+    tokens = T * e.top_k / local  # token copies per local expert
+    out = [(tokens, 2 * e.expert_ffn, h, local), (tokens, h, e.expert_ffn, local)]
+    if e.shared_experts:
+        f = e.expert_ffn * e.shared_experts
+        out += [(T, 2 * f, h, 1), (T, h, f, 1)]
+    return out
+
+
+def gemms(c: Cluster, t: Training, shapes) -> tuple[float, float, float]:
+    """(F, B, W) seconds of a list of multiplies; under FP8 the weight gradient also casts
+    both of its operands (the input and the output's gradient) to FP8 along the token
+    dimension: read 2 bytes, write 1 and a scale per element, at HBM bandwidth."""
+    f, b, w = _sum3(gemm_fbw(c, t, tok, out, k, count=n) for tok, out, k, n in shapes)
+    if t.precision == "fp8":
+        w = w / FP8_WGRAD_SHARE + sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes) / hbm_rate(c, t)
+    return f, b, w
+
+
+def attention_gemms(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """The attention block's projections: (F, B, W) seconds for one micro-batch."""
+    return gemms(c, t, attention_shapes(m, t, lay))
+
+
+def mlp_gemms(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """The MLP's multiplies and, for an MoE layer, the router's (BF16)."""
+    f, b, w = gemms(c, t, mlp_shapes(m, layer, t, lay))
+    if m.is_moe_layer(layer):
+        rf, rb, rw = gemm_fbw(c, t, lay.micro_batch * t.seq, m.moe.experts, m.hidden, fp8=False)
+        f, b, w = f + rf, b + rb, w + rw
+    return f, b, w
+
+
+def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention scores and their product with values.
+
+    Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
+    per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
+    (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate; nothing
+    goes through HBM. Unfused (Megatron
+    2021): the whole square as batched multiplies, twice that backward, and each score
+    element moves ``FORWARD_SCORE_BYTES`` through HBM forward, twice that backward."""
+    qk, v = attention_dims(m)
+    T, heads = lay.micro_batch * t.seq, m.heads / lay.tp
+    if t.flash_attention:
+        f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
+        return f, 2.5 * f / FLASH_BACKWARD_SHARE
+    per_seq = lay.micro_batch * heads
+    f = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
+    f += T * heads * t.seq * FORWARD_SCORE_BYTES / hbm_rate(c, t)
+    return f, 2 * f
+
+
+def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float]:
+    """Forward bytes of the memory-bound kernels of (attention block, MLP block) for one
+    micro-batch; their backward moves twice as much (it reads the saved input and the
+    incoming gradient and writes a gradient).
+
+    Per token, in elements of 2 bytes: a norm reads and writes the hidden state (2h), a
+    residual add reads two and writes one (3h); with sequence parallelism both run on
+    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k.
+    SwiGLU reads gate and up and writes their product (3 ffn), GELU reads and writes
+    (2 ffn). MoE: the router's softmax and top-k read and write the expert scores, the
+    permute copies each token to its top_k slots and the un-permute sums them back
+    ((1 + top_k) h each way). Under FP8 each multiply's input is cast (read 2 bytes,
+    write 1 and a scale: 1.5 elements)."""
+    h, tp, a = m.hidden, lay.tp, m.attention
+    qk, v = attention_dims(m)
+    seq_share = 1 / tp if t.sequence_parallel else 1.0
+    block = 5 * h * seq_share  # norm + residual add
+    if a.kind == "mla":
+        rotary = 2 * (m.heads / tp + 1) * a.qk_rope_dim
+        cast_attn = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
+    else:
+        rotary = 2 * (m.heads + (a.kv_heads or m.heads)) * qk / tp
+        cast_attn = h + m.heads * v / tp
+    if m.is_moe_layer(layer):
+        e = m.moe
+        act = 3 * e.expert_ffn * (e.top_k + e.shared_experts)
+        routing = 2 * e.experts + 2 * (1 + e.top_k) * h
+        cast_mlp = h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)
+    else:
+        f = m.dense_ffn / tp
+        act, routing = (3 * f if m.activation == "swiglu" else 2 * f), 0.0
+        cast_mlp = h + f
+    fp8 = 1.5 if t.precision == "fp8" else 0.0
+    T = lay.micro_batch * t.seq
+    return T * 2 * (block + rotary + fp8 * cast_attn), T * 2 * (block + act + routing + fp8 * cast_mlp)
 
 
 def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float, float]:
@@ -173,7 +356,9 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
 
 
 def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
-    """Seconds of one ring all-reduce of a micro-batch's hidden states over tp GPUs."""
+    """Seconds of one ring all-reduce of a micro-batch's hidden states over tp GPUs (or,
+    with sequence parallelism, the all-gather and reduce-scatter that replace it: the
+    same bytes)."""
     if lay.tp <= 1:
         return 0.0
     size = lay.micro_batch * t.seq * m.hidden * 2
@@ -181,47 +366,99 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
 
 
 def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str) -> LayerCosts:
-    tokens = lay.micro_batch * t.seq
-    fl = layer_flops(m, layer, t.seq)
-    mm, at = matmul_rate(c, t), attention_rate(c, t)
-    moe = m.is_moe_layer(layer)
-    proj = tokens * fl["attn_proj"] / lay.tp / mm
-    core = tokens * fl["attn_core"] / lay.tp / at
-    mlp = tokens * fl["mlp"] / (1 if moe else lay.tp) / mm
-    attn_b, mlp_b = proj + 2 * core, mlp
+    proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
+    mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
+    core_f, core_b = attention_core(m, c, t, lay)
+    ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
+    attn_f = proj_f + core_f + ew_attn
+    mlp_fwd = mlp_f + ew_mlp
+    attn_b = proj_b + core_b + 2 * ew_attn
+    mlp_bwd = mlp_b + 2 * ew_mlp
     if recompute == "selective":
-        attn_b += core  # the attention scores are recomputed in the backward
+        # unfused attention recomputes its scores in the backward (flash always does);
+        # MLA recomputes its up-projections (DeepSeek-V3, section 3.3.2)
+        attn_b += (0.0 if t.flash_attention else core_f) + gemms(c, t, mla_up_shapes(m, t, lay))[0]
     elif recompute == "full":
-        attn_b += proj + core  # the whole layer's forward runs again
-        mlp_b += mlp
-    if moe:
+        attn_b += attn_f  # the whole layer's forward runs again
+        mlp_bwd += mlp_fwd
+    if m.is_moe_layer(layer):
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
     else:  # tensor parallelism: an all-reduce after attention and after the MLP
         dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
+    if recompute == "full":  # the recomputed forward communicates again
+        dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
     return LayerCosts(
-        attn_f=proj + core,
-        mlp_f=mlp,
+        attn_f=attn_f,
+        mlp_f=mlp_fwd,
         dispatch_f=dispatch,
         combine_f=combine,
         attn_b=attn_b,
-        attn_w=proj,
-        mlp_b=mlp_b,
-        mlp_w=mlp,
+        attn_w=proj_w,
+        mlp_b=mlp_bwd,
+        mlp_w=mlp_w,
         dispatch_b=dispatch_b,
         combine_b=combine_b,
     )
 
 
+def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
+    """The token embedding, a pseudo-layer on the first stage: a row gather forward (read
+    and write h per token), a scatter-add into the fp32 gradient table backward, and with
+    tensor parallelism the all-reduce of the vocabulary-parallel lookup."""
+    T = lay.micro_batch * t.seq
+    f = T * m.hidden * 2 * 2 / hbm_rate(c, t)
+    ar = tp_allreduce(m, c, t, lay)
+    return LayerCosts(attn_f=f, mlp_f=0.0, attn_b=3 * f, attn_w=0.0, mlp_b=0.0, mlp_w=0.0, dispatch_f=ar, dispatch_b=ar)
+
+
 def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
-    """The output projection and loss, as a compute-only pseudo-layer on the last stage."""
-    x = lay.micro_batch * t.seq * 2 * m.hidden * m.vocab / lay.tp / matmul_rate(c, t)
-    return LayerCosts(attn_f=0.0, mlp_f=x, attn_b=0.0, attn_w=0.0, mlp_b=x, mlp_w=x)
+    """The final norm, the output projection (BF16 even under FP8 training, as DeepSeek-V3
+    keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss's softmax
+    over the vocabulary shard moves ``LOGIT_BYTES`` per logit; with tensor parallelism
+    the vocabulary-parallel loss all-reduces two numbers per token (neglected)."""
+    T, h = lay.micro_batch * t.seq, m.hidden
+    f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
+    norm = T * 2 * 2 * h / lay.tp / hbm_rate(c, t)
+    loss = T * m.vocab / lay.tp * LOGIT_BYTES / hbm_rate(c, t)
+    return LayerCosts(attn_f=norm, mlp_f=f + loss / 2, attn_b=2 * norm, attn_w=0.0, mlp_b=b + loss / 2, mlp_w=w)
+
+
+def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:
+    """DeepSeek-V3's multi-token prediction modules, on the last stage: each joins the
+    embedding of the next token to the hidden state (two norms and a 2h -> h
+    projection), runs one more transformer layer (an MoE one) and the shared output head."""
+    if not m.mtp_layers:
+        return ()
+    T, h = lay.micro_batch * t.seq, m.hidden
+    block = layer_costs(m, m.layers - 1, c, t, lay, recompute)
+    pf, pb, pw = gemm_fbw(c, t, T, h, 2 * h)
+    norms = T * 2 * 2 * 2 * h / hbm_rate(c, t)
+    joined = replace(block, attn_f=block.attn_f + pf + norms, attn_b=block.attn_b + pb + 2 * norms, attn_w=block.attn_w + pw)
+    return (joined, head_costs(m, c, t, lay)) * m.mtp_layers
 
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
-    """One activation (or its gradient) between two stages, over the network."""
-    size = lay.micro_batch * t.seq * m.hidden * 2 / lay.tp
-    return t.p2p_latency_us * 1e-6 + size / (c.network_gbps * 1e9)
+    """One activation (or its gradient) between two stages: with tensor parallelism each
+    shard sends its 1/tp, over the network (stages sit on different nodes once tp x pp
+    exceeds a node; inside a node NVLink is faster, and the network bound is kept as the
+    conservative one). Without sequence parallelism every shard needs the whole tensor, so
+    the receiving shards all-gather it over NVLink (Megatron-LM 2021's scatter/gather
+    optimisation, DeepSpeed's partitioned pipeline buffers); under it the shard is what
+    the next stage consumes."""
+    full = lay.micro_batch * t.seq * m.hidden * 2
+    gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
+    return t.p2p_latency_us * 1e-6 + full / lay.tp / (c.network_gbps * 1e9) + gather
+
+
+def blocking_p2p(stage: int, stages: int, p2p: float) -> LayerCosts:
+    """The transfers of a stage whose schedule waits for them (Megatron-LM 2021's
+    ``batch_isend_irecv`` then ``wait`` before each op; DeepSpeed's pipeline engine's
+    blocking send and recv instructions), as a pseudo-layer on the compute stream: a
+    forward receives its input and sends its output, a backward receives the output's
+    gradient and sends the input's, each one transfer per neighbouring stage (one for the
+    end stages, two for the middle ones)."""
+    hops = (stage > 0) + (stage < stages - 1)
+    return LayerCosts(attn_f=hops * p2p, mlp_f=0.0, attn_b=hops * p2p, attn_w=0.0, mlp_b=0.0, mlp_w=0.0)
 
 
 def partition(layers: int, stages: int) -> list[range]:
@@ -234,6 +471,10 @@ def partition(layers: int, stages: int) -> list[range]:
     order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), s))  # middle stages first
     for s in order[:extra]:
         sizes[s] += 1
+    return _ranges(sizes)
+
+
+def _ranges(sizes: list[int]) -> list[range]:
     out, start = [], 0
     for n in sizes:
         out.append(range(start, start + n))
@@ -241,26 +482,157 @@ def partition(layers: int, stages: int) -> list[range]:
     return out
 
 
-def component_costs(m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str) -> ComponentCosts:
-    parts = partition(m.layers, stages)
+def work(c: LayerCosts) -> float:
+    """A layer's compute for one micro-batch, forward and backward: what balances stages."""
+    return c.forward_compute + c.backward_compute + c.weight_compute
+
+
+def balanced_partition(
+    layer_work: tuple[float, ...], first: float, last: float, stages: int, ranks: tuple[tuple[int, ...], ...] | None = None
+) -> list[range]:
+    """Contiguous layers per stage, at least one each, where the first stage also carries
+    ``first`` (the embedding) and the last ``last`` (the output head, the loss and any MTP
+    modules): the end stages take fewer layers (Llama 3 drops one from each for this
+    reason) and the middle ones share the rest evenly. The end sizes chosen minimise the
+    busiest rank's work, a rank holding the stages ``ranks`` lists (one stage each by
+    default; DualPipe's rank 0 holds both ends)."""
+    n = len(layer_work)
+    if stages > n:
+        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
+    if stages <= 2:
+        options = [[k, n - k] for k in range(1, n)] if stages == 2 else [[n]]
+    else:
+        top = min(n - stages + 2, -(-n // stages) + 1)  # an end stage never needs more than the mean
+        options = [
+            [a, *map(len, partition(n - a - b, stages - 2)), b]
+            for a in range(1, top + 1)
+            for b in range(1, top + 1)
+            if n - a - b >= stages - 2
+        ]
+    groups = ranks or tuple((s,) for s in range(stages))
+
+    def cost(sizes: list[int]) -> tuple[float, float]:
+        loads, i = [], 0
+        for k in sizes:
+            loads.append(sum(layer_work[i : i + k]))
+            i += k
+        loads[0] += first
+        loads[-1] += last
+        return max(sum(loads[s] for s in g) for g in groups), max(loads)
+
+    return _ranges(min(options, key=cost))
+
+
+def stage_parts(
+    m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, ranks: tuple[tuple[int, ...], ...] | None = None
+) -> list[range]:
+    """The layers of each model stage, balanced by cost (see ``balanced_partition``)."""
+    kinds = {}
+    for i in range(m.layers):
+        key = m.is_moe_layer(i)
+        if key not in kinds:
+            kinds[key] = work(layer_costs(m, i, c, t, lay, recompute))
+    layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
+    last = work(head_costs(m, c, t, lay)) + sum(work(x) for x in mtp_costs(m, c, t, lay, recompute))
+    return balanced_partition(layer_work, work(embedding_costs(m, c, t, lay)), last, stages, ranks)
+
+
+def component_costs(
+    m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
+) -> ComponentCosts:
+    parts = parts or stage_parts(m, c, t, lay, stages, recompute)
     per_layer = {}
     stage_layers = []
     for s, rng in enumerate(parts):
-        row = []
+        row = [embedding_costs(m, c, t, lay)] if s == 0 else []
         for i in rng:
             key = (m.is_moe_layer(i),)
             if key not in per_layer:
                 per_layer[key] = layer_costs(m, i, c, t, lay, recompute)
             row.append(per_layer[key])
         if s == stages - 1:
-            row.append(head_costs(m, c, t, lay))
+            row += [*mtp_costs(m, c, t, lay, recompute), head_costs(m, c, t, lay)]
+        if not t.p2p_overlap and stages > 1:
+            row.append(blocking_p2p(s, stages, p2p_seconds(m, c, t, lay)))
         stage_layers.append(tuple(row))
-    # Tensor-parallel all-reduces overlap with the matrix multiplies around them in every
-    # schedule (Megatron and TransformerEngine chunk them so), modelled by splitting a lone
-    # op's micro-batch in two; expert all-to-alls overlap only inside overlapped pairs.
+    # Tensor-parallel collectives overlap with the multiplies around them when the run
+    # overlaps them (Megatron-Core and TransformerEngine chunk them so; ``tp_overlap``),
+    # modelled by splitting a lone op's micro-batch in two; expert all-to-alls overlap
+    # only inside overlapped pairs. Blocking transfers sit on the ranks' compute streams
+    # instead of the edges between them.
     return ComponentCosts(
-        tuple(stage_layers), p2p=p2p_seconds(m, c, t, lay), comm_sms=t.comm_sms, total_sms=c.sms, lone_overlap=m.moe is None
+        tuple(stage_layers),
+        p2p=p2p_seconds(m, c, t, lay) if t.p2p_overlap else 0.0,
+        comm_sms=t.comm_sms,
+        total_sms=c.sms,
+        lone_overlap=m.moe is None and t.tp_overlap,
     )
+
+
+# --------------------------------------------------------------------------------------
+# the step's ends: data-parallel collectives and the optimizer
+
+
+def dp_bandwidth(c: Cluster, lay: Layout) -> float:
+    """Bytes per second of a data-parallel ring: NVLink when the replicas of a shard share
+    a node (tensor ranks innermost, then data-parallel ones, as Megatron orders them),
+    else the network."""
+    return (c.nvlink_gbps if lay.tp * lay.dp <= c.gpus_per_node else c.network_gbps) * 1e9
+
+
+def step_overhead(
+    c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
+) -> tuple[float, float]:
+    """(exposed data-parallel communication, optimizer step) in seconds, worst rank.
+
+    Gradients are reduce-scattered (ZeRO >= 1) or all-reduced over their replicas (dense
+    parameters over dp, experts over dp / ep) at ``grad_reduce_bytes`` per element; with
+    ZeRO >= 1 the updated bf16 parameters are all-gathered back. Bucketed, the reduction
+    overlaps the last micro-batch's backward on the rank and the gather the next step's
+    first forward, so only what exceeds those windows shows (``dp_overlap`` of the window
+    is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
+    for every micro-batch's forward and backward and reduces its gradients, each behind
+    that micro-batch's forward (the first gather) and backward (the second, and the
+    reduction). The optimizer step reads gradients and reads and writes
+    master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
+    HBM bandwidth, after everything else."""
+    bw = dp_bandwidth(c, lay)
+    worst_comm = worst_opt = 0.0
+    for r in range(pl.pp):
+        held = [pl.model_stage(r, ch) for ch in range(pl.chunks)]
+        fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
+        bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
+        grads = gather = opt = 0.0
+        for st in held:
+            dense, experts = mm.params_at(st)
+            for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
+                ring = (replicas - 1) / replicas * n / bw
+                reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
+                grads += reduce
+                gather += ring * t.param_bytes if t.zero >= 1 else 0.0
+                shard = replicas if t.zero >= 1 else 1
+                opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
+        if t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
+            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd)
+            comm = per_mb * microbatches
+        else:
+            comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)
+        worst_comm, worst_opt = max(worst_comm, comm), max(worst_opt, opt)
+    return worst_comm, worst_opt
+
+
+def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
+    """Seconds of the all-reduce of a tied word embedding's gradient between the first
+    stage (the input embedding) and the last (its copy, the output head), which Megatron-LM
+    (``_allreduce_embedding_grads``) and DeepSpeed's pipeline engine (``ReduceTiedGrads``)
+    run after the last backward, exposed. A two-rank all-reduce moves each rank's
+    vocab * hidden / tp shard once across the link (half out, half back), over the network
+    unless the whole pipeline shares a node; nothing without pp > 1 or tied embeddings."""
+    if not m.tied_embeddings or lay.pp < 2:
+        return 0.0
+    same_node = lay.tp * lay.dp * lay.pp <= c.gpus_per_node
+    bw = (c.nvlink_gbps if same_node else c.network_gbps) * 1e9
+    return m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes / bw
 
 
 # --------------------------------------------------------------------------------------
@@ -272,13 +644,15 @@ def layer_activation(m: Model, layer: int, t: Training, lay: Layout, recompute: 
 
     Kept per token, in elements: the layer input; attention's projections (for MLA the
     latent vectors only: DeepSeek-V3 recomputes the up-projections) and its output; the
-    MLP's input, gate and up outputs and their product, once per expert a token reaches.
+    MLP's input, gate and up outputs and their product, once per expert a token reaches;
+    with sequence parallelism the hidden-sized ones are split over the tensor shards.
     Elements take ``2`` bytes, or ``1`` under fp8 training (activations cached in FP8).
-    Without recomputation the attention matrix adds 5 * heads * seq bytes (Korthikanti et
-    al. 2022); full recomputation keeps only the layer input. The weight gradient needs
+    Without recomputation unfused attention keeps its score matrix, 5 * heads * seq bytes
+    (Korthikanti et al. 2022; flash attention keeps none); full recomputation keeps only the layer input. The weight gradient needs
     the inputs of the weighted matrix multiplies.
     """
-    h, a, tp = m.hidden, m.attention, lay.tp
+    a, tp = m.attention, lay.tp
+    h = m.hidden / tp if t.sequence_parallel else m.hidden  # the hidden states kept: sharded under SP
     qk, v = attention_dims(m)
     if a.kind == "mla":
         attn = h + a.q_lora_rank + a.kv_lora_rank + a.qk_rope_dim + m.heads * v / tp
@@ -292,12 +666,12 @@ def layer_activation(m: Model, layer: int, t: Training, lay: Layout, recompute: 
         mlp, mlp_w = h + copies * (h + 3 * f), copies * (h + f)
     else:
         f = m.dense_ffn / tp
-        mlp, mlp_w = h + 3 * f, h + f
+        mlp, mlp_w = h + (3 if m.activation == "swiglu" else 2) * f, h + f
     width = 1 if t.precision == "fp8" else 2
     tokens = lay.micro_batch * t.seq
     if recompute == "full":
         return tokens * h * 2, 0.0
-    scores = 5 * m.heads * t.seq / tp if recompute == "none" else 0.0
+    scores = 5 * m.heads * t.seq / tp if recompute == "none" and not t.flash_attention else 0.0
     total = (attn + mlp) * width + scores
     return tokens * total, (attn_w + mlp_w) * width / total
 
@@ -311,19 +685,27 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         experts += e / lay.ep
     if first:
         dense += m.vocab * m.hidden / lay.tp
-    if last and not m.tied_embeddings:
+    if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
         dense += m.vocab * m.hidden / lay.tp
+    if last and m.mtp_layers:  # each MTP module: an MoE (or dense) layer, a 2h x h projection, two norms
+        d, e = mlp_params(m, m.layers - 1)
+        dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
+        experts += m.mtp_layers * e / lay.ep
     return dense, experts
 
 
-def memory_model(m: Model, t: Training, lay: Layout, stages: int, recompute: str) -> MemoryModel:
-    parts = partition(m.layers, stages)
+def memory_model(
+    m: Model, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
+) -> MemoryModel:
+    """Bytes per stage; ``parts`` the stages' layers (``stage_parts``; default an even split)."""
+    parts = parts or partition(m.layers, stages)
     params, experts, acts, shares = [], [], [], []
     for s, rng in enumerate(parts):
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
         params.append(d)
         experts.append(e)
-        pairs = [layer_activation(m, i, t, lay, recompute) for i in rng]
+        mtp = [m.layers - 1] * m.mtp_layers if s == stages - 1 else []
+        pairs = [layer_activation(m, i, t, lay, recompute) for i in [*rng, *mtp]]
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)

@@ -8,15 +8,46 @@ assumption the numbers rest on.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 
 from ..schedules import REGISTRY
 from . import recipe
-from .estimate import active_params, model_flops_per_token, total_params
+from .calibrate import RANGES, Uncertainty
+from .estimate import (
+    FLASH_BACKWARD_SHARE,
+    FORWARD_SCORE_BYTES,
+    FP8_WGRAD_SHARE,
+    active_params,
+    model_flops_per_token,
+    total_params,
+)
 from .search import SEARCHED_MAX_SLOTS, Plan, Result, fixed_order_families, skipped_families
 from .specs import Training
 
 DUAL_FAMILY = ("dualpipe", "dualpipev")
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What the report says beside the plan: the calibration applied, or (without one)
+    the range of the recommendation's step over the assumptions' stated ranges."""
+
+    calibration: str | None = None
+    uncertainty: Uncertainty | None = None
+
+
+def range_lines(plan: Plan, u: Uncertainty) -> list[str]:
+    best = plan.best
+    per_t = best.gpu_hours_per_t / best.step_time
+    lo, hi = u.spans[u.biggest]
+    return [
+        f"- **range {u.low:.2f}-{u.high:.2f} s per step** ({_fmt_hours(u.low * per_t)}-{_fmt_hours(u.high * per_t)} GPU-hours "
+        f"per trillion tokens) with every assumption below at the ends of its stated range; uncalibrated, so read the "
+        f"single figures as the middle of that range",
+        f"- the assumption that moves it most: {u.biggest} ({lo:.2f}-{hi:.2f} s); "
+        + "; ".join(f"{k} {a:.2f}-{b:.2f} s" for k, (a, b) in u.spans.items() if k != u.biggest)
+        + ". Measure one layer (`pipesim profile` -> `--calibrate`) or one step (`--measured-step`) to narrow it",
+    ]
 
 
 def layout_text(r: Result, plan: Plan) -> str:
@@ -194,27 +225,62 @@ def _published_choice(plan: Plan, ref: dict) -> str | None:
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
     t, c = plan.training, plan.cluster
     rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
+    bf16 = t.compute_efficiency or c.gemm_efficiency
+    fp8 = t.compute_efficiency or c.fp8_gemm_efficiency
     rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
         "compute_efficiency",
-        f"{t.efficiency} of {t.precision} peak",
+        f"{bf16:g} of BF16 peak" + (f", {fp8:g} of FP8 peak" if c.fp8_tflops else "") + " on large matrix multiplies",
     )
     rows += [
-        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB"),
+        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB at {c.hbm_tbps:g} TB/s"),
         ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
         ("nodes", f"{c.nodes} x {c.gpus_per_node} GPUs"),
         (
             "flops",
-            "matrix multiplies 2nm; B and W each as the forward's multiplies; causal attention scores heads*seq/2*(qk+v)*2, twice that backward",
+            "matrix multiplies 2nm; B and W each as the forward's multiplies; causal attention scores heads*seq/2*(qk+v)*2",
+        ),
+        (
+            "matrix multiplies",
+            "one curve: FLOPs at the efficiency above times the wave quantization of 128x128 output tiles over the SMs, "
+            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak); FP8 weight "
+            f"gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts",
+        ),
+        (
+            "attention",
+            f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
+            f"rate; unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
+            "forward, twice backward",
+        ),
+        (
+            "memory-bound kernels",
+            "norms, residual adds, rotary, activations, MoE routing permutes and FP8 casts priced by their bytes at "
+            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes)",
+        ),
+        (
+            "stage imbalance",
+            "the embedding on the first stage, the output head and loss "
+            + ("and the MTP modules " if plan.model.mtp_layers else "")
+            + "on the last; layers split so that the busiest rank carries the least",
+        ),
+        (
+            "tensor parallelism",
+            "an all-reduce (or, with sequence parallelism, all-gather + reduce-scatter) of the hidden states after "
+            "attention and after the MLP, forward and backward, over NVLink; "
+            + ("overlapped with the multiplies around it" if t.tp_overlap else "exposed"),
         ),
         (
             "all-to-all",
-            "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the slower link sets the time",
+            "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the "
+            "slower link sets the time; overlapped only inside DualPipe's F&B pairs",
         ),
+        ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
         (
-            "overlap",
-            "expert all-to-alls overlap only inside DualPipe's F&B pairs; tensor-parallel all-reduces overlap in every schedule",
+            "data parallelism",
+            "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
+            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch; NVLink inside a node, else network",
         ),
-        ("not modelled", "norms, routing and quantization kernels, load imbalance, optimizer step, data loading, restarts"),
+        ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
+        ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),
     ]
     return rows + search_assumptions(plan)
 
@@ -236,7 +302,7 @@ def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
     return rows
 
 
-def to_dict(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1) -> dict:
+def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | None = None, layout: int = 1) -> dict:
     best = plan.best
     d = {
         "model": plan.model.name,
@@ -267,6 +333,17 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1)
         d["compare"] = compare_dict(plan, *compare)
     if best:  # how to run it (planner/recipe.py)
         d["recipe"] = recipe.recipe(plan, layout)
+    if notes and notes.calibration:
+        d["calibration"] = notes.calibration
+    if notes and notes.uncertainty and best:
+        u = notes.uncertainty
+        d["range"] = {
+            "step_seconds": [u.low, u.high],
+            "gpu_hours_per_trillion_tokens": [x * best.gpu_hours_per_t / best.step_time for x in (u.low, u.high)],
+            "moves_most": u.biggest,
+            "per_assumption": {k: list(v) for k, v in u.spans.items()},
+            "factors": {k: [lo, hi] for k, (_, lo, hi) in RANGES.items()},
+        }
     return d
 
 
@@ -282,7 +359,7 @@ def _fmt_hours(h: float) -> str:
     return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"
 
 
-def markdown(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1) -> str:
+def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | None = None, layout: int = 1) -> str:
     m, c, t, best = plan.model, plan.cluster, plan.training, plan.best
     lines = [f"# Pipeline plan: {m.name} on {c.name} ({c.gpus} x {c.gpu})", ""]
     lines.append(
@@ -302,22 +379,27 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, layout: int = 1
         f"**{cand.label} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
         f"per pipeline per step, {cand.recompute} recomputation.",
         "",
-        f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed gradient sync {best.dp_sync:.2f} s)",
+        f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
+        f"optimizer step {best.dp_sync:.2f} s)",
         f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
         f"- memory per GPU: {best.memory_gb:.1f} GB of {c.hbm_gb:g} GB ({best.static_gb:.1f} GB parameters, gradients and optimizer states)",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{_fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {_fmt_hours(hours_for_run(best, t))} GPU-hours "
         f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
-        "",
     ]
+    if notes and notes.uncertainty:
+        lines += range_lines(plan, notes.uncertainty)
+    if notes and notes.calibration:
+        lines.append(f"- {notes.calibration}; the search above ran on the fitted efficiencies")
+    lines.append("")
     ref = published(plan)
     if ref:
         ratio = best.gpu_hours_per_t / ref["gpu_hours_per_trillion_tokens"]
         lines += [
             f"Published: {_fmt_hours(ref['gpu_hours_per_trillion_tokens'])} {ref['gpu']} GPU-hours per trillion tokens "
-            f"({ref['source']}). This estimate: {_fmt_hours(best.gpu_hours_per_t)}, ratio {ratio:.2f}. The estimate counts the "
-            "matrix multiplies, attention and communication of the model at the efficiencies below; what it leaves out (see "
-            "'not modelled') is why it comes in under the published figure.",
+            f"({ref['source']}). This estimate: {_fmt_hours(best.gpu_hours_per_t)}, ratio {ratio:.2f}. The published figure "
+            "is a whole-run average (batch ramp, restarts); the estimate is a steady-state step at the assumptions below "
+            "(benchmarks/published_runs.py predicts the whole run, ramp included).",
             "",
         ]
         theirs = _published_choice(plan, ref)

@@ -30,7 +30,15 @@ from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build, family
 from ..simulate import Program, compile, simulate
-from .estimate import Layout, component_costs, memory_model, model_flops_per_token
+from .estimate import (
+    Layout,
+    component_costs,
+    memory_model,
+    model_flops_per_token,
+    stage_parts,
+    step_overhead,
+    tied_embedding_sync,
+)
 from .specs import Cluster, Model, Training
 
 GB = 1e9
@@ -95,7 +103,7 @@ class Result:
     reason: str = ""  # why it does not fit, or why it could not run
     step_time: float = math.inf  # seconds
     makespan: float = math.inf
-    dp_sync: float = 0.0  # exposed data-parallel gradient sync, seconds
+    dp_sync: float = 0.0  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     bubble: float = 0.0
     compute_utilization: float = 0.0
     exposed_comm: float = 0.0  # seconds per step, worst rank
@@ -394,15 +402,22 @@ class Shared:
         pattern is cheap, compiling it is not; a searched one is compiled only if it fits)."""
         return self.programs.shape(name, pp, M, options)
 
-    def cost_model(self, lay: Layout, stages: int, recompute: str):
-        """The candidate's component costs; candidates of one layout share them (a few are
-        kept: a deep model's plans are large, and rebuilding one from its parts is cheap)."""
+    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
+        """The candidate's stage split and component costs; candidates of one layout and
+        placement (``held``: the model stages each rank holds, which the split balances)
+        share them (a few are kept: a deep model's plans are large, and rebuilding one from
+        its parts is cheap)."""
+
+        def make():
+            parts = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held)
+            return parts, component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+
         if self.exhaustive:
-            return component_costs(self.m, self.c, self.t, lay, stages, recompute)
-        key = (lay, stages, recompute)
+            return make()
+        key = (lay, stages, recompute, held)
         hit = self.costs.get(key)
         if hit is None:
-            hit = self.costs[key] = component_costs(self.m, self.c, self.t, lay, stages, recompute)
+            hit = self.costs[key] = make()
             if len(self.costs) > 16:
                 self.costs.popitem(last=False)
         else:
@@ -424,19 +439,21 @@ class Prepared:
     memory: object
     budget: float
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
-    sync: float  # exposed data-parallel sync, seconds
+    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
 def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
     """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
-    every 2pp micro-batches), congruent to M modulo 2pp so the schedule's constraints
-    still hold, from which M's totals follow affinely; None when M must be simulated
-    itself: the schedule is searched rather than periodic, or M is as cheap."""
+    every 2pp micro-batches under equal stage costs; the end stages' embedding and head
+    make the warm-up last up to a period longer, so sampling starts at 4pp), congruent to
+    M modulo 2pp so the schedule's constraints still hold, from which M's totals follow
+    affinely; None when M must be simulated itself: the schedule is searched rather than
+    periodic, or M is as cheap."""
     if not REGISTRY[name].periodic:
         return None
     q = 2 * pp
-    m1 = q + (M - q) % q
+    m1 = 2 * q + (M - q) % q
     return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
@@ -490,7 +507,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
-    mm = memory_model(m, t, lay, stages, cand.recompute)
+    holds = tuple(tuple(pl.model_stage(r, ch) for ch in range(pl.chunks)) for r in range(lay.pp))
+    parts, costs = shared.cost_model(lay, stages, cand.recompute, holds)
+    mm = memory_model(m, t, lay, stages, cand.recompute, parts)
     statics = static_bytes(pl, mm)
     static = max(statics)
     if static > budget:
@@ -500,7 +519,6 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
             f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
-    costs = shared.cost_model(lay, stages, cand.recompute)
     opts = builder_options(cand, costs, mm, budget - static, stages)
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
         return Result(
@@ -524,7 +542,8 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     else:
         busy, w = unpaired_work(pl, costs)
     bound = pipeline_bound(pl, costs, busy, w)
-    sync = dp_sync_seconds(c, lay, pl, mm) * (1 - t.dp_overlap)
+    sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
+    sync += tied_embedding_sync(m, c, t, lay)
     return Prepared(cand, stages, opts, mm, budget, statics, sync, bound + sync)
 
 
@@ -707,21 +726,6 @@ def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared 
     shared = shared or Shared(m, c, t)
     p = prepare(m, c, t, cand, shared)
     return p if isinstance(p, Result) else finish(m, c, t, p, shared)
-
-
-def dp_sync_seconds(c: Cluster, lay: Layout, pl: Placement, mm) -> float:
-    """A ring reduce-scatter and all-gather of one GPU's bf16 gradients over its replicas
-    (dense parameters over dp, experts over dp / ep), over the network."""
-    worst = 0.0
-    for r in range(pl.pp):
-        total = 0.0
-        for ch in range(pl.chunks):
-            dense, experts = mm.params_at(pl.model_stage(r, ch))
-            for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
-                if replicas > 1:
-                    total += 2 * (replicas - 1) / replicas * n * 2 / (c.network_gbps * 1e9)
-        worst = max(worst, total)
-    return worst
 
 
 # --------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ class Model:
     dense_ffn: int
     moe: MoE | None = None
     tied_embeddings: bool = False
-    mtp_layers: int = 0  # multi-token-prediction modules after the last layer (DeepSeek-V3: 1)
+    activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
+    mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
@@ -69,6 +70,9 @@ class Cluster:
     nvlink_gbps: float  # achieved per GPU, one direction, inside a node
     network_gbps: float  # achieved per GPU, one direction, between nodes
     sms: int = 132
+    hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
+    gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
+    fp8_gemm_efficiency: float = 0.6  # the same for FP8 (block-scaled, as in training)
 
     @property
     def nodes(self) -> int:
@@ -93,8 +97,8 @@ class Training:
     zero: int = 1  # ZeRO stage over the data-parallel ranks
     recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
-    compute_efficiency: float = 0.0  # achieved share of dense peak in matmuls (0: 0.55 bf16, 0.4 fp8)
-    attention_efficiency: float = 0.4  # achieved share of bf16 peak in attention kernels
+    compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
+    attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
@@ -102,13 +106,13 @@ class Training:
     memory_headroom: float = 0.9  # share of HBM the planner lets a plan use
     dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
+    p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
     micro_batch_sizes: tuple[int, ...] = (1, 2)  # sequences per micro-batch, searched
-
-    @property
-    def efficiency(self) -> float:
-        if self.compute_efficiency:
-            return self.compute_efficiency
-        return 0.4 if self.precision == "fp8" else 0.55
+    hbm_efficiency: float = 0.8  # share of HBM bandwidth memory-bound kernels reach
+    flash_attention: bool = True  # false: unfused attention (scores go through HBM)
+    sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
+    tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
+    grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
 
 
 # --------------------------------------------------------------------------------------
@@ -175,7 +179,11 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
 
 
 def load_model(name_or_path: str) -> Model:
-    data, where = _read("model", name_or_path)
+    return model_from_table(*_read("model", name_or_path))
+
+
+def model_from_table(data: dict, where: str) -> Model:
+    """A model from a table of a model file's shape (``where`` names it in errors)."""
     data = dict(data)
     data.pop("training", None)
     data.pop("published", None)
@@ -183,14 +191,17 @@ def load_model(name_or_path: str) -> Model:
     mlp = data.pop("mlp", {})
     moe_t = data.pop("moe", None)
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
-    if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn") for k in mlp):
-        raise PipesimError(f"{where} [mlp]: expected dense_layers and dense_ffn")
+    if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn", "activation") for k in mlp):
+        raise PipesimError(f"{where} [mlp]: expected dense_layers, dense_ffn and activation")
     for key in ("name", "layers", "hidden", "heads", "vocab"):
         if key not in data:
             raise PipesimError(f"{where}: missing field {key!r}")
     dense_layers = mlp.get("dense_layers", 0 if moe else data["layers"])
     dense_ffn = mlp.get("dense_ffn", 0)
-    m = _fill(Model, {**data, "attention": att, "moe": moe, "dense_layers": dense_layers, "dense_ffn": dense_ffn}, where)
+    fields_ = {**data, "attention": att, "moe": moe, "dense_layers": dense_layers, "dense_ffn": dense_ffn}
+    if "activation" in mlp:
+        fields_["activation"] = mlp["activation"]
+    m = _fill(Model, fields_, where)
     _check_model(m, where)
     return m
 
@@ -205,6 +216,8 @@ def _check_model(m: Model, where: str) -> None:
         m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
     ):
         raise PipesimError(f"{where} [attention]: mla needs kv_lora_rank, qk_nope_dim, qk_rope_dim and v_head_dim")
+    if m.activation not in ("swiglu", "gelu"):
+        raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
     if m.dense_layers > m.layers:
         raise PipesimError(f"{where} [mlp]: dense_layers {m.dense_layers} exceeds layers {m.layers}")
     if m.dense_layers and not m.dense_ffn:
@@ -216,13 +229,20 @@ def _check_model(m: Model, where: str) -> None:
 
 
 def load_cluster(name_or_path: str, gpus: int | None = None) -> Cluster:
-    data, where = _read("cluster", name_or_path)
+    return cluster_from_table(*_read("cluster", name_or_path), gpus=gpus)
+
+
+def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Cluster:
+    """A cluster from a table of a cluster file's shape, resized to ``gpus`` if given."""
     c = _fill(
         Cluster, data, where, ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps")
     )
-    for key in ("gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps"):
+    for key in ("gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps", "hbm_tbps"):
         if getattr(c, key) <= 0:
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
+    for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
+        if not 0 < getattr(c, key) <= 1:
+            raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
     return c.resized(gpus) if gpus is not None else c
 
 
@@ -263,7 +283,7 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     for key in ("seq", "global_batch"):
         if getattr(t, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")
-    for key in ("memory_headroom", "dp_overlap", "attention_efficiency"):
+    for key in ("memory_headroom", "dp_overlap", "attention_efficiency", "hbm_efficiency"):
         if not 0 <= getattr(t, key) <= 1:
             raise PipesimError(f"{where}: {key} must be between 0 and 1, got {getattr(t, key)}")
     if t.compute_efficiency > 1:

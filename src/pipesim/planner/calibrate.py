@@ -1,0 +1,256 @@
+"""Fitting the planner's efficiencies to measurements, and the range it gives without them.
+
+A measurement is either a component cost file (the format ``--components`` reads; ``pipesim
+profile`` writes one from a trace) of one layer on a known layout, or the measured step
+time of a known layout. Either is compared with what the estimate predicts for the same
+layout, and the assumptions are scaled so that the prediction matches:
+
+* compute: every compute efficiency (matrix multiplies, attention, HBM bandwidth) by one
+  factor, so that the layer's predicted compute equals the measured one;
+* communication: the link bandwidths by one factor, from the layer's measured
+  all-to-all or tensor-parallel time (only when the file has communication).
+
+A measured step has one number, so it fits the compute factor alone (by bisection: the step
+is monotone in it). The layout is plain data: a dict with pp, dp and optionally tp, ep,
+micro_batch, schedule and chunks, so that any command can pass one.
+
+Without a measurement, ``uncertainty`` re-evaluates a result with each assumption at the
+ends of its stated range and reports the step's range and the assumption that moves it most.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..components import ComponentCosts
+from ..errors import PipesimError
+from ..schedules import REGISTRY
+from .estimate import Layout, layer_costs
+from .search import SEARCHED, Candidate, Result, evaluate
+from .specs import Cluster, Model, Training
+
+LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "micro_batch", "schedule", "chunks", "recompute")
+
+
+def parse_layout(text: str) -> dict:
+    """``pp16,dp128,ep64,mb1,dualpipe`` (any order; ``v2`` chunks; a schedule name; a
+    recomputation ``none``/``selective``/``full``) as a layout dict."""
+    out: dict = {}
+    names = {"pp": "pp", "dp": "dp", "tp": "tp", "ep": "ep", "mb": "micro_batch", "v": "chunks"}
+    for part in (p.strip() for p in text.replace(" ", ",").split(",")):
+        if not part:
+            continue
+        if part in REGISTRY:
+            out["schedule"] = part
+            continue
+        if part in ("none", "selective", "full"):
+            out["recompute"] = part
+            continue
+        key = part.rstrip("0123456789")
+        digits = part[len(key) :]
+        if key not in names or not digits or int(digits) < 1:
+            raise PipesimError(f"--measured-on: cannot read {part!r}; give e.g. pp16,dp128,tp1,ep64,mb1,dualpipe (v2 for chunks)")
+        out[names[key]] = int(digits)
+    if "pp" not in out or "dp" not in out:
+        raise PipesimError(f"--measured-on {text!r} needs at least pp and dp, e.g. pp16,dp128,dualpipe")
+    return out
+
+
+def check_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Layout:
+    unknown = set(lay) - set(LAYOUT_KEYS)
+    if unknown:
+        raise PipesimError(f"layout: unknown keys {', '.join(sorted(unknown))}; expected {', '.join(LAYOUT_KEYS)}")
+    out = Layout(pp=lay["pp"], dp=lay["dp"], tp=lay.get("tp", 1), ep=lay.get("ep", 1), micro_batch=lay.get("micro_batch", 1))
+    if out.gpus != c.gpus:
+        raise PipesimError(f"layout pp{out.pp} x dp{out.dp} x tp{out.tp} uses {out.gpus} GPUs, the cluster has {c.gpus}")
+    if m.moe is None and out.ep > 1:
+        raise PipesimError(f"{m.name} has no experts; drop ep from the layout")
+    if m.moe is not None and (out.dp % out.ep or m.moe.experts % out.ep):
+        raise PipesimError(f"layout ep{out.ep} must divide dp={out.dp} and the {m.moe.experts} experts")
+    if t.global_batch % (out.dp * out.micro_batch):
+        raise PipesimError(
+            f"{t.global_batch} sequences do not split into dp{out.dp} x micro-batches of {out.micro_batch}; "
+            "change the global batch or the layout"
+        )
+    return out
+
+
+def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Result:
+    """The best result on this layout over what it leaves open (micro-batch size from
+    ``t.micro_batch_sizes``, schedule from every searched one, chunks, recomputation when
+    ``t.recompute`` is auto), fitting ones first; the closest miss when none fits."""
+    schedules = [lay["schedule"]] if "schedule" in lay else [n for n in REGISTRY if n != "zb-auto"]
+    sizes = [lay["micro_batch"]] if "micro_batch" in lay else list(t.micro_batch_sizes)
+    recomputes = (
+        [lay["recompute"]] if "recompute" in lay else (["none", "selective", "full"] if t.recompute == "auto" else [t.recompute])
+    )
+    results = []
+    for mb in sizes:
+        if t.global_batch % (lay["dp"] * mb):
+            continue
+        layout = check_layout(m, c, t, {**lay, "micro_batch": mb})
+        M = t.global_batch // (layout.dp * mb)
+        for name in schedules:
+            if name not in REGISTRY:
+                raise PipesimError(f"unknown schedule {name!r}; expected one of {', '.join(REGISTRY)}")
+            chunk_options = [lay["chunks"]] if "chunks" in lay else list(SEARCHED.get(name, (None,)))
+            for chunks in chunk_options:
+                for rc in recomputes:
+                    results.append(evaluate(m, c, t, Candidate(layout, name, chunks, rc, M)))
+    ran = [r for r in results if r.step_time < math.inf]
+    if not ran:
+        reasons = sorted({r.reason for r in results}) or ["no micro-batch size divides the global batch"]
+        raise PipesimError(f"the layout {lay} cannot run: {reasons[0]}")
+    return min(ran, key=lambda r: (not r.fits, r.step_time))
+
+
+# --------------------------------------------------------------------------------------
+# scaling the assumptions
+
+#: the links one factor scales (the other scales every compute efficiency)
+LINKS = ("nvlink_gbps", "network_gbps")
+
+
+def scaled(c: Cluster, t: Training, compute: float = 1.0, links: float = 1.0) -> tuple[Cluster, Training]:
+    """The specs with every compute rate times ``compute`` and every link times ``links``
+    (efficiencies capped at 1: a fit past peak means the measurement is not of this model)."""
+    cap = 1.0
+    c2 = replace(
+        c,
+        gemm_efficiency=min(cap, c.gemm_efficiency * compute),
+        fp8_gemm_efficiency=min(cap, c.fp8_gemm_efficiency * compute),
+        nvlink_gbps=c.nvlink_gbps * links,
+        network_gbps=c.network_gbps * links,
+    )
+    t2 = replace(
+        t,
+        compute_efficiency=min(cap, t.compute_efficiency * compute),
+        attention_efficiency=min(cap, t.attention_efficiency * compute),
+        hbm_efficiency=min(cap, t.hbm_efficiency * compute),
+    )
+    return c2, t2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    compute: float  # factor on every compute rate
+    links: float  # factor on every link bandwidth
+    source: str
+    predicted: float  # what the estimate said before, in the measurement's unit
+    measured: float
+
+    def changes(self, c: Cluster, t: Training) -> list[str]:
+        """What the fit changed, one line per assumption."""
+        c2, t2 = scaled(c, t, self.compute, self.links)
+        out = []
+        for old, new, names in (
+            (c, c2, ("gemm_efficiency", "fp8_gemm_efficiency") + LINKS),
+            (t, t2, ("compute_efficiency", "attention_efficiency", "hbm_efficiency")),
+        ):
+            for name in names:
+                a, b = getattr(old, name), getattr(new, name)
+                if abs(a - b) > 1e-12:
+                    out.append(f"{name} {a:g} -> {b:.3g}")
+        return out
+
+    def text(self, c: Cluster, t: Training) -> str:
+        what = ", ".join(self.changes(c, t)) or "nothing (the estimate already matched)"
+        return (
+            f"calibrated on {self.source}: predicted {self.predicted:.4g} s, measured {self.measured:.4g} s; "
+            f"compute rates x{self.compute:.3f}, links x{self.links:.3f}: {what}"
+        )
+
+
+def from_components(m: Model, c: Cluster, t: Training, lay: dict, costs: ComponentCosts, source: str) -> Calibration:
+    """Fit to a measured layer: the mean over the file's layers of compute (F, B and W
+    parts) and of communication, against one of the model's MoE layers (its last layer)
+    predicted on the same layout."""
+    layout = check_layout(m, c, t, lay)
+    measured = [x for stage in costs.stages for x in stage]
+    n = len(measured)
+    mc = sum(x.forward_compute + x.backward_compute + x.weight_compute for x in measured) / n
+    mm = sum(x.forward_comm + x.backward_comm for x in measured) / n
+    pred = layer_costs(m, m.layers - 1, c, t, layout, lay.get("recompute", "selective" if t.recompute == "auto" else t.recompute))
+    pc = pred.forward_compute + pred.backward_compute + pred.weight_compute
+    pm = pred.forward_comm + pred.backward_comm
+    if mc <= 0:
+        raise PipesimError(f"{source}: the cost file has no compute time to calibrate against")
+    links = pm / mm if mm > 0 and pm > 0 else 1.0
+    return Calibration(compute=pc / mc, links=links, source=source, predicted=pc + pm, measured=mc + mm)
+
+
+def from_step(m: Model, c: Cluster, t: Training, lay: dict, seconds: float) -> Calibration:
+    """Fit the compute factor so that the layout's predicted step is the measured one."""
+    if not seconds > 0:
+        raise PipesimError(f"--measured-step must be > 0 seconds, got {seconds}")
+    before = evaluate_layout(m, c, t, lay).step_time
+
+    def step(k: float) -> float:
+        return evaluate_layout(m, *scaled(c, t, k), lay).step_time
+
+    lo, hi = 0.05, 4.0
+    if step(hi) > seconds:
+        raise PipesimError(
+            f"--measured-step {seconds:g} s is faster than this layout can run even at 4x the assumed efficiencies "
+            f"(predicted {before:.3g} s); check the layout or the figure"
+        )
+    for _ in range(30):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if step(mid) <= seconds else (mid, hi)
+    prefix = {"pp": "pp", "dp": "dp", "tp": "tp", "ep": "ep", "micro_batch": "mb", "chunks": "v"}
+    layout_text = ",".join(f"{prefix[k]}{v}" if k in prefix else str(v) for k, v in lay.items())
+    return Calibration(compute=hi, links=1.0, source=f"a measured step on {layout_text}", predicted=before, measured=seconds)
+
+
+# --------------------------------------------------------------------------------------
+# the range without calibration
+
+#: each uncertain assumption and the factors at the ends of its stated range: GEMM shares
+#: vary by shape and clock (power caps); attention kernels by head size and generation;
+#: memory-bound kernels by fusion; achieved links by topology and congestion
+RANGES = {
+    "matrix-multiply efficiency": ("gemm", 0.85, 1.1),
+    "attention efficiency": ("attention", 0.7, 1.3),
+    "HBM efficiency (memory-bound kernels)": ("hbm", 0.7, 1.15),
+    "link bandwidth": ("links", 0.7, 1.2),
+}
+
+
+def _vary(c: Cluster, t: Training, what: str, k: float) -> tuple[Cluster, Training]:
+    if what == "gemm":
+        return (
+            replace(c, gemm_efficiency=min(1.0, c.gemm_efficiency * k), fp8_gemm_efficiency=min(1.0, c.fp8_gemm_efficiency * k)),
+            replace(t, compute_efficiency=min(1.0, t.compute_efficiency * k)),
+        )
+    if what == "attention":
+        return c, replace(t, attention_efficiency=min(1.0, t.attention_efficiency * k))
+    if what == "hbm":
+        return c, replace(t, hbm_efficiency=min(1.0, t.hbm_efficiency * k))
+    return replace(c, nvlink_gbps=c.nvlink_gbps * k, network_gbps=c.network_gbps * k), t
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    low: float  # step seconds with every assumption at its favourable end
+    high: float  # ... at its unfavourable end
+    spans: dict[str, tuple[float, float]]  # per assumption, the step at its two ends
+    biggest: str  # the assumption that moves the step most
+
+
+def uncertainty(m: Model, c: Cluster, t: Training, r: Result) -> Uncertainty:
+    """Re-simulate ``r``'s candidate with each assumption at the ends of ``RANGES``, and
+    with all at once (the range)."""
+    cand = r.candidate
+
+    def step(c2: Cluster, t2: Training) -> float:
+        return evaluate(m, c2, t2, cand).step_time
+
+    spans = {}
+    for name, (what, lo, hi) in RANGES.items():
+        spans[name] = (step(*_vary(c, t, what, hi)), step(*_vary(c, t, what, lo)))
+    fast, slow = (c, t), (c, t)
+    for what, lo, hi in RANGES.values():
+        fast, slow = _vary(*fast, what, hi), _vary(*slow, what, lo)
+    biggest = max(spans, key=lambda k: spans[k][1] - spans[k][0])
+    return Uncertainty(step(*fast), step(*slow), spans, biggest)

@@ -1,0 +1,271 @@
+"""The planner's cost terms, each against a value worked by hand or a published figure,
+and its calibration. Small models and small clusters only: these run in seconds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import test_planner
+from pipesim.cli import main
+from pipesim.components import ComponentCosts, LayerCosts
+from pipesim.ir import Op, Pair, Placement
+from pipesim.planner import calibrate
+from pipesim.planner.estimate import (
+    Layout,
+    attention_params,
+    balanced_partition,
+    component_costs,
+    elementwise_bytes,
+    embedding_params,
+    gemm,
+    layer_costs,
+    layer_params,
+    memory_model,
+    p2p_seconds,
+    stage_params,
+    stage_parts,
+    step_overhead,
+    tied_embedding_sync,
+    tp_allreduce,
+)
+from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
+
+# test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
+TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
+# 4 SMs, 100 TFLOP/s BF16 at 0.5, 1 TB/s HBM at 0.5: round numbers to work with
+GPU = Cluster(
+    "t", "X", gpus=16, gpus_per_node=8, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10,
+    sms=4, hbm_tbps=1.0, gemm_efficiency=0.5, fp8_gemm_efficiency=0.25,
+)  # fmt: skip
+T = Training(seq=32, global_batch=16, hbm_efficiency=0.5)
+
+
+def test_gemm_is_a_roofline_with_wave_quantization():
+    # 256 x 1024 by 1024 x 256: 4 output tiles of 128x128 on 4 SMs, one full wave
+    assert gemm(GPU, T, 256, 256, 1024) == pytest.approx(2 * 256 * 256 * 1024 / 50e12)
+    # 384 rows: 6 tiles, two waves of 4 SMs, 6/8 of them busy
+    assert gemm(GPU, T, 384, 256, 1024) == pytest.approx(2 * 384 * 256 * 1024 / (50e12 * 6 / 8))
+    # one token: memory-bound, 2 bytes x (1 x 1024 input + 1024 x 256 weight) + 2 x 256 out at 0.5 TB/s
+    assert gemm(GPU, T, 1, 256, 1024) == pytest.approx((2 * (1024 + 1024 * 256) + 2 * 256) / 0.5e12)
+    # FP8: its own peak and share (200 x 0.25 = 50 TFLOP/s) and 1-byte inputs
+    t8 = Training(seq=32, global_batch=16, precision="fp8", hbm_efficiency=0.5)
+    assert gemm(GPU, t8, 256, 256, 1024) == pytest.approx(2 * 256 * 256 * 1024 / 50e12)
+    assert gemm(GPU, t8, 1, 256, 1024) == pytest.approx((1024 + 1024 * 256 + 2 * 256) / 0.5e12)
+
+
+def test_memory_bound_kernels_by_hand():
+    """Per token, in 2-byte elements: norm + residual add 5h = 320; rotary on q and k,
+    2 x (4 + 2) heads x 16 = 192; SwiGLU 3 x 128 = 384. 32 tokens."""
+    attn, mlp = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=16))
+    assert attn == pytest.approx(32 * 2 * (320 + 192))
+    assert mlp == pytest.approx(32 * 2 * (320 + 384))
+    # sequence parallelism over tp=2 halves the norm and residual work and shards the rest
+    attn2, mlp2 = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=8, tp=2))
+    assert attn2 == pytest.approx(32 * 2 * (160 + 96))
+    assert mlp2 == pytest.approx(32 * 2 * (160 + 192))
+    # and they are priced at HBM bandwidth: the forward's MLP part is its multiplies plus mlp bytes
+    lc = layer_costs(TINY, 0, GPU, T, Layout(pp=1, dp=16), "none")
+    up, down = gemm(GPU, T, 32, 256, 64), gemm(GPU, T, 32, 64, 128)
+    assert lc.mlp_f == pytest.approx(up + down + mlp / 0.5e12)
+    assert lc.mlp_b == pytest.approx(gemm(GPU, T, 32, 64, 256) + gemm(GPU, T, 32, 128, 64) + 2 * mlp / 0.5e12)
+
+
+def test_tensor_parallel_and_p2p_by_hand():
+    # a ring all-reduce of 32 x 64 bf16 over 4 GPUs: 2 x 3/4 of 4096 bytes at 100 GB/s
+    assert tp_allreduce(TINY, GPU, T, Layout(pp=1, dp=4, tp=4)) == pytest.approx(2 * 3 / 4 * 4096 / 100e9)
+    lc = layer_costs(TINY, 0, GPU, T, Layout(pp=1, dp=4, tp=4), "none")
+    assert lc.dispatch_f == lc.combine_f == lc.dispatch_b == pytest.approx(2 * 3 / 4 * 4096 / 100e9)
+    full = layer_costs(TINY, 0, GPU, T, Layout(pp=1, dp=4, tp=4), "full")
+    assert full.dispatch_b == pytest.approx(2 * lc.dispatch_b)  # the recomputed forward communicates again
+    # one activation between stages: 10 us + 4096 bytes / 2 shards at 10 GB/s
+    assert p2p_seconds(TINY, GPU, T, Layout(pp=2, dp=4, tp=2)) == pytest.approx(10e-6 + 2048 / 10e9)
+
+
+def test_end_stages_take_fewer_layers_as_llama3_did():
+    """Llama 3 405B on pp16 (126 layers): Meta removed one layer from the first and the
+    last stage for the embedding and the output head (Llama 3 paper, section 3.3.2)."""
+    m, c = load_model("llama3-405b"), load_cluster("h100", gpus=16384)
+    t = load_training(base=model_training("llama3-405b"))
+    sizes = [len(r) for r in stage_parts(m, c, t, Layout(pp=16, dp=128, tp=8), 16, "none")]
+    assert sizes == [7] + [8] * 14 + [7]
+
+
+def test_balanced_partition_by_hand():
+    # 8 unit layers over 4 stages; the last stage also carries 2 units (a head): 2+2+3+1 would
+    # leave the last at 3; the best is ends 2 and 1, middles 3 and 2 ... every stage at most 3
+    parts = balanced_partition((1.0,) * 8, 0.0, 2.0, 4)
+    loads = [len(r) + (2.0 if i == 3 else 0.0) for i, r in enumerate(parts)]
+    assert max(loads) == 3 and len(parts[-1]) == 1 and sum(map(len, parts)) == 8
+    # with DualPipe's pairing (rank 0 holds stages 0 and 3) the pair is what is balanced
+    parts = balanced_partition((1.0,) * 8, 0.0, 2.0, 4, ranks=((0, 3), (1, 2)))
+    pair0 = len(parts[0]) + len(parts[3]) + 2
+    pair1 = len(parts[1]) + len(parts[2])
+    assert max(pair0, pair1) == 5
+
+
+def test_deepseek_mtp_module_on_the_last_stage():
+    """DeepSeek-V3's MTP module: 14B parameters beside the 671B (its Hugging Face card:
+    685B in all), on the last stage, where the simulator sees it as two more pseudo-layers
+    (its MoE layer and its output head) beside the model's own head."""
+    m = load_model("deepseek-v3")
+    mtp = layer_params(m, m.layers - 1) + 2 * m.hidden * m.hidden + embedding_params(m)  # layer, projection, its own head
+    assert mtp == pytest.approx(14e9, rel=0.1)
+    c, t = load_cluster("h800-2048"), load_training(base=model_training("deepseek-v3"))
+    lay = Layout(pp=16, dp=128, ep=64)
+    parts = stage_parts(m, c, t, lay, 16, "selective")
+    costs = component_costs(m, c, t, lay, 16, "selective", parts)
+    assert len(costs.stages[-1]) == len(parts[-1]) + 3  # + the MTP layer, its head, the model's head
+    assert len(costs.stages[0]) == len(parts[0]) + 1  # + the embedding
+    assert len(parts[-1]) < len(parts[7])  # the heavy end stage takes fewer layers
+
+
+def test_deepseek_profile_pair_within_10_percent():
+    """DeepSeek's public training profile (deepseek-ai/profile-data, train.json): the
+    overlapped F&B pair of 4 MoE layers at EP64, 4K tokens, H800 spans 129.0 ms of kernels."""
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    t = load_training(base=model_training("deepseek-v3"))
+    lc = layer_costs(m, m.layers - 1, c, t, Layout(pp=16, dp=128, ep=64), "selective")
+    pair = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms).pair_time(
+        Pair(Op("F", 0, 0), Op("BW", 0, 1)), 0, 0
+    )
+    assert pair == pytest.approx(0.129, rel=0.10)
+
+
+def test_data_parallel_sync_and_optimizer_by_hand():
+    """pp1, dp2 on one node (NVLink 100 GB/s), ZeRO-1: each GPU reduce-scatters its bf16
+    gradients (1/2 of them cross) and all-gathers the bf16 weights back; the windows they
+    hide behind are dp_overlap = 0 of the backward and forward: nothing hides. The Adam
+    step touches its half: 4 (grad) + 2 x 12 (master, moments) + 2 (weights) bytes each."""
+    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10)
+    t = Training(seq=32, global_batch=2, dp_overlap=0.0, hbm_efficiency=0.5, zero=1)
+    lay = Layout(pp=1, dp=2)
+    n = 4 * (attention_params(TINY) + 3 * 64 * 128 + 128) + 2 * 100 * 64  # layers, embedding, head (by hand)
+    assert attention_params(TINY) == 12288
+    mm = memory_model(TINY, t, lay, 1, "none")
+    costs = component_costs(TINY, c, t, lay, 1, "none")
+    pl = Placement.standard("flat", 1, 1)
+    comm, opt = step_overhead(c, t, lay, pl, mm, costs, 1)
+    assert comm == pytest.approx(1 / 2 * n * 2 / 100e9 + 1 / 2 * n * 2 / 100e9)
+    assert opt == pytest.approx(n / 2 * 30 / (3.35e12 * 0.5))
+    # with the whole windows usable, only what exceeds them shows
+    t2 = Training(seq=32, global_batch=2, dp_overlap=1.0, hbm_efficiency=0.5, zero=1)
+    comm2, _ = step_overhead(c, t2, lay, pl, mm, component_costs(TINY, c, t2, lay, 1, "none"), 1)
+    bwd = costs.op_time(Op("B", 0, 0), 0) + costs.op_time(Op("W", 0, 0), 0)
+    fwd = costs.op_time(Op("F", 0, 0), 0)
+    half = 1 / 2 * n * 2 / 100e9
+    assert comm2 == pytest.approx(max(0.0, half - bwd) + max(0.0, half - fwd))
+
+
+def test_blocking_p2p_by_hand():
+    """Without overlap a stage's ops wait for their transfers: one micro-batch's activation
+    is 32 tokens x 64 x 2 bytes = 4096 bytes over the 10 GB/s network plus the 10 us
+    latency; the end stages of a 3-stage pipeline have one neighbour, the middle one two;
+    the edges then carry nothing (the transfer already sits on both ranks)."""
+    hop = 4096 / 10e9 + 10e-6
+    lay = Layout(pp=3, dp=1)
+    on_t = replace(T, comm_sms=1)  # GPU has 4 SMs
+    on = component_costs(TINY, GPU, on_t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
+    t = replace(on_t, p2p_overlap=False)
+    off = component_costs(TINY, GPU, t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
+    assert on.p2p == pytest.approx(hop) and off.p2p == 0.0
+    for stage, hops in ((0, 1), (1, 2), (2, 1)):
+        for kind in ("F", "B"):
+            extra = off.op_time(Op(kind, 0, 0), stage) - on.op_time(Op(kind, 0, 0), stage)
+            assert extra == pytest.approx(hops * hop)
+        assert off.op_time(Op("W", 0, 0), stage) == pytest.approx(on.op_time(Op("W", 0, 0), stage))
+
+
+def test_p2p_gathers_without_sequence_parallelism_by_hand():
+    """tp2, 32 tokens x 64 x 2 bytes = 4096 bytes: each shard sends 2048 over the 10 GB/s
+    network; without sequence parallelism the receivers all-gather the other half (2048
+    bytes) over the 100 GB/s NVLink."""
+    lay = Layout(pp=2, dp=1, tp=2)
+    sp = replace(T, sequence_parallel=True)
+    assert p2p_seconds(TINY, GPU, sp, lay) == pytest.approx(10e-6 + 2048 / 10e9)
+    no_sp = replace(T, sequence_parallel=False)
+    assert p2p_seconds(TINY, GPU, no_sp, lay) == pytest.approx(10e-6 + 2048 / 10e9 + 2048 / 100e9)
+
+
+def test_tied_embedding_sync_by_hand():
+    """A tied embedding (vocab 100 x hidden 64) split over tp2: the first and last stages
+    all-reduce their 3200-element shards' bf16 gradients, 6400 bytes across the link: over
+    the 10 GB/s network when the pipeline spans nodes, NVLink's 100 GB/s inside one;
+    nothing untied or without a pipeline. The last stage keeps the head's copy."""
+    tied = replace(TINY, tied_embeddings=True)
+    t = Training(seq=32, global_batch=16, grad_reduce_bytes=2)
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=2, dp=4, tp=2)) == pytest.approx(6400 / 10e9)
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=2, dp=2, tp=2)) == pytest.approx(6400 / 100e9)
+    assert tied_embedding_sync(TINY, GPU, t, Layout(pp=2, dp=4, tp=2)) == 0.0
+    assert tied_embedding_sync(tied, GPU, t, Layout(pp=1, dp=8, tp=2)) == 0.0
+    lay = Layout(pp=2, dp=4, tp=2)
+    last_tied, _ = stage_params(tied, range(2, 4), True, False, lay)
+    only, _ = stage_params(tied, range(0, 4), True, True, Layout(pp=1, dp=8, tp=2))
+    assert last_tied == pytest.approx(stage_params(TINY, range(2, 4), True, False, lay)[0])
+    assert only == pytest.approx(stage_params(TINY, range(0, 4), True, True, Layout(pp=1, dp=8, tp=2))[0] - 3200)
+
+
+# --------------------------------------------------------------------------------------
+# calibration and the range
+
+SMALL = ("llama3-8b", "h100", 16)
+
+
+def small_specs():
+    m, c = load_model(SMALL[0]), load_cluster(SMALL[1], gpus=SMALL[2])
+    return m, c, load_training(base=model_training(SMALL[0]), global_batch=64, seq=2048)
+
+
+def test_measured_step_fit_reproduces_the_measurement():
+    m, c, t = small_specs()
+    lay = {"pp": 2, "dp": 8, "schedule": "1f1b", "micro_batch": 1, "recompute": "selective"}
+    before = calibrate.evaluate_layout(m, c, t, lay).step_time
+    fit = calibrate.from_step(m, c, t, lay, 1.25 * before)
+    after = calibrate.evaluate_layout(m, *calibrate.scaled(c, t, fit.compute), lay).step_time
+    assert after == pytest.approx(1.25 * before, rel=0.01)
+    assert fit.compute < 1 and any(x.startswith("gemm_efficiency 0.8 -> ") for x in fit.changes(c, t))
+
+
+def test_component_file_fit_scales_compute_and_links():
+    """A measured layer that computes twice as long and communicates four times as long as
+    the estimate says: compute rates x1/2, links x1/4."""
+    m = load_model("mixtral-8x22b")
+    c, t = load_cluster("h100", gpus=64), load_training(global_batch=64)
+    lay = {"pp": 4, "dp": 16, "ep": 8}
+    pred = layer_costs(m, 0, c, t, Layout(pp=4, dp=16, ep=8), "selective")
+    doubled = LayerCosts(
+        attn_f=2 * pred.attn_f, mlp_f=2 * pred.mlp_f, attn_b=2 * pred.attn_b, attn_w=2 * pred.attn_w,
+        mlp_b=2 * pred.mlp_b, mlp_w=2 * pred.mlp_w, dispatch_f=4 * pred.dispatch_f, combine_f=4 * pred.combine_f,
+        dispatch_b=4 * pred.dispatch_b, combine_b=4 * pred.combine_b,
+    )  # fmt: skip
+    fit = calibrate.from_components(m, c, t, lay, ComponentCosts.uniform(doubled, 4), "measured.toml")
+    assert fit.compute == pytest.approx(0.5) and fit.links == pytest.approx(0.25)
+
+
+def test_uncertainty_brackets_the_step():
+    m, c, t = small_specs()
+    r = calibrate.evaluate_layout(m, c, t, {"pp": 2, "dp": 8, "schedule": "1f1b", "micro_batch": 1, "recompute": "none"})
+    u = calibrate.uncertainty(m, c, t, r)
+    assert u.low < r.step_time < u.high
+    assert u.biggest in calibrate.RANGES
+    lo, hi = u.spans[u.biggest]
+    assert all(hi - lo >= b - a for a, b in u.spans.values())
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        (["--measured-on", "pp2,dp8"], "give --calibrate or --measured-step"),
+        (["--measured-step", "3"], "needs the layout it was measured on"),
+        (["--measured-step", "3", "--measured-on", "pp2,xx8"], "cannot read 'xx8'"),
+        (["--measured-step", "3", "--measured-on", "dp8"], "needs at least pp and dp"),
+        (["--measured-step", "3", "--measured-on", "pp4,dp8"], "uses 32 GPUs, the cluster has 16"),
+        (["--measured-step", "-1", "--measured-on", "pp2,dp8"], "--measured-step must be > 0"),
+        (["--calibrate", "nope.toml", "--measured-on", "pp2,dp8"], "cannot read cost file"),
+    ],
+)
+def test_bad_calibration_input(capsys, extra, needle):
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1
