@@ -507,7 +507,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
-    from .planner.estimate import Layout, component_costs
+    from .planner.estimate import Layout, component_costs, stage_parts
     from .planner.specs import load_cluster, load_model, load_training, model_training
 
     if not args.cluster:
@@ -524,13 +524,17 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     ep = min(64, dp, model.moe.experts) if model.moe else 1
     lay = Layout(pp=pp, dp=dp, ep=ep, micro_batch=mbs or 1)
     recompute = "selective" if training.recompute == "auto" else training.recompute
-    cache: dict[int, CostModel] = {}
+    cache: dict[tuple, CostModel] = {}
 
     def costs_for(s: Schedule) -> CostModel:
-        stages = s.placement.stages
-        if stages not in cache:
-            cache[stages] = component_costs(model, cluster, training, lay, stages, recompute)
-        return cache[stages]
+        # the layers are split over the stages as the planner splits them: balanced over
+        # what each rank holds (a V puts the embedding's and the head's stages on rank 0)
+        pl = s.placement
+        held = tuple(tuple(pl.model_stage(r, ch) for ch in range(pl.chunks)) for r in range(pl.pp))
+        if held not in cache:
+            parts = stage_parts(model, cluster, training, lay, pl.stages, recompute, held)
+            cache[held] = component_costs(model, cluster, training, lay, pl.stages, recompute, parts)
+        return cache[held]
 
     text = f"{model.name} on {cluster.name} ({lay}, {recompute} recomputation; seconds, from the planner's estimate)"
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)

@@ -27,7 +27,7 @@ from ..components import ComponentCosts
 from ..errors import PipesimError
 from ..schedules import REGISTRY
 from .estimate import Layout, layer_costs
-from .search import SEARCHED, Candidate, Result, evaluate
+from .search import Candidate, Pins, Result, Shared, evaluate, schedule_variants, skipped_families
 from .specs import Cluster, Model, Training
 
 LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "micro_batch", "schedule", "chunks", "recompute")
@@ -80,12 +80,13 @@ def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Result:
     """The best result on this layout over what it leaves open (micro-batch size from
     ``t.micro_batch_sizes``, schedule from every searched one, chunks, recomputation when
     ``t.recompute`` is auto), fitting ones first; the closest miss when none fits."""
-    schedules = [lay["schedule"]] if "schedule" in lay else [n for n in REGISTRY if n != "zb-auto"]
+    skipped = skipped_families()
+    schedules = [lay["schedule"]] if "schedule" in lay else [n for n in REGISTRY if n not in skipped and n != "zb-auto"]
     sizes = [lay["micro_batch"]] if "micro_batch" in lay else list(t.micro_batch_sizes)
     recomputes = (
         [lay["recompute"]] if "recompute" in lay else (["none", "selective", "full"] if t.recompute == "auto" else [t.recompute])
     )
-    results = []
+    results, shared = [], Shared(m, c, t)
     for mb in sizes:
         if t.global_batch % (lay["dp"] * mb):
             continue
@@ -94,10 +95,10 @@ def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Result:
         for name in schedules:
             if name not in REGISTRY:
                 raise PipesimError(f"unknown schedule {name!r}; expected one of {', '.join(REGISTRY)}")
-            chunk_options = [lay["chunks"]] if "chunks" in lay else list(SEARCHED.get(name, (None,)))
+            chunk_options = [lay["chunks"]] if "chunks" in lay else [ch for _, ch in schedule_variants([name], Pins())]
             for chunks in chunk_options:
                 for rc in recomputes:
-                    results.append(evaluate(m, c, t, Candidate(layout, name, chunks, rc, M)))
+                    results.append(evaluate(m, c, t, Candidate(layout, name, chunks, rc, M), shared))
     ran = [r for r in results if r.step_time < math.inf]
     if not ran:
         reasons = sorted({r.reason for r in results}) or ["no micro-batch size divides the global batch"]

@@ -436,6 +436,7 @@ class Prepared:
     candidate: Candidate
     stages: int
     options: dict  # for its builder
+    costs: object  # its component cost model (shared with candidates of its layout and placement)
     memory: object
     budget: float
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
@@ -544,7 +545,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     bound = pipeline_bound(pl, costs, busy, w)
     sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
     sync += tied_embedding_sync(m, c, t, lay)
-    return Prepared(cand, stages, opts, mm, budget, statics, sync, bound + sync)
+    return Prepared(cand, stages, opts, costs, mm, budget, statics, sync, bound + sync)
 
 
 def _ends(f, shapes: list[Shape], arg) -> tuple:
@@ -681,7 +682,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     shared = shared or Shared(m, c, t)
     cand = p.candidate
     pp, M = cand.layout.pp, cand.microbatches
-    costs = shared.cost_model(cand.layout, p.stages, cand.recompute)
+    costs = p.costs
     points = None if shared.exhaustive else sample_points(cand.schedule, pp, M)
     try:
         if points is None:
