@@ -137,7 +137,7 @@ def test_report_is_self_contained(capsys, tmp_path):
             ["sweep", "--pp", "4", "-m", "2:4", "--schedules", "dualpipe", "-o", "s.png"],
             "no schedule of dualpipe can take pp=4 with M in [2, 4]",
         ),
-        (["sweep", "--schedules", ",", "-o", "s.png"], "--schedules names no schedule"),
+        (["sweep", "--schedules", ",", "-o", "s.png"], "names no schedule"),
         (["report", "-o", "r.pdf"], "use .html"),
         (["report", "--schedules", "1f1b", "-o", "nowhere/r.html"], "there is no folder 'nowhere'"),
     ],

@@ -12,7 +12,6 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from rich.table import Table
@@ -30,11 +29,13 @@ from ..cli import (
     pct,
     positive_int,
     schedule_from,
+    schedule_names,
     shape,
 )
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
 from ..files import write_bytes_atomic, write_text_atomic
+from ..inputs import work
 from ..ir import Schedule
 from ..schedules import REGISTRY, build, family
 from ..simulate import simulate
@@ -74,6 +75,7 @@ def add_commands(command) -> None:
     add_costs(c)
     c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
     c.add_argument("--csv", help="also write the data as CSV to this path")
+    c.set_defaults(output_flags=("output", "csv"))  # both are written: neither may be an input
 
     c = command("report", cmd_report, "write an HTML report: the comparison table, the charts and the settings")
     add_shape(c)
@@ -113,11 +115,7 @@ def _write(path: str, data: bytes | str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def _names(text: str | None) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(REGISTRY)
-    if not names:
-        raise PipesimError("--schedules names no schedule; give comma-separated names such as 1f1b,dualpipe")
-    return names
+_names = schedule_names
 
 
 # --------------------------------------------------------------------------------------
@@ -160,7 +158,10 @@ def cmd_draw(args: argparse.Namespace) -> int:
 
 
 def costs_text(costs: Costs) -> str:
-    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them."""
+    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them
+    (component costs describe themselves)."""
+    if not isinstance(costs, Costs):
+        return costs.describe()
     return " ".join(
         f"{k}={','.join(f'{x:g}' for x in v) if isinstance(v, list) else f'{v:g}'}" for k, v in costs.to_dict().items()
     )
@@ -182,6 +183,7 @@ def _settings(args: argparse.Namespace, costs: Costs, runs: list[tuple[Schedule,
 def cmd_sweep(args: argparse.Namespace) -> int:
     pp = args.pp or DEFAULT_PP
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
+    work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
     names = _names(args.schedules)
     ext = _output(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data") if args.output else None
     if args.csv:
@@ -225,6 +227,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 # report
 
 
+def _unit_text(costs_per: str) -> str:
+    if costs_per == "stage":
+        return "the cost model's: F, B, W are one 1F1B stage's (1/pp of the model); a smaller chunk costs its share"
+    return "the cost model's: F, B, W are per chunk"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .chart import Panel, axis_width, chart_bytes, longest
     from .html import Section, Unrunnable, report_html
@@ -247,10 +255,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         [r.name, *[cell(r.report) for _, cell in columns[1:]]] if r.report else Unrunnable(r.name, f"n/a: {r.error}")
         for r in rows
     ]
-    try:
-        pipesim_version = version("pipesim")
-    except PackageNotFoundError:
-        pipesim_version = "unknown"
+    from .. import __version__ as pipesim_version
     command = "pipesim " + shlex.join(args.argv)
     settings = [
         ("pp", str(pp)),
@@ -258,7 +263,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         *([("chunks", str(args.chunks))] if args.chunks else []),
         ("schedules", ", ".join(names)),
         ("costs", costs.describe()),
-        ("time unit", "the cost model's: F, B, W are per chunk"),
+        ("time unit", _unit_text(args.costs_per)),
         ("pipesim", pipesim_version),
         ("command", command),
     ]
