@@ -146,7 +146,7 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "missing.json"], "cannot read schedule file 'missing.json'"),
         (["frobnicate"], "invalid choice"),
         (["simulate", "--schedule", "zb-auto", "--w-memory", "2"], "--w-memory: expected a share between 0 and 1, got '2'"),
-        (["simulate", "--schedule", "zb-auto", "--memory-limit", "0"], "--memory-limit: expected a number > 0 and <= 1e+15, got '0'"),
+        (["simulate", "--schedule", "zb-auto", "--memory-limit", "0"], "expected a number > 0 and <= 1e+15, got '0'"),
         (["simulate", "--schedule", "zb-auto", "--memory-limit", "0.5"], "zb-auto needs --memory-limit >= 1 activation per rank"),
         (["simulate", "--schedule", "1f1b", "--memory-limit", "4"], "1f1b does not take --memory-limit; it takes no options"),
         (["simulate", "--schedule", "zb-h2", "--exact"], "zb-h2 does not take --exact"),

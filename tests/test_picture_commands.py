@@ -122,7 +122,7 @@ def test_report_is_self_contained(capsys, tmp_path):
         ),
         (["draw", "-s", "1f1b", "-o", "x"], "unknown extension '(none)'"),
         (["draw", "-s", "1f1b", "-o", "no/such/dir/x.png"], "cannot write 'no/such/dir/x.png': there is no folder 'no/such/dir'"),
-        (["draw", "-s", "1f1b", "-o", "."], "unknown extension"),
+        (["draw", "-s", "1f1b", "-o", "."], "it is a folder; give a file name"),
         (["draw", "-o", "x.png"], "one of the arguments --schedule/-s --schedules is required"),
         (["draw", "-s", "1f1b", "--schedules", "zb-h1", "-o", "x.png"], "not allowed with argument"),
         (["draw", "-s", "dualpipe", "--pp", "3", "-o", "x.png"], "dualpipe needs an even --pp, got 3"),

@@ -23,7 +23,7 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import json_text, load_schedule, save_schedule, write_bytes_atomic
+from .files import json_text, load_schedule, output_target, save_schedule, write_bytes_atomic
 from .inputs import MAX_COUNT, MAX_VALUE, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
@@ -97,6 +97,7 @@ def check_args(args: argparse.Namespace) -> None:
         if v and os.path.isfile(v)
     }
     for out in outputs:
+        output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
         for path, key in inputs.items():
             if out != "-" and os.path.exists(out) and os.path.samefile(out, path):
                 raise PipesimError(f"-o {out} would overwrite the input --{key.replace('_', '-')} {path}; write to another file")
@@ -313,7 +314,16 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
 def console() -> Console:
     """Rich console; when piped, 160 columns rather than Rich's 80 so tables stay whole."""
     width = None if sys.stdout.isatty() else 160
-    return Console(highlight=False, soft_wrap=True, width=width)
+    return _Console(highlight=False, soft_wrap=True, width=width)
+
+
+class _Console(Console):
+    """Rich exits 1 on a broken pipe; pipesim treats a reader that went away as success
+    (``pipesim compare | head``), in ``main``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def emit_json(data: dict) -> None:
@@ -596,7 +606,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
     s = schedule_from(args)
     if args.output:
         save_schedule(s, args.output)
-        print(f"wrote {args.output}", file=sys.stderr)
+        if args.output != "-":
+            print(f"wrote {args.output}", file=sys.stderr)
         return 0
     if args.json:
         emit_json({"ranks": s.to_notation()})
@@ -669,7 +680,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> Parser:
+    from . import __version__
+
     p = Parser(prog="pipesim", description="Pipeline-parallel schedules: generate, check, simulate, compare.")
+    p.add_argument("--version", action="version", version=f"pipesim {__version__}")
     sub = p.add_subparsers(title="commands", parser_class=Parser, metavar="COMMAND")
 
     def command(name: str, run: Callable, help: str) -> Parser:
@@ -706,7 +720,7 @@ def make_parser() -> Parser:
     c.add_argument("--schedule", "-s", required=True)
     add_shape(c)
     c.add_argument("--json", action="store_true", help='print {"ranks": [[op, ...], ...]}')
-    c.add_argument("--output", "-o", help="write the schedule as a JSON file instead")
+    c.add_argument("--output", "-o", help="write the schedule as a JSON file instead (- for stdout)")
 
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
     c.add_argument("--schedule", "-s", required=True)

@@ -162,7 +162,7 @@ def output_target(path: str | os.PathLike) -> Path | None:
         st = os.stat(p)
     except FileNotFoundError:
         if not p.parent.is_dir():
-            raise PipesimError(f"cannot write {name!r}: there is no folder {str(p.parent)!r}") from None
+            raise PipesimError(f"cannot write {name!r}: there is no folder {os.path.dirname(name) or '.'!r}") from None
         return p
     except OSError as e:
         raise PipesimError(f"cannot write {name!r}: {e.strerror}") from None

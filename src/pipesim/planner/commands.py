@@ -90,7 +90,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise PipesimError(f"--compare takes two schedules, like 1f1b,dualpipe; got {args.compare!r}")
         compare = (pair[0], pair[1])
         schedules = sorted(set(schedules or []) | set(pair)) if schedules else list(pair)
-    out = args.output
+    out = None if args.output == "-" else args.output  # -: the report on stdout
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
     plan = _search_with_progress(model, cluster, training, schedules, args.top)

@@ -34,7 +34,7 @@ from ..cli import (
 )
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
-from ..files import write_bytes_atomic, write_text_atomic
+from ..files import output_target, write_bytes_atomic, write_text_atomic
 from ..inputs import work
 from ..ir import Schedule
 from ..schedules import REGISTRY, build, family
@@ -92,18 +92,15 @@ _inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
 
 
 def _output(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
-    """The extension of ``path`` if it is one of ``allowed`` and its folder is writable;
-    else a one-line error naming what would be right."""
+    """The extension of ``path`` if it is one of ``allowed`` and it can be written (a
+    regular file in a writable folder); else a one-line error naming what would be right."""
     ext = Path(path).suffix.lower()
     if ext not in allowed:
-        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}")
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise PipesimError(f"cannot write {path!r}: there is no folder {str(folder)!r}")
-    if not os.access(folder, os.W_OK):
-        raise PipesimError(f"cannot write {path!r}: the folder {str(folder)!r} is not writable")
-    if Path(path).is_dir():
-        raise PipesimError(f"cannot write {path!r}: it is a folder; give a file name")
+        stdout = " (- is stdout only for text: ops, import, export, plan)" if path == "-" else ""
+        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}{stdout}")
+    target = output_target(path)
+    if target is not None and not os.access(target.parent, os.W_OK):
+        raise PipesimError(f"cannot write {path!r}: the folder {str(target.parent)!r} is not writable")
     return ext
 
 
@@ -256,6 +253,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         for r in rows
     ]
     from .. import __version__ as pipesim_version
+
     command = "pipesim " + shlex.join(args.argv)
     settings = [
         ("pp", str(pp)),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import os
 import re
@@ -28,7 +27,7 @@ from ..cli import (
 )
 from ..costs import Costs
 from ..errors import PipesimError
-from ..files import save_schedule, write_text_atomic
+from ..files import json_text, save_schedule, write_text_atomic
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 
@@ -319,7 +318,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     else:
-        print(json.dumps(s.to_dict(), indent=1))
+        sys.stdout.write(json_text(s.to_dict()))
     return 0
 
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..errors import PipesimError
+from . import orphan
 from .executor import CommError, Fault, OpError
 from .results import RunFailed
 
@@ -88,7 +89,11 @@ def launch(
     ctx = mp.get_context("forkserver")
     # what every rank needs: autograd.grad with grad_outputs imports torch.fx's symbolic
     # shapes (sympy) on first use, half a second per process
-    ctx.set_forkserver_preload(["pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload])
+    # orphan first: it makes the forkserver die with this process, before torch's imports
+    os.environ[orphan.LAUNCHER] = str(os.getpid())
+    ctx.set_forkserver_preload(
+        ["pipesim.runtime.orphan", "pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload]
+    )
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     where = ctx.Array("c", WHERE * nprocs, lock=False)
     procs, conns, alive = [], [], []
