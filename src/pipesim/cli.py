@@ -298,6 +298,10 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
     name = name or args.schedule
     if name.endswith(".json") or "/" in name:
         s = load_schedule(name)
+        builder_only = [k for k in options_from(args, name) if k not in COST_OPTIONS]
+        if builder_only:
+            flag = "--" + builder_only[0].replace("_", "-")
+            raise PipesimError(f"{flag} is an option of the schedule builders; a schedule file brings its own order: drop it")
         for flag in ("pp", "microbatches"):
             given, have = getattr(args, flag), getattr(s, flag)
             if given is not None and given != have:

@@ -28,6 +28,7 @@ from ..cli import (
 from ..costs import Costs
 from ..errors import PipesimError
 from ..files import json_text, save_schedule, write_text_atomic
+from ..inputs import read_text
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 
@@ -296,11 +297,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
     else:
-        try:
-            with open(args.csv, newline="") as f:
-                rows = read_csv(f.read())
-        except OSError as e:
-            raise PipesimError(f"cannot read --csv {args.csv!r}: {e.strerror}") from None
+        rows = read_csv(read_text(args.csv, "--csv file"))
         if args.pp is not None and args.pp != len(rows):
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
         name = os.path.splitext(os.path.basename(args.csv))[0]
