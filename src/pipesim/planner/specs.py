@@ -206,6 +206,7 @@ def load_model(name_or_path: str) -> Model:
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
     if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn") for k in mlp):
         raise PipesimError(f"{where} [mlp]: expected dense_layers and dense_ffn")
+    known_keys(data, [k for k in get_type_hints(Model) if k not in ("attention", "moe", "dense_layers", "dense_ffn")], where)
     for key in ("name", "layers", "hidden", "heads", "vocab"):
         if key not in data:
             raise PipesimError(f"{where}: missing field {key!r}")

@@ -34,6 +34,7 @@ from ..validate import validate
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
 _UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+MAX_DURATION = 86400.0  # seconds: a rank sleeping longer than a day is a typo, and 1e308 overflows
 
 
 def parse_duration(text: str, bare: str = "ms") -> float:
@@ -44,8 +45,8 @@ def parse_duration(text: str, bare: str = "ms") -> float:
         example = "20ms, 0.02s, 500us or 20 (milliseconds)" if bare == "ms" else "120s, 500ms or 120 (seconds)"
         raise argparse.ArgumentTypeError(f"expected a duration like {example}, got {text!r}")
     value = float(m.group(1)) * _UNIT[m.group(2) or bare]
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
+    if not math.isfinite(value) or value > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"expected a duration up to {MAX_DURATION:g} s (a day), got {text!r}")
     return value
 
 
