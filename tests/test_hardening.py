@@ -389,3 +389,43 @@ def test_readme_examples_are_right():
     assert draw and all("-o mine.json" not in line for line in draw)
     first_picture = next(line for line in readme.splitlines() if line.startswith("![") and "schedules_pp4_m8" in line)
     assert "--costs-per stage" in first_picture or "one model" in first_picture
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead
+    except OSError:
+        return False
+
+
+@pytest.mark.runtime
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_forkserver_dies_with_a_killed_launcher():
+    """The forkserver used to import torch for seconds (20 under load) before it noticed
+    its launcher was gone; now it dies with it."""
+    pytest.importorskip("torch")
+    p = _pipesim(
+        "run", "--schedule", "1f1b", "--pp", "2", "-m", "2", "--check", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    server, deadline = None, time.monotonic() + 120
+    while server is None and time.monotonic() < deadline and p.poll() is None:
+        for child in _children(p.pid):
+            if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                server = child
+        time.sleep(0.05)
+    if server is None:
+        p.kill()
+        pytest.skip("the run ended before its forkserver was seen")
+    p.kill()  # SIGKILL: the launcher cannot clean up
+    p.wait()
+    gone = time.monotonic() + 3
+    while _alive(server) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert not _alive(server)
