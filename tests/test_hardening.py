@@ -102,6 +102,15 @@ def test_issue_inputs_are_one_line_exit_2(capsys, tmp_path, monkeypatch, files, 
     assert sorted(os.listdir(tmp_path)) == before
 
 
+@pytest.mark.parametrize("argv", [["-s", "zb-h1", "--pp", "8", "-m", "3", "--b", "1e15"], ["-s", "dualpipe", "--pair", "16000001"]])
+def test_a_huge_cost_ratio_squeezes_the_timeline(capsys, argv):
+    """Found by benchmarks/fuzz.py: one column per shortest op made a line of 1e15 columns."""
+    t = time.process_time()
+    code, out, _ = run(capsys, "simulate", *argv)
+    assert code == 0 and "squeezed to 4000 columns" in out
+    assert max(len(line) for line in out.splitlines()) < 4100 and time.process_time() - t < 5
+
+
 def test_sweep_takes_the_component_preset(capsys):
     code, out, err = run(capsys, "sweep", "--preset", "ep-1to1", "--pp", "2", "-m", "4", "--schedules", "1f1b,dualpipe")
     assert code == 0 and "costs per layer" in out and "dualpipe" in out
@@ -325,7 +334,7 @@ def test_ctrl_c_says_what_was_interrupted():
     p.send_signal(signal.SIGINT)
     err = p.stderr.read()
     assert p.wait(timeout=60) == 130
-    assert err == "pipesim: interrupted: pipesim compare stopped by Ctrl-C; no file was written or replaced\n"
+    assert err == "pipesim: interrupted: pipesim compare stopped by Ctrl-C (no file is left half-written)\n"
 
 
 # --------------------------------------------------------------------------------------

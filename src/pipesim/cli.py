@@ -29,7 +29,7 @@ from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import LEGEND, render
+from .render.terminal import LEGEND, MAX_COLUMNS, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
 from .timeline import Timeline
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pipesim: error: {what} needs {top}: pip install 'pipesim[{EXTRAS[top]}]'", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"pipesim: interrupted: {what} stopped by Ctrl-C; no file was written or replaced", file=sys.stderr)
+        print(f"pipesim: interrupted: {what} stopped by Ctrl-C (no file is left half-written)", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader went away (pipesim ... | head): not an error. Point stdout at
@@ -362,7 +362,9 @@ def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
     for line in lines:
         out.print(line, crop=False, no_wrap=True, overflow="ignore")
     note = (
-        f"; squeezed to {width} columns: cells show micro-batch numbers, colour the kind (widen with --width)" if squeezed else ""
+        f"; squeezed to {width or MAX_COLUMNS} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
+        if squeezed
+        else ""
     )
     out.print(f"[dim]{LEGEND}{note}[/]")
 
