@@ -163,8 +163,8 @@ def test_output_dash_is_stdout(capsys):
     assert code == 0 and err == ""
     d = json.loads(out)
     assert d["format"] == 1 and schema_errors(d, json.loads(SCHEMA.read_text())) == []
-    code, out, _ = run(capsys, "export", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", "-")
-    assert code == 0 and out.splitlines()[0].startswith("0F0")
+    code, out, err = run(capsys, "export", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", "-")
+    assert code == 0 and out.splitlines()[0].startswith("0F0") and err == ""
 
 
 def test_an_output_never_replaces_an_input(capsys, tmp_path, monkeypatch):

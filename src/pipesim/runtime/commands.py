@@ -279,7 +279,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         if not ok:
             return 1
-    if args.output:
+    if args.output and args.output != "-":
         write_text_atomic(args.output, text)
         print(f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s)}", file=sys.stderr)
     else:
@@ -309,7 +309,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         validate(s)
     except PipesimError as e:
         raise PipesimError(f"{where} is not a valid schedule: {e}") from None
-    if args.output:
+    if args.output and args.output != "-":
         save_schedule(s, args.output)
         print(
             f"wrote {args.output}: {s.name}, pp={s.pp}, M={s.microbatches}, {s.placement.kind} placement, {s.num_ops} ops, valid",
