@@ -298,8 +298,10 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
     name = name or args.schedule
     if name.endswith(".json") or "/" in name:
         s = load_schedule(name)
+        # the one schedule of the command: builder flags cannot apply to it (in a list of
+        # several, they are for the others)
         builder_only = [k for k in options_from(args, name) if k not in COST_OPTIONS]
-        if builder_only:
+        if builder_only and name == getattr(args, "schedule", None):
             flag = "--" + builder_only[0].replace("_", "-")
             raise PipesimError(f"{flag} is an option of the schedule builders; a schedule file brings its own order: drop it")
         for flag in ("pp", "microbatches"):
