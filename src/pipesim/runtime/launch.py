@@ -35,7 +35,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..errors import PipesimError
-from . import orphan
 from .executor import CommError, Fault, OpError
 from .results import RunFailed
 
@@ -90,7 +89,8 @@ def launch(
     # what every rank needs: autograd.grad with grad_outputs imports torch.fx's symbolic
     # shapes (sympy) on first use, half a second per process
     # orphan first: it makes the forkserver die with this process, before torch's imports
-    os.environ[orphan.LAUNCHER] = str(os.getpid())
+    # (not imported here: importing orphan acts on the process that imports it)
+    os.environ["PIPESIM_LAUNCHER_PID"] = str(os.getpid())
     ctx.set_forkserver_preload(
         ["pipesim.runtime.orphan", "pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload]
     )

@@ -5,6 +5,7 @@ seconds (up to 20 under load) importing torch; a launcher killed then would leav
 and its resource tracker behind. So before those imports, ask Linux to kill this
 process when its parent dies (``PR_SET_PDEATHSIG``), and exit now if that has already
 happened. Elsewhere (no prctl) nothing changes. No torch here: that is the point.
+Only the forkserver may import this module: importing it is the act.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import signal
 import sys
 
-LAUNCHER = "PIPESIM_LAUNCHER_PID"  # set by launch() before the forkserver starts
+LAUNCHER = "PIPESIM_LAUNCHER_PID"  # set by launch.launch() before the forkserver starts
 PR_SET_PDEATHSIG = 1
 
 
