@@ -97,7 +97,7 @@ def test_flags_override_the_preset(capsys):
     [
         (["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--f", "2"], "--f describe per-chunk costs"),
         (["simulate", "-s", "1f1b", "--preset", "nope"], "invalid choice: 'nope'"),
-        (["simulate", "-s", "1f1b", "--attn", "-1"], "--attn: expected a number >= 0"),
+        (["simulate", "-s", "1f1b", "--attn", "-1"], "--attn: expected a number from 0 to 1e+15"),
         (
             ["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--comm-sms", "200"],
             "--comm-sms must be >= 0 and below --total-sms=132",
@@ -115,10 +115,10 @@ def test_bad_component_input(capsys, argv, needle):
     "text,needle",
     [
         ("[layer]\nattn_f = 'x'\n", "layer.attn_f must be a number"),
-        ("[layer]\nattn_f = 1\nbogus = 2\n", "unknown key layer.bogus"),
+        ("[layer]\nattn_f = 1\nbogus = 2\n", "[layer]: unknown key 'bogus'"),
         ("layers = 2\n", "missing [layer] table"),
         ("[layer\n", "not valid TOML"),
-        ("[layer]\nattn_f = -1\n", "layer.attn_f must be >= 0"),
+        ("[layer]\nattn_f = -1\n", "layer.attn_f must be a number from 0 to 1e+15, got -1"),
         ("[layer]\nattn_f = 1\n[memory]\nhidden = 8\n", "[memory] needs heads"),
     ],
 )

@@ -13,8 +13,9 @@ from conftest import REFERENCE, shapes
 from oracle import reference_times
 from pipesim import Costs, PipesimError, Schedule, build, simulate, summarize
 from pipesim.components import ComponentCosts, LayerCosts
-from pipesim.engine import MAX_OPS, compile
+from pipesim.engine import compile
 from pipesim.files import load_schedule
+from pipesim.inputs import MAX_OPS
 from pipesim.ir import RankTable, parse_rank
 from pipesim.validate import validate
 

@@ -84,7 +84,7 @@ def test_placements_match_the_design():
     [
         ({"pp": 2}, "missing 'microbatches'"),
         ({"pp": 2, "microbatches": 2, "ranks": [["F0.0"]]}, "list of 2 op lists"),
-        ({"pp": 0, "microbatches": 2, "ranks": []}, "integers >= 1"),
+        ({"pp": 0, "microbatches": 2, "ranks": []}, "pp must be a whole number from 1 to"),
         ({"pp": 1, "microbatches": 1, "ranks": [["F0.0", "Q0.0"]]}, "rank 0: cannot read op 'Q0.0'"),
         ({"pp": 1, "microbatches": 1, "ranks": [["F1.0"]], "schedule": "x"}, "cannot tell the placement"),
         ({"pp": 1, "microbatches": 1, "ranks": [["F0.0"]], "placement": {"kind": "zigzag"}}, "unknown placement kind"),

@@ -35,8 +35,8 @@ def test_range_syntax(text, values):
     [
         ("8:4", "the start 8 is above the end 4"),
         ("a:8", "'a' is not a whole number"),
-        ("0:8", "values must be >= 1, got 0"),
-        ("8:16:0", "values must be >= 1, got 0"),
+        ("0:8", "values must be from 1 to 16,000,000, got 0"),
+        ("8:16:0", "values must be from 1 to 16,000,000, got 0"),
         ("1:2:3:4", "too many ':'"),
         ("", "is not a whole number"),
     ],

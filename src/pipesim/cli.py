@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -23,13 +23,14 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import load_schedule, save_schedule, write_bytes_atomic
+from .files import json_text, load_schedule, output_target, save_schedule, write_bytes_atomic
+from .inputs import MAX_COUNT, MAX_VALUE, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
 from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import legend, render
+from .render.terminal import MAX_COLUMNS, legend, render
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
 from .steady import all_busy
@@ -43,23 +44,69 @@ class Parser(argparse.ArgumentParser):
         raise PipesimError(f"{message} (see '{self.prog} --help')")
 
 
+#: the pip extra that brings each optional import (a missing one is a one-line hint)
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "numpy": "torch", "ortools": "exact"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         args.argv = argv  # as typed, for reports that say how to reproduce them
         if not getattr(args, "run", None):
             parser.print_help()
             return 2
+        check_args(args)
         return args.run(args) or 0
     except PipesimError as e:
         print(f"pipesim: error: {e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(f"pipesim: error: {what} needs {top}: pip install 'pipesim[{EXTRAS[top]}]'", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
+        print(f"pipesim: interrupted: {what} stopped by Ctrl-C (no file is left half-written)", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        # the reader went away (pipesim ... | head): not an error. Point stdout at
+        # /dev/null so that the interpreter's last flush does not complain either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
         return 0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks every command shares, before any work: no flag given an empty value, and
+    no output that would replace one of the command's inputs."""
+    for key, value in vars(args).items():
+        for v in value if isinstance(value, list) else [value]:
+            if v == "":
+                raise PipesimError(f"--{key.replace('_', '-')} '' is empty; give a value (see 'pipesim {args.argv[0]} --help')")
+    outputs = [v for k in getattr(args, "output_flags", ("output",)) for v in _listed(getattr(args, k, None))]
+    inputs = {
+        v: k
+        for k, value in vars(args).items()
+        if k not in getattr(args, "output_flags", ("output",)) and k != "argv"
+        for part in _listed(value)
+        for v in part.split(",")
+        if v and os.path.isfile(v)
+    }
+    for out in outputs:
+        output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
+        for path, key in inputs.items():
+            if out != "-" and os.path.exists(out) and os.path.samefile(out, path):
+                raise PipesimError(f"-o {out} would overwrite the input --{key.replace('_', '-')} {path}; write to another file")
+
+
+def _listed(value) -> list[str]:
+    return [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
 
 
 # --------------------------------------------------------------------------------------
@@ -70,9 +117,9 @@ def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {v}")
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {text!r}") from None
+    if not 1 <= v <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {v}")
     return v
 
 
@@ -82,8 +129,8 @@ def cost_value(text: str) -> float | tuple[float, ...]:
         vals = tuple(float(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers per stage, got {text!r}") from None
-    if any(v < 0 or v != v for v in vals):
-        raise argparse.ArgumentTypeError(f"costs must be >= 0, got {text!r}")
+    if any(not 0 <= v <= MAX_VALUE for v in vals):  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(f"costs must be from 0 to {MAX_VALUE:g}, got {text!r}")
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -102,8 +149,9 @@ def number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]
     return parse
 
 
-positive_float = number(lambda v: 0 < v < float("inf"), "a number > 0")
-nonneg_float = number(lambda v: 0 <= v < float("inf"), "a number >= 0")
+# bounded above so that sums of MAX_OPS of them stay finite (1e308 + 1e308 is inf)
+positive_float = number(lambda v: 0 < v <= MAX_VALUE, f"a number > 0 and <= {MAX_VALUE:g}")
+nonneg_float = number(lambda v: 0 <= v <= MAX_VALUE, f"a number from 0 to {MAX_VALUE:g}")
 share = number(lambda v: 0 <= v <= 1, "a share between 0 and 1")
 
 
@@ -122,7 +170,10 @@ def add_shape(p: argparse.ArgumentParser) -> None:
 
 
 def shape(args: argparse.Namespace) -> tuple[int, int]:
-    return args.pp or DEFAULT_PP, args.microbatches or DEFAULT_MICROBATCHES
+    """(pp, M) of the flags, refused up front when beyond the work limit."""
+    pp, M = args.pp or DEFAULT_PP, args.microbatches or DEFAULT_MICROBATCHES
+    work(pp, M, getattr(args, "chunks", None) or 1, what=getattr(args, "schedule", None) or "schedule")
+    return pp, M
 
 
 def add_costs(p: argparse.ArgumentParser) -> None:
@@ -256,6 +307,12 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
     name = name or args.schedule
     if name.endswith(".json") or "/" in name:
         s = load_schedule(name)
+        # the one schedule of the command: builder flags cannot apply to it (in a list of
+        # several, they are for the others)
+        builder_only = [k for k in options_from(args, name) if k not in COST_OPTIONS]
+        if builder_only and name == getattr(args, "schedule", None):
+            flag = "--" + builder_only[0].replace("_", "-")
+            raise PipesimError(f"{flag} is an option of the schedule builders; a schedule file brings its own order: drop it")
         for flag in ("pp", "microbatches"):
             given, have = getattr(args, flag), getattr(s, flag)
             if given is not None and given != have:
@@ -272,11 +329,33 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
 def console() -> Console:
     """Rich console; when piped, 160 columns rather than Rich's 80 so tables stay whole."""
     width = None if sys.stdout.isatty() else 160
-    return Console(highlight=False, soft_wrap=True, width=width)
+    return _Console(highlight=False, soft_wrap=True, width=width)
 
 
-def emit_json(data) -> None:
-    print(json.dumps(data, indent=1))
+class _Console(Console):
+    """Rich exits 1 on a broken pipe; pipesim treats a reader that went away as success
+    (``pipesim compare | head``), in ``main``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def emit_json(data: dict) -> None:
+    sys.stdout.write(json_text(data))
+
+
+GB = 1e9  # memory is printed in decimal GB everywhere, as GPU data sheets and cluster files give it
+
+
+def schedule_names(text: str | None) -> list[str]:
+    """``--schedules``: comma-separated names, or every registry schedule when not given."""
+    if text is None:
+        return list(REGISTRY)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise PipesimError(f"--schedules {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
+    return names
 
 
 def pct(x: float | None) -> str:
@@ -294,7 +373,9 @@ def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
     for line in lines:
         out.print(line, crop=False, no_wrap=True, overflow="ignore")
     note = (
-        f"; squeezed to {width} columns: cells show micro-batch numbers, colour the kind (widen with --width)" if squeezed else ""
+        f"; squeezed to {width or MAX_COLUMNS} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
+        if squeezed
+        else ""
     )
     out.print(f"[dim]{legend(s)}{note}[/]")
 
@@ -396,12 +477,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"steady state {pct(rep.steady_state_compute_utilization)}   exposed communication {num(max(rep.exposed_comm))} (worst rank)"
         )
     if mem:
-        gib = 2**30
+        gb = GB
         out.print(
-            "memory per rank (GiB): peak "
-            + " ".join(f"{x / gib:.1f}" for x in mem.peak)
-            + f"   = parameters {max(mem.params) / gib:.1f} + gradients {max(mem.grads) / gib:.1f} + optimizer {max(mem.optimizer) / gib:.1f}"
-            + f" + activations up to {max(mem.activation_peak) / gib:.1f}"
+            "memory per rank (GB): peak "
+            + " ".join(f"{x / gb:.1f}" for x in mem.peak)
+            + f"   = parameters {max(mem.params) / gb:.1f} + gradients {max(mem.grads) / gb:.1f} + optimizer {max(mem.optimizer) / gb:.1f}"
+            + f" + activations up to {max(mem.activation_peak) / gb:.1f}"
         )
     line = search_line(s)
     if line:
@@ -541,7 +622,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    names = [n.strip() for n in args.schedules.split(",") if n.strip()] if args.schedules else list(REGISTRY)
+    names = schedule_names(args.schedules)
     pp, M = shape(args)
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
@@ -620,7 +701,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
     s = schedule_from(args)
     if args.output:
         save_schedule(s, args.output)
-        print(f"wrote {args.output}", file=sys.stderr)
+        if args.output != "-":
+            print(f"wrote {args.output}", file=sys.stderr)
         return 0
     if args.json:
         emit_json({"ranks": s.to_notation()})
@@ -693,7 +775,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> Parser:
+    from . import __version__
+
     p = Parser(prog="pipesim", description="Pipeline-parallel schedules: generate, check, simulate, compare.")
+    p.add_argument("--version", action="version", version=f"pipesim {__version__}")
     sub = p.add_subparsers(title="commands", parser_class=Parser, metavar="COMMAND")
 
     def command(name: str, run: Callable, help: str) -> Parser:
@@ -739,7 +824,7 @@ def make_parser() -> Parser:
     c.add_argument("--schedule", "-s", required=True)
     add_shape(c)
     c.add_argument("--json", action="store_true", help='print {"ranks": [[op, ...], ...]}')
-    c.add_argument("--output", "-o", help="write the schedule as a JSON file instead")
+    c.add_argument("--output", "-o", help="write the schedule as a JSON file instead (- for stdout)")
 
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
     c.add_argument("--schedule", "-s", required=True)

@@ -33,39 +33,41 @@ window = 0.129
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import fields
 from pathlib import Path
 
 from .components import ComponentCosts, LayerCosts
 from .errors import PipesimError
+from .inputs import MAX_COUNT, MAX_LAYERS, MAX_VALUE, known_keys, load_toml, number
 from .memory import MemoryModel, layer_activation
 
-TOP = {"layers": int, "p2p": float, "comm_sms": float, "total_sms": float, "lone_overlap": bool}
-MEMORY = {
-    "hidden": int,
-    "heads": int,
-    "seq": int,
-    "micro_batch": int,
-    "flash_attention": bool,
-    "params": float,
-    "dp": int,
-    "zero": int,
-    "param_bytes": float,
-    "grad_bytes": float,
-    "optimizer_bytes": float,
+# key: (type, smallest, largest); bool keys take true or false
+TOP = {
+    "layers": (int, 1, MAX_LAYERS),
+    "p2p": (float, 0, MAX_VALUE),
+    "comm_sms": (float, 0, 1e6),
+    "total_sms": (float, 1, 1e6),
+    "lone_overlap": (bool, None, None),
 }
-LAYER = {f.name for f in fields(LayerCosts)}
+MEMORY = {
+    "hidden": (int, 1, 10_000_000),
+    "heads": (int, 1, 1_000_000),
+    "seq": (int, 1, 100_000_000),
+    "micro_batch": (int, 1, MAX_COUNT),
+    "flash_attention": (bool, None, None),
+    "params": (float, 0, 1e18),
+    "dp": (int, 1, MAX_COUNT),
+    "zero": (int, 0, 3),
+    "param_bytes": (float, 0, 64),
+    "grad_bytes": (float, 0, 64),
+    "optimizer_bytes": (float, 0, 64),
+}
+LAYER = {f.name: (float, 0, MAX_VALUE) for f in fields(LayerCosts)}
 
 
 def load_cost_file(path: str | Path) -> tuple[ComponentCosts, MemoryModel | None]:
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as e:
-        raise PipesimError(f"cannot read cost file {str(p)!r}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PipesimError(f"{p}: not valid TOML ({e})") from None
+    data = load_toml(p, "cost file")
     try:
         return parse_costs(data)
     except PipesimError as e:
@@ -73,28 +75,28 @@ def load_cost_file(path: str | Path) -> tuple[ComponentCosts, MemoryModel | None
 
 
 def _typed(table: dict, schema: dict, where: str) -> dict:
+    known_keys(table, schema, f"[{where.rstrip('.')}]" if where else "top level")
     out = {}
     for key, value in table.items():
-        if key not in schema:
-            raise PipesimError(f"unknown key {where}{key}; expected one of {', '.join(sorted(schema))}")
-        want = schema[key]
-        ok = isinstance(value, bool) if want is bool else isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or (want is int and value != int(value)):
-            raise PipesimError(f"{where}{key} must be {'true or false' if want is bool else 'a number'}, got {value!r}")
-        if want is not bool and value < 0:
-            raise PipesimError(f"{where}{key} must be >= 0, got {value}")
-        out[key] = want(value)
+        want, lo, hi = schema[key]
+        if want is bool:
+            if not isinstance(value, bool):
+                raise PipesimError(f"{where}{key} must be true or false, got {value!r}")
+            out[key] = value
+        else:
+            out[key] = number(value, f"{where}{key}", lo, hi, integer=want is int)
     return out
 
 
 def parse_costs(data: dict) -> tuple[ComponentCosts, MemoryModel | None]:
+    known_keys(data, [*TOP, "layer", "memory", "measured"], "top level")
     layer = data.get("layer")
     if not isinstance(layer, dict):
         raise PipesimError("missing [layer] table with the per-layer times (attn_f, mlp_f, dispatch_f, combine_f, ...)")
     if not isinstance(data.get("measured", {}), dict):
         raise PipesimError("[measured] must be a table")
     top = _typed({k: v for k, v in data.items() if k not in ("layer", "memory", "measured")}, TOP, "")
-    costs = ComponentCosts.uniform(LayerCosts(**_typed(layer, {k: float for k in LAYER}, "layer.")), **top)
+    costs = ComponentCosts.uniform(LayerCosts(**_typed(layer, LAYER, "layer.")), **top)
     mem = data.get("memory")
     if mem is None:
         return costs, None

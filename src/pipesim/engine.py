@@ -20,29 +20,11 @@ import numpy as np
 
 from . import kernel
 from .deps import Key
-from .errors import PipesimError
+from .inputs import work
 from .ir import KINDS, Item, Op, Pair, RankTable, Schedule, ops_of
 from .validate import check_structure, execution_order, item_needs
 
 F, B, W, BW = range(4)
-
-#: The most ops one schedule may have. The engine (build, compile, simulate, summarize)
-#: runs 2-5 million ops per second of CPU and peaks near 75 bytes per op (1F1B at 16.8M
-#: ops: 7.7 s, 1.3 GB), so this is at most about half a minute and 5 GB with the C loops
-#: (a few minutes with the Python ones); larger sizes are refused before anything is
-#: allocated (``check_size``).
-MAX_OPS = 64_000_000
-
-
-def check_size(pp: int, microbatches: int, stages: int, what: str = "schedule") -> None:
-    """Refuse, before building anything, a size whose ops exceed ``MAX_OPS``: a
-    micro-batch passes ``stages`` stages, with at most three ops (F, B, W) each."""
-    ops = 3 * microbatches * stages
-    if ops > MAX_OPS:
-        raise PipesimError(
-            f"{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
-            f"{MAX_OPS:,} (about half a minute and 5 GB to simulate); use fewer micro-batches or stages"
-        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,7 +91,7 @@ def compile(schedule: Schedule) -> Program:
     """Check ``schedule`` (PipesimError, or DeadlockError naming the wait cycle) and lay
     it out as arrays with an executable order."""
     pl, M = schedule.placement, schedule.microbatches
-    check_size(schedule.pp, M, pl.stages, schedule.name)
+    work(schedule.pp, M, stages=pl.stages, what=schedule.name)
     t = schedule.table
     n, S, C, pp = t.items, pl.stages, pl.chunks, schedule.pp
     pair = np.flatnonzero(t.kind2 >= 0)

@@ -4,55 +4,104 @@ The format is the one of ``shared/reference``: ``schedule`` (a name), ``pp``,
 ``microbatches``, ``placement`` and ``ranks`` (a list of op lists, or of strings). The
 placement is ``{"kind": "flat" | "interleaved" | "v" | "dual", "chunks": n}`` or explicit
 ``routes``; when it is missing or prose (as in the reference files), it is taken from the
-registry entry of the schedule's name, or is flat when every op is on chunk 0.
+registry entry of the schedule's name, or is flat when every op is on chunk 0; a
+``stages`` field must then agree with it. ``format`` is the version of the document
+(``FORMAT``; files without it are read as version 1). The JSON Schema of the file
+ships with the package: ``pipesim/schedule.schema.json``.
+
+Outputs are written whole or not at all: a unique temporary file in the target's
+folder, flushed to disk, then renamed over a regular file (never over a device, a FIFO
+or the target of a symlink made into a plain file); ``-`` is stdout.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
+import sys
+import tempfile
 from pathlib import Path
 
-from .engine import check_size
 from .errors import PipesimError
+from .inputs import MAX_COUNT, MAX_OPS, known_keys, load_json, number, work
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
+
+#: Version of every JSON document pipesim writes (schedule files, --json output, plans,
+#: traces' otherData). It changes when a key is removed or changes meaning; new keys
+#: do not change it. A reader refuses a version newer than its own.
+FORMAT = 1
+SCHEDULE_KEYS = ("format", "schedule", "pp", "microbatches", "stages", "placement", "ranks")
+#: keys of the reference files (shared/reference) that describe, not define, a schedule
+NOTE_KEYS = ("source", "notes", "comment", "expected", "costs_per_chunk")
 
 
 def schedule_from_dict(d: dict, where: str = "schedule") -> Schedule:
     if not isinstance(d, dict):
         raise PipesimError(f"{where}: expected a JSON object with pp, microbatches and ranks")
+    known_keys(d, SCHEDULE_KEYS + NOTE_KEYS, where)
+    check_format(d, where)
     for key in ("pp", "microbatches", "ranks"):
         if key not in d:
             raise PipesimError(f"{where}: missing {key!r}; a schedule file needs pp, microbatches and ranks")
-    pp, M = d["pp"], d["microbatches"]
-    if not isinstance(pp, int) or pp < 1 or not isinstance(M, int) or M < 1:
-        raise PipesimError(f"{where}: pp and microbatches must be integers >= 1, got {pp!r} and {M!r}")
+    if isinstance(d["pp"], float) or isinstance(d["microbatches"], float):
+        raise PipesimError(f"{where}: pp and microbatches must be integers >= 1, got {d['pp']!r} and {d['microbatches']!r}")
+    pp = number(d["pp"], "pp", 1, MAX_COUNT, integer=True, where=where)
+    M = number(d["microbatches"], "microbatches", 1, MAX_COUNT, integer=True, where=where)
     stages = d.get("stages")
-    check_size(pp, M, max(pp, stages if isinstance(stages, int) else 0), where)  # before anything of size M
+    # before the placement allocates a route per micro-batch
+    work(pp, M, stages=max(pp, stages if isinstance(stages, int) else 0), where=f"{where}: ")
     rows = d["ranks"]
     if not isinstance(rows, list) or len(rows) != pp:
         raise PipesimError(f"{where}: 'ranks' must be a list of {pp} op lists (one per rank)")
-    ranks = []
-    for r, row in enumerate(rows):
-        tokens = row.split() if isinstance(row, str) else row
+    tokens_of = [row.split() if isinstance(row, str) else row for row in rows]
+    for r, tokens in enumerate(tokens_of):
         if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
             raise PipesimError(f'{where}: rank {r} must be a list of ops like "F0.1" or one string of them')
+    total = sum(len(t) for t in tokens_of)
+    if total > MAX_OPS:
+        raise PipesimError(f"{where}: {total:,} items is beyond pipesim's limit of {MAX_OPS:,} ops")
+    ranks = []
+    for r, tokens in enumerate(tokens_of):
         try:
             ranks.append(tuple(parse_item(t) for t in tokens))
         except PipesimError as e:
             raise PipesimError(f"{where}: rank {r}: {e}") from None
     name = str(d.get("schedule", "custom"))
     max_chunk = max((op.chunk for row in ranks for it in row for op in ops_of(it)), default=0)
+    work(pp, M, max_chunk + 1, where=f"{where}: ")
     placement = _placement(d.get("placement"), name, pp, M, d, max_chunk, where)
+    stages = d.get("stages")
+    if stages is not None and stages != placement.stages:
+        raise PipesimError(
+            f"{where}: stages = {stages!r} disagrees with the {placement.kind} placement's {placement.stages} stages; "
+            'fix "stages" or give "placement": {"kind": K, "chunks": n}'
+        )
     return Schedule(name, pp, M, placement, tuple(ranks))
+
+
+def check_format(d: dict, where: str) -> None:
+    """A document's ``format``: absent (version 1) or a version this pipesim reads."""
+    if "format" in d:
+        v = d["format"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PipesimError(f"{where}: format must be a whole number from 1 to {FORMAT}, got {v!r}")
+        if v > FORMAT:
+            raise PipesimError(f"{where}: format {v} is newer than this pipesim reads ({FORMAT}); upgrade pipesim")
 
 
 def _placement(p, name: str, pp: int, M: int, d: dict, max_chunk: int, where: str) -> Placement:
     try:
         if isinstance(p, dict):
+            known_keys(p, ("kind", "chunks", "routes", "route_of"), "placement")
+            if "chunks" in p:
+                work(pp, M, number(p["chunks"], "placement chunks", 1, MAX_COUNT, integer=True))
             return Placement.from_dict(p, pp, M)
         stages = d.get("stages")
-        chunks = stages // pp if isinstance(stages, int) and stages % pp == 0 else max_chunk + 1
+        if stages is not None:
+            stages = number(stages, "stages", 1, MAX_COUNT, integer=True)
+        chunks = stages // pp if stages is not None and stages % pp == 0 else max_chunk + 1
         kind = p if p in STANDARD_PLACEMENTS else None
         if kind is None:
             from .schedules import REGISTRY
@@ -71,25 +120,29 @@ def _placement(p, name: str, pp: int, M: int, d: dict, max_chunk: int, where: st
         raise PipesimError(f"{where}: {e}") from None
 
 
-def read_json(path: str | os.PathLike, what: str):
-    """The JSON document at ``path``, or one line saying why not (``what`` names the file's kind)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise PipesimError(f"cannot read {what} {str(p)!r}: {e.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PipesimError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
-
-
 def load_schedule(path: str | os.PathLike) -> Schedule:
-    return schedule_from_dict(read_json(path, "schedule file"), str(path))
+    return schedule_from_dict(load_json(path, "schedule file"), os.fspath(path))
+
+
+def json_text(data: dict, indent: int | None = 1, **options) -> str:
+    """Strict JSON of a document pipesim writes: ``format`` first, and a value that is
+    undefined (a NaN ratio of nothing, an infinite bound) written as null, never as
+    the NaN/Infinity that strict parsers refuse."""
+    return json.dumps({"format": FORMAT, **_finite(data)}, indent=indent, allow_nan=False, **options) + "\n"
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
-    write_text_atomic(path, json.dumps(schedule.to_dict(), indent=1) + "\n")
+    write_text_atomic(path, json_text(schedule.to_dict()))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -97,16 +150,65 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write all or nothing (a temporary file renamed into place)."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
+def output_target(path: str | os.PathLike) -> Path | None:
+    """Where ``-o path`` writes: None for stdout (``-``), else the regular file it names
+    (a symlink resolved to its target). Refuses an empty name, a folder, a device, a
+    FIFO or a socket, and a folder that does not exist, before any work."""
+    name = os.fspath(path)
+    if name == "-":
+        return None
+    if name == "":
+        raise PipesimError("-o '': the file name is empty; give a path, or - for stdout")
+    p = Path(os.path.realpath(name))
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, p)
+        st = os.stat(p)
+    except FileNotFoundError:
+        if not p.parent.is_dir():
+            raise PipesimError(f"cannot write {name!r}: there is no folder {os.path.dirname(name) or '.'!r}") from None
+        return p
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PipesimError(f"cannot write {str(p)!r}: {e.strerror}") from None
+        raise PipesimError(f"cannot write {name!r}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise PipesimError(f"cannot write {name!r}: it is a folder; give a file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise PipesimError(f"cannot write {name!r}: it is not a regular file (a device, FIFO or socket); give a file path")
+    return p
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write all or nothing: a temporary file with a unique name in the target's folder,
+    flushed to disk, then renamed into place (so two writers never share a temp file and
+    a reader sees the old file or the new one, whole). ``-`` writes to stdout."""
+    target = output_target(path)
+    if target is None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists():  # keep the permissions of the file it replaces
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        raise PipesimError(f"cannot write {os.fspath(path)!r}: {e.strerror}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,7 +230,7 @@ def load_timeline(path: str | os.PathLike):
     from .timeline import Event, Inside, Segment, Timeline
 
     p = Path(path)
-    data = read_json(p, "timeline file")
+    data = load_json(p, "timeline file")
     tl = data.get("timeline") if isinstance(data, dict) else None
     if not isinstance(tl, dict) or not isinstance(tl.get("events"), list):
         raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 
 from .costs import CostModel, chunk_costs
 from .errors import PipesimError
+from .inputs import MAX_COUNT
 from .metrics import summarize
 from .schedules import build, family
 from .simulate import simulate
 
 RANGE_HELP = "A:B (powers of two from A to B), A:B:STEP, a list A,B,C, or one number"
+MAX_POINTS = 10_000  # micro-batch counts in one sweep (each is a whole simulation)
 
 
 def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
@@ -36,13 +38,16 @@ def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
             v = int(part)
         except ValueError:
             raise PipesimError(f"{flag} {text!r}: {part!r} is not a whole number; use {RANGE_HELP}") from None
-        if v < 1:
-            raise PipesimError(f"{flag} {text!r}: values must be >= 1, got {v}")
+        if not 1 <= v <= MAX_COUNT:
+            raise PipesimError(f"{flag} {text!r}: values must be from 1 to {MAX_COUNT:,}, got {v}")
         return v
 
     text = text.strip()
     if "," in text:
-        return sorted({whole(p.strip()) for p in text.split(",") if p.strip()})
+        values = sorted({whole(p.strip()) for p in text.split(",") if p.strip()})
+        if not values or len(values) > MAX_POINTS:
+            raise PipesimError(f"{flag} {text!r}: give from 1 to {MAX_POINTS:,} values")
+        return values
     parts = text.split(":")
     if len(parts) == 1:
         return [whole(parts[0])]
@@ -52,7 +57,10 @@ def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
     if lo > hi:
         raise PipesimError(f"{flag} {text!r}: the start {lo} is above the end {hi}")
     if len(parts) == 3:
-        return list(range(lo, hi + 1, whole(parts[2])))
+        step = whole(parts[2])
+        if (hi - lo) // step + 1 > MAX_POINTS:
+            raise PipesimError(f"{flag} {text!r}: more than {MAX_POINTS:,} values; use a larger step")
+        return list(range(lo, hi + 1, step))
     out = []
     while lo <= hi:
         out.append(lo)

@@ -246,7 +246,7 @@ FORMS: dict[str, Form] = {
     ),
     "dualpipev": Form(
         "(pp-1)(F&B+BW-3W)",
-        "2pp+1 chunks = pp+1/2 stages (2x parameters)",
+        "2pp+1 chunks = pp+1/2 stages (1x parameters: two half-stage chunks per rank)",
         "c = 0, F = B, W <= F, F&B >= F+B",
         _dualpipev,
         lambda pp, M: [2 * pp + 1] * pp,

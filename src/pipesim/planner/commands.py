@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import fields
 
-from ..cli import console, emit_json, positive_int
+from ..cli import console, emit_json, positive_float, positive_int
 from ..costfile import load_cost_file
 from ..errors import PipesimError
-from ..files import write_text_atomic
+from ..files import json_text, write_text_atomic
+from ..inputs import work
 from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
@@ -85,7 +85,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     g.add_argument("--precision", choices=("bf16", "fp8"))
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
     g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
-    g.add_argument("--tokens", type=float, help="tokens of the whole run (for its GPU-hours)")
+    g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
 
 
 def specs_from(args: argparse.Namespace):
@@ -116,7 +116,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise PipesimError(f"--compare takes two schedules, like 1f1b,dualpipe; got {args.compare!r}")
         compare = (pair[0], pair[1])
         schedules = sorted(set(schedules or []) | set(pair)) if schedules else list(pair)
-    out = args.output
+    out = None if args.output == "-" else args.output  # -: the report on stdout
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
     calibration = _calibration(args, model, cluster, training)
@@ -131,10 +131,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,
     )
     as_json = args.json or (out or "").endswith(".json")
-    if plan.best:
-        recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
+    if plan.best is None:  # a failed search is an answer the user must act on, not a report
+        raise PipesimError(
+            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:g} GB per GPU) among {plan.considered} layouts: "
+            "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
+        )
+    recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
     text = (
-        json.dumps(report.to_dict(plan, compare, notes, args.layout), indent=1) + "\n"
+        json_text(report.to_dict(plan, compare, notes, args.layout))
         if as_json
         else report.markdown(plan, compare, notes, args.layout)
     )
@@ -226,6 +230,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise PipesimError(f"{model.name} has no experts; drop --ep")
     lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep)
     M = args.microbatches or 4 * pp
+    work(pp, M, 2)  # two chunks: the schedule set beside 1f1b may be a V
     recompute = "selective" if training.recompute == "auto" else training.recompute
     rows = [_memory_row(model, cluster, training, lay, name, M, recompute) for name in dict.fromkeys(("1f1b", args.schedule))]
     extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
@@ -266,11 +271,16 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
             f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:g} GB)."
         )
-    if model.moe:
+    if model.moe and ep > 1:
         out.print(
             f"Why it is small for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU keeps "
             f"only {per_gpu / 1e9:.2f}B of them (each routed expert lives on one of {ep} GPUs), so the second copy doubles "
             f"{per_gpu / 1e9:.2f}B. A dense model has nothing to shard that way: each GPU doubles its whole stage."
+        )
+    elif model.moe:
+        out.print(
+            f"With ep=1 every GPU keeps all {model.moe.experts} routed experts of its stage ({per_gpu / 1e9:.2f}B parameters), "
+            "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
         )
     return 0
 

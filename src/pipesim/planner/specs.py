@@ -8,14 +8,43 @@ Every assumption the planner makes is a field of ``Training``, printed in the re
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import get_type_hints
 
 from ..errors import PipesimError
+from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number
 
 PRESETS = Path(__file__).parent / "presets"
+
+#: The accepted range of each numeric field (smallest, largest); others take 0 to
+#: MAX_COUNT (whole numbers) or 0 to 1e18. Past these no real model or cluster lies, and
+#: the estimate's products would overflow or its loops over layers and GPUs never end.
+BOUNDS = {
+    "layers": (0, MAX_LAYERS),
+    "dense_layers": (0, MAX_LAYERS),
+    "hidden": (0, 10_000_000),
+    "heads": (0, 1_000_000),
+    "vocab": (0, 100_000_000),
+    "dense_ffn": (0, 10_000_000),
+    "expert_ffn": (0, 10_000_000),
+    "experts": (0, 1_000_000),
+    "top_k": (0, 1_000_000),
+    "gpus": (0, 10_000_000),
+    "gpus_per_node": (0, 1024),
+    "sms": (0, 100_000),
+    "comm_sms": (0, 100_000),
+    "seq": (0, 100_000_000),
+    "bf16_tflops": (0, 1e7),
+    "fp8_tflops": (0, 1e7),
+    "hbm_gb": (0, 1e7),
+    "nvlink_gbps": (0, 1e7),
+    "network_gbps": (0, 1e7),
+    "param_bytes": (0, 64),
+    "grad_bytes": (0, 64),
+    "optimizer_bytes": (0, 64),
+    "p2p_latency_us": (0, 1e9),
+}
 
 
 @dataclass(frozen=True)
@@ -126,13 +155,9 @@ def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
         if not p.exists():
             names = sorted(x.stem for x in (PRESETS / f"{kind}s").glob("*.toml"))
-            raise PipesimError(f"unknown {kind} {name_or_path!r}: give a TOML file or one of {', '.join(names)}")
-    try:
-        return tomllib.loads(p.read_text()), str(p)
-    except OSError as e:
-        raise PipesimError(f"cannot read {kind} spec {str(p)!r}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise PipesimError(f"{p}: not valid TOML ({e})") from None
+            hint = did_you_mean(name_or_path, names)
+            raise PipesimError(f"unknown {kind} {name_or_path!r}{hint}: give a TOML file or one of {', '.join(names)}")
+    return load_toml(p, f"{kind} spec"), str(p)
 
 
 def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
@@ -141,10 +166,9 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
     if not isinstance(table, dict):
         raise PipesimError(f"{where} must be a table")
     hints = get_type_hints(cls)
-    for key in table:
-        if key not in hints:
-            raise PipesimError(f"{where}: unknown field {key!r}; expected one of {', '.join(hints)}")
-    for key in required:
+    known_keys(table, hints, where)
+    needed = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    for key in dict.fromkeys((*required, *needed)):
         if key not in table:
             raise PipesimError(f"{where}: missing field {key!r}")
     out = {}
@@ -160,16 +184,14 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
             ok = (
                 isinstance(value, list)
                 and bool(value)
-                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in value)
+                and len(value) <= 64
+                and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_COUNT for x in value)
             )
-            what = "a list of whole numbers >= 1"
+            what = f"a list of up to 64 whole numbers from 1 to {MAX_COUNT:,}"
             value = tuple(value) if ok else value
         elif want in (int, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (want is float or value == int(value))
-            what = "a whole number" if want is int else "a number"
-            if ok and value < 0:
-                raise PipesimError(f"{where}: {key} must be >= 0, got {value}")
-            value = want(value) if ok else value
+            lo, hi = BOUNDS.get(key, (0, MAX_COUNT if want is int else 1e18))
+            value, ok = number(value, key, lo, hi, integer=want is int, where=where), True
         else:  # nested tables are filled by the caller
             ok, what = True, ""
         if not ok:
@@ -193,6 +215,11 @@ def model_from_table(data: dict, where: str) -> Model:
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
     if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn", "activation") for k in mlp):
         raise PipesimError(f"{where} [mlp]: expected dense_layers, dense_ffn and activation")
+    known_keys(
+        data,
+        [k for k in get_type_hints(Model) if k not in ("attention", "moe", "dense_layers", "dense_ffn", "activation")],
+        where,
+    )
     for key in ("name", "layers", "hidden", "heads", "vocab"):
         if key not in data:
             raise PipesimError(f"{where}: missing field {key!r}")

@@ -13,7 +13,6 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from rich.table import Table
@@ -31,11 +30,13 @@ from ..cli import (
     pct,
     positive_int,
     schedule_from,
+    schedule_names,
     shape,
 )
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
-from ..files import load_timeline, write_bytes_atomic, write_text_atomic
+from ..files import load_timeline, output_target, write_bytes_atomic, write_text_atomic
+from ..inputs import work
 from ..ir import Schedule
 from ..schedules import REGISTRY, build, family
 from ..simulate import simulate
@@ -76,6 +77,7 @@ def add_commands(command) -> None:
     add_costs(c)
     c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
     c.add_argument("--csv", help="also write the data as CSV to this path")
+    c.set_defaults(output_flags=("output", "csv"))  # both are written: neither may be an input
 
     c = command(
         "report", cmd_report, "write an interactive HTML report: a sortable table, timelines to hover and zoom, memory, a sweep"
@@ -95,18 +97,15 @@ _inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
 
 
 def _output(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
-    """The extension of ``path`` if it is one of ``allowed`` and its folder is writable;
-    else a one-line error naming what would be right."""
+    """The extension of ``path`` if it is one of ``allowed`` and it can be written (a
+    regular file in a writable folder); else a one-line error naming what would be right."""
     ext = Path(path).suffix.lower()
     if ext not in allowed:
-        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}")
-    folder = Path(path).parent
-    if not folder.is_dir():
-        raise PipesimError(f"cannot write {path!r}: there is no folder {str(folder)!r}")
-    if not os.access(folder, os.W_OK):
-        raise PipesimError(f"cannot write {path!r}: the folder {str(folder)!r} is not writable")
-    if Path(path).is_dir():
-        raise PipesimError(f"cannot write {path!r}: it is a folder; give a file name")
+        stdout = " (- is stdout only for text: ops, import, export, plan)" if path == "-" else ""
+        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}{stdout}")
+    target = output_target(path)
+    if target is not None and not os.access(target.parent, os.W_OK):
+        raise PipesimError(f"cannot write {path!r}: the folder {str(target.parent)!r} is not writable")
     return ext
 
 
@@ -118,11 +117,7 @@ def _write(path: str, data: bytes | str) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def _names(text: str | None) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(REGISTRY)
-    if not names:
-        raise PipesimError("--schedules names no schedule; give comma-separated names such as 1f1b,dualpipe")
-    return names
+_names = schedule_names
 
 
 # --------------------------------------------------------------------------------------
@@ -168,7 +163,10 @@ def cmd_draw(args: argparse.Namespace) -> int:
 
 
 def costs_text(costs: Costs) -> str:
-    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them."""
+    """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them
+    (component costs describe themselves)."""
+    if not isinstance(costs, Costs):
+        return costs.describe()
     return " ".join(
         f"{k}={','.join(f'{x:g}' for x in v) if isinstance(v, list) else f'{v:g}'}" for k, v in costs.to_dict().items()
     )
@@ -190,6 +188,7 @@ def _settings(args: argparse.Namespace, costs: Costs, runs: list[tuple[Schedule,
 def cmd_sweep(args: argparse.Namespace) -> int:
     pp = args.pp or DEFAULT_PP
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
+    work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
     names = _names(args.schedules)
     ext = _output(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data") if args.output else None
     if args.csv:
@@ -241,6 +240,12 @@ def _sort_value(text: str) -> float | str:
         return text
 
 
+def _unit_text(costs_per: str) -> str:
+    if costs_per == "stage":
+        return "the cost model's: F, B, W are one 1F1B stage's (1/pp of the model); a smaller chunk costs its share"
+    return "the cost model's: F, B, W are per chunk"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
@@ -264,10 +269,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         else Unrunnable(r.name, f"n/a: {r.error}")
         for r in rows
     ]
-    try:
-        pipesim_version = version("pipesim")
-    except PackageNotFoundError:
-        pipesim_version = "unknown"
+    from .. import __version__ as pipesim_version
+
     command = "pipesim " + shlex.join(args.argv)
     settings = [
         ("pp", str(pp)),
@@ -275,10 +278,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         *([("chunks", str(args.chunks))] if args.chunks else []),
         ("schedules", ", ".join(names)),
         ("costs", costs.describe()),
-        (
-            "time unit",
-            "the cost model's: F, B, W are per chunk" if args.costs_per == "chunk" else "the cost model's, per 1F1B stage",
-        ),
+        ("time unit", _unit_text(args.costs_per)),
         *([("sweep", f"M in {Ms}" + "".join(f"; {n}" for n in notes))] if Ms else []),
         ("pipesim", pipesim_version),
         ("command", command),

@@ -56,6 +56,11 @@ HEAD = "rank 00 │"
 TAIL = "│ 100%"
 
 
+#: widest unsqueezed table: its width grows with makespan / shortest op, which hostile
+#: costs make 1e15 (a MemoryError, or minutes building one line)
+MAX_COLUMNS = 4000
+
+
 def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool]:
     """The table as Rich text lines (``str(line)`` for plain text), and whether it was
     squeezed to fit ``width`` columns (labels then show micro-batch numbers only)."""
@@ -70,6 +75,8 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     cell = max(singles, default=2) + 1  # columns per unit: the shortest op's label and a gap
     squeezed = False
     avail = width - len(HEAD) - len(TAIL) if width else None
+    if avail is None and units * cell > MAX_COLUMNS:
+        avail = MAX_COLUMNS
     if avail is not None and units * cell > avail:
         squeezed = True
         # whole columns per unit keep the ranks aligned; below one, time is simply squeezed

@@ -20,11 +20,11 @@ Time: one cost-model unit is one ``time_unit`` (``us`` by default, or ``ns``, ``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from ..deps import needs, produces
 from ..errors import PipesimError
+from ..files import json_text
 from ..ir import Op, Pair, Schedule, ops_of
 from ..timeline import Event, Timeline
 
@@ -155,4 +155,4 @@ def trace_document(runs: Sequence[tuple[Schedule, Timeline]], *, time_unit: str 
 
 
 def trace_json(runs: Sequence[tuple[Schedule, Timeline]], **options) -> str:
-    return json.dumps(trace_document(runs, **options), separators=(",", ":")) + "\n"
+    return json_text(trace_document(runs, **options), indent=None, separators=(",", ":"))

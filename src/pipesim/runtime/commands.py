@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import os
 import re
@@ -28,12 +27,14 @@ from ..cli import (
 )
 from ..costs import Costs
 from ..errors import PipesimError
-from ..files import save_schedule, write_text_atomic
+from ..files import json_text, save_schedule, write_text_atomic
+from ..inputs import read_text
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
 _UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+MAX_DURATION = 86400.0  # seconds: a rank sleeping longer than a day is a typo, and 1e308 overflows
 
 
 def parse_duration(text: str, bare: str = "ms") -> float:
@@ -44,8 +45,8 @@ def parse_duration(text: str, bare: str = "ms") -> float:
         example = "20ms, 0.02s, 500us or 20 (milliseconds)" if bare == "ms" else "120s, 500ms or 120 (seconds)"
         raise argparse.ArgumentTypeError(f"expected a duration like {example}, got {text!r}")
     value = float(m.group(1)) * _UNIT[m.group(2) or bare]
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite duration, got {text!r}")
+    if not math.isfinite(value) or value > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"expected a duration up to {MAX_DURATION:g} s (a day), got {text!r}")
     return value
 
 
@@ -295,7 +296,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         if not ok:
             return 1
-    if args.output:
+    if args.output and args.output != "-":
         write_text_atomic(args.output, text)
         print(
             f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s, args.output)}", file=sys.stderr
@@ -317,11 +318,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
     else:
-        try:
-            with open(args.csv, newline="") as f:
-                rows = read_csv(f.read())
-        except OSError as e:
-            raise PipesimError(f"cannot read --csv {args.csv!r}: {e.strerror}") from None
+        rows = read_csv(read_text(args.csv, "--csv file"))
         if args.pp is not None and args.pp != len(rows):
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
         name = os.path.splitext(os.path.basename(args.csv))[0]
@@ -333,14 +330,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     except PipesimError as e:
         known = torch_1f1b_defect(args.torch, rows, M) if args.torch else None
         raise PipesimError(f"{where} is not a valid schedule: {known or e}") from None
-    if args.output:
+    if args.output and args.output != "-":
         save_schedule(s, args.output)
         print(
             f"wrote {args.output}: {s.name}, pp={s.pp}, M={s.microbatches}, {s.placement.kind} placement, {s.num_ops} ops, valid",
             file=sys.stderr,
         )
     else:
-        print(json.dumps(s.to_dict(), indent=1))
+        sys.stdout.write(json_text(s.to_dict()))
     return 0
 
 

@@ -88,7 +88,12 @@ def launch(
     ctx = mp.get_context("forkserver")
     # what every rank needs: autograd.grad with grad_outputs imports torch.fx's symbolic
     # shapes (sympy) on first use, half a second per process
-    ctx.set_forkserver_preload(["pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload])
+    # orphan first: it makes the forkserver die with this process, before torch's imports
+    # (not imported here: importing orphan acts on the process that imports it)
+    os.environ["PIPESIM_LAUNCHER_PID"] = str(os.getpid())
+    ctx.set_forkserver_preload(
+        ["pipesim.runtime.orphan", "pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload]
+    )
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     where = ctx.Array("c", WHERE * nprocs, lock=False)
     procs, conns, alive = [], [], []

@@ -20,6 +20,7 @@ import io
 import re
 
 from ..errors import PipesimError
+from ..inputs import work
 from ..ir import STANDARD_PLACEMENTS, Item, Op, Pair, Placement, Schedule
 from ..validate import validate
 
@@ -207,6 +208,7 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
             out.append(acts)
         parsed.append(out)
     stages = max(rank_of, default=-1) + 1
+    work(1, stages, where=f"{name}: stages: ")  # before listing the stages no rank holds
     missing = [s for s in range(stages) if s not in rank_of]
     if missing:
         raise PipesimError(f"{name}: stage {missing[0]} appears on no rank (stages must be 0..{stages - 1})")
@@ -219,6 +221,7 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
     M = microbatches if microbatches is not None else max(mbs, default=-1) + 1
     if M < 1:
         raise PipesimError(f"{name}: no actions to import")
+    work(pp, M, chunks, where=f"{name}: ")
     route = tuple((rank_of[s], chunk_of[s]) for s in range(stages))
     placement = _named_placement(pp, M, chunks, route)
 

@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engine import check_size
 from ..errors import PipesimError
+from ..inputs import work
 from ..ir import Schedule
 from .chimera import chimera
 from .classic import gpipe, interleaved_1f1b, one_f_one_b
@@ -183,5 +183,5 @@ def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
     chunks = options.get("chunks")
     if not isinstance(chunks, int) or chunks < 1:  # the builder words a bad value
         chunks = 2 if fam.placement in ("v", "interleaved") else 1
-    check_size(pp, microbatches, pp * chunks if fam.placement != "dual" else pp, name)
+    work(pp, microbatches, stages=pp * chunks if fam.placement != "dual" else pp, what=name)
     return fam.builder(pp, microbatches, **options)

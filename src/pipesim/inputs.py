@@ -1,0 +1,177 @@
+"""Checking what comes in, before any work: numbers, sizes, files and their text.
+
+Every input pipesim reads (flags, schedule JSON, cost, model, cluster and training TOML,
+profile traces) passes through here, so that hostile or mistaken input ends in one
+``PipesimError`` naming the file, the key and the accepted range, and a size that
+cannot be handled is refused before anything is allocated for it. Low in the layering:
+it imports nothing of pipesim but the error type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import stat
+import tomllib
+from collections.abc import Iterable
+
+from .errors import PipesimError
+
+#: The work limit: the most ops one schedule may have (a micro-batch passes each of its
+#: stages with at most three ops, F, B and W). Every size (flags, schedule files, sweeps,
+#: builds, compiles) is checked against it before anything of that size is allocated, so
+#: a hostile size is one error line rather than a hang or gigabytes of memory. The array
+#: engine (build, compile, simulate, summarize) runs 2-5 million ops per second of CPU at
+#: about 75 bytes per op (1F1B at 16.8M ops: 7.7 s, 1.3 GB; benchmarks/simulate_speed.py),
+#: so the limit is about 20 s and 4 GB with its C loops. The one place to tune it.
+MAX_OPS = 48_000_000
+#: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
+#: an index, and nothing real is that large.
+MAX_COUNT = MAX_OPS
+#: Most layers of one model or chunk (DeepSeek-V3 has 61): per-layer costs and the
+#: planner's stage splits loop over them.
+MAX_LAYERS = 10_000
+#: Largest time or cost: MAX_OPS of them still sum to a finite float (no overflow to inf).
+MAX_VALUE = 1e15
+#: Deepest nesting of a JSON document (a schedule file needs 5: placement routes).
+MAX_DEPTH = 32
+#: Largest input file: a schedule at MAX_OPS ops with room for spacing (and /dev/zero
+#: style endless inputs are refused before reading, as non-regular files).
+MAX_FILE_BYTES = 1 << 30
+
+
+def work(pp: int, microbatches: int, chunks: int = 1, where: str = "", stages: int | None = None, what: str = "schedule") -> None:
+    """Refuse a size beyond ``MAX_OPS`` before building it: ``microbatches`` through
+    ``stages`` stages (default pp x chunks), at most three ops each."""
+    stages = pp * chunks if stages is None else stages
+    ops = 3 * microbatches * stages
+    if ops > MAX_OPS:
+        raise PipesimError(
+            f"{where}{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
+            f"{MAX_OPS:,} (about 20 s and 4 GB to simulate); use fewer ranks, micro-batches or chunks"
+        )
+
+
+def _range(lo: float | None, hi: float | None, integer: bool) -> str:
+    kind = "a whole number" if integer else "a number"
+
+    def fmt(x: float) -> str:
+        return f"{int(x):,}" if integer or (x == int(x) and abs(x) < 1e7) else f"{x:g}"
+
+    if lo is not None and hi is not None:
+        return f"{kind} from {fmt(lo)} to {fmt(hi)}"
+    return f"{kind} >= {fmt(lo)}" if lo is not None else f"{kind} <= {fmt(hi)}" if hi is not None else kind
+
+
+def number(
+    value: object,
+    key: str,
+    lo: float | None = 0,
+    hi: float | None = MAX_VALUE,
+    *,
+    integer: bool = False,
+    where: str = "",
+) -> int | float:
+    """A number read from a file or flag: finite, ``lo <= value <= hi``, whole when
+    ``integer`` (3.0 counts as 3). True/false and strings are refused, not coerced."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        ok = math.isfinite(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
+        ok = ok and (not integer or value == int(value))
+    if not ok:
+        prefix = f"{where}: " if where else ""
+        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, integer)}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def known_keys(table: dict, known: Iterable[str], where: str) -> None:
+    """Refuse the first key of ``table`` not in ``known``, with the closest known one."""
+    known = list(known)
+    for key in table:
+        if key not in known:
+            raise PipesimError(f"{where}: unknown key {key!r}{did_you_mean(str(key), known)}; expected one of {', '.join(known)}")
+
+
+# --------------------------------------------------------------------------------------
+# files
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of a regular file (a symlink is followed). Devices, FIFOs and
+    folders are refused before reading: ``/dev/zero`` never ends."""
+    name = os.fspath(path)
+    if name == "":
+        raise PipesimError(f"{what}: the file name is empty; give a path")
+    try:
+        st = os.stat(name)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise PipesimError(f"cannot read {what} {name!r}: it is {kind}; give a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise PipesimError(f"cannot read {what} {name!r}: {st.st_size:,} bytes is beyond the limit of {MAX_FILE_BYTES:,}")
+        with open(name, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise PipesimError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PipesimError(
+            f"{name}: not UTF-8 text (byte {e.start} is {data[e.start : e.start + 1]!r}); save it as UTF-8"
+        ) from None
+
+
+def _no_constant(name: str) -> None:
+    raise PipesimError(f"{name} is not a JSON number (strict JSON has no NaN or Infinity)")
+
+
+def _depth(data: object) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        x, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(x, dict):
+            stack.extend((v, d + 1) for v in x.values())
+        elif isinstance(x, list):
+            stack.extend((v, d + 1) for v in x)
+    return deepest
+
+
+def parse_json(text: str, where: str) -> object:
+    """Strict JSON (no NaN/Infinity), nested at most ``MAX_DEPTH`` deep."""
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except PipesimError as e:
+        raise PipesimError(f"{where}: not valid JSON ({e})") from None
+    except json.JSONDecodeError as e:
+        raise PipesimError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise PipesimError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(data) > MAX_DEPTH:
+        raise PipesimError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def load_json(path: str | os.PathLike, what: str) -> object:
+    return parse_json(read_text(path, what), os.fspath(path))
+
+
+def load_toml(path: str | os.PathLike, what: str) -> dict:
+    """A TOML file's table (TOML's own nan and inf are refused by ``number`` per key)."""
+    text = read_text(path, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PipesimError(f"{os.fspath(path)}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise PipesimError(f"{os.fspath(path)}: TOML nested too deeply") from None
