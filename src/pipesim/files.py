@@ -62,6 +62,14 @@ def schedule_from_dict(d: dict, where: str = "schedule") -> Schedule:
     total = sum(len(t) for t in tokens_of)
     if total > MAX_OPS:
         raise PipesimError(f"{where}: {total:,} items is beyond pipesim's limit of {MAX_OPS:,} ops")
+    if 2 * total < M * pp:
+        # every micro-batch passes every rank at least once, with a forward there: a file
+        # with fewer ops than that claims micro-batches it does not schedule (and checking
+        # it op by op would cost as much as a real schedule of that size)
+        raise PipesimError(
+            f"{where}: lists {total:,} items, too few for microbatches = {M:,} on {pp} ranks (each micro-batch needs "
+            f"at least a forward on every rank: {M * pp:,} ops); fix microbatches or list every op"
+        )
     ranks = []
     for r, tokens in enumerate(tokens_of):
         try:
@@ -234,7 +242,7 @@ def load_timeline(path: str | os.PathLike):
     tl = data.get("timeline") if isinstance(data, dict) else None
     if not isinstance(tl, dict) or not isinstance(tl.get("events"), list):
         raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")
-    schedule = schedule_from_dict(data, str(p))
+    schedule = schedule_from_dict({k: v for k, v in data.items() if k != "timeline"}, str(p))
     if len(tl["events"]) != schedule.pp:
         raise PipesimError(f"{p}: timeline has {len(tl['events'])} ranks, the schedule pp={schedule.pp}")
     ranks = []

@@ -29,7 +29,7 @@ from .errors import PipesimError
 MAX_OPS = 48_000_000
 #: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
 #: an index, and nothing real is that large.
-MAX_COUNT = MAX_OPS
+MAX_COUNT = 16_000_000
 #: Most layers of one model or chunk (DeepSeek-V3 has 61): per-layer costs and the
 #: planner's stage splits loop over them.
 MAX_LAYERS = 10_000
