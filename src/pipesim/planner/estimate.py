@@ -180,6 +180,8 @@ def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None
     low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
     peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
     tiles = count * math.ceil(m / TILE) * math.ceil(n / TILE)
+    if tiles == 0 or k <= 0:  # an empty dimension: nothing to multiply
+        return 0.0
     waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
     width = 1 if low else 2
     return count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))

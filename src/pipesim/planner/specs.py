@@ -239,6 +239,11 @@ def _check_model(m: Model, where: str) -> None:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
     if m.attention.kind not in ("gqa", "mla"):
         raise PipesimError(f'{where} [attention]: kind must be "gqa" or "mla", got {m.attention.kind!r}')
+    if m.attention.kind == "gqa" and not m.attention.head_dim and m.hidden < m.heads:
+        # the per-head size defaults to hidden / heads: fewer than one unit per head is no model
+        raise PipesimError(
+            f"{where}: hidden {m.hidden} is smaller than heads {m.heads}; give hidden >= heads (or [attention] head_dim)"
+        )
     if m.attention.kind == "mla" and not (
         m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
     ):
