@@ -109,7 +109,12 @@ def test_issue_inputs_are_one_line_exit_2(capsys, tmp_path, monkeypatch, files, 
 
 
 @pytest.mark.parametrize(
-    "argv", [["-s", "zb-h1", "--pp", "8", "-m", "3", "--b", "1e15"], ["-s", "dualpipe", "--pair", "16000001"]]
+    "argv",
+    [
+        ["-s", "zb-h1", "--pp", "8", "-m", "3", "--b", "1e15"],
+        ["-s", "dualpipe", "--pair", "16000001"],
+        ["-s", "dualpipe", "--pair", "1e15", "--width", "99999999"],
+    ],
 )
 def test_a_huge_cost_ratio_squeezes_the_timeline(capsys, argv):
     """Found by benchmarks/fuzz.py: one column per shortest op made a line of 1e15 columns."""

@@ -373,7 +373,7 @@ def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
     for line in lines:
         out.print(line, crop=False, no_wrap=True, overflow="ignore")
     note = (
-        f"; squeezed to {width or MAX_COLUMNS} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
+        f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
         if squeezed
         else ""
     )

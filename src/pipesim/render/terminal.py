@@ -75,7 +75,7 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     cell = max(singles, default=2) + 1  # columns per unit: the shortest op's label and a gap
     squeezed = False
     avail = width - len(HEAD) - len(TAIL) if width else None
-    if avail is None and units * cell > MAX_COLUMNS:
+    if units * cell > MAX_COLUMNS and (avail is None or avail > MAX_COLUMNS):
         avail = MAX_COLUMNS
     if avail is not None and units * cell > avail:
         squeezed = True
