@@ -525,9 +525,16 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
-    # the family's placement (what its builder lays out), so that what the placement alone
-    # rules out (too many stages, static memory) is ruled out before anything is built
-    pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
+    shapes: list[Shape] = []
+    try:
+        if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
+            pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
+        else:
+            for x in points or (M,):
+                sh, pl = shared.shape(cand.schedule, lay.pp, x, chunks)
+                shapes.append(sh)
+    except PipesimError as e:
+        return Result(cand, False, f"cannot run: {e}")
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if stages > m.layers:
@@ -557,12 +564,6 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
     if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
         return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
-    shapes: list[Shape] = []
-    if fam.periodic:  # a searched one is built only if its bound lets it compete: its build is the expensive part
-        try:
-            shapes = [shared.shape(cand.schedule, lay.pp, x, chunks)[0] for x in points or (M,)]
-        except PipesimError as e:
-            return Result(cand, False, f"cannot run: {e}")
     if shapes:  # the exact activation peak, from the order: what does not fit is not simulated
         peak = max(
             affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
