@@ -28,7 +28,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..errors import PipesimError
-from ..ir import KINDS, Op, Pair, Placement, Schedule
+from ..ir import KINDS, Op, Pair, Placement, RankTable, Schedule
 from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build, family
@@ -297,8 +297,10 @@ class ProgramCache:
             self.kept.move_to_end(key)
             return hit
         s = build(name, pp, M, **options)
-        size = SCHEDULE_BYTES_PER_ITEM * s.table.items  # (the arrays: walking s.ranks of a table makes Op objects)
-        entry = self.kept[key] = [s, shape(s), None, size]
+        # counted without making the arrays (or, from a table's rows, Op objects)
+        items = s.ranks.items if isinstance(s.ranks, RankTable) else sum(map(len, s.ranks))
+        entry = self.kept[key] = [s, None, None, SCHEDULE_BYTES_PER_ITEM * items]
+        size = entry[3]
         self._grow(size)
         return entry
 
@@ -308,9 +310,14 @@ class ProgramCache:
             _, dropped = self.kept.popitem(last=False)
             self.bytes -= dropped[3]
 
-    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
+    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
+        return self._entry(name, pp, M, options)[0].placement
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         e = self._entry(name, pp, M, options)
-        return e[1], e[0].placement
+        if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
+            e[1] = shape(e[0])
+        return e[1]
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         e = self._entry(name, pp, M, options)
@@ -429,9 +436,13 @@ class Shared:
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
 
-    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
-        """A schedule's shape and placement, built and not compiled (building a handcrafted
-        pattern is cheap, compiling it is not; a searched one is compiled only if it fits)."""
+    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
+        """A schedule's placement, built and not compiled (building a handcrafted pattern is
+        cheap, compiling it is not; a searched one is compiled only if it fits)."""
+        return self.programs.placement(name, pp, M, options)
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
+        """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
 
     def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
@@ -525,14 +536,12 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
-    shapes: list[Shape] = []
     try:
         if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
             pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
         else:
             for x in points or (M,):
-                sh, pl = shared.shape(cand.schedule, lay.pp, x, chunks)
-                shapes.append(sh)
+                pl = shared.placement(cand.schedule, lay.pp, x, chunks)
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
@@ -564,7 +573,8 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
     if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
         return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
-    if shapes:  # the exact activation peak, from the order: what does not fit is not simulated
+    if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
+        shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peak = max(
             affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
         )
@@ -719,7 +729,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     try:
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
-                sh = shared.shape(cand.schedule, pp, M, p.options)[0]
+                sh = shared.shape(cand.schedule, pp, M, p.options)
                 peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
                 if peak > p.budget * (1 + 1e-9):
                     return Result(
