@@ -102,7 +102,7 @@ def compile(schedule: Schedule) -> Program:
         _refuse(schedule)
     route_of = np.asarray(pl.route_of, np.int32)
     o_route = route_of[o_mb]
-    o_stage = pl.stage_grid()[o_route, o_rank, o_chunk]
+    o_stage = op_stages(pl, o_rank, o_chunk, o_mb, o_route)
     if (o_stage < 0).any():
         _refuse(schedule)
     # slot: (rank, chunk, micro-batch); what each slot makes is ``made[2 * slot + phase]``
@@ -162,6 +162,14 @@ def compile(schedule: Schedule) -> Program:
     stage2[pair] = o_stage[n:]
     shape, shapes = _shapes(t, o_stage[:n], stage2, S)
     return Program(schedule, first, dep_ptr, dep, dep_half, cross, order, shape, shapes)
+
+
+def op_stages(pl, rank: np.ndarray, chunk: np.ndarray, mb: np.ndarray, route: np.ndarray | None = None) -> np.ndarray:
+    """``Placement.stage_of`` over arrays of ops (chunks and micro-batches in range): the
+    stage each runs, -1 where its micro-batch's route does not pass that (rank, chunk)."""
+    if route is None:
+        route = np.asarray(pl.route_of, np.int32)[mb]
+    return pl.stage_grid()[route, rank, chunk]
 
 
 def _refuse(schedule: Schedule) -> None:

@@ -24,8 +24,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
+from ..engine import BW, B, F, W, op_stages
 from ..errors import PipesimError
-from ..ir import Op, Pair, Placement, Schedule, ops_of
+from ..ir import KINDS, Op, Pair, Placement, RankTable, Schedule
 from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build, family
@@ -294,8 +297,10 @@ class ProgramCache:
             self.kept.move_to_end(key)
             return hit
         s = build(name, pp, M, **options)
-        size = SCHEDULE_BYTES_PER_ITEM * sum(len(r) for r in s.ranks)
-        entry = self.kept[key] = [s, shape(s), None, size]
+        # counted without making the arrays (or, from a table's rows, Op objects)
+        items = s.ranks.items if isinstance(s.ranks, RankTable) else sum(map(len, s.ranks))
+        entry = self.kept[key] = [s, None, None, SCHEDULE_BYTES_PER_ITEM * items]
+        size = entry[3]
         self._grow(size)
         return entry
 
@@ -305,9 +310,14 @@ class ProgramCache:
             _, dropped = self.kept.popitem(last=False)
             self.bytes -= dropped[3]
 
-    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
+    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
+        return self._entry(name, pp, M, options)[0].placement
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         e = self._entry(name, pp, M, options)
-        return e[1], e[0].placement
+        if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
+            e[1] = shape(e[0])
+        return e[1]
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         e = self._entry(name, pp, M, options)
@@ -324,65 +334,94 @@ def _nbytes(prog: Program) -> int:
     n = getattr(prog, "nbytes", None)
     if isinstance(n, int):
         return n
-    return BYTES_PER_ITEM * sum(len(r) for r in prog.schedule.ranks)
+    return BYTES_PER_ITEM * prog.schedule.table.items
 
 
 @dataclass(frozen=True)
 class Shape:
     """What a schedule's order says without costs, per rank: how often each cost key occurs
     (so a rank's busy time under any costs is a short sum): ("F", stage) for a lone op,
-    ("pair", backward kind, f stage, b stage); and the states its live activations pass
-    through right after each forward starts, as ((stage, u, v), ...) where the stage's
-    activations held are u whole ones and v kept for W alone (so peak memory under any
-    sizes is a max of short sums)."""
+    ("pair", backward kind, f stage, b stage), in the order they first occur; and the
+    activations live right after each forward starts (so peak memory under any sizes is a
+    max of short sums), as arrays with one row per item that starts a forward: ``u`` the
+    whole ones and ``v`` the ones kept for W alone, per column, where column j of rank r is
+    stage ``cols[r, j]`` (ascending; -1 pads); ``rows[r]:rows[r + 1]`` are rank r's rows."""
 
-    counts: list[Counter]
-    states: list[tuple[tuple[tuple[int, int, int], ...], ...]]
+    counts: list[dict]
+    cols: np.ndarray  # int, ranks x columns
+    rows: np.ndarray  # int64, ranks + 1
+    u: np.ndarray  # int64, rows x columns
+    v: np.ndarray  # int64, rows x columns
 
 
 def shape(s: Schedule) -> Shape:
     """A rank runs its items one after another, so the order alone fixes its activation
     peak: a forward adds its activation when its item starts, B frees the share W does not
-    need, W the rest, BW all of it, when their item ends (``pipesim.memory``'s model)."""
-    pl = s.placement
-    counts: list[Counter] = []
-    states = []
-    for r, items in enumerate(s.ranks):
-        c: Counter = Counter()
-        live: dict[int, list[int]] = {}
-        seen: set = set()
-        for it in items:
-            ops = ops_of(it)
-            st = [pl.stage_of(r, op.chunk, op.mb) for op in ops]
-            if isinstance(it, Pair):
-                c[("pair", it.backward.kind, st[0], st[1])] += 1
-            else:
-                c[(it.kind, st[0])] += 1
-            if any(op.kind == "F" for op in ops):
-                for op, x in zip(ops, st):
-                    if op.kind == "F":
-                        live.setdefault(x, [0, 0])[0] += 1
-                seen.add(tuple(sorted((x, u, v) for x, (u, v) in live.items() if u or v)))
-            for op, x in zip(ops, st):
-                held = live.setdefault(x, [0, 0])
-                if op.kind == "B":
-                    held[0] -= 1
-                    held[1] += 1
-                elif op.kind == "W":
-                    held[1] -= 1
-                elif op.kind == "BW":
-                    held[0] -= 1
-        counts.append(c)
-        states.append(tuple(seen))
-    return Shape(counts, states)
+    need, W the rest, BW all of it, when their item ends (``pipesim.memory``'s model).
+    From the schedule's arrays: running sums per (rank, stage) over each rank's items."""
+    t, pl = s.table, s.placement
+    n, pp, S = t.items, s.pp, pl.stages
+    rank = t.ranks_of_items()
+    o_item, o_kind, o_chunk, o_mb = t.ops()
+    o_stage = op_stages(pl, rank[o_item], o_chunk, o_mb).astype(np.int64)
+    stage2 = np.full(n, -1, np.int64)
+    stage2[t.kind2 >= 0] = o_stage[n:]
+    # counts: one key per (rank, kinds, stages), numbered in order of first occurrence
+    key = ((t.kind.astype(np.int64) * S + o_stage[:n]) * 5 + (t.kind2 + 1)) * (S + 1) + (stage2 + 1)
+    uniq, first, many = np.unique(rank.astype(np.int64) * (4 * S * 5 * (S + 1)) + key, return_index=True, return_counts=True)
+    counts: list[dict] = [{} for _ in range(pp)]
+    for i, c in zip(np.sort(first).tolist(), many[np.argsort(first)].tolist()):
+        k, x, k2, x2 = int(t.kind[i]), int(o_stage[i]), int(t.kind2[i]), int(stage2[i])
+        counts[int(rank[i])][("pair", KINDS[k2], x, x2) if k2 >= 0 else (KINDS[k], x)] = c
+    del uniq
+    # activations: each op's column among its rank's stages
+    o_rank = rank[o_item].astype(np.int64)
+    held, col = np.unique(o_rank * S + o_stage, return_inverse=True)
+    held_rank = held // S
+    col = col - np.searchsorted(held_rank, held_rank)[col]
+    K = int(col.max()) + 1 if len(col) else 0
+    cols = np.full((pp, K), -1, np.int64)
+    cols[held_rank, np.arange(len(held)) - np.searchsorted(held_rank, held_rank)] = held % S
+    cell = o_item.astype(np.int64) * K + col
+    size = n * K
+
+    def per_cell(weights) -> np.ndarray:
+        return np.bincount(cell, weights, size).astype(np.int64).reshape(n, K)
+
+    isf = o_kind == F
+    start_u = per_cell(isf)
+    end_u = per_cell(-((o_kind == B) | (o_kind == BW)).astype(np.float64))
+    end_v = per_cell((o_kind == B).astype(np.float64) - (o_kind == W))
+    first_item = t.offsets[:-1][rank] if n else np.zeros(0, np.int64)
+
+    def before(delta: np.ndarray) -> np.ndarray:  # summed over the rank's earlier items
+        c = np.cumsum(delta, axis=0) - delta
+        return c - c[first_item]
+
+    fwd = np.unique(o_item[isf])
+    u = (before(start_u + end_u) + start_u)[fwd]
+    v = before(end_v)[fwd]
+    rows = np.searchsorted(fwd, t.offsets).astype(np.int64)
+    return Shape(counts, cols, rows, u, v)
 
 
 def activation_peaks(sh: Shape, mm) -> list[float]:
-    """Per rank, the most activation bytes live at once."""
+    """Per rank, the most activation bytes live at once (summed stage by stage in
+    ascending order, as a plain sum over the rank's stages would)."""
     w = mm.w_share
-    return [
-        max((sum(mm.activation_bytes(x) * (u + w * v) for x, u, v in state) for state in rank), default=0.0) for rank in sh.states
-    ]
+    pp, K = sh.cols.shape
+    per_stage = {x: mm.activation_bytes(x) for x in set(sh.cols[sh.cols >= 0].tolist())}
+    size = np.array([[per_stage.get(x, 0.0) for x in row] for row in sh.cols.tolist()], np.float64).reshape(pp, K)
+    row_rank = np.repeat(np.arange(pp), np.diff(sh.rows))
+    total = np.zeros(len(row_rank))
+    for j in range(K):
+        total = total + size[row_rank, j] * (sh.u[:, j] + w * sh.v[:, j])
+    out = [0.0] * pp
+    has = np.flatnonzero(np.diff(sh.rows) > 0)
+    if len(has):
+        for r, x in zip(has.tolist(), np.maximum.reduceat(total, sh.rows[has]).tolist()):
+            out[r] = x
+    return out
 
 
 class Shared:
@@ -397,9 +436,13 @@ class Shared:
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
 
-    def shape(self, name: str, pp: int, M: int, options: dict) -> tuple[Shape, Placement]:
-        """A schedule's shape and placement, built and not compiled (building a handcrafted
-        pattern is cheap, compiling it is not; a searched one is compiled only if it fits)."""
+    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
+        """A schedule's placement, built and not compiled (building a handcrafted pattern is
+        cheap, compiling it is not; a searched one is compiled only if it fits)."""
+        return self.programs.placement(name, pp, M, options)
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
+        """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
 
     def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
@@ -493,14 +536,12 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
-    shapes: list[Shape] = []
     try:
         if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
             pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
         else:
             for x in points or (M,):
-                sh, pl = shared.shape(cand.schedule, lay.pp, x, chunks)
-                shapes.append(sh)
+                pl = shared.placement(cand.schedule, lay.pp, x, chunks)
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
@@ -532,7 +573,8 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
     if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
         return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
-    if shapes:  # the exact activation peak, from the order: what does not fit is not simulated
+    if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
+        shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peak = max(
             affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
         )
@@ -687,7 +729,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     try:
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
-                sh = shared.shape(cand.schedule, pp, M, p.options)[0]
+                sh = shared.shape(cand.schedule, pp, M, p.options)
                 peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
                 if peak > p.budget * (1 + 1e-9):
                     return Result(
