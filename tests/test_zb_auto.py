@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import REFERENCE
@@ -77,6 +77,8 @@ cost = st.floats(0.2, 3.0)
 @given(
     st.integers(1, 6), st.integers(1, 14), cost, cost, cost, st.sampled_from([0.0, 0.1, 0.5]), st.floats(1, 14), st.floats(0, 1)
 )
+# found by CI: the heuristic's grid alone gave a span of 33.0 where ZB-H1's order has 32.8
+@example(pp=5, M=7, f=1.0, b=1.0, w=2.0, comm=0.1, limit=5.0, w_memory=0.0)
 def test_respects_its_memory_limit(pp, M, f, b, w, comm, limit, w_memory):
     """Whatever the costs: a valid schedule whose live activations (with the w_memory
     split) never exceed the limit, no slower than ZB-H1 when the limit allows ZB-H1."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from .evaluate import Index, Order, asap
 from .greedy import Policy, list_schedule
 from .polish import span_key
 from .problem import Plan, Problem
@@ -23,9 +24,17 @@ PARTIALS = (0.0, 0.25, 0.5, float("inf"))
 FLAT_POLICIES = tuple(Policy(fill=fill, b_first=b_first) for fill in (float("inf"), 1.0, 0.5, 0.0) for b_first in (True, False))
 
 
-def heuristic(prob: Problem) -> Plan:
+def heuristic(prob: Problem, seeds: tuple[tuple[str, Order], ...] = ()) -> Plan:
+    """The best of the constructions below and of ``seeds`` ((name, order) the caller
+    already has, such as ZB-H1's, which the grid does not always rebuild), those within
+    the memory limit."""
     t0 = time.perf_counter()
     plans = []
+    index = Index(prob) if seeds else None
+    for name, order in seeds:
+        plan = asap(index, order)
+        if plan is not None and (prob.memory_limit is None or max(plan.peak_memory(), default=0.0) <= prob.memory_limit + 1e-9):
+            plans.append(Plan(prob, plan.ranks, name))
     seen = set()
     candidates = [warmups(prob, depth) for depth in DEPTHS] + [timed_warmups(prob, over) for over in (False, True)]
     for warm_list in candidates:
@@ -45,9 +54,11 @@ def heuristic(prob: Problem) -> Plan:
     return Plan(prob, best.ranks, best.method, optimal=None, seconds=time.perf_counter() - t0)
 
 
-def auto_schedule(prob: Problem, exact: bool = False, time_limit: float = 10.0) -> Plan:
+def auto_schedule(
+    prob: Problem, exact: bool = False, time_limit: float = 10.0, seeds: tuple[tuple[str, Order], ...] = ()
+) -> Plan:
     """The heuristic's plan, or with ``exact`` CP-SAT's (started from it, so never worse)."""
-    plan = heuristic(prob)
+    plan = heuristic(prob, seeds)
     if not exact:
         return plan
     from .exact import solve
