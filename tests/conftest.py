@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 REFERENCE = Path(__file__).parent / "data" / "reference"
 
-settings.register_profile("ci", max_examples=60, deadline=None)
+# ci (the default, and CI's): the same examples every run, so a red CI is a change's fault and
+# reproducible; dev (HYPOTHESIS_PROFILE=dev): more examples, new ones every run, to find bugs
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
