@@ -588,7 +588,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
-    from .planner.estimate import Layout, component_costs, stage_parts
+    from .planner.estimate import Layout, component_costs, default_ep, stage_parts
     from .planner.specs import load_cluster, load_model, load_training, model_training
 
     if not args.cluster:
@@ -602,7 +602,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     if cluster.gpus % pp:
         raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
     dp = cluster.gpus // pp
-    ep = min(64, dp, model.moe.experts) if model.moe else 1
+    ep = default_ep(model, dp)
     lay = Layout(pp=pp, dp=dp, ep=ep, micro_batch=mbs or 1)
     recompute = "selective" if training.recompute == "auto" else training.recompute
     cache: dict[tuple, CostModel] = {}
@@ -611,7 +611,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         # the layers are split over the stages as the planner splits them: balanced over
         # what each rank holds (a V puts the embedding's and the head's stages on rank 0)
         pl = s.placement
-        held = tuple(tuple(pl.model_stage(r, ch) for ch in range(pl.chunks)) for r in range(pl.pp))
+        held = pl.held()
         if held not in cache:
             parts = stage_parts(model, cluster, training, lay, pl.stages, recompute, held)
             cache[held] = component_costs(model, cluster, training, lay, pl.stages, recompute, parts)

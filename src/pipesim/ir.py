@@ -138,6 +138,10 @@ class Placement:
                 return s
         raise PipesimError(f"rank {rank} chunk {chunk} holds no stage")
 
+    def held(self) -> tuple[tuple[int, ...], ...]:
+        """Per rank, the model stages whose parameters it holds, chunk by chunk."""
+        return tuple(tuple(self.model_stage(r, ch) for ch in range(self.chunks)) for r in range(self.pp))
+
     # Constructors for the standard shapes -------------------------------------------
 
     @classmethod

@@ -16,7 +16,7 @@ from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate
-from .estimate import Layout, component_costs, memory_model, stage_params, stage_parts
+from .estimate import Layout, component_costs, default_ep, memory_model, stage_params, stage_parts
 from .search import Pins, search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
 
@@ -223,7 +223,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if cluster.gpus % (pp * tp):
         raise PipesimError(f"--pp {pp} x --tp {tp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
     dp = args.dp or cluster.gpus // (pp * tp)
-    ep = args.ep or (min(64, dp, model.moe.experts) if model.moe else 1)
+    ep = args.ep or default_ep(model, dp)
     if model.moe and (dp % ep or model.moe.experts % ep):
         raise PipesimError(f"--ep {ep} must divide dp={dp} and the {model.moe.experts} experts")
     if not model.moe and args.ep:

@@ -525,6 +525,12 @@ def balanced_partition(
     return _ranges(min(options, key=cost))
 
 
+def default_ep(m: Model, dp: int) -> int:
+    """The expert-parallel degree ``memory`` and ``compare --model`` assume when none is
+    given: experts spread over up to 64 data-parallel GPUs (DeepSeek-V3's ep64)."""
+    return min(64, dp, m.moe.experts) if m.moe else 1
+
+
 def stage_parts(
     m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, ranks: tuple[tuple[int, ...], ...] | None = None
 ) -> list[range]:
@@ -600,8 +606,7 @@ def step_overhead(
     HBM bandwidth, after everything else."""
     bw = dp_bandwidth(c, lay)
     worst_comm = worst_opt = 0.0
-    for r in range(pl.pp):
-        held = [pl.model_stage(r, ch) for ch in range(pl.chunks)]
+    for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
         grads = gather = opt = 0.0

@@ -549,7 +549,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
-    holds = tuple(tuple(pl.model_stage(r, ch) for ch in range(pl.chunks)) for r in range(lay.pp))
+    holds = pl.held()
     parts, costs = shared.cost_model(lay, stages, cand.recompute, holds)
     mm = memory_model(m, t, lay, stages, cand.recompute, parts)
     statics = static_bytes(pl, mm)
