@@ -52,22 +52,36 @@ def test_run_profile_traces_turn_into_costs_that_simulate(tmp_path, capsys):
     measured timeline whose items last as long as the executor timed them, and per-stage
     costs that simulate."""
     schedules = [build("1f1b", 2, 4), build("zb-h1", 2, 4)]
-    jobs = [job(s, profile=tmp_path / s.name) for s in schedules]
-    results = execute_many(jobs, backend="gloo", timeout=240)
-    for s, r in zip(schedules, results):
-        folder = tmp_path / s.name
-        assert sorted(p.name for p in folder.iterdir()) == ["rank0.json", "rank1.json"]
-        prof = profile(folder)
-        assert prof.schedule.ranks == s.ranks and prof.schedule.placement == s.placement and prof.schedule.name == s.name
-        # the profiler's range around each item holds the executor's own timing of it
-        for ours, theirs in zip(prof.timeline.all_events(), r.timeline.all_events()):
-            assert ours.item == theirs.item
-            assert ours.duration >= theirs.duration - 1e-4
-            assert ours.duration == pytest.approx(theirs.duration, abs=2e-3)
-        rep = summarize(s, simulate(s, prof.stage_costs))
-        assert rep.makespan > 0
+
+    def check(run_dir):
+        jobs = [job(s, profile=run_dir / s.name) for s in schedules]
+        results = execute_many(jobs, backend="gloo", timeout=240)
+        for s, r in zip(schedules, results):
+            folder = run_dir / s.name
+            assert sorted(p.name for p in folder.iterdir()) == ["rank0.json", "rank1.json"]
+            prof = profile(folder)
+            assert prof.schedule.ranks == s.ranks and prof.schedule.placement == s.placement and prof.schedule.name == s.name
+            # the profiler's range around each item holds the executor's own timing of it
+            for ours, theirs in zip(prof.timeline.all_events(), r.timeline.all_events()):
+                assert ours.item == theirs.item
+                assert ours.duration >= theirs.duration - 1e-4
+                assert ours.duration == pytest.approx(theirs.duration, abs=2e-3)
+            rep = summarize(s, simulate(s, prof.stage_costs))
+            assert rep.makespan > 0
+
+    # a rank descheduled between entering its profiler range and reading its clock makes
+    # one range a few ms long (seen once in CI-like runs): as in the synthetic-timeline
+    # test, such a run gets two more tries, and the check fails only if all three do
+    for attempt in range(3):
+        try:
+            check(tmp_path / f"try{attempt}")
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    ran = tmp_path / f"try{attempt}"
     capsys.readouterr()
-    assert main(["profile", str(tmp_path / "zb-h1"), "--json"]) == 0
+    assert main(["profile", str(ran / "zb-h1"), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["from"] == "cpu ranges" and d["schedule"] == "zb-h1" and set(d["stage_costs"]) == {"f", "b", "w", "comm"}
 
