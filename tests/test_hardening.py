@@ -86,6 +86,8 @@ ISSUE_CASES = [
     ({}, ["plan", "--model", "llama3-8b", "--cluster", "h100", "--tokens", "inf"], "--tokens: expected a number > 0"),
     ({}, ["run", "--schedule", "1f1b", "--synthetic", "--f", "1e308"], "--f: expected a duration up to 86400 s"),
     ({}, ["ops", "-s", "1f1b", "-o", ""], "--output '' is empty"),
+    ({}, ["ops", "-s", "1f1b", "-o", "x.pdf"], "-o x.pdf: unknown extension '.pdf'; use .json for a schedule file"),
+    ({}, ["import", "--torch", "GPipe", "-o", "x.csv"], "-o x.csv: unknown extension '.csv'; use .json"),
     ({}, ["compare", "--schedules", ""], "--schedules '' is empty"),
     ({}, ["compare", "--schedules", ","], "names no schedule"),
     ({"s.json": schedule_json(microbatch=4)}, ["validate", "-s", "s.json"], "unknown key 'microbatch' (did you mean microbatches?)"),

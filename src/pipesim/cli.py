@@ -23,7 +23,7 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import json_text, load_schedule, output_target, save_schedule, write_bytes_atomic
+from .files import json_text, load_schedule, output_extension, output_target, save_schedule, write_bytes_atomic
 from .inputs import MAX_COUNT, MAX_VALUE, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
@@ -698,6 +698,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
+    if args.output and args.output != "-":
+        output_extension(args.output, (".json",), ".json for a schedule file (a picture: pipesim draw)")
     s = schedule_from(args)
     if args.output:
         save_schedule(s, args.output)

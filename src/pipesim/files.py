@@ -22,6 +22,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import PipesimError
@@ -156,6 +157,19 @@ def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write all or nothing: a failed write leaves no half-written file behind."""
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def output_extension(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
+    """The extension of ``path`` if it is one of ``allowed`` and it can be written (a
+    regular file in a writable folder); else a one-line error naming what would be right."""
+    ext = Path(path).suffix.lower()
+    if ext not in allowed:
+        stdout = " (- is stdout only for text: ops, import, export, plan)" if path == "-" else ""
+        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}{stdout}")
+    target = output_target(path)
+    if target is not None and not os.access(target.parent, os.W_OK):
+        raise PipesimError(f"cannot write {path!r}: the folder {str(target.parent)!r} is not writable")
+    return ext
 
 
 def output_target(path: str | os.PathLike) -> Path | None:

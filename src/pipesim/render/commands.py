@@ -9,11 +9,8 @@ leaves nothing half-written. matplotlib is imported only when a picture is asked
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
 from rich.table import Table
 
@@ -35,7 +32,7 @@ from ..cli import (
 )
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
-from ..files import load_timeline, output_target, write_bytes_atomic, write_text_atomic
+from ..files import load_timeline, output_extension, write_bytes_atomic, write_text_atomic
 from ..inputs import work
 from ..ir import Schedule
 from ..schedules import REGISTRY, build, family
@@ -96,19 +93,6 @@ _inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
 # outputs
 
 
-def _output(path: str, allowed: Sequence[str], what: str, flag: str = "-o") -> str:
-    """The extension of ``path`` if it is one of ``allowed`` and it can be written (a
-    regular file in a writable folder); else a one-line error naming what would be right."""
-    ext = Path(path).suffix.lower()
-    if ext not in allowed:
-        stdout = " (- is stdout only for text: ops, import, export, plan)" if path == "-" else ""
-        raise PipesimError(f"{flag} {path}: unknown extension {ext or '(none)'!r}; use {what}{stdout}")
-    target = output_target(path)
-    if target is not None and not os.access(target.parent, os.W_OK):
-        raise PipesimError(f"cannot write {path!r}: the folder {str(target.parent)!r} is not writable")
-    return ext
-
-
 def _write(path: str, data: bytes | str) -> None:
     if isinstance(data, str):
         write_text_atomic(path, data)
@@ -139,7 +123,10 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
-    exts = [_output(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace") for p in args.output]
+    exts = [
+        output_extension(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace")
+        for p in args.output
+    ]
     costs = costs_from(args)
     if args.measured:
         runs = [load_timeline(args.measured)]
@@ -190,9 +177,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
     work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
     names = _names(args.schedules)
-    ext = _output(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data") if args.output else None
+    ext = (
+        output_extension(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data")
+        if args.output
+        else None
+    )
     if args.csv:
-        _output(args.csv, (".csv",), ".csv", flag="--csv")
+        output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
     points, skips = run_sweep(names, pp, Ms, costs, options_from(args), args.costs_per)
     notes = skip_lines(skips)
@@ -250,7 +241,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
 
-    _output(args.output, (".html", ".htm"), ".html")
+    output_extension(args.output, (".html", ".htm"), ".html")
     names = _names(args.schedules)
     costs = costs_from(args)
     pp, M = shape(args)

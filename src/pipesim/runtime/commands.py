@@ -27,7 +27,7 @@ from ..cli import (
 )
 from ..costs import Costs
 from ..errors import PipesimError
-from ..files import json_text, save_schedule, write_text_atomic
+from ..files import json_text, output_extension, save_schedule, write_text_atomic
 from ..inputs import read_text
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
@@ -312,6 +312,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if (args.torch is None) == (args.csv is None):
         raise PipesimError("give --torch CLASS (a PyTorch schedule, e.g. DualPipeV) or --csv FILE (compute-only actions)")
+    if args.output and args.output != "-":
+        output_extension(args.output, (".json",), ".json for a schedule file")
     if args.torch:
         pp, M = shape(args)
         _torch()
