@@ -9,6 +9,8 @@ known, so a W goes where the rank would otherwise wait:
 * whole Ws go into the wait before an op while they end before its input arrives;
 * a W that would overrun the arrival goes in only when the wait left is at least
   ``partial`` times the W (0: always, large: never); it delays that op by the overrun;
+* after its last forward the first rank fills every wait with a W (no other rank waits
+  for it any more, so delaying its own B costs nothing and idling does);
 * a forward that does not fit in memory runs the oldest Ws first;
 * the Ws left at the end run last.
 
@@ -90,6 +92,7 @@ def wave_schedule(
     live = [0.0] * pp
     wq: list[deque] = [deque() for _ in range(pp)]
     out: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(pp)]
+    nf = [0] * pp  # forwards placed per rank
 
     def run(r: int, kind: int, i: int, at: float) -> float:
         d = cost[kind][r]
@@ -107,7 +110,12 @@ def wave_schedule(
             run(r, W, q.popleft(), free[r])
             live[r] -= wmem
         wait = arrive - free[r]
-        if q and wait > EPS:
+        if q and wait > EPS and r == 0 and nf[0] >= M:
+            # after its last forward nothing waits for the first rank: a W in the wait
+            # only delays its own B, which frees the next W sooner than idling would
+            run(r, W, q.popleft(), free[r])
+            live[r] -= wmem
+        elif q and wait > EPS:
             if ratios is not None:
                 ratios.append(wait / w)  # w > wait > 0 here: the loop above left this W
             if wait >= partial * w:
@@ -133,7 +141,6 @@ def wave_schedule(
         live[r] -= 1 - wmem
         wq[r].append(i)
 
-    nf = [0] * pp
     for r in range(pp):
         for _ in range(warm[r]):
             if not forward(r, nf[r]):
