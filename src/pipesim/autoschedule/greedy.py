@@ -66,8 +66,10 @@ POLICIES = tuple(
 )
 
 
-def list_schedule(prob: Problem, pol: Policy = Policy()) -> Plan | None:
-    """One greedy pass; None if memory admission got stuck (a limit too tight for it)."""
+def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> Plan | None:
+    """One greedy pass; None if memory admission got stuck (a limit too tight for it), or
+    as soon as a rank's span is sure to pass ``bound`` (the caller's best so far): its
+    span so far plus the work it has left."""
     t0 = time.perf_counter()
     pl = prob.placement
     pp, S, M, C = pl.pp, pl.stages, pl.microbatches, pl.chunks
@@ -81,11 +83,13 @@ def list_schedule(prob: Problem, pol: Policy = Policy()) -> Plan | None:
     slots: list[list[list[tuple[int, int]]]] = [[[] for _ in range(C)] for _ in range(pp)]
     where = [[(0, 0)] * S for _ in range(M)]  # (rank, chunk) of each (mb, stage)
     visits = [[0] * M for _ in range(pp)]  # forwards mb runs on rank r
+    left = [0.0] * pp  # work not yet started, per rank
     for i in range(M):
         for s, (r, c) in enumerate(pl.routes[pl.route_of[i]]):
             slots[r][c].append((i, s))
             where[i][s] = (r, c)
             visits[r][i] += 1
+            left[r] += prob.f[s] + prob.b[s] + (prob.w[s] if split else 0.0)
     fend = [[INF] * S for _ in range(M)]
     bend = [[INF] * S for _ in range(M)]
     fptr = [[0] * C for _ in range(pp)]
@@ -98,16 +102,23 @@ def list_schedule(prob: Problem, pol: Policy = Policy()) -> Plan | None:
     out: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(pp)]
     remaining = M * S * (3 if split else 2)
     heap = [(0.0, r) for r in range(pp)]
+    first = [INF] * pp  # start of each rank's first op
+    over = False
 
     def arrival(r_from: int, r_to: int, end: float) -> float:
         return end + comm if r_from != r_to else end
 
     def start(r: int, t: float, kind: int, c: int, i: int, s: int) -> None:
-        nonlocal remaining
+        nonlocal remaining, over
         d = prob.cost(kind, s)
         end = t + d
         out[r].append((kind, c, i, t, end))
         free[r] = end
+        if t < first[r]:
+            first[r] = t
+        left[r] -= d
+        if end - first[r] + left[r] > bound:
+            over = True  # the rest of the rank's work comes after this op
         remaining -= 1
         heapq.heappush(heap, (end, r))
         if kind == F:
@@ -136,7 +147,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy()) -> Plan | None:
         else:
             live[r] -= wmem
 
-    while heap:
+    while heap and not over:
         t, r = heapq.heappop(heap)
         if free[r] > t + EPS:
             continue
@@ -219,6 +230,6 @@ def list_schedule(prob: Problem, pol: Policy = Policy()) -> Plan | None:
         wake = min(next_b, next_f)
         if wake < INF:
             heapq.heappush(heap, (wake, r))
-    if remaining:
+    if remaining or over:
         return None
     return Plan(prob, tuple(tuple(o) for o in out), f"greedy({pol})", seconds=time.perf_counter() - t0)

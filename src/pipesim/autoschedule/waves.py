@@ -9,6 +9,8 @@ known, so a W goes where the rank would otherwise wait:
 * whole Ws go into the wait before an op while they end before its input arrives;
 * a W that would overrun the arrival goes in only when the wait left is at least
   ``partial`` times the W (0: always, large: never); it delays that op by the overrun;
+* after its last forward the first rank fills every wait with a W (no other rank waits
+  for it any more, so delaying its own B costs nothing and idling does);
 * a forward that does not fit in memory runs the oldest Ws first;
 * the Ws left at the end run last.
 
@@ -65,39 +67,60 @@ def timed_warmups(prob: Problem, overrun: bool) -> list[int]:
     return out
 
 
-def wave_schedule(prob: Problem, warm: list[int], partial: float) -> Plan | None:
+def wave_schedule(
+    prob: Problem, warm: list[int], partial: float, bound: float = math.inf, ratios: list[float] | None = None
+) -> Plan | None:
     """Place every op as described in the module docstring; None when memory cannot be
-    met with this warm-up (a forward needs room that no W can free)."""
+    met with this warm-up (a forward needs room that no W can free), or as soon as a
+    rank's span is sure to pass ``bound`` (the caller's best so far: this order cannot
+    win): its span so far plus the work it has left.
+
+    ``ratios`` collects the wait / W ratio of every decision ``partial`` took: another
+    ``partial`` that splits those ratios the same way gives this same order."""
     t0 = time.perf_counter()
     pl = prob.placement
     pp, M = pl.pp, pl.microbatches
     comm = prob.comm
     wmem = prob.w_memory
     limit = math.inf if prob.memory_limit is None else prob.memory_limit + EPS
+    cost = (prob.f, prob.b, prob.w)
+    wcost = prob.w
+    left = [M * (prob.f[r] + prob.b[r] + prob.w[r]) for r in range(pp)]  # work still to place
     fend = [[0.0] * M for _ in range(pp)]
     bend = [[0.0] * M for _ in range(pp)]
     free = [0.0] * pp
     live = [0.0] * pp
     wq: list[deque] = [deque() for _ in range(pp)]
     out: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(pp)]
+    nf = [0] * pp  # forwards placed per rank
 
     def run(r: int, kind: int, i: int, at: float) -> float:
-        d = prob.cost(kind, r)
-        out[r].append((kind, 0, i, at, at + d))
-        free[r] = at + d
-        return at + d
+        d = cost[kind][r]
+        end = at + d
+        out[r].append((kind, 0, i, at, end))
+        free[r] = end
+        left[r] -= d
+        return end
 
     def fill(r: int, arrive: float) -> None:
         """Ws into the wait before an op whose input arrives at ``arrive``."""
         q = wq[r]
-        while q and free[r] + prob.w[r] <= arrive + EPS:
-            i = q.popleft()
-            run(r, W, i, free[r])
+        w = wcost[r]
+        while q and free[r] + w <= arrive + EPS:
+            run(r, W, q.popleft(), free[r])
             live[r] -= wmem
-        if q and arrive - free[r] > EPS and arrive - free[r] >= partial * prob.w[r]:
-            i = q.popleft()
-            run(r, W, i, free[r])
+        wait = arrive - free[r]
+        if q and wait > EPS and r == 0 and nf[0] >= M:
+            # after its last forward nothing waits for the first rank: a W in the wait
+            # only delays its own B, which frees the next W sooner than idling would
+            run(r, W, q.popleft(), free[r])
             live[r] -= wmem
+        elif q and wait > EPS:
+            if ratios is not None:
+                ratios.append(wait / w)  # w > wait > 0 here: the loop above left this W
+            if wait >= partial * w:
+                run(r, W, q.popleft(), free[r])
+                live[r] -= wmem
 
     def forward(r: int, i: int) -> bool:
         arrive = 0.0 if r == 0 else fend[r - 1][i] + comm
@@ -118,7 +141,6 @@ def wave_schedule(prob: Problem, warm: list[int], partial: float) -> Plan | None
         live[r] -= 1 - wmem
         wq[r].append(i)
 
-    nf = [0] * pp
     for r in range(pp):
         for _ in range(warm[r]):
             if not forward(r, nf[r]):
@@ -132,6 +154,8 @@ def wave_schedule(prob: Problem, warm: list[int], partial: float) -> Plan | None
                 if not forward(r, nf[r]):
                     return None
                 nf[r] += 1
+        if any(free[r] - out[r][0][3] + left[r] > bound for r in range(pp)):
+            return None  # the rest of the rank's work comes after free[r]: this order loses
     for r in range(pp):
         while wq[r]:
             run(r, W, wq[r].popleft(), free[r])
