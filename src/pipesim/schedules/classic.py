@@ -76,6 +76,13 @@ def megatron_group(name: str, pp: int, microbatches: int, group: int | None) -> 
     return g
 
 
+def smallest_group(pp: int, microbatches: int) -> int | None:
+    """The smallest group size Megatron accepts at (pp, M) (None: M < pp): the fewest
+    warm-up forwards, hence activations, and for combined 1F1B the most pairs."""
+    M = microbatches
+    return next((g for g in range(pp, M + 1) if M % g == 0 or M % g >= pp), None)
+
+
 def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2, group_size: int | None = None) -> Schedule:
     """Megatron-LM's interleaved 1F1B: each rank holds ``chunks`` model chunks (chunk c of
     rank r is stage c*pp + r) and walks them in groups of ``group_size`` micro-batches
