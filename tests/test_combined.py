@@ -218,3 +218,41 @@ def test_pairs_hide_all_to_all_like_dualpipes():
     assert combined > 0.85 and combined >= dual - 0.03
     s = build("1f1b-overlap", 4, 16)
     assert s.placement.parameter_copies == 1
+
+
+def test_smallest_group_is_the_one_to_search():
+    # under the component costs too, a larger group never shortens the step and always
+    # holds more: the planner tries the smallest g Megatron takes
+    costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 2)
+    for pp, M, v in ((4, 10, 2), (4, 18, 3)):
+        rows = []
+        for g in range(pp, M + 1):
+            if not 0 < M % g < pp:
+                s = build("interleaved-1f1b-overlap", pp, M, chunks=v, group_size=g)
+                rep = summarize(s, simulate(s, costs))
+                rows.append((rep.makespan, max(rep.peak_activations)))
+        assert len(rows) > 2
+        assert all(a[0] <= b[0] + 1e-9 and a[1] < b[1] for a, b in zip(rows, rows[1:]))
+
+
+def test_why_the_steady_windows_differ():
+    # One window for both (every rank has started a backward .. the first rank's last
+    # forward). Combined 1F1B's window holds only pairs; DualPipe's also holds lone ops on
+    # every rank but the middle two, whose all-to-all is exposed; inside, the pairs of both
+    # compute the same share of their time.
+    from pipesim.metrics import steady_state_window
+
+    costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 4)
+
+    def inside(name):
+        tl = simulate(build(name, 8, 32), costs)
+        lo, hi = steady_state_window(tl)
+        return [[e for e in evs if e.end > lo and e.start < hi] for evs in tl.events]
+
+    assert all(isinstance(e.item, Pair) for evs in inside("1f1b-overlap") for e in evs)
+    dual = inside("dualpipe")
+    lone = [[e for e in evs if not isinstance(e.item, Pair)] for evs in dual]
+    assert all(lone[r] for r in (0, 1, 2, 5, 6, 7)) and all(e.item.kind in ("F", "B", "W", "BW") for x in lone for e in x)
+    share = {round(e.inside.compute / e.duration, 3) for evs in dual for e in evs if isinstance(e.item, Pair)}
+    (combined_share,) = {round(e.inside.compute / e.duration, 3) for evs in inside("1f1b-overlap") for e in evs}
+    assert combined_share in share and min(e.inside.compute / e.duration for x in lone for e in x if e.item.kind == "F") == 0.5
