@@ -406,3 +406,19 @@ def test_advice_on_combined_1f1b_and_dualpipes_constraints():
     assert "neither DualPipe nor DualPipeV runs" in text and "dualpipe needs --microbatches >= 2 * --pp" in text
     assert "second copy" not in text
     assert "leaves 0-1 of each rank's 8 forwards to pair with a backward" in text
+
+
+def test_advice_when_combined_1f1b_wins():
+    from pipesim.planner.report import advice
+    from pipesim.planner.search import Candidate, Plan, Result
+
+    m, c = load_model("mixtral-8x22b"), load_cluster("h100")
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    lay = Layout(pp=4, dp=256, tp=1, ep=8)
+    plan.results = [
+        Result(Candidate(lay, "interleaved-1f1b-overlap", 2, "full", 8), True, step_time=2.0, bubble=0.1, exposed_comm=0.1),
+        Result(Candidate(lay, "zb-h1", None, "full", 8), True, step_time=2.5, bubble=0.2, exposed_comm=0.6),
+    ]
+    text = " ".join(advice(plan))
+    assert "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm)" in text and "wins here" in text
+    assert "zb-h1 on pp4 x dp256, ep8 (1 node), exposes 0.60 s of communication per step against 0.10 s" in text

@@ -26,7 +26,6 @@ from .search import SEARCHED_MAX_SLOTS, Plan, Result, fixed_order_families, skip
 from .specs import Training
 
 DUAL_FAMILY = ("dualpipe", "dualpipev")
-COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")  # Megatron-LM's combined 1F1B
 
 
 @dataclass(frozen=True)
@@ -217,8 +216,8 @@ def combined_advice(plan: Plan) -> str:
     one copy of the parameters, stands against the recommendation, and why."""
     best = plan.best
     head = "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm) hides the all-to-all in F&B pairs"
-    if best.candidate.schedule in COMBINED:
-        rivals = [r for r in plan.results if r.candidate.schedule not in COMBINED]
+    if best.candidate.schedule in recipe.COMBINED:
+        rivals = [r for r in plan.results if r.candidate.schedule not in recipe.COMBINED]
         line = f"{head} with one copy of the parameters and wins here"
         if rivals:
             r = rivals[0]
@@ -228,7 +227,7 @@ def combined_advice(plan: Plan) -> str:
             )
         return line + "."
     head += ", as DualPipe does, with one copy of the parameters"
-    found = [r for r in plan.results if r.candidate.schedule in COMBINED]
+    found = [r for r in plan.results if r.candidate.schedule in recipe.COMBINED]
     if not found:
         return f"{head}; it fits at no layout searched ({_rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]
@@ -243,7 +242,7 @@ def combined_advice(plan: Plan) -> str:
     fewer = [
         r
         for r in plan.rejected
-        if r.candidate.schedule in COMBINED
+        if r.candidate.schedule in recipe.COMBINED
         and r.candidate.layout == lay
         and (r.candidate.chunks or 1) < v
         and r.memory_gb
