@@ -133,6 +133,24 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
     assert checked >= 5  # every periodic family that fits (the searched ones are simulated whole)
 
 
+def test_combined_1f1b_gets_megatrons_smallest_group(monkeypatch):
+    """DeepSeek-V3's M=60 at pp8: interleaved-1f1b-overlap's default group (pp) refuses it,
+    so the candidate is built with g=10, the smallest Megatron takes, and simulated whole;
+    so does plain interleaved 1F1B, whose PyTorch rounds (of 60 // 7) do not divide 60."""
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    t = load_training(**model_training("deepseek-v3"))
+    lay = Layout(pp=8, dp=256, tp=1, ep=256)
+    shared = search_mod.Shared(m, c, t)
+    for name, M, group in (("interleaved-1f1b-overlap", 60, 10), ("interleaved-1f1b", 60, 10), ("interleaved-1f1b", 63, None)):
+        p = search_mod.prepare(m, c, t, search_mod.Candidate(lay, name, 4, "selective", M), shared)
+        assert not isinstance(p, search_mod.Result), p.reason
+        assert p.options.get("group_size") == group  # at M=63 PyTorch's rounds of 9 run
+    monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M: pytest.fail("extrapolated"))
+    cand = search_mod.Candidate(lay, "interleaved-1f1b-overlap", 4, "selective", 60)
+    r = search_mod.finish(m, c, t, search_mod.prepare(m, c, t, cand, shared), shared)
+    assert r.fits and r.group_size == 10
+
+
 def test_deepseek_v3_on_its_cluster(capsys):
     """DeepSeek's set-up (4096-token sequences, 15360 a step) on 2048 H800s: a pp=16-class
     DualPipe-family plan with experts spread over several nodes, as DeepSeek chose; the
@@ -147,6 +165,9 @@ def test_deepseek_v3_on_its_cluster(capsys):
     assert d["published"]["gpu_hours_per_trillion_tokens"] == 180000
     assert 0.5 < d["published"]["ratio"] < 1.5
     assert d["versus_1f1b"]["gpu_hours_recovered_whole_run"] > 0
+    # combined 1F1B fits (with Megatron's group size for M=60 at pp8) and is ranked
+    assert d["families"]["interleaved-1f1b-overlap"].startswith("#")  # "#14 of 75, +27.1% per step at ..."
+    assert any("Combined 1F1B" in line and "group" in line for line in d["advice"])
 
 
 def test_dense_70b_on_64_gpus_is_not_a_dualpipe_job(tmp_path, capsys):
@@ -363,3 +384,41 @@ def test_progress_lines_when_stderr_is_not_a_terminal(monkeypatch, capsys):
     lines = err.splitlines()
     assert len(lines) >= 3 and all(x.startswith("pipesim plan: search") for x in lines)
     assert lines[-1].startswith("pipesim plan: searched ") and "best " in lines[-1]
+
+
+def test_advice_on_combined_1f1b_and_dualpipes_constraints():
+    """Mixtral-like: 1024 sequences over dp 512 leave M=2 per pipeline. DualPipe's M >= 2pp
+    fails (a constraint, not memory), and combined 1F1B at pp2, v=4 has Megatron's warm-up
+    min(2(pp-r-1) + (v-1)pp + 1, vM) = 8 and 7 of its 8 forwards: 0-1 pairs."""
+    from pipesim.planner.report import advice
+    from pipesim.planner.search import Candidate, Plan, Result
+
+    m, c = load_model("mixtral-8x22b"), load_cluster("h100")
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    lay = Layout(pp=2, dp=512, tp=1, ep=8)
+    plan.results = [
+        Result(Candidate(lay, "interleaved-zb", 4, "full", 2), True, step_time=2.0, bubble=0.1, makespan=1.9),
+        Result(Candidate(lay, "interleaved-1f1b-overlap", 4, "full", 2), True, step_time=2.1, bubble=0.1, makespan=2.0),
+    ]
+    why = "cannot run: dualpipe needs --microbatches >= 2 * --pp = 4, got 2"
+    plan.rejected = [Result(Candidate(lay, "dualpipe", None, "full", 2), False, why)]
+    text = " ".join(advice(plan))
+    assert "neither DualPipe nor DualPipeV runs" in text and "dualpipe needs --microbatches >= 2 * --pp" in text
+    assert "second copy" not in text
+    assert "leaves 0-1 of each rank's 8 forwards to pair with a backward" in text
+
+
+def test_advice_when_combined_1f1b_wins():
+    from pipesim.planner.report import advice
+    from pipesim.planner.search import Candidate, Plan, Result
+
+    m, c = load_model("mixtral-8x22b"), load_cluster("h100")
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    lay = Layout(pp=4, dp=256, tp=1, ep=8)
+    plan.results = [
+        Result(Candidate(lay, "interleaved-1f1b-overlap", 2, "full", 8), True, step_time=2.0, bubble=0.1, exposed_comm=0.1),
+        Result(Candidate(lay, "zb-h1", None, "full", 8), True, step_time=2.5, bubble=0.2, exposed_comm=0.6),
+    ]
+    text = " ".join(advice(plan))
+    assert "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm)" in text and "wins here" in text
+    assert "zb-h1 on pp4 x dp256, ep8 (1 node), exposes 0.60 s of communication per step against 0.10 s" in text

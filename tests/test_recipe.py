@@ -55,6 +55,9 @@ MEGATRON_FLAGS = {
     "--recompute-num-layers",
     "--overlap-moe-expert-parallel-comm",
     "--delay-wgrad-compute",
+    # ModelParallelConfig.microbatch_group_size_per_vp_stage's argparse_meta name (not in
+    # arguments.py's exclude list, so TransformerConfig's factory builds it)
+    "--microbatch-group-size-per-virtual-pipeline-stage",
 }
 
 
@@ -260,6 +263,23 @@ def test_megatron_flags_for_deepseek_like_plans():
     assert megatron_layout_ok(layout, 61, 1, 32)  # 16 ranks x 2 virtual stages
     assert layout == megatron_layout(stage_split(plan, plan.results[2]))
     assert layout.endswith("mL") and layout.startswith("E")
+
+
+def test_combined_1f1b_at_m_not_a_multiple_of_pp_names_megatrons_group(tmp_path):
+    # M=60 on pp=8: Megatron's default group of 8 leaves a last group of 4 < 8; 10 is the
+    # smallest group it takes (60 % 9 = 6 < 8, 60 % 10 = 0), which the planner searched
+    plan = plan_with("deepseek-v3", "h800-2048", 2048, [(8, 256, 1, 64, "interleaved-1f1b-overlap", 4, 60)])
+    plan.results[0].group_size = 10
+    rec = recipe(plan, 1)
+    flags = rec["megatron"]["flags"]
+    assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS
+    assert "--overlap-moe-expert-parallel-comm" in flags
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 10" in flags
+    command = rec["schedule_csv"]["command"]
+    assert "--group-size 10" in command
+    argv = command.split()[1:]
+    argv[argv.index("-o") + 1] = str(tmp_path / "x.csv")
+    assert main(argv) == 0  # the command runs as printed
 
 
 def test_megatron_flags_for_llama_like_plans():

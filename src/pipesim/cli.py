@@ -167,6 +167,12 @@ def add_shape(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="combined 1F1B: split the weight gradient off the backward (Megatron's --delay-wgrad-compute)",
     )
+    p.add_argument(
+        "--group-size",
+        type=positive_int,
+        help="interleaved 1F1B (plain and combined): micro-batches per group through each chunk "
+        "(Megatron's --microbatch-group-size-per-virtual-pipeline-stage; default pp)",
+    )
 
 
 def shape(args: argparse.Namespace) -> tuple[int, int]:
@@ -286,7 +292,7 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     """Builder options given on the command line. Flags a schedule does not take are
     passed anyway so that ``build`` rejects them; the cost flags go to the builders that
     take costs (zb-auto) and to the simulator."""
-    opts = {k: v for k in ("chunks", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
+    opts = {k: v for k in ("chunks", "group_size", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
     if "time_limit" in opts and not getattr(args, "exact", False):
         raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
     if getattr(args, "exact", False):

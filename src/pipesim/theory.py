@@ -69,16 +69,17 @@ def _1f1b(pp, M, u):
     return (M + pp - 1) * (u.f + u.bw) if u.comm == 0 else None
 
 
-def _interleaved(pp, M, u, chunks=2):
-    if u.comm or M % pp:
+def _interleaved(pp, M, u, chunks=2, group_size=None):
+    # Megatron's group size g moves forwards into the warm-up without changing the time
+    if u.comm or M % pp and group_size is None:
         return None
     return (M * chunks + pp - 1) * (u.f + u.bw)
 
 
-def _interleaved_peak(pp, M, chunks=2):
-    # warm-up forwards plus the first steady one; a round is pp micro-batches when pp
-    # divides M, else PyTorch's M // max(1, M // pp)
-    per_round = M // max(1, M // pp)
+def _interleaved_peak(pp, M, chunks=2, group_size=None):
+    # warm-up forwards plus the first steady one; a round is Megatron's group (default pp
+    # when pp divides M), else PyTorch's M // max(1, M // pp)
+    per_round = group_size or M // max(1, M // pp)
     return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * per_round + 1) for r in range(pp)]
 
 
@@ -145,18 +146,23 @@ def _chimera_peak(pp, M):
     return [pp] * pp
 
 
-def _combined(pp, M, u, chunks=1, delay_wgrad=False):
-    # Megatron's combined 1F1B: every rank's forwards and backwards outside the pairs
-    # add up to v*pp (F+BW) on the critical path, and the rest are vM - (v-1)pp - 1
-    # back-to-back pairs (one per step of the last rank's steady state).
-    if u.comm or delay_wgrad or M % pp and chunks > 1 or not max(u.f, u.bw) <= u.pair <= u.f + u.bw:
+def _combined(pp, M, u, chunks=1, delay_wgrad=False, group_size=None):
+    # Megatron's combined 1F1B in groups of g (default pp): every rank's forwards and
+    # backwards outside the pairs add up to ((v-1)g + pp)(F+BW) on the critical path, and
+    # the rest are vM - (v-1)g - 1 back-to-back pairs (one per step of the last rank's
+    # steady state): a larger group trades pairs for lone F+BW.
+    g = group_size or pp
+    if u.comm or delay_wgrad or M % pp and chunks > 1 and group_size is None:
         return None
-    return chunks * pp * (u.f + u.bw) + (chunks * M - (chunks - 1) * pp - 1) * u.pair
+    if not max(u.f, u.bw) <= u.pair <= u.f + u.bw:
+        return None
+    return ((chunks - 1) * g + pp) * (u.f + u.bw) + (chunks * M - (chunks - 1) * g - 1) * u.pair
 
 
-def _combined_peak(pp, M, chunks=1, delay_wgrad=False):
+def _combined_peak(pp, M, chunks=1, delay_wgrad=False, group_size=None):
     # Megatron's max_outstanding_backprops: the warm-up forwards plus the pair's own
-    return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * pp + 2) for r in range(pp)]
+    g = group_size or pp
+    return [min(M * chunks, 2 * (pp - r - 1) + (chunks - 1) * g + 2) for r in range(pp)]
 
 
 def _v_peak(limit):
@@ -180,8 +186,8 @@ FORMS: dict[str, Form] = {
     ),
     "interleaved-1f1b": Form(
         "(pp-1)(F+BW) per chunk, i.e. 1/v of 1F1B's",
-        "2(pp-r-1) + (v-1)pp + 1 chunks on rank r",
-        "c = 0, M divisible by pp (otherwise PyTorch's rounds: no form stated)",
+        "2(pp-r-1) + (v-1)g + 1 chunks on rank r (g: --group-size, default pp)",
+        "c = 0, M divisible by pp or --group-size given (otherwise PyTorch's rounds: no form stated)",
         _interleaved,
         _interleaved_peak,
     ),
@@ -259,11 +265,11 @@ FORMS: dict[str, Form] = {
         _combined_peak,
     ),
     "interleaved-1f1b-overlap": Form(
-        "makespan v pp(F+BW) + (vM-(v-1)pp-1)F&B",
-        "2(pp-r-1) + (v-1)pp + 2 chunks on rank r",
-        "c = 0, fused backward, max(F, BW) <= F&B <= F+BW, M divisible by pp",
-        lambda pp, M, u, chunks=2, delay_wgrad=False: _combined(pp, M, u, chunks, delay_wgrad),
-        lambda pp, M, chunks=2, delay_wgrad=False: _combined_peak(pp, M, chunks),
+        "makespan ((v-1)g + pp)(F+BW) + (vM-(v-1)g-1)F&B, g the group size (default pp)",
+        "2(pp-r-1) + (v-1)g + 2 chunks on rank r",
+        "c = 0, fused backward, max(F, BW) <= F&B <= F+BW",
+        lambda pp, M, u, chunks=2, delay_wgrad=False, group_size=None: _combined(pp, M, u, chunks, delay_wgrad, group_size),
+        lambda pp, M, chunks=2, delay_wgrad=False, group_size=None: _combined_peak(pp, M, chunks, group_size=group_size),
     ),
 }
 

@@ -210,6 +210,7 @@ def csv_name(r: Result) -> str:
 def export_command(r: Result) -> str:
     c = r.candidate
     chunks = f" --chunks {c.chunks}" if c.chunks else ""
+    chunks += f" --group-size {r.group_size}" if r.group_size else ""
     return f"pipesim export --schedule {c.schedule}{chunks} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
 
 
@@ -234,7 +235,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
             "(DualPipeV is DualPipe on one copy)",
         }
-    exact = TORCH_CLASS.get(cand.schedule)
+    exact = TORCH_CLASS.get(cand.schedule) if r.group_size is None else None  # PyTorch has no group size
     if cand.schedule == "1f1b" and cand.microbatches < lay.pp:
         exact = None  # Schedule1F1B refuses fewer micro-batches than stages
     if cand.schedule == "zb-h1":
@@ -320,7 +321,8 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "dualpipev": "DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it",
         }.get(name, name)
         return {"runs": False, "why": f"Megatron-LM has no {what} schedule: it runs 1F1B, interleaved 1F1B and combined 1F1B"}
-    if name.startswith("interleaved") and cand.microbatches % lay.pp:
+    group = r.group_size  # Megatron's group where its default of pp refuses M (search.megatron_group)
+    if name.startswith("interleaved") and cand.microbatches % lay.pp and group is None:
         return {
             "runs": False,
             "why": f"pipesim's interleaved order for M={cand.microbatches} not a multiple of pp={lay.pp} is PyTorch's "
@@ -348,6 +350,8 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append("--recompute-granularity selective")
     elif cand.recompute == "full":
         flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if group is not None:
+        flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     notes = []
     if name in COMBINED:
         flags.append("--overlap-moe-expert-parallel-comm")

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields
 
 from ..schedules import REGISTRY
+from ..schedules.combined import warmup
 from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .estimate import (
@@ -61,7 +62,9 @@ def layout_text(r: Result, plan: Plan) -> str:
 
 
 def schedule_text(r: Result) -> str:
-    return r.candidate.label
+    if r.group_size is None:
+        return r.candidate.label
+    return r.candidate.label.removesuffix(")") + (", " if r.candidate.chunks else " (") + f"g={r.group_size})"
 
 
 def hours_for_run(r: Result, t: Training) -> float:
@@ -78,6 +81,7 @@ def result_row(r: Result, plan: Plan) -> dict:
         "ep": c.layout.ep,
         "schedule": c.schedule,
         "chunks": c.chunks,
+        "group_size": r.group_size,
         "microbatches": c.microbatches,
         "micro_batch_size": c.layout.micro_batch,
         "recompute": c.recompute,
@@ -109,6 +113,7 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
             out[name] = "does not fit or cannot run: " + _rejection(plan, name)
             continue
         slower = mine.step_time / best.step_time - 1
+        rank = plan.results.index(mine) + 1
         reasons = []
         bubble_gap = mine.bubble * mine.makespan - best.bubble * best.makespan
         comm_gap = mine.exposed_comm - best.exposed_comm
@@ -122,7 +127,10 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
             reasons.append(f"memory pushes it to pp{mine.candidate.layout.pp}")
         if not reasons:
             reasons.append("a little more time per step at its best layout")
-        out[name] = f"{slower:+.1%} per step at {layout_text(mine, plan)}, M={mine.candidate.microbatches}: " + "; ".join(reasons)
+        out[name] = (
+            f"#{rank} of {len(plan.results)}, {slower:+.1%} per step at {layout_text(mine, plan)}, "
+            f"M={mine.candidate.microbatches}: " + "; ".join(reasons)
+        )
     return out
 
 
@@ -166,12 +174,14 @@ def advice(plan: Plan) -> list[str]:
             )
         elif best.candidate.schedule == "dualpipev":
             out.append("DualPipeV folds the model into a V on each rank: DualPipe's overlap with one copy of the parameters.")
+        if m.moe:
+            out.append(combined_advice(plan))
     else:
         why = []
         if m.moe is None:
             why.append("a dense model has no expert all-to-all for DualPipe to hide")
         if not dual:
-            why.append("its second copy of the parameters does not fit in memory at any layout searched")
+            why.append(f"neither DualPipe nor DualPipeV runs at any layout searched ({_rejection(plan, 'dualpipe')})")
         else:
             d = min(dual, key=lambda r: r.step_time)
             why.append(
@@ -187,8 +197,10 @@ def advice(plan: Plan) -> list[str]:
         out.append(
             "DualPipe is overkill here: "
             + "; ".join(why)
-            + f". {best.candidate.label} with a {best.bubble:.1%} bubble is the better buy."
+            + f". {schedule_text(best)} with a {best.bubble:.1%} bubble is the better buy."
         )
+        if m.moe:
+            out.append(combined_advice(plan))
     if best.candidate.layout.pp == 1:
         out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
     head = c.hbm_gb * plan.training.memory_headroom - best.memory_gb
@@ -197,6 +209,54 @@ def advice(plan: Plan) -> list[str]:
             f"Memory is tight: {best.memory_gb:.1f} GB of {c.hbm_gb:.0f} GB per GPU; fragmentation or a larger micro-batch may not fit."
         )
     return out
+
+
+def combined_advice(plan: Plan) -> str:
+    """Where Megatron's combined 1F1B, which overlaps the same all-to-all as DualPipe with
+    one copy of the parameters, stands against the recommendation, and why."""
+    best = plan.best
+    head = "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm) hides the all-to-all in F&B pairs"
+    if best.candidate.schedule in recipe.COMBINED:
+        rivals = [r for r in plan.results if r.candidate.schedule not in recipe.COMBINED]
+        line = f"{head} with one copy of the parameters and wins here"
+        if rivals:
+            r = rivals[0]
+            line += (
+                f": the best other schedule, {schedule_text(r)} on {layout_text(r, plan)}, exposes {r.exposed_comm:.2f} s "
+                f"of communication per step against {best.exposed_comm:.2f} s, bubble {r.bubble:.1%} against {best.bubble:.1%}"
+            )
+        return line + "."
+    head += ", as DualPipe does, with one copy of the parameters"
+    found = [r for r in plan.results if r.candidate.schedule in recipe.COMBINED]
+    if not found:
+        return f"{head}; it fits at no layout searched ({_rejection(plan, 'interleaved-1f1b-overlap')})."
+    c = found[0]
+    lay, v, M = c.candidate.layout, c.candidate.chunks or 1, c.candidate.microbatches
+    g = c.group_size or lay.pp
+    pairs = [v * M - warmup(lay.pp, r, M, v, g) for r in range(lay.pp)]
+    text = (
+        f"{head}. Its best, {schedule_text(c)}, is {family_verdicts(plan)[c.candidate.schedule]}. Megatron's warm-up "
+        f"(2(pp-r-1) + (v-1)g + 1 forwards on rank r, g the micro-batch group) leaves {min(pairs)}-{max(pairs)} of each "
+        f"rank's {v * M} forwards to pair with a backward"
+    )
+    fewer = [
+        r
+        for r in plan.rejected
+        if r.candidate.schedule in recipe.COMBINED
+        and r.candidate.layout == lay
+        and (r.candidate.chunks or 1) < v
+        and r.memory_gb
+        and r.candidate.recompute == c.candidate.recompute
+    ]
+    if fewer:
+        f = min(fewer, key=lambda r: r.memory_gb)
+        text += (
+            f"; it holds that warm-up plus the pair's forward, 2(pp-r-1) + (v-1)g + 2 chunk activations (DualPipe pp+1 "
+            f"stages, DualPipeV 2pp+1 chunks), so at pp{lay.pp} it fits only with {v} chunks per rank ({schedule_text(f)} "
+            f"needs {f.memory_gb:.0f} GB against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable), "
+            f"which cuts {plan.model.layers} layers into {lay.pp * v} stages"
+        )
+    return text + "."
 
 
 def published(plan: Plan) -> dict | None:
@@ -376,7 +436,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines += [
         "## Recommendation",
         "",
-        f"**{cand.label} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
+        f"**{schedule_text(best)} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
         f"per pipeline per step, {cand.recompute} recomputation.",
         "",
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
@@ -450,7 +510,7 @@ def _table(plan: Plan, rows: list[Result]) -> str:
     for i, r in enumerate(rows, 1):
         c = r.candidate
         out.append(
-            f"| {i} | {layout_text(r, plan)} | {c.label} | {c.microbatches} x {c.layout.micro_batch} | {c.recompute} | "
+            f"| {i} | {layout_text(r, plan)} | {schedule_text(r)} | {c.microbatches} x {c.layout.micro_batch} | {c.recompute} | "
             f"{r.step_time:.2f} | {r.bubble:.1%} | {r.compute_utilization:.1%} | {r.memory_gb:.1f} | {r.tokens_per_s:,.0f} | "
             f"{r.mfu:.1%} | {_fmt_hours(r.gpu_hours_per_t)} |"
         )

@@ -32,6 +32,7 @@ from ..ir import KINDS, Op, Pair, Placement, RankTable, Schedule
 from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build, family
+from ..schedules.classic import smallest_group
 from ..simulate import Program, compile, simulate
 from .estimate import (
     Layout,
@@ -116,6 +117,7 @@ class Result:
     mfu: float = 0.0
     gpu_hours_per_t: float = math.inf  # GPU-hours per 10^12 tokens
     params_gb: float = 0.0  # parameter bytes per GPU (all copies)
+    group_size: int | None = None  # Megatron's group size it was built with (megatron_group), None: the default
 
 
 @dataclass
@@ -501,6 +503,24 @@ def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
     return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
+def megatron_group(shared: Shared, name: str, pp: int, M: int, options: dict) -> dict:
+    """Megatron's group size where a family needs one at M: a builder that takes
+    ``group_size`` and refuses M with its default of pp (combined 1F1B at M not a multiple
+    of pp; plain interleaved 1F1B runs PyTorch's rounds there instead) gets the smallest g
+    Megatron accepts. A larger g only turns pairs into lone F+BW passes and adds warm-up
+    activations (theory: ((v-1)g + pp)(F+BW) + (vM - (v-1)g - 1)F&B, peak
+    2(pp-r-1) + (v-1)g + 2), so the smallest is the one to search. Its order repeats every
+    g micro-batches, not 2pp: such candidates are simulated whole."""
+    g = smallest_group(pp, M) if "group_size" in REGISTRY[name].options and M % pp else None
+    if g is None:
+        return {}
+    try:
+        shared.placement(name, pp, M, options)
+        return {}
+    except PipesimError:
+        return {"group_size": g}
+
+
 def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
     """The options the candidate's family is built with: its chunks, and for a family whose
     builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
@@ -535,7 +555,9 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     if not fam.periodic and M * lay.pp > limit:
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
-    points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
+    group = megatron_group(shared, cand.schedule, lay.pp, M, chunks)
+    chunks |= group
+    points = None if shared.exhaustive or group else sample_points(cand.schedule, lay.pp, M)
     try:
         if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
             pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
@@ -561,7 +583,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
             f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
-    opts = builder_options(cand, costs, mm, budget - static, stages)
+    opts = builder_options(cand, costs, mm, budget - static, stages) | group
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
         return Result(
             cand,
@@ -725,7 +747,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     cand = p.candidate
     pp, M = cand.layout.pp, cand.microbatches
     costs = p.costs
-    points = None if shared.exhaustive else sample_points(cand.schedule, pp, M)
+    points = None if shared.exhaustive or "group_size" in p.options else sample_points(cand.schedule, pp, M)
     try:
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
@@ -762,6 +784,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
         mfu=model_flops_per_token(m, t.seq) * tokens / (c.gpus * c.bf16_tflops * 1e12 * step),
         gpu_hours_per_t=c.gpus * step / 3600 * 1e12 / tokens,
         params_gb=max(x.params) / GB,
+        group_size=p.options.get("group_size"),
     )
 
 

@@ -53,7 +53,8 @@ REGISTRY: dict[str, Family] = {
             "interleaved-1f1b",
             interleaved_1f1b,
             "interleaved",
-            "M a multiple of max(1, M // pp) (PyTorch's rounds; any multiple of pp); --chunks >= 1 (default 2)",
+            "M a multiple of max(1, M // pp) (PyTorch's rounds; any multiple of pp); --chunks >= 1 (default 2); "
+            "--group-size g: Megatron's groups, pp <= g <= M, M % g 0 or >= pp",
             "Megatron's virtual stages: bubble shrinks by the number of chunks",
         ),
         Family("zb-h1", zb_h1, "flat", "any pp >= 1, M >= 1", "Zero Bubble H1: B/W split, 1F1B's memory"),
@@ -105,7 +106,7 @@ REGISTRY: dict[str, Family] = {
             "interleaved-1f1b-overlap",
             interleaved_1f1b_overlap,
             "interleaved",
-            "M divisible by pp; --chunks >= 2 (default 2); --delay-wgrad splits W off",
+            "--group-size g (default pp): pp <= g <= M, M % g 0 or >= pp; --chunks >= 2 (default 2); --delay-wgrad splits W off",
             "Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm) on virtual stages",
         ),
         # --- end combined 1F1B ---

@@ -46,23 +46,63 @@ def one_f_one_b(pp: int, microbatches: int) -> Schedule:
     return Schedule("1f1b", pp, M, Placement.flat(pp, M), RankTable.stack(rows))
 
 
-def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
+def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each virtual micro-batch, as Megatron's get_schedule_table:
+    groups of ``group`` micro-batches, each through chunk 0, then chunk 1, ...; the last
+    group takes whatever is left. The k-th backward is entry k with the chunk reversed."""
+    table = []
+    for lo in range(0, microbatches, group):
+        hi = microbatches if lo + group >= microbatches else lo + group
+        table += [(mb, c) for c in range(chunks) for mb in range(lo, hi)]
+    return table
+
+
+def megatron_group(name: str, pp: int, microbatches: int, group: int | None) -> int:
+    """Megatron's microbatch_group_size_per_vp_stage (default pp), checked as
+    forward_backward_pipelining_with_interleaving checks it."""
+    M, g = microbatches, pp if group is None else group
+    flag = "--group-size (Megatron's --microbatch-group-size-per-virtual-pipeline-stage)"
+    if group is None and M % pp:
+        raise PipesimError(
+            f"{name} needs --microbatches a multiple of --pp={pp} (Megatron's default group of pp), or a {flag} g "
+            f"from pp to M with M % g 0 or >= pp; got M={M}"
+        )
+    if not isinstance(g, int) or not pp <= g <= M:
+        raise PipesimError(f"{name} needs {flag} from --pp={pp} to --microbatches={M}, got {g}")
+    if 0 < M % g < pp:
+        raise PipesimError(
+            f"{name} needs M % {flag} to be 0 or >= --pp={pp}: groups of {g} leave a last group of {M % g} < pp={pp}"
+        )
+    return g
+
+
+def smallest_group(pp: int, microbatches: int) -> int | None:
+    """The smallest group size Megatron accepts at (pp, M) (None: M < pp): the fewest
+    warm-up forwards, hence activations, and for combined 1F1B the most pairs."""
+    M = microbatches
+    return next((g for g in range(pp, M + 1) if M % g == 0 or M % g >= pp), None)
+
+
+def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2, group_size: int | None = None) -> Schedule:
     """Megatron-LM's interleaved 1F1B: each rank holds ``chunks`` model chunks (chunk c of
-    rank r is stage c*pp + r) and walks them in groups of pp micro-batches, forwards in
-    chunk order and backwards in reverse chunk order. For M not a multiple of pp, the
-    order of PyTorch's Interleaved1F1B, which groups micro-batches in rounds of
+    rank r is stage c*pp + r) and walks them in groups of ``group_size`` micro-batches
+    (Megatron's microbatch_group_size_per_vp_stage, default pp; ``schedule_table``),
+    forwards in chunk order and backwards in reverse chunk order, after
+    2(pp-r-1) + (v-1)g warm-up forwards. For M not a multiple of pp and no group size,
+    the order of PyTorch's Interleaved1F1B, which groups micro-batches in rounds of
     M // max(1, M // pp) (it refuses M that its rounds do not divide, and so does this)."""
     M, v = microbatches, chunks
     if not isinstance(v, int) or v < 1:
         # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per
         # rank: 1F1B with twice its warm-up forwards
         raise PipesimError(f"interleaved-1f1b needs --chunks >= 1, got {v}")
-    if M % pp:  # PyTorch's generalisation: rounds of M // max(1, M // pp) micro-batches
+    if M % pp and group_size is None:  # PyTorch's generalisation: rounds of M // max(1, M // pp) micro-batches
         return interleaved("interleaved-1f1b", pp, M, v, zero_bubble=False)
+    g = megatron_group("interleaved-1f1b", pp, M, group_size)
+    table_mb, table_c = np.array(schedule_table(M, v, g), np.int32).T
     total = M * v
     rows = []
     for r in range(pp):
-        fwd, k = warm_then_alternate(min((pp - r - 1) * 2 + (v - 1) * pp, total), total)
-        group = (k // pp) % v  # the k-th forward runs chunk group, the k-th backward chunk v-1-group
-        rows.append((np.where(fwd, F, BW), np.where(fwd, group, v - 1 - group), (k // (pp * v)) * pp + k % pp))
+        fwd, k = warm_then_alternate(min((pp - r - 1) * 2 + (v - 1) * g, total), total)
+        rows.append((np.where(fwd, F, BW), np.where(fwd, table_c[k], v - 1 - table_c[k]), table_mb[k]))
     return Schedule("interleaved-1f1b", pp, M, Placement.interleaved(pp, M, v), RankTable.stack(rows))

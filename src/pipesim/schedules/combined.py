@@ -7,11 +7,12 @@ The order is the one ``forward_backward_pipelining_with_interleaving`` runs when
 flag is on (megatron/core/pipeline_parallel/schedules.py, ``get_pp_rank_microbatches`` and
 ``get_schedule_table``):
 
-* the virtual micro-batches of a rank follow Megatron's schedule table: groups of
-  ``pp`` micro-batches (``microbatch_group_size_per_vp_stage``, default pp), each group
-  through chunk 0, then chunk 1, ...; the last group takes whatever is left, so any M runs;
-  backward k is table entry k with the chunk reversed;
-* rank r runs ``2(pp-r-1) + (v-1)pp + 1`` forwards first: interleaved 1F1B's warm-up plus
+* the virtual micro-batches of a rank follow Megatron's schedule table
+  (``classic.schedule_table``): groups of g micro-batches (``group_size``, Megatron's
+  ``microbatch_group_size_per_vp_stage``, default pp), each group through chunk 0, then
+  chunk 1, ...; the last group takes whatever is left; backward k is table entry k with
+  the chunk reversed. Megatron asks pp <= g <= M and M % g either 0 or >= pp;
+* rank r runs ``2(pp-r-1) + (v-1)g + 1`` forwards first: interleaved 1F1B's warm-up plus
   the one extra forward Megatron adds "to ensure the forward and backward computations
   are independent in all 1f1b steps";
 * then step k runs forward ``warm + k`` and backward k as one pipesim ``Pair`` (Megatron's
@@ -39,24 +40,16 @@ from __future__ import annotations
 
 from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule
+from .classic import megatron_group, schedule_table
 
 
-def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
-    """(micro-batch, chunk) of each virtual micro-batch, as Megatron's get_schedule_table."""
-    table = []
-    for lo in range(0, microbatches, group):
-        hi = microbatches if lo + group >= microbatches else lo + group
-        table += [(mb, c) for c in range(chunks) for mb in range(lo, hi)]
-    return table
-
-
-def warmup(pp: int, rank: int, microbatches: int, chunks: int) -> int:
+def warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
     """Forwards before the first pair on ``rank`` (capped by the rank's total)."""
-    return min(2 * (pp - rank - 1) + (chunks - 1) * pp + 1, microbatches * chunks)
+    return min(2 * (pp - rank - 1) + (chunks - 1) * group + 1, microbatches * chunks)
 
 
-def _rank(pp: int, r: int, M: int, v: int, delay_wgrad: bool) -> tuple[Item, ...]:
-    table = schedule_table(M, v, pp)
+def _rank(pp: int, r: int, M: int, v: int, g: int, delay_wgrad: bool) -> tuple[Item, ...]:
+    table = schedule_table(M, v, g)
     total = len(table)
     bkind = "B" if delay_wgrad else "BW"
 
@@ -69,7 +62,7 @@ def _rank(pp: int, r: int, M: int, v: int, delay_wgrad: bool) -> tuple[Item, ...
         c = v - 1 - c
         return Op(bkind, c, mb), ((Op("W", c, mb),) if delay_wgrad else ())
 
-    warm = warmup(pp, r, M, v)
+    warm = warmup(pp, r, M, v, g)
     items: list[Item] = [fwd(k) for k in range(warm)]
     for k in range(total - warm):
         b, w = bwd(k)
@@ -81,21 +74,21 @@ def _rank(pp: int, r: int, M: int, v: int, delay_wgrad: bool) -> tuple[Item, ...
 
 
 def one_f_one_b_overlap(pp: int, microbatches: int, delay_wgrad: bool = False) -> Schedule:
-    """Combined 1F1B with one chunk per rank: 2(pp-r-1)+1 warm-up forwards, then F&B pairs."""
+    """Combined 1F1B with one chunk per rank: 2(pp-r-1)+1 warm-up forwards, then F&B pairs
+    (with one chunk the group size changes nothing: the table is 0..M-1)."""
     M = microbatches
-    ranks = tuple(_rank(pp, r, M, 1, delay_wgrad) for r in range(pp))
+    ranks = tuple(_rank(pp, r, M, 1, pp, delay_wgrad) for r in range(pp))
     return Schedule("1f1b-overlap", pp, M, Placement.flat(pp, M), ranks)
 
 
-def interleaved_1f1b_overlap(pp: int, microbatches: int, chunks: int = 2, delay_wgrad: bool = False) -> Schedule:
-    """Combined 1F1B on Megatron's interleaved placement (chunk c of rank r is stage c*pp + r)."""
+def interleaved_1f1b_overlap(
+    pp: int, microbatches: int, chunks: int = 2, delay_wgrad: bool = False, group_size: int | None = None
+) -> Schedule:
+    """Combined 1F1B on Megatron's interleaved placement (chunk c of rank r is stage c*pp + r)
+    in groups of ``group_size`` micro-batches (default pp)."""
     M, v = microbatches, chunks
     if not isinstance(v, int) or v < 2:
         raise PipesimError(f"interleaved-1f1b-overlap needs --chunks >= 2, got {v} (with 1 chunk use 1f1b-overlap)")
-    if M % pp:
-        # Megatron: pp <= group (default pp) <= M, and M % group is 0 or >= pp
-        raise PipesimError(
-            f"interleaved-1f1b-overlap needs --microbatches a multiple of --pp={pp} (Megatron's groups of pp), got {M}"
-        )
-    ranks = tuple(_rank(pp, r, M, v, delay_wgrad) for r in range(pp))
+    g = megatron_group("interleaved-1f1b-overlap", pp, M, group_size)
+    ranks = tuple(_rank(pp, r, M, v, g, delay_wgrad) for r in range(pp))
     return Schedule("interleaved-1f1b-overlap", pp, M, Placement.interleaved(pp, M, v), ranks)
