@@ -227,7 +227,7 @@ def print_profile_pair() -> None:
     m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
     t = load_training(base=model_training("deepseek-v3"))
     lc = layer_costs(m, m.layers - 1, c, t, Layout(pp=16, dp=128, ep=64), "selective")
-    cc = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms)
+    cc = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms, held_in_pairs=t.comm_held_in_pairs)
     pair = cc.pair_time(Pair(Op("F", 0, 0), Op("BW", 0, 1)), 0, 0) * 1e3
     print("\n## Kernel-level check: DeepSeek's public training profile\n")
     print("| what | measured | predicted | error |")

@@ -121,16 +121,25 @@ def test_deepseek_mtp_module_on_the_last_stage():
     assert len(parts[-1]) < len(parts[7])  # the heavy end stage takes fewer layers
 
 
-def test_deepseek_profile_pair_within_10_percent():
+def test_deepseek_profile_pair_within_3_percent():
     """DeepSeek's public training profile (deepseek-ai/profile-data, train.json): the
-    overlapped F&B pair of 4 MoE layers at EP64, 4K tokens, H800 spans 129.0 ms of kernels."""
+    overlapped F&B pair of 4 MoE layers at EP64, 4K tokens, H800 spans 129.0 ms of kernels.
+    Its communication stream is busy for most of the window, so the compute beside it runs
+    on 112 of 132 SMs throughout (comm_held_in_pairs); slowed only while pipesim's
+    bandwidth-bound all-to-alls run, the same pair came to 119.5 ms (-7.4%)."""
     m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
     t = load_training(base=model_training("deepseek-v3"))
-    lc = layer_costs(m, m.layers - 1, c, t, Layout(pp=16, dp=128, ep=64), "selective")
-    pair = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms).pair_time(
-        Pair(Op("F", 0, 0), Op("BW", 0, 1)), 0, 0
-    )
-    assert pair == pytest.approx(0.129, rel=0.10)
+    assert t.comm_held_in_pairs and (t.comm_sms, c.sms) == (20, 132)
+    lay = Layout(pp=16, dp=128, ep=64)
+    lc = layer_costs(m, m.layers - 1, c, t, lay, "selective")
+    pair = Pair(Op("F", 0, 0), Op("BW", 0, 1))
+    held = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms, held_in_pairs=True)
+    assert held.pair_time(pair, 0, 0) == pytest.approx(0.129, rel=0.03)
+    # the planner's own cost model holds them too
+    planner = component_costs(m, c, t, lay, 1, "selective", [range(m.layers - 4, m.layers)])
+    assert planner.held_in_pairs
+    free = ComponentCosts.uniform(lc, 4, comm_sms=t.comm_sms, total_sms=c.sms)
+    assert free.pair_time(pair, 0, 0) < 0.95 * 0.129
 
 
 def test_data_parallel_sync_and_optimizer_by_hand():

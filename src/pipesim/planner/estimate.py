@@ -574,6 +574,7 @@ def component_costs(
         comm_sms=t.comm_sms,
         total_sms=c.sms,
         lone_overlap=m.moe is None and t.tp_overlap,
+        held_in_pairs=t.comm_held_in_pairs,
     )
 
 

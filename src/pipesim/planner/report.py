@@ -271,7 +271,13 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "all-to-all",
             "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the "
-            "slower link sets the time; overlapped only inside DualPipe's F&B pairs",
+            "slower link sets the time; overlapped only inside DualPipe's F&B pairs, whose all-to-all kernels "
+            + (
+                f"hold {t.comm_sms} of the {c.sms} SMs for the whole pair (DeepSeek-V3 section 3.2.2; its training "
+                "profile's pair within 1%)"
+                if t.comm_held_in_pairs
+                else f"take {t.comm_sms} of the {c.sms} SMs while they move data"
+            ),
         ),
         ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
         (

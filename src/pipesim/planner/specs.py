@@ -129,6 +129,7 @@ class Training:
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
+    comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
     optimizer_bytes: float = 12  # fp32 master weights and Adam moments
