@@ -139,9 +139,14 @@ def model_flops_per_token(m: Model, seq: int) -> float:
 # at the fused kernel's share of peak; norms, activations, residual adds, rotary
 # embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwidth.
 
-#: bytes an unfused attention moves per score element: the scores written, read and
-#: written by the softmax (and its dropout), read by the value product; twice that backward
-FORWARD_SCORE_BYTES = 10
+#: bytes an unfused attention moves per score element besides its two multiplies' own
+#: reads and writes, in fp16, as Megatron-LM 2021's ParallelAttention runs it (baddbmm,
+#: FusedScaleMaskSoftmax, dropout, bmm): forward the fused softmax reads and writes the
+#: scores (4) and the dropout reads them and writes them and a one-byte mask (5) ...
+FORWARD_SCORE_BYTES = 9
+#: ... backward the dropout's gradient reads the gradient and the mask and writes (5) and
+#: the softmax's reads the gradient and its saved output and writes (6)
+BACKWARD_SCORE_BYTES = 11
 #: output tile of a matrix-multiply kernel (rows x columns), for wave quantization
 TILE = 128
 #: the backward of fused attention runs at this share of its forward's FLOP rate
@@ -276,18 +281,19 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
     per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
     (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate; nothing
-    goes through HBM. Unfused (Megatron
-    2021): the whole square as batched multiplies, twice that backward, and each score
-    element moves ``FORWARD_SCORE_BYTES`` through HBM forward, twice that backward."""
+    goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
+    twice that backward (four multiplies), and each score element moves
+    ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
+    for the softmax and dropout between them."""
     qk, v = attention_dims(m)
     T, heads = lay.micro_batch * t.seq, m.heads / lay.tp
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         return f, 2.5 * f / FLASH_BACKWARD_SHARE
     per_seq = lay.micro_batch * heads
-    f = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
-    f += T * heads * t.seq * FORWARD_SCORE_BYTES / hbm_rate(c, t)
-    return f, 2 * f
+    products = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
+    scores = T * heads * t.seq / hbm_rate(c, t)
+    return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
 
 
 def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float]:
@@ -534,7 +540,13 @@ def default_ep(m: Model, dp: int) -> int:
 def stage_parts(
     m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, ranks: tuple[tuple[int, ...], ...] | None = None
 ) -> list[range]:
-    """The layers of each model stage, balanced by cost (see ``balanced_partition``)."""
+    """The layers of each model stage, balanced by cost (see ``balanced_partition``), or
+    with ``stage_split = "even"`` the same number of layers on every stage whatever else
+    the end stages hold: Megatron-LM 2021 gives each stage (and each interleaved chunk)
+    layers / stages of them (its arguments.py asserts they divide), DeepSpeed's pipeline
+    partitions by counting transformer layers (``partition_method="type:transformer"``)."""
+    if t.stage_split == "even":
+        return partition(m.layers, stages)
     kinds = {}
     for i in range(m.layers):
         key = m.is_moe_layer(i)

@@ -15,6 +15,7 @@ from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .estimate import (
     FLASH_BACKWARD_SHARE,
+    BACKWARD_SCORE_BYTES,
     FORWARD_SCORE_BYTES,
     FP8_WGRAD_SHARE,
     active_params,
@@ -249,7 +250,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "attention",
             f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
             f"rate; unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
-            "forward, twice backward",
+            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)",
         ),
         (
             "memory-bound kernels",
@@ -260,7 +261,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "stage imbalance",
             "the embedding on the first stage, the output head and loss "
             + ("and the MTP modules " if plan.model.mtp_layers else "")
-            + "on the last; layers split so that the busiest rank carries the least",
+            + "on the last; "
+            + (
+                "the same number of layers on every stage (stage_split = even, as Megatron-LM 2021 and DeepSpeed split them)"
+                if t.stage_split == "even"
+                else "layers split so that the busiest rank carries the least"
+            ),
         ),
         (
             "tensor parallelism",

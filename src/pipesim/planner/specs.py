@@ -143,6 +143,7 @@ class Training:
     sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
+    stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" by count (Megatron-LM 2021, DeepSpeed's type:transformer)
 
 
 # --------------------------------------------------------------------------------------
@@ -311,6 +312,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
     if t.recompute not in ("none", "selective", "full", "auto"):
         raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.stage_split not in ("balanced", "even"):
+        raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
     for key in ("seq", "global_batch"):
