@@ -373,9 +373,22 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     return 2 * (lay.tp - 1) / lay.tp * size / (c.nvlink_gbps * 1e9)
 
 
+def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:
+    """Seconds one micro-batch spends adding the weight gradients of ``params`` local
+    parameters into the step's accumulated ones when the weight-gradient multiply does not
+    do it itself: ``grad_accumulation_bytes`` per parameter at HBM bandwidth. Megatron-LM
+    2021's DDP hook (``main_grad.add_(grad)``, its gradient_accumulation_fusion came in
+    2022) and PyTorch autograd's AccumulateGrad under DeepSpeed each write the gradient,
+    then read it and the sum and write the sum: 8 bytes in fp16/bf16."""
+    return params * t.grad_accumulation_bytes / hbm_rate(c, t)
+
+
 def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str) -> LayerCosts:
     proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
     mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
+    dense, experts = mlp_params(m, layer)
+    proj_w += accumulation_seconds(c, t, attention_params(m) / lay.tp)
+    mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / lay.ep)
     core_f, core_b = attention_core(m, c, t, lay)
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
     attn_f = proj_f + core_f + ew_attn
@@ -428,6 +441,7 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
     norm = T * 2 * 2 * h / lay.tp / hbm_rate(c, t)
     loss = T * m.vocab / lay.tp * LOGIT_BYTES / hbm_rate(c, t)
+    w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     return LayerCosts(attn_f=norm, mlp_f=f + loss / 2, attn_b=2 * norm, attn_w=0.0, mlp_b=b + loss / 2, mlp_w=w)
 
 
@@ -594,11 +608,20 @@ def component_costs(
 # the step's ends: data-parallel collectives and the optimizer
 
 
-def dp_bandwidth(c: Cluster, lay: Layout) -> float:
-    """Bytes per second of a data-parallel ring: NVLink when the replicas of a shard share
-    a node (tensor ranks innermost, then data-parallel ones, as Megatron orders them),
-    else the network."""
-    return (c.nvlink_gbps if lay.tp * lay.dp <= c.gpus_per_node else c.network_gbps) * 1e9
+def dp_bandwidth(c: Cluster, lay: Layout, spacing: int = 1) -> float:
+    """Bytes per second of a data-parallel ring whose members sit ``spacing`` data-parallel
+    ranks apart (1 for the dense replicas, ep for the expert replicas; tensor ranks are
+    innermost, then data-parallel ones, as Megatron orders them). Inside a node: NVLink.
+    Across nodes NCCL runs one ring per network interface (its channels), each crossing
+    every node boundary once, so a group with k members in a node drives k interfaces at
+    once: k times a GPU's network bandwidth, at most NVLink's (DGX A100's 8 x 200 Gb/s
+    give the ~190 GB/s bus bandwidth nccl-tests show across nodes for 8 GPUs a node); a
+    group with one member a node has its own link only."""
+    stride = lay.tp * spacing
+    if stride * (lay.dp // spacing) <= c.gpus_per_node:
+        return c.nvlink_gbps * 1e9
+    per_node = max(1, c.gpus_per_node // stride)
+    return min(c.nvlink_gbps, per_node * c.network_gbps) * 1e9
 
 
 def step_overhead(
@@ -617,7 +640,6 @@ def step_overhead(
     reduction). The optimizer step reads gradients and reads and writes
     master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
     HBM bandwidth, after everything else."""
-    bw = dp_bandwidth(c, lay)
     worst_comm = worst_opt = 0.0
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
@@ -625,8 +647,8 @@ def step_overhead(
         grads = gather = opt = 0.0
         for st in held:
             dense, experts = mm.params_at(st)
-            for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
-                ring = (replicas - 1) / replicas * n / bw
+            for n, replicas, spacing in ((dense, lay.dp, 1), (experts, max(1, lay.dp // lay.ep), lay.ep)):
+                ring = (replicas - 1) / replicas * n / dp_bandwidth(c, lay, spacing)
                 reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
                 grads += reduce
                 gather += ring * t.param_bytes if t.zero >= 1 else 0.0
