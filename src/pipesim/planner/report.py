@@ -14,8 +14,8 @@ from ..schedules import REGISTRY
 from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .estimate import (
-    FLASH_BACKWARD_SHARE,
     BACKWARD_SCORE_BYTES,
+    FLASH_BACKWARD_SHARE,
     FORWARD_SCORE_BYTES,
     FP8_WGRAD_SHARE,
     active_params,
