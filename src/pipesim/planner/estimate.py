@@ -308,16 +308,29 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
     (2 ffn). MoE: the router's softmax and top-k read and write the expert scores, the
     permute copies each token to its top_k slots and the un-permute sums them back
     ((1 + top_k) h each way). Under FP8 each multiply's input is cast (read 2 bytes,
-    write 1 and a scale: 1.5 elements)."""
+    write 1 and a scale: 1.5 elements).
+
+    Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
+    as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
+    models/norms.py): RMSNorm upcasts to fp32 and runs pow, mean, multiply, downcast and
+    the weight's multiply (18 elements of 2 bytes per hidden one, against 2 fused); rotary
+    upcasts q and k, multiplies them as complex numbers and downcasts (10 per element,
+    against 2); grouped-query attention copies k and v out to every query head
+    (``repeat_kv``: read kv, write q-sized, each); the attention output is made contiguous
+    (2 per element); SwiGLU's SiLU and multiply are two kernels (5 ffn, against 3)."""
     h, tp, a = m.hidden, lay.tp, m.attention
     qk, v = attention_dims(m)
     seq_share = 1 / tp if t.sequence_parallel else 1.0
-    block = 5 * h * seq_share  # norm + residual add
+    eager = not t.fused_elementwise and a.kind == "gqa"
+    block = (21 if eager else 5) * h * seq_share  # norm + residual add
     if a.kind == "mla":
         rotary = 2 * (m.heads / tp + 1) * a.qk_rope_dim
         cast_attn = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
     else:
-        rotary = 2 * (m.heads + (a.kv_heads or m.heads)) * qk / tp
+        q, kv = m.heads * qk / tp, (a.kv_heads or m.heads) * qk / tp
+        rotary = (10 if eager else 2) * (q + kv)
+        if eager:
+            rotary += 2 * q + (2 * (kv + q) if kv < q else 0.0)  # contiguous output; repeat_kv of k and v
         cast_attn = h + m.heads * v / tp
     if m.is_moe_layer(layer):
         e = m.moe
@@ -326,7 +339,7 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
         cast_mlp = h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)
     else:
         f = m.dense_ffn / tp
-        act, routing = (3 * f if m.activation == "swiglu" else 2 * f), 0.0
+        act, routing = ((5 if eager else 3) * f if m.activation == "swiglu" else 2 * f), 0.0
         cast_mlp = h + f
     fp8 = 1.5 if t.precision == "fp8" else 0.0
     T = lay.micro_batch * t.seq
