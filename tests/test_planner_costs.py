@@ -14,15 +14,19 @@ from pipesim.ir import Op, Pair, Placement
 from pipesim.planner import calibrate
 from pipesim.planner.estimate import (
     Layout,
+    accumulation_seconds,
+    attention_core,
     attention_params,
     balanced_partition,
     component_costs,
+    dp_bandwidth,
     elementwise_bytes,
     embedding_params,
     gemm,
     layer_costs,
     layer_params,
     memory_model,
+    mlp_params,
     p2p_seconds,
     stage_params,
     stage_parts,
@@ -70,6 +74,77 @@ def test_memory_bound_kernels_by_hand():
     up, down = gemm(GPU, T, 32, 256, 64), gemm(GPU, T, 32, 64, 128)
     assert lc.mlp_f == pytest.approx(up + down + mlp / 0.5e12)
     assert lc.mlp_b == pytest.approx(gemm(GPU, T, 32, 64, 256) + gemm(GPU, T, 32, 128, 64) + 2 * mlp / 0.5e12)
+
+
+def test_eager_kernels_by_hand():
+    """PyTorch eager ops as torchtitan's Llama runs them, per token in 2-byte elements (h 64,
+    q 4 x 16 = 64, kv 2 x 16 = 32, ffn 128): each block's fp32 RMSNorm chain, x.float() 1+2,
+    pow 2+2, mean 2, x * rsqrt 2+2, type_as 2+1, * weight 1+1 = 18h, and the residual add
+    3h; rotary on q and k, float 1+2, complex multiply 2+2, type_as 2+1 = 10 (q + kv) = 960;
+    the output made contiguous 2q = 128; repeat_kv of k and v 2 (kv + q) = 192; SwiGLU's
+    SiLU 1+1 and multiply 2+1 = 5 ffn = 640. 32 tokens."""
+    eager = replace(T, fused_elementwise=False)
+    attn, mlp = elementwise_bytes(TINY, 0, eager, Layout(pp=1, dp=16))
+    assert attn == pytest.approx(32 * 2 * (21 * 64 + 960 + 128 + 192))
+    assert mlp == pytest.approx(32 * 2 * (21 * 64 + 640))
+
+
+def test_unfused_attention_by_hand():
+    """Megatron-LM 2021's attention: per head, the 32 x 32 score square by a 16-wide
+    multiply (QK^T: 1 tile on 4 SMs, memory-bound, 2 x (32 x 16 + 16 x 32) + 2 x 32 x 32 =
+    4096 bytes) and back (PV: 2 x (32 x 32 + 32 x 16) + 2 x 32 x 16 = 4096 bytes), 4 heads,
+    at 0.5 TB/s; between them the fused softmax (read 2, write 2) and dropout (read 2,
+    write 2 and a 1-byte mask) move 9 bytes per score forward; backward the four multiplies
+    and 11 bytes (dropout's gradient 2 + 1 + 2, the softmax's 2 + 2 + 2)."""
+    t = replace(T, flash_attention=False)
+    f, b = attention_core(TINY, GPU, t, Layout(pp=1, dp=16))
+    products = 4 * 2 * 4096 / 0.5e12
+    scores = 32 * 4 * 32 / 0.5e12  # elements, per byte
+    assert f == pytest.approx(products + 9 * scores)
+    assert b == pytest.approx(2 * products + 11 * scores)
+
+
+def test_data_parallel_rings_across_nodes_by_hand():
+    """8 GPUs a node, NVLink 100 GB/s, network 10 GB/s a GPU. A ring inside a node runs on
+    NVLink; across nodes NCCL's channels drive one network interface per member the group
+    has in a node: tp1 dp32 has 8 in each node (80 GB/s), tp2 dp32 4 (40), tp8 dp32 1 (10).
+    Expert replicas sit ep data-parallel ranks apart: dp128 ep64 leaves one a node (10),
+    dp16 ep2 four (40)."""
+    c = replace(GPU, gpus=1024)
+    assert dp_bandwidth(c, Layout(pp=1, dp=8)) == pytest.approx(100e9)
+    assert dp_bandwidth(c, Layout(pp=1, dp=32)) == pytest.approx(80e9)
+    assert dp_bandwidth(c, Layout(pp=1, dp=32, tp=2)) == pytest.approx(40e9)
+    assert dp_bandwidth(c, Layout(pp=1, dp=32, tp=8)) == pytest.approx(10e9)
+    assert dp_bandwidth(c, Layout(pp=1, dp=128, ep=64), spacing=64) == pytest.approx(10e9)
+    assert dp_bandwidth(c, Layout(pp=1, dp=16, ep=2), spacing=2) == pytest.approx(40e9)
+    assert dp_bandwidth(replace(c, nvlink_gbps=50), Layout(pp=1, dp=32)) == pytest.approx(50e9)  # at most NVLink
+
+
+def test_weight_gradient_accumulation_by_hand():
+    """Unfused accumulation (Megatron-LM 2021's main_grad hook): 8 bytes a parameter a
+    micro-batch at 0.5 TB/s, on the W part that produced the gradient: attention's 12288
+    parameters, the SwiGLU MLP's 3 x 64 x 128, the head's 100 x 64."""
+    acc = replace(T, grad_accumulation_bytes=8)
+    lay = Layout(pp=1, dp=16)
+    plain, more = layer_costs(TINY, 0, GPU, T, lay, "none"), layer_costs(TINY, 0, GPU, acc, lay, "none")
+    assert more.attn_w - plain.attn_w == pytest.approx(12288 * 8 / 0.5e12)
+    assert more.mlp_w - plain.mlp_w == pytest.approx(3 * 64 * 128 * 8 / 0.5e12)
+    assert accumulation_seconds(GPU, acc, 100 * 64) == pytest.approx(6400 * 8 / 0.5e12)
+    assert mlp_params(TINY, 0) == (3 * 64 * 128, 0.0)
+    assert (more.attn_f, more.mlp_b) == (plain.attn_f, plain.mlp_b)
+
+
+def test_even_stage_split_as_megatron_2021():
+    """stage_split = even: every stage the same number of layers whatever the end stages
+    also hold (Megatron-LM 2021 gives each layers / pp); the cost-balanced split gives the
+    end stages fewer for the embedding and the 128K-vocabulary head."""
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=32)
+    t = load_training(base=model_training("llama3-8b"))
+    lay = Layout(pp=4, dp=8)
+    even = stage_parts(m, c, replace(t, stage_split="even"), lay, 4, "none")
+    assert [len(r) for r in even] == [8, 8, 8, 8]
+    balanced = [len(r) for r in stage_parts(m, c, t, lay, 4, "none")]
+    assert balanced != [8, 8, 8, 8] and sum(balanced) == 32
 
 
 def test_tensor_parallel_and_p2p_by_hand():
@@ -278,3 +353,10 @@ def test_bad_calibration_input(capsys, extra, needle):
     code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", *extra])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_stage_split_must_be_balanced_or_even():
+    from pipesim.errors import PipesimError
+
+    with pytest.raises(PipesimError, match='stage_split must be "balanced" or "even", got \'cost\''):
+        load_training(stage_split="cost")
