@@ -69,6 +69,8 @@ def test_memory_bound_kernels_by_hand():
     attn2, mlp2 = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=8, tp=2))
     assert attn2 == pytest.approx(32 * 2 * (160 + 96))
     assert mlp2 == pytest.approx(32 * 2 * (160 + 192))
+    # learned (GPT) or ALiBi (BLOOM) positions: no rotary kernels
+    assert elementwise_bytes(replace(TINY, rotary=False), 0, T, Layout(pp=1, dp=16))[0] == pytest.approx(32 * 2 * 320)
     # and they are priced at HBM bandwidth: the forward's MLP part is its multiplies plus mlp bytes
     lc = layer_costs(TINY, 0, GPU, T, Layout(pp=1, dp=16), "none")
     up, down = gemm(GPU, T, 32, 256, 64), gemm(GPU, T, 32, 64, 128)

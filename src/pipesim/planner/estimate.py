@@ -303,8 +303,9 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
 
     Per token, in elements of 2 bytes: a norm reads and writes the hidden state (2h), a
     residual add reads two and writes one (3h); with sequence parallelism both run on
-    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k.
-    SwiGLU reads gate and up and writes their product (3 ffn), GELU reads and writes
+    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k
+    (a model with learned or ALiBi positions has none). SwiGLU reads gate and up and
+    writes their product (3 ffn), GELU reads and writes
     (2 ffn). MoE: the router's softmax and top-k read and write the expert scores, the
     permute copies each token to its top_k slots and the un-permute sums them back
     ((1 + top_k) h each way). Under FP8 each multiply's input is cast (read 2 bytes,
@@ -328,7 +329,7 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
         cast_attn = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
     else:
         q, kv = m.heads * qk / tp, (a.kv_heads or m.heads) * qk / tp
-        rotary = (10 if eager else 2) * (q + kv)
+        rotary = (10 if eager else 2) * (q + kv) if m.rotary else 0.0
         if eager:
             rotary += 2 * q + (2 * (kv + q) if kv < q else 0.0)  # contiguous output; repeat_kv of k and v
         cast_attn = h + m.heads * v / tp

@@ -83,6 +83,7 @@ class Model:
     tied_embeddings: bool = False
     activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
     mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
+    rotary: bool = True  # rotary position embeddings on q and k; false: learned or ALiBi positions (GPT, BLOOM)
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
