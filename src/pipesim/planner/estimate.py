@@ -390,10 +390,13 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
 def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:
     """Seconds one micro-batch spends adding the weight gradients of ``params`` local
     parameters into the step's accumulated ones when the weight-gradient multiply does not
-    do it itself: ``grad_accumulation_bytes`` per parameter at HBM bandwidth. Megatron-LM
-    2021's DDP hook (``main_grad.add_(grad)``, its gradient_accumulation_fusion came in
-    2022) and PyTorch autograd's AccumulateGrad under DeepSpeed each write the gradient,
-    then read it and the sum and write the sum: 8 bytes in fp16/bf16."""
+    do it itself: ``grad_accumulation_bytes`` per parameter at HBM bandwidth, besides the
+    gradient the multiply writes. Megatron-LM 2021's DDP hook (``main_grad.add_(grad)``;
+    its gradient_accumulation_fusion came in 2022) and PyTorch autograd's AccumulateGrad
+    under DeepSpeed's fp16 engine read the gradient and the sum and write the sum: 6
+    bytes in 16 bits. DeepSpeed's bf16 optimizer (``update_hp_grads`` after every
+    micro-batch) upcasts the gradient (read 2, write 4) and adds it into the fp32 sum
+    (read 4 + 4, write 4): 18."""
     return params * t.grad_accumulation_bytes / hbm_rate(c, t)
 
 
