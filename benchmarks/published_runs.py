@@ -214,6 +214,27 @@ def print_rows(done: list[dict]) -> None:
         )
 
 
+def print_compile_ratios(done: list[dict]) -> None:
+    """Eager against torch.compile on the same hardware (torchtitan's rows): the ratio of
+    throughputs, which the H100s' unknown clocks and bandwidth cancel out of, against the
+    ratio pipesim predicts from its eager and fused kernel counts."""
+    by_name = {rec["row"]["name"]: rec for rec in done}
+    pairs = [
+        (by_name[n.removesuffix(" + compile")], rec)
+        for n, rec in by_name.items()
+        if n.endswith(" + compile") and n.removesuffix(" + compile") in by_name
+    ]
+    if not pairs:
+        return
+    print("\n## Eager against compiled kernels, same hardware\n")
+    print("| run | published speed-up | predicted | error |")
+    print("|---|---|---|---|")
+    for eager, compiled in pairs:
+        pub = eager["pub"] / compiled["pub"]
+        pred = eager["pred"] / compiled["pred"]
+        print(f"| {compiled['row']['name']} | {pub:.3f}x | {pred:.3f}x | {pred / pub - 1:+.1%} |")
+
+
 def print_not_expressed(data: dict) -> None:
     print("\n## Rows pipesim does not express\n")
     print("| rows | reason |")
@@ -294,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.process_time()
     done = run_rows(rows)
     print_rows(done)
+    print_compile_ratios(done)
     print_profile_pair()
     print_not_expressed(data)
     if not args.no_search:
