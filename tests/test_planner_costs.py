@@ -245,6 +245,24 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     assert comm2 == pytest.approx(max(0.0, half - bwd) + max(0.0, half - fwd))
 
 
+def test_zero3_gathers_and_copies_per_micro_batch_by_hand():
+    """ZeRO-3 (FSDP2) on pp1 dp2 in one node, nothing hidden (dp_overlap 0), 3 micro-batches:
+    each gathers the bf16 weights for its forward and again for its backward (1/2 of the
+    n * 2 bytes cross NVLink at 100 GB/s each time) and reduce-scatters its gradients
+    (the same bytes); each gather's output is copied into the parameters on the compute
+    stream, n * (2 + 2) bytes at 3.35 TB/s x 0.5."""
+    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10)
+    t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
+    lay = Layout(pp=1, dp=2)
+    n = 4 * (12288 + 3 * 64 * 128 + 128) + 2 * 100 * 64
+    mm = memory_model(TINY, t, lay, 1, "none")
+    costs = component_costs(TINY, c, t, lay, 1, "none")
+    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 3)
+    ring = 1 / 2 * n * 2 / 100e9
+    copy = n * 4 / (3.35e12 * 0.5)
+    assert comm == pytest.approx(3 * (ring + 2 * ring + 2 * copy))
+
+
 def test_blocking_p2p_by_hand():
     """Without overlap a stage's ops wait for their transfers: one micro-batch's activation
     is 32 tokens x 64 x 2 bytes = 4096 bytes over the 10 GB/s network plus the 10 us

@@ -654,16 +654,19 @@ def step_overhead(
     is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
     for every micro-batch's forward and backward and reduces its gradients, each behind
     that micro-batch's forward (the first gather) and backward (the second, and the
-    reduction). The optimizer step reads gradients and reads and writes
+    reduction); each gather's output is then copied into the unsharded parameters on the
+    compute stream (FSDP2's ``foreach_all_gather_copy_out``: read and write the
+    parameter bytes), which nothing hides. The optimizer step reads gradients and reads and writes
     master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
     HBM bandwidth, after everything else."""
     worst_comm = worst_opt = 0.0
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
-        grads = gather = opt = 0.0
+        grads = gather = opt = copy_out = 0.0
         for st in held:
             dense, experts = mm.params_at(st)
+            copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
             for n, replicas, spacing in ((dense, lay.dp, 1), (experts, max(1, lay.dp // lay.ep), lay.ep)):
                 ring = (replicas - 1) / replicas * n / dp_bandwidth(c, lay, spacing)
                 reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
@@ -672,7 +675,7 @@ def step_overhead(
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
         if t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
-            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd)
+            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out
             comm = per_mb * microbatches
         else:
             comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)
