@@ -381,3 +381,20 @@ def test_stage_split_must_be_balanced_or_even():
 
     with pytest.raises(PipesimError, match='stage_split must be "balanced" or "even", got \'cost\''):
         load_training(stage_split="cost")
+
+
+def test_report_states_the_new_terms():
+    """Each cost term the estimate takes from the run's set-up is a line of the report's
+    assumptions, worded for the set-up given."""
+    from pipesim.planner import report, search
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=16)
+    t = load_training(seq=1024, global_batch=32, recompute="none", fused_elementwise=False, grad_accumulation_bytes=6)
+    plan = search.search(m, c, replace(t, stage_split="even"), pins=search.Pins(pp=2, tp=8, microbatches=16))
+    rows = dict(report.assumptions(plan))
+    assert "eager ops" in rows["memory-bound kernels"]
+    assert rows["gradient accumulation"].startswith("6 bytes a parameter a micro-batch")
+    assert "same number of layers on every stage" in rows["stage imbalance"]
+    assert "one network interface per member" in rows["data parallelism"]
+    assert "hold 20 of the 132 SMs for the whole pair" in rows["all-to-all"]
+    assert rows["stage_split"] == "even" and rows["fused_elementwise"] == "False"

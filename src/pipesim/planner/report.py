@@ -255,7 +255,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "memory-bound kernels",
             "norms, residual adds, rotary, activations, MoE routing permutes and FP8 casts priced by their bytes at "
-            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes)",
+            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes), "
+            + (
+                "as fused kernels"
+                if t.fused_elementwise
+                else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code)"
+            ),
         ),
         (
             "stage imbalance",
@@ -289,7 +294,16 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "data parallelism",
             "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
-            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch; NVLink inside a node, else network",
+            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch, each gather copied out on the "
+            "compute stream (FSDP2); NVLink inside a node, else one network interface per member of the ring in a node "
+            "(NCCL's channels), at most NVLink",
+        ),
+        (
+            "gradient accumulation",
+            "fused into the weight-gradient multiply"
+            if not t.grad_accumulation_bytes
+            else f"{t.grad_accumulation_bytes:g} bytes a parameter a micro-batch at HBM bandwidth on the W part "
+            "(an unfused add into the accumulated gradients)",
         ),
         ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
         ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),

@@ -145,15 +145,9 @@ class Training:
     sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
-    fused_elementwise: bool = (
-        True  # norms, rotary and activations as fused kernels; false: PyTorch eager ops (torchtitan without compile)
-    )
-    grad_accumulation_bytes: float = (
-        0  # HBM bytes per parameter per micro-batch to accumulate weight gradients (0: fused into the multiply)
-    )
-    stage_split: str = (
-        "balanced"  # layers per stage: "balanced" by cost, or "even" by count (Megatron-LM 2021, DeepSpeed's type:transformer)
-    )
+    fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
+    stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
 
 
 # --------------------------------------------------------------------------------------
