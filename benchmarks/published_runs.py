@@ -21,8 +21,11 @@ of default efficiencies for all rows. The published step comes from the row's ow
   each simulated at its batch, or at DualPipe's least batch, M = 2pp, below it). The steady step the published figure implies is then
   (published GPU-hours - predicted ramp GPU-hours) / steady steps.
 
-Then the free search on the same inputs for the rows marked ``search``: where the
-published layout ranks, and what pipesim prefers.
+Two checks set measured against predicted where the hardware's unknowns cancel or are
+measured: torchtitan's eager and torch.compile runs on the same H100s (the speed-up), and
+the overlapped F&B pair of DeepSeek's public kernel profile. Then the free search on the
+same inputs for the rows marked ``search``: where the published layout ranks (with its
+own schedule, and with the best pipesim has on that layout), and what pipesim prefers.
 """
 
 from __future__ import annotations
