@@ -41,6 +41,24 @@ def test_sm_share_slows_compute_beside_communication():
     assert parts(c)["ATTN(F)"][1] == pytest.approx(0.5 + (1 - 0.5 * 112 / 132))
 
 
+def test_held_sms_slow_compute_until_the_pairs_last_all_to_all_ends():
+    """held_in_pairs (DeepSeek-V3's all-to-all kernels spin on their stream, holding their
+    SMs, from the pair's start until the last one has its data): half the SMs held, so
+    compute runs at 0.5 until COMBINE(F) ends. Worked on paper in Figure 4's order:
+    AF 0-2 (CB 0-0.5, then held while DF waits), MB 2-4 (DF 2-2.5), MW 4-6 (DB 4-4.5),
+    MF 6-8, AB from 8 (CF 8-8.5: 0.25 done, then full speed) to 9.25, AW 9.25-10.25. Without
+    holding, the same pair takes 6 + 4 * 0.5 * 0.5 = 7."""
+    layer = LayerCosts(attn_f=1, mlp_f=1, dispatch_f=0.5, combine_f=0.5)
+    held = ComponentCosts.uniform(layer, 1, comm_sms=66, total_sms=132, held_in_pairs=True)
+    assert held.pair_time(PAIR, 0, 0) == pytest.approx(10.25)
+    p = parts(held)
+    assert p["ATTN(F)"] == pytest.approx((0, 2)) and p["MLP(F)"] == pytest.approx((6, 8))
+    assert p["ATTN(B)"] == pytest.approx((8, 9.25)) and p["COMBINE(F)~"] == pytest.approx((8, 8.5))
+    assert ComponentCosts.uniform(layer, 1, comm_sms=66, total_sms=132).pair_time(PAIR, 0, 0) == pytest.approx(7.0)
+    # lone ops run their parts in turn: nothing beside their compute, held or not
+    assert held.op_time(PAIR.forward, 0) == pytest.approx(3.0)
+
+
 def test_communication_longer_than_the_compute_that_hides_it():
     """All-to-alls of 3 against compute parts of 1: the communication stream is the
     bottleneck and the pair lasts as long as its 12 of communication."""

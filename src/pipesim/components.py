@@ -18,7 +18,13 @@ attention, each compute part split into the input gradient (B) and the weight gr
 
 While a communication kernel runs it holds ``comm_sms`` of the GPU's ``total_sms``
 (DeepSeek-V3: 20 of 132 on H800), so compute running beside it goes slower by that
-share. The pair's duration comes out of this two-stream simulation, not a constant.
+share. With ``held_in_pairs`` the communication of an overlapped pair holds its SMs from
+the pair's start until its last communication part ends, waiting for its inputs
+included: DeepSeek-V3's all-to-all kernels are launched on their stream ahead of their
+data and spin on their peers' (section 3.2.2: 20 SMs dedicated to communication; in its
+public training profile the communication stream is busy 28.6 of every 32.4 ms of a
+pair's per-layer compute). The pair's duration comes out of this two-stream
+simulation, not a constant.
 P2P transfers between stages are the ``p2p`` latency on the edges between ranks.
 """
 
@@ -102,13 +108,18 @@ class Task:
     after: tuple[int, ...]  # indices of tasks that must end first
 
 
-def run_streams(tasks: list[Task], orders: dict[str, list[int]], comm_share: float) -> list[tuple[float, float]]:
+def run_streams(
+    tasks: list[Task], orders: dict[str, list[int]], comm_share: float, held: bool = False
+) -> list[tuple[float, float]]:
     """Simulate two in-order streams. Each stream starts its next task when the task
     before it on the stream and everything in ``after`` have ended. Compute progresses at
-    rate 1 - ``comm_share`` while a communication task runs, else at rate 1."""
+    rate 1 - ``comm_share`` while a communication task runs (``held``: until the last
+    communication task with work has ended, waits included), else at rate 1."""
     times: list[tuple[float, float] | None] = [None] * len(tasks)
     pos = {s: 0 for s in orders}
     running: dict[str, tuple[int, float, float]] = {}  # stream -> (task, start, work left)
+    # held: the SMs stay taken until the communication stream's last task with work ends
+    last_comm = next((i for i in reversed(orders.get("comm", [])) if tasks[i].work > 0), None) if held else None
     t = 0.0
     while True:
         # start what can start now (zero-work tasks finish on the spot)
@@ -128,7 +139,7 @@ def run_streams(tasks: list[Task], orders: dict[str, list[int]], comm_share: flo
                         running[s] = (i, t, tasks[i].work)
         if not running:
             break
-        comm_on = "comm" in running
+        comm_on = "comm" in running or (last_comm is not None and times[last_comm] is None)
         rate = {"compute": 1.0 - comm_share if comm_on else 1.0, "comm": 1.0}
         step = min(left / rate[s] for s, (_, _, left) in running.items())
         t += step
@@ -288,6 +299,7 @@ class ComponentCosts:
     comm_sms: float = 20
     total_sms: float = 132
     lone_overlap: bool = False
+    held_in_pairs: bool = False  # a pair's communication holds its SMs for the whole pair
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -313,12 +325,14 @@ class ComponentCosts:
         else:
             d["stages"] = layers
         d.update(p2p=self.p2p, comm_sms=self.comm_sms, total_sms=self.total_sms, lone_overlap=self.lone_overlap)
+        if self.held_in_pairs:
+            d["held_in_pairs"] = True
         return d
 
     def scaled(self, k: float) -> ComponentCosts:
         """Every part of every layer times ``k`` (a chunk of k times the layers); P2P unchanged."""
         stages = tuple(tuple(_scaled(c, k) for c in stage) for stage in self.stages)
-        return ComponentCosts(stages, self.p2p, self.comm_sms, self.total_sms, self.lone_overlap)
+        return ComponentCosts(stages, self.p2p, self.comm_sms, self.total_sms, self.lone_overlap, self.held_in_pairs)
 
     def describe(self) -> str:
         """One line for humans, e.g. for the CLI's header."""
@@ -378,7 +392,14 @@ class ComponentCosts:
             # Keyed by what the plan depends on (the layers' times, not the stage's index),
             # so cost models that share layers (the planner's candidates) share plans.
             if key[0] == "pair":
-                content = (key[3], self.layers(key[1]), self.layers(key[2]), self.lone_overlap, self.comm_share)
+                content = (
+                    key[3],
+                    self.layers(key[1]),
+                    self.layers(key[2]),
+                    self.lone_overlap,
+                    self.comm_share,
+                    self.held_in_pairs,
+                )
             else:
                 content = (key[0], self.layers(key[1]), self.lone_overlap, self.comm_share)
             hit = _PLANS.get(content)
@@ -396,7 +417,7 @@ class ComponentCosts:
         else:
             kind, stage = key
             tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
-        times = run_streams(tasks, orders, self.comm_share)
+        times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
         kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
         parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
         tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)

@@ -139,9 +139,14 @@ def model_flops_per_token(m: Model, seq: int) -> float:
 # at the fused kernel's share of peak; norms, activations, residual adds, rotary
 # embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwidth.
 
-#: bytes an unfused attention moves per score element: the scores written, read and
-#: written by the softmax (and its dropout), read by the value product; twice that backward
-FORWARD_SCORE_BYTES = 10
+#: bytes an unfused attention moves per score element besides its two multiplies' own
+#: reads and writes, in fp16, as Megatron-LM 2021's ParallelAttention runs it (baddbmm,
+#: FusedScaleMaskSoftmax, dropout, bmm): forward the fused softmax reads and writes the
+#: scores (4) and the dropout reads them and writes them and a one-byte mask (5) ...
+FORWARD_SCORE_BYTES = 9
+#: ... backward the dropout's gradient reads the gradient and the mask and writes (5) and
+#: the softmax's reads the gradient and its saved output and writes (6)
+BACKWARD_SCORE_BYTES = 11
 #: output tile of a matrix-multiply kernel (rows x columns), for wave quantization
 TILE = 128
 #: the backward of fused attention runs at this share of its forward's FLOP rate
@@ -276,18 +281,19 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
     per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
     (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate; nothing
-    goes through HBM. Unfused (Megatron
-    2021): the whole square as batched multiplies, twice that backward, and each score
-    element moves ``FORWARD_SCORE_BYTES`` through HBM forward, twice that backward."""
+    goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
+    twice that backward (four multiplies), and each score element moves
+    ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
+    for the softmax and dropout between them."""
     qk, v = attention_dims(m)
     T, heads = lay.micro_batch * t.seq, m.heads / lay.tp
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         return f, 2.5 * f / FLASH_BACKWARD_SHARE
     per_seq = lay.micro_batch * heads
-    f = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
-    f += T * heads * t.seq * FORWARD_SCORE_BYTES / hbm_rate(c, t)
-    return f, 2 * f
+    products = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
+    scores = T * heads * t.seq / hbm_rate(c, t)
+    return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
 
 
 def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float]:
@@ -297,21 +303,35 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
 
     Per token, in elements of 2 bytes: a norm reads and writes the hidden state (2h), a
     residual add reads two and writes one (3h); with sequence parallelism both run on
-    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k.
-    SwiGLU reads gate and up and writes their product (3 ffn), GELU reads and writes
+    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k
+    (a model with learned or ALiBi positions has none). SwiGLU reads gate and up and
+    writes their product (3 ffn), GELU reads and writes
     (2 ffn). MoE: the router's softmax and top-k read and write the expert scores, the
     permute copies each token to its top_k slots and the un-permute sums them back
     ((1 + top_k) h each way). Under FP8 each multiply's input is cast (read 2 bytes,
-    write 1 and a scale: 1.5 elements)."""
+    write 1 and a scale: 1.5 elements).
+
+    Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
+    as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
+    models/norms.py): RMSNorm upcasts to fp32 and runs pow, mean, multiply, downcast and
+    the weight's multiply (18 elements of 2 bytes per hidden one, against 2 fused); rotary
+    upcasts q and k, multiplies them as complex numbers and downcasts (10 per element,
+    against 2); grouped-query attention copies k and v out to every query head
+    (``repeat_kv``: read kv, write q-sized, each); the attention output is made contiguous
+    (2 per element); SwiGLU's SiLU and multiply are two kernels (5 ffn, against 3)."""
     h, tp, a = m.hidden, lay.tp, m.attention
     qk, v = attention_dims(m)
     seq_share = 1 / tp if t.sequence_parallel else 1.0
-    block = 5 * h * seq_share  # norm + residual add
+    eager = not t.fused_elementwise and a.kind == "gqa"
+    block = (21 if eager else 5) * h * seq_share  # norm + residual add
     if a.kind == "mla":
         rotary = 2 * (m.heads / tp + 1) * a.qk_rope_dim
         cast_attn = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
     else:
-        rotary = 2 * (m.heads + (a.kv_heads or m.heads)) * qk / tp
+        q, kv = m.heads * qk / tp, (a.kv_heads or m.heads) * qk / tp
+        rotary = (10 if eager else 2) * (q + kv) if m.rotary else 0.0
+        if eager:
+            rotary += 2 * q + (2 * (kv + q) if kv < q else 0.0)  # contiguous output; repeat_kv of k and v
         cast_attn = h + m.heads * v / tp
     if m.is_moe_layer(layer):
         e = m.moe
@@ -320,7 +340,7 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
         cast_mlp = h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)
     else:
         f = m.dense_ffn / tp
-        act, routing = (3 * f if m.activation == "swiglu" else 2 * f), 0.0
+        act, routing = ((5 if eager else 3) * f if m.activation == "swiglu" else 2 * f), 0.0
         cast_mlp = h + f
     fp8 = 1.5 if t.precision == "fp8" else 0.0
     T = lay.micro_batch * t.seq
@@ -367,9 +387,25 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     return 2 * (lay.tp - 1) / lay.tp * size / (c.nvlink_gbps * 1e9)
 
 
+def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:
+    """Seconds one micro-batch spends adding the weight gradients of ``params`` local
+    parameters into the step's accumulated ones when the weight-gradient multiply does not
+    do it itself: ``grad_accumulation_bytes`` per parameter at HBM bandwidth, besides the
+    gradient the multiply writes. Megatron-LM 2021's DDP hook (``main_grad.add_(grad)``;
+    its gradient_accumulation_fusion came in 2022) and PyTorch autograd's AccumulateGrad
+    under DeepSpeed's fp16 engine read the gradient and the sum and write the sum: 6
+    bytes in 16 bits. DeepSpeed's bf16 optimizer (``update_hp_grads`` after every
+    micro-batch) upcasts the gradient (read 2, write 4) and adds it into the fp32 sum
+    (read 4 + 4, write 4): 18."""
+    return params * t.grad_accumulation_bytes / hbm_rate(c, t)
+
+
 def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str) -> LayerCosts:
     proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
     mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
+    dense, experts = mlp_params(m, layer)
+    proj_w += accumulation_seconds(c, t, attention_params(m) / lay.tp)
+    mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / lay.ep)
     core_f, core_b = attention_core(m, c, t, lay)
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
     attn_f = proj_f + core_f + ew_attn
@@ -422,6 +458,7 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
     norm = T * 2 * 2 * h / lay.tp / hbm_rate(c, t)
     loss = T * m.vocab / lay.tp * LOGIT_BYTES / hbm_rate(c, t)
+    w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     return LayerCosts(attn_f=norm, mlp_f=f + loss / 2, attn_b=2 * norm, attn_w=0.0, mlp_b=b + loss / 2, mlp_w=w)
 
 
@@ -534,7 +571,13 @@ def default_ep(m: Model, dp: int) -> int:
 def stage_parts(
     m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, ranks: tuple[tuple[int, ...], ...] | None = None
 ) -> list[range]:
-    """The layers of each model stage, balanced by cost (see ``balanced_partition``)."""
+    """The layers of each model stage, balanced by cost (see ``balanced_partition``), or
+    with ``stage_split = "even"`` the same number of layers on every stage whatever else
+    the end stages hold: Megatron-LM 2021 gives each stage (and each interleaved chunk)
+    layers / stages of them (its arguments.py asserts they divide), DeepSpeed's pipeline
+    partitions by counting transformer layers (``partition_method="type:transformer"``)."""
+    if t.stage_split == "even":
+        return partition(m.layers, stages)
     kinds = {}
     for i in range(m.layers):
         key = m.is_moe_layer(i)
@@ -574,6 +617,7 @@ def component_costs(
         comm_sms=t.comm_sms,
         total_sms=c.sms,
         lone_overlap=m.moe is None and t.tp_overlap,
+        held_in_pairs=t.comm_held_in_pairs,
     )
 
 
@@ -581,11 +625,20 @@ def component_costs(
 # the step's ends: data-parallel collectives and the optimizer
 
 
-def dp_bandwidth(c: Cluster, lay: Layout) -> float:
-    """Bytes per second of a data-parallel ring: NVLink when the replicas of a shard share
-    a node (tensor ranks innermost, then data-parallel ones, as Megatron orders them),
-    else the network."""
-    return (c.nvlink_gbps if lay.tp * lay.dp <= c.gpus_per_node else c.network_gbps) * 1e9
+def dp_bandwidth(c: Cluster, lay: Layout, spacing: int = 1) -> float:
+    """Bytes per second of a data-parallel ring whose members sit ``spacing`` data-parallel
+    ranks apart (1 for the dense replicas, ep for the expert replicas; tensor ranks are
+    innermost, then data-parallel ones, as Megatron orders them). Inside a node: NVLink.
+    Across nodes NCCL runs one ring per network interface (its channels), each crossing
+    every node boundary once, so a group with k members in a node drives k interfaces at
+    once: k times a GPU's network bandwidth, at most NVLink's (DGX A100's 8 x 200 Gb/s
+    give the ~190 GB/s bus bandwidth nccl-tests show across nodes for 8 GPUs a node); a
+    group with one member a node has its own link only."""
+    stride = lay.tp * spacing
+    if stride * (lay.dp // spacing) <= c.gpus_per_node:
+        return c.nvlink_gbps * 1e9
+    per_node = max(1, c.gpus_per_node // stride)
+    return min(c.nvlink_gbps, per_node * c.network_gbps) * 1e9
 
 
 def step_overhead(
@@ -601,26 +654,28 @@ def step_overhead(
     is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
     for every micro-batch's forward and backward and reduces its gradients, each behind
     that micro-batch's forward (the first gather) and backward (the second, and the
-    reduction). The optimizer step reads gradients and reads and writes
+    reduction); each gather's output is then copied into the unsharded parameters on the
+    compute stream (FSDP2's ``foreach_all_gather_copy_out``: read and write the
+    parameter bytes), which nothing hides. The optimizer step reads gradients and reads and writes
     master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
     HBM bandwidth, after everything else."""
-    bw = dp_bandwidth(c, lay)
     worst_comm = worst_opt = 0.0
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
-        grads = gather = opt = 0.0
+        grads = gather = opt = copy_out = 0.0
         for st in held:
             dense, experts = mm.params_at(st)
-            for n, replicas in ((dense, lay.dp), (experts, max(1, lay.dp // lay.ep))):
-                ring = (replicas - 1) / replicas * n / bw
+            copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
+            for n, replicas, spacing in ((dense, lay.dp, 1), (experts, max(1, lay.dp // lay.ep), lay.ep)):
+                ring = (replicas - 1) / replicas * n / dp_bandwidth(c, lay, spacing)
                 reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
                 grads += reduce
                 gather += ring * t.param_bytes if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
         if t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
-            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd)
+            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out
             comm = per_mb * microbatches
         else:
             comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)

@@ -15,6 +15,7 @@ from ..schedules.combined import warmup
 from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .estimate import (
+    BACKWARD_SCORE_BYTES,
     FLASH_BACKWARD_SHARE,
     FORWARD_SCORE_BYTES,
     FP8_WGRAD_SHARE,
@@ -309,18 +310,28 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "attention",
             f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
             f"rate; unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
-            "forward, twice backward",
+            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)",
         ),
         (
             "memory-bound kernels",
             "norms, residual adds, rotary, activations, MoE routing permutes and FP8 casts priced by their bytes at "
-            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes)",
+            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes), "
+            + (
+                "as fused kernels"
+                if t.fused_elementwise
+                else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code)"
+            ),
         ),
         (
             "stage imbalance",
             "the embedding on the first stage, the output head and loss "
             + ("and the MTP modules " if plan.model.mtp_layers else "")
-            + "on the last; layers split so that the busiest rank carries the least",
+            + "on the last; "
+            + (
+                "the same number of layers on every stage (stage_split = even, as Megatron-LM 2021 and DeepSpeed split them)"
+                if t.stage_split == "even"
+                else "layers split so that the busiest rank carries the least"
+            ),
         ),
         (
             "tensor parallelism",
@@ -331,13 +342,28 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "all-to-all",
             "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the "
-            "slower link sets the time; overlapped only inside DualPipe's F&B pairs",
+            "slower link sets the time; overlapped only inside DualPipe's F&B pairs, whose all-to-all kernels "
+            + (
+                f"hold {t.comm_sms} of the {c.sms} SMs for the whole pair (DeepSeek-V3 section 3.2.2; its training "
+                "profile's pair within 1%)"
+                if t.comm_held_in_pairs
+                else f"take {t.comm_sms} of the {c.sms} SMs while they move data"
+            ),
         ),
         ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
         (
             "data parallelism",
             "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
-            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch; NVLink inside a node, else network",
+            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch, each gather copied out on the "
+            "compute stream (FSDP2); NVLink inside a node, else one network interface per member of the ring in a node "
+            "(NCCL's channels), at most NVLink",
+        ),
+        (
+            "gradient accumulation",
+            "fused into the weight-gradient multiply"
+            if not t.grad_accumulation_bytes
+            else f"{t.grad_accumulation_bytes:g} bytes a parameter a micro-batch at HBM bandwidth on the W part "
+            "(an unfused add into the accumulated gradients)",
         ),
         ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
         ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),

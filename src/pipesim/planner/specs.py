@@ -44,6 +44,7 @@ BOUNDS = {
     "grad_bytes": (0, 64),
     "optimizer_bytes": (0, 64),
     "p2p_latency_us": (0, 1e9),
+    "grad_accumulation_bytes": (0, 64),
 }
 
 
@@ -82,6 +83,7 @@ class Model:
     tied_embeddings: bool = False
     activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
     mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
+    rotary: bool = True  # rotary position embeddings on q and k; false: learned or ALiBi positions (GPT, BLOOM)
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
@@ -129,6 +131,7 @@ class Training:
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
+    comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
     optimizer_bytes: float = 12  # fp32 master weights and Adam moments
@@ -142,6 +145,9 @@ class Training:
     sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
+    fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
+    stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
 
 
 # --------------------------------------------------------------------------------------
@@ -310,6 +316,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
     if t.recompute not in ("none", "selective", "full", "auto"):
         raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.stage_split not in ("balanced", "even"):
+        raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
     for key in ("seq", "global_batch"):
