@@ -3,8 +3,8 @@
     python benchmarks/zb_auto_table5.py [--authors FILE]
 
 Table 1: every row of tests/data/zb_paper_table5_all.json (the paper's profiled costs,
-Table 9, and its bubble rates, Table 5; the file says where each number comes from and
-which are recalled rather than recorded): ZB-1p and ZB-2p, the paper's rate, the Zero
+Table 9, and its bubble rates, Table 5, as shared/PUBLISHED_RUNS.md transcribes them; the
+file says where each number comes from and which costs are recalled rather than recorded): ZB-1p and ZB-2p, the paper's rate, the Zero
 Bubble authors' heuristic's, pipesim's, and pipesim's differences (target: within 0.002
 of the paper). The authors' column is what the file recorded from a run outside this
 repository, or, with ``--authors FILE``, their heuristic run here in the same process:
@@ -104,7 +104,7 @@ def main() -> None:
     out = Console(width=160)
 
     t1 = Table(title="zb-auto vs the Zero Bubble paper, Table 5 (costs from its Table 9)")
-    heads = ("model", "p", "m", "schedule", "source", "paper", "authors" + ("" if authors else " (recorded)"), "pipesim")
+    heads = ("model", "p", "m", "schedule", "costs", "paper", "authors" + ("" if authors else " (recorded)"), "pipesim")
     for col in heads + ("- paper", "- authors", "CPU s"):
         t1.add_column(col, justify="right")
     worst = 0.0

@@ -13,7 +13,8 @@ from pipesim import Costs, PipesimError, build, simulate, summarize, validate
 
 TABLE = json.loads((REFERENCE / "zb_paper_table5.json").read_text())
 ROWS = TABLE["rows"]
-# Every row of the paper's Table 5 (the file says which numbers are recorded and which
+# Every row of the paper's Table 5 (rates as shared/PUBLISHED_RUNS.md transcribes them; the file says
+# which costs are recorded and which
 # recalled); the two recorded rows are the ones above.
 ALL_ROWS = json.loads((REFERENCE.parent / "zb_paper_table5_all.json").read_text())["rows"]
 
