@@ -18,6 +18,8 @@ are then fixed: simulating them under other costs just runs the same order.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
@@ -28,6 +30,7 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Placement, Schedule
 from .cache import cached
+from .torch_orders import zbv_torch
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
 # The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
@@ -99,10 +102,23 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     return best.schedule(name)
 
 
-@cached("zb-v")  # searched once per (pp, M), then read from the cache file
 def zb_v(pp: int, microbatches: int) -> Schedule:
     """ZB-V: 1F1B's activation memory (2pp chunks); when F = B = W, makespan 6M + pp - 1
-    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1."""
+    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1.
+
+    From M = 2pp - 1 on, the Zero Bubble authors' hand-written pattern (the one PyTorch's
+    ZBVZeroBubble ports) already reaches both lower bounds, span 6M and makespan
+    6M + pp - 1, within 2pp activations: nothing can beat it, so it is built directly in
+    O(ops) (so ``export`` can name ZBVZeroBubble for it). Below that it leaves idle time
+    that the search removes."""
+    if microbatches >= 2 * pp - 1:
+        return replace(zbv_torch(pp, microbatches), name="zb-v")
+    return zb_v_searched(pp, microbatches)
+
+
+@cached("zb-v")  # searched once per (pp, M), then read from the cache file
+def zb_v_searched(pp: int, microbatches: int) -> Schedule:
+    """ZB-V by search: the sizes where the hand-written pattern leaves idle time."""
     return _v(
         "zb-v",
         pp,
