@@ -109,7 +109,16 @@ def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: in
     """Live chunk-activations after each slot from ``start`` on, given the state before
     it; with ``implicit_w`` the Ws are not placed and a pending one is taken to run in
     every free slot."""
-    prof = []
+    return _profile(occ, horizon, implicit_w, start, live, pending)[0]
+
+
+def _profile(
+    occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0, settle=None
+) -> tuple[list[int], list[int]]:
+    """``_memory``, and beside it the Ws pending after each slot. With ``settle`` (the
+    previous profiles and the last slot that changed), stop at the first slot from there
+    on whose state is the previous one: every later slot is then as before."""
+    prof, pend = [], []
     for t in range(start, horizon):
         op = occ.get(t)
         if op is None:
@@ -123,23 +132,10 @@ def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: in
         elif op[0] == W:
             live -= 1
         prof.append(live)
-    return prof
-
-
-def _pending(occ: Slots, upto: int) -> tuple[int, int]:
-    """(live, pending Ws) before slot ``upto`` in the implicit-W model."""
-    live = pending = 0
-    for t in range(upto):
-        op = occ.get(t)
-        if op is None:
-            if pending:
-                live -= 1
-                pending -= 1
-        elif op[0] == F:
-            live += 1
-        elif op[0] == B:
-            pending += 1
-    return live, pending
+        pend.append(pending)
+        if settle is not None and t >= settle[2] and live == settle[0][t] and pending == settle[1][t]:
+            break
+    return prof, pend
 
 
 def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paired: bool = False) -> None:
@@ -149,7 +145,9 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     new slot on is recomputed."""
     S = 2 * pp
     horizon = max(max(o) for o in occ if o) + 2
-    prof = [_memory(o, horizon, not with_ws) for o in occ]
+    # the memory after each slot and (without the Ws) the Ws pending after it: the state
+    # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
+    prof, pend = (list(x) for x in zip(*(_profile(o, horizon, not with_ws) for o in occ)))
     ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
     end: dict[tuple[int, int, int], int] = {}
     last_w: dict[int, int] = {}
@@ -192,9 +190,16 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
                     break
                 del o[t0]
                 o[t] = (kind, s, i)
-                tail = _memory(o, horizon, True, t, *_pending(o, t))
-                if max(tail, default=0) <= bound and max(prof[r][:t], default=0) <= bound:
-                    prof[r][t:] = tail
+                before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
+                tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
+                n = t + len(tail)
+                if (
+                    max(tail, default=0) <= bound
+                    and max(prof[r][:t], default=0) <= bound
+                    and max(prof[r][n:], default=0) <= bound
+                ):
+                    prof[r][t:n] = tail
+                    pend[r][t:n] = waiting
                     at = t
                     break
                 del o[t]
