@@ -18,17 +18,20 @@ are then fixed: simulating them under other costs just runs the same order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
+
+import numpy as np
 
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
-from ..autoschedule.problem import Problem
+from ..autoschedule.problem import Plan, Problem
 from ..autoschedule.vgreedy import v_greedy_orders
 from ..costs import Costs
 from ..errors import PipesimError
-from ..ir import Placement, Schedule
+from ..ir import Placement, RankTable, Schedule
 from .cache import cached
 from .torch_orders import zbv_torch
 
@@ -71,7 +74,90 @@ def _lower_bounds(prob: Problem) -> tuple[float, float]:
     return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
 
 
+def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], with_paired: bool) -> list[Plan]:
+    """The timed orders of the repeated blocks that fit in memory, with their V-ordered
+    variants if ``with_paired``."""
+    plans = []
+    for block in blocks:
+        for paired in (False, True) if with_paired else (False,):
+            orders = block_orders(pp, M, block, paired)
+            if orders is not None and all(fits(index, seq) for seq in orders):
+                plan = asap(index, orders)
+                if plan is not None:
+                    plans.append(plan)
+    return plans
+
+
+# At unit costs a V rank runs 6 ops (F, B, W of two chunks) per micro-batch, one every
+# slot in the steady state: repeating it adds one micro-batch.
+PERIOD = 6
+#: from this many ops (at pp >= 6 and M > 2pp), the blocks are built at ``short(pp)``
+#: micro-batches and their steady state is repeated up to M (the same orders as building
+#: them at M, tested): only the warm-up and cool-down need building, and at these sizes
+#: the list schedules never win (pp 6-12, every M up to 5pp) and polish has no budget left
+REPEAT_OPS = 20_000
+
+
+def short(pp: int) -> int:
+    """Micro-batches enough for a steady state between the blocks' warm-up (about 4pp
+    slots) and cool-down (about the last 5pp), at least four periods long."""
+    return 3 * pp // 2 + 8
+
+
+def _steady(ops) -> tuple[int, int]:
+    """(first, last) index of the longest run of ops j whose op j + PERIOD is the same
+    pass one micro-batch and PERIOD slots later."""
+    best, first = (0, -1), None
+    for j in range(len(ops) - PERIOD):
+        a, b = ops[j], ops[j + PERIOD]
+        if a[0] == b[0] and a[1] == b[1] and b[2] == a[2] + 1 and abs(b[3] - a[3] - PERIOD) < 1e-9:
+            first = j if first is None else first
+            if j - first > best[1] - best[0]:
+                best = (first, j)
+        else:
+            first = None
+    return best
+
+
+def repeat_steady_state(plan: Plan, microbatches: int) -> RankTable | None:
+    """``plan``'s orders (unit costs) for more micro-batches: at one time T inside every
+    rank's steady state, the period just before T runs again, one micro-batch later each
+    time, and every op after T moves up by as many micro-batches. None when the ranks
+    share no steady window (two periods either side of T) to cut at."""
+    k = microbatches - plan.problem.placement.microbatches
+    lo, hi = -math.inf, math.inf
+    for ops in plan.ranks:
+        a, b = _steady(ops)
+        if b - a < 4 * PERIOD:
+            return None
+        lo, hi = max(lo, ops[a + 2 * PERIOD][3]), min(hi, ops[b - 2 * PERIOD][3])
+    if lo > hi:
+        return None
+    cut = (lo + hi) / 2
+    rows = []
+    for ops in plan.ranks:
+        seq = np.array([op[:3] for op in ops], dtype=np.int32)
+        p = int(np.searchsorted(np.array([op[3] for op in ops]), cut - 1e-9))
+        period = np.tile(seq[p - PERIOD : p], (k, 1))
+        period[:, 2] += np.repeat(np.arange(1, k + 1, dtype=np.int32), PERIOD)
+        after = seq[p:].copy()
+        after[:, 2] += k
+        full = np.concatenate([seq[:p], period, after])
+        rows.append((full[:, 0], full[:, 1], full[:, 2]))
+    return RankTable.stack(rows)
+
+
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
+    # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS ops
+    # those are a small share of the span and it would double the search
+    paired = 6 * pp * M <= PAIRED_OPS
+    if blocks and 6 * pp * M >= REPEAT_OPS and pp >= 6 and M > 2 * pp:
+        few = short(pp)
+        # the same candidates as building at M would try
+        plans = _block_plans(Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit)), pp, few, blocks, paired)
+        table = repeat_steady_state(min(plans, key=key), M) if plans else None
+        if table is not None:
+            return Schedule(name, pp, M, Placement.v(pp, M), table)
     prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
     index = Index(prob)
     # the round-based greedy reserves 1F1B's memory in its warm-up: only ZB-V's limit suits it
@@ -81,15 +167,7 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
-    for block in blocks:
-        # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS
-        # ops those are a small share of the span and it would double the search
-        for paired in (False, True) if 6 * pp * M <= PAIRED_OPS else (False,):
-            orders = block_orders(pp, M, block, paired)
-            if orders is not None and all(fits(index, seq) for seq in orders):
-                plan = asap(index, orders)
-                if plan is not None:
-                    plans.append(plan)
+    plans += _block_plans(index, pp, M, blocks, paired)
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
