@@ -209,9 +209,37 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
             last_w[r] = at + 1
 
 
-def block_orders(pp: int, M: int, block: Block, paired: bool = False) -> list[list[tuple[int, int, int]]] | None:
+def _squeeze(pp: int, occ: list[Slots]) -> list[Slots]:
+    """Every op moved to the earliest slot its input and its rank's previous op allow,
+    each rank's order kept (taken in slot order, every input is already placed)."""
+    S = 2 * pp
+    end: dict[tuple[int, int, int], int] = {}
+    free = [0] * len(occ)
+    out: list[Slots] = [{} for _ in occ]
+    for _, r, (kind, s, i) in sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items()):
+        if kind == F:
+            ready = 0 if s == 0 else end[(F, s - 1, i)]
+        elif kind == B:
+            ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
+        else:
+            ready = end[(B, s, i)]
+        t = max(ready, free[r])
+        out[r][t] = (kind, s, i)
+        end[(kind, s, i)] = free[r] = t + 1
+    return out
+
+
+def _without_ws(occ: list[Slots]) -> list[Slots]:
+    return [{t: op for t, op in o.items() if op[0] != W} for o in occ]
+
+
+def block_orders(
+    pp: int, M: int, block: Block, paired: bool = False, squeeze: bool = False
+) -> list[list[tuple[int, int, int]]] | None:
     """Per-rank orders (kind, chunk, mb) of the repeated, reordered block; None if the
-    block collides."""
+    block collides. With ``squeeze``, every op also moves as early as it can after each
+    pass (the Ws placed first), as the authors' generator does: the second pass then
+    starts from a tighter order (V-Half at pp=8, M=9 gets their 71 slots, 72 without)."""
     times = block.times(pp)
     if times is None:
         return None
@@ -229,8 +257,12 @@ def block_orders(pp: int, M: int, block: Block, paired: bool = False) -> list[li
     horizon = max(max(o) for o in occ) + 2
     bound = max(max(_memory(o, horizon, False)) for o in occ)
     _reorder(pp, M, occ, bound, with_ws=True, paired=paired)
-    occ = [{t: op for t, op in o.items() if op[0] != W} for o in occ]
+    occ = _without_ws(_squeeze(pp, occ) if squeeze else occ)
     _reorder(pp, M, occ, bound, with_ws=False, paired=paired)
+    if squeeze:
+        for o in occ:
+            _place_ws(o)
+        occ = _without_ws(_squeeze(pp, occ))
     for o in occ:
         if paired:
             _place_ws_by_chunk(o, pp)

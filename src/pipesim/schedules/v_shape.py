@@ -10,10 +10,16 @@ chunk-activations, two per micro-batch stage of 1F1B), polished by local search:
 * ``v-half``: limit 2((pp+2)//2), about half of 1F1B's;
 * ``v-min``: limit 2((pp+4)//3), about a third.
 
-Constructions: the repeating building block (``autoschedule.blocks``), the Zero Bubble
-authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero span
-bubble) and the list scheduler (``autoschedule.greedy``), each with the limit. Orders are chosen at unit costs and
-are then fixed: simulating them under other costs just runs the same order.
+Constructions: the repeating building block (``autoschedule.blocks``; also kept in V
+order, and also squeezed between its passes as the authors' generator does), the Zero
+Bubble authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero
+span bubble) and the list scheduler (``autoschedule.greedy``), each with the limit.
+Orders are chosen at unit costs and are then fixed: simulating them under other costs
+just runs the same order.
+
+Building stays O(ops) where the answer has a known shape: ZB-V from M = 2pp - 1 on is
+the authors' hand-written pattern (optimal there), and at large sizes the blocks are
+built for a few micro-batches and their steady state repeated (``repeat_steady_state``).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ V_POLICIES = (
 # sizes people run, and bounded so that building stays interactive.
 POLISH_BUDGET = 3000
 POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
-PAIRED_OPS = 100_000  # sizes up to which the blocks are also reordered in V order
+PAIRED_OPS = 100_000  # sizes up to which the blocks' variants (V order, squeezed) are tried too
 
 
 def zb_v_limit(pp: int) -> int:
@@ -74,13 +80,14 @@ def _lower_bounds(prob: Problem) -> tuple[float, float]:
     return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
 
 
-def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], with_paired: bool) -> list[Plan]:
-    """The timed orders of the repeated blocks that fit in memory, with their V-ordered
-    variants if ``with_paired``."""
+def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], variants: bool) -> list[Plan]:
+    """The timed orders of the repeated blocks that fit in memory, with their variants
+    (kept in V order, squeezed) if ``variants``."""
     plans = []
+    choices = ((False, False), (True, False), (False, True), (True, True)) if variants else ((False, False),)
     for block in blocks:
-        for paired in (False, True) if with_paired else (False,):
-            orders = block_orders(pp, M, block, paired)
+        for paired, squeeze in choices:
+            orders = block_orders(pp, M, block, paired, squeeze)
             if orders is not None and all(fits(index, seq) for seq in orders):
                 plan = asap(index, orders)
                 if plan is not None:
@@ -102,6 +109,11 @@ def short(pp: int) -> int:
     """Micro-batches enough for a steady state between the blocks' warm-up (about 4pp
     slots) and cool-down (about the last 5pp), at least four periods long."""
     return 3 * pp // 2 + 8
+
+
+def repeats(pp: int, M: int) -> bool:
+    """Is a V of this size built by repeating the steady state of a shorter one?"""
+    return 6 * pp * M >= REPEAT_OPS and pp >= 6 and M > max(2 * pp, short(pp))
 
 
 def _steady(ops) -> tuple[int, int]:
@@ -148,13 +160,13 @@ def repeat_steady_state(plan: Plan, microbatches: int) -> RankTable | None:
 
 
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
-    # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS ops
-    # those are a small share of the span and it would double the search
-    paired = 6 * pp * M <= PAIRED_OPS
-    if blocks and 6 * pp * M >= REPEAT_OPS and pp >= 6 and M > 2 * pp:
+    # the variants help in a few warm-ups and cool-downs; above PAIRED_OPS ops those are
+    # a small share of the span and they would quadruple the search
+    variants = 6 * pp * M <= PAIRED_OPS
+    if blocks and repeats(pp, M):
         few = short(pp)
         # the same candidates as building at M would try
-        plans = _block_plans(Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit)), pp, few, blocks, paired)
+        plans = _block_plans(Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit)), pp, few, blocks, variants)
         table = repeat_steady_state(min(plans, key=key), M) if plans else None
         if table is not None:
             return Schedule(name, pp, M, Placement.v(pp, M), table)
@@ -167,7 +179,7 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
-    plans += _block_plans(index, pp, M, blocks, paired)
+    plans += _block_plans(index, pp, M, blocks, variants)
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
