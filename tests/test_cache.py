@@ -65,3 +65,9 @@ def test_off_switch_and_unwritable_directory(home, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no directory can be made there
     assert build("v-min", 2, 3).pp == 2
     assert blocked.read_text() == ""
+
+
+def test_repeated_v_orders_are_not_stored(home):
+    # large V-Half and V-Min are built by repeating a short steady state: nothing to keep
+    build("v-min", 8, 420)
+    assert files(home) == []

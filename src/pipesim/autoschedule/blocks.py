@@ -138,6 +138,15 @@ def _profile(
     return prof, pend
 
 
+def _input_end(end: dict[tuple[int, int, int], int], S: int, kind: int, s: int, i: int) -> int:
+    """The slot after which the input of (kind, stage s, micro-batch i) is there."""
+    if kind == F:
+        return 0 if s == 0 else end[(F, s - 1, i)]
+    if kind == B:
+        return end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
+    return end[(B, s, i)]
+
+
 def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paired: bool = False) -> None:
     """One pass in slot order; see the module docstring. With the Ws placed, moving an F
     earlier raises memory by one over the slots it skips and moving a W earlier lowers
@@ -160,12 +169,7 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
             phase = "cool-down"
         at = t0
         if phase == "cool-down" or (phase == "warm-up" and with_ws):
-            if kind == F:
-                ready = 0 if s == 0 else end[(F, s - 1, i)]
-            elif kind == B:
-                ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
-            else:
-                ready = end[(B, s, i)]
+            ready = _input_end(end, S, kind, s, i)
             if paired and kind == W:
                 ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
             elif i > 0:
@@ -217,13 +221,7 @@ def _squeeze(pp: int, occ: list[Slots]) -> list[Slots]:
     free = [0] * len(occ)
     out: list[Slots] = [{} for _ in occ]
     for _, r, (kind, s, i) in sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items()):
-        if kind == F:
-            ready = 0 if s == 0 else end[(F, s - 1, i)]
-        elif kind == B:
-            ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
-        else:
-            ready = end[(B, s, i)]
-        t = max(ready, free[r])
+        t = max(_input_end(end, S, kind, s, i), free[r])
         out[r][t] = (kind, s, i)
         end[(kind, s, i)] = free[r] = t + 1
     return out

@@ -159,17 +159,25 @@ def repeat_steady_state(plan: Plan, microbatches: int) -> RankTable | None:
     return RankTable.stack(rows)
 
 
+def _variants(pp: int, M: int) -> bool:
+    # the blocks' variants help in a few warm-ups and cool-downs; above PAIRED_OPS ops
+    # those are a small share of the span and they would quadruple the search
+    return 6 * pp * M <= PAIRED_OPS
+
+
+def _repeated(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...]) -> Schedule | None:
+    """The best block (by makespan) built for ``short(pp)`` micro-batches, its steady
+    state repeated up to M; None where the V is not built that way."""
+    if not repeats(pp, M):
+        return None
+    few = short(pp)
+    index = Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit))
+    plans = _block_plans(index, pp, few, blocks, _variants(pp, M))  # the candidates a build at M tries
+    table = repeat_steady_state(min(plans, key=makespan_key), M) if plans else None
+    return None if table is None else Schedule(name, pp, M, Placement.v(pp, M), table)
+
+
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
-    # the variants help in a few warm-ups and cool-downs; above PAIRED_OPS ops those are
-    # a small share of the span and they would quadruple the search
-    variants = 6 * pp * M <= PAIRED_OPS
-    if blocks and repeats(pp, M):
-        few = short(pp)
-        # the same candidates as building at M would try
-        plans = _block_plans(Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit)), pp, few, blocks, variants)
-        table = repeat_steady_state(min(plans, key=key), M) if plans else None
-        if table is not None:
-            return Schedule(name, pp, M, Placement.v(pp, M), table)
     prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
     index = Index(prob)
     # the round-based greedy reserves 1F1B's memory in its warm-up: only ZB-V's limit suits it
@@ -179,7 +187,7 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
-    plans += _block_plans(index, pp, M, blocks, variants)
+    plans += _block_plans(index, pp, M, blocks, _variants(pp, M))
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
@@ -220,13 +228,23 @@ def zb_v_searched(pp: int, microbatches: int) -> Schedule:
     )
 
 
-@cached("v-half")  # searched once per (pp, M), then read from the cache file
 def v_half(pp: int, microbatches: int) -> Schedule:
     """V-Half: about half of 1F1B's activation memory."""
+    got = _repeated("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
+    return got if got is not None else v_half_searched(pp, microbatches)
+
+
+@cached("v-half")  # searched once per (pp, M), then read from the cache file
+def v_half_searched(pp: int, microbatches: int) -> Schedule:
     return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
 
 
-@cached("v-min")  # searched once per (pp, M), then read from the cache file
 def v_min(pp: int, microbatches: int) -> Schedule:
     """V-Min: about a third of 1F1B's activation memory."""
+    got = _repeated("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))
+    return got if got is not None else v_min_searched(pp, microbatches)
+
+
+@cached("v-min")  # searched once per (pp, M), then read from the cache file
+def v_min_searched(pp: int, microbatches: int) -> Schedule:
     return _v("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))
