@@ -25,7 +25,6 @@ built for a few micro-batches and their steady state repeated (``repeat_steady_s
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
@@ -39,7 +38,6 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Placement, RankTable, Schedule
 from .cache import cached
-from .torch_orders import zbv_torch
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
 # The ones that won somewhere on a grid of pp 1..8 and M 1..32 (w_first never did alone).
@@ -200,6 +198,46 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     return best.schedule(name)
 
 
+# ZB-V's hand-written pattern, in tokens: F, B, W of chunk 0 and chunk 1
+_F0, _F1, _B0, _B1, _W0, _W1 = range(6)
+_TOKEN_KIND = np.array([0, 0, 1, 1, 2, 2], np.int8)  # indices into ir.KINDS
+_TOKEN_CHUNK = np.array([0, 1, 0, 1, 0, 1], np.int32)
+
+
+def zbv_pattern(pp: int, microbatches: int) -> RankTable:
+    """The Zero Bubble authors' ZB-V pattern (PyTorch's ZBVZeroBubble ports it), laid out
+    for n = max(M, 2pp - 1) micro-batches and cut back to M. Rank r runs 2(pp-r)-1
+    forwards of chunk 0; r of (F1, F0); pp-r of (F1, B1, W1); then the steady state
+    (F0, B0, W0, F1, B1, W1) until its chunk-0 forwards are done, and pp-r-1 more without
+    the forward; then r of (B0, B1), pp-r of (B0, W0), and the Ws left (W1 first). Each
+    token's micro-batch is how many of its kind ran before it on the rank."""
+    n = max(microbatches, 2 * pp - 1)
+    steady = np.array([_F0, _B0, _W0, _F1, _B1, _W1])
+    rows = []
+    for r in range(pp):
+        q = pp - r
+        tok = np.concatenate(
+            [
+                np.full(2 * q - 1, _F0),
+                np.tile([_F1, _F0], r),
+                np.tile([_F1, _B1, _W1], q),
+                np.tile(steady, n - 2 * pp + r + 1),  # until F0 reaches n
+                np.tile(steady[1:], q - 1),
+                np.tile([_B0, _B1], r),
+                np.tile([_B0, _W0], q),
+                np.full(r, _W1),
+                np.full(r, _W0),
+            ]
+        ).astype(np.int8)
+        order = np.argsort(tok, kind="stable")  # each token's occurrences, in order
+        first = np.concatenate([[0], np.cumsum(np.bincount(tok, minlength=6))[:-1]])
+        mb = np.empty(len(tok), np.int32)
+        mb[order] = np.arange(len(tok)) - first[tok[order]]
+        keep = mb < microbatches
+        rows.append((_TOKEN_KIND[tok[keep]], _TOKEN_CHUNK[tok[keep]], mb[keep]))
+    return RankTable.stack(rows)
+
+
 def zb_v(pp: int, microbatches: int) -> Schedule:
     """ZB-V: 1F1B's activation memory (2pp chunks); when F = B = W, makespan 6M + pp - 1
     once M >= pp and no idle time inside any rank's span once M >= 2pp - 1.
@@ -210,7 +248,7 @@ def zb_v(pp: int, microbatches: int) -> Schedule:
     O(ops) (so ``export`` can name ZBVZeroBubble for it). Below that it leaves idle time
     that the search removes."""
     if microbatches >= 2 * pp - 1:
-        return replace(zbv_torch(pp, microbatches), name="zb-v")
+        return Schedule("zb-v", pp, microbatches, Placement.v(pp, microbatches), zbv_pattern(pp, microbatches))
     return zb_v_searched(pp, microbatches)
 
 
