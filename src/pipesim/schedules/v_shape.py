@@ -99,7 +99,7 @@ PERIOD = 6
 #: from this many ops (at pp >= 6 and M > 2pp), the blocks are built at ``short(pp)``
 #: micro-batches and their steady state is repeated up to M (the same orders as building
 #: them at M, tested): only the warm-up and cool-down need building, and at these sizes
-#: the list schedules never win (pp 6-12, every M up to 5pp) and polish has no budget left
+#: the list schedules never win (pp 6-12, every M up to 5pp) and polish has 20 tries left
 REPEAT_OPS = 20_000
 
 
