@@ -1,7 +1,7 @@
 """How fast pipesim builds, simulates and summarizes schedules, against PyTorch's own
 schedule generator and simulator on the same sizes, printed as tables.
 
-    python benchmarks/simulate_speed.py [--quick] [--no-torch]
+    python benchmarks/simulate_speed.py [--quick] [--no-torch] [--tables peer --peers zb-v]
 
 Times are CPU seconds (time.process_time, best of a few runs); bytes per op is the
 tracemalloc peak of one build + simulate + summarize divided by its ops (a separate run:
@@ -13,11 +13,9 @@ PyTorch's side: its schedule class is constructed with stand-in stages (it gener
 per-rank order and, for the multi-stage runtime, lowers it for execution: that is
 "generate"); the compute-only order, overlapped pairs split into their two actions
 (its simulator rejects OVERLAP_F_B), gets ``_add_send_recv`` ("lower") and then
-``_simulate_comms_compute`` ("simulate"). For ZB-V, whose pipesim order is searched
-(a cold build of tens of seconds, issue 10's item 4), a second row times pipesim on
-PyTorch's own order (compiled, simulated and summarized; reading its action rows into
-a Schedule is timed apart) against PyTorch's lower + simulate of it. "simulators alone" is PyTorch's
-lower + simulate against pipesim's compile + simulate. Its 1F1B is ``ScheduleInterleaved1F1B`` with
+``_simulate_comms_compute`` ("simulate"). pipesim's side includes its build, cold: the
+searched builders' cache file is off (``PIPESIM_CACHE=off``), so nothing is read back.
+"simulators alone" is PyTorch's lower + simulate against pipesim's compile + simulate. Its 1F1B is ``ScheduleInterleaved1F1B`` with
 one stage per rank: ``Schedule1F1B``'s order has an off-by-one on the last rank that
 ``_add_send_recv`` rejects (shared/PYTORCH.md).
 """
@@ -26,16 +24,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 import tracemalloc
+
+os.environ["PIPESIM_CACHE"] = "off"  # every build is cold: no searched order is read back
 
 from rich.console import Console
 from rich.table import Table
 
 from pipesim import Costs, build, simulate, summarize
 from pipesim.engine import compile
-from pipesim.schedules import v_shape
 
 COSTS = Costs(f=1, b=1, w=1, comm=0.05)
 console = Console(width=160)
@@ -51,33 +51,19 @@ def cpu(fn, *args, repeat: int = 3):
     return best, out
 
 
-def cold(name: str, pp: int, M: int, **opts):
-    """Build with nothing cached (the searched builders keep an lru_cache)."""
-    for fn in (v_shape.zb_v, v_shape.v_half, v_shape.v_min):
-        fn.cache_clear()
-    return build(name, pp, M, **opts)
-
-
-#: searched builders: minutes under tracemalloc (a Python object per op), so their bytes
-#: per op are not measured; their speed is issue 10's item 4
-SEARCHED = ("zb-v",)
-
-
 def pipeline(name: str, pp: int, M: int, opts: dict, repeat: int = 3) -> dict:
     """CPU seconds of each step (best of ``repeat``), ops, and bytes per op."""
-    tb, s = cpu(lambda: cold(name, pp, M, **opts), repeat=repeat)
+    tb, s = cpu(lambda: build(name, pp, M, **opts), repeat=repeat)
     tc, prog = cpu(compile, s, repeat=repeat)
     ts, tl = cpu(simulate, prog, COSTS, repeat=repeat)
     tm, _ = cpu(summarize, s, tl, repeat=repeat)
     ops = s.num_ops
     del s, prog, tl
-    peak = math.nan
-    if name not in SEARCHED:
-        tracemalloc.start()
-        s = cold(name, pp, M, **opts)
-        summarize(s, simulate(s, COSTS))
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+    tracemalloc.start()
+    s = build(name, pp, M, **opts)
+    summarize(s, simulate(s, COSTS))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     total = tb + tc + ts + tm
     return dict(ops=ops, build=tb, compile=tc, simulate=ts, summarize=tm, total=total, rate=ops / total, bytes=peak / ops)
 
@@ -90,7 +76,7 @@ def speed_table(args) -> None:
     if not args.quick:
         cases.append(("zb-v", {}))
     for name, opts in cases:
-        r = pipeline(name, 64, 1024, opts, repeat=1 if name in SEARCHED else 3)
+        r = pipeline(name, 64, 1024, opts)
         targeted = name in ("1f1b", "dualpipev")
         t.add_row(
             name,
@@ -98,8 +84,8 @@ def speed_table(args) -> None:
             *(f"{r[k] * 1e3:.1f}" for k in ("build", "compile", "simulate", "summarize")),
             f"{r['rate']:,.0f}",
             ("ok" if r["rate"] >= 2e6 else "MISS") + " (>= 2M)" if targeted else "",
-            f"{r['bytes']:.0f}" if name not in SEARCHED else "-",
-            ("ok" if r["bytes"] <= 100 else "MISS") + " (<= 100)" if name not in SEARCHED else "",
+            f"{r['bytes']:.0f}",
+            ("ok" if r["bytes"] <= 100 else "MISS") + " (<= 100)" if targeted else "",
         )
     console.print(t)
 
@@ -139,8 +125,7 @@ def torch_classes():
 
 
 def torch_run(name: str, pp: int, M: int) -> dict:
-    """PyTorch's generate, lower and simulate of its own class for ``name`` (CPU seconds),
-    and its order as action rows."""
+    """PyTorch's generate, lower and simulate of its own class for ``name`` (CPU seconds)."""
     from torch.distributed.pipelining import schedules as S
 
     cls, k, style = torch_classes()[name]
@@ -168,20 +153,7 @@ def torch_run(name: str, pp: int, M: int) -> dict:
     t2 = time.process_time()
     S._simulate_comms_compute(lowered, stage_to_rank, n)
     t3 = time.process_time()
-    rows = [[str(a) for a in sched.pipeline_order[r] if a is not None] for r in range(pp)]
-    return dict(ops=ops, generate=t1 - t0, lower=t2 - t1, simulate=t3 - t2, total=t3 - t0, rows=rows)
-
-
-def on_torch_order(rows: list[list[str]], M: int) -> dict:
-    """pipesim on PyTorch's own order: read its action rows (a Python object per op, timed
-    apart), then compile, simulate and summarize."""
-    from pipesim.runtime.torch_export import from_torch_rows
-
-    t0 = time.process_time()
-    s = from_torch_rows(rows, "torch", M)
-    t1 = time.process_time()
-    summarize(s, simulate(s, COSTS))
-    return dict(ops=s.num_ops, read=t1 - t0, total=time.process_time() - t1)
+    return dict(ops=ops, generate=t1 - t0, lower=t2 - t1, simulate=t3 - t2, total=t3 - t0)
 
 
 def peer_table(args) -> None:
@@ -203,9 +175,9 @@ def peer_table(args) -> None:
         t.add_column(col, justify="right")
     sizes = [(32, 256)] if args.quick else [(32, 256), (64, 1024)]
     for pp, M in sizes:
-        for name in ("1f1b", "interleaved-1f1b", "zb-v", "dualpipev"):
+        for name in args.peers.split(","):
             opts = {"chunks": 2} if name == "interleaved-1f1b" else {}
-            ours = pipeline(name, pp, M, opts, repeat=1 if name in SEARCHED else 3)
+            ours = pipeline(name, pp, M, opts)
             theirs = torch_run(name, pp, M)
             ratio = theirs["total"] / ours["total"]
             t.add_row(
@@ -220,22 +192,6 @@ def peer_table(args) -> None:
                 f"{(theirs['lower'] + theirs['simulate']) / (ours['compile'] + ours['simulate']):.0f}x",
             )
             print(f"  {name} pp={pp} M={M}: {ratio:.0f}x", file=sys.stderr, flush=True)
-            if name in SEARCHED:  # the same order on both sides: pipesim reads PyTorch's
-                ours = on_torch_order(theirs["rows"], M)
-                ratio = (theirs["lower"] + theirs["simulate"]) / ours["total"]
-                t.add_row(
-                    f"{name} on torch's order (read {ours['read']:.2f} s)",
-                    str(pp),
-                    str(M),
-                    f"{ours['ops']:,}",
-                    f"{ours['total']:.3f}",
-                    f"{theirs['ops']:,}",
-                    "-",
-                    *(f"{theirs[k]:.2f}" for k in ("lower", "simulate")),
-                    f"{theirs['lower'] + theirs['simulate']:.2f}",
-                    f"{ratio:.0f}x",
-                    "",
-                )
     console.print(t)
 
 
@@ -244,6 +200,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, no ZB-V at pp=64, no PyTorch at pp=64")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     ap.add_argument("--tables", default="speed,scaling,peer", help="which tables, comma-separated")
+    ap.add_argument("--peers", default="1f1b,interleaved-1f1b,zb-v,dualpipev", help="schedules of the PyTorch table")
     args = ap.parse_args()
     tables = args.tables.split(",")
     if "speed" in tables:

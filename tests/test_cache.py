@@ -22,20 +22,27 @@ def files(d):
 
 
 def test_first_build_searches_and_stores_then_reads(home, monkeypatch):
-    first = build("zb-v", 3, 5)
+    first = build("zb-v", 3, 4)  # M < 2pp - 1: searched
     (path,) = home.iterdir()
-    assert path.name == f"zb-v-pp3-m5-{cache.version_key()}.json"
+    assert path.name == f"zb-v-pp3-m4-{cache.version_key()}.json"
     assert json.loads(path.read_text())["version"] == cache.version_key()
 
     def no_search(pp, M):
         raise AssertionError("searched again")
 
-    monkeypatch.setattr(v_shape.zb_v, "search", no_search)
-    again = v_shape.zb_v(3, 5)
+    monkeypatch.setattr(v_shape.zb_v_searched, "search", no_search)
+    again = v_shape.zb_v(3, 4)
     assert again == first and again.ranks == first.ranks
     path.unlink()  # without the file it searches again
     with pytest.raises(AssertionError, match="searched again"):
-        v_shape.zb_v(3, 5)
+        v_shape.zb_v(3, 4)
+
+
+def test_orders_built_directly_are_not_stored(home):
+    # from M = 2pp - 1 on, ZB-V and ZB-H2 are built in one pass: nothing to keep
+    build("zb-v", 3, 5)
+    build("zb-h2", 3, 5)
+    assert files(home) == []
 
 
 def test_corrupt_or_foreign_files_are_ignored_and_rewritten(home):
@@ -58,3 +65,9 @@ def test_off_switch_and_unwritable_directory(home, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # no directory can be made there
     assert build("v-min", 2, 3).pp == 2
     assert blocked.read_text() == ""
+
+
+def test_repeated_v_orders_are_not_stored(home):
+    # large V-Half and V-Min are built by repeating a short steady state: nothing to keep
+    build("v-min", 8, 420)
+    assert files(home) == []

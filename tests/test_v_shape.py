@@ -55,3 +55,41 @@ def test_controllable_memory_ordering():
         reps = [report(n, pp, M)[1] for n in V]
         peaks = [max(r.peak_activations) for r in reps]
         assert peaks[0] >= peaks[1] >= peaks[2]
+
+
+@pytest.mark.parametrize("pp", [6, 9])
+def test_repeating_the_steady_state_gives_the_blocks_built_at_m(pp):
+    """Large V-Half and V-Min build their blocks for a few micro-batches and repeat the
+    steady state: that is the order of the same block built for all M, op for op."""
+    from pipesim.autoschedule.blocks import block_orders, v_half_blocks, v_min_block
+    from pipesim.autoschedule.evaluate import Index, asap
+    from pipesim.autoschedule.problem import Problem
+    from pipesim.ir import Placement
+    from pipesim.schedules.v_shape import repeat_steady_state, short
+
+    few = short(pp)
+    index = Index(Problem.of(Placement.v(pp, few), Costs()))
+    for block in (*v_half_blocks(pp), v_min_block(pp)):
+        for paired in (False, True):
+            for squeeze in (False, True):
+                plan = asap(index, block_orders(pp, few, block, paired, squeeze))
+                for M in (few + 1, few + 7):
+                    t = repeat_steady_state(plan, M)
+                    got = [
+                        list(zip(*(a[t.offsets[r] : t.offsets[r + 1]].tolist() for a in (t.kind, t.chunk, t.mb))))
+                        for r in range(pp)
+                    ]
+                    assert got == block_orders(pp, M, block, paired, squeeze), (block, paired, squeeze, M)
+
+
+def test_large_sizes_are_valid_and_keep_the_steady_state():
+    """A repeated V (pp=8, M=420: 20K ops) validates, keeps its memory, and runs at one op
+    per slot through the middle: its span grows by 6 per micro-batch (M=421)."""
+    from pipesim.schedules.v_shape import repeats
+
+    assert repeats(8, 420)
+    for name, stages in (("v-half", (8 + 2) // 2), ("v-min", (8 + 4) // 3)):  # the paper's memory
+        s, rep = report(name, 8, 420)
+        validate(s)
+        assert max(rep.peak_activations) <= 2 * stages
+        assert max(report(name, 8, 421)[1].span) - max(rep.span) == 6

@@ -109,7 +109,16 @@ def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: in
     """Live chunk-activations after each slot from ``start`` on, given the state before
     it; with ``implicit_w`` the Ws are not placed and a pending one is taken to run in
     every free slot."""
-    prof = []
+    return _profile(occ, horizon, implicit_w, start, live, pending)[0]
+
+
+def _profile(
+    occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0, settle=None
+) -> tuple[list[int], list[int]]:
+    """``_memory``, and beside it the Ws pending after each slot. With ``settle`` (the
+    previous profiles and the last slot that changed), stop at the first slot from there
+    on whose state is the previous one: every later slot is then as before."""
+    prof, pend = [], []
     for t in range(start, horizon):
         op = occ.get(t)
         if op is None:
@@ -123,23 +132,19 @@ def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: in
         elif op[0] == W:
             live -= 1
         prof.append(live)
-    return prof
+        pend.append(pending)
+        if settle is not None and t >= settle[2] and live == settle[0][t] and pending == settle[1][t]:
+            break
+    return prof, pend
 
 
-def _pending(occ: Slots, upto: int) -> tuple[int, int]:
-    """(live, pending Ws) before slot ``upto`` in the implicit-W model."""
-    live = pending = 0
-    for t in range(upto):
-        op = occ.get(t)
-        if op is None:
-            if pending:
-                live -= 1
-                pending -= 1
-        elif op[0] == F:
-            live += 1
-        elif op[0] == B:
-            pending += 1
-    return live, pending
+def _input_end(end: dict[tuple[int, int, int], int], S: int, kind: int, s: int, i: int) -> int:
+    """The slot after which the input of (kind, stage s, micro-batch i) is there."""
+    if kind == F:
+        return 0 if s == 0 else end[(F, s - 1, i)]
+    if kind == B:
+        return end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
+    return end[(B, s, i)]
 
 
 def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paired: bool = False) -> None:
@@ -149,7 +154,9 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     new slot on is recomputed."""
     S = 2 * pp
     horizon = max(max(o) for o in occ if o) + 2
-    prof = [_memory(o, horizon, not with_ws) for o in occ]
+    # the memory after each slot and (without the Ws) the Ws pending after it: the state
+    # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
+    prof, pend = (list(x) for x in zip(*(_profile(o, horizon, not with_ws) for o in occ)))
     ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
     end: dict[tuple[int, int, int], int] = {}
     last_w: dict[int, int] = {}
@@ -162,12 +169,7 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
             phase = "cool-down"
         at = t0
         if phase == "cool-down" or (phase == "warm-up" and with_ws):
-            if kind == F:
-                ready = 0 if s == 0 else end[(F, s - 1, i)]
-            elif kind == B:
-                ready = end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
-            else:
-                ready = end[(B, s, i)]
+            ready = _input_end(end, S, kind, s, i)
             if paired and kind == W:
                 ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
             elif i > 0:
@@ -192,9 +194,16 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
                     break
                 del o[t0]
                 o[t] = (kind, s, i)
-                tail = _memory(o, horizon, True, t, *_pending(o, t))
-                if max(tail, default=0) <= bound and max(prof[r][:t], default=0) <= bound:
-                    prof[r][t:] = tail
+                before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
+                tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
+                n = t + len(tail)
+                if (
+                    max(tail, default=0) <= bound
+                    and max(prof[r][:t], default=0) <= bound
+                    and max(prof[r][n:], default=0) <= bound
+                ):
+                    prof[r][t:n] = tail
+                    pend[r][t:n] = waiting
                     at = t
                     break
                 del o[t]
@@ -204,9 +213,31 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
             last_w[r] = at + 1
 
 
-def block_orders(pp: int, M: int, block: Block, paired: bool = False) -> list[list[tuple[int, int, int]]] | None:
+def _squeeze(pp: int, occ: list[Slots]) -> list[Slots]:
+    """Every op moved to the earliest slot its input and its rank's previous op allow,
+    each rank's order kept (taken in slot order, every input is already placed)."""
+    S = 2 * pp
+    end: dict[tuple[int, int, int], int] = {}
+    free = [0] * len(occ)
+    out: list[Slots] = [{} for _ in occ]
+    for _, r, (kind, s, i) in sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items()):
+        t = max(_input_end(end, S, kind, s, i), free[r])
+        out[r][t] = (kind, s, i)
+        end[(kind, s, i)] = free[r] = t + 1
+    return out
+
+
+def _without_ws(occ: list[Slots]) -> list[Slots]:
+    return [{t: op for t, op in o.items() if op[0] != W} for o in occ]
+
+
+def block_orders(
+    pp: int, M: int, block: Block, paired: bool = False, squeeze: bool = False
+) -> list[list[tuple[int, int, int]]] | None:
     """Per-rank orders (kind, chunk, mb) of the repeated, reordered block; None if the
-    block collides."""
+    block collides. With ``squeeze``, every op also moves as early as it can after each
+    pass (the Ws placed first), as the authors' generator does: the second pass then
+    starts from a tighter order (V-Half at pp=8, M=9 gets their 71 slots, 72 without)."""
     times = block.times(pp)
     if times is None:
         return None
@@ -224,8 +255,12 @@ def block_orders(pp: int, M: int, block: Block, paired: bool = False) -> list[li
     horizon = max(max(o) for o in occ) + 2
     bound = max(max(_memory(o, horizon, False)) for o in occ)
     _reorder(pp, M, occ, bound, with_ws=True, paired=paired)
-    occ = [{t: op for t, op in o.items() if op[0] != W} for o in occ]
+    occ = _without_ws(_squeeze(pp, occ) if squeeze else occ)
     _reorder(pp, M, occ, bound, with_ws=False, paired=paired)
+    if squeeze:
+        for o in occ:
+            _place_ws(o)
+        occ = _without_ws(_squeeze(pp, occ))
     for o in occ:
         if paired:
             _place_ws_by_chunk(o, pp)

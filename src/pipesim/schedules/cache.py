@@ -1,8 +1,9 @@
 """Searched orders kept on disk, so that each (schedule, pp, M) is searched once.
 
-ZB-H2, ZB-V, V-Half and V-Min are searched at unit costs (seconds at pp=64, M=1024), and
-the result depends only on (name, pp, M) and on the code that searched it. The first
-build stores the order in ``$XDG_CACHE_HOME/pipesim/`` (default ``~/.cache/pipesim/``),
+ZB-H2, ZB-V, V-Half and V-Min are searched at unit costs where no direct construction
+reaches the answer (ZB-H2 and ZB-V below M = 2pp - 1, V-Half and V-Min below the sizes
+that repeat a short steady state: up to seconds at pp=64), and the result depends only
+on (name, pp, M) and on the code that searched it. The first search stores the order in ``$XDG_CACHE_HOME/pipesim/`` (default ``~/.cache/pipesim/``),
 one JSON file per (name, pp, M) whose name and content carry a version key: a hash of
 the searching code, so that a changed search never serves an old order. Writes are
 atomic (a temporary file renamed into place); a file that cannot be read, is corrupt or

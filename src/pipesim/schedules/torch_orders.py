@@ -18,7 +18,8 @@ compares every one with the class itself over many sizes):
   reverse chunk order, each chunk's micro-batches last to first.
 * ``ZBVZeroBubble``: ZB-V's hand-written pattern on a V (chunk 0 of rank r is stage r,
   chunk 1 stage 2pp-1-r), laid out for ``max(M, 2pp-1)`` micro-batches with the ones
-  beyond M left out. It is not pipesim's ``zb-v``, which is searched.
+  beyond M left out (``v_shape.zbv_pattern``). pipesim's ``zb-v`` is this order from
+  M = 2pp-1 on, where it has no bubble, and searched below.
 
 ``GPipe``, ``1F1B`` and ``DualPipeV`` need nothing here: pipesim's ``gpipe``, ``1f1b``
 and ``dualpipev`` already give those classes' orders (for ``1F1B``, the order its runtime
@@ -110,35 +111,7 @@ def looped_bfs(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
 
 
 def zbv_torch(pp: int, microbatches: int) -> Schedule:
-    """PyTorch's ZBVZeroBubble order (see the module's text)."""
-    ranks = tuple(_zbv_rank(pp, microbatches, r) for r in range(pp))
-    return Schedule("zbv-torch", pp, microbatches, Placement.v(pp, microbatches), ranks)
+    """PyTorch's ZBVZeroBubble order: ZB-V's hand-written pattern (see the module's text)."""
+    from .v_shape import zbv_pattern  # the pattern lives with the ZB-V family
 
-
-def _zbv_rank(pp: int, M: int, r: int) -> tuple[Op, ...]:
-    n = max(2 * pp - 1, M)  # laid out for at least a full pipeline, then cut back to M
-    count = {kind: [0, 0] for kind in "FBW"}  # next micro-batch per kind and chunk
-    ops: list[Op] = []
-
-    def run(*steps: str) -> None:  # "F0" is a forward of chunk 0, ...
-        for step in steps:
-            kind, c = step[0], int(step[1])
-            ops.append(Op(kind, c, count[kind][c]))
-            count[kind][c] += 1
-
-    for _ in range(2 * (pp - r) - 1):
-        run("F0")
-    for _ in range(r):
-        run("F1", "F0")
-    for _ in range(pp - r):
-        run("F1", "B1", "W1")
-    while count["F"][1] < count["F"][0] or count["F"][0] < n:
-        if count["F"][0] < n:
-            run("F0")
-        run("B0", "W0", "F1", "B1", "W1")
-    for _ in range(r):
-        run("B0", "B1")
-    for _ in range(pp - r):
-        run("B0", "W0")
-    run(*["W1"] * (count["B"][1] - count["W"][1]), *["W0"] * (count["B"][0] - count["W"][0]))
-    return tuple(op for op in ops if op.mb < M)
+    return Schedule("zbv-torch", pp, microbatches, Placement.v(pp, microbatches), zbv_pattern(pp, microbatches))

@@ -10,23 +10,33 @@ chunk-activations, two per micro-batch stage of 1F1B), polished by local search:
 * ``v-half``: limit 2((pp+2)//2), about half of 1F1B's;
 * ``v-min``: limit 2((pp+4)//3), about a third.
 
-Constructions: the repeating building block (``autoschedule.blocks``), the Zero Bubble
-authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero span
-bubble) and the list scheduler (``autoschedule.greedy``), each with the limit. Orders are chosen at unit costs and
-are then fixed: simulating them under other costs just runs the same order.
+Constructions: the repeating building block (``autoschedule.blocks``; also kept in V
+order, and also squeezed between its passes as the authors' generator does), the Zero
+Bubble authors' round-based greedy (``autoschedule.vgreedy``, which gives ZB-V its zero
+span bubble) and the list scheduler (``autoschedule.greedy``), each with the limit.
+Orders are chosen at unit costs and are then fixed: simulating them under other costs
+just runs the same order.
+
+Building stays O(ops) where the answer has a known shape: ZB-V from M = 2pp - 1 on is
+the authors' hand-written pattern (optimal there), and at large sizes the blocks are
+built for a few micro-batches and their steady state repeated (``repeat_steady_state``).
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
-from ..autoschedule.problem import Problem
+from ..autoschedule.problem import Plan, Problem
 from ..autoschedule.vgreedy import v_greedy_orders
 from ..costs import Costs
 from ..errors import PipesimError
-from ..ir import Placement, Schedule
+from ..ir import Placement, RankTable, Schedule
 from .cache import cached
 
 # At unit costs only these knobs of the list scheduler matter (``fill`` never does).
@@ -45,7 +55,7 @@ V_POLICIES = (
 # sizes people run, and bounded so that building stays interactive.
 POLISH_BUDGET = 3000
 POLISH_WORK = 400_000  # ... and at most this many op evaluations, so large sizes stay quick
-PAIRED_OPS = 100_000  # sizes up to which the blocks are also reordered in V order
+PAIRED_OPS = 100_000  # sizes up to which the blocks' variants (V order, squeezed) are tried too
 
 
 def zb_v_limit(pp: int) -> int:
@@ -68,6 +78,103 @@ def _lower_bounds(prob: Problem) -> tuple[float, float]:
     return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
 
 
+def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], variants: bool) -> list[Plan]:
+    """The timed orders of the repeated blocks that fit in memory, with their variants
+    (kept in V order, squeezed) if ``variants``."""
+    plans = []
+    choices = ((False, False), (True, False), (False, True), (True, True)) if variants else ((False, False),)
+    for block in blocks:
+        for paired, squeeze in choices:
+            orders = block_orders(pp, M, block, paired, squeeze)
+            if orders is not None and all(fits(index, seq) for seq in orders):
+                plan = asap(index, orders)
+                if plan is not None:
+                    plans.append(plan)
+    return plans
+
+
+# At unit costs a V rank runs 6 ops (F, B, W of two chunks) per micro-batch, one every
+# slot in the steady state: repeating it adds one micro-batch.
+PERIOD = 6
+#: from this many ops (at pp >= 6 and M > 2pp), the blocks are built at ``short(pp)``
+#: micro-batches and their steady state is repeated up to M (the same orders as building
+#: them at M, tested): only the warm-up and cool-down need building, and at these sizes
+#: the list schedules never win (pp 6-12, every M up to 5pp) and polish has 20 tries left
+REPEAT_OPS = 20_000
+
+
+def short(pp: int) -> int:
+    """Micro-batches enough for a steady state between the blocks' warm-up (about 4pp
+    slots) and cool-down (about the last 5pp), at least four periods long."""
+    return 3 * pp // 2 + 8
+
+
+def repeats(pp: int, M: int) -> bool:
+    """Is a V of this size built by repeating the steady state of a shorter one?"""
+    return 6 * pp * M >= REPEAT_OPS and pp >= 6 and M > max(2 * pp, short(pp))
+
+
+def _steady(ops) -> tuple[int, int]:
+    """(first, last) index of the longest run of ops j whose op j + PERIOD is the same
+    pass one micro-batch and PERIOD slots later."""
+    best, first = (0, -1), None
+    for j in range(len(ops) - PERIOD):
+        a, b = ops[j], ops[j + PERIOD]
+        if a[0] == b[0] and a[1] == b[1] and b[2] == a[2] + 1 and abs(b[3] - a[3] - PERIOD) < 1e-9:
+            first = j if first is None else first
+            if j - first > best[1] - best[0]:
+                best = (first, j)
+        else:
+            first = None
+    return best
+
+
+def repeat_steady_state(plan: Plan, microbatches: int) -> RankTable | None:
+    """``plan``'s orders (unit costs) for more micro-batches: at one time T inside every
+    rank's steady state, the period just before T runs again, one micro-batch later each
+    time, and every op after T moves up by as many micro-batches. None when the ranks
+    share no steady window (two periods either side of T) to cut at."""
+    k = microbatches - plan.problem.placement.microbatches
+    lo, hi = -math.inf, math.inf
+    for ops in plan.ranks:
+        a, b = _steady(ops)
+        if b - a < 4 * PERIOD:
+            return None
+        lo, hi = max(lo, ops[a + 2 * PERIOD][3]), min(hi, ops[b - 2 * PERIOD][3])
+    if lo > hi:
+        return None
+    cut = (lo + hi) / 2
+    rows = []
+    for ops in plan.ranks:
+        seq = np.array([op[:3] for op in ops], dtype=np.int32)
+        p = int(np.searchsorted(np.array([op[3] for op in ops]), cut - 1e-9))
+        period = np.tile(seq[p - PERIOD : p], (k, 1))
+        period[:, 2] += np.repeat(np.arange(1, k + 1, dtype=np.int32), PERIOD)
+        after = seq[p:].copy()
+        after[:, 2] += k
+        full = np.concatenate([seq[:p], period, after])
+        rows.append((full[:, 0], full[:, 1], full[:, 2]))
+    return RankTable.stack(rows)
+
+
+def _variants(pp: int, M: int) -> bool:
+    # the blocks' variants help in a few warm-ups and cool-downs; above PAIRED_OPS ops
+    # those are a small share of the span and they would quadruple the search
+    return 6 * pp * M <= PAIRED_OPS
+
+
+def _repeated(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...]) -> Schedule | None:
+    """The best block (by makespan) built for ``short(pp)`` micro-batches, its steady
+    state repeated up to M; None where the V is not built that way."""
+    if not repeats(pp, M):
+        return None
+    few = short(pp)
+    index = Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit))
+    plans = _block_plans(index, pp, few, blocks, _variants(pp, M))  # the candidates a build at M tries
+    table = repeat_steady_state(min(plans, key=makespan_key), M) if plans else None
+    return None if table is None else Schedule(name, pp, M, Placement.v(pp, M), table)
+
+
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
     prob = Problem.of(Placement.v(pp, M), Costs(), memory_limit=limit)
     index = Index(prob)
@@ -78,15 +185,7 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     for plan in plans:  # the greedy often reaches both bounds (ZB-V): nothing can beat it
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
-    for block in blocks:
-        # the V-ordered variant helps in a few warm-ups and cool-downs; above PAIRED_OPS
-        # ops those are a small share of the span and it would double the search
-        for paired in (False, True) if 6 * pp * M <= PAIRED_OPS else (False,):
-            orders = block_orders(pp, M, block, paired)
-            if orders is not None and all(fits(index, seq) for seq in orders):
-                plan = asap(index, orders)
-                if plan is not None:
-                    plans.append(plan)
+    plans += _block_plans(index, pp, M, blocks, _variants(pp, M))
     for pol in V_POLICIES:
         plan = list_schedule(prob, pol)
         if plan is not None:
@@ -99,10 +198,63 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
     return best.schedule(name)
 
 
-@cached("zb-v")  # searched once per (pp, M), then read from the cache file
+# ZB-V's hand-written pattern, in tokens: F, B, W of chunk 0 and chunk 1
+_F0, _F1, _B0, _B1, _W0, _W1 = range(6)
+_TOKEN_KIND = np.array([0, 0, 1, 1, 2, 2], np.int8)  # indices into ir.KINDS
+_TOKEN_CHUNK = np.array([0, 1, 0, 1, 0, 1], np.int32)
+
+
+def zbv_pattern(pp: int, microbatches: int) -> RankTable:
+    """The Zero Bubble authors' ZB-V pattern (PyTorch's ZBVZeroBubble ports it), laid out
+    for n = max(M, 2pp - 1) micro-batches and cut back to M. Rank r runs 2(pp-r)-1
+    forwards of chunk 0; r of (F1, F0); pp-r of (F1, B1, W1); then the steady state
+    (F0, B0, W0, F1, B1, W1) until its chunk-0 forwards are done, and pp-r-1 more without
+    the forward; then r of (B0, B1), pp-r of (B0, W0), and the Ws left (W1 first). Each
+    token's micro-batch is how many of its kind ran before it on the rank."""
+    n = max(microbatches, 2 * pp - 1)
+    steady = np.array([_F0, _B0, _W0, _F1, _B1, _W1])
+    rows = []
+    for r in range(pp):
+        q = pp - r
+        tok = np.concatenate(
+            [
+                np.full(2 * q - 1, _F0),
+                np.tile([_F1, _F0], r),
+                np.tile([_F1, _B1, _W1], q),
+                np.tile(steady, n - 2 * pp + r + 1),  # until F0 reaches n
+                np.tile(steady[1:], q - 1),
+                np.tile([_B0, _B1], r),
+                np.tile([_B0, _W0], q),
+                np.full(r, _W1),
+                np.full(r, _W0),
+            ]
+        ).astype(np.int8)
+        order = np.argsort(tok, kind="stable")  # each token's occurrences, in order
+        first = np.concatenate([[0], np.cumsum(np.bincount(tok, minlength=6))[:-1]])
+        mb = np.empty(len(tok), np.int32)
+        mb[order] = np.arange(len(tok)) - first[tok[order]]
+        keep = mb < microbatches
+        rows.append((_TOKEN_KIND[tok[keep]], _TOKEN_CHUNK[tok[keep]], mb[keep]))
+    return RankTable.stack(rows)
+
+
 def zb_v(pp: int, microbatches: int) -> Schedule:
     """ZB-V: 1F1B's activation memory (2pp chunks); when F = B = W, makespan 6M + pp - 1
-    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1."""
+    once M >= pp and no idle time inside any rank's span once M >= 2pp - 1.
+
+    From M = 2pp - 1 on, the Zero Bubble authors' hand-written pattern (the one PyTorch's
+    ZBVZeroBubble ports) already reaches both lower bounds, span 6M and makespan
+    6M + pp - 1, within 2pp activations: nothing can beat it, so it is built directly in
+    O(ops) (so ``export`` can name ZBVZeroBubble for it). Below that it leaves idle time
+    that the search removes."""
+    if microbatches >= 2 * pp - 1:
+        return Schedule("zb-v", pp, microbatches, Placement.v(pp, microbatches), zbv_pattern(pp, microbatches))
+    return zb_v_searched(pp, microbatches)
+
+
+@cached("zb-v")  # searched once per (pp, M), then read from the cache file
+def zb_v_searched(pp: int, microbatches: int) -> Schedule:
+    """ZB-V by search: the sizes where the hand-written pattern leaves idle time."""
     return _v(
         "zb-v",
         pp,
@@ -114,13 +266,23 @@ def zb_v(pp: int, microbatches: int) -> Schedule:
     )
 
 
-@cached("v-half")  # searched once per (pp, M), then read from the cache file
 def v_half(pp: int, microbatches: int) -> Schedule:
     """V-Half: about half of 1F1B's activation memory."""
+    got = _repeated("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
+    return got if got is not None else v_half_searched(pp, microbatches)
+
+
+@cached("v-half")  # searched once per (pp, M), then read from the cache file
+def v_half_searched(pp: int, microbatches: int) -> Schedule:
     return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
 
 
-@cached("v-min")  # searched once per (pp, M), then read from the cache file
 def v_min(pp: int, microbatches: int) -> Schedule:
     """V-Min: about a third of 1F1B's activation memory."""
+    got = _repeated("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))
+    return got if got is not None else v_min_searched(pp, microbatches)
+
+
+@cached("v-min")  # searched once per (pp, M), then read from the cache file
+def v_min_searched(pp: int, microbatches: int) -> Schedule:
     return _v("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))

@@ -42,15 +42,29 @@ def zb_h1(pp: int, microbatches: int) -> Schedule:
     return Schedule("zb-h1", pp, M, Placement.flat(pp, M), RankTable.stack(rows))
 
 
-@cached("zb-h2")  # searched once per (pp, M), then read from the cache file
 def zb_h2(pp: int, microbatches: int) -> Schedule:
     """ZB-H2: up to 2pp activations per rank buy a zero span bubble when F = B = W
     (and M >= 2pp - 1): extra warm-up forwards fill what 1F1B leaves idle before the
     first backward, and deferred Ws fill the cool-down.
 
-    This is the automatic scheduler at F = B = W = 1 with a 2pp limit (as the Zero Bubble
-    repository derives it), so its order is fixed: other costs simulate the same order.
+    The order is the automatic scheduler's at F = B = W = 1 with a 2pp limit (as the Zero
+    Bubble repository derives it), so it is fixed: other costs simulate the same order.
+    From M = 2pp - 1 on, the scheduler's winner is its wave construction with 2(pp-r)-1
+    warm-up forwards on rank r and every wait filled with Ws, which reaches both lower
+    bounds (span 3M, makespan 3M + pp - 1): it is built directly, one pass over the ops.
     """
+    if microbatches >= 2 * pp - 1:
+        from ..autoschedule.problem import Problem
+        from ..autoschedule.waves import warmups, wave_schedule
+
+        prob = Problem.of(Placement.flat(pp, microbatches), Costs(), memory_limit=2 * pp)
+        return wave_schedule(prob, warmups(prob, 2.0), 0.0).schedule("zb-h2")
+    return zb_h2_searched(pp, microbatches)
+
+
+@cached("zb-h2")  # searched once per (pp, M), then read from the cache file
+def zb_h2_searched(pp: int, microbatches: int) -> Schedule:
+    """ZB-H2 by search: the sizes too short for the warm-up to fill every bubble."""
     from ..autoschedule.problem import Problem
     from ..autoschedule.search import heuristic
 
