@@ -28,7 +28,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..errors import PipesimError
-from ..ir import KINDS, Op, Pair, Placement, RankTable, Schedule
+from ..ir import KINDS, Op, Pair, Placement, Schedule
 from ..memory import memory
 from ..metrics import summarize
 from ..schedules import REGISTRY, build, family
@@ -54,12 +54,9 @@ SEARCHED_MAX_SLOTS = 4096
 #: search no other candidate shares, up to this many
 COST_ORDERED_MAX_SLOTS = 1024
 
-#: compiled programs kept for reuse across candidates, in bytes (estimated, see _nbytes)
+#: schedules, their shapes and compiled programs kept for reuse across candidates, in
+#: bytes of their arrays (see _nbytes)
 PROGRAM_CACHE_BYTES = 192 * 2**20
-#: bytes a compiled program holds per item when the engine does not say (the event
-#: engine's Steps, measured with tracemalloc: 520-590 bytes per item)
-BYTES_PER_ITEM = 600
-SCHEDULE_BYTES_PER_ITEM = 200  # an Op in a built schedule, and its share of the Shape
 
 #: cost options a builder may take: such families are ordered under the candidate's costs
 COST_OPTIONS = ("f", "b", "w")
@@ -282,8 +279,9 @@ def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = 
 
 class ProgramCache:
     """Schedules by (family, pp, M, options), each with its Shape and, once simulated, its
-    compiled program; least recently used dropped first once their estimated bytes pass
-    ``limit``."""
+    compiled program; least recently used dropped first once their bytes pass ``limit``.
+    A schedule is kept as its arrays (``RankTable``), not as the Op objects a builder may
+    have made: ten times smaller, so what a search needs again is still there."""
 
     def __init__(self, limit: int = PROGRAM_CACHE_BYTES):
         self.limit = limit
@@ -297,44 +295,40 @@ class ProgramCache:
             self.kept.move_to_end(key)
             return hit
         s = build(name, pp, M, **options)
-        # counted without making the arrays (or, from a table's rows, Op objects)
-        items = s.ranks.items if isinstance(s.ranks, RankTable) else sum(map(len, s.ranks))
-        entry = self.kept[key] = [s, None, None, SCHEDULE_BYTES_PER_ITEM * items]
-        size = entry[3]
-        self._grow(size)
+        s = Schedule(s.name, s.pp, s.microbatches, s.placement, s.table, s.info)
+        entry = self.kept[key] = [s, None, None, 0]
+        self._grow(entry, _nbytes(s.table))
         return entry
 
-    def _grow(self, size: int) -> None:
+    def _grow(self, entry: list, size: int) -> None:
+        entry[3] += size
         self.bytes += size
         while self.bytes > self.limit and len(self.kept) > 1:
             _, dropped = self.kept.popitem(last=False)
             self.bytes -= dropped[3]
 
-    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
-        return self._entry(name, pp, M, options)[0].placement
-
     def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         e = self._entry(name, pp, M, options)
         if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
             e[1] = shape(e[0])
+            self._grow(e, _nbytes(e[1]))
         return e[1]
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         e = self._entry(name, pp, M, options)
         if e[2] is None:
             e[2] = compile(e[0])
-            size = _nbytes(e[2])
-            e[3] += size
-            self._grow(size)
+            self._grow(e, _nbytes(e[2]))
         return e[2]
 
 
-def _nbytes(prog: Program) -> int:
-    """The program's size: what the engine reports, else an estimate per item."""
-    n = getattr(prog, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    return BYTES_PER_ITEM * prog.schedule.table.items
+def _nbytes(x) -> int:
+    """The bytes of the arrays an object holds (a program's, a shape's, a rank table's;
+    a broadcast column holds one number), and a few hundred for the rest."""
+    arrays = [v for v in (getattr(x, k, None) for k in getattr(x, "__slots__", ())) if isinstance(v, np.ndarray)]
+    arrays += [v for v in getattr(x, "__dict__", {}).values() if isinstance(v, np.ndarray)]
+    keys = sum(map(len, getattr(x, "counts", ())))  # a shape's counts: a dict entry and a key tuple each
+    return 512 + 200 * keys + sum(a.nbytes for a in arrays if 0 not in a.strides)
 
 
 @dataclass(frozen=True)
@@ -436,11 +430,6 @@ class Shared:
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
 
-    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
-        """A schedule's placement, built and not compiled (building a handcrafted pattern is
-        cheap, compiling it is not; a searched one is compiled only if it fits)."""
-        return self.programs.placement(name, pp, M, options)
-
     def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
@@ -536,14 +525,13 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M)
-    try:
-        if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
-            pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
-        else:
-            for x in points or (M,):
-                pl = shared.placement(cand.schedule, lay.pp, x, chunks)
-    except PipesimError as e:
-        return Result(cand, False, f"cannot run: {e}")
+    # the registry's constraints, at each M that is built, and the placement, without
+    # building: most candidates are ruled out by what follows, before any build
+    for x in points or (M,):
+        refused = fam.check(lay.pp, x, **chunks)
+        if refused is not None:
+            return Result(cand, False, f"cannot run: {refused}")
+    pl = fam.placement_of(lay.pp, x, **chunks)
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if stages > m.layers:

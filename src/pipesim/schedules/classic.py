@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PipesimError
 from ..ir import Placement, RankTable, Schedule
 from .torch_orders import interleaved
 
@@ -53,10 +52,6 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     order of PyTorch's Interleaved1F1B, which groups micro-batches in rounds of
     M // max(1, M // pp) (it refuses M that its rounds do not divide, and so does this)."""
     M, v = microbatches, chunks
-    if not isinstance(v, int) or v < 1:
-        # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per
-        # rank: 1F1B with twice its warm-up forwards
-        raise PipesimError(f"interleaved-1f1b needs --chunks >= 1, got {v}")
     if M % pp:  # PyTorch's generalisation: rounds of M // max(1, M // pp) micro-batches
         return interleaved("interleaved-1f1b", pp, M, v, zero_bubble=False)
     total = M * v

@@ -37,7 +37,6 @@ Megatron's training arguments ask for vp >= 2 when pp > 1.
 
 from __future__ import annotations
 
-from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule
 
 
@@ -89,13 +88,6 @@ def one_f_one_b_overlap(pp: int, microbatches: int, delay_wgrad: bool = False) -
 
 def interleaved_1f1b_overlap(pp: int, microbatches: int, chunks: int = 2, delay_wgrad: bool = False) -> Schedule:
     """Combined 1F1B on Megatron's interleaved placement (chunk c of rank r is stage c*pp + r)."""
-    M, v = microbatches, chunks
-    if not isinstance(v, int) or v < 2:
-        raise PipesimError(f"interleaved-1f1b-overlap needs --chunks >= 2, got {v} (with 1 chunk use 1f1b-overlap)")
-    if M % pp:
-        # Megatron: pp <= group (default pp) <= M, and M % group is 0 or >= pp
-        raise PipesimError(
-            f"interleaved-1f1b-overlap needs --microbatches a multiple of --pp={pp} (Megatron's groups of pp), got {M}"
-        )
+    M, v = microbatches, chunks  # chunks >= 2 and M a multiple of pp: the registry's check
     ranks = tuple(_rank(pp, r, M, v, delay_wgrad) for r in range(pp))
     return Schedule("interleaved-1f1b-overlap", pp, M, Placement.interleaved(pp, M, v), ranks)
