@@ -30,7 +30,7 @@ from ..engine import BW, B, F, W, op_stages
 from ..errors import PipesimError
 from ..ir import KINDS, Op, Pair, Placement, Schedule
 from ..memory import memory
-from ..metrics import summarize
+from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY, build, family
 from ..simulate import Program, compile, simulate
 from .estimate import (
@@ -421,10 +421,20 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
 class Shared:
     """What one search computes once: programs, item counts, cost models."""
 
-    def __init__(self, m: Model, c: Cluster, t: Training, cache_bytes: int = PROGRAM_CACHE_BYTES, exhaustive: bool = False):
+    def __init__(
+        self,
+        m: Model,
+        c: Cluster,
+        t: Training,
+        cache_bytes: int = PROGRAM_CACHE_BYTES,
+        exhaustive: bool = False,
+        programs: ProgramCache | None = None,
+    ):
         self.m, self.c, self.t = m, c, t
         self.exhaustive = exhaustive
-        self.programs = ProgramCache(0 if exhaustive else cache_bytes)
+        # programs do not depend on the cluster or training costs: searches of one model
+        # under varied assumptions may share them
+        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
@@ -435,14 +445,16 @@ class Shared:
         return self.programs.shape(name, pp, M, options)
 
     def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
-        """The candidate's stage split and component costs; candidates of one layout and
-        placement (``held``: the model stages each rank holds, which the split balances)
-        share them (a few are kept: a deep model's plans are large, and rebuilding one from
-        its parts is cheap)."""
+        """The candidate's stage split, component costs, memory model and per rank static
+        bytes; candidates of one layout and placement (``held``: the model stages each
+        rank holds, which the split balances) share them (a few are kept: a deep model's
+        plans are large, and rebuilding one from its parts is cheap)."""
 
         def make():
             parts = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held)
-            return parts, component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+            costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+            mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
+            return parts, costs, mm, static_bytes(held, mm)
 
         if self.exhaustive:
             return make()
@@ -538,9 +550,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
     holds = pl.held()
-    parts, costs = shared.cost_model(lay, stages, cand.recompute, holds)
-    mm = memory_model(m, t, lay, stages, cand.recompute, parts)
-    statics = static_bytes(pl, mm)
+    _, costs, mm, statics = shared.cost_model(lay, stages, cand.recompute, holds)
     static = max(statics)
     if static > budget:
         return Result(
@@ -597,12 +607,10 @@ def rank_stages(pl: Placement) -> list[set[int]]:
     return out
 
 
-def static_bytes(pl: Placement, mm) -> list[float]:
-    """Per rank, its parameters, gradients and optimizer states: the chunks it holds."""
-    return [
-        sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks) if any((r, ch) in rt for rt in pl.routes))
-        for r in range(pl.pp)
-    ]
+def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
+    """Per rank, its parameters, gradients and optimizer states: the model stages it holds
+    (``Placement.held``), chunk by chunk."""
+    return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
 
 
 def item_time(key: tuple, costs) -> float:
@@ -697,11 +705,14 @@ class Measured:
 
 def measure(prog: Program, costs, mm) -> Measured:
     tl = simulate(prog, costs)
-    rep = summarize(prog.schedule, tl)
+    makespan = tl.end - tl.start
+    busy, _ = busy_and_span(tl)
+    streams = stream_times(tl)  # the component cost model always sees inside ops
+    # compute as summarize's utilization times the makespan gives it (the same floats)
+    compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
     mem = memory(prog.schedule, tl, mm)
-    compute = tuple(u * rep.makespan for u in rep.compute_utilization)
     return Measured(
-        rep.makespan, tuple(rep.busy), compute, tuple(rep.exposed_comm), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
+        makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
     )
 
 
