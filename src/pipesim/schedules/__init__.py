@@ -119,7 +119,13 @@ class Family:
         """The placement the family's schedule has at these sizes, without building it
         (sizes that ``check`` accepts)."""
         chunks = options.get("chunks", self.options.get("chunks"))
-        return Placement.standard(self.placement, pp, microbatches, chunks if isinstance(chunks, int) else 1)
+        return _standard(self.placement, pp, microbatches, chunks if isinstance(chunks, int) else 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _standard(kind: str, pp: int, microbatches: int, chunks: int) -> Placement:
+    """Placements are immutable: the planner asks for the same few thousands of times."""
+    return Placement.standard(kind, pp, microbatches, chunks)
 
 
 REGISTRY: dict[str, Family] = {
