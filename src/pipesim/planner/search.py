@@ -5,8 +5,10 @@ of the layout's dimensions may be pinned (``Pins``). The schedules are the regis
 families (``pipesim.schedules.REGISTRY``), each with the options its ``Family`` entry
 declares, so a family added there is searched without editing this file.
 
-Each candidate is first checked against the GPU's memory from its static bytes (cheap)
-and given a lower bound on its step time: the busiest rank's summed item times plus the
+Each candidate is first checked against its family's constraints (the registry's
+``Family.check``), its stage count and the GPU's memory from its static bytes, from its
+placement alone (nothing is built for a candidate these rule out), and given a lower
+bound on its step time: the busiest rank's summed item times plus the
 gradient sync. Candidates are then simulated in order of their bound with the component
 cost model; the search stops when the bounds prove the rest cannot enter the top rows or
 beat their own family's best. Memory of the survivors is taken from their timelines.
