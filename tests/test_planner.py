@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -422,3 +423,28 @@ def test_advice_when_combined_1f1b_wins():
     text = " ".join(advice(plan))
     assert "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm)" in text and "wins here" in text
     assert "zb-h1 on pp4 x dp256, ep8 (1 node), exposes 0.60 s of communication per step against 0.10 s" in text
+
+
+def test_candidates_ruled_out_before_building(monkeypatch):
+    """A candidate its family's constraints, its stage count or its static memory rule out
+    is rejected from its placement alone, worded as the registry's check words it; a
+    schedule is built only for a candidate that passes those checks."""
+    built = []
+    real = search_mod.build
+    monkeypatch.setattr(search_mod, "build", lambda name, pp, M, **o: built.append((name, pp, M)) or real(name, pp, M, **o))
+    m, t = load_model("llama3-8b"), Training(seq=1024, global_batch=32, recompute="selective")
+    big = load_cluster("h100", gpus=16)
+    small = dataclasses.replace(big, hbm_gb=1)
+
+    def run(c, pp, name, chunks=None):
+        lay = Layout(pp=pp, dp=16 // pp, micro_batch=1)
+        return search_mod.prepare(m, c, t, search_mod.Candidate(lay, name, chunks, "selective", 32 // lay.dp))
+
+    odd = run(big, 1, "chimera")
+    assert odd.reason == "cannot run: chimera needs an even --pp, got 1"
+    assert odd.reason == "cannot run: " + search_mod.REGISTRY["chimera"].check(1, 2)
+    assert run(big, 8, "interleaved-1f1b", 8).reason == "needs 64 stages, the model has 32 layers"
+    assert run(small, 2, "1f1b").reason.startswith("parameters, gradients and optimizer states need")
+    assert built == []
+    fits = run(big, 2, "1f1b")
+    assert isinstance(fits, search_mod.Prepared) and built == [("1f1b", 2, 4)]

@@ -250,25 +250,40 @@ class RankTable(Sequence):
 
     @classmethod
     def of(cls, ranks: Sequence[Sequence[Item]]) -> RankTable:
-        """The arrays of per-rank item lists (one Python pass over the items)."""
+        """The arrays of per-rank item lists (a few list comprehensions per rank: the
+        planner converts thousands of builders' tuples)."""
         if isinstance(ranks, RankTable):
             return ranks
         code = {k: i for i, k in enumerate(KINDS)}
-        cols: list[list[int]] = [[], [], [], [], [], []]
+        kind: list[int] = []
+        chunk: list[int] = []
+        mb: list[int] = []
+        kind2: list[int] = []
+        chunk2: list[int] = []
+        mb2: list[int] = []
         offsets = [0]
+        paired = False
         for items in ranks:
-            for it in items:
-                if isinstance(it, Pair):
-                    f, b = it.forward, it.backward
-                    row = (code[f.kind], f.chunk, f.mb, code[b.kind], b.chunk, b.mb)
-                else:
-                    row = (code[it.kind], it.chunk, it.mb, -1, 0, 0)
-                for col, v in zip(cols, row):
-                    col.append(v)
-            offsets.append(len(cols[0]))
-        if all(k < 0 for k in cols[3]):
-            return cls(offsets, *cols[:3])
-        return cls(offsets, *cols)
+            items = items if isinstance(items, (tuple, list)) else tuple(items)
+            n = len(items)
+            if any(isinstance(it, Pair) for it in items):
+                paired = True
+                backs = [it.backward if isinstance(it, Pair) else None for it in items]
+                kind2 += [-1 if b is None else code[b.kind] for b in backs]
+                chunk2 += [0 if b is None else b.chunk for b in backs]
+                mb2 += [0 if b is None else b.mb for b in backs]
+                items = [it.forward if isinstance(it, Pair) else it for it in items]
+            else:
+                kind2 += [-1] * n
+                chunk2 += [0] * n
+                mb2 += [0] * n
+            kind += [code[op.kind] for op in items]
+            chunk += [op.chunk for op in items]
+            mb += [op.mb for op in items]
+            offsets.append(len(kind))
+        if not paired:
+            return cls(offsets, kind, chunk, mb)
+        return cls(offsets, kind, chunk, mb, kind2, chunk2, mb2)
 
     @classmethod
     def stack(cls, rows: Sequence[tuple[np.ndarray, ...]]) -> RankTable:

@@ -57,15 +57,21 @@ class Report:
         return asdict(self)
 
 
+def busy_and_span(timeline: Timeline) -> tuple[list[float], list[float]]:
+    """Per rank, the summed durations of its items, and its last end minus first start."""
+    busy, span = [], []
+    for r in range(timeline.pp):  # rank by rank: temporaries of one rank's size
+        st, en = timeline.rank_slice(r)
+        busy.append(_running_sum(en - st))
+        span.append(float(en[-1] - st[0]) if len(st) else 0.0)
+    return busy, span
+
+
 def summarize(schedule: Schedule, timeline: Timeline) -> Report:
     pp = timeline.pp
     t0, t1 = timeline.start, timeline.end
     makespan = t1 - t0
-    busy, span = [], []
-    for r in range(pp):  # rank by rank: temporaries of one rank's size
-        st, en = timeline.rank_slice(r)
-        busy.append(_running_sum(en - st))
-        span.append(float(en[-1] - st[0]) if len(st) else 0.0)
+    busy, span = busy_and_span(timeline)
     util = [b / makespan if makespan > 0 else 0.0 for b in busy]
     bubble = 1 - sum(busy) / (pp * makespan) if makespan > 0 else 0.0
     max_span = max(span, default=0.0)

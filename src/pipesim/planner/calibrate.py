@@ -27,7 +27,7 @@ from ..components import ComponentCosts
 from ..errors import PipesimError
 from ..schedules import REGISTRY
 from .estimate import Layout, layer_costs
-from .search import Candidate, Pins, Result, Shared, evaluate, schedule_variants, skipped_families
+from .search import Candidate, Pins, ProgramCache, Result, Shared, evaluate, schedule_variants, skipped_families
 from .specs import Cluster, Model, Training
 
 LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "micro_batch", "schedule", "chunks", "recompute")
@@ -243,9 +243,10 @@ def uncertainty(m: Model, c: Cluster, t: Training, r: Result) -> Uncertainty:
     """Re-simulate ``r``'s candidate with each assumption at the ends of ``RANGES``, and
     with all at once (the range)."""
     cand = r.candidate
+    programs = ProgramCache()  # one build and compile of the candidate's schedule serves every variation
 
     def step(c2: Cluster, t2: Training) -> float:
-        return evaluate(m, c2, t2, cand).step_time
+        return evaluate(m, c2, t2, cand, Shared(m, c2, t2, programs=programs)).step_time
 
     spans = {}
     for name, (what, lo, hi) in RANGES.items():

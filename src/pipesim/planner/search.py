@@ -5,8 +5,10 @@ of the layout's dimensions may be pinned (``Pins``). The schedules are the regis
 families (``pipesim.schedules.REGISTRY``), each with the options its ``Family`` entry
 declares, so a family added there is searched without editing this file.
 
-Each candidate is first checked against the GPU's memory from its static bytes (cheap)
-and given a lower bound on its step time: the busiest rank's summed item times plus the
+Each candidate is first checked against its family's constraints (the registry's
+``Family.check``), its stage count and the GPU's memory from its static bytes, from its
+placement alone (nothing is built for a candidate these rule out), and given a lower
+bound on its step time: the busiest rank's summed item times plus the
 gradient sync. Candidates are then simulated in order of their bound with the component
 cost model; the search stops when the bounds prove the rest cannot enter the top rows or
 beat their own family's best. Memory of the survivors is taken from their timelines.
@@ -28,9 +30,9 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..errors import PipesimError
-from ..ir import KINDS, Op, Pair, Placement, RankTable, Schedule
+from ..ir import KINDS, Op, Pair, Placement, Schedule
 from ..memory import memory
-from ..metrics import summarize
+from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY, build, family
 from ..schedules.classic import smallest_group
 from ..simulate import Program, compile, simulate
@@ -55,12 +57,9 @@ SEARCHED_MAX_SLOTS = 4096
 #: search no other candidate shares, up to this many
 COST_ORDERED_MAX_SLOTS = 1024
 
-#: compiled programs kept for reuse across candidates, in bytes (estimated, see _nbytes)
+#: schedules, their shapes and compiled programs kept for reuse across candidates, in
+#: bytes of their arrays (see _nbytes)
 PROGRAM_CACHE_BYTES = 192 * 2**20
-#: bytes a compiled program holds per item when the engine does not say (the event
-#: engine's Steps, measured with tracemalloc: 520-590 bytes per item)
-BYTES_PER_ITEM = 600
-SCHEDULE_BYTES_PER_ITEM = 200  # an Op in a built schedule, and its share of the Shape
 
 #: cost options a builder may take: such families are ordered under the candidate's costs
 COST_OPTIONS = ("f", "b", "w")
@@ -284,8 +283,9 @@ def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = 
 
 class ProgramCache:
     """Schedules by (family, pp, M, options), each with its Shape and, once simulated, its
-    compiled program; least recently used dropped first once their estimated bytes pass
-    ``limit``."""
+    compiled program; least recently used dropped first once their bytes pass ``limit``.
+    A schedule is kept as its arrays (``RankTable``), not as the Op objects a builder may
+    have made: ten times smaller, so what a search needs again is still there."""
 
     def __init__(self, limit: int = PROGRAM_CACHE_BYTES):
         self.limit = limit
@@ -299,44 +299,40 @@ class ProgramCache:
             self.kept.move_to_end(key)
             return hit
         s = build(name, pp, M, **options)
-        # counted without making the arrays (or, from a table's rows, Op objects)
-        items = s.ranks.items if isinstance(s.ranks, RankTable) else sum(map(len, s.ranks))
-        entry = self.kept[key] = [s, None, None, SCHEDULE_BYTES_PER_ITEM * items]
-        size = entry[3]
-        self._grow(size)
+        s = Schedule(s.name, s.pp, s.microbatches, s.placement, s.table, s.info)
+        entry = self.kept[key] = [s, None, None, 0]
+        self._grow(entry, _nbytes(s.table))
         return entry
 
-    def _grow(self, size: int) -> None:
+    def _grow(self, entry: list, size: int) -> None:
+        entry[3] += size
         self.bytes += size
         while self.bytes > self.limit and len(self.kept) > 1:
             _, dropped = self.kept.popitem(last=False)
             self.bytes -= dropped[3]
 
-    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
-        return self._entry(name, pp, M, options)[0].placement
-
     def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         e = self._entry(name, pp, M, options)
         if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
             e[1] = shape(e[0])
+            self._grow(e, _nbytes(e[1]))
         return e[1]
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         e = self._entry(name, pp, M, options)
         if e[2] is None:
             e[2] = compile(e[0])
-            size = _nbytes(e[2])
-            e[3] += size
-            self._grow(size)
+            self._grow(e, _nbytes(e[2]))
         return e[2]
 
 
-def _nbytes(prog: Program) -> int:
-    """The program's size: what the engine reports, else an estimate per item."""
-    n = getattr(prog, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    return BYTES_PER_ITEM * prog.schedule.table.items
+def _nbytes(x) -> int:
+    """The bytes of the arrays an object holds (a program's, a shape's, a rank table's;
+    a broadcast column holds one number), and a few hundred for the rest."""
+    arrays = [v for v in (getattr(x, k, None) for k in getattr(x, "__slots__", ())) if isinstance(v, np.ndarray)]
+    arrays += [v for v in getattr(x, "__dict__", {}).values() if isinstance(v, np.ndarray)]
+    keys = sum(map(len, getattr(x, "counts", ())))  # a shape's counts: a dict entry and a key tuple each
+    return 512 + 200 * keys + sum(a.nbytes for a in arrays if 0 not in a.strides)
 
 
 @dataclass(frozen=True)
@@ -429,33 +425,40 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
 class Shared:
     """What one search computes once: programs, item counts, cost models."""
 
-    def __init__(self, m: Model, c: Cluster, t: Training, cache_bytes: int = PROGRAM_CACHE_BYTES, exhaustive: bool = False):
+    def __init__(
+        self,
+        m: Model,
+        c: Cluster,
+        t: Training,
+        cache_bytes: int = PROGRAM_CACHE_BYTES,
+        exhaustive: bool = False,
+        programs: ProgramCache | None = None,
+    ):
         self.m, self.c, self.t = m, c, t
         self.exhaustive = exhaustive
-        self.programs = ProgramCache(0 if exhaustive else cache_bytes)
+        # programs do not depend on the cluster or training costs: searches of one model
+        # under varied assumptions may share them
+        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
-
-    def placement(self, name: str, pp: int, M: int, options: dict) -> Placement:
-        """A schedule's placement, built and not compiled (building a handcrafted pattern is
-        cheap, compiling it is not; a searched one is compiled only if it fits)."""
-        return self.programs.placement(name, pp, M, options)
 
     def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
         """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
 
     def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
-        """The candidate's stage split and component costs; candidates of one layout and
-        placement (``held``: the model stages each rank holds, which the split balances)
-        share them (a few are kept: a deep model's plans are large, and rebuilding one from
-        its parts is cheap)."""
+        """The candidate's stage split, component costs, memory model and per rank static
+        bytes; candidates of one layout and placement (``held``: the model stages each
+        rank holds, which the split balances) share them (a few are kept: a deep model's
+        plans are large, and rebuilding one from its parts is cheap)."""
 
         def make():
             parts = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held)
-            return parts, component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+            costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+            mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
+            return parts, costs, mm, static_bytes(held, mm)
 
         if self.exhaustive:
             return make()
@@ -503,22 +506,20 @@ def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
     return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
-def megatron_group(shared: Shared, name: str, pp: int, M: int, options: dict) -> dict:
+def megatron_group(name: str, pp: int, M: int, options: dict) -> dict:
     """Megatron's group size where a family needs one at M: a builder that takes
     ``group_size`` and refuses M with its default of pp (combined 1F1B at M not a multiple
-    of pp; plain interleaved 1F1B runs PyTorch's rounds there instead) gets the smallest g
-    Megatron accepts. A larger g only turns pairs into lone F+BW passes and adds warm-up
-    activations (theory: ((v-1)g + pp)(F+BW) + (vM - (v-1)g - 1)F&B, peak
-    2(pp-r-1) + (v-1)g + 2), so the smallest is the one to search. Its order repeats every
-    g micro-batches, not 2pp: such candidates are simulated whole."""
-    g = smallest_group(pp, M) if "group_size" in REGISTRY[name].options and M % pp else None
-    if g is None:
+    of pp; plain interleaved 1F1B runs PyTorch's rounds there, and needs a group only where
+    they refuse M) gets the smallest g Megatron accepts. A larger g only turns pairs into
+    lone F+BW passes and adds warm-up activations (theory: ((v-1)g + pp)(F+BW) +
+    (vM - (v-1)g - 1)F&B, peak 2(pp-r-1) + (v-1)g + 2), so the smallest is the one to
+    search. Its order repeats every g micro-batches, not 2pp: such candidates are
+    simulated whole."""
+    fam = REGISTRY[name]
+    if "group_size" not in fam.options or not M % pp or fam.check(pp, M, **options) is None:
         return {}
-    try:
-        shared.placement(name, pp, M, options)
-        return {}
-    except PipesimError:
-        return {"group_size": g}
+    g = smallest_group(pp, M)
+    return {} if g is None else {"group_size": g}
 
 
 def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
@@ -555,26 +556,23 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     if not fam.periodic and M * lay.pp > limit:
         return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
-    group = megatron_group(shared, cand.schedule, lay.pp, M, chunks)
+    group = megatron_group(cand.schedule, lay.pp, M, chunks)
     chunks |= group
     points = None if shared.exhaustive or group else sample_points(cand.schedule, lay.pp, M)
-    try:
-        if not fam.periodic:  # built only if its bound lets it compete: the build is the expensive part
-            pl = Placement.standard(fam.placement, lay.pp, M, cand.chunks or 1)
-        else:
-            for x in points or (M,):
-                pl = shared.placement(cand.schedule, lay.pp, x, chunks)
-    except PipesimError as e:
-        return Result(cand, False, f"cannot run: {e}")
+    # the registry's constraints, at each M that is built, and the placement, without
+    # building: most candidates are ruled out by what follows, before any build
+    for x in points or (M,):
+        refused = fam.check(lay.pp, x, **chunks)
+        if refused is not None:
+            return Result(cand, False, f"cannot run: {refused}")
+    pl = fam.placement_of(lay.pp, x, **chunks)
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     budget = c.hbm_gb * GB * t.memory_headroom
     holds = pl.held()
-    parts, costs = shared.cost_model(lay, stages, cand.recompute, holds)
-    mm = memory_model(m, t, lay, stages, cand.recompute, parts)
-    statics = static_bytes(pl, mm)
+    _, costs, mm, statics = shared.cost_model(lay, stages, cand.recompute, holds)
     static = max(statics)
     if static > budget:
         return Result(
@@ -631,12 +629,10 @@ def rank_stages(pl: Placement) -> list[set[int]]:
     return out
 
 
-def static_bytes(pl: Placement, mm) -> list[float]:
-    """Per rank, its parameters, gradients and optimizer states: the chunks it holds."""
-    return [
-        sum(sum(mm.stage_bytes(pl.model_stage(r, ch))) for ch in range(pl.chunks) if any((r, ch) in rt for rt in pl.routes))
-        for r in range(pl.pp)
-    ]
+def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
+    """Per rank, its parameters, gradients and optimizer states: the model stages it holds
+    (``Placement.held``), chunk by chunk."""
+    return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
 
 
 def item_time(key: tuple, costs) -> float:
@@ -731,11 +727,14 @@ class Measured:
 
 def measure(prog: Program, costs, mm) -> Measured:
     tl = simulate(prog, costs)
-    rep = summarize(prog.schedule, tl)
+    makespan = tl.end - tl.start
+    busy, _ = busy_and_span(tl)
+    streams = stream_times(tl)  # the component cost model always sees inside ops
+    # compute as summarize's utilization times the makespan gives it (the same floats)
+    compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
     mem = memory(prog.schedule, tl, mm)
-    compute = tuple(u * rep.makespan for u in rep.compute_utilization)
     return Measured(
-        rep.makespan, tuple(rep.busy), compute, tuple(rep.exposed_comm), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
+        makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
     )
 
 

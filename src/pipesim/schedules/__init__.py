@@ -1,28 +1,96 @@
 """The schedule registry: every generator under one name, with its constraints.
 
 ``build(name, pp=, microbatches=, **options)`` is the one way to make a schedule. Each
-generator is a pure function of (pp, microbatches, options) returning a ``Schedule``;
-it raises PipesimError naming the broken constraint.
+generator is a pure function of (pp, microbatches, options) returning a ``Schedule``.
+What sizes and chunk counts a family accepts is written once, here (``Family.check``):
+``build()`` raises its reason as a PipesimError before calling the generator, and the
+planner asks it (and ``Family.placement_of``) to rule candidates out without building
+them. The generators check only the values of their cost options (zb-auto) and report a
+search that finds nothing (the V shapes).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import PipesimError
 from ..inputs import work
-from ..ir import Schedule
+from ..ir import Placement, Schedule
 from .chimera import chimera
-from .classic import gpipe, interleaved_1f1b, one_f_one_b
+from .classic import gpipe, group_refused, interleaved_1f1b, one_f_one_b
 from .combined import interleaved_1f1b_overlap, one_f_one_b_overlap
 from .dualpipe import dualpipe, dualpipev
-from .torch_orders import TORCH_NAMES, interleaved_zb, looped_bfs, zbv_torch
+from .torch_orders import TORCH_NAMES, interleaved_zb, looped_bfs, rounds_refused, zbv_torch
 from .v_shape import v_half, v_min, zb_v
 from .zb_auto import zb_auto
 from .zero_bubble import zb_h1, zb_h2
+
+# --------------------------------------------------------------------------------------
+# each family's constraints on (pp, M, chunks), worded as build() raises them; a family
+# with none has no entry. Options arrive with the builder's defaults filled in.
+
+
+def _chunks_from(name: str, least: int, chunks: object, hint: str = "") -> str | None:
+    if not isinstance(chunks, int) or chunks < least:
+        return f"{name} needs --chunks >= {least}{hint}, got {chunks}"
+    return None
+
+
+def _interleaved_1f1b(pp: int, M: int, chunks: object, group_size: object = None, **_) -> str | None:
+    # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per rank:
+    # 1F1B with twice its warm-up forwards; M not a multiple of pp and no group runs
+    # PyTorch's rounds, a group Megatron's table
+    if refused := _chunks_from("interleaved-1f1b", 1, chunks):
+        return refused
+    if group_size is None and M % pp:
+        return rounds_refused("interleaved-1f1b", pp, M)
+    return group_refused("interleaved-1f1b", pp, M, group_size)
+
+
+def _interleaved_zb(pp: int, M: int, chunks: object, **_) -> str | None:
+    return _chunks_from("interleaved-zb", 1, chunks, " (stages per rank)") or rounds_refused("interleaved-zb", pp, M)
+
+
+def _looped_bfs(pp: int, M: int, chunks: object, **_) -> str | None:
+    return _chunks_from("looped-bfs", 1, chunks, " (stages per rank)")
+
+
+def _interleaved_1f1b_overlap(pp: int, M: int, chunks: object, group_size: object = None, **_) -> str | None:
+    if refused := _chunks_from("interleaved-1f1b-overlap", 2, chunks):
+        return f"{refused} (with 1 chunk use 1f1b-overlap)"
+    return group_refused("interleaved-1f1b-overlap", pp, M, group_size)
+
+
+def _even_pp(name: str, pp: int) -> str | None:
+    return f"{name} needs an even --pp, got {pp}" if pp % 2 else None
+
+
+def _two_pipelines(name: str, pp: int, M: int) -> str | None:
+    return f"{name} needs --microbatches >= 2 * --pp = {2 * pp}, got {M}" if M < 2 * pp else None
+
+
+def _dualpipe(pp: int, M: int, **_) -> str | None:
+    if refused := _even_pp("dualpipe", pp):
+        return refused
+    if M % 2:
+        return f"dualpipe needs an even --microbatches (half enter at each end), got {M}"
+    return _two_pipelines("dualpipe", pp, M)
+
+
+def _dualpipev(pp: int, M: int, **_) -> str | None:
+    return _two_pipelines("dualpipev", pp, M)
+
+
+def _chimera(pp: int, M: int, **_) -> str | None:
+    if refused := _even_pp("chimera", pp):
+        return refused
+    if M % pp:
+        return f"chimera needs --microbatches a multiple of --pp={pp} (whole units of pp/2 each way), got {M}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -36,12 +104,31 @@ class Family:
     #: micro-batches, so totals grow affinely with M (the planner extrapolates on it);
     #: searched orders (ZB-H2, ZB-V, V-Half, V-Min, zb-auto) make no such promise
     periodic: bool = True
+    #: the family's own constraints (above): (pp, M, **options) -> why not, or None
+    refuses: Callable[..., str | None] | None = None
 
-    @property
+    @functools.cached_property
     def options(self) -> dict[str, object]:
         """Keyword options beyond pp and microbatches, with their defaults."""
         params = list(inspect.signature(self.builder).parameters.values())[2:]
         return {p.name: p.default for p in params}
+
+    def check(self, pp: int, microbatches: int, **options) -> str | None:
+        """Why ``build()`` would refuse these sizes and options, worded as it raises it
+        (the first reason only); None when it builds. Nothing is built."""
+        return _refusal(self, self.name, pp, microbatches, options)
+
+    def placement_of(self, pp: int, microbatches: int, **options) -> Placement:
+        """The placement the family's schedule has at these sizes, without building it
+        (sizes that ``check`` accepts)."""
+        chunks = options.get("chunks", self.options.get("chunks"))
+        return _standard(self.placement, pp, microbatches, chunks if isinstance(chunks, int) else 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _standard(kind: str, pp: int, microbatches: int, chunks: int) -> Placement:
+    """Placements are immutable: the planner asks for the same few thousands of times."""
+    return Placement.standard(kind, pp, microbatches, chunks)
 
 
 REGISTRY: dict[str, Family] = {
@@ -56,6 +143,7 @@ REGISTRY: dict[str, Family] = {
             "M a multiple of max(1, M // pp) (PyTorch's rounds; any multiple of pp); --chunks >= 1 (default 2); "
             "--group-size g: Megatron's groups, pp <= g <= M, M % g 0 or >= pp",
             "Megatron's virtual stages: bubble shrinks by the number of chunks",
+            refuses=_interleaved_1f1b,
         ),
         Family("zb-h1", zb_h1, "flat", "any pp >= 1, M >= 1", "Zero Bubble H1: B/W split, 1F1B's memory"),
         Family(
@@ -85,14 +173,16 @@ REGISTRY: dict[str, Family] = {
             "dual",
             "even pp; even M >= 2pp",
             "DeepSeek-V3's bidirectional schedule with overlapped F&B pairs",
+            refuses=_dualpipe,
         ),
-        Family("dualpipev", dualpipev, "v", "M >= 2pp", "DualPipe cut in half onto a V placement"),
+        Family("dualpipev", dualpipev, "v", "M >= 2pp", "DualPipe cut in half onto a V placement", refuses=_dualpipev),
         Family(
             "chimera",
             chimera,
             "dual",
             "even pp; M a multiple of pp",
             "two pipelines in opposite directions over two model copies",
+            refuses=_chimera,
         ),
         # --- combined 1F1B (Megatron-LM's EP-overlapped 1F1B; schedules/combined.py) ---
         Family(
@@ -108,6 +198,7 @@ REGISTRY: dict[str, Family] = {
             "interleaved",
             "--group-size g (default pp): pp <= g <= M, M % g 0 or >= pp; --chunks >= 2 (default 2); --delay-wgrad splits W off",
             "Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm) on virtual stages",
+            refuses=_interleaved_1f1b_overlap,
         ),
         # --- end combined 1F1B ---
         # --- PyTorch's schedules that pipesim had no order for (torch_orders.py); the
@@ -119,6 +210,7 @@ REGISTRY: dict[str, Family] = {
             "interleaved",
             "any pp >= 1, M >= 1; --chunks >= 1 (default 2)",
             "PyTorch's LoopedBFS: every forward chunk by chunk, then every backward",
+            refuses=_looped_bfs,
         ),
         Family(
             "interleaved-zb",
@@ -126,6 +218,7 @@ REGISTRY: dict[str, Family] = {
             "interleaved",
             "M a multiple of max(1, M // pp); --chunks >= 1 (default 2)",
             "PyTorch's InterleavedZeroBubble: ZB-1P's B/W split on looped stages",
+            refuses=_interleaved_zb,
         ),
         Family(
             "zbv-torch",
@@ -169,20 +262,34 @@ def _flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
-def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
-    """Build the schedule ``name`` for ``pp`` ranks and ``microbatches`` micro-batches."""
-    fam = family(name)
+def _refusal(fam: Family, name: str, pp: int, microbatches: int, options: dict) -> str | None:
+    """The checks of ``build()`` in its order: sizes, option names (as ``name`` was
+    typed), the work limit, then the family's own constraints."""
     if not isinstance(pp, int) or pp < 1:
-        raise PipesimError(f"--pp must be an integer >= 1, got {pp}")
+        return f"--pp must be an integer >= 1, got {pp}"
     if not isinstance(microbatches, int) or microbatches < 1:
-        raise PipesimError(f"--microbatches must be an integer >= 1, got {microbatches}")
+        return f"--microbatches must be an integer >= 1, got {microbatches}"
     allowed = fam.options
     for key in options:
         if key not in allowed:
             takes = ", ".join(_flag(k) for k in allowed) or "no options"
-            raise PipesimError(f"{name} does not take {_flag(key)}; it takes {takes}")
+            return f"{name} does not take {_flag(key)}; it takes {takes}"
     chunks = options.get("chunks")
-    if not isinstance(chunks, int) or chunks < 1:  # the builder words a bad value
+    if not isinstance(chunks, int) or chunks < 1:  # the family's check words a bad value
         chunks = 2 if fam.placement in ("v", "interleaved") else 1
-    work(pp, microbatches, stages=pp * chunks if fam.placement != "dual" else pp, what=name)
+    try:
+        work(pp, microbatches, stages=pp * chunks if fam.placement != "dual" else pp, what=name)
+    except PipesimError as e:
+        return str(e)
+    if fam.refuses is None:
+        return None
+    return fam.refuses(pp, microbatches, **{**allowed, **options})
+
+
+def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
+    """Build the schedule ``name`` for ``pp`` ranks and ``microbatches`` micro-batches."""
+    fam = family(name)
+    refused = _refusal(fam, name, pp, microbatches, options)
+    if refused is not None:
+        raise PipesimError(refused)
     return fam.builder(pp, microbatches, **options)

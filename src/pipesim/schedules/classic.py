@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PipesimError
 from ..ir import Placement, RankTable, Schedule
 from .torch_orders import interleaved
 
@@ -57,23 +56,22 @@ def schedule_table(microbatches: int, chunks: int, group: int) -> list[tuple[int
     return table
 
 
-def megatron_group(name: str, pp: int, microbatches: int, group: int | None) -> int:
-    """Megatron's microbatch_group_size_per_vp_stage (default pp), checked as
-    forward_backward_pipelining_with_interleaving checks it."""
+def group_refused(name: str, pp: int, microbatches: int, group: object) -> str | None:
+    """Why Megatron refuses microbatch_group_size_per_vp_stage ``group`` (None: its
+    default, pp) at (pp, M), as forward_backward_pipelining_with_interleaving checks it;
+    None when it runs. The registry's check for the families that take a group."""
     M, g = microbatches, pp if group is None else group
     flag = "--group-size (Megatron's --microbatch-group-size-per-virtual-pipeline-stage)"
     if group is None and M % pp:
-        raise PipesimError(
+        return (
             f"{name} needs --microbatches a multiple of --pp={pp} (Megatron's default group of pp), or a {flag} g "
             f"from pp to M with M % g 0 or >= pp; got M={M}"
         )
     if not isinstance(g, int) or not pp <= g <= M:
-        raise PipesimError(f"{name} needs {flag} from --pp={pp} to --microbatches={M}, got {g}")
+        return f"{name} needs {flag} from --pp={pp} to --microbatches={M}, got {g}"
     if 0 < M % g < pp:
-        raise PipesimError(
-            f"{name} needs M % {flag} to be 0 or >= --pp={pp}: groups of {g} leave a last group of {M % g} < pp={pp}"
-        )
-    return g
+        return f"{name} needs M % {flag} to be 0 or >= --pp={pp}: groups of {g} leave a last group of {M % g} < pp={pp}"
+    return None
 
 
 def smallest_group(pp: int, microbatches: int) -> int | None:
@@ -92,13 +90,9 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int = 2, group_size: in
     the order of PyTorch's Interleaved1F1B, which groups micro-batches in rounds of
     M // max(1, M // pp) (it refuses M that its rounds do not divide, and so does this)."""
     M, v = microbatches, chunks
-    if not isinstance(v, int) or v < 1:
-        # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per
-        # rank: 1F1B with twice its warm-up forwards
-        raise PipesimError(f"interleaved-1f1b needs --chunks >= 1, got {v}")
     if M % pp and group_size is None:  # PyTorch's generalisation: rounds of M // max(1, M // pp) micro-batches
         return interleaved("interleaved-1f1b", pp, M, v, zero_bubble=False)
-    g = megatron_group("interleaved-1f1b", pp, M, group_size)
+    g = pp if group_size is None else group_size  # checked by the registry (group_refused)
     table_mb, table_c = np.array(schedule_table(M, v, g), np.int32).T
     total = M * v
     rows = []

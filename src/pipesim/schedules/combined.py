@@ -38,9 +38,8 @@ Megatron's training arguments ask for vp >= 2 when pp > 1.
 
 from __future__ import annotations
 
-from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule
-from .classic import megatron_group, schedule_table
+from .classic import schedule_table
 
 
 def warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
@@ -86,9 +85,7 @@ def interleaved_1f1b_overlap(
 ) -> Schedule:
     """Combined 1F1B on Megatron's interleaved placement (chunk c of rank r is stage c*pp + r)
     in groups of ``group_size`` micro-batches (default pp)."""
-    M, v = microbatches, chunks
-    if not isinstance(v, int) or v < 2:
-        raise PipesimError(f"interleaved-1f1b-overlap needs --chunks >= 2, got {v} (with 1 chunk use 1f1b-overlap)")
-    g = megatron_group("interleaved-1f1b-overlap", pp, M, group_size)
+    M, v = microbatches, chunks  # chunks >= 2 and Megatron's group checks: the registry's
+    g = pp if group_size is None else group_size
     ranks = tuple(_rank(pp, r, M, v, g, delay_wgrad) for r in range(pp))
     return Schedule("interleaved-1f1b-overlap", pp, M, Placement.interleaved(pp, M, v), ranks)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PipesimError
 from ..ir import Placement, RankTable, Schedule
 
 F, B, W, BW = range(4)  # indices into ir.KINDS
@@ -79,13 +78,7 @@ def _program(n: int, k: int, count: int, second: int, half: int) -> tuple[np.nda
 
 def dualpipe(pp: int, microbatches: int) -> Schedule:
     """DualPipe (DeepSeek-V3): needs an even pp and an even M >= 2pp."""
-    M = microbatches
-    if pp % 2:
-        raise PipesimError(f"dualpipe needs an even --pp, got {pp}")
-    if M % 2:
-        raise PipesimError(f"dualpipe needs an even --microbatches (half enter at each end), got {M}")
-    if M < 2 * pp:
-        raise PipesimError(f"dualpipe needs --microbatches >= 2 * --pp = {2 * pp}, got {M}")
+    M = microbatches  # even pp, even M >= 2pp: the registry's check
     half = M // 2
     ranks = []
     for r in range(pp):
@@ -96,8 +89,6 @@ def dualpipe(pp: int, microbatches: int) -> Schedule:
 
 def dualpipev(pp: int, microbatches: int) -> Schedule:
     """DualPipeV (the "cut-in-half" DualPipe on a V placement): needs M >= 2pp."""
-    M = microbatches
-    if M < 2 * pp:
-        raise PipesimError(f"dualpipev needs --microbatches >= 2 * --pp = {2 * pp}, got {M}")
+    M = microbatches  # M >= 2pp: the registry's check
     ranks = [_program(pp, r, M, 0, 0) for r in range(pp)]
     return Schedule("dualpipev", pp, M, Placement.v(pp, M), RankTable.stack(ranks))

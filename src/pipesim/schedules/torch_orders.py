@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..errors import PipesimError
 from ..ir import Op, Placement, Schedule
 
 #: PyTorch's names (as ``get_schedule_class`` spells them) -> the registry's name
@@ -45,29 +44,24 @@ TORCH_NAMES = {
 }
 
 
-def rounds(name: str, pp: int, microbatches: int) -> int:
-    """Micro-batches per round of PyTorch's interleaved schedules; PipesimError where the
-    class refuses M (M not a multiple of its number of rounds, max(1, M // pp))."""
+def rounds_refused(name: str, pp: int, microbatches: int) -> str | None:
+    """Why PyTorch's interleaved classes refuse M: it is not a multiple of their number of
+    rounds, max(1, M // pp) (the registry's check for the families built on ``interleaved``)."""
     n = max(1, microbatches // pp)
     if microbatches % n:
         ok = [m for m in range(max(1, microbatches - pp), microbatches + pp + 1) if m % max(1, m // pp) == 0]
         near = ", ".join(str(m) for m in ok if m != microbatches)[:60]
-        raise PipesimError(
+        return (
             f"{name} needs --microbatches a multiple of its {n} rounds (max(1, M // pp), as PyTorch's), got {microbatches}; "
             f"nearby that work: {near}"
         )
-    return microbatches // n
-
-
-def _chunks(name: str, chunks: int) -> None:
-    if not isinstance(chunks, int) or chunks < 1:
-        raise PipesimError(f"{name} needs --chunks >= 1 (stages per rank), got {chunks}")
+    return None
 
 
 def interleaved(name: str, pp: int, microbatches: int, chunks: int, zero_bubble: bool) -> Schedule:
-    """PyTorch's Interleaved1F1B (``zero_bubble=False``) or InterleavedZeroBubble."""
-    _chunks(name, chunks)
-    per_round = rounds(name, pp, microbatches)
+    """PyTorch's Interleaved1F1B (``zero_bubble=False``) or InterleavedZeroBubble, for M
+    that ``rounds_refused`` accepts: micro-batches in rounds of M // max(1, M // pp)."""
+    per_round = microbatches // max(1, microbatches // pp)
     ranks = tuple(_interleaved_rank(pp, microbatches, chunks, r, per_round, zero_bubble) for r in range(pp))
     return Schedule(name, pp, microbatches, Placement.interleaved(pp, microbatches, chunks), ranks)
 
@@ -103,7 +97,6 @@ def interleaved_zb(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
 def looped_bfs(pp: int, microbatches: int, chunks: int = 2) -> Schedule:
     """PyTorch's LoopedBFS (Lamy-Poirier 2023, breadth-first): each chunk's forwards for
     every micro-batch before the next chunk's; backwards in reverse, last micro-batch first."""
-    _chunks("looped-bfs", chunks)
     M, v = microbatches, chunks
     ops = tuple(Op("F", c, i) for c in range(v) for i in range(M))
     ops += tuple(Op("BW", c, i) for c in reversed(range(v)) for i in reversed(range(M)))
