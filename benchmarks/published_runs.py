@@ -40,7 +40,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipesim.components import ComponentCosts
-from pipesim.errors import PipesimError
 from pipesim.ir import Op, Pair
 from pipesim.planner.calibrate import evaluate_layout
 from pipesim.planner.estimate import Layout, layer_costs, layer_flops, model_flops_per_token
@@ -124,46 +123,13 @@ def layout_text(r) -> str:
     return f"{' '.join(parts)} mb{lay.micro_batch} M{c.microbatches}, {sched}, {c.recompute}"
 
 
-def whole_layer_chunks(layers: int, pp: int) -> list[int]:
-    """Interleaving depths Megatron-LM accepts (2021's arguments.py, as Megatron-Core's
-    parallel_state still does): more than 2 pipeline stages, and every model chunk the same
-    whole number of layers, so the depth divides layers / pp; none: plain 1F1B."""
-    if pp <= 2 or layers % pp:
-        return []
-    return [v for v in range(2, layers // pp + 1) if (layers // pp) % v == 0]
-
-
-def evaluate_row(m, c, t, lay: dict):
-    """The published layout's result; a row with ``whole_layer_chunks`` (a Megatron-LM run
-    whose depth and micro-batch size the paper does not give) takes the fastest depth and
-    size Megatron accepts: its interleaved schedule also needs the micro-batches a
-    multiple of pp (2021's schedules.py raises otherwise)."""
-    if not lay.pop("whole_layer_chunks", False):
-        return evaluate_layout(m, c, t, lay)
-    depths = whole_layer_chunks(m.layers, lay["pp"])
-    if not depths:
-        return evaluate_layout(m, c, t, {**lay, "schedule": "1f1b"})
-    sizes = [b for b in t.micro_batch_sizes if not t.global_batch % (lay["dp"] * b)]
-    sizes = [b for b in sizes if (t.global_batch // (lay["dp"] * b)) % lay["pp"] == 0]
-    results = []
-    for v in depths:
-        for b in sizes:
-            try:
-                results.append(evaluate_layout(m, c, t, {**lay, "chunks": v, "micro_batch": b}))
-            except PipesimError:  # does not run at this size (memory): the others may
-                continue
-    if not results:
-        raise SystemExit(f"{m.name}: no interleaving depth and micro-batch size Megatron accepts runs")
-    return min(results, key=lambda r: (not r.fits, r.step_time))
-
-
 def run_rows(rows: list[dict]) -> list[dict]:
     out = []
     for row in rows:
         m, c, t = specs(row)
         lay = dict(row["layout"])
         start = time.process_time()
-        r = evaluate_row(m, c, t, lay)
+        r = evaluate_layout(m, c, t, lay)
         rec = {"row": row, "result": r, "specs": (m, c, t)}
         if row["published"]["metric"] == "gpu_hours_per_t":
             hours, ramp, steady = whole_run(row, m, c, t, lay)
