@@ -10,6 +10,7 @@ import pytest
 import test_planner
 from pipesim.cli import main
 from pipesim.components import ComponentCosts, LayerCosts
+from pipesim.errors import PipesimError
 from pipesim.ir import Op, Pair, Placement
 from pipesim.planner import calibrate
 from pipesim.planner.estimate import (
@@ -23,6 +24,7 @@ from pipesim.planner.estimate import (
     elementwise_bytes,
     embedding_params,
     gemm,
+    head_costs,
     layer_costs,
     layer_params,
     memory_model,
@@ -135,6 +137,24 @@ def test_weight_gradient_accumulation_by_hand():
     assert accumulation_seconds(GPU, acc, 100 * 64) == pytest.approx(6400 * 6 / 0.5e12)
     assert mlp_params(TINY, 0) == (3 * 64 * 128, 0.0)
     assert (more.attn_f, more.mlp_b) == (plain.attn_f, plain.mlp_b)
+
+
+def test_fp32_cross_entropy_as_megatron_2021():
+    """Megatron-LM 2021's default loss (no --fp16-lm-cross-entropy) upcasts the logits and
+    runs max, sub_, exp, sum, div_ forward and mul_ and the cast back backward in fp32:
+    52 bytes a logit against the fused 10. 32 tokens x 100 logits (tp1) at 0.5 TB/s, half
+    of it forward and half backward; with tp2 each shard has half the vocabulary."""
+    lay = Layout(pp=1, dp=16)
+    fused, eager = head_costs(TINY, GPU, T, lay), head_costs(TINY, GPU, replace(T, logit_bytes=52), lay)
+    assert eager.mlp_f - fused.mlp_f == pytest.approx(32 * 100 * 42 / 2 / 0.5e12)
+    assert eager.mlp_b - fused.mlp_b == pytest.approx(32 * 100 * 42 / 2 / 0.5e12)
+    assert (eager.mlp_w, eager.attn_f) == (fused.mlp_w, fused.attn_f)
+    tp2 = Layout(pp=1, dp=8, tp=2)
+    assert head_costs(TINY, GPU, replace(T, logit_bytes=52), tp2).mlp_f - head_costs(TINY, GPU, T, tp2).mlp_f == pytest.approx(
+        32 * 50 * 42 / 2 / 0.5e12
+    )
+    with pytest.raises(PipesimError, match="logit_bytes"):
+        load_training(logit_bytes=-1)
 
 
 def test_even_stage_split_as_megatron_2021():
@@ -377,8 +397,6 @@ def test_bad_calibration_input(capsys, extra, needle):
 
 
 def test_stage_split_must_be_balanced_or_even():
-    from pipesim.errors import PipesimError
-
     with pytest.raises(PipesimError, match='stage_split must be "balanced" or "even", got \'cost\''):
         load_training(stage_split="cost")
 

@@ -157,9 +157,6 @@ FLASH_BACKWARD_SHARE = 0.75
 #: in DeepSeek's public training profile (deepseek-ai/profile-data, train.json, H800) the
 #: grouped expert wgrad kernels take 5.8 ms per layer against 2.9 ms forward, same FLOPs
 FP8_WGRAD_SHARE = 0.5
-#: bytes per logit of the cross-entropy: logits written, read for the softmax and the loss;
-#: their gradient written and read
-LOGIT_BYTES = 10
 
 
 def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
@@ -451,13 +448,14 @@ def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCost
 
 def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     """The final norm, the output projection (BF16 even under FP8 training, as DeepSeek-V3
-    keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss's softmax
-    over the vocabulary shard moves ``LOGIT_BYTES`` per logit; with tensor parallelism
-    the vocabulary-parallel loss all-reduces two numbers per token (neglected)."""
+    keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss over the
+    vocabulary shard moves ``t.logit_bytes`` per logit (fused, or Megatron-LM 2021's eager
+    fp32 ops: see ``Training``), half forward, half backward; with tensor parallelism the
+    vocabulary-parallel loss all-reduces two numbers per token (neglected)."""
     T, h = lay.micro_batch * t.seq, m.hidden
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
     norm = T * 2 * 2 * h / lay.tp / hbm_rate(c, t)
-    loss = T * m.vocab / lay.tp * LOGIT_BYTES / hbm_rate(c, t)
+    loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     return LayerCosts(attn_f=norm, mlp_f=f + loss / 2, attn_b=2 * norm, attn_w=0.0, mlp_b=b + loss / 2, mlp_w=w)
 

@@ -324,7 +324,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ),
         (
             "stage imbalance",
-            "the embedding on the first stage, the output head and loss "
+            f"the embedding on the first stage, the output head and loss ({t.logit_bytes:g} bytes a logit at HBM bandwidth) "
             + ("and the MTP modules " if plan.model.mtp_layers else "")
             + "on the last; "
             + (

@@ -45,6 +45,7 @@ BOUNDS = {
     "optimizer_bytes": (0, 64),
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
+    "logit_bytes": (0, 1024),
 }
 
 
@@ -148,6 +149,13 @@ class Training:
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
+    # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
+    # read for the softmax and the loss, their gradient written and read, 2 bytes each);
+    # Megatron-LM 2021 without --fp16-lm-cross-entropy (its default) upcasts the logits and
+    # runs its vocab-parallel loss as eager fp32 ops (gpt_model.py ``output.float()``,
+    # mpu/cross_entropy.py): forward cast 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8; backward
+    # mul_ 8 and the cast back 4+2: 52
+    logit_bytes: float = 10
 
 
 # --------------------------------------------------------------------------------------
