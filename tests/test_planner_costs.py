@@ -22,6 +22,7 @@ from pipesim.planner.estimate import (
     component_costs,
     dp_bandwidth,
     elementwise_bytes,
+    embedding_costs,
     embedding_params,
     gemm,
     head_costs,
@@ -155,6 +156,27 @@ def test_fp32_cross_entropy_as_megatron_2021():
     )
     with pytest.raises(PipesimError, match="logit_bytes"):
         load_training(logit_bytes=-1)
+
+
+def test_vocabulary_parallel_ends_communicate_as_megatron():
+    """Tensor parallelism at the model's ends (Megatron-LM 2021 mpu/mappings.py): the
+    embedding's lookup is all-reduced forward, identity backward; the output head copies
+    its input forward and all-reduces the input's gradient backward. tp2, 32 tokens of
+    hidden 64 in 2 bytes: a ring all-reduce moves 2 x 1/2 x 4096 bytes at 100 GB/s. With
+    sequence parallelism each end has its collective both ways (reduce-scatter and
+    all-gather, the same bytes), and the final norm runs on half the tokens."""
+    ar = 2 * 1 / 2 * 32 * 64 * 2 / 100e9
+    lay, plain = Layout(pp=1, dp=8, tp=2), replace(T, sequence_parallel=False)
+    emb, head = embedding_costs(TINY, GPU, plain, lay), head_costs(TINY, GPU, plain, lay)
+    assert (emb.dispatch_f, emb.dispatch_b) == (pytest.approx(ar), 0.0)
+    assert (head.dispatch_f, head.dispatch_b) == (0.0, pytest.approx(ar))
+    assert head.attn_f == pytest.approx(32 * 2 * 2 * 64 / 0.5e12)  # the final norm on every token
+    sp = replace(T, sequence_parallel=True)
+    emb, head = embedding_costs(TINY, GPU, sp, lay), head_costs(TINY, GPU, sp, lay)
+    assert (emb.dispatch_f, emb.dispatch_b, head.dispatch_f, head.dispatch_b) == pytest.approx((ar, ar, ar, ar))
+    assert head.attn_f == pytest.approx(16 * 2 * 2 * 64 / 0.5e12)
+    one = Layout(pp=1, dp=16)
+    assert (head_costs(TINY, GPU, sp, one).dispatch_f, head_costs(TINY, GPU, sp, one).dispatch_b) == (0.0, 0.0)
 
 
 def test_even_stage_split_as_megatron_2021():

@@ -439,11 +439,15 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
 def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     """The token embedding, a pseudo-layer on the first stage: a row gather forward (read
     and write h per token), a scatter-add into the fp32 gradient table backward, and with
-    tensor parallelism the all-reduce of the vocabulary-parallel lookup."""
+    tensor parallelism the all-reduce of the vocabulary-parallel lookup, forward only: its
+    backward is the identity (Megatron-LM 2021 mpu/layers.py VocabParallelEmbedding,
+    ``reduce_from_tensor_model_parallel_region``); with sequence parallelism a
+    reduce-scatter forward whose backward is an all-gather (Megatron-Core)."""
     T = lay.micro_batch * t.seq
     f = T * m.hidden * 2 * 2 / hbm_rate(c, t)
     ar = tp_allreduce(m, c, t, lay)
-    return LayerCosts(attn_f=f, mlp_f=0.0, attn_b=3 * f, attn_w=0.0, mlp_b=0.0, mlp_w=0.0, dispatch_f=ar, dispatch_b=ar)
+    back = ar if t.sequence_parallel else 0.0
+    return LayerCosts(attn_f=f, mlp_f=0.0, attn_b=3 * f, attn_w=0.0, mlp_b=0.0, mlp_w=0.0, dispatch_f=ar, dispatch_b=back)
 
 
 def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
@@ -451,13 +455,28 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss over the
     vocabulary shard moves ``t.logit_bytes`` per logit (fused, or Megatron-LM 2021's eager
     fp32 ops: see ``Training``), half forward, half backward; with tensor parallelism the
-    vocabulary-parallel loss all-reduces two numbers per token (neglected)."""
+    vocabulary-parallel loss all-reduces two numbers per token (neglected), and the
+    projection's input gradient is all-reduced backward (Megatron-LM 2021's
+    ``parallel_lm_logits``: ``copy_to_tensor_model_parallel_region``, identity forward);
+    with sequence parallelism its input is all-gathered forward and the gradient
+    reduce-scattered backward, and the norm runs on 1/tp of the tokens (without it, on
+    all of them on every tensor rank)."""
     T, h = lay.micro_batch * t.seq, m.hidden
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
-    norm = T * 2 * 2 * h / lay.tp / hbm_rate(c, t)
+    norm = T * 2 * 2 * h * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
     loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
-    return LayerCosts(attn_f=norm, mlp_f=f + loss / 2, attn_b=2 * norm, attn_w=0.0, mlp_b=b + loss / 2, mlp_w=w)
+    ar = tp_allreduce(m, c, t, lay)
+    return LayerCosts(
+        attn_f=norm,
+        mlp_f=f + loss / 2,
+        attn_b=2 * norm,
+        attn_w=0.0,
+        mlp_b=b + loss / 2,
+        mlp_w=w,
+        dispatch_f=ar if t.sequence_parallel else 0.0,
+        dispatch_b=ar,
+    )
 
 
 def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:

@@ -336,7 +336,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "tensor parallelism",
             "an all-reduce (or, with sequence parallelism, all-gather + reduce-scatter) of the hidden states after "
-            "attention and after the MLP, forward and backward, over NVLink; "
+            "attention and after the MLP, forward and backward, and at the model's ends (the embedding's lookup forward, the "
+            "head's input gradient backward; with sequence parallelism both ways at both), over NVLink; "
             + ("overlapped with the multiplies around it" if t.tp_overlap else "exposed"),
         ),
         (
