@@ -179,6 +179,23 @@ def test_vocabulary_parallel_ends_communicate_as_megatron():
     assert (head_costs(TINY, GPU, sp, one).dispatch_f, head_costs(TINY, GPU, sp, one).dispatch_b) == (0.0, 0.0)
 
 
+def test_hidden_dropout_mask_by_hand():
+    """Megatron-LM's hidden dropout (fused into the bias-dropout-add): a one-byte mask per
+    element of each block's output, written forward and read backward; 32 tokens of hidden
+    64 at 0.5 TB/s. A full recomputation writes it again; sequence parallelism shards it."""
+    lay, drop = Layout(pp=1, dp=16), replace(T, hidden_dropout=True)
+    mask = 32 * 64 / 0.5e12
+    plain, more = layer_costs(TINY, 0, GPU, T, lay, "none"), layer_costs(TINY, 0, GPU, drop, lay, "none")
+    for field in ("attn_f", "mlp_f", "attn_b", "mlp_b"):
+        assert getattr(more, field) - getattr(plain, field) == pytest.approx(mask), field
+    assert (more.attn_w, more.mlp_w) == (plain.attn_w, plain.mlp_w)
+    full = layer_costs(TINY, 0, GPU, drop, lay, "full").attn_b - layer_costs(TINY, 0, GPU, T, lay, "full").attn_b
+    assert full == pytest.approx(2 * mask)
+    tp2 = Layout(pp=1, dp=8, tp=2)
+    sp = layer_costs(TINY, 0, GPU, replace(drop, sequence_parallel=True), tp2, "none").attn_f
+    assert sp - layer_costs(TINY, 0, GPU, replace(T, sequence_parallel=True), tp2, "none").attn_f == pytest.approx(mask / 2)
+
+
 def test_even_stage_split_as_megatron_2021():
     """stage_split = even: every stage the same number of layers whatever the end stages
     also hold (Megatron-LM 2021 gives each layers / pp); the cost-balanced split gives the

@@ -409,6 +409,9 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     mlp_fwd = mlp_f + ew_mlp
     attn_b = proj_b + core_b + 2 * ew_attn
     mlp_bwd = mlp_b + 2 * ew_mlp
+    if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
+        mask = lay.micro_batch * t.seq * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
+        attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + mask, mlp_fwd + mask, attn_b + mask, mlp_bwd + mask
     if recompute == "selective":
         # unfused attention recomputes its scores in the backward (flash always does);
         # MLA recomputes its up-projections (DeepSeek-V3, section 3.3.2)

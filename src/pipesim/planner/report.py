@@ -320,6 +320,11 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 "as fused kernels"
                 if t.fused_elementwise
                 else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code)"
+            )
+            + (
+                "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"
+                if t.hidden_dropout
+                else ""
             ),
         ),
         (

@@ -156,6 +156,11 @@ class Training:
     # mpu/cross_entropy.py): forward cast 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8; backward
     # mul_ 8 and the cast back 4+2: 52
     logit_bytes: float = 10
+    # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
+    # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
+    # a one-byte keep mask per element of each block's output forward and reads it backward
+    # (Megatron-LM 2021 transformer.py, bias_dropout_add_fused_train, a TorchScript kernel)
+    hidden_dropout: bool = False
 
 
 # --------------------------------------------------------------------------------------
