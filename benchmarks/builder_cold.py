@@ -54,11 +54,11 @@ def main() -> None:
         t.add_column(col, justify="right")
     for name, pp, M in cases:
         os.environ["PIPESIM_CACHE"] = "off"
-        v_shape.short_plan.cache_clear()  # the repeated V's short build, kept per process
+        v_shape.forget()  # what the V builders keep per process
         cold, s = cpu(build, name, pp, M)
         os.environ.pop("PIPESIM_CACHE")
         build(name, pp, M)  # stores the order where the builder searches
-        v_shape.short_plan.cache_clear()
+        v_shape.forget()
         warm, again = cpu(build, name, pp, M)
         assert again.ranks == s.ranks
         peer, _ = cpu(build, "1f1b", pp, M)
