@@ -44,7 +44,7 @@ def main() -> None:
         path = cache.path_of(name, pp, M)
         if path is not None and path.exists():
             return "searched"
-        return "repeated" if name in ("v-half", "v-min") and v_shape.repeats(pp, M) else "direct"
+        return "repeated" if name in ("v-half", "v-min") and v_shape.repeats(name, pp, M) else "direct"
 
     sizes = [(8, 64), (32, 256)] + ([] if args.quick else [(64, 1024)])
     cases = [(name, pp, M) for name in ("zb-h2", "zb-v", "v-half", "v-min", "chimera") for pp, M in sizes]
@@ -54,9 +54,11 @@ def main() -> None:
         t.add_column(col, justify="right")
     for name, pp, M in cases:
         os.environ["PIPESIM_CACHE"] = "off"
+        v_shape.forget()  # what the V builders keep per process
         cold, s = cpu(build, name, pp, M)
         os.environ.pop("PIPESIM_CACHE")
         build(name, pp, M)  # stores the order where the builder searches
+        v_shape.forget()
         warm, again = cpu(build, name, pp, M)
         assert again.ranks == s.ranks
         peer, _ = cpu(build, "1f1b", pp, M)

@@ -4,10 +4,13 @@ every preset cluster, against a peer checkout of pipesim measured in the same ru
     python benchmarks/plan_speed.py                      # every pair, peer: /work/main/src
     python benchmarks/plan_speed.py --peer-src DIR       # another checkout's src/ as the peer
     python benchmarks/plan_speed.py --no-peer --timeout 60 --only deepseek-v3
+    python benchmarks/plan_speed.py --cold               # a new user's first run: empty cache
 
 Each case is ``pipesim plan --json`` in a subprocess of its own; its CPU time (user +
 system, start-up included) and peak resident memory come from the kernel's accounting of
-that child (``os.wait4``). A case past ``--timeout`` CPU seconds is stopped by the kernel
+that child (``os.wait4``, which counts the compiler it may run). ``--cold`` gives every
+case (this side's and the peer's) an empty cache directory of its own, as a new user
+has; without it both read the user's cache, where earlier runs left the searched orders. A case past ``--timeout`` CPU seconds is stopped by the kernel
 (RLIMIT_CPU) and shown as ``> N s``. Rows print as they finish.
 
 Targets (issue 10): every pair under 10 s CPU and 500 MB peak RSS; DeepSeek-V3 on
@@ -34,10 +37,15 @@ RUN = "import sys; from pipesim.cli import main; sys.exit(main(sys.argv[1:]))"
 CPU_TARGET, RSS_TARGET_MB, DEEPSEEK_TARGET = 10.0, 500.0, 5.0
 
 
-def run_case(src: Path, model: str, cluster: str, timeout: float) -> dict:
-    """One ``pipesim plan`` in a child process: CPU seconds, peak RSS MB, the answer."""
+def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = False) -> dict:
+    """One ``pipesim plan`` in a child process: CPU seconds, peak RSS MB, the answer. With
+    ``cold``, the child gets an empty cache directory of its own, as a new user has: every
+    searched order is searched and the C kernel compiled within the case."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as cache:
+        if cold:
+            env["XDG_CACHE_HOME"] = cache
+            env.pop("PIPESIM_CACHE", None)
         start = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-c", RUN, "plan", "--model", model, "--cluster", cluster, "--json"],
@@ -105,6 +113,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="CPU seconds per case (default 60)")
     ap.add_argument("--only", help="only models or clusters whose name contains this")
     ap.add_argument("--pairs", help="only these model:cluster pairs, comma-separated")
+    ap.add_argument("--cold", action="store_true", help="each case starts from an empty cache (a new user's first run)")
     ap.add_argument("--jobs", type=int, default=1, help="cases measured at once (CPU time is per process; default 1)")
     args = ap.parse_args()
     models = sorted(p.stem for p in (PRESETS / "models").glob("*.toml"))
@@ -114,15 +123,16 @@ def main() -> None:
         wanted = [tuple(x.split(":")) for x in args.pairs.split(",")]
         pairs = [p for p in pairs if p in wanted]
     head = f"{'model':14s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
-    print(f"pipesim plan: CPU seconds and peak RSS per case; peer = {'none' if args.no_peer else args.peer_src}")
+    cache = "an empty cache per case (cold)" if args.cold else "the user's cache (searched orders kept from earlier runs)"
+    print(f"pipesim plan: CPU seconds and peak RSS per case, {cache}; peer = {'none' if args.no_peer else args.peer_src}")
     print(head, flush=True)
     worst_cpu = worst_rss = 0.0
     misses = 0
 
     def measure(pair):
         m, c = pair
-        mine = run_case(Path(args.src), m, c, args.timeout)
-        peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout)
+        mine = run_case(Path(args.src), m, c, args.timeout, args.cold)
+        peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout, args.cold)
         return m, c, mine, peer
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:

@@ -82,12 +82,32 @@ def test_repeating_the_steady_state_gives_the_blocks_built_at_m(pp):
                     assert got == block_orders(pp, M, block, paired, squeeze), (block, paired, squeeze, M)
 
 
+# every pp from 1 to 12 just past the short build, and a longer run every third pp
+REPEAT_GRID = [(pp, M) for pp in range(1, 13) for M in {3 * pp // 2 + 9, 6 * pp // 2 + 18 if pp % 3 == 0 else 0} - {0}]
+
+
+@pytest.mark.parametrize("pp,M", REPEAT_GRID)
+def test_repeated_vs_are_the_orders_the_whole_search_picks(pp, M):
+    """Where V-Half and V-Min repeat a short steady state (from M > 3pp/2 + 8), the order
+    is op for op the one the whole search at M picks (blocks and their variants, list
+    schedules, polish), so building it cheaply changes nothing. V-Min at pp = 2 and 5 is
+    where the search finds another order: it stays searched there."""
+    from pipesim.schedules import v_shape
+
+    for name, searched in (("v-half", v_shape.v_half_searched), ("v-min", v_shape.v_min_searched)):
+        if name == "v-min" and pp in (2, 5):
+            assert not v_shape.repeats(name, pp, M)
+            continue
+        assert v_shape.repeats(name, pp, M), (name, pp, M)
+        assert build(name, pp, M).ranks == searched.search(pp, M).ranks, (name, pp, M)
+
+
 def test_large_sizes_are_valid_and_keep_the_steady_state():
     """A repeated V (pp=8, M=420: 20K ops) validates, keeps its memory, and runs at one op
     per slot through the middle: its span grows by 6 per micro-batch (M=421)."""
     from pipesim.schedules.v_shape import repeats
 
-    assert repeats(8, 420)
+    assert repeats("v-half", 8, 420) and repeats("v-min", 8, 420)
     for name, stages in (("v-half", (8 + 2) // 2), ("v-min", (8 + 4) // 3)):  # the paper's memory
         s, rep = report(name, 8, 420)
         validate(s)

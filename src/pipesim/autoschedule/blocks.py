@@ -157,6 +157,9 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     # the memory after each slot and (without the Ws) the Ws pending after it: the state
     # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
     prof, pend = (list(x) for x in zip(*(_profile(o, horizon, not with_ws) for o in occ)))
+    # ranks whose whole profile is within the bound (every rank once a move is kept): a
+    # trial there need not check the slots it leaves as they were
+    within = [max(p, default=0) <= bound for p in prof]
     ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
     end: dict[tuple[int, int, int], int] = {}
     last_w: dict[int, int] = {}
@@ -179,15 +182,21 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
                 # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
                 # moves, which sometimes squeeze better
                 ready = max(ready, end[(kind, S - 1 - s, i)])
+            if with_ws and kind == F:
+                # an F fits at t when every slot from t to t0 stays under the bound: the
+                # slots that allow it are a run ending at t0, found in one pass back
+                lo, mem = t0, prof[r]
+                while lo > ready and mem[lo - 1] + 1 <= bound:
+                    lo -= 1
+                ready = lo
             for t in range(ready, t0):
                 if t in o:
                     continue
                 if with_ws:
-                    if kind == F and max(prof[r][t:t0]) + 1 > bound:
-                        continue
                     step = 1 if kind == F else -1 if kind == W else 0
-                    for x in range(t, t0):
-                        prof[r][x] += step
+                    if step:
+                        for x in range(t, t0):
+                            prof[r][x] += step
                     del o[t0]
                     o[t] = (kind, s, i)
                     at = t
@@ -197,13 +206,12 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
                 before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
                 tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
                 n = t + len(tail)
-                if (
-                    max(tail, default=0) <= bound
-                    and max(prof[r][:t], default=0) <= bound
-                    and max(prof[r][n:], default=0) <= bound
+                if max(tail, default=0) <= bound and (
+                    within[r] or (max(prof[r][:t], default=0) <= bound and max(prof[r][n:], default=0) <= bound)
                 ):
                     prof[r][t:n] = tail
                     pend[r][t:n] = waiting
+                    within[r] = True
                     at = t
                     break
                 del o[t]

@@ -18,12 +18,14 @@ Orders are chosen at unit costs and are then fixed: simulating them under other 
 just runs the same order.
 
 Building stays O(ops) where the answer has a known shape: ZB-V from M = 2pp - 1 on is
-the authors' hand-written pattern (optimal there), and at large sizes the blocks are
-built for a few micro-batches and their steady state repeated (``repeat_steady_state``).
+the authors' hand-written pattern (optimal there), and V-Half and V-Min from M >
+3pp/2 + 8 build their blocks for that many micro-batches and repeat the steady state
+(``repeat_steady_state``): the order the whole search at M would pick.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -85,7 +87,11 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
     choices = ((False, False), (True, False), (False, True), (True, True)) if variants else ((False, False),)
     for block in blocks:
         for paired, squeeze in choices:
-            orders = block_orders(pp, M, block, paired, squeeze)
+            orders = (
+                _block_orders(pp, M, block, paired, squeeze)
+                if 6 * pp * M <= KEEP_OPS
+                else block_orders(pp, M, block, paired, squeeze)
+            )
             if orders is not None and all(fits(index, seq) for seq in orders):
                 plan = asap(index, orders)
                 if plan is not None:
@@ -93,14 +99,27 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
     return plans
 
 
+#: sizes up to which the blocks' orders are kept for the process (pp x M = 4096, the
+#: planner's largest V): ZB-V, V-Half and V-Min at one size share most of their blocks
+KEEP_OPS = 6 * 4096
+
+
+@functools.lru_cache(maxsize=32)
+def _block_orders(pp: int, M: int, block: Block, paired: bool, squeeze: bool):
+    orders = block_orders(pp, M, block, paired, squeeze)
+    return None if orders is None else tuple(tuple(seq) for seq in orders)
+
+
+def forget() -> None:
+    """Drop what is kept for the process (the blocks' orders, the repeated V's short
+    build), so that a benchmark measures a cold build."""
+    _block_orders.cache_clear()
+    short_plan.cache_clear()
+
+
 # At unit costs a V rank runs 6 ops (F, B, W of two chunks) per micro-batch, one every
 # slot in the steady state: repeating it adds one micro-batch.
 PERIOD = 6
-#: from this many ops (at pp >= 6 and M > 2pp), the blocks are built at ``short(pp)``
-#: micro-batches and their steady state is repeated up to M (the same orders as building
-#: them at M, tested): only the warm-up and cool-down need building, and at these sizes
-#: the list schedules never win (pp 6-12, every M up to 5pp) and polish has 20 tries left
-REPEAT_OPS = 20_000
 
 
 def short(pp: int) -> int:
@@ -109,9 +128,19 @@ def short(pp: int) -> int:
     return 3 * pp // 2 + 8
 
 
-def repeats(pp: int, M: int) -> bool:
-    """Is a V of this size built by repeating the steady state of a shorter one?"""
-    return 6 * pp * M >= REPEAT_OPS and pp >= 6 and M > max(2 * pp, short(pp))
+#: the pp at which V-Min's whole search finds another order than the repeated steady
+#: state (there the list schedules or polish reshape the warm-up and cool-down)
+V_MIN_SEARCHED_PP = (2, 5)
+
+
+def repeats(name: str, pp: int, M: int) -> bool:
+    """Is this V (``v-half`` or ``v-min``) built by repeating the steady state of the one
+    at ``short(pp)`` micro-batches? From M > short(pp) on that gives op for op the order
+    the whole search at M picks (blocks and their variants, list schedules, polish),
+    except for V-Min at pp = 2 and 5 (tests/test_v_shape.py checks a grid of every pp up
+    to 12; benchmarks/v_repeat_grid.py every pp up to 33 to 20K ops), so only the warm-up
+    and cool-down need building."""
+    return M > short(pp) and not (name == "v-min" and pp in V_MIN_SEARCHED_PP)
 
 
 def _steady(ops) -> tuple[int, int]:
@@ -166,13 +195,21 @@ def _variants(pp: int, M: int) -> bool:
 def _repeated(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...]) -> Schedule | None:
     """The best block (by makespan) built for ``short(pp)`` micro-batches, its steady
     state repeated up to M; None where the V is not built that way."""
-    if not repeats(pp, M):
+    if not repeats(name, pp, M):
         return None
+    plan = short_plan(pp, limit, blocks, _variants(pp, M))  # the candidates a build at M tries
+    table = None if plan is None else repeat_steady_state(plan, M)
+    return None if table is None else Schedule(name, pp, M, Placement.v(pp, M), table)
+
+
+@functools.lru_cache(maxsize=16)
+def short_plan(pp: int, limit: int, blocks: tuple[Block, ...], variants: bool) -> Plan | None:
+    """The best block (by makespan) at ``short(pp)`` micro-batches, or None if none fits.
+    Kept for the process: the planner repeats it to several M at one pp (``forget``)."""
     few = short(pp)
     index = Index(Problem.of(Placement.v(pp, few), Costs(), memory_limit=limit))
-    plans = _block_plans(index, pp, few, blocks, _variants(pp, M))  # the candidates a build at M tries
-    table = repeat_steady_state(min(plans, key=makespan_key), M) if plans else None
-    return None if table is None else Schedule(name, pp, M, Placement.v(pp, M), table)
+    plans = _block_plans(index, pp, few, blocks, variants)
+    return min(plans, key=makespan_key) if plans else None
 
 
 def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=makespan_key, greedy: bool = False) -> Schedule:
