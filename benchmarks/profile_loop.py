@@ -98,13 +98,16 @@ def by_concurrency(prof, into: dict) -> float:
     for e in events:
         times[key(e)].append(e.duration)
     mean = {k: statistics.fmean(v) for k, v in times.items()}
-    ratios = []
-    for e in events:
+    ratios, seen = [], set()
+    for e in sorted(events, key=lambda e: e.start):
         if mean[key(e)] < 1e-3 or e.duration <= 0:  # B of the first stage: nothing to compute
             continue
         beside = sum(max(0.0, min(e.end, o.end) - max(e.start, o.start)) for o in events if o.rank != e.rank)
         ratios.append(e.duration / mean[key(e)])
         into[round(1 + beside / e.duration)].append(ratios[-1])
+        if key(e) not in seen:  # the first of its kind and stage in this run: any warm-up left?
+            seen.add(key(e))
+            into["first"].append(ratios[-1])
     return statistics.pstdev(ratios)
 
 
@@ -208,9 +211,11 @@ def main() -> None:
         f"profiled / unprofiled makespan (the same schedule run just after, without the profiler): median "
         f"{statistics.median(ratios):.3f}, {min(ratios):.2f}-{max(ratios):.2f}"
     )
+    first = concurrency.pop("first")
     out.print(
         "ops while k ranks compute, time over the mean of their kind and stage: "
         + ", ".join(f"k={k}: {statistics.fmean(v):.2f} ({len(v)} ops)" for k, v in sorted(concurrency.items()))
+        + f"; the first op of each kind and stage in a run: {statistics.fmean(first):.2f} ({len(first)} ops)"
     )
     oversubscribed = f"; {args.pp} ranks on {n_cores} cores: the ranks compete for cores" if args.pp > n_cores else ""
     out.print(
