@@ -16,6 +16,7 @@ from pipesim import build, simulate
 from pipesim.cli import main
 from pipesim.components import ComponentCosts, LayerCosts
 from pipesim.costfile import load_cost_file
+from pipesim.deps import needs, produces
 from pipesim.errors import PipesimError
 from pipesim.files import load_timeline
 from pipesim.ir import ops_of
@@ -278,6 +279,59 @@ def test_pipesim_labels_with_pairs_give_back_dualpipe_and_its_costs(tmp_path):
     assert c.pair == pytest.approx(100e-6 + 210e-6 + gap)
     assert len(prof.timeline.events) == 4 and sum(map(len, prof.timeline.events)) == sum(map(len, s.ranks))
     simulate(s, c)  # the costs simulate
+
+
+def runtime_traces(tmp_path, schedule, work, pre, post, transfer):
+    """One trace per rank of a run timed as the runtime spends its time: before each item
+    it takes its inputs (``pre`` us once they are there), then works (``work[kind]`` us,
+    the labelled range), then posts its sends (``post`` us); a tensor reaches another
+    rank ``transfer`` us after its sender finished posting. Items run in each rank's
+    order as soon as their inputs arrive."""
+    pl = schedule.placement
+    arrive, ends, ev = {}, [None] * schedule.pp, [[] for _ in range(schedule.pp)]
+    nxt = [0] * schedule.pp
+    while any(n < len(items) for n, items in zip(nxt, schedule.ranks)):
+        for r, items in enumerate(schedule.ranks):
+            if nxt[r] == len(items):
+                continue
+            item = items[nxt[r]]
+            keys = [k for op in ops_of(item) for k in needs(pl, r, op)]
+            if not all((k, r) in arrive for k in keys):
+                continue
+            ready = max([arrive[(k, r)] for k in keys] + [0 if ends[r] is None else ends[r] + post])
+            start = ready + pre
+            end = start + sum(work[op.kind] for op in ops_of(item))
+            stages = tuple(pl.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
+            ev[r].append(ann(pipesim_label(item, r, stages, schedule.name), start, end - start))
+            for op in ops_of(item):
+                for k in produces(r, op):
+                    arrive.update({(k, dst): end if dst == r else end + post + transfer for dst in range(schedule.pp)})
+            ends[r], nxt[r] = end, nxt[r] + 1
+    for r in range(schedule.pp):
+        write(tmp_path / f"rank{r}.json", ev[r])
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, pp", [("1f1b", 4), ("dualpipe", 4), ("zb-v", 2)])
+def test_measured_overhead_and_latency_simulate_back_the_run(tmp_path, name, pp):
+    """The costs of a run timed as the runtime spends its time (see ``runtime_traces``)
+    simulate it back item for item: the time between items with every input there is
+    pre + post, and the P2P latency is the transfer alone, because the wait for a remote
+    input holds the sender's post and the receiver's pre too, and the simulation already
+    counts those once in the sender's item."""
+    s = build(name, pp, 8)
+    pre, post, transfer = 3, 7, 20
+    prof = profile(runtime_traces(tmp_path, s, {"F": 100, "B": 150, "W": 60, "BW": 210}, pre, post, transfer))
+    assert prof.schedule.ranks == s.ranks
+    c = prof.stage_costs
+    assert c.comm == pytest.approx(transfer * 1e-6)
+    assert c.f == pytest.approx(((100 + pre + post) * 1e-6,) * s.placement.stages)
+    sim = simulate(s, c)
+    for measured, simulated in zip(prof.timeline.events, sim.events):
+        assert [e.item for e in measured] == [e.item for e in simulated]
+        assert [e.start for e in measured] == pytest.approx([e.start for e in simulated], abs=1e-9)
+    # each simulated item carries the runtime's time after it, the last one's included
+    assert sim.end - sim.start == pytest.approx(prof.timeline.end - prof.timeline.start + (pre + post) * 1e-6)
 
 
 def test_action_label_forms():

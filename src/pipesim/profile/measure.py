@@ -296,28 +296,42 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
 
 
 def between_items(schedule: Schedule, timeline: Timeline) -> tuple[float, float]:
-    """(overhead, latency) measured between items: ``overhead`` is the mean time a rank
-    spends between two items when the second's inputs were all ready as the first ended
-    (the runtime's own work per item: taking inputs, posting sends, being scheduled);
-    ``latency`` the mean time from a remote input becoming ready to its consumer
-    starting, over the consumers whose rank sat idle waiting for it. Means rather than
-    medians: the simulated makespan adds them up, so their tails count."""
+    """(overhead, latency) measured between items, as the simulation adds them.
+
+    ``overhead`` is the mean time a rank spends between two items when the second needs
+    nothing from another rank (the runtime's own work per item: posting its sends, taking
+    the next inputs, being scheduled); the costs add it to every item. An item with a
+    remote input whose producer ended before the previous item did may still have waited
+    for the transfer, so it tells nothing certain and is left out (it is used only when
+    no rank has an item without remote inputs).
+
+    ``latency`` is the P2P time on top of that: the mean wait from a remote producer's
+    end to its consumer's start, over the consumers whose producer ended after their
+    rank's previous item (so the rank certainly waited), less the overhead. That wait
+    holds the producer's sends and the consumer's taking as well as the transfer, and the
+    simulation already counts those once in the producer's item (its end is its measured
+    end plus the overhead); counted again as latency, every wait on the critical path
+    would cost one overhead too many. Means rather than medians: the simulated makespan
+    adds them up, so their tails count."""
     done: dict = {}
     for evs in timeline.events:
         for e in evs:
             for op in ops_of(e.item):
                 done.update({key: e.end for key in produces(e.rank, op)})
-    gaps, waits = [], []
+    gaps, unsure, waits = [], [], []
     for evs in timeline.events:
         for prev, e in zip(evs, evs[1:]):
             keys = [k for op in ops_of(e.item) for k in needs(schedule.placement, e.rank, op) if k[1] != e.rank]
-            remote = max((done[k] for k in keys if k in done), default=float("-inf"))
-            if remote > prev.end:
+            remote = max((done[k] for k in keys if k in done), default=None)
+            if remote is None:
+                gaps.append(e.start - prev.end)
+            elif remote > prev.end:
                 waits.append(e.start - remote)
             else:
-                gaps.append(e.start - prev.end)
-    mean = statistics.fmean
-    return (max(0.0, mean(gaps)) if gaps else 0.0, max(0.0, mean(waits)) if waits else 0.0)
+                unsure.append(e.start - prev.end)
+    gaps = gaps or unsure
+    overhead = max(0.0, statistics.fmean(gaps)) if gaps else 0.0
+    return overhead, max(0.0, statistics.fmean(waits) - overhead) if waits else 0.0
 
 
 def _with_chunks(item: Item, chunks: tuple[int, ...]) -> Item:
