@@ -125,7 +125,7 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
         if isinstance(p, search_mod.Result) or search_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None:
             continue
         fast = search_mod.finish(m, c, t, p)
-        monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M: None)
+        monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M, options=None: None)
         full = search_mod.finish(m, c, t, p)
         monkeypatch.undo()
         for field in ("step_time", "bubble", "compute_utilization", "exposed_comm", "memory_gb"):
@@ -146,7 +146,19 @@ def test_combined_1f1b_gets_megatrons_smallest_group(monkeypatch):
         p = search_mod.prepare(m, c, t, search_mod.Candidate(lay, name, 4, "selective", M), shared)
         assert not isinstance(p, search_mod.Result), p.reason
         assert p.options.get("group_size") == group  # at M=63 PyTorch's rounds of 9 run
-    monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M: pytest.fail("extrapolated"))
+    # a grouped order repeats every g micro-batches, not 2pp: never sampled at two
+    # shorter M (at M=200, pp=8 an ungrouped periodic family is)
+    assert search_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4}) is not None
+    assert search_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4, "group_size": 10}) is None
+    real = search_mod.sample_points
+
+    def never_extrapolated(name, pp, M, options=None):
+        points = real(name, pp, M, options)
+        if points is not None:
+            pytest.fail("extrapolated")
+        return points
+
+    monkeypatch.setattr(search_mod, "sample_points", never_extrapolated)
     cand = search_mod.Candidate(lay, "interleaved-1f1b-overlap", 4, "selective", 60)
     r = search_mod.finish(m, c, t, search_mod.prepare(m, c, t, cand, shared), shared)
     assert r.fits and r.group_size == 10

@@ -492,14 +492,15 @@ class Prepared:
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
 
 
-def sample_points(name: str, pp: int, M: int) -> tuple[int, int] | None:
+def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tuple[int, int] | None:
     """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
     every 2pp micro-batches under equal stage costs; the end stages' embedding and head
     make the warm-up last up to a period longer, so sampling starts at 4pp), congruent to
     M modulo 2pp so the schedule's constraints still hold, from which M's totals follow
     affinely; None when M must be simulated itself: the schedule is searched rather than
-    periodic, or M is as cheap."""
-    if not REGISTRY[name].periodic:
+    periodic, it is built with a Megatron group size (its order repeats every g
+    micro-batches, not 2pp), or M is as cheap."""
+    if not REGISTRY[name].periodic or "group_size" in (options or {}):
         return None
     q = 2 * pp
     m1 = 2 * q + (M - q) % q
@@ -514,7 +515,7 @@ def megatron_group(name: str, pp: int, M: int, options: dict) -> dict:
     lone F+BW passes and adds warm-up activations (theory: ((v-1)g + pp)(F+BW) +
     (vM - (v-1)g - 1)F&B, peak 2(pp-r-1) + (v-1)g + 2), so the smallest is the one to
     search. Its order repeats every g micro-batches, not 2pp: such candidates are
-    simulated whole."""
+    simulated whole (``sample_points``)."""
     fam = REGISTRY[name]
     if "group_size" not in fam.options or not M % pp or fam.check(pp, M, **options) is None:
         return {}
@@ -558,7 +559,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     group = megatron_group(cand.schedule, lay.pp, M, chunks)
     chunks |= group
-    points = None if shared.exhaustive or group else sample_points(cand.schedule, lay.pp, M)
+    points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M, chunks)
     # the registry's constraints, at each M that is built, and the placement, without
     # building: most candidates are ruled out by what follows, before any build
     for x in points or (M,):
@@ -746,7 +747,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     cand = p.candidate
     pp, M = cand.layout.pp, cand.microbatches
     costs = p.costs
-    points = None if shared.exhaustive or "group_size" in p.options else sample_points(cand.schedule, pp, M)
+    points = None if shared.exhaustive else sample_points(cand.schedule, pp, M, p.options)
     try:
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
