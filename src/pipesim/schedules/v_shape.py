@@ -303,15 +303,19 @@ def zb_v_searched(pp: int, microbatches: int) -> Schedule:
     )
 
 
+def _v_half_blocks(pp: int) -> tuple[Block, ...]:
+    return (*v_half_blocks(pp), v_min_block(pp))
+
+
 def v_half(pp: int, microbatches: int) -> Schedule:
     """V-Half: about half of 1F1B's activation memory."""
-    got = _repeated("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
+    got = _repeated("v-half", pp, microbatches, v_half_limit(pp), _v_half_blocks(pp))
     return got if got is not None else v_half_searched(pp, microbatches)
 
 
 @cached("v-half")  # searched once per (pp, M), then read from the cache file
 def v_half_searched(pp: int, microbatches: int) -> Schedule:
-    return _v("v-half", pp, microbatches, v_half_limit(pp), (*v_half_blocks(pp), v_min_block(pp)))
+    return _v("v-half", pp, microbatches, v_half_limit(pp), _v_half_blocks(pp))
 
 
 def v_min(pp: int, microbatches: int) -> Schedule:
