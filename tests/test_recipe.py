@@ -76,6 +76,7 @@ DEEPSEEK = [
     (16, 128, 1, 64, "interleaved-1f1b", 2, 128),
     (8, 256, 1, 64, "zb-v", None, 60),
     (16, 128, 1, 64, "1f1b", None, 128),
+    (8, 256, 1, 64, "zb-v", None, 12),
 ]
 LLAMA = [(8, 8, 8, 1, "1f1b", None, 64), (4, 16, 8, 1, "interleaved-1f1b", 4, 32), (4, 16, 8, 1, "zb-h1", None, 32)]
 
@@ -206,8 +207,11 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         assert len(parts) == len(stage_split(plan, r))
         assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
         assert [x for p in parts for x in p if x.startswith("layers.")] == [f"layers.{i}" for i in range(plan.model.layers)]
-        # the CSV is needed exactly when no PyTorch class runs the order
-        needs_csv = r.candidate.schedule in ("zb-v", "zb-h1")
+        # the CSV is needed exactly when no PyTorch class runs the order: ZB-H1 (PyTorch's
+        # InterleavedZeroBubble on one stage per rank), and ZB-V below M = 2pp - 1, where
+        # pipesim searches it (tests/test_torch_orders.py holds both against PyTorch)
+        c = r.candidate
+        needs_csv = c.schedule == "zb-h1" or (c.schedule == "zb-v" and c.microbatches < 2 * c.layout.pp - 1)
         assert ("pipeline_parallel_schedule_csv" in par) == needs_csv
         assert (recipe(plan, n)["schedule_csv"] is not None) == needs_csv
         assert ("expert_parallel_degree" in par) == (plan.model.moe is not None)
@@ -218,12 +222,13 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
 
 def test_torchtitan_names_the_class_or_the_csv():
     plan = plan_with("deepseek-v3", "h800-2048", 2048, DEEPSEEK)
-    names = [recipe(plan, n)["torchtitan"].get("parallelism", {}).get("pipeline_parallel_schedule") for n in range(1, 6)]
-    assert names == [None, "DualPipeV", "Interleaved1F1B", "ZBVZeroBubble", "1F1B"]
-    zbv = recipe(plan, 4)
+    names = [recipe(plan, n)["torchtitan"].get("parallelism", {}).get("pipeline_parallel_schedule") for n in range(1, 7)]
+    assert names == [None, "DualPipeV", "Interleaved1F1B", "ZBVZeroBubble", "1F1B", "ZBVZeroBubble"]
+    assert recipe(plan, 4)["schedule_csv"] is None  # M = 60: the authors' pattern, ZBVZeroBubble's own
+    zbv = recipe(plan, 6)  # M = 12 < 2pp - 1: searched
     assert zbv["schedule_csv"] == {
-        "path": "zb-v-pp8-m60.csv",
-        "command": "pipesim export --schedule zb-v --pp 8 -m 60 -o zb-v-pp8-m60.csv",
+        "path": "zb-v-pp8-m12.csv",
+        "command": "pipesim export --schedule zb-v --pp 8 -m 12 -o zb-v-pp8-m12.csv",
     }
     assert any("no PyTorch schedule class runs zb-v's order" in x for x in zbv["torchtitan"]["notes"])
     assert any("refuses pipeline parallelism with MTP" in x for x in zbv["torchtitan"]["notes"])

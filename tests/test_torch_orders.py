@@ -240,3 +240,35 @@ def test_export_of_zb_v_says_no_class_runs_it_and_how_to_run_the_csv(tmp_path, c
     for name in ("ZBVZeroBubble", "zb-v"):
         assert main(["export", "-s", name, "--pp", "4", "-m", "8"]) == 0
         assert 'pipeline_parallel_schedule = "ZBVZeroBubble" runs this order exactly' in capsys.readouterr().err
+
+
+def test_plan_recipe_names_a_class_only_where_pytorchs_class_runs_the_planned_order():
+    """The planner's torchtitan block gives a schedule name without a CSV exactly where
+    PyTorch's class, asked for its own order, runs the plan's order (ZB-V at pp=8 is the
+    authors' pattern from M = 15, searched below it)."""
+    from pipesim.planner.estimate import Layout
+    from pipesim.planner.recipe import recipe
+    from pipesim.planner.search import Candidate, Plan, Result
+    from pipesim.planner.specs import load_cluster, load_model, load_training
+    from pipesim.runtime.torch_export import to_torch_rows
+
+    rows = [("zb-v", None, 60), ("zb-v", None, 12), ("interleaved-1f1b", 2, 64), ("zb-h1", None, 32), ("1f1b", None, 4)]
+    plan = Plan(load_model("llama3-70b"), load_cluster("h100", 512), load_training(seq=4096, global_batch=512))
+    for schedule, chunks, M in rows:
+        cand = Candidate(Layout(pp=8, dp=8, tp=8, ep=1), schedule, chunks, "full", M)
+        plan.results.append(Result(cand, True, step_time=1.0))
+    named = []
+    for n, (schedule, chunks, M) in enumerate(rows, 1):
+        par = recipe(plan, n)["torchtitan"]["parallelism"]
+        cls = par["pipeline_parallel_schedule"]
+        planned = to_torch_rows(build(schedule, 8, M, **({"chunks": chunks} if chunks else {})))
+        runs = torch_order(cls, 8, M, chunks or (2 if cls == "ZBVZeroBubble" else 1)) == planned
+        assert runs == ("pipeline_parallel_schedule_csv" not in par), (schedule, M, cls)
+        named.append((cls, runs))
+    assert named == [
+        ("ZBVZeroBubble", True),
+        ("ZBVZeroBubble", False),
+        ("Interleaved1F1B", True),
+        ("1F1B", False),  # InterleavedZeroBubble runs it on one stage per rank, which torchtitan does not build
+        ("1F1B", False),  # Schedule1F1B refuses M < pp
+    ]

@@ -31,14 +31,12 @@ import math
 from dataclasses import astuple, dataclass
 
 from ..errors import PipesimError
-from ..ir import Placement
-from ..runtime.torch_export import placing_class
-from ..schedules import REGISTRY, TORCH_NAMES
+from ..ir import Placement, Schedule
+from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
+from ..schedules import REGISTRY, build
 from .estimate import head_costs, layer_costs
-from .search import Plan, Result
+from .search import COST_OPTIONS, Plan, Result
 
-#: registry name -> PyTorch class name, for the schedules whose order equals the class's
-TORCH_CLASS = {ours: theirs for theirs, ours in TORCH_NAMES.items()}
 #: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
 COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
 
@@ -74,6 +72,19 @@ def pick(plan: Plan, n: int = 1) -> Result:
     if not 1 <= n <= len(plan.results):
         raise PipesimError(f"--layout {n}: choose 1 (the recommendation) to {len(plan.results)}, the plans that fit")
     return plan.results[n - 1]
+
+
+def built_order(r: Result) -> Schedule | None:
+    """The result's op order, built again with its chunks and group size; None for a
+    family built from the candidate's costs (zb-auto), which only the search had."""
+    cand = r.candidate
+    fam = REGISTRY[cand.schedule]
+    if set(COST_OPTIONS) <= fam.options.keys():
+        return None
+    opts = {"chunks": cand.chunks} if cand.chunks is not None else {}
+    if r.group_size is not None:
+        opts["group_size"] = r.group_size
+    return build(cand.schedule, cand.layout.pp, cand.microbatches, **opts)
 
 
 def placement_of(r: Result) -> Placement:
@@ -235,19 +246,22 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
             "(DualPipeV is DualPipe on one copy)",
         }
-    exact = TORCH_CLASS.get(cand.schedule) if r.group_size is None else None  # PyTorch has no group size
-    if cand.schedule == "1f1b" and cand.microbatches < lay.pp:
-        exact = None  # Schedule1F1B refuses fewer micro-batches than stages
-    if cand.schedule == "zb-h1":
-        notes.append("zb-h1 is PyTorch's InterleavedZeroBubble on one stage per rank, which torchtitan does not build")
+    order = built_order(r)
+    exact = torchtitan_class(order) if order is not None else None
     if exact:
         name, csv = exact, None
     else:
         name = placing_class(pl, lay.pp, cand.microbatches)
         csv = csv_name(r)
+        if order is None:
+            who = f"{cand.schedule}'s order is built from this plan's costs"
+        elif on_one := torch_class_of(order):
+            who = f"{cand.schedule} is PyTorch's {on_one} on one stage per rank, which torchtitan does not build"
+        else:
+            who = f"no PyTorch schedule class runs {cand.schedule}'s order"
         notes.append(
-            f"no PyTorch schedule class runs {cand.schedule}'s order: the CSV carries it, and the schedule name "
-            f"{name} only places the stages (write the CSV with: {export_command(r)})"
+            f"{who}: the CSV carries it, and the schedule name {name} only places the stages "
+            f"(write the CSV with: {export_command(r)})"
         )
     par: dict = {
         "pipeline_parallel_degree": lay.pp,
