@@ -213,7 +213,10 @@ def test_memory_overhead_of_two_copies_is_smaller_for_moe(capsys):
     for d in (dense, moe):
         one, two = d["schedules"]
         assert two["copies"] == 2 and one["copies"] == 1
-        assert d["extra_copy_gb"] == pytest.approx(one["static_gb"])  # the second copy costs what the first does
+        # the second copy costs per parameter what the first does (the worst ranks' stages
+        # need not hold the same layers: the split balances what each rank holds)
+        per_param = [x["static_gb"] / (x["copies"] * x["params_per_copy"]) for x in (one, two)]
+        assert per_param[0] == pytest.approx(per_param[1])
     assert moe["extra_copy_share_of_hbm"] < dense["extra_copy_share_of_hbm"] / 3
     assert moe["stage_parameters_per_gpu"] < moe["stage_parameters"] / 20  # experts sharded 64 ways
 

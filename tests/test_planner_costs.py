@@ -242,6 +242,50 @@ def test_balanced_partition_by_hand():
     assert max(pair0, pair1) == 5
 
 
+def _busiest(parts, times, first, last, holders) -> float:
+    stage = [sum(times[i] for i in r) for r in parts]
+    stage[0] += first
+    stage[-1] += last
+    return max(sum(stage[s] for s in g) for g in holders)
+
+
+@pytest.mark.parametrize("shape", ["one stage a rank", "a V or a loop"])
+def test_balanced_partition_against_every_split(shape):
+    """Against the best of all contiguous splits (brute force) of 60 small random models
+    with layers of unequal work: the busiest rank is the optimum in most cases (measured:
+    58 and 54 of 60; choosing only the end stages' sizes, as before, gave 42 of 60 on V
+    and loop placements), and every split is whole and in order."""
+    import itertools
+    import random
+
+    optimal = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        pp = rng.choice([2, 3, 4])
+        if shape == "one stage a rank":
+            k, holders = pp, tuple((s,) for s in range(pp))
+        else:
+            k, v = 2 * pp, rng.random() < 0.5
+            holders = tuple((r, 2 * pp - 1 - r) if v else (r, r + pp) for r in range(pp))
+        n = rng.randint(k, k + 6)
+        times = tuple(rng.choice([1.0, 1.0, 2.0, 3.0]) for _ in range(n))
+        first, last = rng.choice([0.0, 0.5]), rng.choice([0.0, 1.0, 3.0])
+        best = min(
+            _busiest([range(a, b) for a, b in itertools.pairwise((0, *c, n))], times, first, last, holders)
+            for c in itertools.combinations(range(1, n), k - 1)
+        )
+        got = balanced_partition(times, first, last, k, holders)
+        assert [i for r in got for i in r] == list(range(n)) and all(got)
+        optimal += _busiest(got, times, first, last, holders) <= best + 1e-9
+    assert optimal >= (55 if shape == "one stage a rank" else 50), optimal
+
+
+@pytest.mark.parametrize("n, k", [(61, 16), (61, 32), (126, 16), (8, 8), (10, 3)])
+def test_balanced_partition_of_equal_layers_is_even(n, k):
+    sizes = [len(r) for r in balanced_partition((1.0,) * n, 0.0, 0.0, k)]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1
+
+
 def test_deepseek_mtp_module_on_the_last_stage():
     """DeepSeek-V3's MTP module: 14B parameters beside the 671B (its Hugging Face card:
     685B in all), on the last stage, where the simulator sees it as two more pseudo-layers

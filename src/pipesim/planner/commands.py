@@ -288,7 +288,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
     s = build(name, lay.pp, M)
     stages = s.placement.stages
-    parts = stage_parts(model, cluster, training, lay, stages, recompute)
+    parts = stage_parts(model, cluster, training, lay, stages, recompute, s.placement.held())  # as the planner splits
     mm = memory_model(model, training, lay, stages, recompute, parts)
     tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mem = memory(s, tl, mm)

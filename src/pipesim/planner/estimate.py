@@ -530,10 +530,11 @@ def partition(layers: int, stages: int) -> list[range]:
     order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), s))  # middle stages first
     for s in order[:extra]:
         sizes[s] += 1
-    return _ranges(sizes)
+    return ranges_of(sizes)
 
 
-def _ranges(sizes: list[int]) -> list[range]:
+def ranges_of(sizes) -> list[range]:
+    """Consecutive layer ranges of the given sizes, from layer 0."""
     out, start = [], 0
     for n in sizes:
         out.append(range(start, start + n))
@@ -547,14 +548,20 @@ def work(c: LayerCosts) -> float:
 
 
 def balanced_partition(
-    layer_work: tuple[float, ...], first: float, last: float, stages: int, ranks: tuple[tuple[int, ...], ...] | None = None
+    layer_work: tuple[float, ...],
+    first: float,
+    last: float,
+    stages: int,
+    ranks: tuple[tuple[int, ...], ...] | None = None,
+    even_out: bool = True,
 ) -> list[range]:
     """Contiguous layers per stage, at least one each, where the first stage also carries
     ``first`` (the embedding) and the last ``last`` (the output head, the loss and any MTP
     modules): the end stages take fewer layers (Llama 3 drops one from each for this
     reason) and the middle ones share the rest evenly. The end sizes chosen minimise the
     busiest rank's work, a rank holding the stages ``ranks`` lists (one stage each by
-    default; DualPipe's rank 0 holds both ends)."""
+    default; DualPipe's rank 0 holds both ends). Then, unless ``even_out`` is off, single
+    layers move to even out the ranks (``_even_out_ranks``)."""
     n = len(layer_work)
     if stages > n:
         raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
@@ -562,24 +569,86 @@ def balanced_partition(
         options = [[k, n - k] for k in range(1, n)] if stages == 2 else [[n]]
     else:
         top = min(n - stages + 2, -(-n // stages) + 1)  # an end stage never needs more than the mean
-        options = [
-            [a, *map(len, partition(n - a - b, stages - 2)), b]
-            for a in range(1, top + 1)
-            for b in range(1, top + 1)
-            if n - a - b >= stages - 2
-        ]
+        ends = [(a, b) for a in range(1, top + 1) for b in range(1, top + 1) if n - a - b >= stages - 2]
+        middle = {k: [len(r) for r in partition(k, stages - 2)] for k in {n - a - b for a, b in ends}}  # by layers shared
+        options = [[a, *middle[n - a - b], b] for a, b in ends]
     groups = ranks or tuple((s,) for s in range(stages))
+    prefix = [0.0]
+    for x in layer_work:
+        prefix.append(prefix[-1] + x)
 
-    def cost(sizes: list[int]) -> tuple[float, float]:
+    def cost(sizes: list[int]) -> tuple[float, float, float]:
         loads, i = [], 0
         for k in sizes:
-            loads.append(sum(layer_work[i : i + k]))
+            loads.append(prefix[i + k] - prefix[i])
             i += k
         loads[0] += first
         loads[-1] += last
-        return max(sum(loads[s] for s in g) for g in groups), max(loads)
+        ranks = [sum(loads[s] for s in g) for g in groups]
+        return max(ranks), max(loads), sum(x * x for x in ranks)  # the last: of equal splits, the most even
 
-    return _ranges(min(options, key=cost))
+    sizes = min(options, key=cost)
+    return ranges_of(_even_out_ranks(sizes, layer_work, first, last, groups) if even_out else sizes)
+
+
+def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, groups) -> list[int]:
+    """Move single layers across stage boundaries while that lowers the busiest rank's
+    work, or keeps it and evens the ranks out (the sum of squared rank loads). A rank runs
+    every stage it holds, so on a loop or a V (DeepSeek-V3 at pp8 with 4 chunks: rank 7
+    holds stages 7, 15, 23 and the head's and MTP's 31) the busiest rank, not the slowest
+    stage, sets the pace, and the even middle above cannot see that; for the same reason
+    layers of unequal work (dense and MoE) move where the even count put too many. The
+    moves that only even out let a layer travel through ranks already at the top load.
+    Every move strictly improves (top load, then sum of squares), so it ends. Memory is
+    not looked at: the planner falls back to the split without these moves where this one
+    does not fit (``search.prepare``)."""
+    sizes = list(sizes)
+    k = len(sizes)
+    if k < 2:
+        return sizes
+    eps = 1e-12 * (sum(layer_work) + first + last)
+    held_by: list[list[int]] = [[] for _ in range(k)]
+    for r, g in enumerate(groups):
+        for st in g:
+            held_by[st].append(r)
+    starts = [0]
+    for n in sizes[:-1]:
+        starts.append(starts[-1] + n)
+    stage = [sum(layer_work[a : a + n]) for a, n in zip(starts, sizes)]
+    stage[0] += first
+    stage[-1] += last
+    load = [sum(stage[st] for st in g) for g in groups]
+    improved = True
+    while improved:
+        improved = False
+        top = max(load)
+        for st in range(k):
+            if sizes[st] == 1:
+                continue
+            for to in (st - 1, st + 1):
+                if not 0 <= to < k:
+                    continue
+                gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
+                x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
+                moved = {q: load[q] + x * d for q, d in gain.items()}
+                peak = max(moved.values())
+                if peak > top + eps:
+                    continue
+                squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
+                if peak < top - eps and max(v for q, v in enumerate(load) if q not in moved) < top - eps or squares < -eps * top:
+                    sizes[st] -= 1
+                    sizes[to] += 1
+                    if to < st:
+                        starts[st] += 1
+                    else:
+                        starts[to] -= 1
+                    for q, v in moved.items():
+                        load[q] = v
+                    improved = True
+                    break
+            if improved:
+                break
+    return sizes
 
 
 def default_ep(m: Model, dp: int) -> int:
@@ -589,7 +658,14 @@ def default_ep(m: Model, dp: int) -> int:
 
 
 def stage_parts(
-    m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, ranks: tuple[tuple[int, ...], ...] | None = None
+    m: Model,
+    c: Cluster,
+    t: Training,
+    lay: Layout,
+    stages: int,
+    recompute: str,
+    ranks: tuple[tuple[int, ...], ...] | None = None,
+    even_out: bool = True,
 ) -> list[range]:
     """The layers of each model stage, balanced by cost (see ``balanced_partition``), or
     with ``stage_split = "even"`` the same number of layers on every stage whatever else
@@ -605,7 +681,7 @@ def stage_parts(
             kinds[key] = work(layer_costs(m, i, c, t, lay, recompute))
     layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
     last = work(head_costs(m, c, t, lay)) + sum(work(x) for x in mtp_costs(m, c, t, lay, recompute))
-    return balanced_partition(layer_work, work(embedding_costs(m, c, t, lay)), last, stages, ranks)
+    return balanced_partition(layer_work, work(embedding_costs(m, c, t, lay)), last, stages, ranks, even_out)
 
 
 def component_costs(

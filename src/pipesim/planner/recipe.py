@@ -2,7 +2,7 @@
 
 For one result of the search (the recommendation, or a runner-up by its row number) this
 says which layers, the embedding, the output head and the multi-token-prediction (MTP)
-modules sit on which stage and rank, balanced by the cost model's per-layer times, and
+modules sit on which stage and rank (the split the plan simulated), and
 how to ask torchtitan and Megatron-LM for the same layout and schedule, or that they
 cannot run it.
 
@@ -27,14 +27,13 @@ again against the version you run):
 
 from __future__ import annotations
 
-import math
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 from ..errors import PipesimError
-from ..ir import Placement, Schedule
+from ..ir import Op, Placement, Schedule
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from ..schedules import REGISTRY, build
-from .estimate import head_costs, layer_costs
+from .estimate import component_costs, ranges_of, stage_parts
 from .search import COST_OPTIONS, Plan, Result
 
 #: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
@@ -94,116 +93,25 @@ def placement_of(r: Result) -> Placement:
     return Placement.standard(fam.placement, cand.layout.pp, cand.microbatches, chunks)
 
 
-def _seconds(lc) -> float:
-    return sum(astuple(lc))
-
-
-def balanced_split(times: list[float], stages: int, first: float = 0.0, last: float = 0.0) -> list[range]:
-    """Contiguous layers per stage, at least one each, so that the slowest stage (with
-    ``first`` added to stage 0 and ``last`` to the last) is as fast as it can be, and the
-    others as even as that allows (the least sum of squared stage times)."""
-    n = len(times)
-    if not 1 <= stages <= n:
-        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
-    prefix = [0.0]
-    for x in times:
-        prefix.append(prefix[-1] + x)
-
-    def load(s: int, a: int, b: int) -> float:
-        return prefix[b] - prefix[a] + (first if s == 0 else 0.0) + (last if s == stages - 1 else 0.0)
-
-    def fits(limit: float) -> bool:  # greedy: each stage takes what it can, leaving a layer per later stage
-        i = 0
-        for s in range(stages - 1):
-            j = i + 1
-            while j < n - (stages - s - 1) and load(s, i, j + 1) <= limit:
-                j += 1
-            if load(s, i, j) > limit:
-                return False
-            i = j
-        return load(stages - 1, i, n) <= limit
-
-    lo, hi = max(times), prefix[-1] + first + last
-    for _ in range(100):  # bisection on the slowest stage's time
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    limit = hi * (1 + 1e-9)
-    # among the splits within that limit, the most even: dynamic programming over
-    # (stages done, layers done) on the sum of squared stage times
-    cost = [[math.inf] * (n + 1) for _ in range(stages + 1)]
-    back = [[0] * (n + 1) for _ in range(stages + 1)]
-    cost[0][0] = 0.0
-    for s in range(stages):
-        for a in range(s, n - (stages - s) + 1):
-            if cost[s][a] == math.inf:
-                continue
-            for b in range(a + 1, n - (stages - s - 1) + 1):
-                x = load(s, a, b)
-                if x > limit:
-                    break
-                if cost[s][a] + x * x < cost[s + 1][b]:
-                    cost[s + 1][b], back[s + 1][b] = cost[s][a] + x * x, a
-    out, b = [], n
-    for s in range(stages, 0, -1):
-        a = back[s][b]
-        out.append(range(a, b))
-        b = a
-    return out[::-1]
-
-
-def balance_ranks(parts: list[range], times: list[float], last: float, holders, pp: int) -> list[range]:
-    """Move stage boundaries a layer at a time while that evens out the ranks: a rank
-    runs every stage it holds (two on a V or a loop, the last stage's head with them),
-    so the busiest rank, not the slowest stage, sets the pace. Stops at a split no
-    single move improves (the busiest rank's time, then the sum of squares)."""
-    cuts = [p.start for p in parts[1:]]
-    n, k = len(times), len(parts)
-
-    def score(cuts: list[int]) -> tuple[float, float]:
-        bounds = [0, *cuts, n]
-        load = [0.0] * pp
-        for s in range(k):
-            x = sum(times[bounds[s] : bounds[s + 1]]) + (last if s == k - 1 else 0.0)
-            for r in holders[s]:
-                load[r] += x
-        return max(load), sum(x * x for x in load)
-
-    best = score(cuts)
-    improved = True
-    while improved:
-        improved = False
-        for i in range(len(cuts)):
-            for step in (-1, 1):
-                moved = cuts[:i] + [cuts[i] + step] + cuts[i + 1 :]
-                lo, hi = (moved[i - 1] if i else 0), (moved[i + 1] if i + 1 < len(moved) else n)
-                if not lo < moved[i] < hi:
-                    continue  # every stage keeps a layer
-                got = score(moved)
-                if got[0] < best[0] - 1e-12 or (got[0] <= best[0] + 1e-12 and got[1] < best[1] - 1e-12):
-                    cuts, best, improved = moved, got, True
-    bounds = [0, *cuts, n]
-    return [range(bounds[s], bounds[s + 1]) for s in range(k)]
-
-
 def stage_split(plan: Plan, r: Result) -> list[Part]:
-    """The model's stages for result ``r``: layers balanced by time (each stage, then
-    each rank over the stages it holds), the embedding on the first stage, the output
-    head and MTP modules on the last."""
+    """The model's stages for result ``r`` as the planner split and simulated them
+    (``estimate.stage_parts``: balanced over what each rank holds, or the same number of
+    layers a stage with ``stage_split = "even"``), the embedding on the first stage, the
+    output head and MTP modules on the last, each with its F + B + W per micro-batch
+    under the same cost model."""
     m, c, t = plan.model, plan.cluster, plan.training
     lay, rc = r.candidate.layout, r.candidate.recompute
     pl = placement_of(r)
-    per_kind: dict[bool, float] = {}
-    times = [per_kind.setdefault(m.is_moe_layer(i), _seconds(layer_costs(m, i, c, t, lay, rc))) for i in range(m.layers)]
-    head = _seconds(head_costs(m, c, t, lay))
-    # an MTP module is one more transformer layer (as the last one) with its own pass
-    # through the output head; the embedding is a lookup, with no time in the model
-    mtp = m.mtp_layers * (times[-1] + head)
+    if r.stage_layers is None:  # a result made by hand, not by the search
+        parts = stage_parts(m, c, t, lay, pl.stages, rc, pl.held())
+    else:
+        parts = ranges_of(list(r.stage_layers))
+    costs = component_costs(m, c, t, lay, pl.stages, rc, parts)
     holders = [tuple(sorted({route[s][0] for route in pl.routes})) for s in range(pl.stages)]
-    parts = balance_ranks(balanced_split(times, pl.stages, 0.0, head + mtp), times, head + mtp, holders, lay.pp)
     out = []
     for s, (rng, ranks) in enumerate(zip(parts, holders)):
         last = s == pl.stages - 1
-        seconds = sum(times[i] for i in rng) + (head + mtp if last else 0.0)
+        seconds = sum(costs.op_time(Op(kind, 0, 0), s) for kind in "FBW")
         out.append(Part(s, ranks, rng, s == 0, last, m.mtp_layers if last else 0, seconds))
     return out
 
@@ -406,8 +314,13 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
     out = [
         "## How to run it",
         "",
-        f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batches. Stages "
-        "balanced by the cost model's time per layer (F + B + W of one micro-batch):",
+        f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batches, with "
+        + (
+            "the same number of layers on every stage (stage_split = even), as simulated"
+            if plan.training.stage_split == "even"
+            else "the stages the plan simulated, their layers balanced over what each rank runs"
+        )
+        + " (ms: F + B + W of one micro-batch):",
         "",
         "| stage | rank | layers | also holds | ms per micro-batch |",
         "|---|---|---|---|---|",

@@ -117,6 +117,7 @@ class Result:
     gpu_hours_per_t: float = math.inf  # GPU-hours per 10^12 tokens
     params_gb: float = 0.0  # parameter bytes per GPU (all copies)
     group_size: int | None = None  # Megatron's group size it was built with (megatron_group), None: the default
+    stage_layers: tuple[int, ...] | None = None  # layers per model stage, as simulated
 
 
 @dataclass
@@ -440,6 +441,7 @@ class Shared:
         # under varied assumptions may share them
         self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
+        self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
@@ -448,21 +450,28 @@ class Shared:
         """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
 
-    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple):
+    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
         """The candidate's stage split, component costs, memory model and per rank static
         bytes; candidates of one layout and placement (``held``: the model stages each
         rank holds, which the split balances) share them (a few are kept: a deep model's
-        plans are large, and rebuilding one from its parts is cheap)."""
+        plans are large, and rebuilding one from its parts is cheap). The split with and
+        without evening out the ranks is often the same: then so is the rest."""
 
         def make():
-            parts = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held)
+            key = (lay, stages, recompute, held, even_out)
+            parts = self.splits.get(key)
+            if parts is None:
+                parts = self.splits[key] = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held, even_out)
+            other = self.costs.get((lay, stages, recompute, held, not even_out))
+            if other is not None and other[0] == parts:
+                return other
             costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
             mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
             return parts, costs, mm, static_bytes(held, mm)
 
         if self.exhaustive:
             return make()
-        key = (lay, stages, recompute, held)
+        key = (lay, stages, recompute, held, even_out)
         hit = self.costs.get(key)
         if hit is None:
             hit = self.costs[key] = make()
@@ -483,6 +492,7 @@ class Prepared:
 
     candidate: Candidate
     stages: int
+    parts: list[range]  # the model's layers on each stage
     options: dict  # for its builder
     costs: object  # its component cost model (shared with candidates of its layout and placement)
     memory: object
@@ -490,6 +500,7 @@ class Prepared:
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
     sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     bound: float  # no step can be shorter: the busiest rank's summed item times + sync
+    evened: bool = True  # the split evens out the ranks (estimate._even_out_ranks)
 
 
 def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tuple[int, int] | None:
@@ -547,9 +558,13 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dic
     return opts
 
 
-def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None) -> Prepared | Result:
+def prepare(
+    m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None, splits: tuple[bool, ...] = (True, False)
+) -> Prepared | Result:
     """Check the candidate against its schedule's constraints and the GPU's memory, and
-    bound its step time from below, without simulating it."""
+    bound its step time from below, without simulating it. The layers are split over the
+    stages evening out the ranks' work, or where that split's memory does not fit, without
+    those moves (``splits``: which to try, in order)."""
     shared = shared or Shared(m, c, t)
     lay, M = cand.layout, cand.microbatches
     fam = REGISTRY[cand.schedule]
@@ -571,9 +586,38 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     stages = pl.stages
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
+    tried = []
+    for evened in splits:
+        model = shared.cost_model(lay, stages, cand.recompute, pl.held(), evened)
+        if model[0] in tried:
+            continue  # the same split: the same verdict
+        tried.append(model[0])
+        got = _within_memory(m, c, t, cand, shared, pl, points, k, chunks, group, model, evened)
+        if isinstance(got, Prepared):
+            return got
+    return got
+
+
+def _within_memory(
+    m: Model,
+    c: Cluster,
+    t: Training,
+    cand: Candidate,
+    shared: Shared,
+    pl,
+    points,
+    k: float,
+    chunks: dict,
+    group: dict,
+    model,
+    evened: bool,
+) -> Prepared | Result:
+    """``prepare``'s checks that depend on the stage split (``model``, from
+    ``Shared.cost_model``): memory, then the bound."""
+    lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
+    stages = pl.stages
     budget = c.hbm_gb * GB * t.memory_headroom
-    holds = pl.held()
-    _, costs, mm, statics = shared.cost_model(lay, stages, cand.recompute, holds)
+    parts, costs, mm, statics = model
     static = max(statics)
     if static > budget:
         return Result(
@@ -608,7 +652,7 @@ def prepare(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared |
     bound = pipeline_bound(pl, costs, busy, w)
     sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
     sync += tied_embedding_sync(m, c, t, lay)
-    return Prepared(cand, stages, opts, costs, mm, budget, statics, sync, bound + sync)
+    return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
 
 
 def _ends(f, shapes: list[Shape], arg) -> tuple:
@@ -740,10 +784,21 @@ def measure(prog: Program, costs, mm) -> Measured:
 
 
 def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
-    """Simulate a prepared candidate and measure it. Past warm-up every schedule repeats
-    itself, so for large M two shorter runs are simulated and M's totals extrapolated
-    (exactly: tests/test_planner.py checks it against full simulations)."""
+    """Simulate a prepared candidate and measure it; where the split that evens out the
+    ranks turns out not to fit, the split without those moves is tried too."""
     shared = shared or Shared(m, c, t)
+    res = _simulated(m, c, t, p, shared)
+    if not res.fits and res.memory_gb > 0 and p.evened:
+        q = prepare(m, c, t, p.candidate, shared, splits=(False,))
+        if isinstance(q, Prepared) and q.parts != p.parts:
+            return _simulated(m, c, t, q, shared)
+    return res
+
+
+def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -> Result:
+    """Past warm-up every schedule repeats itself, so for large M two shorter runs are
+    simulated and M's totals extrapolated (exactly: tests/test_planner.py checks it
+    against full simulations)."""
     cand = p.candidate
     pp, M = cand.layout.pp, cand.microbatches
     costs = p.costs
@@ -785,6 +840,7 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
         gpu_hours_per_t=c.gpus * step / 3600 * 1e12 / tokens,
         params_gb=max(x.params) / GB,
         group_size=p.options.get("group_size"),
+        stage_layers=tuple(map(len, p.parts)),
     )
 
 
