@@ -265,3 +265,38 @@ def test_markdown_report_says_how_to_run_it():
     assert "| 0 | 0, 15 | 0-" in section  # DualPipe: stage 0 on ranks 0 and 15
     assert "torchtitan: cannot run it: dualpipe keeps two copies of the model" in section
     assert "Megatron-LM: no equivalent. Megatron-LM has no DualPipe" in section
+
+
+def test_zb_auto_export_command_writes_the_order_the_plan_simulated(tmp_path, capsys):
+    """zb-auto orders by each candidate's own per-stage F/B/W and memory, so the recipe's
+    export command carries them (to the last digit): it writes the order the search built
+    from the options prepare gives that candidate, not the one unit costs give."""
+    import shlex
+
+    from pipesim.planner import search as S
+    from pipesim.planner.specs import model_training
+    from pipesim.runtime.torch_export import rows_to_csv, to_torch_rows
+    from pipesim.schedules import build
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", 16)
+    t = load_training(base=model_training("llama3-8b"))  # what pipesim plan --model llama3-8b trains
+    plan = S.search(m, c, t, schedules=["zb-auto"])
+    r = plan.best
+    command = recipe(plan, 1)["schedule_csv"]["command"]
+    argv = shlex.split(command)[1:]
+    argv[argv.index("-o") + 1] = str(tmp_path / "order.csv")
+    assert main(argv) == 0
+    written = (tmp_path / "order.csv").read_text()
+    p = S.prepare(m, c, t, r.candidate, S.Shared(m, c, t))
+    pp, M = r.candidate.layout.pp, r.candidate.microbatches
+    assert written == rows_to_csv(to_torch_rows(build("zb-auto", pp, M, **p.options)))
+    assert written != rows_to_csv(to_torch_rows(build("zb-auto", pp, M)))  # unit costs order it otherwise
+
+
+def test_export_refuses_costs_a_schedule_is_not_built_with(tmp_path, capsys):
+    """Only zb-auto's order depends on costs: --f for 1F1B would be dropped unseen."""
+    out = tmp_path / "x.csv"
+    assert main(["export", "-s", "1f1b", "--pp", "2", "-m", "4", "--f", "2", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--f orders zb-auto" in err and "drop it" in err
+    assert not out.exists()

@@ -182,14 +182,20 @@ def shape(args: argparse.Namespace) -> tuple[int, int]:
     return pp, M
 
 
-def add_costs(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("costs per chunk (a comma-separated list gives one value per stage)")
+def add_op_costs(g) -> None:
+    """The F, B and W times and the P2P latency: the simulator's costs, and zb-auto's,
+    whose builder orders by them."""
     g.add_argument("--f", type=cost_value, help="forward time (default 1)")
     g.add_argument("--b", type=cost_value, help="backward-for-input time (default 1)")
     g.add_argument("--w", type=cost_value, help="weight-gradient time (default 1)")
+    g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
+
+
+def add_costs(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("costs per chunk (a comma-separated list gives one value per stage)")
+    add_op_costs(g)
     g.add_argument("--bw", type=cost_value, help="fused backward time (default B + W)")
     g.add_argument("--pair", type=nonneg_float, help="overlapped F&B pair time (default F + BW: no overlap)")
-    g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
     g.add_argument(
         "--costs-per",
         choices=("chunk", "stage"),

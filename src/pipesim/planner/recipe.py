@@ -74,15 +74,16 @@ def pick(plan: Plan, n: int = 1) -> Result:
 
 
 def built_order(r: Result) -> Schedule | None:
-    """The result's op order, built again with its chunks and group size; None for a
-    family built from the candidate's costs (zb-auto), which only the search had."""
+    """The result's op order, built again with what the search built it with; None for
+    a result made by hand of a family that orders by the candidate's costs (zb-auto)."""
     cand = r.candidate
-    fam = REGISTRY[cand.schedule]
-    if set(COST_OPTIONS) <= fam.options.keys():
-        return None
-    opts = {"chunks": cand.chunks} if cand.chunks is not None else {}
-    if r.group_size is not None:
-        opts["group_size"] = r.group_size
+    opts = r.options
+    if opts is None:
+        if set(COST_OPTIONS) <= REGISTRY[cand.schedule].options.keys():
+            return None
+        opts = {"chunks": cand.chunks} if cand.chunks is not None else {}
+        if r.group_size is not None:
+            opts["group_size"] = r.group_size
     return build(cand.schedule, cand.layout.pp, cand.microbatches, **opts)
 
 
@@ -127,10 +128,17 @@ def csv_name(r: Result) -> str:
 
 
 def export_command(r: Result) -> str:
+    """The ``pipesim export`` that writes this result's order: its builder's options as
+    flags, zb-auto's per-stage costs to the last digit (its order depends on them)."""
     c = r.candidate
-    chunks = f" --chunks {c.chunks}" if c.chunks else ""
-    chunks += f" --group-size {r.group_size}" if r.group_size else ""
-    return f"pipesim export --schedule {c.schedule}{chunks} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
+    opts = dict(r.options) if r.options is not None else {"chunks": c.chunks, "group_size": r.group_size}
+    flags = ""
+    for key, value in opts.items():
+        if value is None:
+            continue
+        text = ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
+        flags += f" --{key.replace('_', '-')} {text}"
+    return f"pipesim export --schedule {c.schedule}{flags} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
 
 
 def _toml_value(v) -> str:

@@ -118,6 +118,7 @@ class Result:
     params_gb: float = 0.0  # parameter bytes per GPU (all copies)
     group_size: int | None = None  # Megatron's group size it was built with (megatron_group), None: the default
     stage_layers: tuple[int, ...] | None = None  # layers per model stage, as simulated
+    options: dict | None = None  # what its order was built with (chunks, group size; zb-auto's costs)
 
 
 @dataclass
@@ -841,6 +842,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         params_gb=max(x.params) / GB,
         group_size=p.options.get("group_size"),
         stage_layers=tuple(map(len, p.parts)),
+        options=p.options,
     )
 
 

@@ -15,6 +15,9 @@ import re
 import sys
 
 from ..cli import (
+    COST_OPTIONS,
+    add_op_costs,
+    add_search,
     add_shape,
     console,
     emit_json,
@@ -275,6 +278,12 @@ def _costs_text(costs) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     from .torch_export import rows_to_csv, to_torch_rows, torchtitan_hint
 
+    costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
+    named = not (args.schedule.endswith(".json") or "/" in args.schedule)  # else a schedule file (schedule_from)
+    if costs and named and not set(costs) <= family(args.schedule).options.keys():
+        raise PipesimError(
+            f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
+        )
     s = schedule_from(args)
     text = rows_to_csv(to_torch_rows(s))  # refuses what PyTorch cannot run, before writing
     if args.check:
@@ -388,6 +397,8 @@ def add_commands(command) -> None:
     c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
     c.add_argument("--schedule", "-s", required=True, help="a schedule name or a schedule JSON file")
     add_shape(c)
+    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
+    add_search(c)
     c.add_argument("--to", choices=("torch",), default="torch", help="the target (torch: _PipelineScheduleRuntime's CSV)")
     c.add_argument("--output", "-o", help="write here (default: print)")
     c.add_argument("--check", action="store_true", help="first run it in PyTorch's runtime (gloo) and compare gradients")
