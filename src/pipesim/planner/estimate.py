@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..components import ComponentCosts, LayerCosts
 from ..errors import PipesimError
 from ..ir import Op
@@ -573,21 +575,22 @@ def balanced_partition(
         middle = {k: [len(r) for r in partition(k, stages - 2)] for k in {n - a - b for a, b in ends}}  # by layers shared
         options = [[a, *middle[n - a - b], b] for a, b in ends]
     groups = ranks or tuple((s,) for s in range(stages))
-    prefix = [0.0]
-    for x in layer_work:
-        prefix.append(prefix[-1] + x)
-
-    def cost(sizes: list[int]) -> tuple[float, float, float]:
-        loads, i = [], 0
-        for k in sizes:
-            loads.append(prefix[i + k] - prefix[i])
-            i += k
-        loads[0] += first
-        loads[-1] += last
-        ranks = [sum(loads[s] for s in g) for g in groups]
-        return max(ranks), max(loads), sum(x * x for x in ranks)  # the last: of equal splits, the most even
-
-    sizes = min(options, key=cost)
+    # every option at once (a deep model on few stages has thousands): stage loads from
+    # prefix sums, rank loads through which stages each rank holds
+    sizes_of = np.array(options)
+    prefix = np.concatenate(([0.0], np.cumsum(layer_work)))
+    ends = np.cumsum(sizes_of, axis=1)
+    loads = prefix[ends] - prefix[ends - sizes_of]
+    loads[:, 0] += first
+    loads[:, -1] += last
+    holds = np.zeros((stages, len(groups)))
+    for r, g in enumerate(groups):
+        for st in g:
+            holds[st, r] += 1
+    rank_loads = loads @ holds
+    # the busiest rank, then the slowest stage, then of equal splits the most even
+    best = np.lexsort((np.square(rank_loads).sum(axis=1), loads.max(axis=1), rank_loads.max(axis=1)))[0]
+    sizes = options[best]
     return ranges_of(_even_out_ranks(sizes, layer_work, first, last, groups) if even_out else sizes)
 
 
