@@ -144,7 +144,8 @@ def test_says_how_it_was_found():
         (dict(memory_limit=0.5), "zb-auto needs --memory-limit >= 1 activation per rank, got 0.5"),
         (dict(w_memory=1.5), "zb-auto needs --w-memory between 0 and 1, got 1.5"),
         (dict(comm=-1), "zb-auto needs --comm >= 0, got -1"),
-        (dict(f=[1, 2]), "per-stage costs list 2 stages"),
+        (dict(f=[1, 2]), "--f lists 2 values, but zb-auto at pp=4 has 4 stages"),
+        (dict(b=[1, 2, 3, 4, 5]), "--b lists 5 values, but zb-auto at pp=4 has 4 stages"),
         (dict(chunks=2), "zb-auto does not take --chunks"),
     ],
 )

@@ -51,6 +51,8 @@ def chunk_costs(costs: CostModel, schedule, per: str = "chunk") -> CostModel:
     if per not in ("chunk", "stage"):
         raise PipesimError(f"costs are per chunk or per stage, got {per!r}")
     stages = schedule.placement.stages
+    if isinstance(costs, Costs):
+        costs.check_stages(stages, schedule.name)
     if per == "stage" and stages != schedule.pp:
         return costs.scaled(schedule.pp / stages)
     return costs
@@ -95,6 +97,16 @@ class Costs:
     @staticmethod
     def _at(v: PerStage, stage: int) -> float:
         return at_stage(v, stage, "per-stage costs")
+
+    def check_stages(self, stages: int, what: str) -> None:
+        """A per-stage list gives one value a stage: a longer one would be cut unseen, a
+        shorter one fail mid-simulation."""
+        for name in ("f", "b", "w", "bw"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (int, float)) and len(v) != stages:
+                raise PipesimError(
+                    f"--{name} lists {len(v)} values, but {what} has {stages} stages: give one value, or one per stage"
+                )
 
     def op_time(self, op: Op, stage: int) -> float:
         if op.kind == "F":

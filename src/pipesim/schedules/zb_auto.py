@@ -54,6 +54,7 @@ def zb_auto(
         need = "1 activation" if activation_bytes is None else f"{unit:g} bytes (one activation)"
         raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit}")
     costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs (>= 0, per stage)
+    costs.check_stages(pp, f"zb-auto at pp={pp}")
     prob = Problem.of(Placement.flat(pp, microbatches), costs, memory_limit=limit, w_memory=float(w_memory))
     # ZB-H1's order competes too: the heuristic's grid does not always rebuild it (pp=5,
     # M=7, W = 2F found a span 0.2 longer), and it holds at most pp activations
