@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -181,6 +182,14 @@ def test_deepseek_v3_on_its_cluster(capsys):
     # combined 1F1B fits (with Megatron's group size for M=60 at pp8) and is ranked
     assert d["families"]["interleaved-1f1b-overlap"].startswith("#")  # "#14 of 75, +27.1% per step at ..."
     assert any("Combined 1F1B" in line and "group" in line for line in d["advice"])
+    # a family that fits nowhere: its lower bound beside the least its computed peaks need
+    gpipe = re.fullmatch(
+        r"does not fit or cannot run: needs at least (\d+) GB per GPU against (\d+) GB usable; "
+        r"its orders whose peak was computed need (\d+) GB or more",
+        d["families"]["gpipe"],
+    )
+    low, usable, known = map(int, gpipe.groups())
+    assert low > usable and known > low + 10  # GPipe holds all M activations: far from a near miss
 
 
 def test_dense_70b_on_64_gpus_is_not_a_dualpipe_job(tmp_path, capsys):

@@ -141,8 +141,15 @@ def _rejection(plan: Plan, name: str) -> str:
         return "not searched"
     memory = [r for r in mine if r.static_gb or r.memory_gb]
     if memory:
+        # the cheap checks give lower bounds (static memory, plus one micro-batch's
+        # activations); the least of them alone reads like a near miss where every
+        # order whose peak was computed needs far more
         need = min(r.memory_gb or r.static_gb for r in memory)
-        return f"needs at least {need:.0f} GB per GPU against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable"
+        known = [r.memory_gb for r in memory if r.memory_gb and r.peak_known]
+        text = f"needs at least {need:.0f} GB per GPU against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable"
+        if known and min(known) >= need + 1:
+            text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
+        return text
     near = plan.best.candidate.layout.pp if plan.best else 0
     mine.sort(key=lambda r: abs(r.candidate.layout.pp - near))  # the example nearest the winner's layout
     cannot = [r.reason.removeprefix("cannot run: ") for r in mine if r.reason.startswith("cannot run: ")]

@@ -119,6 +119,7 @@ class Result:
     group_size: int | None = None  # Megatron's group size it was built with (megatron_group), None: the default
     stage_layers: tuple[int, ...] | None = None  # layers per model stage, as simulated
     options: dict | None = None  # what its order was built with (chunks, group size; zb-auto's costs)
+    peak_known: bool = True  # memory_gb is the order's own peak, not a lower bound on it
 
 
 @dataclass
@@ -638,7 +639,13 @@ def _within_memory(
         )
     one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
     if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
-        return Result(cand, False, f"peak memory {one / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=one / GB)
+        return Result(
+            cand,
+            False,
+            f"static memory and one micro-batch's activations need {one / GB:.0f} GB > {budget / GB:.0f} GB usable",
+            memory_gb=one / GB,
+            peak_known=False,
+        )
     if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peak = max(
