@@ -602,7 +602,7 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     stage, sets the pace, and the even middle above cannot see that; for the same reason
     layers of unequal work (dense and MoE) move where the even count put too many. The
     moves that only even out let a layer travel through ranks already at the top load.
-    Every move strictly improves (top load, then sum of squares), so it ends. Memory is
+    No move raises the top load and each lowers it or the sum of squares, so it ends. Memory is
     not looked at: the planner falls back to the split without these moves where this one
     does not fit (``search.prepare``)."""
     sizes = list(sizes)
@@ -621,37 +621,44 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     stage[0] += first
     stage[-1] += last
     load = [sum(stage[st] for st in g) for g in groups]
-    improved = True
-    while improved:
-        improved = False
-        top = max(load)
-        for st in range(k):
-            if sizes[st] == 1:
-                continue
-            for to in (st - 1, st + 1):
-                if not 0 <= to < k:
-                    continue
-                gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
-                x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
-                moved = {q: load[q] + x * d for q, d in gain.items()}
-                peak = max(moved.values())
-                if peak > top + eps:
-                    continue
-                squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
-                if peak < top - eps and max(v for q, v in enumerate(load) if q not in moved) < top - eps or squares < -eps * top:
-                    sizes[st] -= 1
-                    sizes[to] += 1
-                    if to < st:
-                        starts[st] += 1
-                    else:
-                        starts[to] -= 1
-                    for q, v in moved.items():
-                        load[q] = v
-                    improved = True
-                    break
-            if improved:
-                break
+    for _ in range(k * len(layer_work)):  # far more moves than a split takes: a guard against a hang
+        move = _better_move(sizes, starts, load, layer_work, groups, held_by, eps)
+        if move is None:
+            break
+        st, to, moved = move
+        sizes[st] -= 1
+        sizes[to] += 1
+        if to < st:
+            starts[st] += 1
+        else:
+            starts[to] -= 1
+        for q, v in moved.items():
+            load[q] = v
     return sizes
+
+
+def _better_move(sizes, starts, load, layer_work, groups, held_by, eps: float):
+    """The first single-layer move that lowers the busiest rank's load, or keeps it and
+    lowers the sum of squared rank loads: (from stage, to stage, new loads of the ranks it
+    changes), or None."""
+    top = max(load)
+    for st in range(len(sizes)):
+        if sizes[st] == 1:
+            continue
+        for to in (st - 1, st + 1):
+            if not 0 <= to < len(sizes):
+                continue
+            gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
+            x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
+            moved = {q: load[q] + x * d for q, d in gain.items()}
+            peak = max(moved.values())
+            if peak > top:
+                continue
+            new_top = max(peak, max((v for q, v in enumerate(load) if q not in moved), default=-math.inf))
+            squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
+            if new_top < top - eps or squares < -eps * top:
+                return st, to, moved
+    return None
 
 
 def default_ep(m: Model, dp: int) -> int:
