@@ -19,6 +19,7 @@ from pipesim.planner.estimate import (
     model_flops_per_token,
     moe_comm,
     partition,
+    stage_parts,
     total_params,
 )
 from pipesim.planner.specs import (
@@ -472,3 +473,25 @@ def test_candidates_ruled_out_before_building(monkeypatch):
     assert built == []
     fits = run(big, 2, "1f1b")
     assert isinstance(fits, search_mod.Prepared) and built == [("1f1b", 2, 4)]
+
+
+def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other():
+    """Combined 1F1B for DeepSeek-V3 at pp8 with 4 chunks: the split that evens out the
+    ranks (rank 7 also runs the head and MTP stage) needs more memory than the GPU has, so
+    the planner simulates the split without those moves, and the recipe shows that one."""
+    from pipesim.planner.recipe import placement_of, stage_split
+
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    t = load_training(**model_training("deepseek-v3"))
+    plan = search_mod.search(m, c, t, schedules=["interleaved-1f1b-overlap"], pins=search_mod.Pins(pp=8))
+    r = plan.best
+    pl = placement_of(r)
+    lay, rc = r.candidate.layout, r.candidate.recompute
+
+    def sizes(even_out):
+        return tuple(map(len, stage_parts(m, c, t, lay, pl.stages, rc, pl.held(), even_out)))
+
+    assert sizes(True) != sizes(False) and r.stage_layers == sizes(False)
+    assert tuple(len(p.layers) for p in stage_split(plan, r)) == r.stage_layers
+    evened = search_mod.prepare(m, c, t, r.candidate, search_mod.Shared(m, c, t), splits=(True,))
+    assert isinstance(evened, search_mod.Result) and "GB usable" in evened.reason
