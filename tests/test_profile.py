@@ -193,8 +193,12 @@ def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, caps
         ("this is not json", "not a profiler trace: found 't' where a JSON object with traceEvents should be"),
         ('{"schemaVersion": 1, "deviceProperties": []}', "without traceEvents"),
         ('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "x", "ts": 1', "not valid JSON"),
-        ("[1, 2]", "traceEvents holds a int"),
+        ("[1, 2]", "its events include a number, expected event objects"),
         ('"text"', "found '\"'"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": -3}]}', "has ts 5 and dur -3"),
+        ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": NaN, "dur": 3}]}', "has ts nan and dur 3"),
+        ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1e308}]}', "a duration from 0 to a day"),
     ],
 )
 def test_what_is_not_a_profiler_trace_is_one_line(tmp_path, capsys, content, says):
@@ -385,6 +389,9 @@ def test_outputs_that_need_what_the_trace_lacks_are_one_line(tmp_path, capsys):
     assert "no pipeline action labels" in capsys.readouterr().err
     assert main(["profile", str(comp), "--timeline", str(tmp_path / "no" / "t.json")]) == 2
     assert "there is no folder" in capsys.readouterr().err
+    # the timeline is JSON (what draw --measured reads), as the cost file is TOML
+    assert main(["profile", str(comp), "--timeline", str(tmp_path / "t.txt")]) == 2
+    assert "use a .json timeline" in capsys.readouterr().err and not (tmp_path / "t.txt").exists()
 
 
 def test_older_kineto_category_names_read_the_same(tmp_path):

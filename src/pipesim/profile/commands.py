@@ -16,7 +16,7 @@ from rich.table import Table
 from ..cli import console, emit_json, num, pct
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
-from ..files import timeline_to_dict, write_text_atomic
+from ..files import output_extension, timeline_to_dict, write_text_atomic
 from ..metrics import summarize
 from .labels import COMM, COMPONENTS, Mapping
 from .measure import Profile, measured_kinds, profile
@@ -44,11 +44,10 @@ def add_commands(command) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    if args.output and not args.output.endswith(".toml"):
-        raise PipesimError(f"-o {args.output}: a cost file is TOML; give a name ending in .toml")
-    for path in (args.output, args.timeline):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise PipesimError(f"cannot write {path!r}: there is no folder {str(Path(path).parent)!r}")
+    if args.output:
+        output_extension(args.output, (".toml",), "a .toml component cost file (what --components reads)")
+    if args.timeline:
+        output_extension(args.timeline, (".json",), "a .json timeline (what draw --measured reads)", flag="--timeline")
     prof = profile(args.trace, Mapping.parse(args.map))
     files = []
     if args.output:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 RANGE_CATS = {"user_annotation", "cpu_op", "operator"}
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 64 << 20  # characters one top-level value or event may take
+MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
+_KIND = {"int": "a number", "float": "a number", "str": "a string", "list": "a list", "bool": "true or false", "NoneType": "null"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +86,22 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
             continue
         tr.events += 1
         if not isinstance(value, dict):
-            raise PipesimError(f"{p}: not a profiler trace: traceEvents holds a {type(value).__name__}, expected event objects")
+            kind = _KIND.get(type(value).__name__, type(value).__name__)
+            raise PipesimError(f"{p}: not a profiler trace: its events include {kind}, expected event objects")
         cat = value.get("cat")
         if value.get("ph") != "X" or not isinstance(cat, str):
             continue
         cat = cat.lower()
         try:
-            ts = float(value["ts"])
-            end = ts + float(value.get("dur", 0.0))
+            ts, dur = float(value["ts"]), float(value.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
+        if not (math.isfinite(ts) and 0.0 <= dur <= MAX_EVENT_US):
+            raise PipesimError(
+                f"{p}: event {str(value.get('name', ''))[:60]!r} has ts {value['ts']} and dur {value.get('dur')}; "
+                "expected a finite start and a duration from 0 to a day, in microseconds"
+            )
+        end = ts + dur
         args = value.get("args") or {}
         if cat in RANGE_CATS:
             name = str(value.get("name", ""))
@@ -195,13 +204,16 @@ class _Reader:
         while True:
             try:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise PipesimError(f"{self.where}: not a profiler trace: JSON nested too deeply to be one") from None
+            except json.JSONDecodeError as e:
+                error = e
+            else:
                 # a number at the end of the buffer may go on in the next chunk
                 if end < len(self.buf) or not isinstance(v, (int, float)) or not self._more():
                     self.pos = end
                     return v
                 continue
-            except json.JSONDecodeError as e:
-                error = e
             if len(self.buf) - self.pos > MAX_VALUE or not self._more():
                 raise PipesimError(
                     f"{self.where}: not valid JSON ({error.msg}); expected the Chrome-trace JSON of torch.profiler"
