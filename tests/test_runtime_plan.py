@@ -158,6 +158,17 @@ def test_import_errors_name_the_cell(rows, message):
         from_torch_rows(rows, "t")
 
 
+def test_import_of_a_file_the_csv_module_cannot_read_is_one_line(tmp_path, capsys):
+    """A field past the csv module's 131072-character limit raised _csv.Error as a traceback."""
+    from pipesim.cli import main
+
+    path = tmp_path / "huge.csv"
+    path.write_text("[" * 200_000 + "\n")
+    assert main(["import", "--csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: not a schedule CSV (field larger than field limit" in err
+
+
 # ---------------------------------------------------------------------------------------
 # durations and the command line without torch
 

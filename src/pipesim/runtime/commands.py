@@ -329,7 +329,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
     else:
-        rows = read_csv(read_text(args.csv, "--csv file"))
+        rows = read_csv(read_text(args.csv, "--csv file"), args.csv)
         if args.pp is not None and args.pp != len(rows):
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
         name = os.path.splitext(os.path.basename(args.csv))[0]

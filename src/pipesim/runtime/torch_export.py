@@ -176,8 +176,11 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
 # import
 
 
-def read_csv(text: str) -> list[list[str]]:
-    return [row for row in csv.reader(io.StringIO(text))]
+def read_csv(text: str, where: str = "the CSV") -> list[list[str]]:
+    try:
+        return [row for row in csv.reader(io.StringIO(text))]
+    except csv.Error as e:  # a field past the csv module's limit, a NUL, a broken quote
+        raise PipesimError(f"{where}: not a schedule CSV ({e}); expected one row of actions per rank, like 0F0,0F1,0I0") from None
 
 
 def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int | None = None) -> Schedule:
