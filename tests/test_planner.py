@@ -495,3 +495,13 @@ def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other
     assert tuple(len(p.layers) for p in stage_split(plan, r)) == r.stage_layers
     evened = search_mod.prepare(m, c, t, r.candidate, search_mod.Shared(m, c, t), splits=(True,))
     assert isinstance(evened, search_mod.Result) and "GB usable" in evened.reason
+
+
+def test_a_training_file_with_no_tokens_is_one_line(tmp_path, capsys):
+    """tokens = 0 in a file (--tokens 0 is refused on the command line) divided the run's
+    GPU-hours by zero in the report: found by benchmarks/fuzz.py."""
+    f = tmp_path / "t.toml"
+    f.write_text("seq = 1024\nglobal_batch = 64\ntokens = 0\n")
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--training", str(f)])
+    err = capsys.readouterr().err
+    assert code == 2 and "tokens must be > 0" in err and err.count("\n") == 1

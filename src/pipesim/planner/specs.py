@@ -336,6 +336,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     for key in ("seq", "global_batch"):
         if getattr(t, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")
+    if not t.tokens > 0:  # the run's GPU-hours divide by it (--tokens refuses 0 the same way)
+        raise PipesimError(f"{where}: tokens must be > 0 (the tokens of the whole run), got {t.tokens}")
     for key in ("memory_headroom", "dp_overlap", "attention_efficiency", "hbm_efficiency"):
         if not 0 <= getattr(t, key) <= 1:
             raise PipesimError(f"{where}: {key} must be between 0 and 1, got {getattr(t, key)}")
