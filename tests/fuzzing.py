@@ -11,6 +11,7 @@ clobbered or left half-written.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -171,6 +172,33 @@ def torch_csv(pick: Pick) -> bytes:
     return rows.encode("utf-8", "surrogateescape") if isinstance(rows, str) else rows
 
 
+def profile_trace(pick: Pick) -> bytes:
+    """A small torch.profiler trace (component annotations, their launches, the kernels
+    they launched), one field of it made hostile, or the file's form broken."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": name, "ts": 100 * i, "dur": 90, "pid": 1, "tid": 1}
+              for i, name in enumerate(["attn(F)", "mlp(F)", "dispatch(B)", "attn(B)"])]  # fmt: skip
+    for i in range(4):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 100 * i + 1, "dur": 2, "pid": 1, "tid": 1, "args": {"correlation": i}})  # fmt: skip
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": 100 * i + 5, "dur": 50, "pid": 0, "tid": 7, "args": {"correlation": i, "stream": 7 if i != 2 else 27}})  # fmt: skip
+    doc = {"schemaVersion": 1, "deviceProperties": [{"name": "GPU", "numSms": 132}], "traceEvents": events}
+    if not pick.tame:
+        how = pick.one(["field", "field", "field", "drop", "event", "form", "form", "gzip"])
+        e = pick.one(events)
+        if how == "field":
+            key = pick.one(["ts", "dur", "name", "cat", "ph", "args", "tid", "pid"])
+            e[key] = pick.one([-1, 0, 1e308, -1e308, float("nan"), "abc", None, [], {}, 2**70, True])
+        elif how == "drop":
+            del e[pick.one([k for k in e])]
+        elif how == "event":
+            events.append(pick.one([1, "x", None, [], {"ph": "X"}, {"ph": "X", "cat": 5, "ts": 1}]))
+        elif how == "gzip":
+            data = gzip.compress(json.dumps(doc).encode())
+            return data[: pick.one([len(data), len(data) // 2, 10])]
+        else:
+            return pick.one([b"", b"[1, 2]", b"[" * 100_000, b'{"traceEvents": 5}', b"{}", b"\x00\xff", json.dumps(doc).encode()[:-40]])  # fmt: skip
+    return json.dumps(doc).encode()
+
+
 # --------------------------------------------------------------------------------------
 # argv
 
@@ -253,7 +281,7 @@ def case(pick: Pick) -> Case:
     files: dict[str, bytes] = {}
     outs: list[str] = []
     pick.tame = pick.chance(0.35)
-    command = pick.one(["simulate"] * 3 + ["compare"] * 2 + ["ops", "validate", "pair", "draw", "sweep", "report", "plan", "memory", "export", "import", "schedules"])  # fmt: skip
+    command = pick.one(["simulate"] * 3 + ["compare"] * 2 + ["ops", "validate", "pair", "draw", "sweep", "report", "plan", "memory", "export", "import", "schedules", "profile"])  # fmt: skip
     argv = [command]
     if command in ("simulate", "ops", "validate", "export"):
         argv += ["--schedule", _schedule(pick, files)]
@@ -329,6 +357,17 @@ def case(pick: Pick) -> Case:
             argv += ["-m", num(pick, NUMBERS[:8])]
         if pick.chance(0.6):
             _out(pick, argv, outs)
+    elif command == "profile":
+        argv.append(_input(pick, files, lambda: profile_trace(pick), pick.one(["trace.json", "trace.json.gz"])))
+        if pick.chance(0.3):
+            argv += ["--map", pick.one(["attn=self_attn", "attn_f='fwd*'", "=", "attn=", "x=y=z", "mlp=moe,,", ""])]
+        if pick.chance(0.4):
+            argv += ["-o", pick.one(["out.toml"] if pick.tame else ["out.toml", "out.txt", "-", "dir", "nowhere/c.toml"])]
+            outs.append(argv[-1])
+        if pick.chance(0.3):
+            argv += ["--timeline", pick.one(["out.json"] if pick.tame else ["out.json", "out.txt", "dir", "fifo"])]
+            outs.append(argv[-1])
+        argv += pick.one([["--json"], ["--flags"], []])
     elif command == "schedules" and pick.chance(0.5):
         argv.append("--json")
     if pick.chance(0.03) and not pick.tame:

@@ -187,6 +187,15 @@ def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, caps
     assert "no GPU kernels in the trace: times are the CPU durations" in capsys.readouterr().out
 
 
+def test_a_fifo_is_refused_not_read(tmp_path, capsys):
+    """Reading a FIFO would wait for a writer for ever."""
+    import os
+
+    os.mkfifo(tmp_path / "trace.json")
+    assert main(["profile", str(tmp_path / "trace.json")]) == 2
+    assert "it is not a regular file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "content, says",
     [
@@ -199,6 +208,13 @@ def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, caps
         ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": -3}]}', "has ts 5 and dur -3"),
         ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": NaN, "dur": 3}]}', "has ts nan and dur 3"),
         ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1e308}]}', "a duration from 0 to a day"),
+        # malformed fields the fuzzer found (benchmarks/fuzz.py): read past, not a traceback
+        ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, "args": 1}]}', "none of which"),
+        ('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "a", "ts": 0, "dur": 1, "pid": []}]}', "none of which"),
+        (
+            '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, "args": {"stream": NaN}}]}',
+            "none of which",
+        ),
     ],
 )
 def test_what_is_not_a_profiler_trace_is_one_line(tmp_path, capsys, content, says):

@@ -6,7 +6,6 @@ Registered through ``cli.AREA_COMMANDS``; needs no torch (the trace is JSON).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tomllib
 from pathlib import Path
@@ -16,7 +15,7 @@ from rich.table import Table
 from ..cli import console, emit_json, num, pct
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
-from ..files import output_extension, timeline_to_dict, write_text_atomic
+from ..files import json_text, output_extension, timeline_to_dict, write_text_atomic
 from ..metrics import summarize
 from .labels import COMM, COMPONENTS, Mapping
 from .measure import Profile, measured_kinds, profile
@@ -60,7 +59,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         parse_costs(tomllib.loads(text))  # what we write must load back
         files.append((args.output, text))
     if args.timeline:
-        files.append((args.timeline, json.dumps(timeline_to_dict(prof.schedule, prof.timeline)) + "\n"))
+        files.append((args.timeline, json_text(timeline_to_dict(prof.schedule, prof.timeline), indent=None)))  # versioned, strict
     if args.flags:
         if prof.stage_costs is None:
             raise PipesimError(f"{args.trace} has no pipeline action labels (pipesim/F0.3 ..., PP:2F0): no per-stage costs")

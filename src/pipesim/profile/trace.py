@@ -21,6 +21,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,7 +104,9 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
                 "expected a finite start and a duration from 0 to a day, in microseconds"
             )
         end = ts + dur
-        args = value.get("args") or {}
+        args = value.get("args")
+        args = args if isinstance(args, dict) else {}
+        pid, tid = _id(value.get("pid")), _id(value.get("tid"))
         if cat in RANGE_CATS:
             name = str(value.get("name", ""))
             name = names.setdefault(name, name)
@@ -110,14 +114,14 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
                 tr.cpu_ops += 1
                 if not wanted(name):
                     continue
-            tr.ranges.append(Range(value.get("pid"), value.get("tid"), ts, end, name))
+            tr.ranges.append(Range(pid, tid, ts, end, name))
         elif cat in LAUNCH_CATS:
             corr = args.get("correlation")
             if isinstance(corr, int):
-                tr.launches[corr] = (value.get("pid"), value.get("tid"), ts)
+                tr.launches[corr] = (pid, tid, ts)
         elif cat in GPU_CATS:
             corr = args.get("correlation")
-            stream = args.get("stream", value.get("tid"))
+            stream = args.get("stream", tid)
             kname = str(value.get("name", ""))
             grid = args.get("grid") or [1]
             blocks = 1
@@ -125,7 +129,7 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
                 blocks *= g if isinstance(g, int) else 1
             tr.kernels.append(
                 Kernel(
-                    int(stream) if isinstance(stream, (int, float)) else -1,
+                    int(stream) if isinstance(stream, (int, float)) and math.isfinite(stream) else -1,
                     ts,
                     end,
                     corr if isinstance(corr, int) else None,
@@ -144,8 +148,16 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
     return tr
 
 
+def _id(x):
+    """A pid or tid as a key: Kineto writes numbers or strings; anything else is kept as
+    its text, so a malformed one neither matches a real thread nor breaks the reading."""
+    return x if isinstance(x, (int, float, str)) or x is None else repr(x)
+
+
 def _open(p: Path):
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO or device would block or never end
+            raise PipesimError(f"cannot read trace {str(p)!r}: it is not a regular file; give a trace file")
         with open(p, "rb") as f:
             magic = f.read(2)
     except OSError as e:
