@@ -314,10 +314,15 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     return opts
 
 
+def is_schedule_file(name: str) -> bool:
+    """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule."""
+    return name.endswith(".json") or "/" in name
+
+
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
     """Build the named schedule, or load it when ``--schedule`` names a JSON file."""
     name = name or args.schedule
-    if name.endswith(".json") or "/" in name:
+    if is_schedule_file(name):
         s = load_schedule(name)
         # the one schedule of the command: builder flags cannot apply to it (in a list of
         # several, they are for the others)

@@ -22,6 +22,7 @@ from ..cli import (
     compare_rows,
     console,
     costs_from,
+    is_schedule_file,
     number,
     options_from,
     pct,
@@ -113,7 +114,7 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
         return [schedule_from(args, names[0])]
     out = []
     for name in names:
-        if name.endswith(".json") or "/" in name:
+        if is_schedule_file(name):
             out.append(schedule_from(args, name))
             continue
         # --chunks goes to the schedules that take it, as in compare

@@ -21,6 +21,7 @@ from ..cli import (
     add_shape,
     console,
     emit_json,
+    is_schedule_file,
     nonneg_float,
     pct,
     positive_int,
@@ -93,7 +94,7 @@ def _names(args) -> list[str]:
         return list(REGISTRY)
     names = [n.strip() for n in args.schedules.split(",") if n.strip()]
     for n in names:
-        if not (n.endswith(".json") or "/" in n):
+        if not is_schedule_file(n):
             family(n)  # an unknown name is an error
     if not names:
         raise PipesimError("--schedules is empty; give comma-separated names or 'all'")
@@ -279,8 +280,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .torch_export import rows_to_csv, to_torch_rows, torchtitan_hint
 
     costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
-    named = not (args.schedule.endswith(".json") or "/" in args.schedule)  # else a schedule file (schedule_from)
-    if costs and named and not set(costs) <= family(args.schedule).options.keys():
+    if costs and not is_schedule_file(args.schedule) and not set(costs) <= family(args.schedule).options.keys():
         raise PipesimError(
             f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
         )
