@@ -219,7 +219,7 @@ def test_combined_1f1b_at_m_not_a_multiple_of_pp_names_megatrons_group(tmp_path)
     # M=60 on pp=8: Megatron's default group of 8 leaves a last group of 4 < 8; 10 is the
     # smallest group it takes (60 % 9 = 6 < 8, 60 % 10 = 0), which the planner searched
     plan = plan_with("deepseek-v3", "h800-2048", 2048, [(8, 256, 1, 64, "interleaved-1f1b-overlap", 4, 60)])
-    plan.results[0].group_size = 10
+    plan.results[0].options = {"chunks": 4, "group_size": 10}  # what the search built it with
     rec = recipe(plan, 1)
     flags = rec["megatron"]["flags"]
     assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS

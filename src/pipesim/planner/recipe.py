@@ -82,8 +82,6 @@ def built_order(r: Result) -> Schedule | None:
         if set(COST_OPTIONS) <= REGISTRY[cand.schedule].options.keys():
             return None
         opts = {"chunks": cand.chunks} if cand.chunks is not None else {}
-        if r.group_size is not None:
-            opts["group_size"] = r.group_size
     return build(cand.schedule, cand.layout.pp, cand.microbatches, **opts)
 
 
@@ -131,7 +129,7 @@ def export_command(r: Result) -> str:
     """The ``pipesim export`` that writes this result's order: its builder's options as
     flags, zb-auto's per-stage costs to the last digit (its order depends on them)."""
     c = r.candidate
-    opts = dict(r.options) if r.options is not None else {"chunks": c.chunks, "group_size": r.group_size}
+    opts = r.options if r.options is not None else {"chunks": c.chunks}
     flags = ""
     for key, value in opts.items():
         if value is None:
@@ -163,7 +161,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "(DualPipeV is DualPipe on one copy)",
         }
     order = built_order(r)
-    exact = torchtitan_class(order) if order is not None else None
+    theirs = torch_class_of(order) if order is not None else None  # the PyTorch class that runs it, if any
+    exact = torchtitan_class(order, theirs) if theirs else None
     if exact:
         name, csv = exact, None
     else:
@@ -171,8 +170,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         csv = csv_name(r)
         if order is None:
             who = f"{cand.schedule}'s order is built from this plan's costs"
-        elif on_one := torch_class_of(order):
-            who = f"{cand.schedule} is PyTorch's {on_one} on one stage per rank, which torchtitan does not build"
+        elif theirs:
+            who = f"{cand.schedule} is PyTorch's {theirs} on one stage per rank, which torchtitan does not build"
         else:
             who = f"no PyTorch schedule class runs {cand.schedule}'s order"
         notes.append(

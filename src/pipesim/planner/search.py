@@ -116,10 +116,14 @@ class Result:
     mfu: float = 0.0
     gpu_hours_per_t: float = math.inf  # GPU-hours per 10^12 tokens
     params_gb: float = 0.0  # parameter bytes per GPU (all copies)
-    group_size: int | None = None  # Megatron's group size it was built with (megatron_group), None: the default
     stage_layers: tuple[int, ...] | None = None  # layers per model stage, as simulated
     options: dict | None = None  # what its order was built with (chunks, group size; zb-auto's costs)
     peak_known: bool = True  # memory_gb is the order's own peak, not a lower bound on it
+
+    @property
+    def group_size(self) -> int | None:
+        """Megatron's group size its order was built with (``megatron_group``); None: the default."""
+        return (self.options or {}).get("group_size")
 
 
 @dataclass
@@ -847,7 +851,6 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         mfu=model_flops_per_token(m, t.seq) * tokens / (c.gpus * c.bf16_tflops * 1e12 * step),
         gpu_hours_per_t=c.gpus * step / 3600 * 1e12 / tokens,
         params_gb=max(x.params) / GB,
-        group_size=p.options.get("group_size"),
         stage_layers=tuple(map(len, p.parts)),
         options=p.options,
     )

@@ -133,11 +133,11 @@ def torch_class_of(schedule: Schedule) -> str | None:
     return None
 
 
-def torchtitan_class(schedule: Schedule) -> str | None:
+def torchtitan_class(schedule: Schedule, exact: str | None) -> str | None:
     """The schedule name torchtitan can be given that runs ``schedule``'s order exactly,
-    or None. A multi-stage class that matches a one-stage-per-rank order does not count:
-    torchtitan gives multi-stage classes 2 or more stages per rank."""
-    exact = torch_class_of(schedule)
+    or None; ``exact`` is ``torch_class_of(schedule)``. A multi-stage class that matches a
+    one-stage-per-rank order does not count: torchtitan gives multi-stage classes 2 or
+    more stages per rank."""
     single = _shape(schedule.placement, schedule.pp, schedule.microbatches) == "single"
     return None if exact in LOOPED and single else exact
 
@@ -150,11 +150,11 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
     ``pipeline_parallel_schedule_csv``, so the name must give the CSV's placement, and it
     gives a multi-stage class at least 2 stages per rank."""
     pl, pp, M = schedule.placement, schedule.pp, schedule.microbatches
-    shape, titan = _shape(pl, pp, M), torchtitan_class(schedule)
+    shape, exact = _shape(pl, pp, M), torch_class_of(schedule)
+    titan = torchtitan_class(schedule, exact)
     layers = "" if pl.chunks <= 2 else f"; set pipeline_parallel_layers_per_stage so that each rank gets {pl.chunks} stages"
     if titan:
         return f'torchtitan: pipeline_parallel_schedule = "{titan}" runs this order exactly (no CSV needed){layers}; num_pp_microbatches = {M}'
-    exact = torch_class_of(schedule)  # a multi-stage class on one stage per rank, if any
     if shape is None:
         return (
             "no PyTorch schedule class runs this order, and torchtitan places stages one per rank, looped or as a V "
