@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipesim.cli import main
 from pipesim.planner.estimate import active_params, total_params
@@ -108,14 +111,15 @@ def test_preset_and_config_plan_the_same(preset, config, tmp_path, capsys):
     assert plans[0] == plans[1]
 
 
-def test_memory_takes_a_config_and_names_it_after_its_folder(tmp_path, capsys):
+def test_memory_takes_a_config_or_its_folder_named_after_the_folder(tmp_path, capsys):
     folder = tmp_path / "Mixtral-8x22B-v0.1"
     folder.mkdir()
     (folder / "config.json").write_text((HF / "mixtral-8x22b-v0.1.json").read_text())
-    assert load_model(str(folder / "config.json")).name == "Mixtral-8x22B-v0.1"
-    assert main(["memory", "--model", str(folder / "config.json"), "--pp", "4", "--json"]) == 0
+    assert load_model(str(folder / "config.json")) == load_model(str(folder))
+    assert load_model(str(folder)).name == "Mixtral-8x22B-v0.1"
+    assert main(["memory", "--model", str(folder), "--pp", "4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["layout"]["pp"] == 4 and d["layout"]["ep"] > 1
+    assert d["model"] == "Mixtral-8x22B-v0.1" and d["layout"]["pp"] == 4 and d["layout"]["ep"] > 1
 
 
 def edited(name: str, **changes) -> dict:
@@ -236,3 +240,30 @@ def test_the_models_page_shows_what_its_commands_print(monkeypatch, capsys):
         assert argv[0] == "pipesim" and main(argv[1:]) == 0, command
         printed = capsys.readouterr().out.splitlines()
         assert shows(expected, printed), (command, printed[:10])
+
+
+HOSTILE = [None, 0, -1, 1.5, 2**70, 1e308, "8", True, [], {}, [1, 2], 10**7, 16_000_001, 9999]
+FIELDS = [
+    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "vocab_size", "intermediate_size", "tie_word_embeddings", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
+    "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "num_nextn_predict_layers",
+]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.sampled_from([row[0] for row in PUBLISHED]),
+    changes=st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from([*HOSTILE, ...])), min_size=1, max_size=3),
+)
+def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
+    """Any field of a real config deleted or set to a hostile value: pipesim memory
+    answers, or refuses in one line having written nothing (the fuzz suite's verdict)."""
+    from fuzzing import Case, run_case, verdict
+
+    config = edited(name, **{k: v for k, v in changes if k in json.loads((HF / f"{name}.json").read_text()) or v is not ...})
+    c = Case(["memory", "--model", "config.json", "--pp", "2", "--json"], {"config.json": json.dumps(config).encode()})
+    with tempfile.TemporaryDirectory(prefix="pipesim-hf-") as d:
+        r = run_case(c, Path(d), timeout=30)
+    assert verdict(c, r) is None, (changes, r.rc, r.err[:300], r.detail)

@@ -21,20 +21,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PipesimError
-from ..inputs import MAX_COUNT, load_json, number
+from ..inputs import MAX_COUNT, MAX_LAYERS, load_json, number
 
 
 def is_hf_config(name_or_path: str) -> bool:
-    """Whether ``--model`` names a HuggingFace config rather than a preset or TOML file."""
+    """Whether ``--model`` names a HuggingFace config rather than a preset or TOML file:
+    a ``.json`` file, or a folder of downloaded weights holding ``config.json``."""
     p = Path(name_or_path)
-    return p.suffix == ".json" or p.name == "config.json"
+    return p.suffix == ".json" or p.name == "config.json" or (p / "config.json").is_file()
 
 
 def model_table(path: str) -> dict:
-    """The model-file table of the HuggingFace config at ``path``, named after the file
-    (``Llama-3.1-8B/config.json``: ``Llama-3.1-8B``; ``qwen3-32b.json``: ``qwen3-32b``)."""
-    config = load_json(path, "model config")
+    """The model-file table of the HuggingFace config at ``path`` (or in the folder
+    ``path``), named after the file (``qwen3-32b.json``: ``qwen3-32b``) or, for a
+    ``config.json``, its folder (``Llama-3.1-8B/config.json``: ``Llama-3.1-8B``)."""
     p = Path(path)
+    if p.is_dir():
+        p = path = p / "config.json"
+    config = load_json(path, "model config")
     name = (p.resolve().parent.name or "model") if p.name == "config.json" else p.stem
     return table_from_config(config, name, str(path))
 
@@ -59,14 +63,16 @@ class _Fields:
     def __init__(self, config: dict, where: str):
         self.config, self.where = config, where
 
-    def int(self, key: str, lo: int = 1) -> int:
+    def int(self, key: str, lo: int = 1, hi: int = MAX_COUNT) -> int:
         if key not in self.config:
             raise PipesimError(f"{self.where}: missing field {key!r} (a {self.config['model_type']} config has it)")
-        return number(self.config[key], key, lo, MAX_COUNT, integer=True, where=self.where)
+        return number(self.config[key], key, lo, hi, integer=True, where=self.where)
 
-    def get(self, key: str, default: int, lo: int = 0) -> int:
-        """An optional field: absent (or null) means ``default``, the value the
-        family's configuration class gives it."""
+    def get(self, key: str, default: int, lo: int = 0, required: bool = False) -> int:
+        """A field whose null (or, unless ``required``, absence) means ``default``, the
+        value the family's configuration class gives it."""
+        if required and key not in self.config:
+            self.int(key)  # refused by name
         return default if self.config.get(key) is None else self.int(key, lo)
 
     def flag(self, key: str, default: bool) -> bool:
@@ -79,7 +85,7 @@ class _Fields:
 def _common(f: _Fields) -> dict:
     # tie_word_embeddings defaults to false in every family read here
     return {
-        "layers": f.int("num_hidden_layers"),
+        "layers": f.int("num_hidden_layers", hi=MAX_LAYERS),
         "hidden": f.int("hidden_size"),
         "heads": f.int("num_attention_heads"),
         "vocab": f.int("vocab_size"),
@@ -132,7 +138,8 @@ def _leading_dense(f: _Fields, layers: int) -> int:
     only = f.config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise PipesimError(f"{f.where}: mlp_only_layers must be a list of layer numbers, got {only!r}")
-    dense = [i for i in range(layers) if i in only or (i + 1) % step]
+    listed = set(only)
+    dense = [i for i in range(layers) if i in listed or (i + 1) % step]
     if dense != list(range(len(dense))):
         raise PipesimError(
             f"{f.where}: dense layers {dense[:8]}{' ...' if len(dense) > 8 else ''} (decoder_sparse_step {step}, "
@@ -164,11 +171,9 @@ def _qwen_moe(f: _Fields, shared: bool) -> dict:
 
 def _deepseek(f: _Fields) -> dict:
     out = _common(f)
-    if "q_lora_rank" not in f.config:  # null is meaningful: no query compression (V2-Lite)
-        f.int("q_lora_rank")
     out["attention"] = {
         "kind": "mla",
-        "q_lora_rank": f.get("q_lora_rank", 0),
+        "q_lora_rank": f.get("q_lora_rank", 0, required=True),  # null: no query compression (V2-Lite)
         "kv_lora_rank": f.int("kv_lora_rank"),
         "qk_rope_dim": f.int("qk_rope_head_dim"),
         "qk_nope_dim": f.int("qk_nope_head_dim"),
