@@ -33,7 +33,7 @@ PUBLISHED = [
     ("mistral-7b-v0.1", "7.24", None, "Mistral-7B-v0.1 model page: 7.24B params"),
     ("mixtral-8x7b-v0.1", "46.7", "12.9", "Mistral AI, Mixtral of experts: 46.7B total, 12.9B per token"),
     ("mixtral-8x22b-v0.1", "141", "39", "Mistral AI, Cheaper, Better, Faster, Stronger: 141B, 39B active"),
-    ("qwen2.5-72b", "72.7", None, "Qwen2.5-72B model card: 72.7B"),
+    ("qwen2.5-72b-instruct", "72.7", None, "Qwen2.5-72B-Instruct model card: 72.7B"),
     ("qwen2-57b-a14b", "57", "14", "Qwen2 technical report, Table 1: 57B total, 14B activated"),
     ("qwen3-32b", "32.8", None, "Qwen3-32B model card: 32.8B"),
     ("qwen3-30b-a3b", "30.5", "3.3 cut", "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
