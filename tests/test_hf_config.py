@@ -30,6 +30,7 @@ PUBLISHED = [
     ("llama-3.1-8b", "8.03", None, "Meta-Llama-3.1-8B model page: 8.03B params"),
     ("llama-3.1-70b", "70.6", None, "Meta-Llama-3.1-70B model page: 70.6B params"),
     ("llama-3.1-405b", "405.8 cut", None, "Llama 3.1 405B: 405.8B as issue 19 quotes it (Meta's card: 405B)"),
+    ("llama-3.2-1b", "1.24", None, "Llama-3.2-1B model page: 1.24B params (tied embeddings)"),
     ("mistral-7b-v0.1", "7.24", None, "Mistral-7B-v0.1 model page: 7.24B params"),
     ("mixtral-8x7b-v0.1", "46.7", "12.9", "Mistral AI, Mixtral of experts: 46.7B total, 12.9B per token"),
     ("mixtral-8x22b-v0.1", "141", "39", "Mistral AI, Cheaper, Better, Faster, Stronger: 141B, 39B active"),
@@ -70,6 +71,7 @@ def test_dense_counts_are_the_checkpoints_weights():
     exact = {
         "llama-3.1-8b": 8_030_261_248,
         "llama-3.1-70b": 70_553_706_496,
+        "llama-3.2-1b": 1_235_814_400,  # the output head is the embedding (tie_word_embeddings)
         "mistral-7b-v0.1": 7_241_732_096,
         "mixtral-8x7b-v0.1": 46_702_792_704,
     }
