@@ -835,7 +835,10 @@ def make_parser() -> Parser:
     g.add_argument("--seq", type=positive_int, help="tokens per sequence (with --model: default the preset's)")
     g.add_argument("--micro-batch-size", type=positive_int, help="sequences per micro-batch (with --model: default 1)")
     g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
-    g.add_argument("--model", help="a model preset (deepseek-v3, llama3-70b, ...) or TOML file: costs from the planner's model")
+    g.add_argument(
+        "--model",
+        help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's model",
+    )
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
 

@@ -74,7 +74,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     c.add_argument(
         "--model",
         required=True,
-        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b) or TOML file",
+        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b), a TOML file or a HuggingFace config.json (or its folder)",
     )
     if cluster_default:
         c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset or TOML file (default {cluster_default})")
