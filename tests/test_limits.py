@@ -4,6 +4,8 @@ paths behind them give what the obvious slow code gives."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipesim.cli import hidden_behind, main
@@ -42,5 +44,9 @@ def test_hidden_behind_is_every_overlapping_compute_part():
 
 
 def test_pair_table_stops_at_its_row_cap(capsys):
+    _, out, _ = run(capsys, "pair", "--layers", 100, "--json")
+    parts = len(json.loads(out)["segments"])
+    assert parts > 400
     code, out, _ = run(capsys, "pair", "--layers", 100)
-    assert code == 0 and "the first 400 of 800 parts; --json lists them all" in out
+    assert code == 0 and f"the first 400 of {parts} parts; --json lists them all" in out
+    assert out.count("ATTN(F)") + out.count("MLP(F)") < parts
