@@ -8,7 +8,9 @@ would be right, and exit status 2; nothing is written when a command fails.
 from __future__ import annotations
 
 import argparse
+import bisect
 import importlib
+import itertools
 import os
 import shutil
 import sys
@@ -24,7 +26,7 @@ from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .files import json_text, load_schedule, output_extension, output_target, save_schedule, write_bytes_atomic
-from .inputs import MAX_COUNT, MAX_VALUE, work
+from .inputs import MAX_COUNT, MAX_LAYERS, MAX_VALUE, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
@@ -113,14 +115,19 @@ def _listed(value) -> list[str]:
 # flags shared by several commands
 
 
-def positive_int(text: str) -> int:
+def positive_int(text: str, hi: int = MAX_COUNT) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {text!r}") from None
-    if not 1 <= v <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {v}")
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {text!r}") from None
+    if not 1 <= v <= hi:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {v}")
     return v
+
+
+def at_most(hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``hi``."""
+    return lambda text: positive_int(text, hi)
 
 
 def cost_value(text: str) -> float | tuple[float, ...]:
@@ -211,7 +218,7 @@ def add_costs(p: argparse.ArgumentParser) -> None:
     c.add_argument("--components", metavar="FILE.toml", help="component times (and memory sizes) from a TOML file")
     for name, what in COMPONENT_FLAGS.items():
         c.add_argument(f"--{name.replace('_', '-')}", type=nonneg_float, help=what)
-    c.add_argument("--layers", type=positive_int, help="layers per chunk (default 1)")
+    c.add_argument("--layers", type=at_most(MAX_LAYERS), help="layers per chunk (default 1)")
     c.add_argument("--p2p", type=nonneg_float, help="P2P latency between stages (default 0)")
     c.add_argument("--comm-sms", type=nonneg_float, help="SMs a communication kernel holds while it runs (default 20)")
     c.add_argument("--total-sms", type=positive_float, help="SMs of the GPU (default 132, H800)")
@@ -774,11 +781,35 @@ def cmd_pair(args: argparse.Namespace) -> int:
     t = Table(title="parts (time from the pair's start)")
     for col in ("stream", "part", "start", "end", "hides behind"):
         t.add_column(col)
-    for g in sorted(segs, key=lambda g: (g.start, g.stream)):
-        beside = [h.label.split(" ")[0] for h in segs if h.stream != g.stream and h.start < g.end and h.end > g.start]
-        t.add_row(g.stream, g.label, num(g.start), num(g.end), ", ".join(beside) if g.stream == "comm" else "")
+    beside = hidden_behind(segs)
+    for g in sorted(segs, key=lambda g: (g.start, g.stream))[:MAX_PART_ROWS]:
+        t.add_row(g.stream, g.label, num(g.start), num(g.end), ", ".join(beside.get(id(g), ())) if g.stream == "comm" else "")
     out.print(t)
+    if len(segs) > MAX_PART_ROWS:
+        out.print(f"[dim]the first {MAX_PART_ROWS} of {len(segs):,} parts; --json lists them all[/]")
     return 0
+
+
+#: rows of pair's parts table: Rich lays a table out at about 0.6 ms a row, and
+#: --layers 10000 makes 80,000 parts
+MAX_PART_ROWS = 400
+
+
+def hidden_behind(segs) -> dict[int, list[str]]:
+    """For each communication segment (by id), the compute parts running beside it, in
+    the segments' order: a sweep over compute sorted by start, not every pair (--layers
+    10000 is 80,000 segments)."""
+    compute = sorted((g.start, n, g) for n, g in enumerate(segs) if g.stream == "compute")
+    starts = [c[0] for c in compute]
+    reach = list(itertools.accumulate((c[2].end for c in compute), max))  # latest end of the first k
+    out = {}
+    for g in segs:
+        if g.stream == "compute":
+            continue
+        hi = bisect.bisect_left(starts, g.end)  # compute that starts before g ends
+        lo = bisect.bisect_right(reach, g.start, 0, hi)  # skip a prefix that ended before g starts
+        out[id(g)] = [h.label.split(" ")[0] for _, _, h in sorted(compute[lo:hi], key=lambda c: c[1]) if h.end > g.start]
+    return out
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -858,7 +889,7 @@ def make_parser() -> Parser:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true")
-    c.add_argument("--width", type=positive_int, help="columns of the picture (default 100)")
+    c.add_argument("--width", type=at_most(MAX_COLUMNS), help="columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )
