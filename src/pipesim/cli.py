@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from .memory import MemoryModel, memory
 from .metrics import Report, summarize
 from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import MAX_COLUMNS, legend, render
+from .render.terminal import print_timeline  # noqa: F401  (runtime/commands.py imports it from here)
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
 from .steady import all_busy
@@ -383,20 +382,6 @@ def num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
-    if width is None and sys.stdout.isatty():
-        width = shutil.get_terminal_size().columns
-    lines, squeezed = render(s, tl, width or None)
-    for line in lines:
-        out.print(line, crop=False, no_wrap=True, overflow="ignore")
-    note = (
-        f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
-        if squeezed
-        else ""
-    )
-    out.print(f"[dim]{legend(s)}{note}[/]")
-
-
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
     d = report.to_dict()
     d["costs"] = costs.to_dict()
@@ -679,16 +664,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     columns = compare_columns(costs)
     extra = list(next(iter(hours.values()), {}))  # the per-token columns, when asked for
     t = Table(title=f"pp={pp}, M={M}, costs: {priced.text}")
-    for header in [h for h, _ in columns] + extra:
-        t.add_column(header, justify="left" if header == "schedule" else "right")
+    table: list[list[str]] = []
     for row in rows:
         if row.report is None:
-            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2))
+            table.append([row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2)])
         else:
             cells = [cell(row.report) for _, cell in columns[1:]]
             h = hours.get(row.name, {})
             cells += [f"{v:+.4g}" if k.startswith("vs") else f"{v:.4g}" for k, v in h.items()]
-            t.add_row(f"{row.name} *" if row.name in front else row.name, *cells)
+            table.append([f"{row.name} *" if row.name in front else row.name, *cells])
+    # names and numbers keep their whole width (Rich would cut three interleaved-* names to
+    # one "interleave…" at 100 columns); only the headers give way, wrapping
+    for i, header in enumerate([h for h, _ in columns] + extra):
+        widest = max((len(r[i]) for r in table if not r[i].startswith("[dim]")), default=0)
+        t.add_column(header, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i == 0, overflow="fold")
+    for r in table:
+        t.add_row(*r)
     out = console()
     out.print(t)
     if per_token:
