@@ -5,7 +5,9 @@
 #   make test   add the test set-up to .venv, every package that can change a result pinned
 #               (.ci/pins.txt: torch, OR-Tools, ruff, pytest, hypothesis, selenium, ...), then
 #               run the linter and the whole test suite
-#   make docs   rebuild docs/dualpipe.md and its pictures from pipesim's output
+#   make docs   rebuild docs/dualpipe.md and its pictures from pipesim's output, then run
+#               every command of README.md and docs/*.md and check what the pages quote
+#   make dist   the sdist and a reproducible wheel in dist/ (timestamps from the last commit)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,10 +15,12 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 RUN_READY := $(VENV)/.run-ready
 TEST_READY := $(VENV)/.test-ready
 
-.PHONY: run test bench docs clean
+.PHONY: run test bench docs dist clean
 
+# pip upgraded first: Python 3.11's own pip (23.2) shows no licence for PEP 639 metadata
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
 
 # the demo draws and plans: numpy, rich and matplotlib (no torch, OR-Tools or test tools)
 $(RUN_READY): pyproject.toml | $(BIN)/python
@@ -53,6 +57,13 @@ test: $(TEST_READY)
 # the DualPipe walkthrough: every number and picture from the commands it shows
 docs: $(RUN_READY)
 	$(BIN)/python docs/make_docs.py
+	$(BIN)/python docs/pages.py
+
+# SOURCE_DATE_EPOCH pins the wheel's file times, so two builds of one commit are byte-equal
+dist: $(RUN_READY)
+	$(PIP) build
+	rm -rf dist
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) $(BIN)/python -m build -q --outdir dist .
 
 bench: $(TEST_READY)
 	$(BIN)/python benchmarks/simulate_speed.py
