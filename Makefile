@@ -55,7 +55,7 @@ test: $(TEST_READY)
 	$(BIN)/python -m pytest -n 2
 
 # the DualPipe walkthrough: every number and picture from the commands it shows
-docs: $(RUN_READY)
+docs: $(TEST_READY)
 	$(BIN)/python docs/make_docs.py
 	$(BIN)/python docs/pages.py
 

@@ -65,7 +65,10 @@ def test_the_pictures_show_todays_timelines():
 
 @pytest.mark.parametrize("page", pages.pages(), ids=lambda p: p.name)
 def test_every_command_on_the_page_runs_and_prints_what_it_quotes(page):
-    assert pages.check(page) == []
+    found = pages.check(page)
+    if importlib.util.find_spec("torch") is None and any("pipesim[torch]" in p or "No module named 'torch'" in p for p in found):
+        pytest.skip(f"{page.name} runs schedules on torch.distributed: pip install 'pipesim[torch]'")
+    assert found == []
 
 
 def test_the_pages_are_linked_and_their_links_resolve():
