@@ -51,7 +51,7 @@ run: $(RUN_READY)
 	@echo "  plan.md                       DeepSeek-V3 on 2048 H800s: the recommended pipeline strategy and its cost"
 
 test: $(TEST_READY)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs
 	$(BIN)/python -m pytest -n 2
 
 # the DualPipe walkthrough: every number and picture from the commands it shows
