@@ -192,57 +192,6 @@ def test_a_missing_config_file_is_one_line(tmp_path, capsys):
     assert "nope.json" in err and err.count("\n") == 1
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def console_examples(page: Path) -> list[tuple[str, list[str]]]:
-    """Each ``$ pipesim ...`` line of the page's console blocks with the lines shown
-    after it."""
-    examples, block = [], False
-    for line in page.read_text().splitlines():
-        if line.startswith("```"):
-            block = line == "```console"
-        elif block and line.startswith("$ "):
-            examples.append((line[2:], []))
-        elif block and examples:
-            examples[-1][1].append(line)
-    return examples
-
-
-def shows(expected: list[str], printed: list[str]) -> bool:
-    """Whether ``printed`` holds the ``expected`` lines in order: "..." stands for any
-    lines, and a line ending in " ..." for a line that starts with what precedes it."""
-    at = 0
-    for want in expected:
-        if want == "...":
-            continue
-        prefix = want.removesuffix(" ...") if want.endswith(" ...") else None
-        while at < len(printed) and not (printed[at].startswith(prefix) if prefix else printed[at] == want):
-            at += 1
-        if at == len(printed):
-            return False
-        at += 1
-    return True
-
-
-def test_the_models_page_shows_what_its_commands_print(monkeypatch, capsys):
-    """docs/models.md: its Python example is run as a doctest and each console command
-    through pipesim's main, from the repository root as the page assumes."""
-    import doctest
-    import shlex
-
-    monkeypatch.chdir(ROOT)
-    page = ROOT / "docs" / "models.md"
-    result = doctest.testfile(str(page), module_relative=False, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted and not result.failed
-    examples = console_examples(page)
-    assert len(examples) == 2
-    for command, expected in examples:
-        argv = shlex.split(command)
-        assert argv[0] == "pipesim" and main(argv[1:]) == 0, command
-        printed = capsys.readouterr().out.splitlines()
-        assert shows(expected, printed), (command, printed[:10])
-
 
 HOSTILE = [None, 0, -1, 1.5, 2**70, 1e308, "8", True, [], {}, [1, 2], 10**7, 16_000_001, 9999]
 FIELDS = [

@@ -12,7 +12,7 @@ import bisect
 import importlib
 import itertools
 import os
-import shutil
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ from .memory import MemoryModel, memory
 from .metrics import Report, summarize
 from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import MAX_COLUMNS, legend, render
+from .render.terminal import MAX_COLUMNS, print_timeline  # noqa: F401  (runtime/commands.py imports print_timeline from here)
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
 from .steady import all_busy
@@ -40,10 +40,47 @@ from .timeline import Timeline
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line and exit status 2 (argparse prints usage too)."""
+    """argparse, but an error is one line and exit status 2 (argparse prints usage too), and
+    a command, choice or flag one edit away from a real one gets a did-you-mean."""
+
+    typed: list[str] = []  # the command line, set by main: which command's flags to suggest from
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise PipesimError(f"{message} (see '{self.prog} --help')")
+        hint = self._suggestion(message)
+        if hint:  # the one likely meant rather than the whole list of choices
+            message = message.split(" (choose from ")[0]
+        raise PipesimError(f"{message}{hint} (see '{self.prog} --help')")
+
+    def _suggestion(self, message: str) -> str:
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            return did_you_mean_one_edit(bad.group(1), re.findall(r"'([^']*)'", bad.group(2)))
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        command = self._subparsers._group_actions[0].choices.get(self.typed[0]) if self._subparsers and self.typed else None
+        if unknown and command is not None:
+            flags = [f for f in command._option_string_actions if f.startswith("--")]
+            for word in unknown.group(1).split():
+                if word.startswith("--") and (hint := did_you_mean_one_edit(word.split("=")[0], flags)):
+                    return hint
+        return ""
+
+
+def did_you_mean_one_edit(word: str, known: Sequence[str]) -> str:
+    """" (did you mean X?)" for the known word one edit away (a letter added, dropped, changed,
+    or two neighbours swapped: comapre -> compare), else ""."""
+    close = [k for k in known if _edits(word, k) <= 1]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: Levenshtein plus adjacent transpositions."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
 
 
 #: the pip extra that brings each optional import (a missing one is a one-line hint)
@@ -53,6 +90,7 @@ EXTRAS = {"matplotlib": "plot", "torch": "torch", "numpy": "torch", "ortools": "
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser.typed = argv
     what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
         args = parser.parse_args(argv)
@@ -390,20 +428,6 @@ def num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
-    if width is None and sys.stdout.isatty():
-        width = shutil.get_terminal_size().columns
-    lines, squeezed = render(s, tl, width or None)
-    for line in lines:
-        out.print(line, crop=False, no_wrap=True, overflow="ignore")
-    note = (
-        f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
-        if squeezed
-        else ""
-    )
-    out.print(f"[dim]{legend(s)}{note}[/]")
-
-
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
     d = report.to_dict()
     d["costs"] = costs.to_dict()
@@ -686,16 +710,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     columns = compare_columns(costs)
     extra = list(next(iter(hours.values()), {}))  # the per-token columns, when asked for
     t = Table(title=f"pp={pp}, M={M}, costs: {priced.text}")
-    for header in [h for h, _ in columns] + extra:
-        t.add_column(header, justify="left" if header == "schedule" else "right")
+    table: list[list[str]] = []
     for row in rows:
         if row.report is None:
-            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2))
+            table.append([row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2)])
         else:
             cells = [cell(row.report) for _, cell in columns[1:]]
             h = hours.get(row.name, {})
             cells += [f"{v:+.4g}" if k.startswith("vs") else f"{v:.4g}" for k, v in h.items()]
-            t.add_row(f"{row.name} *" if row.name in front else row.name, *cells)
+            table.append([f"{row.name} *" if row.name in front else row.name, *cells])
+    # names and numbers keep their whole width (Rich would cut three interleaved-* names to
+    # one "interleave…" at 100 columns); only the headers give way, wrapping
+    for i, header in enumerate([h for h, _ in columns] + extra):
+        widest = max((len(r[i]) for r in table if not r[i].startswith("[dim]")), default=0)
+        t.add_column(header, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i == 0, overflow="fold")
+    for r in table:
+        t.add_row(*r)
     out = console()
     out.print(t)
     if per_token:

@@ -4,14 +4,20 @@ Each op is a cell as wide as its duration, labelled ``F3`` (kind, micro-batch), 
 case for chunk 1 (the return leg of a V, or DualPipe's second direction), full notation
 when ranks hold more than two chunks; ``legend`` says which for the schedule shown. An overlapped pair is one cell, ``F3&bw0``. Idle
 time is dotted. The scale makes the shortest op just wide enough for its label, unless
-that exceeds ``width``, in which case time is squeezed and labels are cut.
+that exceeds ``width``, in which case time is squeezed: a cell then shows its micro-batch
+number when that fits with a gap after it, and nothing otherwise (the colour still gives the
+kind), so neighbouring labels never run together; the note under the table says so.
+Piped output (no terminal to measure) is drawn ``PIPED_WIDTH`` columns wide.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import sys
 
 import numpy as np
+from rich.console import Console
 from rich.text import Span, Text
 
 from ..ir import KINDS, Item, Op, Pair, Schedule
@@ -60,6 +66,10 @@ TAIL = "│ 100%"
 #: widest unsqueezed table: its width grows with makespan / shortest op, which hostile
 #: costs make 1e15 (a MemoryError, or minutes building one line)
 MAX_COLUMNS = 4000
+#: the width of a timeline written to a pipe or a file, as the piped tables' (cli.console)
+PIPED_WIDTH = 160
+#: tick labels: at least this many columns apart, and about this many across the axis
+TICK_GAP, TICKS = 8, 10
 
 
 #: most rows the table draws: each is up to ``MAX_COLUMNS`` cells, and a schedule of a
@@ -67,9 +77,10 @@ MAX_COLUMNS = 4000
 MAX_ROWS = 1024
 
 
-def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool]:
-    """The table as Rich text lines (``str(line)`` for plain text), and whether it was
-    squeezed to fit ``width`` columns (labels then show micro-batch numbers only).
+def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool, int]:
+    """The table as Rich text lines (``str(line)`` for plain text), whether it was squeezed
+    to fit ``width`` columns (labels then show micro-batch numbers only), and how many drawn
+    cells were left unlabelled because no label fits them.
 
     Array work over the items, then Python per drawn cell (at most ``MAX_ROWS`` x
     ``MAX_COLUMNS``): a cell shows the last item of its rank that covers it, so an item
@@ -77,11 +88,11 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     chunks = schedule.placement.chunks
     t0, t1 = timeline.start, timeline.end
     if timeline.pp > MAX_ROWS:
-        return [Text(f"(timeline not drawn: {timeline.pp:,} ranks is more than the {MAX_ROWS:,} rows the table shows)")], False
+        return [Text(f"(timeline not drawn: {timeline.pp:,} ranks is more than the {MAX_ROWS:,} rows the table shows)")], False, 0
     t = timeline.table
     dur = timeline.ends - timeline.starts
     if not (dur > 0).any():
-        return [Text("(empty timeline)")], False
+        return [Text("(empty timeline)")], False, 0
     unit = float(dur[dur > 0].min())
     units = (t1 - t0) / unit
     single = (dur > 0) & (dur <= unit * 1.0001) & (t.kind2 < 0)
@@ -112,6 +123,7 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     drawn = np.unique(owner[owner >= 0])
     a_of, b_of = a.tolist(), b.tolist()
     text: dict[int, tuple[str, int, str, str]] = {}
+    unlabelled = 0
     cols_of = [c[drawn].tolist() for c in (t.kind, t.chunk, t.mb, t.kind2, t.chunk2, t.mb2)]
     for i, k, c, m, k2, c2, m2 in zip(drawn.tolist(), *cols_of):
         # label, split column and the two halves' styles of each drawn item
@@ -119,7 +131,9 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
         bwd = fwd if k2 < 0 else Op(KINDS[k2], c2, m2)
         item = fwd if k2 < 0 else Pair(fwd, bwd)
         split = a_of[i] + len(op_label(fwd, chunks, squeezed)) + 1 if isinstance(item, Pair) else b_of[i]
-        text[i] = (item_label(item, chunks, squeezed)[: b_of[i] - a_of[i]].ljust(b_of[i] - a_of[i]), split, _style(fwd), _style(bwd))
+        label = _fitting_label(item, chunks, squeezed, b_of[i] - a_of[i])
+        unlabelled += not label
+        text[i] = (label.ljust(b_of[i] - a_of[i]), split, _style(fwd), _style(bwd))
     busy = np.bincount(rank, dur, timeline.pp).tolist()
     lines = [_axis(t0, t1, scale, cols, len(HEAD))]
     for r, row in enumerate(owner.reshape(timeline.pp, cols).tolist()):
@@ -142,7 +156,35 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
         line.append_text(Text("".join(chars), spans=[Span(x, y, st) for x, y, st in spans]))
         line.append(f"│ {busy[r] / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
         lines.append(line)
-    return lines, squeezed
+    return lines, squeezed, unlabelled
+
+
+def _fitting_label(item: Item, chunks: int, squeezed: bool, room: int) -> str:
+    """The cell's label when it fits in ``room`` columns with a gap after it (the last column
+    of a cell may touch the next cell's label, which would run two numbers together), else
+    the forward's alone for a pair, else nothing: a cut label reads as a different one."""
+    for label in (item_label(item, chunks, squeezed), op_label(item.forward, chunks, squeezed) if isinstance(item, Pair) else ""):
+        if label and len(label) < room:
+            return label
+    return ""
+
+
+def print_timeline(out: Console, schedule: Schedule, timeline: Timeline, width: int | None) -> None:
+    """The table and its key on ``out``: as wide as the terminal, ``PIPED_WIDTH`` when piped,
+    ``width`` when given (0: unsqueezed, up to ``MAX_COLUMNS``)."""
+    if width is None:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPED_WIDTH
+    lines, squeezed, unlabelled = render(schedule, timeline, width or None)
+    for line in lines:
+        out.print(line, crop=False, no_wrap=True, overflow="ignore")
+    note = ""
+    if squeezed:
+        note = f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind"
+    if unlabelled:
+        note += f"; {unlabelled} cells too narrow for their label are left blank"
+    if note:
+        note += " (widen with --width, 0 = never squeeze)"
+    out.print(f"[dim]{legend(schedule)}{note}[/]")
 
 
 def _widest_label(t, single: np.ndarray, chunks: int) -> int:
@@ -162,16 +204,18 @@ def _digits(x: np.ndarray) -> np.ndarray:
 
 
 def _axis(t0: float, t1: float, scale: float, cols: int, indent: int) -> Text:
-    """Tick labels every 1, 2 or 5 x 10^k time units, at least 8 columns apart."""
+    """Tick labels every 1, 2 or 5 x 10^k time units: at least ``TICK_GAP`` columns apart and
+    about ``TICKS`` across the axis, however long it is."""
     span = t1 - t0
-    exp = math.floor(math.log10(max(8 / scale, 1e-12)))
-    step = next(m * 10**e for e in (exp, exp + 1) for m in (1, 2, 5) if m * 10**e * scale >= 8)
+    gap = max(TICK_GAP, cols / TICKS)
+    exp = math.floor(math.log10(max(gap / scale, 1e-12)))
+    step = next(m * 10**e for e in (exp, exp + 1) for m in (1, 2, 5) if m * 10**e * scale >= gap)
     axis = [" "] * (cols + 8)
-    t = 0.0
-    while t <= span + 1e-9:
+    k = 0
+    while (t := k * step) <= span + 1e-9:
         label = f"{t:g}"
         pos = round(t * scale)
         if pos + len(label) <= len(axis):
             axis[pos : pos + len(label)] = list(label)
-        t += step
+        k += 1
     return Text(" " * indent + "".join(axis).rstrip(), style="dim")
