@@ -16,7 +16,8 @@ page may name, as a user in a clone would):
 - a ``python`` block runs as a script, or as a doctest when its first line starts ``>>>``
   (what it shows printing must be what it prints);
 - a block that must not run here (``make run``, GPU-only, or a benchmark taking minutes)
-  is preceded by a visible line ``*Not run by the docs test: REASON.*``.
+  is preceded by a line ``*Not run by the docs test: REASON.*`` (or, where the page must open
+  with the block itself, the comment ``<!-- not run by the docs test: REASON. -->``).
 
 ``pipesim`` and ``python -m pipesim`` run in this process (no interpreter start per
 command); ``$(pipesim ...)`` inside a command is replaced by what that command prints.
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOT_RUN = re.compile(r"^\*Not run by the docs test: (.+)\.\*$")
+NOT_RUN = re.compile(r"^(?:\*Not run by the docs test: (.+)\.\*|<!-- not run by the docs test: (.+)\. -->)$")
 QUOTED = re.compile(r"^<!-- quoted: (.+) -->$")
 STARTS = ("pipesim ", "python ", "make ", "pip ", "torchrun ", "$ ")
 
@@ -90,9 +91,9 @@ def parse(text: str) -> tuple[list[Block], str]:
         body = lines[i + 1 : j]
         marker = NOT_RUN.match(last_text)
         if info == "python":
-            blocks.append(Block(i + 1, "python", source="\n".join(body) + "\n", not_run=marker and marker.group(1)))
+            blocks.append(Block(i + 1, "python", source="\n".join(body) + "\n", not_run=marker and (marker.group(1) or marker.group(2))))
         elif info in ("", "sh", "console") and any(b.startswith(STARTS) for b in body):
-            blocks.append(Block(i + 1, "commands", _commands(body, i + 2), not_run=marker and marker.group(1)))
+            blocks.append(Block(i + 1, "commands", _commands(body, i + 2), not_run=marker and (marker.group(1) or marker.group(2))))
         last_text = ""
         i = j + 1
     return blocks, "\n".join(prose)
