@@ -23,8 +23,17 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import json_text, load_schedule, output_extension, output_target, save_schedule, write_bytes_atomic
-from .inputs import MAX_COUNT, MAX_VALUE, work
+from .files import (
+    input_files,
+    json_text,
+    load_schedule,
+    output_extension,
+    output_target,
+    refuse_overwrite,
+    save_schedule,
+    write_bytes_atomic,
+)
+from .inputs import INT32_MAX, MAX_COUNT, MAX_VALUE, int_text, shorten, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
@@ -89,20 +98,13 @@ def check_args(args: argparse.Namespace) -> None:
         for v in value if isinstance(value, list) else [value]:
             if v == "":
                 raise PipesimError(f"--{key.replace('_', '-')} '' is empty; give a value (see 'pipesim {args.argv[0]} --help')")
-    outputs = [v for k in getattr(args, "output_flags", ("output",)) for v in _listed(getattr(args, k, None))]
-    inputs = {
-        v: k
-        for k, value in vars(args).items()
-        if k not in getattr(args, "output_flags", ("output",)) and k != "argv"
-        for part in _listed(value)
-        for v in part.split(",")
-        if v and os.path.isfile(v)
-    }
-    for out in outputs:
+    written = getattr(args, "output_flags", ("output",))
+    outputs = [
+        ("-o" if k == "output" else "--" + k.replace("_", "-"), v) for k in written for v in _listed(getattr(args, k, None))
+    ]
+    for _, out in outputs:
         output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
-        for path, key in inputs.items():
-            if out != "-" and os.path.exists(out) and os.path.samefile(out, path):
-                raise PipesimError(f"-o {out} would overwrite the input --{key.replace('_', '-')} {path}; write to another file")
+    refuse_overwrite(outputs, input_files(vars(args), skip=(*written, "argv")))
 
 
 def _listed(value) -> list[str]:
@@ -113,14 +115,22 @@ def _listed(value) -> list[str]:
 # flags shared by several commands
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {text!r}") from None
-    if not 1 <= v <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {v}")
-    return v
+def whole_number(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``lo`` to ``hi``, its digits capped before
+    int() (inputs.int_text), so a flag of 5,000 digits is one line like any other."""
+
+    def parse(text: str) -> int:
+        v = int_text(text)
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
+        return v
+
+    return parse
+
+
+positive_int = whole_number(1, MAX_COUNT)
+#: --width of a terminal timeline: 0 never squeezes, past MAX_COLUMNS it is cut to them
+columns = whole_number(0, INT32_MAX)
 
 
 def cost_value(text: str) -> float | tuple[float, ...]:
@@ -815,7 +825,9 @@ def make_parser() -> Parser:
     add_search(c)
     c.add_argument("--json", action="store_true", help="print the metrics, the search result and the op order as JSON")
     c.add_argument("--no-timeline", action="store_true", help="metrics only")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
 
     c = command("compare", cmd_compare, "simulate several schedules side by side")
     add_shape(c)
@@ -837,7 +849,9 @@ def make_parser() -> Parser:
     g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
     g.add_argument("--model", help="a model preset (deepseek-v3, llama3-70b, ...) or TOML file: costs from the planner's model")
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
 
     c = command("ops", cmd_ops, "print a schedule's op order per rank (reference notation)")
     c.add_argument("--schedule", "-s", required=True)
@@ -855,7 +869,7 @@ def make_parser() -> Parser:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true")
-    c.add_argument("--width", type=positive_int, help="columns of the picture (default 100)")
+    c.add_argument("--width", type=whole_number(1, MAX_COLUMNS), help="columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )

@@ -211,7 +211,9 @@ class LongInteger(PipesimError):
 def json_int(text: str) -> int:
     """``parse_int`` for every JSON decoder pipesim uses: a digit cap before int()."""
     if len(text.lstrip("-")) > MAX_DIGITS:
-        raise LongInteger(f"{shorten(text)} is an integer of {len(text.lstrip('-')):,} digits; whole numbers have at most {MAX_DIGITS}")
+        raise LongInteger(
+            f"{shorten(text)} is an integer of {len(text.lstrip('-')):,} digits; whole numbers have at most {MAX_DIGITS}"
+        )
     return int(text)
 
 
@@ -224,7 +226,9 @@ def _long_integer(text: str, where: str) -> PipesimError:
     its key (or its line) and its length."""
     m = _LONG_INT.search(text)
     if m is None:  # not found again: say what is wrong without the place
-        return PipesimError(f"{where}: an integer has more than {MAX_DIGITS} digits; whole numbers here have at most {MAX_DIGITS}")
+        return PipesimError(
+            f"{where}: an integer has more than {MAX_DIGITS} digits; whole numbers here have at most {MAX_DIGITS}"
+        )
     key = m.group(1) or m.group(2) or f"line {text.count(chr(10), 0, m.start(3)) + 1}"
     digits = m.group(3)
     return PipesimError(
