@@ -8,6 +8,7 @@ would be right, and exit status 2; nothing is written when a command fails.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import shutil
@@ -65,8 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         args.argv = argv  # as typed, for reports that say how to reproduce them
         if not getattr(args, "run", None):
-            parser.print_help()
-            return 2
+            raise PipesimError("no command given; give one, e.g. pipesim simulate -s 1f1b (see 'pipesim --help')")
         check_args(args)
         return args.run(args) or 0
     except PipesimError as e:
@@ -82,13 +82,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pipesim: interrupted: {what} stopped by Ctrl-C (no file is left half-written)", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # the reader went away (pipesim ... | head): not an error. Point stdout at
-        # /dev/null so that the interpreter's last flush does not complain either.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        # the reader went away (pipesim ... | head): not an error
+        _drop_stdout()
         return 0
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        # stdout on a full disk or /dev/full (files pipesim writes say so themselves)
+        _drop_stdout()
+        print(f"pipesim: error: {what} cannot write its output: {e.strerror}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what could not
+    be written does not print a second error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def check_args(args: argparse.Namespace) -> None:

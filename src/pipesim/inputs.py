@@ -69,7 +69,9 @@ def shorten(value: object, limit: int = 40) -> str:
     """``value`` as an error shows it: its repr, cut in the middle when long (an integer
     too long to print whole is given by its number of digits)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * MAX_DIGITS + 10:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        digits -= 10 ** (digits - 1) > abs(value)  # the estimate is at most one too many
+        return f"an integer of {digits:,} digits"
     text = repr(value)
     n = len(value) if isinstance(value, str) else len(text)
     return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({n:,} characters)"
