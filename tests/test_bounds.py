@@ -208,9 +208,15 @@ def test_outputs_are_compared_with_inputs_by_identity(capsys, tmp_path, monkeypa
         (["ops", "-s", "a,b.json", "-o", "hard.json"], "-o hard.json would overwrite the input --schedule a,b.json"),
         (["ops", "-s", "./a,b.json", "-o", "a,b.json"], "would overwrite the input --schedule ./a,b.json"),
         (["sweep", "--pp", "2", "-m", "2:4", "--components", "k,1.toml", "--csv", "k,1.toml"], "--csv k,1.toml would overwrite"),
-        (["profile", "rank0.json", "--timeline", "rank0.json"], "--timeline rank0.json would overwrite the input --trace rank0.json"),
+        (
+            ["profile", "rank0.json", "--timeline", "rank0.json"],
+            "--timeline rank0.json would overwrite the input --trace rank0.json",
+        ),
         (["profile", ".", "--timeline", "rank0.json"], "--timeline rank0.json would overwrite the input --trace ./rank0.json"),
-        (["draw", "--schedules", "1f1b,hard.json", "-o", "a,b.json"], "-o a,b.json would overwrite the input --schedules hard.json"),
+        (
+            ["draw", "--schedules", "1f1b,hard.json", "-o", "a,b.json"],
+            "-o a,b.json would overwrite the input --schedules hard.json",
+        ),
     ]
     for argv, needle in cases:
         code, _, err = run(capsys, *argv)
@@ -260,7 +266,12 @@ def test_a_full_stdout_is_one_line():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with open("/dev/full", "w") as full:
         r = subprocess.run(
-            [sys.executable, "-m", "pipesim.cli", "ops", "-s", "1f1b"], stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120
+            [sys.executable, "-m", "pipesim.cli", "ops", "-s", "1f1b"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
         )
     assert r.returncode == 1
     assert r.stderr == "pipesim: error: pipesim ops cannot write its output: No space left on device\n"

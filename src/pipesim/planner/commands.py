@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import fields
 
-from ..cli import console, emit_json, positive_float, positive_int
+from ..cli import console, emit_json, positive_float, positive_int, whole_number
 from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import json_text, write_text_atomic
@@ -83,7 +83,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     g.add_argument("--seq", type=positive_int, help="tokens per sequence")
     g.add_argument("--global-batch", type=positive_int, help="sequences per step")
     g.add_argument("--precision", choices=("bf16", "fp8"))
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
+    g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage")
     g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
     g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
 
