@@ -46,13 +46,14 @@ ALIASES = {
     "combine": "combine",
 }
 _PHASED = re.compile(r"^\s*(.*?)\s*\(\s*([FBW])\s*\)\s*$")
-# stage, rank and micro-batch numbers of at most 7 digits (below MAX_COUNT): a label that
-# names one in the billions names no stage of a real run, and is read past like any other
-_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d{1,7}) stage=(\d{1,7}(?:&\d{1,7})?)(?: of=(\S+))?$")
-_TORCH = re.compile(r"^PP:(\d{1,7})(F|I|W|B)(\d{1,7})$")
-_TORCH_PAIR = re.compile(r"^PP:\((\d{1,7})F(\d{1,7});(\d{1,7})(I|B)(\d{1,7})\)OVERLAP_F_B$")
-_TORCH_OTHER = re.compile(r"^PP:\d{0,7}(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d{0,7}$")
-_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,7})$")
+# stage, rank and micro-batch numbers of at most 6 digits: a label naming one past a
+# million names no stage of a profiled step (and one in the billions made profile
+# allocate for them all): it is read past like any other name
+_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d{1,6}) stage=(\d{1,6}(?:&\d{1,6})?)(?: of=(\S+))?$")
+_TORCH = re.compile(r"^PP:(\d{1,6})(F|I|W|B)(\d{1,6})$")
+_TORCH_PAIR = re.compile(r"^PP:\((\d{1,6})F(\d{1,6});(\d{1,6})(I|B)(\d{1,6})\)OVERLAP_F_B$")
+_TORCH_OTHER = re.compile(r"^PP:\d{0,6}(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d{0,6}$")
+_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,6})$")
 TORCH_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}  # PyTorch's letter -> pipesim's kind
 
 EXPECTED = (
