@@ -106,7 +106,7 @@ CASES = [
     ({"a.csv": "\n"}, ["import", "--csv", "a.csv", "-m", "4", "-o", "o.json"], "a: 1 row(s) but no actions"),
     ({"a.csv": ",,\n,\n"}, ["import", "--csv", "a.csv", "-o", "o.json"], "a: 2 row(s) but no actions"),
     # times that are not finite or past any chart's range
-    ({"t.json": trace("1" + "0" * 400)}, ["profile", "t.json"], "t.json: '1000000000000000000...0000000' (401 characters) is an integer of 401 digits"),
+    ({"t.json": trace("1" + "0" * 400)}, ["profile", "t.json"], "t.json: ts is '1000000000000000000...0000000' (401 characters), an integer of 401 digits"),
     ({"t.json": trace("1e30")}, ["profile", "t.json"], "expected a start from -1e+17 to 1e+17"),
     ({"tl.json": timeline_file(1e308)}, ["draw", "--measured", "tl.json", "-o", "x.svg"], "rank 0: F0.0: start must be a number from -1e+15 to 1e+15, got 1e+308"),
 ]  # fmt: skip
@@ -210,9 +210,9 @@ def test_outputs_are_compared_with_inputs_by_identity(capsys, tmp_path, monkeypa
         (["sweep", "--pp", "2", "-m", "2:4", "--components", "k,1.toml", "--csv", "k,1.toml"], "--csv k,1.toml would overwrite"),
         (
             ["profile", "rank0.json", "--timeline", "rank0.json"],
-            "--timeline rank0.json would overwrite the input --trace rank0.json",
+            "--timeline rank0.json would overwrite the input TRACE rank0.json",
         ),
-        (["profile", ".", "--timeline", "rank0.json"], "--timeline rank0.json would overwrite the input --trace ./rank0.json"),
+        (["profile", ".", "--timeline", "rank0.json"], "--timeline rank0.json would overwrite the input TRACE ./rank0.json"),
         (
             ["draw", "--schedules", "1f1b,hard.json", "-o", "a,b.json"],
             "-o a,b.json would overwrite the input --schedules hard.json",

@@ -116,7 +116,7 @@ def check_args(args: argparse.Namespace) -> None:
     ]
     for _, out in outputs:
         output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
-    refuse_overwrite(outputs, input_files(vars(args), skip=(*written, "argv")))
+    refuse_overwrite(outputs, input_files(vars(args), skip=(*written, "argv"), positional=getattr(args, "positional", ())))
 
 
 def _listed(value) -> list[str]:

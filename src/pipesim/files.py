@@ -211,17 +211,17 @@ def _identity(path: str) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-def input_files(values: dict[str, object], skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def input_files(values: dict[str, object], skip: tuple[str, ...] = (), positional: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(flag, file) for every file a command's flag values name: a value that is a file,
     each file directly in a value that is a folder (per-rank traces), and, only when the
     whole value names nothing, each part of a comma-separated list (``--schedules
     1f1b,my.json``): a path with a comma in it is a path, never split. ``skip`` names
-    the keys that are not read (the outputs)."""
+    the keys that are not read (the outputs); ``positional`` those named without a flag."""
     out = []
     for key, value in values.items():
         if key in skip:  # the outputs, and what is no file name
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = key.upper() if key in positional else "--" + key.replace("_", "-")
         for v in value if isinstance(value, list) else [value]:
             if not isinstance(v, str) or v in ("", "-"):
                 continue

@@ -223,7 +223,7 @@ def json_int(text: str) -> int:
 _LONG_INT = re.compile(r'(?:"([^"\\\n]{1,80})"\s*:|([\w.-]{1,80})\s*=)?\s*[-+]?(\d[\d_]{' + str(MAX_DIGITS) + ",})")
 
 
-def _long_integer(text: str, where: str) -> PipesimError:
+def long_integer_error(text: str, where: str) -> PipesimError:
     """The error for an integer of more than ``MAX_DIGITS`` digits in ``text``, naming
     its key (or its line) and its length."""
     m = _LONG_INT.search(text)
@@ -245,7 +245,7 @@ def parse_json(text: str, where: str) -> object:
     try:
         data = json.loads(text, parse_constant=_no_constant, parse_int=json_int)
     except LongInteger:
-        raise _long_integer(text, where) from None
+        raise long_integer_error(text, where) from None
     except PipesimError as e:
         raise PipesimError(f"{where}: not valid JSON ({e})") from None
     except json.JSONDecodeError as e:
@@ -275,7 +275,7 @@ def load_toml(path: str | os.PathLike, what: str) -> dict:
     except RecursionError:
         raise PipesimError(f"{where}: TOML nested too deeply") from None
     except ValueError:  # an integer past Python's int() limit
-        raise _long_integer(text, where) from None
+        raise long_integer_error(text, where) from None
     if _depth(data) > MAX_DEPTH:
         raise PipesimError(f"{where}: TOML nested deeper than {MAX_DEPTH} levels")
     stack: list[tuple[str, object]] = [("", data)]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PipesimError
-from ..inputs import MAX_STREAM_BYTES, LongInteger, check_file, json_int
+from ..inputs import MAX_STREAM_BYTES, LongInteger, check_file, json_int, long_integer_error
 
 # categories compared in lower case: older Kineto wrote Kernel, Runtime, Memcpy, Memset
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"}
@@ -219,8 +219,8 @@ class _Reader:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
             except RecursionError:
                 raise PipesimError(f"{self.where}: not a profiler trace: JSON nested too deeply to be one") from None
-            except LongInteger as e:
-                raise PipesimError(f"{self.where}: {e}") from None
+            except LongInteger:  # name its key: the value being decoded starts at pos
+                raise long_integer_error(self.buf[self.pos : self.pos + MAX_VALUE], self.where) from None
             except json.JSONDecodeError as e:
                 error = e
             else:
