@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from pipesim import build, kernel
-from pipesim.cli import main
 from pipesim.files import timeline_to_dict
 from pipesim.simulate import simulate
+from test_hardening import one_line, run, schedule_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "src" / "pipesim" / "planner" / "presets"
@@ -28,12 +28,6 @@ TRAINING = 'seq = 1024\nglobal_batch = 64\nprecision = "bf16"\nzero = 1\n'
 COSTS = "[layer]\nattn_f = 1\nmlp_f = 1\ndispatch_f = 1\ncombine_f = 1\n"
 DIGITS = "9" * 5000  # past Python's int() limit of 4,300 digits
 PLAN = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8"]
-
-
-def schedule_json(**change) -> str:
-    d = build("1f1b", 2, 4).to_dict()
-    d.update(change)
-    return json.dumps(d)
 
 
 def with_op(token: str) -> str:
@@ -52,18 +46,6 @@ def timeline_file(start: float) -> str:
     d = timeline_to_dict(s, simulate(s))
     d["timeline"]["events"][0][0][1] = start
     return json.dumps(d)
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(code, err, needle):
-    assert code == 2, err
-    assert err.startswith("pipesim: error: ") and err.count("\n") == 1, err
-    assert needle in err, err
 
 
 # (files, argv, what the one line must say): each a case of issue 23 that was a
