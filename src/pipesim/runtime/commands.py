@@ -19,6 +19,7 @@ from ..cli import (
     add_op_costs,
     add_search,
     add_shape,
+    columns,
     console,
     emit_json,
     is_schedule_file,
@@ -31,7 +32,7 @@ from ..cli import (
 )
 from ..costs import Costs
 from ..errors import PipesimError
-from ..files import json_text, output_extension, save_schedule, write_text_atomic
+from ..files import input_files, json_text, output_extension, refuse_overwrite, save_schedule, write_text_atomic
 from ..inputs import read_text
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
@@ -188,6 +189,10 @@ def _profile_dir(args, schedule, count: int) -> str | None:
         raise PipesimError(f"--profile {args.profile}: cannot create {folder!r}: {e.strerror}") from None
     if not os.access(folder, os.W_OK):
         raise PipesimError(f"--profile {args.profile}: the folder {folder!r} is not writable")
+    refuse_overwrite(
+        [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
+        input_files(vars(args), skip=("profile",)),
+    )
     return folder
 
 
@@ -387,7 +392,7 @@ def add_commands(command) -> None:
     c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
     c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns")
+    c.add_argument("--width", type=columns, help="squeeze the timeline into this many columns")
     c.add_argument(
         "--profile",
         metavar="DIR",
@@ -410,5 +415,5 @@ def add_commands(command) -> None:
     )
     c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
     add_shape(c)
-    c.add_argument("--stages-per-rank", type=int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
+    c.add_argument("--stages-per-rank", type=positive_int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
     c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")
