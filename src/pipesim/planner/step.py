@@ -37,7 +37,7 @@ def step_overhead(
         for st in held:
             dense, experts = mm.params_at(st)
             copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
-            for n, group in ((dense, "dp"), (experts, "edp")):
+            for n, group in ((dense, "cpdp"), (experts, "edp")):
                 replicas = lay.size(group)
                 ring = (replicas - 1) / replicas * n / ring_bandwidth(c, lay, group)
                 reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
