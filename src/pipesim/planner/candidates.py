@@ -176,9 +176,9 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
     else:
         tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.domain and tp_problem(m, x) is None]
     etp = pins.etp or 1
-    starved = not any(fed(t, gpus // (tp * pp), pp) for tp in tps for pp in _powers(gpus // tp) if (gpus // tp) % pp == 0)
+    starved = not any(fed(t, gpus // (tp * pp), pp) for tp in tps for pp in pipeline_sizes(gpus // tp))
     for tp in tps:
-        for pp in [pins.pp] if pins.pp else _powers(gpus // tp):
+        for pp in [pins.pp] if pins.pp else pipeline_sizes(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
             if pins.cp:
@@ -230,6 +230,15 @@ def context_sizes(t: Training, replicas: int, starved: bool) -> list[int]:
         return [1]
     top = t.seq // (2 * MIN_CP_CHUNK)
     return [x for x in _powers(min(top, replicas)) if t.seq % (2 * x) == 0]
+
+
+def pipeline_sizes(n: int) -> list[int]:
+    """Pipeline depths searched over ``n`` GPUs a tensor group: the powers of two dividing
+    it, and where n has an odd factor (72-GPU NVL72 racks make it 9), those times it, so
+    that the data-parallel degree left can be a power of two dividing the global batch."""
+    odd = n // (n & -n)
+    out = [p for p in _powers(n) if n % p == 0]
+    return out + [p * odd for p in out if n % (p * odd) == 0] if odd > 1 else out
 
 
 def _powers(limit: int) -> list[int]:

@@ -4,7 +4,7 @@ domains, and whether the global batch can feed the GPUs at all."""
 
 from __future__ import annotations
 
-from .candidates import fed
+from .candidates import fed, pipeline_sizes
 from .collectives import a2a_size
 from .layout import Layout
 from .specs import Cluster, Model, Training
@@ -67,11 +67,13 @@ def domain_text(c: Cluster) -> str:
 
 
 def batch_note(c: Cluster, t: Training, layers: int, tp: int) -> str | None:
-    """A line when the global batch is too small for the GPUs: at no pipeline depth (a
-    power of two up to the layers) does each data-parallel pipeline get 2pp micro-batches
+    """A line when the global batch is too small for the GPUs: at no pipeline depth searched
+    (``pipeline_sizes``, up to the layers) does each data-parallel pipeline get 2pp micro-batches
     of one sequence without context parallelism; with what would change that."""
     gpus = c.gpus
-    pps = [2**k for k in range(layers.bit_length()) if 2**k <= layers]
+    if t.seq >= 16384:  # long sequences: context parallelism is the usual answer, not a batch too small
+        return None
+    pps = [pp for pp in pipeline_sizes(gpus // tp) if pp <= layers]
     if any(fed(t, gpus // (tp * pp), pp) for pp in pps if gpus % (tp * pp) == 0):
         return None
     tokens = t.global_batch * t.seq / gpus
