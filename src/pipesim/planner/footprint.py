@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..memory import MemoryModel
-from .layout import Layout
+from .layout import Layout, keeps_gathered
 from .params import attention_dims, attention_params, mlp_params
 from .specs import Model, Training
 from .split import partition
@@ -95,6 +95,8 @@ def memory_model(
         param_bytes=t.param_bytes,
         grad_bytes=t.grad_bytes,
         optimizer_bytes=t.optimizer_bytes,
-        zero=t.zero,
+        # FSDP keeping the stage gathered through the step holds its parameters whole
+        # (gradients and optimizer states stay sharded): ZeRO-2's bytes
+        zero=2 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
     )

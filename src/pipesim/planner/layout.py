@@ -146,6 +146,17 @@ def default_ep(m: Model, dp: int) -> int:
     return min(64, dp, m.moe.experts) if m.moe else 1
 
 
+def keeps_gathered(t: Training, lay: Layout) -> bool:
+    """Whether FSDP (ZeRO-3) keeps each stage's parameters gathered through the step
+    rather than freeing them after every micro-batch's forward: torchtitan's
+    ``fsdp_reshard_after_forward`` "default" does so exactly when pipeline parallelism is
+    on (its PP schedules run many micro-batches per stage; regathering for each would
+    multiply the all-gathers), "never" always, "always" never."""
+    if t.fsdp_reshard == "default":
+        return lay.pp > 1
+    return t.fsdp_reshard == "never"
+
+
 # --------------------------------------------------------------------------------------
 # constraints: each stated once, as the line a refused pin or layout prints
 

@@ -184,6 +184,10 @@ class Training:
     # attention (Llama 3), "a2a" all-to-all over heads (DeepSpeed-Ulysses), "a2a+p2p"
     # all-to-all inside the NVLink domain and the ring between domains
     cp_comm: str = "p2p"
+    # ZeRO-3 (FSDP) and the micro-batches: "default" frees each stage's gathered parameters
+    # after every forward without pipeline parallelism and keeps them through the step with
+    # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
+    fsdp_reshard: str = "default"
 
 
 # --------------------------------------------------------------------------------------
@@ -361,6 +365,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.fsdp_reshard not in ("default", "always", "never"):
+        raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
     for key in ("seq", "global_batch"):
