@@ -77,12 +77,20 @@ def memory_model(
     # local length and must not divide by cp again)
     local = replace(t, seq=t.seq // lay.cp) if lay.cp > 1 else t
     params, experts, acts, shares = [], [], [], []
+    by_kind: dict[bool, tuple[float, float]] = {}  # a layer's activation depends only on its kind
+
+    def kept(i: int) -> tuple[float, float]:
+        kind = m.is_moe_layer(i)
+        if kind not in by_kind:
+            by_kind[kind] = layer_activation(m, i, local, lay, recompute)
+        return by_kind[kind]
+
     for s, rng in enumerate(parts):
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
         params.append(d)
         experts.append(e)
         mtp = [m.layers - 1] * m.mtp_layers if s == stages - 1 else []
-        pairs = [layer_activation(m, i, local, lay, recompute) for i in [*rng, *mtp]]
+        pairs = [kept(i) for i in [*rng, *mtp]]
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
