@@ -284,8 +284,12 @@ def print_searches(done: list[dict]) -> None:
         best = plan.best
         mine = plan.results[exact - 1] if exact else None
         faster = f"{1 - best.step_time / mine.step_time:.1%}" if mine and best else "-"
+        if any_ is None and m.moe is not None and shape[2] > 1:  # say why not
+            plan_note = " (models with experts are searched at tp1; pin --tp to ask)"
+        else:
+            plan_note = ""
         print(
-            f"| {row['name']} | {rank_text(plan, exact)} | {rank_text(plan, any_)} | {layout_text(best) if best else 'nothing fits'} | "
+            f"| {row['name']} | {rank_text(plan, exact)}{plan_note} | {rank_text(plan, any_)} | {layout_text(best) if best else 'nothing fits'} | "
             f"{best.step_time if best else math.nan:.2f} | {faster} | {took:.0f} |"
         )
 

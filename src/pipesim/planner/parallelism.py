@@ -7,6 +7,7 @@ from __future__ import annotations
 from .candidates import fed, pipeline_sizes
 from .collectives import a2a_size
 from .layout import Layout
+from .results import Plan
 from .specs import Cluster, Model, Training
 
 #: torchtitan's context parallelism (pytorch/torchtitan at b5bcd76, 2026-08-21): the
@@ -84,3 +85,17 @@ def batch_note(c: Cluster, t: Training, layers: int, tp: int) -> str | None:
         f"context parallelism. A global batch of {need:,} sequences or more (or fewer GPUs) would; otherwise context "
         "parallelism (--cp) trades data-parallel pipelines for context ranks, as searched here."
     )
+
+
+def layout_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """The report's assumption rows for context parallelism and the expert mesh of the
+    recommendation, where it has them."""
+    best = plan.best
+    if best is None:
+        return []
+    lay, rows = best.candidate.layout, []
+    if lay.cp > 1:
+        rows.append(("context parallelism", cp_text(plan.model, plan.cluster, plan.training, lay)))
+    if plan.model.moe:
+        rows.append(("expert mesh", mesh_text(lay)))
+    return rows

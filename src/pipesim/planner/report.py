@@ -16,7 +16,7 @@ from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, skipped_families
 from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, model_flops_per_token
-from .parallelism import batch_note, cp_text, domain_text, mesh_text
+from .parallelism import batch_note, domain_text, layout_assumptions
 from .params import active_params, total_params
 from .results import Plan, Result
 from .specs import Training
@@ -387,18 +387,6 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     ]
     return rows + layout_assumptions(plan) + search_assumptions(plan)
 
-
-def layout_assumptions(plan: Plan) -> list[tuple[str, str]]:
-    """Context parallelism and the expert mesh of the recommendation, where it has them."""
-    best = plan.best
-    if best is None:
-        return []
-    lay, rows = best.candidate.layout, []
-    if lay.cp > 1:
-        rows.append(("context parallelism", cp_text(plan.model, plan.cluster, plan.training, lay)))
-    if plan.model.moe:
-        rows.append(("expert mesh", mesh_text(lay)))
-    return rows
 
 
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
