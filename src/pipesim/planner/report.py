@@ -388,7 +388,6 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     return rows + layout_assumptions(plan) + search_assumptions(plan)
 
 
-
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
     """What the search fixed or left out: pins, and the searched orders not chosen for
     the candidate's own costs."""
