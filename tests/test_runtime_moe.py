@@ -6,7 +6,12 @@ The bad-input tests start no process (they are refused before any launch).
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -16,7 +21,7 @@ from conftest import registry_schedules  # noqa: E402
 from pipesim import build  # noqa: E402
 from pipesim.cli import main  # noqa: E402
 from pipesim.ir import Pair  # noqa: E402
-from pipesim.runtime import RunFailed, execute_many, job  # noqa: E402
+from pipesim.runtime import RunFailed, TinyTransformer, execute_many, job  # noqa: E402
 from pipesim.runtime.moe import MoETransformer  # noqa: E402
 
 PAIRED = ("dualpipe", "dualpipev", "1f1b-overlap", "interleaved-1f1b-overlap")
@@ -119,3 +124,145 @@ def test_too_many_ranks_for_the_machine_is_refused(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2
     assert "--pp 64 needs 64 processes, more than this machine can run (" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------
+# a stage model's own pair function
+
+
+@dataclass(frozen=True)
+class HookedTiny(TinyTransformer):
+    """The tiny model with its own overlapped pair: forward one micro-batch, then the
+    other's backward into .grad (``skip``: forget the backward, which the check must see)."""
+
+    skip: bool = False
+
+    def pair(self, f_module, f_input, b_module, b_output, b_grad):
+        y = f_module(f_input)
+        if not self.skip:
+            torch.autograd.backward(b_output, b_grad)
+        return y
+
+
+@dataclass(frozen=True)
+class WrongPair(TinyTransformer):
+    def pair(self, f_module, f_input):
+        return f_module(f_input)
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("runtime")
+def test_a_models_own_pair_function_runs_the_pairs():
+    """DualPipe's pairs go through the model's pair(): done right the check passes, and a
+    pair() that drops the backward fails it (so the hook really ran)."""
+    s = build("dualpipe", 2, 4)
+    good, bad = execute_many([job(s, HookedTiny(), check=True), job(s, HookedTiny(skip=True), check=True)], backend="gloo")
+    assert good.passed, good.errors
+    assert not bad.passed
+
+
+def test_a_pair_function_with_the_wrong_signature_is_refused(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "mymodel.py").write_text(
+        "from dataclasses import dataclass\nfrom pipesim.runtime import TinyTransformer\n\n"
+        "@dataclass(frozen=True)\nclass Model(TinyTransformer):\n    def pair(self, f_module, f_input):\n        return f_module(f_input)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "-s", "dualpipe", "--pp", "2", "-m", "4", "--model", "mymodel:Model"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "Model.pair(f_module, f_input) cannot be called as pair(f_module, f_input, b_module, b_output, b_grad)" in err
+
+
+@pytest.mark.parametrize(
+    "source, name, says",
+    [
+        ("raise RuntimeError('no GPU here\\nsecond line')\n", "Model", "importing broken failed: RuntimeError: no GPU here"),
+        ("x = (\n", "Model", "importing broken failed: SyntaxError:"),
+        ("Model = 42\n", "Model", "--model broken:Model is a int, not a model"),
+        ("Other = 1\n", "Model", "module broken has no 'Model'"),
+    ],
+)
+def test_a_user_model_that_cannot_load_is_one_line(source, name, says, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "broken.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "broken", raising=False)
+    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--model", f"broken:{name}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+
+
+# ---------------------------------------------------------------------------------------
+# the environment
+
+
+def test_a_missing_network_interface_is_one_line_before_any_process(capsys, monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--check", "--backend", "gloo"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "GLOO_SOCKET_IFNAME=nosuch0 names 'nosuch0', which is no network interface of this machine" in err
+
+
+def test_rendezvous_failures_name_the_fix():
+    """The errors c10d really raises for a port in use and a rendezvous nobody answers."""
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    from pipesim.runtime.launch import network_error
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    with pytest.raises(Exception) as info:
+        dist.TCPStore("127.0.0.1", port, is_master=True, timeout=datetime.timedelta(seconds=2))
+    assert network_error(info.value) == (
+        f"the rendezvous port {port} is in use by another process: pick a free one "
+        "(torchrun --rdzv-endpoint HOST:PORT, or MASTER_PORT)"
+    )
+    taken.close()
+    with pytest.raises(Exception) as info:
+        dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=1))
+    assert network_error(info.value).startswith(f"could not reach 127.0.0.1:{port} to meet the other ranks")
+    assert network_error(ValueError("something else")) is None
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("runtime")
+def test_ctrl_c_during_export_check_is_one_line(tmp_path):
+    """Ctrl-C reaches the whole process group (launcher, forkserver, ranks) once the ranks
+    run: exit 130 and the launcher's one line, no traceback from any of them."""
+    name, value = "PIPESIM_TEST_RUN", f"{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipesim.cli", "export", "-s", "zb-h1", "--pp", "2", "-m", "4", "--check"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, name: value},
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(_with_marker(f"{name}={value}")) < 4 and time.monotonic() < deadline:  # launcher, forkserver, ranks
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err == "pipesim: interrupted: pipesim export stopped by Ctrl-C (no file is left half-written)\n"
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found

@@ -137,7 +137,7 @@ def _user_model(args):
     if not hasattr(module, attr):
         raise PipesimError(f"--model {args.model}: module {mod_name} has no {attr!r}")
     obj = getattr(module, attr)
-    if callable(obj) and not hasattr(obj, "build") and not isinstance(obj, nn.Module):
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "build") and not isinstance(obj, nn.Module)):
         try:
             obj = obj()
         except Exception as e:
