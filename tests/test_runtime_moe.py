@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -266,3 +267,36 @@ def _with_marker(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+# ---------------------------------------------------------------------------------------
+# docs/runtime-moe.md
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("runtime")
+def test_the_pages_commands_print_what_it_says(tmp_path, monkeypatch, capsys):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "runtime-moe.md").read_text()
+    commands = [line[len("$ pipesim ") :].split() for line in page.splitlines() if line.startswith("$ pipesim ")]
+    assert [c[0] for c in commands] == ["run", "profile"]
+    monkeypatch.chdir(tmp_path)
+    assert main(commands[0]) == 0
+    out = capsys.readouterr().out
+    quoted = "PASS: dualpipe: losses and every gradient match one process (tolerance 1e-09)"
+    assert quoted in page and quoted in out
+    assert main(commands[1]) == 0
+    out = capsys.readouterr().out
+    for component in (
+        "attn(F)",
+        "dispatch(F)",
+        "mlp(F)",
+        "combine(F)",
+        "combine(B)",
+        "mlp(B)",
+        "mlp(W)",
+        "dispatch(B)",
+        "attn(B)",
+        "attn(W)",
+    ):
+        assert f"`{component}`" in page and f"│ {component}" in out
+    assert "pipeline: dualpipe, pp=2, M=4, dual placement" in out

@@ -65,7 +65,7 @@ class ComponentWork:
         self.losses: dict[int, float] = {}
         self.mark: Callable[[str], contextlib.AbstractContextManager] = lambda label: contextlib.nullcontext()
         self.log: list[tuple[str, str, float, float]] = []  # (item, part label, start, end) of each step
-        self.offthread: list[tuple[str, float, float]] = []  # (label, start, end) of steps off the main thread
+        self.offthread: list[tuple[str, float, float, int]] = []  # (label, start, end, thread id) off the main thread
         self._comm: ThreadPoolExecutor | None = None
         self._item = ""
 
@@ -91,7 +91,7 @@ class ComponentWork:
             start = time.perf_counter()
             fn()
             end = time.perf_counter()
-            self.offthread.append((label, start, end))
+            self.offthread.append((label, start, end, threading.get_native_id()))
         else:
             with self.mark(label):
                 start = time.perf_counter()
@@ -223,7 +223,8 @@ class ComponentWork:
                 return f"{name}(W)", lambda: self._weight_part(btape, i)
             return f"{name}(B)", lambda: self._backward_part(btape, i, weights=False)
 
-        run_two_streams(tasks, orders, action, self._stream(), self._step)
+        gpu = GpuStreams(self.device) if self.device.type == "cuda" else None
+        run_two_streams(tasks, orders, action, self._stream(), self._step, gpu)
         return {**self._end_forward(f, ftape), **self._end_backward(b, btape)}
 
     def _stream(self) -> ThreadPoolExecutor:
@@ -242,29 +243,60 @@ class _Aborted(RuntimeError):
     pass
 
 
-def run_two_streams(tasks, orders, action, comm: ThreadPoolExecutor, step) -> None:
+class GpuStreams:
+    """On a GPU the two threads launch onto two CUDA streams: the compute stream (the
+    rank's current one) and a communication stream, where NCCL's all-to-all is ordered.
+    Each task records an event on its stream when launched, and a task first makes its
+    stream wait for the events of the tasks it needs, so the GPU keeps the dependencies
+    the threads only launch in order. (Untested here: no GPU on the CI machine.)"""
+
+    def __init__(self, device):
+        self.streams = {"compute": torch.cuda.current_stream(device), "comm": torch.cuda.Stream(device)}
+        self.events: dict[int, torch.cuda.Event] = {}
+
+    def enter(self, name: str) -> None:
+        torch.cuda.set_stream(self.streams[name])  # the current stream is per thread
+
+    def wait(self, deps) -> None:
+        stream = torch.cuda.current_stream()
+        for j in deps:
+            stream.wait_event(self.events[j])
+
+    def record(self, i: int) -> None:
+        event = torch.cuda.Event()
+        event.record()
+        self.events[i] = event
+
+
+def run_two_streams(tasks, orders, action, comm: ThreadPoolExecutor, step, gpu: GpuStreams | None = None) -> None:
     """Run ``orders["compute"]`` here and ``orders["comm"]`` on ``comm``, each task after
     its ``after`` tasks have ended. The first error stops both streams and is raised."""
     done = [threading.Event() for _ in tasks]
     failed: list[BaseException] = []
 
-    def stream(order) -> None:
+    def stream(name: str) -> None:
         try:
-            for i in order:
+            if gpu is not None:
+                gpu.enter(name)
+            for i in orders[name]:
                 for j in tasks[i].after:
                     while not done[j].wait(0.05):
                         if failed:
                             raise _Aborted()
+                if gpu is not None:
+                    gpu.wait(tasks[i].after)
                 label, fn = action(tasks[i])
                 step(label, fn)
+                if gpu is not None:
+                    gpu.record(i)
                 done[i].set()
         except BaseException as e:
             failed.append(e)
             raise
 
-    future = comm.submit(stream, orders["comm"])
+    future = comm.submit(stream, "comm")
     try:
-        stream(orders["compute"])
+        stream("compute")
     except _Aborted:  # the communication stream failed: raise its error
         future.result()
         raise

@@ -238,9 +238,11 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
 CLOCK_MARK = "pipesim/clock"
 
 
-def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, float]]) -> None:
-    """Write ``ranges`` (perf_counter seconds) into the Chrome trace at ``path`` as
-    user annotations on a thread named ``pipesim-comm``; drop the clock mark."""
+def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, float, int]]) -> None:
+    """Write ``ranges`` ((label, start, end) in perf_counter seconds, and the thread's
+    system id, which Kineto's events carry too, so a GPU kernel that thread launched is
+    attributed to its range) into the Chrome trace at ``path`` as user annotations; drop
+    the clock mark."""
     import json
 
     with open(path) as f:
@@ -250,8 +252,8 @@ def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, fl
     if mark is None:
         return
     events.remove(mark)
-    pid, tid, base = mark.get("pid"), "pipesim-comm", float(mark["ts"])
-    for label, start, end in ranges:
+    pid, base = mark.get("pid"), float(mark["ts"])
+    for label, start, end, tid in ranges:
         ts = base + (start - clock) * 1e6
         events.append(
             {"ph": "X", "cat": "user_annotation", "name": label, "pid": pid, "tid": tid, "ts": ts, "dur": (end - start) * 1e6}
