@@ -24,6 +24,7 @@ from pipesim.cli import main  # noqa: E402
 from pipesim.ir import Pair  # noqa: E402
 from pipesim.runtime import RunFailed, TinyTransformer, execute_many, job  # noqa: E402
 from pipesim.runtime.moe import MoETransformer  # noqa: E402
+from processes import with_marker  # noqa: E402
 
 PAIRED = ("dualpipe", "dualpipev", "1f1b-overlap", "interleaved-1f1b-overlap")
 
@@ -249,24 +250,12 @@ def test_ctrl_c_during_export_check_is_one_line(tmp_path):
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while len(_with_marker(f"{name}={value}")) < 4 and time.monotonic() < deadline:  # launcher, forkserver, ranks
+    while len(with_marker(f"{name}={value}")) < 4 and time.monotonic() < deadline:  # launcher, forkserver, ranks
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert err == "pipesim: interrupted: pipesim export stopped by Ctrl-C (no file is left half-written)\n"
-
-
-def _with_marker(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 # ---------------------------------------------------------------------------------------

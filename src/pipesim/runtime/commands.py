@@ -198,6 +198,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
+    if args.a2a_delay and args.ep == 1:
+        raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     model = None if args.synthetic else _model(args)
     jobs = [
         job(

@@ -175,46 +175,36 @@ class RealWork:
         b_grad) -> f_output``, see ``model.py``): it runs the forward and the backward
         (into ``.grad``, as ``torch.autograd.backward`` does) however it overlaps them."""
         f, b = item.forward, item.backward
-        fstage, bstage = self._stage(f), self._stage(b)
-        x, target = self.model.microbatch(f.mb)
-        if fstage > 0:
-            x = self._upstream(f, inputs).detach()
-        x = x.to(self.device)
-        if fstage > 0 and x.is_floating_point():
-            x.requires_grad_(True)
+        x = self._input(f, inputs)
         bx, root = self.saved.pop((b.chunk, b.mb))[:2]
-        if bx.grad is not None:
-            bx.grad = None
-        g = self._upstream(b, inputs)
-        y = self.pair_hook(self.modules[f.chunk], x, self.modules[b.chunk], root, g)
-        out = {}
-        if fstage == self.stages - 1:
-            loss = self.model.loss(y, target.to(self.device))
-            self.losses[f.mb] = loss.item()
-            self.saved[(f.chunk, f.mb)] = [x, loss / self.schedule.microbatches]
-        else:
-            self.saved[(f.chunk, f.mb)] = [x, y]
-            out[("F", self.rank, f.chunk, f.mb)] = y.detach()
-        if bstage > 0:
+        bx.grad = None
+        y = self.pair_hook(self.modules[f.chunk], x, self.modules[b.chunk], root, self._upstream(b, inputs))
+        out = self._forward_done(f, x, y)
+        if self._stage(b) > 0:
             out[("B", self.rank, b.chunk, b.mb)] = bx.grad
         return out
 
-    def _F(self, op: Op, inputs) -> dict:
-        stage = self._stage(op)
-        x, target = self.model.microbatch(op.mb)
-        if stage > 0:
-            x = self._upstream(op, inputs).detach()
-        x = x.to(self.device)
-        if stage > 0 and x.is_floating_point():
-            x.requires_grad_(True)
-        y = self.modules[op.chunk](x)
-        if stage == self.stages - 1:
-            loss = self.model.loss(y, target.to(self.device))
+    def _input(self, op: Op, inputs) -> torch.Tensor:
+        """A forward's input: the micro-batch on the first stage, else the upstream
+        activation as a leaf whose gradient B computes."""
+        if self._stage(op) == 0:
+            return self.model.microbatch(op.mb)[0].to(self.device)
+        x = self._upstream(op, inputs).detach().to(self.device)
+        return x.requires_grad_(True) if x.is_floating_point() else x
+
+    def _forward_done(self, op: Op, x: torch.Tensor, y: torch.Tensor) -> dict:
+        """Keep what B needs; the loss on the last stage, else the output to send."""
+        if self._stage(op) == self.stages - 1:
+            loss = self.model.loss(y, self.model.microbatch(op.mb)[1].to(self.device))
             self.losses[op.mb] = loss.item()
             self.saved[(op.chunk, op.mb)] = [x, loss / self.schedule.microbatches]
             return {}
         self.saved[(op.chunk, op.mb)] = [x, y]
         return {("F", self.rank, op.chunk, op.mb): y.detach()}
+
+    def _F(self, op: Op, inputs) -> dict:
+        x = self._input(op, inputs)
+        return self._forward_done(op, x, self.modules[op.chunk](x))
 
     def _params(self, chunk: int) -> list[torch.nn.Parameter]:
         return [p for p in self.modules[chunk].parameters() if p.requires_grad]

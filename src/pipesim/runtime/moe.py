@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import PipesimError
+from .model import TinyTransformer
 
 PARTS = ("attn", "dispatch", "mlp", "combine")
 STREAM = {"attn": "compute", "dispatch": "comm", "mlp": "compute", "combine": "comm"}
@@ -187,20 +188,16 @@ def is_expert(name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class MoETransformer:
+class MoETransformer(TinyTransformer):
     """A stage model (see ``model.py``) with experts: ``build(stage, stages, ep)`` shards
-    them over ``ep`` (an ``ExpertGroup``), or holds them all without one. float64, so the
-    check tells a mistake from summation order."""
+    them over ``ep`` (an ``ExpertGroup``), or holds them all without one. Micro-batches,
+    boundaries and the loss are the tiny model's; float64, so the check tells a mistake
+    from summation order."""
 
-    dim: int = 16
-    heads: int = 2
     seq: int = 4
     batch: int = 4  # sequences per micro-batch, over the whole EP group
     experts: int = 4
     top_k: int = 2
-    layers_per_stage: int = 1
-    seed: int = 0
-    dtype: str = "float64"
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= self.experts:
@@ -215,10 +212,6 @@ class MoETransformer:
             )
         if self.batch % ep:
             raise PipesimError(f"--ep {ep} must divide the micro-batch's {self.batch} sequences (each rank takes a slice)")
-
-    @property
-    def _dtype(self) -> torch.dtype:
-        return getattr(torch, self.dtype)
 
     def build(self, stage: int, stages: int, ep: ExpertGroup | None = None) -> nn.Module:
         per = self.experts // (ep.size if ep else 1)
@@ -239,14 +232,3 @@ class MoETransformer:
                     for i in range(self.layers_per_stage)
                 )
             )
-
-    def boundary(self, stage: int, stages: int) -> tuple[tuple[int, ...], torch.dtype]:
-        return (self.batch, self.seq, self.dim), self._dtype
-
-    def microbatch(self, mb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + mb)
-        shape = (self.batch, self.seq, self.dim)
-        return torch.randn(shape, generator=g, dtype=self._dtype), torch.randn(shape, generator=g, dtype=self._dtype)
-
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(output, target)

@@ -67,7 +67,7 @@ class ComponentWork:
         self.log: list[tuple[str, str, float, float]] = []  # (item, part label, start, end) of each step
         self.offthread: list[tuple[str, float, float, int]] = []  # (label, start, end, thread id) off the main thread
         self._comm: ThreadPoolExecutor | None = None
-        self._item = ""
+        self.current = ""  # the item being run, as notation
 
     # -- micro-batches, sliced over the EP group --------------------------------------
 
@@ -97,7 +97,7 @@ class ComponentWork:
                 start = time.perf_counter()
                 fn()
                 end = time.perf_counter()
-        self.log.append((self._item, label, start, end))
+        self.log.append((self.current, label, start, end))
 
     def _begin_forward(self, op: Op, inputs) -> Tape:
         x = self._upstream(op, inputs) if self._stage(op) > 0 else self._slice(self.model.microbatch(op.mb)[0])
@@ -174,7 +174,7 @@ class ComponentWork:
     # -- items -------------------------------------------------------------------------
 
     def run(self, item: Item, inputs: dict[Key, torch.Tensor]) -> dict[Key, torch.Tensor]:
-        self._item = str(item)
+        self.current = str(item)
         if isinstance(item, Pair) and self.overlap:
             return self._pair(item, inputs)
         out: dict[Key, torch.Tensor] = {}

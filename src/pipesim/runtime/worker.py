@@ -117,8 +117,8 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
             for ranks in shared_groups(s):
                 ctx.group(tuple(e * pp + r for r in ranks))
         summing = {ranks: ctx.group(tuple(base + r for r in ranks)) for ranks in shared_groups(s)}
-        experts = expert_group(ctx, job, rank, fault)
-        work = make_work(s, rank, job, ctx.device, experts)
+        experts = expert_group(ctx, job, rank)
+        work = make_work(s, rank, job, ctx.device, experts, fault)
         shape_of = model_shape(s, job.model, ep)
     transport = Transport(rank, plan, shape_of, ctx.device, ctx.p2p_group, base)
     t0 = common_start(ctx, offset)
@@ -143,34 +143,24 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
     return report
 
 
-def expert_group(ctx: RankContext, job: Job, rank: int, fault: Fault | None) -> ExpertGroup | None:
+def expert_group(ctx: RankContext, job: Job, rank: int) -> ExpertGroup | None:
     """This rank's EP group (the same pipeline rank in every replica); None without EP."""
     if job.ep == 1:
         return None
     pp = job.schedule.pp
     groups = [ctx.group(tuple(e * pp + r for e in range(job.ep))) for r in range(pp)]  # collective
-    group = ExpertGroup(ctx.rank // pp, job.ep, groups[rank], job.a2a_delay)
-    if fault is not None and fault.mode == "a2a":
-        work_item = {}
-
-        def die_in_a2a() -> None:
-            if work_item.get("work") is not None and work_item["work"]._item == fault.item:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        group.on_comm = die_in_a2a
-        group.fault_slot = work_item
-    return group
+    return ExpertGroup(ctx.rank // pp, job.ep, groups[rank], job.a2a_delay)
 
 
-def make_work(s: Schedule, rank: int, job: Job, device, experts: ExpertGroup | None):
+def make_work(s: Schedule, rank: int, job: Job, device, experts: ExpertGroup | None, fault: Fault | None):
     """ComponentWork when the stage modules list their parts (an MoE), else RealWork."""
     modules = build_modules(s, rank, job.model, device, experts)
-    if all(callable(getattr(m, "parts", None)) for m in modules.values()):
-        work = ComponentWork(s, rank, job.model, device, modules, experts, job.overlap)
-        if experts is not None and hasattr(experts, "fault_slot"):
-            experts.fault_slot["work"] = work
-        return work
-    return RealWork(s, rank, job.model, device, job.overlap, modules)
+    if not all(callable(getattr(m, "parts", None)) for m in modules.values()):
+        return RealWork(s, rank, job.model, device, job.overlap, modules)
+    work = ComponentWork(s, rank, job.model, device, modules, experts, job.overlap)
+    if experts is not None and fault is not None and fault.mode == "a2a":
+        experts.on_comm = lambda: work.current == fault.item and os.kill(os.getpid(), signal.SIGKILL)
+    return work
 
 
 def record_part(label: str):
