@@ -279,7 +279,8 @@ def report(args, results, skipped) -> int:
         if r.checked:
             for rank, err in enumerate(r.errors):
                 verdict = "[green]PASS[/]" if err <= r.tolerance else "[red]FAIL[/]"
-                out.print(f"  rank {rank}: largest relative error {err:.2e}  {verdict}")
+                where = f" (pipeline rank {rank % s.pp}, EP rank {rank // s.pp})" if len(r.errors) > s.pp else ""
+                out.print(f"  rank {rank}{where}: largest relative error {err:.2e}  {verdict}")
         if r.costs is not None:
             c = compare(r, args.comm)
             source = "given" if args.comm is not None else "measured"
