@@ -98,11 +98,11 @@ EXTRAS = {"matplotlib": "plot", "torch": "torch", "numpy": "torch", "ortools": "
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser.typed = argv
     what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
+        parser = make_parser()  # inside: a Ctrl-C while the commands import is one line too
+        parser.typed = argv
         args = parser.parse_args(argv)
         args.argv = argv  # as typed, for reports that say how to reproduce them
         if not getattr(args, "run", None):
