@@ -27,7 +27,8 @@ again against the version you run):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 
 from ..errors import PipesimError
 from ..ir import Op, Placement, Schedule
@@ -36,6 +37,7 @@ from ..schedules import REGISTRY, build
 from .candidates import COST_OPTIONS
 from .collectives import a2a_size
 from .results import Plan, Result
+from .specs import Model, load_model
 from .split import ranges_of
 from .stages import component_costs, stage_parts
 
@@ -249,10 +251,25 @@ TORCHTITAN_TOML_VERSIONS = (
 )
 
 
+def torchtitan_base(m: Model) -> tuple[str, str]:
+    """(module, function) of torchtitan's own full configuration for this model: the
+    preset's, matched by shape (a model read from a config.json has its own name), or a
+    placeholder to fill in."""
+    for preset, where in TORCHTITAN_BASES.items():
+        if replace(_preset_model(preset), name=m.name) == m:
+            return where
+    return "your_configs", "your_base_config"
+
+
+@cache
+def _preset_model(name: str) -> Model:
+    return load_model(name)
+
+
 def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
     here the model's own full configuration with the plan's parallelism and batch."""
-    module, base = TORCHTITAN_BASES.get(plan.model.name, ("your_configs", "your_base_config"))
+    module, base = torchtitan_base(plan.model)
     lines = [
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
         "from torchtitan.config import ParallelismConfig",
