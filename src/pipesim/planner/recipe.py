@@ -27,9 +27,8 @@ again against the version you run):
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 
 from ..errors import PipesimError
 from ..ir import Op, Placement, Schedule
@@ -38,7 +37,7 @@ from ..schedules import REGISTRY, build
 from .candidates import COST_OPTIONS
 from .collectives import a2a_size
 from .results import Plan, Result
-from .specs import load_model
+from .specs import Model, load_model
 from .split import ranges_of
 from .stages import component_costs, stage_parts
 
@@ -244,26 +243,27 @@ TORCHTITAN_BASES = {
     "deepseek-v3": ("torchtitan.models.deepseek_v3.config_registry", "deepseek_v3_671b"),
 }
 
-def torchtitan_base(model) -> tuple[str, str]:
-    """torchtitan's own configuration of ``model``, found by its shape rather than its name,
-    so the preset and the model's config.json (or a renamed copy) name the same base."""
-    for name, base in TORCHTITAN_BASES.items():
-        if dataclasses.replace(model, name=name) == _preset(name):
-            return base
-    return ("your_configs", "your_base_config")
-
-
-@functools.cache
-def _preset(name: str):
-    return load_model(name)
-
-
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
     "[parallelism] and [training] names; from #2386 on, a configuration is a Python function returning "
     "Trainer.Config, run with --module and --config"
 )
+
+
+def torchtitan_base(m: Model) -> tuple[str, str]:
+    """(module, function) of torchtitan's own full configuration for this model: the
+    preset's, matched by shape (a model read from a config.json has its own name), or a
+    placeholder to fill in."""
+    for preset, where in TORCHTITAN_BASES.items():
+        if replace(_preset_model(preset), name=m.name) == m:
+            return where
+    return "your_configs", "your_base_config"
+
+
+@cache
+def _preset_model(name: str) -> Model:
+    return load_model(name)
 
 
 def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
