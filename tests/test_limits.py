@@ -50,3 +50,36 @@ def test_pair_table_stops_at_its_row_cap(capsys):
     code, out, _ = run(capsys, "pair", "--layers", 100)
     assert code == 0 and f"the first 400 of {parts} parts; --json lists them all" in out
     assert out.count("ATTN(F)") + out.count("MLP(F)") < parts
+
+
+def test_torch_import_is_bounded_before_pytorch_generates(capsys):
+    pytest.importorskip("torch")
+    for argv in (
+        ["import", "--torch", "ZBVZeroBubble", "--pp", 64, "-m", 4096],
+        ["import", "--torch", "Interleaved1F1B", "--stages-per-rank", 1_000_000],
+    ):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "above the limit of 100,000" in err, err
+
+
+def test_summaries_read_rank_after_rank_match_a_rank_by_rank_reading():
+    # the vectorised metrics against one rank at a time, as the slow code read them
+    import numpy as np
+
+    from pipesim import Costs, build, simulate, summarize
+    from pipesim.metrics import running_peak
+
+    for name in ("1f1b", "dualpipe", "zb-v", "interleaved-1f1b"):
+        s = build(name, 4, 10)
+        tl = simulate(s, Costs(f=1, b=2.5, w=0.7, comm=0.3))
+        rep = summarize(s, tl)
+        for r in range(tl.pp):
+            st, en = tl.rank_slice(r)
+            assert rep.busy[r] == float(np.cumsum(en - st)[-1])
+            assert rep.span[r] == en[-1] - st[0]
+            kind, _, _, start, end = tl.rank_ops(r)
+            born, dies = kind == 0, (kind == 2) | (kind == 3)
+            when = np.concatenate([start[born], end[dies]])
+            delta = np.concatenate([np.ones(born.sum(), np.int64), -np.ones(dies.sum(), np.int64)])
+            assert rep.peak_activations[r] == running_peak(when, delta)

@@ -27,6 +27,11 @@ from .errors import PipesimError
 #: about 75 bytes per op (1F1B at 16.8M ops: 7.7 s, 1.3 GB; benchmarks/simulate_speed.py),
 #: so the limit is about 20 s and 4 GB with its C loops. The one place to tune it.
 MAX_OPS = 48_000_000
+#: What the limit costs, measured (benchmarks/limits.py; docs/limits.md)
+MAX_OPS_COST = "about 20 s and 4 GB"
+#: The limit for ``import --torch``: PyTorch's own order generator is Python and slower
+#: than linear (ZBVZeroBubble pp=32 M=1024, 197K actions: 47 s)
+MAX_TORCH_OPS = 100_000
 #: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
 #: an index, and nothing real is that large.
 MAX_COUNT = 16_000_000
@@ -42,15 +47,26 @@ MAX_DEPTH = 32
 MAX_FILE_BYTES = 1 << 30
 
 
-def work(pp: int, microbatches: int, chunks: int = 1, where: str = "", stages: int | None = None, what: str = "schedule") -> None:
-    """Refuse a size beyond ``MAX_OPS`` before building it: ``microbatches`` through
-    ``stages`` stages (default pp x chunks), at most three ops each."""
+def work(
+    pp: int,
+    microbatches: int,
+    chunks: int = 1,
+    where: str = "",
+    stages: int | None = None,
+    what: str = "schedule",
+    limit: int | None = None,
+    cost: str = "",
+) -> None:
+    """Refuse a size beyond ``limit`` ops (default ``MAX_OPS``) before building it:
+    ``microbatches`` through ``stages`` stages (default pp x chunks), at most three ops
+    each. ``cost`` says what the limit costs, when it is not MAX_OPS's ``MAX_OPS_COST``."""
     stages = pp * chunks if stages is None else stages
     ops = 3 * microbatches * stages
-    if ops > MAX_OPS:
+    limit = MAX_OPS if limit is None else limit
+    if ops > limit:
         raise PipesimError(
             f"{where}{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
-            f"{MAX_OPS:,} (about 20 s and 4 GB to simulate); use fewer ranks, micro-batches or chunks"
+            f"{limit:,} ({cost or MAX_OPS_COST}); use fewer ranks, micro-batches or chunks"
         )
 
 

@@ -30,6 +30,7 @@ from ..cli import (
     shape,
 )
 from ..costs import Costs
+from ..engine import compile
 from ..errors import PipesimError
 from ..files import json_text, output_extension, save_schedule, write_text_atomic
 from ..inputs import read_text
@@ -337,7 +338,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         M = args.microbatches
     s = from_torch_rows(rows, name, M)
     try:
-        validate(s)
+        compile(s)  # the array check: validate walks every op as an object
     except PipesimError as e:
         known = torch_1f1b_defect(args.torch, rows, M) if args.torch else None
         raise PipesimError(f"{where} is not a valid schedule: {known or e}") from None
