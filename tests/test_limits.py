@@ -83,3 +83,16 @@ def test_summaries_read_rank_after_rank_match_a_rank_by_rank_reading():
             when = np.concatenate([start[born], end[dies]])
             delta = np.concatenate([np.ones(born.sum(), np.int64), -np.ones(dies.sum(), np.int64)])
             assert rep.peak_activations[r] == running_peak(when, delta)
+
+
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["ops", "-s", "v-half", "--pp", 256, "-m", 300], "above the limit of 128"),
+        (["ops", "-s", "zb-v", "--pp", 512, "-m", 256], "above the limit of 128"),
+        (["ops", "-s", "chimera", "--pp", 1024, "-m", 4096], "above the limit of 4,000,000"),
+    ],
+)
+def test_searched_builders_refuse_sizes_their_search_cannot_finish(capsys, argv, says):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err, err

@@ -32,6 +32,13 @@ MAX_OPS_COST = "about 20 s and 4 GB"
 #: The limit for ``import --torch``: PyTorch's own order generator is Python and slower
 #: than linear (ZBVZeroBubble pp=32 M=1024, 197K actions: 47 s)
 MAX_TORCH_OPS = 100_000
+#: Largest pp for the searched builders (zb-h2, zb-v, v-half, v-min, zb-auto, zbv-torch):
+#: their search grows faster than pp (v-half M=300: pp=64 1.5 s, 128 7.4 s, 256 > 60 s CPU)
+MAX_SEARCH_PP = 128
+#: The work limit of chimera's greedy list scheduler, Python per op (pp=512 M=1024,
+#: 1.6M ops: 15 s CPU)
+MAX_LIST_OPS = 4_000_000
+MAX_LIST_OPS_COST = "about 40 s in its list scheduler"
 #: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
 #: an index, and nothing real is that large.
 MAX_COUNT = 16_000_000
