@@ -20,15 +20,16 @@ from collections.abc import Iterable
 from .errors import PipesimError
 
 #: The work limit: the most ops one schedule may have (a micro-batch passes each of its
-#: stages with at most three ops, F, B and W). Every size (flags, schedule files, sweeps,
-#: builds, compiles) is checked against it before anything of that size is allocated, so
-#: a hostile size is one error line rather than a hang or gigabytes of memory. The array
-#: engine (build, compile, simulate, summarize) runs 2-5 million ops per second of CPU at
-#: about 75 bytes per op (1F1B at 16.8M ops: 7.7 s, 1.3 GB; benchmarks/simulate_speed.py),
-#: so the limit is about 20 s and 4 GB with its C loops. The one place to tune it.
-MAX_OPS = 48_000_000
-#: What the limit costs, measured (benchmarks/limits.py; docs/limits.md)
-MAX_OPS_COST = "about 20 s and 4 GB"
+#: stages with at most three ops, F, B and W), and the one place to tune it. Every size
+#: (flags, schedule files, sweeps, comparisons, builds, compiles) is checked against it
+#: before anything of that size is allocated, so a hostile size is one error line rather
+#: than a hang or gigabytes of memory. What it costs is measured, not estimated, by
+#: benchmarks/limits.py and stated in docs/limits.md: zb-h1 (three ops per micro-batch
+#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate --json there takes
+#: about 25 s of CPU and 3.9 GB, the terminal table about the same.
+MAX_OPS = 24_000_000
+#: What the limit costs, in the words every refusal uses
+MAX_OPS_COST = "about 30 s of CPU and 4 GB"
 #: The limit for ``import --torch``: PyTorch's own order generator is Python and slower
 #: than linear (ZBVZeroBubble pp=32 M=1024, 197K actions: 47 s)
 MAX_TORCH_OPS = 100_000
