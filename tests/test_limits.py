@@ -96,3 +96,31 @@ def test_summaries_read_rank_after_rank_match_a_rank_by_rank_reading():
 def test_searched_builders_refuse_sizes_their_search_cannot_finish(capsys, argv, says):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def page_commands():
+    """Each ``$ pipesim ...`` line of docs/limits.md's console blocks, with the lines
+    shown under it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "limits.md").read_text()
+    out, block = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            block = line == "```console"
+        elif block and line.startswith("$ pipesim "):
+            out.append((line[len("$ pipesim ") :].split(), []))
+        elif block and out:
+            out[-1][1].append(line)
+    return out
+
+
+@pytest.mark.parametrize("argv,shown", page_commands(), ids=lambda x: " ".join(x) if isinstance(x, list) and x and "error" not in x[0] else None)
+def test_the_limits_page_shows_what_the_commands_print(capsys, argv, shown):
+    if "--torch" in argv:
+        pytest.importorskip("torch")
+    code, out, err = run(capsys, *argv)
+    printed = (out + err).splitlines()
+    assert code == (2 if shown[0].startswith("pipesim: error:") else 0)
+    for line in shown:
+        assert line in printed, f"docs/limits.md shows {line!r}; pipesim printed {printed[:3]}"
