@@ -124,3 +124,11 @@ def test_the_limits_page_shows_what_the_commands_print(capsys, argv, shown):
     assert code == (2 if shown[0].startswith("pipesim: error:") else 0)
     for line in shown:
         assert line in printed, f"docs/limits.md shows {line!r}; pipesim printed {printed[:3]}"
+
+
+def test_a_file_claiming_a_million_ranks_is_refused_by_its_rank_count(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"schedule": "x", "pp": 10**6, "microbatches": 1, "ranks": [["F0.0", "BW0.0"]] * 10**6}))
+    code, out, err = run(capsys, "validate", "-s", path)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "pp=1,000,000 is above the limit of 100,000 ranks" in err, err

@@ -816,10 +816,10 @@ def hidden_behind(segs) -> dict[int, list[str]]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .validate import validate
+    from .engine import compile
 
     s = schedule_from(args)
-    validate(s)
+    compile(s)  # the array check; validate's per-op walk words a failure (1M ranks: 36 s -> a few)
     print(f"{s.name}: pp={s.pp}, M={s.microbatches}, {s.num_ops} ops: valid")
     return 0
 

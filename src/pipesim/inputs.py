@@ -30,6 +30,9 @@ from .errors import PipesimError
 MAX_OPS = 24_000_000
 #: What the limit costs, in the words every refusal uses
 MAX_OPS_COST = "about 30 s of CPU and 4 GB"
+#: Most ranks of one schedule: readers, builders and the summary do some Python per
+#: rank (a schedule file of a million ranks of two ops each: 20 s of CPU to validate)
+MAX_RANKS = 100_000
 #: The limit for ``import --torch``: PyTorch's own order generator is Python and slower
 #: than linear (ZBVZeroBubble pp=32 M=1024, 197K actions: 47 s)
 MAX_TORCH_OPS = 100_000
@@ -71,6 +74,11 @@ def work(
     stages = pp * chunks if stages is None else stages
     ops = 3 * microbatches * stages
     limit = MAX_OPS if limit is None else limit
+    if pp > MAX_RANKS:
+        raise PipesimError(
+            f"{where}{what} too large: pp={pp:,} is above the limit of {MAX_RANKS:,} ranks "
+            f"(work per rank: a file of 1M ranks took 20 s to read); use fewer ranks"
+        )
     if ops > limit:
         raise PipesimError(
             f"{where}{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
