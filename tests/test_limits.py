@@ -132,3 +132,18 @@ def test_a_file_claiming_a_million_ranks_is_refused_by_its_rank_count(capsys, tm
     code, out, err = run(capsys, "validate", "-s", path)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "pp=1,000,000 is above the limit of 100,000 ranks" in err, err
+
+
+@pytest.mark.parametrize("field,value", [("layers", 10_000), ("mtp_layers", 5_000), ("mtp_layers", 16_000_000)])
+def test_the_planner_refuses_models_its_search_cannot_price_in_time(capsys, tmp_path, field, value):
+    from pathlib import Path
+
+    preset = Path(__file__).resolve().parents[1] / "src/pipesim/planner/presets/models/deepseek-v3.toml"
+    text = preset.read_text()
+    start = text.index(f"\n{field} = ") + 1
+    end = text.index("\n", start)
+    model = tmp_path / "m.toml"
+    model.write_text(text[:start] + f"{field} = {value}" + text[end:])
+    code, out, err = run(capsys, "plan", "--model", model, "--cluster", "h800-2048")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{field} must be a whole number from 0 to 1,000, got {value}" in err, err
