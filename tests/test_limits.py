@@ -147,3 +147,29 @@ def test_the_planner_refuses_models_its_search_cannot_price_in_time(capsys, tmp_
     code, out, err = run(capsys, "plan", "--model", model, "--cluster", "h800-2048")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert f"{field} must be a whole number from 0 to 1,000, got {value}" in err, err
+
+
+@pytest.mark.parametrize("big", ["stage", "rank"])
+def test_a_trace_naming_a_stage_or_rank_in_the_billions_is_refused_at_once(tmp_path, big):
+    import resource
+
+    from pipesim import build
+    from pipesim.errors import PipesimError
+    from test_profile import action_traces, profile, torch_label
+
+    s = build("1f1b", 2, 4)
+    last = s.ranks[1][-1]
+
+    def label(item, r, stages):
+        if big == "stage" and item == last:
+            return torch_label(item, 10**9)
+        return torch_label(item, stages[0])
+
+    folder = action_traces(tmp_path, s, label)
+    if big == "rank":  # rank 1's trace says it is rank 10**9
+        text = (folder / "rank1.json").read_text().replace('"rank": 1', f'"rank": {10**9}')
+        (folder / "rank1.json").write_text(text)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(PipesimError, match="no op of micro-batch|none of rank 1"):
+        profile(folder)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB: nothing of the named size
