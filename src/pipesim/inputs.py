@@ -21,13 +21,29 @@ from collections.abc import Iterable
 from .errors import PipesimError
 
 #: The work limit: the most ops one schedule may have (a micro-batch passes each of its
-#: stages with at most three ops, F, B and W). Every size (flags, schedule files, sweeps,
-#: builds, compiles) is checked against it before anything of that size is allocated, so
-#: a hostile size is one error line rather than a hang or gigabytes of memory. The array
-#: engine (build, compile, simulate, summarize) runs 2-5 million ops per second of CPU at
-#: about 75 bytes per op (1F1B at 16.8M ops: 7.7 s, 1.3 GB; benchmarks/simulate_speed.py),
-#: so the limit is about 20 s and 4 GB with its C loops. The one place to tune it.
-MAX_OPS = 48_000_000
+#: stages with at most three ops, F, B and W), and the one place to tune it. Every size
+#: (flags, schedule files, sweeps, comparisons, builds, compiles) is checked against it
+#: before anything of that size is allocated, so a hostile size is one error line rather
+#: than a hang or gigabytes of memory. What it costs is measured, not estimated, by
+#: benchmarks/limits.py and stated in docs/limits.md: zb-h1 (three ops per micro-batch
+#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate --json there takes
+#: about 25 s of CPU and 3.9 GB, the terminal table about the same.
+MAX_OPS = 24_000_000
+#: What the limit costs, in the words every refusal uses
+MAX_OPS_COST = "about 30 s of CPU and 4 GB"
+#: Most ranks of one schedule: readers, builders and the summary do some Python per
+#: rank (a schedule file of a million ranks of two ops each: 20 s of CPU to validate)
+MAX_RANKS = 100_000
+#: The limit for ``import --torch``: PyTorch's own order generator is Python and slower
+#: than linear (ZBVZeroBubble pp=32 M=1024, 197K actions: 47 s)
+MAX_TORCH_OPS = 100_000
+#: Largest pp for the searched builders (zb-h2, zb-v, v-half, v-min, zb-auto, zbv-torch):
+#: their search grows faster than pp (v-half M=300: pp=64 1.5 s, 128 7.4 s, 256 > 60 s CPU)
+MAX_SEARCH_PP = 128
+#: The work limit of chimera's greedy list scheduler, Python per op (pp=512 M=1024,
+#: 1.6M ops: 15 s CPU)
+MAX_LIST_OPS = 4_000_000
+MAX_LIST_OPS_COST = "about 40 s in its list scheduler"
 #: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
 #: an index, and nothing real is that large.
 MAX_COUNT = 16_000_000
@@ -53,15 +69,31 @@ MAX_DIGITS = 24
 INT32_MAX = 2**31 - 1
 
 
-def work(pp: int, microbatches: int, chunks: int = 1, where: str = "", stages: int | None = None, what: str = "schedule") -> None:
-    """Refuse a size beyond ``MAX_OPS`` before building it: ``microbatches`` through
-    ``stages`` stages (default pp x chunks), at most three ops each."""
+def work(
+    pp: int,
+    microbatches: int,
+    chunks: int = 1,
+    where: str = "",
+    stages: int | None = None,
+    what: str = "schedule",
+    limit: int | None = None,
+    cost: str = "",
+) -> None:
+    """Refuse a size beyond ``limit`` ops (default ``MAX_OPS``) before building it:
+    ``microbatches`` through ``stages`` stages (default pp x chunks), at most three ops
+    each. ``cost`` says what the limit costs, when it is not MAX_OPS's ``MAX_OPS_COST``."""
     stages = pp * chunks if stages is None else stages
     ops = 3 * microbatches * stages
-    if ops > MAX_OPS:
+    limit = MAX_OPS if limit is None else limit
+    if pp > MAX_RANKS:
+        raise PipesimError(
+            f"{where}{what} too large: pp={pp:,} is above the limit of {MAX_RANKS:,} ranks "
+            f"(work per rank: a file of 1M ranks took 20 s to read); use fewer ranks"
+        )
+    if ops > limit:
         raise PipesimError(
             f"{where}{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
-            f"{MAX_OPS:,} (about 20 s and 4 GB to simulate); use fewer ranks, micro-batches or chunks"
+            f"{limit:,} ({cost or MAX_OPS_COST}); use fewer ranks, micro-batches or chunks"
         )
 
 

@@ -59,12 +59,25 @@ class Report:
 
 def busy_and_span(timeline: Timeline) -> tuple[list[float], list[float]]:
     """Per rank, the summed durations of its items, and its last end minus first start."""
-    busy, span = [], []
-    for r in range(timeline.pp):  # rank by rank: temporaries of one rank's size
-        st, en = timeline.rank_slice(r)
-        busy.append(_running_sum(en - st))
-        span.append(float(en[-1] - st[0]) if len(st) else 0.0)
-    return busy, span
+    off = timeline.table.offsets
+    busy = rank_sums(timeline.ends - timeline.starts, off)
+    n = np.diff(off) > 0
+    span = np.zeros(timeline.pp)
+    span[n] = timeline.ends[off[1:][n] - 1] - timeline.starts[off[:-1][n]]
+    return busy, span.tolist()
+
+
+def rank_sums(x: np.ndarray, off: np.ndarray) -> list[float]:
+    """Per rank (items ``off[r]:off[r + 1]``), the sum of ``x`` as adding one after
+    another gives it: rows padded with zeros and summed along (exact, x + 0.0 == x), or
+    rank by rank when padding would be large (a few ranks much longer than the rest)."""
+    pp, lens = len(off) - 1, np.diff(off)
+    widest = int(lens.max()) if pp else 0
+    if pp * widest > 2 * len(x) + 4096:
+        return [_running_sum(x[off[r] : off[r + 1]]) for r in range(pp)]
+    grid = np.zeros((pp, widest + 1))
+    grid[np.repeat(np.arange(pp), lens), np.arange(len(x)) - np.repeat(off[:-1], lens)] = x
+    return np.cumsum(grid, axis=1)[:, -1].tolist()
 
 
 def summarize(schedule: Schedule, timeline: Timeline) -> Report:
@@ -108,31 +121,26 @@ def stream_times(timeline: Timeline) -> list[tuple[float, float]]:
     """Per rank, (compute busy time, communication time with compute idle) of its items."""
     compute = np.array([x.compute for x in timeline.insides] + [0.0], np.float64)  # id -1: no inside
     exposed = np.array([x.exposed for x in timeline.insides] + [0.0], np.float64)
-    off = timeline.table.offsets
-    out = []
-    for r in range(timeline.pp):
-        ids = timeline.inside_id[off[r] : off[r + 1]]
-        out.append((_running_sum(compute[ids]), _running_sum(exposed[ids])))
-    return out
+    off, ids = timeline.table.offsets, timeline.inside_id
+    return list(zip(rank_sums(compute[ids], off), rank_sums(exposed[ids], off)))
 
 
-def _holds(table, a: int, b: int, kinds: tuple[int, ...]) -> np.ndarray:
-    """Per item a..b: does it hold an op of one of ``kinds`` (indices into KINDS)?"""
-    return np.isin(table.kind[a:b], kinds) | np.isin(table.kind2[a:b], kinds)
+def _holds(table, kinds: tuple[int, ...]) -> np.ndarray:
+    """Per item: does it hold an op of one of ``kinds`` (indices into KINDS)?"""
+    return np.isin(table.kind, kinds) | np.isin(table.kind2, kinds)
 
 
 def steady_state_window(timeline: Timeline) -> tuple[float, float] | None:
     """[every rank has started a backward, some rank ends its last forward], or None."""
-    t, off = timeline.table, timeline.table.offsets
-    lo, hi = -np.inf, np.inf
-    for r in range(timeline.pp):
-        a, b = int(off[r]), int(off[r + 1])
-        back = np.flatnonzero(_holds(t, a, b, (B, BW)))
-        fwd = np.flatnonzero(_holds(t, a, b, (F,)))
-        if not len(back) or not len(fwd):
-            return None
-        lo = max(lo, float(timeline.starts[a + back[0]]))  # the rank's first backward starts
-        hi = min(hi, float(timeline.ends[a + fwd[-1]]))  # ... its last forward ends
+    t, pp = timeline.table, timeline.pp
+    rank = t.ranks_of_items()
+    back, fwd = np.flatnonzero(_holds(t, (B, BW))), np.flatnonzero(_holds(t, (F,)))
+    ranks_b, first_back = np.unique(rank[back], return_index=True)  # items are stored rank after rank
+    ranks_f, last_fwd = np.unique(rank[fwd][::-1], return_index=True)
+    if len(ranks_b) < pp or len(ranks_f) < pp or not pp:
+        return None
+    lo = float(timeline.starts[back[first_back]].max())  # every rank has started its first backward
+    hi = float(timeline.ends[fwd[::-1][last_fwd]].min())  # ... before some rank ends its last forward
     return (lo, hi) if hi > lo else None
 
 
@@ -144,40 +152,40 @@ def steady_state_utilization(timeline: Timeline, compute_only: bool = False) -> 
         return None
     lo, hi = window
     compute = np.array([x.compute for x in timeline.insides] + [0.0], np.float64)
-    off = timeline.table.offsets
-    parts = []
-    for r in range(timeline.pp):
-        a = int(off[r])
-        st, en = timeline.rank_slice(r)
-        sel = np.flatnonzero((en > lo) & (st < hi))
-        if not compute_only:
-            parts.append(np.minimum(en[sel], hi) - np.maximum(st[sel], lo))
-            continue
-        ids = timeline.inside_id[a + sel]
-        part = compute[ids]
-        for k in np.flatnonzero(((st[sel] < lo) | (en[sel] > hi)) & (ids >= 0)).tolist():  # at the window's edges
-            s = float(st[sel[k]])
-            part[k] = sum(
-                max(0.0, min(s + y, hi) - max(s + x, lo))
-                for stream, _, _, _, x, y in timeline.insides[ids[k]].parts
-                if stream == "compute"
-            )
-        parts.append(part)
-    return _running_sum(np.concatenate(parts)) / (timeline.pp * (hi - lo))
+    st, en = timeline.starts, timeline.ends
+    sel = np.flatnonzero((en > lo) & (st < hi))  # rank after rank, as the sum adds them
+    if not compute_only:
+        return _running_sum(np.minimum(en[sel], hi) - np.maximum(st[sel], lo)) / (timeline.pp * (hi - lo))
+    ids = timeline.inside_id[sel]
+    part = compute[ids]
+    for k in np.flatnonzero(((st[sel] < lo) | (en[sel] > hi)) & (ids >= 0)).tolist():  # at the window's edges
+        s = float(st[sel[k]])
+        part[k] = sum(
+            max(0.0, min(s + y, hi) - max(s + x, lo))
+            for stream, _, _, _, x, y in timeline.insides[ids[k]].parts
+            if stream == "compute"
+        )
+    return _running_sum(part) / (timeline.pp * (hi - lo))
 
 
 def peak_activations(timeline: Timeline) -> list[int]:
     """Per rank, most chunk-activations alive at once: born when an F starts, dead when
     its W or BW ends (at equal times a death comes first: a freed activation makes room)."""
-    out = []
-    for r in range(timeline.pp):
-        kind, _, _, start, end = timeline.rank_ops(r)
-        born = kind == F
-        dies = (kind == W) | (kind == BW)
-        when = np.concatenate([start[born], end[dies]])
-        delta = np.concatenate([np.ones(int(born.sum()), np.int64), -np.ones(int(dies.sum()), np.int64)])
-        out.append(int(running_peak(when, delta)))
-    return out
+    t = timeline.table
+    item, kind, _, _ = t.ops()
+    rank = t.ranks_of_items()[item]
+    born, dies = kind == F, (kind == W) | (kind == BW)
+    when = np.concatenate([timeline.starts[item[born]], timeline.ends[item[dies]]])
+    who = np.concatenate([rank[born], rank[dies]])
+    delta = np.concatenate([np.ones(int(born.sum()), np.int64), -np.ones(int(dies.sum()), np.int64)])
+    order = np.lexsort((delta, when, who))  # per rank, in time order, deaths first at a tie
+    who, live = who[order], np.cumsum(delta[order])
+    peak = np.zeros(timeline.pp, np.int64)
+    if len(live):
+        head = np.flatnonzero(np.r_[True, who[1:] != who[:-1]])
+        live -= np.repeat(np.r_[0, live[head[1:] - 1]], np.diff(np.r_[head, len(live)]))  # each rank from 0
+        np.maximum.at(peak, who, live)
+    return peak.tolist()
 
 
 def running_peak(when: np.ndarray, delta: np.ndarray, series: list | None = None):

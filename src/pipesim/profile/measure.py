@@ -255,10 +255,10 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
             names[a.schedule or ("torch" if not a.chunks_known else "measured")] += 1
         per_rank[rank] = rows
     pp = max(per_rank) + 1
-    missing = [r for r in range(pp) if r not in per_rank]
-    if missing:
+    if len(per_rank) < pp:  # the first gap, found without listing them all (a label may name rank 10**9)
+        missing = next(r for r in range(pp) if r not in per_rank)
         raise PipesimError(
-            f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing[0]}; give one per rank"
+            f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing}; give one per rank"
         )
     # chunk numbers of PyTorch's labels: a rank's stages in increasing order are its chunks
     # 0, 1, ... (looped: stage c*pp + r; V: r then 2pp-1-r)
@@ -347,6 +347,13 @@ def _placement(pp: int, op_stage: dict) -> Placement:
         where[op.mb][s] = (r, op.chunk)
     stages = 1 + max(s for s in op_stage.values())
     M = 1 + max(where)
+    # a stage or micro-batch no op ran: refused before anything of its size is made (a
+    # label naming stage 10**9 made 6-9 GB of routes)
+    seen = set(op_stage.values())
+    if len(seen) < stages or len(where) < M:
+        mb = next(m for m in range(M) if m not in where) if len(where) < M else min(where)
+        s = next(x for x in range(stages) if x not in seen) if len(seen) < stages else 0
+        raise PipesimError(f"the traces show no op of micro-batch {mb} at stage {s}: profile every rank of one whole step")
     routes: list[tuple] = []
     route_of = []
     for mb in range(M):

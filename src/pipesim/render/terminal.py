@@ -107,24 +107,38 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
         cell = max(1, math.floor(avail / units)) if avail >= units else max(1, avail) / units
     scale = cell / unit
     cols = max(1, math.ceil((t1 - t0) * scale - 1e-9))
+    busy = np.bincount(t.ranks_of_items(), dur, timeline.pp).tolist()
+    lines = [_axis(t0, t1, scale, cols, len(HEAD))]
+    unlabelled = 0
+    for r in range(timeline.pp):  # rank by rank: temporaries of one rank's size
+        lo, hi = int(t.offsets[r]), int(t.offsets[r + 1])
+        line = Text(f"rank {r:>2} │", style="bold")
+        row, blank = _row(t, lo, hi, (timeline.starts[lo:hi] - t0) * scale, (timeline.ends[lo:hi] - t0) * scale, cols, chunks, squeezed)
+        unlabelled += blank
+        line.append_text(row)
+        line.append(f"│ {busy[r] / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
+        lines.append(line)
+    return lines, squeezed, unlabelled
+
+
+def _row(t, lo: int, hi: int, start: np.ndarray, end: np.ndarray, cols: int, chunks: int, squeezed: bool) -> tuple[Text, int]:
+    """One rank's cells, items lo..hi of ``t`` (``start`` and ``end`` in columns), and how
+    many drawn items are left unlabelled."""
     # each item's columns [a, b), at least one wide (round half to even, as round() does)
-    a = np.rint((timeline.starts - t0) * scale).astype(np.int64)
-    b = np.minimum(cols, np.maximum(a + 1, np.rint((timeline.ends - t0) * scale).astype(np.int64)))
+    a = np.rint(start).astype(np.int64)
+    b = np.minimum(cols, np.maximum(a + 1, np.rint(end).astype(np.int64)))
     a = np.minimum(a, b)
-    # the cells each item covers, then per cell the last item covering it (items are
-    # stored rank after rank in drawing order, so the largest index wins)
-    rank = t.ranks_of_items().astype(np.int64)
+    # the cells each item covers, then per cell the last item covering it (a rank's
+    # items are in drawing order, so the largest index wins)
     width_of = b - a
-    first = np.repeat(rank * cols + a - np.cumsum(width_of) + width_of, width_of)
-    cells = first + np.arange(len(first))
-    owner = np.full(timeline.pp * cols, -1, np.int64)
-    np.maximum.at(owner, cells, np.repeat(np.arange(len(a)), width_of))
-    del first, cells
+    first = np.repeat(a - np.cumsum(width_of) + width_of, width_of)
+    owner = np.full(cols, -1, np.int64)
+    np.maximum.at(owner, first + np.arange(len(first)), np.repeat(np.arange(len(a)), width_of))
+    del first
     drawn = np.unique(owner[owner >= 0])
     a_of, b_of = a.tolist(), b.tolist()
     text: dict[int, tuple[str, int, str, str]] = {}
-    unlabelled = 0
-    cols_of = [c[drawn].tolist() for c in (t.kind, t.chunk, t.mb, t.kind2, t.chunk2, t.mb2)]
+    cols_of = [c[lo:hi][drawn].tolist() for c in (t.kind, t.chunk, t.mb, t.kind2, t.chunk2, t.mb2)]
     for i, k, c, m, k2, c2, m2 in zip(drawn.tolist(), *cols_of):
         # label, split column and the two halves' styles of each drawn item
         fwd = Op(KINDS[k], c, m)
@@ -132,31 +146,23 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
         item = fwd if k2 < 0 else Pair(fwd, bwd)
         split = a_of[i] + len(op_label(fwd, chunks, squeezed)) + 1 if isinstance(item, Pair) else b_of[i]
         label = _fitting_label(item, chunks, squeezed, b_of[i] - a_of[i])
-        unlabelled += not label
         text[i] = (label.ljust(b_of[i] - a_of[i]), split, _style(fwd), _style(bwd))
-    busy = np.bincount(rank, dur, timeline.pp).tolist()
-    lines = [_axis(t0, t1, scale, cols, len(HEAD))]
-    for r, row in enumerate(owner.reshape(timeline.pp, cols).tolist()):
-        chars, spans, run = [], [], None  # run: [start, end, style]
-        for col, i in enumerate(row):
-            if i < 0:
-                chars.append(IDLE)
-                style = "dim"
-            else:
-                label, split, s1, s2 = text[i]
-                chars.append(label[col - a_of[i]])
-                style = s1 if col < split else s2
-            if run is not None and run[2] == style:
-                run[1] = col + 1
-            else:
-                run = [col, col + 1, style]
-                spans.append(run)
-        head = f"rank {r:>2} │"
-        line = Text(head, style="bold")
-        line.append_text(Text("".join(chars), spans=[Span(x, y, st) for x, y, st in spans]))
-        line.append(f"│ {busy[r] / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
-        lines.append(line)
-    return lines, squeezed, unlabelled
+    chars, spans, run = [], [], None  # run: [start, end, style]
+    for col, i in enumerate(owner.tolist()):
+        if i < 0:
+            chars.append(IDLE)
+            style = "dim"
+        else:
+            label, split, s1, s2 = text[i]
+            chars.append(label[col - a_of[i]])
+            style = s1 if col < split else s2
+        if run is not None and run[2] == style:
+            run[1] = col + 1
+        else:
+            run = [col, col + 1, style]
+            spans.append(run)
+    blank = sum(not label.strip() for label, *_ in text.values())
+    return Text("".join(chars), spans=[Span(x, y, st) for x, y, st in spans]), blank
 
 
 def _fitting_label(item: Item, chunks: int, squeezed: bool, room: int) -> str:

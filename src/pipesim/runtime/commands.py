@@ -31,9 +31,10 @@ from ..cli import (
     shape,
 )
 from ..costs import Costs
+from ..engine import compile
 from ..errors import PipesimError
 from ..files import input_files, json_text, output_extension, refuse_overwrite, save_schedule, write_text_atomic
-from ..inputs import read_text
+from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 
@@ -379,6 +380,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         output_extension(args.output, (".json",), ".json for a schedule file")
     if args.torch:
         pp, M = shape(args)
+        # at least one stage per rank, whatever the class: sizes past PyTorch's limit
+        # even so are refused before the seconds torch takes to import
+        work(pp, M, stages=pp * max(1, args.stages_per_rank or 1), what=f"PyTorch's {args.torch}", limit=MAX_TORCH_OPS, cost="about 20 s in PyTorch's generator")
         _torch()
         rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
@@ -391,7 +395,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         M = args.microbatches
     s = from_torch_rows(rows, name, M)
     try:
-        validate(s)
+        compile(s)  # the array check: validate walks every op as an object
     except PipesimError as e:
         known = torch_1f1b_defect(args.torch, rows, M) if args.torch else None
         raise PipesimError(f"{where} is not a valid schedule: {known or e}") from None

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import PipesimError
-from ..inputs import work
+from ..inputs import MAX_LIST_OPS, MAX_LIST_OPS_COST, MAX_SEARCH_PP, work
 from ..ir import Placement, Schedule
 from .chimera import chimera
 from .classic import gpipe, group_refused, interleaved_1f1b, one_f_one_b
@@ -106,6 +106,8 @@ class Family:
     periodic: bool = True
     #: the family's own constraints (above): (pp, M, **options) -> why not, or None
     refuses: Callable[..., str | None] | None = None
+    #: a work limit below MAX_OPS, for a builder slower per op than the engine
+    max_ops: int | None = None
 
     @functools.cached_property
     def options(self) -> dict[str, object]:
@@ -183,6 +185,7 @@ REGISTRY: dict[str, Family] = {
             "even pp; M a multiple of pp",
             "two pipelines in opposite directions over two model copies",
             refuses=_chimera,
+            max_ops=MAX_LIST_OPS,  # its greedy list scheduler is Python per op
         ),
         # --- combined 1F1B (Megatron-LM's EP-overlapped 1F1B; schedules/combined.py) ---
         Family(
@@ -278,9 +281,16 @@ def _refusal(fam: Family, name: str, pp: int, microbatches: int, options: dict) 
     if not isinstance(chunks, int) or chunks < 1:  # the family's check words a bad value
         chunks = 2 if fam.placement in ("v", "interleaved") else 1
     try:
-        work(pp, microbatches, stages=pp * chunks if fam.placement != "dual" else pp, what=name)
+        stages = pp * chunks if fam.placement != "dual" else pp
+        work(pp, microbatches, stages=stages, what=name, limit=fam.max_ops, cost=fam.max_ops and MAX_LIST_OPS_COST or "")
     except PipesimError as e:
         return str(e)
+    if not fam.periodic and pp > MAX_SEARCH_PP:
+        return (
+            f"{name} searches its order, and its search grows faster than pp: pp={pp} is above the limit of "
+            f"{MAX_SEARCH_PP} (about 10 s there; v-half --pp 256 runs past a minute); use --pp <= {MAX_SEARCH_PP}, "
+            "or a handcrafted schedule such as 1f1b, zb-h1 or dualpipev"
+        )
     if fam.refuses is None:
         return None
     return fam.refuses(pp, microbatches, **{**allowed, **options})
