@@ -134,7 +134,9 @@ def whole_number(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         v = int_text(text)
         if v is None or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text) if v is None else v}"
+            )
         return v
 
     return parse
