@@ -134,9 +134,7 @@ def whole_number(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         v = int_text(text)
         if v is None or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text) if v is None else v}"
-            )
+            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
         return v
 
     return parse
