@@ -3,6 +3,9 @@ format (tests/fuzzing.py draws them; tests/test_fuzz.py runs a few hundred in CI
 
     python benchmarks/fuzz.py [--cases 20000] [--seed 1] [--workers 1] [--timeout 60] [--huge]
 
+Run it on a tree nobody edits during the run (a checkout, or ``git archive HEAD``): the
+children import lazily, so an edit mid-run mixes two versions of pipesim.
+
 Each case runs in a child process of its own (forked, ``cli.main`` in-process with
 captured streams, in a fresh folder), so that its time and its peak memory (the child's
 ``ru_maxrss``) are its own. The table counts, per command, exits and every kind of
@@ -140,7 +143,8 @@ def main() -> None:
         row = by_command.setdefault(command, Counter())
         row["cases"] += 1
         row["new"] += bool(tags)
-        row[f"exit {rc}" if isinstance(rc, int) else rc] += 1
+        if isinstance(rc, int):  # a traceback or a hang is counted once, as a failure below
+            row[f"exit {rc}"] += 1
         row["wall"] += wall
         slowest[command] = max(slowest.get(command, (0.0, 0)), (wall, seed))
         largest[command] = max(largest.get(command, (0.0, 0)), (rss, seed))

@@ -188,7 +188,17 @@ def schedule_file(pick: Pick) -> bytes:
         d["schedule"] = pick.one(["custom", name])
     elif how == "placement":
         d["placement"] = pick.one(
-            [{"kind": "zigzag"}, {"kind": "v", "chunks": 10**9}, {"routes": [[[0, 0]]]}, "prose", 7, {"routes": "x"}]
+            [
+                {"kind": "zigzag"},
+                {"kind": "v", "chunks": 10**9},
+                {"routes": [[[0, 0]]]},
+                "prose",
+                7,
+                {"routes": "x"},
+                {"routes": [[[0, 2**31]]] * 2 * pp},
+                {"routes": [[[0, 1e308]]]},
+                {"routes": [[[-1, 0]]]},
+            ]
         )
     if pick.chance(0.2):
         d["format"] = pick.one([1, 2, 0, "1", 1.0])
@@ -214,6 +224,20 @@ def spec_file(pick: Pick, kind: str) -> bytes:
         return _mutate_text(pick, text)
     text = 'name = "c"\ngpu = "G"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = 989\nfp8_tflops = 0\nhbm_gb = 80\nnvlink_gbps = 360\nnetwork_gbps = 50\n'
     return _mutate_text(pick, text)
+
+
+def timeline_file(pick: Pick) -> bytes:
+    """A measured timeline (what profile --timeline writes), one time made hostile."""
+    from pipesim import build
+    from pipesim.files import timeline_to_dict
+    from pipesim.simulate import simulate
+
+    s = build("1f1b", 2, 4)
+    text = json.dumps(timeline_to_dict(s, simulate(s)))
+    if pick.tame:
+        return text.encode()
+    value = pick.new(0.5) or pick.one(["1e308", "-1e308", "1e16", "NaN", '"x"', "null", "-1"])
+    return re.sub(r'(\["F0\.0", )[-0-9.e]+', lambda m: m.group(1) + value, text, count=1).encode()
 
 
 def torch_csv(pick: Pick) -> bytes:
@@ -424,7 +448,9 @@ def case(pick: Pick) -> Case:
         if pick.chance(0.3):
             _out(pick, argv, outs)
     elif command == "draw":
-        if pick.chance(0.7):
+        if pick.chance(0.15):  # a measured timeline, its times hostile
+            argv += ["--measured", _input(pick, files, lambda: timeline_file(pick), "tl.json")]
+        elif pick.chance(0.7):
             argv += ["--schedule", _schedule(pick, files)]
         else:
             argv += ["--schedules", pick.one(["1f1b,zb-h1", "dualpipe,in.json", ",", ""])]

@@ -69,6 +69,10 @@ CASES = [
     # indices too wide for the engine's int32 arrays
     ({"s.json": with_op(f"F{2**31}.0")}, ["simulate", "-s", "s.json"], "op 'F2147483648.0': chunk must be a whole number from 0 to 16,000,000"),
     ({"s.json": with_op("F0.99999999999")}, ["draw", "-s", "s.json", "-o", "x.svg"], "micro-batch must be a whole number from 0 to 16,000,000"),
+    ({"s.json": schedule_json(placement={"routes": [[[0, 2**31], [1, 0]]] * 2})}, ["simulate", "-s", "s.json"],
+     "route chunk must be a whole number from 0 to 16,000,000, got 2147483648"),
+    ({"s.json": schedule_json(placement={"routes": [[[0, 1e308], [1, 0]]] * 2})}, ["draw", "-s", "s.json", "-o", "x.svg"],
+     "route chunk must be a whole number from 0 to 16,000,000, got 1e+308"),
     # zeros and denormals where a rate divides
     ({"c.toml": H100.replace("sms = 132", "sms = 0")}, ["plan", "--model", "llama3-8b", "--cluster", "c.toml", "--gpus", "8"],
      "c.toml: sms must be a whole number from 1 to 100,000, got 0"),

@@ -62,3 +62,24 @@ def _format_case(pick: Pick, fmt: str) -> Case:
 @given(data=st.data())
 def test_every_file_format(fmt, data):
     judge(_format_case(DrawPick(data), fmt))
+
+
+def test_the_new_classes_are_drawn():
+    """Issue 23's classes reach the cases (a generator that never draws them tests
+    nothing): each of them in many of 400 seeded cases, and huge sizes only when asked."""
+    import random
+    from collections import Counter
+
+    from fuzzing import NEW_CLASSES, RandomPick
+
+    def tags(huge: bool) -> Counter:
+        out: Counter = Counter()
+        for seed in range(400):
+            pick = RandomPick(random.Random(seed))
+            pick.huge = huge
+            out.update(case(pick).tags)
+        return out
+
+    plain = tags(False)
+    assert all(plain[k] >= 10 for k in NEW_CLASSES), plain
+    assert plain["huge"] == 0 and tags(True)["huge"] >= 10

@@ -305,7 +305,7 @@ def load_toml(path: str | os.PathLike, what: str) -> dict:
     except tomllib.TOMLDecodeError as e:
         raise PipesimError(f"{where}: not valid TOML ({e})") from None
     except RecursionError:
-        raise PipesimError(f"{where}: TOML nested too deeply") from None
+        raise PipesimError(f"{where}: TOML nested too deeply; pipesim reads at most {MAX_DEPTH} levels") from None
     except ValueError:  # an integer past Python's int() limit
         raise long_integer_error(text, where) from None
     if _depth(data) > MAX_DEPTH:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import PipesimError
-from .inputs import MAX_COUNT, integer, shorten
+from .inputs import MAX_COUNT, integer, number, shorten, work
 
 KINDS = ("F", "B", "W", "BW")
 
@@ -200,11 +200,18 @@ class Placement:
         kind = d.get("kind")
         if "routes" in d:
             try:
-                routes = tuple(tuple((int(r), int(c)) for r, c in route) for route in d["routes"])
-                route_of = tuple(int(x) for x in d.get("route_of", [0] * microbatches))
-                chunks = int(d.get("chunks", 1 + max(c for route in routes for _, c in route)))
+                # indices bounded before any array is sized by them (a chunk of 2**31 asked
+                # numpy for 32 GiB; 1e308 for a dimension past its maximum)
+                routes = tuple(
+                    tuple((number(r, "route rank", 0, MAX_COUNT, integer=True), number(c, "route chunk", 0, MAX_COUNT, integer=True)) for r, c in route)
+                    for route in d["routes"]
+                )  # fmt: skip
+                route_of = tuple(number(x, "route_of", 0, MAX_COUNT, integer=True) for x in d.get("route_of", [0] * microbatches))
+                chunks = d.get("chunks", 1 + max(c for route in routes for _, c in route))
+                chunks = number(chunks, "placement chunks", 1, MAX_COUNT, integer=True)
             except (TypeError, ValueError) as e:
                 raise PipesimError(f"malformed placement routes: {e}") from None
+            work(pp, microbatches, chunks)
             if len(route_of) != microbatches:
                 raise PipesimError(f"placement route_of has {len(route_of)} entries, expected {microbatches}")
             return cls(str(kind or "custom"), pp, chunks, routes, route_of)
