@@ -268,7 +268,7 @@ def test_bad_plan_input(capsys, argv, needle):
 def test_bad_cluster_spec(tmp_path, capsys):
     f = tmp_path / "c.toml"
     f.write_text(
-        'name = "c"\ngpu = "X"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = -1\nfp8_tflops = 0\nhbm_gb = 80\nnvlink_gbps = 1\nnetwork_gbps = 1\n'
+        'name = "c"\ngpu = "X"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = -1\nfp8_tflops = 0\nmemory_mib = 81559\nnvlink_gbps = 1\nnetwork_gbps = 1\n'
     )
     code = main(["plan", "--model", "llama3-8b", "--cluster", str(f)])
     assert code == 2 and "bf16_tflops must be a number from 0 to 1e+07, got -1" in capsys.readouterr().err

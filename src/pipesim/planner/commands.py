@@ -133,7 +133,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     as_json = args.json or (out or "").endswith(".json")
     if plan.best is None:  # a failed search is an answer the user must act on, not a report
         raise PipesimError(
-            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:g} GB per GPU) among {plan.considered} layouts: "
+            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts: "
             "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
         )
     recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
@@ -254,7 +254,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(
-        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:g} GB), pp{pp} x dp{dp}"
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), pp{pp} x dp{dp}"
         + (f" x tp{tp}" if tp > 1 else "")
         + (f", ep{ep}" if ep > 1 else "")
         + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
@@ -269,7 +269,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if len(rows) > 1:
         out.print(
             f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
-            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:g} GB)."
+            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
         )
     if model.moe and ep > 1:
         out.print(

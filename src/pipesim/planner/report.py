@@ -300,7 +300,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         f"{bf16:g} of BF16 peak" + (f", {fp8:g} of FP8 peak" if c.fp8_tflops else "") + " on large matrix multiplies",
     )
     rows += [
-        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB at {c.hbm_tbps:g} TB/s"),
+        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
         ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
         ("nodes", f"{c.nodes} x {c.gpus_per_node} GPUs"),
         (
@@ -481,7 +481,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
         f"optimizer step {best.dp_sync:.2f} s)",
         f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
-        f"- memory per GPU: {best.memory_gb:.1f} GB of {c.hbm_gb:g} GB ({best.static_gb:.1f} GB parameters, gradients and optimizer states)",
+        f"- memory per GPU: {best.memory_gb:.1f} GB of {c.hbm_gb:.3g} GB ({best.static_gb:.1f} GB parameters, gradients and optimizer states)",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{_fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {_fmt_hours(hours_for_run(best, t))} GPU-hours "
         f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
