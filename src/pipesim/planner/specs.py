@@ -49,6 +49,8 @@ BOUNDS = {
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "kernel_floor_us": (0, 1e6),
+    "host_us_per_kernel": (0, 1e6),
 }
 
 
@@ -168,6 +170,13 @@ class Training:
     # a one-byte keep mask per element of each block's output forward and reads it backward
     # (Megatron-LM 2021 transformer.py, bias_dropout_add_fused_train, a TorchScript kernel)
     hidden_dropout: bool = False
+    # the small-kernel regime (floors.py names the measurements): a kernel takes at least
+    # kernel_floor_us on the GPU; the host issues each of a layer's kernels in
+    # host_us_per_kernel (eager PyTorch), or a whole layer as one graph launch when the
+    # framework captures it with CUDA graphs
+    kernel_floor_us: float = 3.4
+    host_us_per_kernel: float = 3.3
+    cuda_graphs: bool = False
 
 
 # --------------------------------------------------------------------------------------
