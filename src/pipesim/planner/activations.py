@@ -35,8 +35,10 @@ benchmarks/activation_memory.py), distinct storages counted once:
 Sharding: tensor parallelism divides every head- or ffn-sized tensor by tp; sequence
 parallelism also the hidden-sized ones of the norm and dropout regions (Megatron keeps the
 sequence shard of a column-parallel layer's input and gathers it again in the backward:
-Korthikanti et al.'s 34sbh/t); context parallelism divides every tensor by cp (each rank
-keeps its share of the tokens).
+Korthikanti et al.'s 34sbh/t); expert tensor parallelism divides the experts' ffn-sized
+tensors by etp. Context parallelism keeps each rank's 1/cp of the tokens: the caller
+passes the local sequence length as ``t.seq`` (``footprint.memory_model`` does), so
+nothing here divides by cp again.
 
 Recomputation: ``selective`` drops what the attention core keeps inside itself (scores,
 masks and dropout output unfused, the logsumexp flash) and, for MLA, the up-projections
@@ -110,7 +112,7 @@ def _attention(m: Model, t: Training, tp: int, recompute: str, lin: float, hid: 
     return out
 
 
-def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: float) -> dict[str, float]:
+def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: float, etp: int = 1) -> dict[str, float]:
     """The MLP's saved tensors after its norm."""
     eager = not t.fused_elementwise
     if not m.is_moe_layer(layer):
@@ -119,7 +121,7 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
             return {"gelu input": BF16 * f, "gelu output": lin * f}
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
-    k, f = e.top_k, e.expert_ffn
+    k, f = e.top_k, e.expert_ffn / etp
     per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
     routed = {
         "router scores (fp32 softmax)": FP32 * e.experts * seq_share,
@@ -135,9 +137,8 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
     return routed
 
 
-def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str = "none") -> dict[str, float]:
-    """Bytes per token one GPU keeps for ``layer``, by tensor (context parallelism aside:
-    divide by cp)."""
+def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str = "none", etp: int = 1) -> dict[str, float]:
+    """Bytes per token one GPU keeps for ``layer``, by tensor."""
     seq_share = 1 / tp if t.sequence_parallel and tp > 1 else 1.0
     hid = m.hidden * seq_share  # hidden-sized tensors of the norm and dropout regions
     lin = 1 if t.precision == "fp8" else BF16  # a linear layer's saved input
@@ -147,7 +148,7 @@ def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str =
     out = _prefixed("attention norm", _norm(t, layernorm, hid, lin))
     out |= _attention(m, t, tp, recompute, lin, hid)
     out |= _prefixed("mlp norm", _norm(t, layernorm, hid, lin))
-    out |= _mlp(m, layer, t, tp, lin, seq_share)
+    out |= _mlp(m, layer, t, tp, lin, seq_share, etp)
     if t.hidden_dropout:
         out["residual dropout masks"] = 2 * MASK * hid
     return out
@@ -168,7 +169,7 @@ W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu
 
 
 def _down_share(m: Model, t: Training) -> float:
-    f, lin = m.moe.expert_ffn, (1 if t.precision == "fp8" else BF16)
+    f, lin = 1.0, (1 if t.precision == "fp8" else BF16)  # per unit of ffn: gate and up, silu, product
     return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
 
 
@@ -180,9 +181,8 @@ def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> 
     """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs).
 
     The weight gradient needs the inputs of the weighted multiplies (``W_INPUTS``)."""
-    cp = getattr(lay, "cp", 1)
-    saved = layer_saved(m, layer, t, lay.tp, recompute)
-    tokens = lay.micro_batch * t.seq / cp
+    saved = layer_saved(m, layer, t, lay.tp, recompute, getattr(lay, "etp", 1))
+    tokens = lay.micro_batch * t.seq
     total = _bytes(saved, 1)
     if recompute == "full":
         return tokens * total, 0.0
@@ -194,7 +194,7 @@ def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> 
 
 def head_activation(m: Model, t: Training, lay) -> float:
     """Bytes one micro-batch keeps for the output head on the last stage."""
-    return _bytes(head_saved(m, t, lay.tp), lay.micro_batch * t.seq / getattr(lay, "cp", 1))
+    return _bytes(head_saved(m, t, lay.tp), lay.micro_batch * t.seq)
 
 
 def recompute_transient(m: Model, t: Training, lay, recompute: str) -> float:
