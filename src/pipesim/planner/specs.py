@@ -113,6 +113,7 @@ class Cluster:
     memory_mib: float = 0.0  # device memory as nvidia-smi reports it (memory.total, MiB)
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
+    gpu_speed_sd: float = 0.012  # spread of one SKU's GPU speeds, a share of the median (stragglers.py; 0: all equal)
 
     @property
     def nodes(self) -> int:
@@ -319,6 +320,8 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps", "hbm_tbps"):
         if getattr(c, key) <= 0:
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
+    if not 0 <= c.gpu_speed_sd < 1:
+        raise PipesimError(f"{where}: gpu_speed_sd must be a share from 0 up to (not including) 1, got {c.gpu_speed_sd}")
     for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
