@@ -1,26 +1,42 @@
 # The two commands that do everything on a fresh machine:
-#   make run    set up .venv if missing, then compare the schedules at pp=8, M=16
-#               in the terminal, draw them into out/ (charts, trace, sweep, report)
-#               and plan DeepSeek-V3 on 2048 H800s (out/plan.md)
-#   make test   set up .venv if missing, then run the whole test suite
-#   make docs   rebuild docs/dualpipe.md and its pictures from pipesim's output
+#   make run    set up .venv with what the demo needs (numpy, rich, matplotlib, pipesim),
+#               compare the schedules at pp=8, M=16 in the terminal, draw them into out/
+#               (charts, trace, sweep, report) and plan DeepSeek-V3 on 2048 H800s (out/plan.md)
+#   make test   add the test set-up to .venv, every package that can change a result pinned
+#               (.ci/pins.txt: torch, OR-Tools, ruff, pytest, hypothesis, selenium, ...), then
+#               run the linter and the whole test suite
+#   make docs   rebuild docs/dualpipe.md and its pictures from pipesim's output, then run
+#               every command of README.md and docs/*.md and check what the pages quote
+#   make dist   the sdist and a reproducible wheel in dist/ (timestamps from the last commit)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-READY := $(VENV)/.ready
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+RUN_READY := $(VENV)/.run-ready
+TEST_READY := $(VENV)/.test-ready
 
-.PHONY: run test bench docs clean
+.PHONY: run test bench docs dist clean
 
-# torch is pinned: its CPU build installs from local disk; any other version pulls CUDA
-$(READY): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check 'torch==2.13.0' numpy
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[plot,exact,test,torch]'
-	touch $(READY)
+# pip upgraded first: Python 3.11's own pip (23.2) shows no licence for PEP 639 metadata
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+
+# the demo draws and plans: numpy, rich and matplotlib (no torch, OR-Tools or test tools)
+$(RUN_READY): pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[plot]'
+	touch $@
+
+# torch is pinned: its CPU build installs from local disk; torch_here.py says so in one line,
+# before any download, on a Python for which it would pull the CUDA build instead
+$(TEST_READY): pyproject.toml .ci/pins.txt | $(BIN)/python
+	$(BIN)/python .ci/torch_here.py
+	$(PIP) -c .ci/pins.txt -e '.[plot,exact,torch,test]'
+	touch $@ $(RUN_READY)
 
 SHOWN := --pp 8 --microbatches 16 --schedules 1f1b,zb-h1,dualpipe,dualpipev --costs-per stage
 
-run: $(READY)
+run: $(RUN_READY)
 	$(BIN)/pipesim compare $(SHOWN) --timelines
 	mkdir -p out
 	$(BIN)/pipesim draw $(SHOWN) -o out/schedules.png -o out/schedules.svg -o out/trace.json
@@ -34,15 +50,22 @@ run: $(READY)
 	@echo "  sweep.png, sweep.csv          bubble and activation memory for M = 8..128"
 	@echo "  plan.md                       DeepSeek-V3 on 2048 H800s: the recommended pipeline strategy and its cost"
 
-test: $(READY)
-	$(BIN)/ruff check src tests benchmarks
+test: $(TEST_READY)
+	$(BIN)/ruff check src tests benchmarks docs
 	$(BIN)/python -m pytest -n 2
 
 # the DualPipe walkthrough: every number and picture from the commands it shows
-docs: $(READY)
+docs: $(TEST_READY)
 	$(BIN)/python docs/make_docs.py
+	$(BIN)/python docs/pages.py
 
-bench: $(READY)
+# SOURCE_DATE_EPOCH pins the wheel's file times, so two builds of one commit are byte-equal
+dist: $(RUN_READY)
+	$(PIP) build
+	rm -rf dist
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) $(BIN)/python -m build -q --outdir dist .
+
+bench: $(TEST_READY)
 	$(BIN)/python benchmarks/simulate_speed.py
 	$(BIN)/python benchmarks/draw_speed.py
 	$(BIN)/python benchmarks/report_size.py

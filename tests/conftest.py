@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,22 @@ REFERENCE = Path(__file__).parent / "data" / "reference"
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temp_folder(tmp_path_factory):
+    """Temporary files of the tests and of every process they start (torch's pymp-* and
+    torchelastic_* folders, which a stopped rank leaves behind) go to pytest's own temporary
+    folder, not the system's: TMPDIR for the processes, tempfile.tempdir for this one."""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    tempfile.tempdir = None  # recomputed from TMPDIR at the next use
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 @pytest.fixture(autouse=True, scope="session")

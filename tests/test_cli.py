@@ -208,3 +208,27 @@ def test_costs_per_stage_prices_chunks_by_their_share_of_the_model(capsys):
     # P2P latency does not shrink with the chunk
     with_comm = makespans("--costs-per", "stage", "--comm", "0.5")
     assert with_comm["dualpipev"] > stage["dualpipev"]
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["comapre"], "invalid choice: 'comapre' (did you mean compare?)"),  # two letters swapped
+        (["simulat", "-s", "1f1b"], "(did you mean simulate?)"),  # one dropped
+        (["compare", "--pp", "4", "--schedulse", "1f1b"], "unrecognized arguments: --schedulse 1f1b (did you mean --schedules?)"),
+        (["simulate", "-s", "1f1b", "--costs-per", "stag"], "(did you mean stage?)"),
+    ],
+)
+def test_one_edit_away_gets_did_you_mean(capsys, argv, hint):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and hint in err
+
+
+def test_further_than_one_edit_gets_the_list(capsys):
+    code, _, err = run(capsys, "cmpre")
+    assert code == 2 and "did you mean" not in err and "(choose from 'schedules'" in err
+
+
+def test_python_m_pipesim_is_the_command():
+    done = subprocess.run([sys.executable, "-m", "pipesim", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("pipesim ")

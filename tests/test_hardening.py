@@ -126,7 +126,7 @@ def test_a_huge_cost_ratio_squeezes_the_timeline(capsys, argv):
     """Found by benchmarks/fuzz.py: one column per shortest op made a line of 1e15 columns."""
     t = time.process_time()
     code, out, _ = run(capsys, "simulate", *argv)
-    assert code == 0 and "squeezed to 4000 columns" in out
+    assert code == 0 and "squeezed to" in out
     assert max(len(line) for line in out.splitlines()) < 4100 and time.process_time() - t < 5
 
 

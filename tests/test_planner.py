@@ -9,6 +9,9 @@ import re
 import pytest
 
 from pipesim.cli import main
+from pipesim.planner import candidates as candidates_mod
+from pipesim.planner import evaluate as evaluate_mod
+from pipesim.planner import programs as programs_mod
 from pipesim.planner import search as search_mod
 from pipesim.planner.estimate import (
     Layout,
@@ -118,17 +121,17 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
     c = load_cluster("h100", gpus=32)
     t = load_training(global_batch=256, seq=2048)
     cands = [
-        x for x in search_mod.candidates(m, c, t) if x.layout.pp in (2, 4) and x.layout.tp == 2 and x.recompute == "selective"
+        x for x in candidates_mod.candidates(m, c, t) if x.layout.pp in (2, 4) and x.layout.tp == 2 and x.recompute == "selective"
     ]
     assert len({x.schedule for x in cands}) >= 5
     checked = 0
     for cand in cands:
-        p = search_mod.prepare(m, c, t, cand)
-        if isinstance(p, search_mod.Result) or search_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None:
+        p = evaluate_mod.prepare(m, c, t, cand)
+        if isinstance(p, evaluate_mod.Result) or evaluate_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None:
             continue
-        fast = search_mod.finish(m, c, t, p)
-        monkeypatch.setattr(search_mod, "sample_points", lambda name, pp, M, options=None: None)
-        full = search_mod.finish(m, c, t, p)
+        fast = evaluate_mod.finish(m, c, t, p)
+        monkeypatch.setattr(evaluate_mod, "sample_points", lambda name, pp, M, options=None: None)
+        full = evaluate_mod.finish(m, c, t, p)
         monkeypatch.undo()
         for field in ("step_time", "bubble", "compute_utilization", "exposed_comm", "memory_gb"):
             assert getattr(fast, field) == pytest.approx(getattr(full, field), rel=1e-9, abs=1e-9), (cand, field)
@@ -143,16 +146,16 @@ def test_combined_1f1b_gets_megatrons_smallest_group(monkeypatch):
     m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
     t = load_training(**model_training("deepseek-v3"))
     lay = Layout(pp=8, dp=256, tp=1, ep=256)
-    shared = search_mod.Shared(m, c, t)
+    shared = evaluate_mod.Shared(m, c, t)
     for name, M, group in (("interleaved-1f1b-overlap", 60, 10), ("interleaved-1f1b", 60, 10), ("interleaved-1f1b", 63, None)):
-        p = search_mod.prepare(m, c, t, search_mod.Candidate(lay, name, 4, "selective", M), shared)
-        assert not isinstance(p, search_mod.Result), p.reason
+        p = evaluate_mod.prepare(m, c, t, candidates_mod.Candidate(lay, name, 4, "selective", M), shared)
+        assert not isinstance(p, evaluate_mod.Result), p.reason
         assert p.options.get("group_size") == group  # at M=63 PyTorch's rounds of 9 run
     # a grouped order repeats every g micro-batches, not 2pp: never sampled at two
     # shorter M (at M=200, pp=8 an ungrouped periodic family is)
-    assert search_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4}) is not None
-    assert search_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4, "group_size": 10}) is None
-    real = search_mod.sample_points
+    assert evaluate_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4}) is not None
+    assert evaluate_mod.sample_points("interleaved-1f1b-overlap", 8, 200, {"chunks": 4, "group_size": 10}) is None
+    real = evaluate_mod.sample_points
 
     def never_extrapolated(name, pp, M, options=None):
         points = real(name, pp, M, options)
@@ -160,9 +163,9 @@ def test_combined_1f1b_gets_megatrons_smallest_group(monkeypatch):
             pytest.fail("extrapolated")
         return points
 
-    monkeypatch.setattr(search_mod, "sample_points", never_extrapolated)
-    cand = search_mod.Candidate(lay, "interleaved-1f1b-overlap", 4, "selective", 60)
-    r = search_mod.finish(m, c, t, search_mod.prepare(m, c, t, cand, shared), shared)
+    monkeypatch.setattr(evaluate_mod, "sample_points", never_extrapolated)
+    cand = candidates_mod.Candidate(lay, "interleaved-1f1b-overlap", 4, "selective", 60)
+    r = evaluate_mod.finish(m, c, t, evaluate_mod.prepare(m, c, t, cand, shared), shared)
     assert r.fits and r.group_size == 10
 
 
@@ -338,7 +341,7 @@ def test_registry_families_join_the_search(monkeypatch):
     monkeypatch.setitem(REGISTRY, "test-looped", Family("test-looped", looped, "interleaved", "", ""))
     m, c = load_model("llama3-8b"), load_cluster("h100", gpus=16)
     t = Training(seq=1024, global_batch=32, recompute="selective")
-    cands = list(search_mod.candidates(m, c, t))
+    cands = list(candidates_mod.candidates(m, c, t))
     assert {x.chunks for x in cands if x.schedule == "test-looped"} == {3, 6}
     plan = search_mod.search(m, c, t)
     assert plan.best_of("test-1f1b").step_time == pytest.approx(plan.best_of("1f1b").step_time)
@@ -347,15 +350,15 @@ def test_registry_families_join_the_search(monkeypatch):
 def test_pins_are_honoured():
     m, c = load_model("llama3-8b"), load_cluster("h100", gpus=32)
     t = Training(seq=1024, global_batch=64, recompute="selective")
-    pins = search_mod.Pins(pp=4, tp=2, micro_batch=2, chunks=2)
+    pins = candidates_mod.Pins(pp=4, tp=2, micro_batch=2, chunks=2)
     plan = search_mod.search(m, c, t, pins=pins)
     assert plan.results
     for r in plan.results:
         lay = r.candidate.layout
         assert (lay.pp, lay.tp, lay.dp, lay.micro_batch, r.candidate.microbatches) == (4, 2, 4, 2, 8)
-        assert search_mod.placement_chunks(r.candidate.schedule, r.candidate.chunks) == 2
+        assert candidates_mod.placement_chunks(r.candidate.schedule, r.candidate.chunks) == 2
     assert {"1f1b", "zb-h1", "gpipe"}.isdisjoint(plan.searched)  # flat: one chunk per rank
-    only_m = search_mod.search(m, c, t, pins=search_mod.Pins(microbatches=16), schedules=["1f1b"])
+    only_m = search_mod.search(m, c, t, pins=candidates_mod.Pins(microbatches=16), schedules=["1f1b"])
     assert {r.candidate.microbatches for r in only_m.results} == {16}
 
 
@@ -455,24 +458,24 @@ def test_candidates_ruled_out_before_building(monkeypatch):
     is rejected from its placement alone, worded as the registry's check words it; a
     schedule is built only for a candidate that passes those checks."""
     built = []
-    real = search_mod.build
-    monkeypatch.setattr(search_mod, "build", lambda name, pp, M, **o: built.append((name, pp, M)) or real(name, pp, M, **o))
+    real = programs_mod.build
+    monkeypatch.setattr(programs_mod, "build", lambda name, pp, M, **o: built.append((name, pp, M)) or real(name, pp, M, **o))
     m, t = load_model("llama3-8b"), Training(seq=1024, global_batch=32, recompute="selective")
     big = load_cluster("h100", gpus=16)
     small = dataclasses.replace(big, hbm_gb=1)
 
     def run(c, pp, name, chunks=None):
         lay = Layout(pp=pp, dp=16 // pp, micro_batch=1)
-        return search_mod.prepare(m, c, t, search_mod.Candidate(lay, name, chunks, "selective", 32 // lay.dp))
+        return evaluate_mod.prepare(m, c, t, candidates_mod.Candidate(lay, name, chunks, "selective", 32 // lay.dp))
 
     odd = run(big, 1, "chimera")
     assert odd.reason == "cannot run: chimera needs an even --pp, got 1"
-    assert odd.reason == "cannot run: " + search_mod.REGISTRY["chimera"].check(1, 2)
+    assert odd.reason == "cannot run: " + evaluate_mod.REGISTRY["chimera"].check(1, 2)
     assert run(big, 8, "interleaved-1f1b", 8).reason == "needs 64 stages, the model has 32 layers"
     assert run(small, 2, "1f1b").reason.startswith("parameters, gradients and optimizer states need")
     assert built == []
     fits = run(big, 2, "1f1b")
-    assert isinstance(fits, search_mod.Prepared) and built == [("1f1b", 2, 4)]
+    assert isinstance(fits, evaluate_mod.Prepared) and built == [("1f1b", 2, 4)]
 
 
 def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other():
@@ -483,7 +486,7 @@ def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other
 
     m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
     t = load_training(**model_training("deepseek-v3"))
-    plan = search_mod.search(m, c, t, schedules=["interleaved-1f1b-overlap"], pins=search_mod.Pins(pp=8))
+    plan = search_mod.search(m, c, t, schedules=["interleaved-1f1b-overlap"], pins=candidates_mod.Pins(pp=8))
     r = plan.best
     pl = placement_of(r)
     lay, rc = r.candidate.layout, r.candidate.recompute
@@ -493,8 +496,8 @@ def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other
 
     assert sizes(True) != sizes(False) and r.stage_layers == sizes(False)
     assert tuple(len(p.layers) for p in stage_split(plan, r)) == r.stage_layers
-    evened = search_mod.prepare(m, c, t, r.candidate, search_mod.Shared(m, c, t), splits=(True,))
-    assert isinstance(evened, search_mod.Result) and "GB usable" in evened.reason
+    evened = evaluate_mod.prepare(m, c, t, r.candidate, evaluate_mod.Shared(m, c, t), splits=(True,))
+    assert isinstance(evened, evaluate_mod.Result) and "GB usable" in evened.reason
 
 
 def test_a_training_file_with_no_tokens_is_one_line(tmp_path, capsys):

@@ -20,7 +20,6 @@ from pipesim.planner.estimate import (
     attention_params,
     balanced_partition,
     component_costs,
-    dp_bandwidth,
     elementwise_bytes,
     embedding_costs,
     embedding_params,
@@ -31,6 +30,7 @@ from pipesim.planner.estimate import (
     memory_model,
     mlp_params,
     p2p_seconds,
+    ring_bandwidth,
     stage_params,
     stage_parts,
     step_overhead,
@@ -116,13 +116,13 @@ def test_data_parallel_rings_across_nodes_by_hand():
     Expert replicas sit ep data-parallel ranks apart: dp128 ep64 leaves one a node (10),
     dp16 ep2 four (40)."""
     c = replace(GPU, gpus=1024)
-    assert dp_bandwidth(c, Layout(pp=1, dp=8)) == pytest.approx(100e9)
-    assert dp_bandwidth(c, Layout(pp=1, dp=32)) == pytest.approx(80e9)
-    assert dp_bandwidth(c, Layout(pp=1, dp=32, tp=2)) == pytest.approx(40e9)
-    assert dp_bandwidth(c, Layout(pp=1, dp=32, tp=8)) == pytest.approx(10e9)
-    assert dp_bandwidth(c, Layout(pp=1, dp=128, ep=64), spacing=64) == pytest.approx(10e9)
-    assert dp_bandwidth(c, Layout(pp=1, dp=16, ep=2), spacing=2) == pytest.approx(40e9)
-    assert dp_bandwidth(replace(c, nvlink_gbps=50), Layout(pp=1, dp=32)) == pytest.approx(50e9)  # at most NVLink
+    assert ring_bandwidth(c, Layout(pp=1, dp=8), "dp") == pytest.approx(100e9)
+    assert ring_bandwidth(c, Layout(pp=1, dp=32), "dp") == pytest.approx(80e9)
+    assert ring_bandwidth(c, Layout(pp=1, dp=32, tp=2), "dp") == pytest.approx(40e9)
+    assert ring_bandwidth(c, Layout(pp=1, dp=32, tp=8), "dp") == pytest.approx(10e9)
+    assert ring_bandwidth(c, Layout(pp=1, dp=128, ep=64), "edp") == pytest.approx(10e9)
+    assert ring_bandwidth(c, Layout(pp=1, dp=16, ep=2), "edp") == pytest.approx(40e9)
+    assert ring_bandwidth(replace(c, nvlink_gbps=50), Layout(pp=1, dp=32), "dp") == pytest.approx(50e9)  # at most NVLink
 
 
 def test_weight_gradient_accumulation_by_hand():

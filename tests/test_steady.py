@@ -55,6 +55,30 @@ def test_touching_items_on_different_ranks_make_one_stretch():
     assert all_busy(Timeline(2, ((Event(0, a, 0, 1),), (Event(1, a, 1, 2),)))).first is None
 
 
+def test_measured_items_out_of_order_and_nested_against_every_half_slot():
+    # a measured timeline may list a rank's items out of time order, nest one inside
+    # another or give one no length: the sweep must sort and merge them per rank
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        pp = rng.randint(1, 4)
+        events = []
+        for r in range(pp):
+            evs = []
+            for m in range(rng.randint(0, 6)):
+                a = rng.randint(0, 12)
+                evs.append(Event(r, Op("F", 0, m), a, a + rng.randint(0, 4)))
+            rng.shuffle(evs)
+            events.append(tuple(evs))
+        tl = Timeline(pp, events, source="measured")
+        got = all_busy(tl)
+        slots = busy_slots(tl)
+        assert [t for a, b in got.intervals for t in range(round(a), round(b))] == [t - 0.5 for t in slots]
+        for a, b in got.gaps:
+            assert b > a
+
+
 def test_simulate_says_when_no_rank_idles(capsys):
     code, out, _ = run(capsys, "simulate", "-s", "1f1b", "--pp", 4, "-m", 8, "--no-timeline")
     assert code == 0

@@ -8,9 +8,11 @@ would be right, and exit status 2; nothing is written when a command fails.
 from __future__ import annotations
 
 import argparse
+import bisect
 import importlib
+import itertools
 import os
-import shutil
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,13 +26,13 @@ from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .files import json_text, load_schedule, output_extension, output_target, save_schedule, write_bytes_atomic
-from .inputs import MAX_COUNT, MAX_VALUE, work
+from .inputs import MAX_COUNT, MAX_LAYERS, MAX_VALUE, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
 from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import MAX_COLUMNS, legend, render
+from .render.terminal import MAX_COLUMNS, print_timeline  # noqa: F401  (runtime/commands.py imports print_timeline from here)
 from .schedules import REGISTRY, build, family
 from .simulate import simulate
 from .steady import all_busy
@@ -38,10 +40,47 @@ from .timeline import Timeline
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line and exit status 2 (argparse prints usage too)."""
+    """argparse, but an error is one line and exit status 2 (argparse prints usage too), and
+    a command, choice or flag one edit away from a real one gets a did-you-mean."""
+
+    typed: list[str] = []  # the command line, set by main: which command's flags to suggest from
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise PipesimError(f"{message} (see '{self.prog} --help')")
+        hint = self._suggestion(message)
+        if hint:  # the one likely meant rather than the whole list of choices
+            message = message.split(" (choose from ")[0]
+        raise PipesimError(f"{message}{hint} (see '{self.prog} --help')")
+
+    def _suggestion(self, message: str) -> str:
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            return did_you_mean_one_edit(bad.group(1), re.findall(r"'([^']*)'", bad.group(2)))
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        command = self._subparsers._group_actions[0].choices.get(self.typed[0]) if self._subparsers and self.typed else None
+        if unknown and command is not None:
+            flags = [f for f in command._option_string_actions if f.startswith("--")]
+            for word in unknown.group(1).split():
+                if word.startswith("--") and (hint := did_you_mean_one_edit(word.split("=")[0], flags)):
+                    return hint
+        return ""
+
+
+def did_you_mean_one_edit(word: str, known: Sequence[str]) -> str:
+    """" (did you mean X?)" for the known word one edit away (a letter added, dropped, changed,
+    or two neighbours swapped: comapre -> compare), else ""."""
+    close = [k for k in known if _edits(word, k) <= 1]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: Levenshtein plus adjacent transpositions."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
 
 
 #: the pip extra that brings each optional import (a missing one is a one-line hint)
@@ -51,6 +90,7 @@ EXTRAS = {"matplotlib": "plot", "torch": "torch", "numpy": "torch", "ortools": "
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser.typed = argv
     what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
         args = parser.parse_args(argv)
@@ -113,14 +153,19 @@ def _listed(value) -> list[str]:
 # flags shared by several commands
 
 
-def positive_int(text: str) -> int:
+def positive_int(text: str, hi: int = MAX_COUNT) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {text!r}") from None
-    if not 1 <= v <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_COUNT:,}, got {v}")
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {text!r}") from None
+    if not 1 <= v <= hi:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {v}")
     return v
+
+
+def at_most(hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``hi``."""
+    return lambda text: positive_int(text, hi)
 
 
 def cost_value(text: str) -> float | tuple[float, ...]:
@@ -211,7 +256,7 @@ def add_costs(p: argparse.ArgumentParser) -> None:
     c.add_argument("--components", metavar="FILE.toml", help="component times (and memory sizes) from a TOML file")
     for name, what in COMPONENT_FLAGS.items():
         c.add_argument(f"--{name.replace('_', '-')}", type=nonneg_float, help=what)
-    c.add_argument("--layers", type=positive_int, help="layers per chunk (default 1)")
+    c.add_argument("--layers", type=at_most(MAX_LAYERS), help="layers per chunk (default 1)")
     c.add_argument("--p2p", type=nonneg_float, help="P2P latency between stages (default 0)")
     c.add_argument("--comm-sms", type=nonneg_float, help="SMs a communication kernel holds while it runs (default 20)")
     c.add_argument("--total-sms", type=positive_float, help="SMs of the GPU (default 132, H800)")
@@ -381,20 +426,6 @@ def pct(x: float | None) -> str:
 
 def num(x: float) -> str:
     return f"{x:.6g}"
-
-
-def print_timeline(out: Console, s: Schedule, tl, width: int | None) -> None:
-    if width is None and sys.stdout.isatty():
-        width = shutil.get_terminal_size().columns
-    lines, squeezed = render(s, tl, width or None)
-    for line in lines:
-        out.print(line, crop=False, no_wrap=True, overflow="ignore")
-    note = (
-        f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind (widen with --width)"
-        if squeezed
-        else ""
-    )
-    out.print(f"[dim]{legend(s)}{note}[/]")
 
 
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
@@ -679,16 +710,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     columns = compare_columns(costs)
     extra = list(next(iter(hours.values()), {}))  # the per-token columns, when asked for
     t = Table(title=f"pp={pp}, M={M}, costs: {priced.text}")
-    for header in [h for h, _ in columns] + extra:
-        t.add_column(header, justify="left" if header == "schedule" else "right")
+    table: list[list[str]] = []
     for row in rows:
         if row.report is None:
-            t.add_row(row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2))
+            table.append([row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2)])
         else:
             cells = [cell(row.report) for _, cell in columns[1:]]
             h = hours.get(row.name, {})
             cells += [f"{v:+.4g}" if k.startswith("vs") else f"{v:.4g}" for k, v in h.items()]
-            t.add_row(f"{row.name} *" if row.name in front else row.name, *cells)
+            table.append([f"{row.name} *" if row.name in front else row.name, *cells])
+    # names and numbers keep their whole width (Rich would cut three interleaved-* names to
+    # one "interleave…" at 100 columns); only the headers give way, wrapping
+    for i, header in enumerate([h for h, _ in columns] + extra):
+        widest = max((len(r[i]) for r in table if not r[i].startswith("[dim]")), default=0)
+        t.add_column(header, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i == 0, overflow="fold")
+    for r in table:
+        t.add_row(*r)
     out = console()
     out.print(t)
     if per_token:
@@ -774,11 +811,35 @@ def cmd_pair(args: argparse.Namespace) -> int:
     t = Table(title="parts (time from the pair's start)")
     for col in ("stream", "part", "start", "end", "hides behind"):
         t.add_column(col)
-    for g in sorted(segs, key=lambda g: (g.start, g.stream)):
-        beside = [h.label.split(" ")[0] for h in segs if h.stream != g.stream and h.start < g.end and h.end > g.start]
-        t.add_row(g.stream, g.label, num(g.start), num(g.end), ", ".join(beside) if g.stream == "comm" else "")
+    beside = hidden_behind(segs)
+    for g in sorted(segs, key=lambda g: (g.start, g.stream))[:MAX_PART_ROWS]:
+        t.add_row(g.stream, g.label, num(g.start), num(g.end), ", ".join(beside.get(id(g), ())) if g.stream == "comm" else "")
     out.print(t)
+    if len(segs) > MAX_PART_ROWS:
+        out.print(f"[dim]the first {MAX_PART_ROWS} of {len(segs):,} parts; --json lists them all[/]")
     return 0
+
+
+#: rows of pair's parts table: Rich lays a table out at about 0.6 ms a row, and
+#: --layers 10000 makes 80,000 parts
+MAX_PART_ROWS = 400
+
+
+def hidden_behind(segs) -> dict[int, list[str]]:
+    """For each communication segment (by id), the compute parts running beside it, in
+    the segments' order: a sweep over compute sorted by start, not every pair (--layers
+    10000 is 80,000 segments)."""
+    compute = sorted((g.start, n, g) for n, g in enumerate(segs) if g.stream == "compute")
+    starts = [c[0] for c in compute]
+    reach = list(itertools.accumulate((c[2].end for c in compute), max))  # latest end of the first k
+    out = {}
+    for g in segs:
+        if g.stream == "compute":
+            continue
+        hi = bisect.bisect_left(starts, g.end)  # compute that starts before g ends
+        lo = bisect.bisect_right(reach, g.start, 0, hi)  # skip a prefix that ended before g starts
+        out[id(g)] = [h.label.split(" ")[0] for _, _, h in sorted(compute[lo:hi], key=lambda c: c[1]) if h.end > g.start]
+    return out
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -835,7 +896,10 @@ def make_parser() -> Parser:
     g.add_argument("--seq", type=positive_int, help="tokens per sequence (with --model: default the preset's)")
     g.add_argument("--micro-batch-size", type=positive_int, help="sequences per micro-batch (with --model: default 1)")
     g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
-    g.add_argument("--model", help="a model preset (deepseek-v3, llama3-70b, ...) or TOML file: costs from the planner's model")
+    g.add_argument(
+        "--model",
+        help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's model",
+    )
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
     c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
 
@@ -855,7 +919,7 @@ def make_parser() -> Parser:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true")
-    c.add_argument("--width", type=positive_int, help="columns of the picture (default 100)")
+    c.add_argument("--width", type=at_most(MAX_COLUMNS), help="columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )

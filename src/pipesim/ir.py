@@ -406,7 +406,17 @@ class Schedule:
         return self.table.num_ops
 
     def to_notation(self) -> list[list[str]]:
-        return [[str(it) for it in items] for items in self.ranks]
+        """Each rank's items as ``str(item)`` writes them (``F0.3``, ``F0.3&B1.0``), read
+        off the table's columns: no Op object per op at millions of ops."""
+        t = self.table
+        out = []
+        for r in range(len(t)):
+            a, b = int(t.offsets[r]), int(t.offsets[r + 1])
+            row = [f"{KINDS[k]}{c}.{m}" for k, c, m in zip(t.kind[a:b].tolist(), t.chunk[a:b].tolist(), t.mb[a:b].tolist())]
+            for j in np.flatnonzero(t.kind2[a:b] >= 0).tolist():
+                row[j] += f"&{KINDS[t.kind2[a + j]]}{t.chunk2[a + j]}.{t.mb2[a + j]}"
+            out.append(row)
+        return out
 
     def to_dict(self) -> dict:
         return {

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .timeline import Timeline
 
 
@@ -66,39 +68,49 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _busy(events) -> list[tuple[float, float]]:
-    """One rank's items as merged, disjoint intervals."""
-    out: list[list[float]] = []
-    for e in sorted(events, key=lambda e: e.start):
-        if e.end <= e.start:
-            continue
-        if out and e.start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e.end)
-        else:
-            out.append([e.start, e.end])
-    return [(a, b) for a, b in out]
+def _busy(timeline: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every rank's items as merged, disjoint intervals: (rank, start, end), by rank then
+    time. Vectorised over all ranks (a schedule may have millions of ranks of one item)."""
+    keep = timeline.ends > timeline.starts
+    rank = timeline.table.ranks_of_items()[keep]
+    a, b = timeline.starts[keep], timeline.ends[keep]
+    head = np.ones(len(a), bool)  # a rank's first item (items are stored rank after rank)
+    head[1:] = rank[1:] != rank[:-1]
+    if not (head[1:] | (a[1:] >= a[:-1])).all():  # a rank's items out of time order
+        order = np.lexsort((a, rank))
+        rank, a, b = rank[order], a[order], b[order]
+    if not (head[1:] | (b[1:] >= b[:-1])).all():
+        # an item inside another (measured timelines may nest): running max per rank
+        for lo, hi in zip(np.flatnonzero(head), [*np.flatnonzero(head)[1:], len(b)]):
+            b[lo:hi] = np.maximum.accumulate(b[lo:hi])
+    # a new interval starts at a rank's first item or where an item starts after the
+    # items before it have ended
+    new = head.copy()
+    new[1:] |= a[1:] > b[:-1]
+    first = np.flatnonzero(new)
+    return rank[first], a[first], b[np.r_[first[1:] - 1, len(a) - 1]] if len(a) else b
 
 
 def all_busy(timeline: Timeline) -> AllBusy:
     """Where every rank of ``timeline`` is busy at once (the intersection of their busy
-    intervals)."""
-    if timeline.pp == 0:
+    intervals): a sweep over every rank's merged busy intervals, counting the ranks busy
+    between consecutive instants. Linear in items after one sort (the terminal and JSON
+    outputs call it at the work limit)."""
+    pp = timeline.pp
+    rank, lo, hi = _busy(timeline)
+    if pp == 0 or len(np.unique(rank)) < pp:  # some rank never busy
         return AllBusy(())
-    common = _busy(timeline.events[0])
-    for evs in timeline.events[1:]:
-        other, merged, i, j = _busy(evs), [], 0, 0
-        while i < len(common) and j < len(other):
-            a, b = max(common[i][0], other[j][0]), min(common[i][1], other[j][1])
-            if b > a:
-                merged.append((a, b))
-            if common[i][1] < other[j][1]:
-                i += 1
-            else:
-                j += 1
-        common = merged
+    t = np.concatenate([lo, hi])
+    step = np.concatenate([np.ones(len(lo), np.int64), -np.ones(len(hi), np.int64)])
+    order = np.argsort(t, kind="stable")
+    t, step = t[order], step[order]
+    last = np.r_[t[1:] != t[:-1], True]  # the last change at each instant
+    busy = np.cumsum(step)[last]  # ranks busy from this instant to the next
+    t = t[last]
+    full = np.flatnonzero(busy[:-1] == pp)
     # touching stretches (one rank's item ends as another's starts) are one stretch
     joined: list[tuple[float, float]] = []
-    for a, b in common:
+    for a, b in zip(t[full].tolist(), t[full + 1].tolist()):
         if joined and a <= joined[-1][1] + 1e-12:
             joined[-1] = (joined[-1][0], b)
         else:

@@ -1,16 +1,21 @@
 """The planner: from a model and a cluster to a pipeline strategy and its cost.
 
-specs.py (TOML specs and presets) -> estimate.py (times, bytes, parameters per layer) ->
-search.py (every layout and schedule that fits, simulated, ranked) -> report.py
-(Markdown or JSON); commands.py holds ``pipesim plan`` and ``pipesim memory``.
+specs.py (TOML specs and presets) -> layout.py (one candidate's parallel degrees) ->
+params.py, compute.py, collectives.py (parameters, kernel times, communication) ->
+layer_costs.py, split.py, stages.py, step.py, footprint.py (each layer's costs, the stage
+split, the step's ends, bytes held) -> candidates.py, programs.py, bounds.py, evaluate.py
+(what is searched, what candidates share, one candidate checked, bounded and simulated) ->
+search.py (every layout and schedule that fits, ranked) -> report.py and recipe.py
+(Markdown or JSON, and how to run it); commands.py holds ``pipesim plan`` and ``pipesim
+memory``. estimate.py re-exports the estimates under their former module's name.
 
     from pipesim.planner import load_cluster, load_model, load_training
     from pipesim.planner.search import search
     plan = search(load_model("deepseek-v3"), load_cluster("h800-2048"), load_training())
 """
 
-from .estimate import Layout
-from .search import Plan, Result
+from .layout import Layout
+from .results import Plan, Result
 from .specs import Cluster, Model, Training, load_cluster, load_model, load_training
 
 __all__ = ["Cluster", "Layout", "Model", "Plan", "Result", "Training", "load_cluster", "load_model", "load_training"]

@@ -26,8 +26,12 @@ from dataclasses import dataclass, replace
 from ..components import ComponentCosts
 from ..errors import PipesimError
 from ..schedules import REGISTRY
-from .estimate import Layout, layer_costs
-from .search import Candidate, Pins, ProgramCache, Result, Shared, evaluate, schedule_variants, skipped_families
+from .candidates import Candidate, Pins, schedule_variants, skipped_families
+from .evaluate import Shared, evaluate
+from .layer_costs import layer_costs
+from .layout import Layout
+from .programs import ProgramCache
+from .results import Result
 from .specs import Cluster, Model, Training
 
 LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "micro_batch", "schedule", "chunks", "recompute")

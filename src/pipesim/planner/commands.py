@@ -16,9 +16,12 @@ from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate
-from .estimate import Layout, component_costs, default_ep, memory_model, stage_params, stage_parts
-from .search import Pins, search
+from .candidates import Pins
+from .footprint import memory_model, stage_params
+from .layout import Layout, default_ep
+from .search import search
 from .specs import load_cluster, load_model, load_training, model_published, model_training
+from .stages import component_costs, stage_parts
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
 
@@ -71,7 +74,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     c.add_argument(
         "--model",
         required=True,
-        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b) or TOML file",
+        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b), a TOML file or a HuggingFace config.json (or its folder)",
     )
     if cluster_default:
         c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset or TOML file (default {cluster_default})")

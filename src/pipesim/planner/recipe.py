@@ -33,8 +33,10 @@ from ..errors import PipesimError
 from ..ir import Op, Placement, Schedule
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from ..schedules import REGISTRY, build
-from .estimate import component_costs, ranges_of, stage_parts
-from .search import COST_OPTIONS, Plan, Result
+from .candidates import COST_OPTIONS
+from .results import Plan, Result
+from .split import ranges_of
+from .stages import component_costs, stage_parts
 
 #: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
 COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
@@ -94,7 +96,7 @@ def placement_of(r: Result) -> Placement:
 
 def stage_split(plan: Plan, r: Result) -> list[Part]:
     """The model's stages for result ``r`` as the planner split and simulated them
-    (``estimate.stage_parts``: balanced over what each rank holds, or the same number of
+    (``stages.stage_parts``: balanced over what each rank holds, or the same number of
     layers a stage with ``stage_split = "even"``), the embedding on the first stage, the
     output head and MTP modules on the last, each with its F + B + W per micro-batch
     under the same cost model."""

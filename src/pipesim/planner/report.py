@@ -14,16 +14,10 @@ from ..schedules import REGISTRY
 from ..schedules.combined import warmup
 from . import recipe
 from .calibrate import RANGES, Uncertainty
-from .estimate import (
-    BACKWARD_SCORE_BYTES,
-    FLASH_BACKWARD_SHARE,
-    FORWARD_SCORE_BYTES,
-    FP8_WGRAD_SHARE,
-    active_params,
-    model_flops_per_token,
-    total_params,
-)
-from .search import SEARCHED_MAX_SLOTS, Plan, Result, fixed_order_families, skipped_families
+from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, skipped_families
+from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, model_flops_per_token
+from .params import active_params, total_params
+from .results import Plan, Result
 from .specs import Training
 
 DUAL_FAMILY = ("dualpipe", "dualpipev")

@@ -14,6 +14,7 @@ from typing import get_type_hints
 
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number
+from . import hf_config
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -185,14 +186,18 @@ class Training:
 
 
 def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
-    """The TOML table of a file path, or of a preset in presets/<kind>s/."""
+    """The TOML table of a file path, or of a preset in presets/<kind>s/; a model may
+    also be a HuggingFace config.json, read into the same table by ``hf_config``."""
+    if kind == "model" and hf_config.is_hf_config(name_or_path):
+        return hf_config.model_table(name_or_path), name_or_path
     p = Path(name_or_path)
     if p.suffix != ".toml" and not p.exists():
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
         if not p.exists():
             names = sorted(x.stem for x in (PRESETS / f"{kind}s").glob("*.toml"))
             hint = did_you_mean(name_or_path, names)
-            raise PipesimError(f"unknown {kind} {name_or_path!r}{hint}: give a TOML file or one of {', '.join(names)}")
+            files = "a TOML file, a HuggingFace config.json" if kind == "model" else "a TOML file"
+            raise PipesimError(f"unknown {kind} {name_or_path!r}{hint}: give {files} or one of {', '.join(names)}")
     return load_toml(p, f"{kind} spec"), str(p)
 
 

@@ -96,15 +96,34 @@ def chart_figure(panels: Sequence[Panel], *, span: float | None = None, width: f
     ``span`` fixes the time axis length (default: the longest makespan) so that charts
     drawn separately (the HTML report's) share a scale; ``width`` fixes the axis width in
     inches (default: from the shortest op, see the module doc)."""
-    from matplotlib.figure import Figure
-
     if not panels:
         raise PipesimError("nothing to draw: give at least one schedule")
     span = span if span is not None else longest(panels)
     width = width if width is not None else axis_width(panels, span)
     heights = [TITLE + _row_height(p.timeline.pp) * p.timeline.pp + TICKS for p in panels]
     fig_h = sum(heights) + GAP * (len(panels) - 1) + LEGEND + CAPTION_LINE * len(_captions(panels)) + 0.1
-    fig_w = LEFT + width + RIGHT
+    fig = _chart(panels, span, width, fig_h, LEFT + width + RIGHT)
+    # the legend is one row, and its title says what the chunks mean: on a narrow chart it can
+    # run past the right edge, which a PNG or PDF cuts (an SVG viewer shows it anyway); the
+    # figure is widened to hold it, the time axis kept as it was
+    needed = _legend_right(fig) + 0.1
+    if needed > fig.get_figwidth():
+        fig = _chart(panels, span, width, fig_h, needed)
+    return fig
+
+
+def _legend_right(fig) -> float:
+    """Where the legend ends, in inches from the figure's left edge, as Agg lays out its text."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    return fig.legends[-1].get_window_extent(renderer).x1 / fig.dpi
+
+
+def _chart(panels: Sequence[Panel], span: float, width: float, fig_h: float, fig_w: float):
+    from matplotlib.figure import Figure
+
+    heights = [TITLE + _row_height(p.timeline.pp) * p.timeline.pp + TICKS for p in panels]
     fig = Figure(figsize=(fig_w, fig_h))
     top = fig_h - 0.1
     for panel, h in zip(panels, heights):

@@ -52,6 +52,10 @@ def render_pair(segments: tuple[Segment, ...], width: int = 100) -> list[Text]:
     return lines
 
 
+#: narrowest part that gets a label in the chart (a 7-point label is about 0.1 inch tall)
+MIN_LABEL_INCHES = 0.02
+
+
 def pair_chart_bytes(segments: tuple[Segment, ...], fmt: str, title: str) -> bytes:
     """The pair as a chart: compute on top, communication below, time left to right."""
     import matplotlib
@@ -64,13 +68,14 @@ def pair_chart_bytes(segments: tuple[Segment, ...], fmt: str, title: str) -> byt
     fig, ax = plt.subplots(figsize=(width, 2.4))
     title = textwrap.fill(title, width=int(width * 14))  # about 14 characters of 9-pt text an inch
     for row, stream in ((1, "compute"), (0, "comm")):
+        bars: dict[str, list[tuple[float, float]]] = {}
         for g in segments:
             if g.stream != stream:
                 continue
             kind = _kind(g)
-            ax.broken_barh(
-                [(g.start, g.end - g.start)], (row - 0.4, 0.8), facecolors=fill(kind), edgecolors="#333333", linewidth=0.6
-            )
+            bars.setdefault(kind, []).append((g.start, g.end - g.start))
+            if (g.end - g.start) / end * width < MIN_LABEL_INCHES:
+                continue  # too narrow to read: --layers 10000 is 60,000 parts, and a text each takes minutes
             part, rest = g.label.split(" ", 1) if " " in g.label else (g.label, "")
             layer = rest.rsplit(" ", 1)[-1] if rest else ""
             ax.text(
@@ -83,6 +88,8 @@ def pair_chart_bytes(segments: tuple[Segment, ...], fmt: str, title: str) -> byt
                 color=ink(kind),
                 clip_on=True,
             )
+        for kind, spans in bars.items():  # one collection per colour, not an artist per part
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=fill(kind), edgecolors="#333333", linewidth=0.6)
     ax.set_yticks([0, 1], ["communication", "compute"])
     ax.set_xlim(0, end)
     ax.set_ylim(-0.6, 1.6)

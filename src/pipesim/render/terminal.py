@@ -4,16 +4,23 @@ Each op is a cell as wide as its duration, labelled ``F3`` (kind, micro-batch), 
 case for chunk 1 (the return leg of a V, or DualPipe's second direction), full notation
 when ranks hold more than two chunks; ``legend`` says which for the schedule shown. An overlapped pair is one cell, ``F3&bw0``. Idle
 time is dotted. The scale makes the shortest op just wide enough for its label, unless
-that exceeds ``width``, in which case time is squeezed and labels are cut.
+that exceeds ``width``, in which case time is squeezed: a cell then shows its micro-batch
+number when that fits with a gap after it, and nothing otherwise (the colour still gives the
+kind), so neighbouring labels never run together; the note under the table says so.
+Piped output (no terminal to measure) is drawn ``PIPED_WIDTH`` columns wide.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import sys
 
-from rich.text import Text
+import numpy as np
+from rich.console import Console
+from rich.text import Span, Text
 
-from ..ir import Item, Op, Pair, Schedule
+from ..ir import KINDS, Item, Op, Pair, Schedule
 from ..timeline import Timeline
 from .chunks import chunk_caption
 from .palette import FILLS, fill, ink
@@ -59,20 +66,37 @@ TAIL = "│ 100%"
 #: widest unsqueezed table: its width grows with makespan / shortest op, which hostile
 #: costs make 1e15 (a MemoryError, or minutes building one line)
 MAX_COLUMNS = 4000
+#: the width of a timeline written to a pipe or a file, as the piped tables' (cli.console)
+PIPED_WIDTH = 160
+#: tick labels: at least this many columns apart, and about this many across the axis
+TICK_GAP, TICKS = 8, 10
 
 
-def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool]:
-    """The table as Rich text lines (``str(line)`` for plain text), and whether it was
-    squeezed to fit ``width`` columns (labels then show micro-batch numbers only)."""
+#: most rows the table draws: each is up to ``MAX_COLUMNS`` cells, and a schedule of a
+#: million ranks of one op is a legal size
+MAX_ROWS = 1024
+
+
+def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> tuple[list[Text], bool, int]:
+    """The table as Rich text lines (``str(line)`` for plain text), whether it was squeezed
+    to fit ``width`` columns (labels then show micro-batch numbers only), and how many drawn
+    cells were left unlabelled because no label fits them.
+
+    Array work over the items, then Python per drawn cell (at most ``MAX_ROWS`` x
+    ``MAX_COLUMNS``): a cell shows the last item of its rank that covers it, so an item
+    drawn over by the next one costs no label."""
     chunks = schedule.placement.chunks
     t0, t1 = timeline.start, timeline.end
-    events = [e for e in timeline.all_events() if e.duration > 0]
-    if not events:
-        return [Text("(empty timeline)")], False
-    unit = min(e.duration for e in events)
+    if timeline.pp > MAX_ROWS:
+        return [Text(f"(timeline not drawn: {timeline.pp:,} ranks is more than the {MAX_ROWS:,} rows the table shows)")], False, 0
+    t = timeline.table
+    dur = timeline.ends - timeline.starts
+    if not (dur > 0).any():
+        return [Text("(empty timeline)")], False, 0
+    unit = float(dur[dur > 0].min())
     units = (t1 - t0) / unit
-    singles = [len(item_label(e.item, chunks)) for e in events if isinstance(e.item, Op) and e.duration <= unit * 1.0001]
-    cell = max(singles, default=2) + 1  # columns per unit: the shortest op's label and a gap
+    single = (dur > 0) & (dur <= unit * 1.0001) & (t.kind2 < 0)
+    cell = _widest_label(t, single, chunks) + 1  # columns per unit: the shortest op's label and a gap
     squeezed = False
     avail = width - len(HEAD) - len(TAIL) if width else None
     if units * cell > MAX_COLUMNS and (avail is None or avail > MAX_COLUMNS):
@@ -83,42 +107,115 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
         cell = max(1, math.floor(avail / units)) if avail >= units else max(1, avail) / units
     scale = cell / unit
     cols = max(1, math.ceil((t1 - t0) * scale - 1e-9))
+    # each item's columns [a, b), at least one wide (round half to even, as round() does)
+    a = np.rint((timeline.starts - t0) * scale).astype(np.int64)
+    b = np.minimum(cols, np.maximum(a + 1, np.rint((timeline.ends - t0) * scale).astype(np.int64)))
+    a = np.minimum(a, b)
+    # the cells each item covers, then per cell the last item covering it (items are
+    # stored rank after rank in drawing order, so the largest index wins)
+    rank = t.ranks_of_items().astype(np.int64)
+    width_of = b - a
+    first = np.repeat(rank * cols + a - np.cumsum(width_of) + width_of, width_of)
+    cells = first + np.arange(len(first))
+    owner = np.full(timeline.pp * cols, -1, np.int64)
+    np.maximum.at(owner, cells, np.repeat(np.arange(len(a)), width_of))
+    del first, cells
+    drawn = np.unique(owner[owner >= 0])
+    a_of, b_of = a.tolist(), b.tolist()
+    text: dict[int, tuple[str, int, str, str]] = {}
+    unlabelled = 0
+    cols_of = [c[drawn].tolist() for c in (t.kind, t.chunk, t.mb, t.kind2, t.chunk2, t.mb2)]
+    for i, k, c, m, k2, c2, m2 in zip(drawn.tolist(), *cols_of):
+        # label, split column and the two halves' styles of each drawn item
+        fwd = Op(KINDS[k], c, m)
+        bwd = fwd if k2 < 0 else Op(KINDS[k2], c2, m2)
+        item = fwd if k2 < 0 else Pair(fwd, bwd)
+        split = a_of[i] + len(op_label(fwd, chunks, squeezed)) + 1 if isinstance(item, Pair) else b_of[i]
+        label = _fitting_label(item, chunks, squeezed, b_of[i] - a_of[i])
+        unlabelled += not label
+        text[i] = (label.ljust(b_of[i] - a_of[i]), split, _style(fwd), _style(bwd))
+    busy = np.bincount(rank, dur, timeline.pp).tolist()
     lines = [_axis(t0, t1, scale, cols, len(HEAD))]
-    for r, evs in enumerate(timeline.events):
-        chars = [IDLE] * cols
-        styles: list[str] = ["dim"] * cols
-        for e in evs:
-            a = round((e.start - t0) * scale)
-            b = min(cols, max(a + 1, round((e.end - t0) * scale)))
-            text = item_label(e.item, chunks, squeezed)[: b - a].ljust(b - a)
-            first, second = (e.item.forward, e.item.backward) if isinstance(e.item, Pair) else (e.item, e.item)
-            split = a + len(op_label(first, chunks, squeezed)) + 1 if isinstance(e.item, Pair) else b
-            for i in range(a, b):
-                chars[i] = text[i - a]
-                styles[i] = _style(first if i < split else second)
-        line = Text(f"rank {r:>2} │", style="bold")
-        run_start = 0
-        for i in range(1, cols + 1):
-            if i == cols or styles[i] != styles[run_start]:
-                line.append("".join(chars[run_start:i]), style=styles[run_start])
-                run_start = i
-        busy = sum(e.duration for e in evs)
-        line.append(f"│ {busy / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
+    for r, row in enumerate(owner.reshape(timeline.pp, cols).tolist()):
+        chars, spans, run = [], [], None  # run: [start, end, style]
+        for col, i in enumerate(row):
+            if i < 0:
+                chars.append(IDLE)
+                style = "dim"
+            else:
+                label, split, s1, s2 = text[i]
+                chars.append(label[col - a_of[i]])
+                style = s1 if col < split else s2
+            if run is not None and run[2] == style:
+                run[1] = col + 1
+            else:
+                run = [col, col + 1, style]
+                spans.append(run)
+        head = f"rank {r:>2} │"
+        line = Text(head, style="bold")
+        line.append_text(Text("".join(chars), spans=[Span(x, y, st) for x, y, st in spans]))
+        line.append(f"│ {busy[r] / (t1 - t0) if t1 > t0 else 0.0:4.0%}")
         lines.append(line)
-    return lines, squeezed
+    return lines, squeezed, unlabelled
+
+
+def _fitting_label(item: Item, chunks: int, squeezed: bool, room: int) -> str:
+    """The cell's label when it fits in ``room`` columns with a gap after it (the last column
+    of a cell may touch the next cell's label, which would run two numbers together), else
+    the forward's alone for a pair, else nothing: a cut label reads as a different one."""
+    for label in (item_label(item, chunks, squeezed), op_label(item.forward, chunks, squeezed) if isinstance(item, Pair) else ""):
+        if label and len(label) < room:
+            return label
+    return ""
+
+
+def print_timeline(out: Console, schedule: Schedule, timeline: Timeline, width: int | None) -> None:
+    """The table and its key on ``out``: as wide as the terminal, ``PIPED_WIDTH`` when piped,
+    ``width`` when given (0: unsqueezed, up to ``MAX_COLUMNS``)."""
+    if width is None:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPED_WIDTH
+    lines, squeezed, unlabelled = render(schedule, timeline, width or None)
+    for line in lines:
+        out.print(line, crop=False, no_wrap=True, overflow="ignore")
+    note = ""
+    if squeezed:
+        note = f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind"
+    if unlabelled:
+        note += f"; {unlabelled} cells too narrow for their label are left blank"
+    if note:
+        note += " (widen with --width, 0 = never squeeze)"
+    out.print(f"[dim]{legend(schedule)}{note}[/]")
+
+
+def _widest_label(t, single: np.ndarray, chunks: int) -> int:
+    """Longest label among the ``single`` items (single ops), 2 if none: a kind's letters
+    and the micro-batch's digits (and the chunk's, when the label names it)."""
+    if not single.any():
+        return 2
+    kinds = np.array([len(k) for k in KINDS])[t.kind[single]]
+    n = kinds + _digits(t.mb[single])
+    if chunks > 2:
+        n = n + _digits(t.chunk[single]) + 1
+    return int(n.max())
+
+
+def _digits(x: np.ndarray) -> np.ndarray:
+    return np.searchsorted(10 ** np.arange(1, 19, dtype=np.int64), np.maximum(x, 0), side="right") + 1
 
 
 def _axis(t0: float, t1: float, scale: float, cols: int, indent: int) -> Text:
-    """Tick labels every 1, 2 or 5 x 10^k time units, at least 8 columns apart."""
+    """Tick labels every 1, 2 or 5 x 10^k time units: at least ``TICK_GAP`` columns apart and
+    about ``TICKS`` across the axis, however long it is."""
     span = t1 - t0
-    exp = math.floor(math.log10(max(8 / scale, 1e-12)))
-    step = next(m * 10**e for e in (exp, exp + 1) for m in (1, 2, 5) if m * 10**e * scale >= 8)
+    gap = max(TICK_GAP, cols / TICKS)
+    exp = math.floor(math.log10(max(gap / scale, 1e-12)))
+    step = next(m * 10**e for e in (exp, exp + 1) for m in (1, 2, 5) if m * 10**e * scale >= gap)
     axis = [" "] * (cols + 8)
-    t = 0.0
-    while t <= span + 1e-9:
+    k = 0
+    while (t := k * step) <= span + 1e-9:
         label = f"{t:g}"
         pos = round(t * scale)
         if pos + len(label) <= len(axis):
             axis[pos : pos + len(label)] = list(label)
-        t += step
+        k += 1
     return Text(" " * indent + "".join(axis).rstrip(), style="dim")

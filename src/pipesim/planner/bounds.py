@@ -1,0 +1,101 @@
+"""Lower bounds on a candidate's step time from its placement and item counts, without
+simulating it."""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import Op, Pair, Placement
+from .programs import Shape
+
+
+def _ends(f, shapes: list[Shape], arg) -> tuple:
+    """f at the first and last sample point (the same when M is simulated itself)."""
+    return f(shapes[0], arg), f(shapes[-1], arg)
+
+
+def affine(a: float, b: float, k: float) -> float:
+    """a + k (b - a): a total at M from two sample points (see ``sample_points``)."""
+    return a + k * (b - a)
+
+
+def rank_stages(pl: Placement) -> list[set[int]]:
+    """Per rank, the stages (positions along the routes that carry micro-batches) it runs."""
+    out: list[set[int]] = [set() for _ in range(pl.pp)]
+    for ri in set(pl.route_of):
+        for st, (r, _) in enumerate(pl.routes[ri]):
+            out[r].add(st)
+    return out
+
+
+def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
+    """Per rank, its parameters, gradients and optimizer states: the model stages it holds
+    (``Placement.held``), chunk by chunk."""
+    return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
+
+
+def item_time(key: tuple, costs) -> float:
+    if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
+        return costs.pair_time(Pair(Op("F", 0, 0), Op(key[1], 0, 1)), key[2], key[3])
+    return costs.op_time(Op(key[0], 0, 0), key[1])
+
+
+def rank_work(counts: list[dict], costs) -> tuple[list[float], list[float]]:
+    """Per rank, the summed time of its items, and of its lone W items among them."""
+    times: dict = {}
+    busy, w = [], []
+    for rank in counts:
+        total = weights = 0.0
+        for key, n in rank.items():
+            if key not in times:
+                times[key] = item_time(key, costs)
+            total += n * times[key]
+            if key[0] == "W":
+                weights += n * times[key]
+        busy.append(total)
+        w.append(weights)
+    return busy, w
+
+
+def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
+    """Per rank, the forward and backward (B + W, or the fused BW if shorter) of all the
+    micro-batches its chunks serve, and no W counted as deferrable: the work of a schedule
+    without overlapped pairs, from its placement alone."""
+    per_route = [pl.route_of.count(ri) for ri in range(len(pl.routes))]
+    work = [0.0] * pl.pp
+    for ri, route in enumerate(pl.routes):
+        for st, (r, ch) in enumerate(route):
+            t = {k: costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W", "BW")}
+            work[r] += per_route[ri] * (t["F"] + min(t["B"] + t["W"], t["BW"]))
+    return work, work
+
+
+def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float]) -> float:
+    """No schedule on this placement is shorter: for each rank, the fill before its first
+    item, its busy time, and the drain after its last backward.
+
+    A rank's first item holds a forward of the first stage it serves on some route (any
+    other op waits for one of its own), so it starts no earlier than the forwards of the
+    route's earlier stages, all on other ranks, and their P2P hops. Its last item holding a
+    backward is at that first stage too (the backward runs back through the rank's later
+    stages first), and the backward must still run through the earlier stages: a drain,
+    less the lone W items that may run after it. An item holding an op lasts at least the
+    op alone: a pair runs each of its ops' parts in sequence at no more than full rate."""
+    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(pl.stages)]
+    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(pl.stages)]
+    fill = [math.inf] * pl.pp
+    drain = [math.inf] * pl.pp
+    used = set(pl.route_of)
+    for ri, route in enumerate(pl.routes):
+        if ri not in used:
+            continue
+        f = b = 0.0
+        seen: set[int] = set()
+        for st, (r, _) in enumerate(route):
+            if r not in seen:
+                seen.add(r)
+                fill[r], drain[r] = min(fill[r], f), min(drain[r], b)
+            nxt = route[st + 1][0] if st + 1 < len(route) else r
+            f += fwd[st] + (costs.p2p_time(r, nxt) if nxt != r else 0.0)
+            b += bwd[st] + (costs.p2p_time(nxt, r) if nxt != r else 0.0)
+    return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)

@@ -1,0 +1,267 @@
+"""Compute time of a layer's kernels on one GPU for one micro-batch, and FLOPs per token.
+
+FLOPs: a matrix multiply of an n-vector by an n x m matrix costs 2nm. The backward for
+inputs (B) and for weights (W) each cost what the forward's matrix multiplies cost;
+causal attention scores cost heads * seq/2 * (qk_dim + v_dim) * 2 forward and twice that
+backward (all of it in B: no weights).
+
+Every part of a layer is priced by what bounds it: a matrix multiply by the roofline of
+its FLOPs (at the share of peak large multiplies reach) and its bytes (at HBM bandwidth),
+which is the one shape- and precision-dependent efficiency curve; attention by its FLOPs
+at the fused kernel's share of peak; norms, activations, residual adds, rotary
+embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .layout import Layout
+from .params import attention_dims, attention_params, mlp_params
+from .specs import Cluster, Model, Training
+
+
+def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
+    """Forward FLOPs per token: attention projections, attention scores (causal), MLP."""
+    qk, v = attention_dims(m)
+    dense, _ = mlp_params(m, layer)
+    if m.is_moe_layer(layer):
+        e = m.moe
+        mlp = 2 * (3 * m.hidden * e.expert_ffn * (e.top_k + e.shared_experts) + m.hidden * e.experts)
+    else:
+        mlp = 2 * dense
+    return {"attn_proj": 2 * attention_params(m), "attn_core": m.heads * seq * (qk + v), "mlp": mlp}
+
+
+def model_flops_per_token(m: Model, seq: int) -> float:
+    """Training FLOPs per token without recomputation (forward, B and W: three times the
+    forward, attention scores included since their backward costs twice their forward):
+    the numerator of MFU."""
+    forward = sum(sum(layer_flops(m, i, seq).values()) for i in range(m.layers)) + 2 * m.hidden * m.vocab
+    return 3 * forward
+
+
+#: bytes an unfused attention moves per score element besides its two multiplies' own
+#: reads and writes, in fp16, as Megatron-LM 2021's ParallelAttention runs it (baddbmm,
+#: FusedScaleMaskSoftmax, dropout, bmm): forward the fused softmax reads and writes the
+#: scores (4) and the dropout reads them and writes them and a one-byte mask (5) ...
+FORWARD_SCORE_BYTES = 9
+
+
+#: ... backward the dropout's gradient reads the gradient and the mask and writes (5) and
+#: the softmax's reads the gradient and its saved output and writes (6)
+BACKWARD_SCORE_BYTES = 11
+
+
+#: output tile of a matrix-multiply kernel (rows x columns), for wave quantization
+TILE = 128
+
+
+#: the backward of fused attention runs at this share of its forward's FLOP rate
+#: (FlashAttention-2: 73% vs 63% of A100 peak; FlashAttention-3: about 75% vs 55% on H100)
+FLASH_BACKWARD_SHARE = 0.75
+
+
+#: block-scaled FP8 weight-gradient multiplies (both operands scaled along the token
+#: dimension, accumulated into FP32) run at this share of the forward multiplies' rate:
+#: in DeepSeek's public training profile (deepseek-ai/profile-data, train.json, H800) the
+#: grouped expert wgrad kernels take 5.8 ms per layer against 2.9 ms forward, same FLOPs
+FP8_WGRAD_SHARE = 0.5
+
+
+def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
+    if t.compute_efficiency:
+        return t.compute_efficiency
+    return c.fp8_gemm_efficiency if fp8 else c.gemm_efficiency
+
+
+def hbm_rate(c: Cluster, t: Training) -> float:
+    """Bytes per second memory-bound kernels move."""
+    return c.hbm_tbps * 1e12 * t.hbm_efficiency
+
+
+def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1) -> float:
+    """Seconds of ``count`` (m x k) @ (k x n) multiplies run as one (grouped) kernel.
+
+    The one efficiency curve: 2mnk FLOPs at the achieved share of dense peak, times the
+    wave quantization of the output's 128 x 128 tiles over the GPU's SMs (a last partial
+    wave idles the rest: NVIDIA's matrix-multiplication performance guide), or the bytes
+    (inputs at their width, a bf16 output) at HBM bandwidth, whichever is longer. Thin
+    multiplies (few tokens per expert, narrow shards) fall below the peak share this way,
+    large ones reach it; FP8 has its own peak and share."""
+    low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
+    peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
+    tiles = count * math.ceil(m / TILE) * math.ceil(n / TILE)
+    if tiles == 0 or k <= 0:  # an empty dimension: nothing to multiply
+        return 0.0
+    waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
+    width = 1 if low else 2
+    return count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+
+
+def gemm_fbw(
+    c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1
+) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) of a multiply of m tokens by a k x n
+    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n."""
+    return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), gemm(c, t, k, n, m, fp8, count)
+
+
+def _sum3(parts) -> tuple[float, float, float]:
+    f = b = w = 0.0
+    for x, y, z in parts:
+        f, b, w = f + x, b + y, w + z
+    return f, b, w
+
+
+def attention_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """The attention block's multiplies as (tokens, n, k, count): tokens x k by k x n."""
+    a, h, tp, T = m.attention, m.hidden, lay.tp, lay.micro_batch * t.seq
+    if a.kind == "mla":
+        qk = a.qk_nope_dim + a.qk_rope_dim
+        shapes = [(a.kv_lora_rank + a.qk_rope_dim, h), (m.heads * (a.qk_nope_dim + a.v_head_dim) / tp, a.kv_lora_rank)]
+        shapes += [(a.q_lora_rank, h), (m.heads * qk / tp, a.q_lora_rank)] if a.q_lora_rank else [(m.heads * qk / tp, h)]
+        shapes.append((h, m.heads * a.v_head_dim / tp))
+    else:
+        hd, kv = attention_dims(m)[0], a.kv_heads or m.heads
+        shapes = [((m.heads + 2 * kv) * hd / tp, h), (h, m.heads * hd / tp)]  # fused q, k, v; output
+    return [(T, n, k, 1) for n, k in shapes]
+
+
+def mla_up_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """MLA's up-projections (query and key/value), which DeepSeek-V3 recomputes in the
+    backward rather than keep their outputs."""
+    a, T = m.attention, lay.micro_batch * t.seq
+    if a.kind != "mla":
+        return []
+    up = [(m.heads * (a.qk_nope_dim + a.v_head_dim) / lay.tp, a.kv_lora_rank)]
+    if a.q_lora_rank:
+        up.append((m.heads * (a.qk_nope_dim + a.qk_rope_dim) / lay.tp, a.q_lora_rank))
+    return [(T, n, k, 1) for n, k in up]
+
+
+def mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """The MLP's multiplies as (tokens, n, k, count). A routed expert on a GPU of the ep
+    group sees, with balanced routing, top_k * ep / experts of the group's tokens per
+    micro-batch; the router's multiply (count 0 here) is priced apart, in BF16."""
+    h, T = m.hidden, lay.micro_batch * t.seq
+    if not m.is_moe_layer(layer):
+        f = m.dense_ffn / lay.tp
+        return [(T, 2 * f if m.activation == "swiglu" else f, h, 1), (T, h, f, 1)]
+    e = m.moe
+    local = e.experts / lay.ep
+    tokens = T * e.top_k / local  # token copies per local expert
+    out = [(tokens, 2 * e.expert_ffn, h, local), (tokens, h, e.expert_ffn, local)]
+    if e.shared_experts:
+        f = e.expert_ffn * e.shared_experts
+        out += [(T, 2 * f, h, 1), (T, h, f, 1)]
+    return out
+
+
+def gemms(c: Cluster, t: Training, shapes) -> tuple[float, float, float]:
+    """(F, B, W) seconds of a list of multiplies; under FP8 the weight gradient also casts
+    both of its operands (the input and the output's gradient) to FP8 along the token
+    dimension: read 2 bytes, write 1 and a scale per element, at HBM bandwidth."""
+    f, b, w = _sum3(gemm_fbw(c, t, tok, out, k, count=n) for tok, out, k, n in shapes)
+    if t.precision == "fp8":
+        w = w / FP8_WGRAD_SHARE + sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes) / hbm_rate(c, t)
+    return f, b, w
+
+
+def attention_gemms(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """The attention block's projections: (F, B, W) seconds for one micro-batch."""
+    return gemms(c, t, attention_shapes(m, t, lay))
+
+
+def mlp_gemms(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """The MLP's multiplies and, for an MoE layer, the router's (BF16)."""
+    f, b, w = gemms(c, t, mlp_shapes(m, layer, t, lay))
+    if m.is_moe_layer(layer):
+        rf, rb, rw = gemm_fbw(c, t, lay.micro_batch * t.seq, m.moe.experts, m.hidden, fp8=False)
+        f, b, w = f + rf, b + rb, w + rw
+    return f, b, w
+
+
+def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention scores and their product with values.
+
+    Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
+    per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
+    (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate; nothing
+    goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
+    twice that backward (four multiplies), and each score element moves
+    ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
+    for the softmax and dropout between them."""
+    qk, v = attention_dims(m)
+    T, heads = lay.micro_batch * t.seq, m.heads / lay.tp
+    if t.flash_attention:
+        f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
+        return f, 2.5 * f / FLASH_BACKWARD_SHARE
+    per_seq = lay.micro_batch * heads
+    products = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
+    scores = T * heads * t.seq / hbm_rate(c, t)
+    return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
+
+
+def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float]:
+    """Forward bytes of the memory-bound kernels of (attention block, MLP block) for one
+    micro-batch; their backward moves twice as much (it reads the saved input and the
+    incoming gradient and writes a gradient).
+
+    Per token, in elements of 2 bytes: a norm reads and writes the hidden state (2h), a
+    residual add reads two and writes one (3h); with sequence parallelism both run on
+    1/tp of the tokens. Rotary embeddings read and write the rotated parts of q and k
+    (a model with learned or ALiBi positions has none). SwiGLU reads gate and up and
+    writes their product (3 ffn), GELU reads and writes
+    (2 ffn). MoE: the router's softmax and top-k read and write the expert scores, the
+    permute copies each token to its top_k slots and the un-permute sums them back
+    ((1 + top_k) h each way). Under FP8 each multiply's input is cast (read 2 bytes,
+    write 1 and a scale: 1.5 elements).
+
+    Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
+    as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
+    models/norms.py): RMSNorm upcasts to fp32 and runs pow, mean, multiply, downcast and
+    the weight's multiply (18 elements of 2 bytes per hidden one, against 2 fused); rotary
+    upcasts q and k, multiplies them as complex numbers and downcasts (10 per element,
+    against 2); grouped-query attention copies k and v out to every query head
+    (``repeat_kv``: read kv, write q-sized, each); the attention output is made contiguous
+    (2 per element); SwiGLU's SiLU and multiply are two kernels (5 ffn, against 3)."""
+    h, tp, a = m.hidden, lay.tp, m.attention
+    qk, v = attention_dims(m)
+    seq_share = 1 / tp if t.sequence_parallel else 1.0
+    eager = not t.fused_elementwise and a.kind == "gqa"
+    block = (21 if eager else 5) * h * seq_share  # norm + residual add
+    if a.kind == "mla":
+        rotary = 2 * (m.heads / tp + 1) * a.qk_rope_dim
+        cast_attn = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
+    else:
+        q, kv = m.heads * qk / tp, (a.kv_heads or m.heads) * qk / tp
+        rotary = (10 if eager else 2) * (q + kv) if m.rotary else 0.0
+        if eager:
+            rotary += 2 * q + (2 * (kv + q) if kv < q else 0.0)  # contiguous output; repeat_kv of k and v
+        cast_attn = h + m.heads * v / tp
+    if m.is_moe_layer(layer):
+        e = m.moe
+        act = 3 * e.expert_ffn * (e.top_k + e.shared_experts)
+        routing = 2 * e.experts + 2 * (1 + e.top_k) * h
+        cast_mlp = h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)
+    else:
+        f = m.dense_ffn / tp
+        act, routing = ((5 if eager else 3) * f if m.activation == "swiglu" else 2 * f), 0.0
+        cast_mlp = h + f
+    fp8 = 1.5 if t.precision == "fp8" else 0.0
+    T = lay.micro_batch * t.seq
+    return T * 2 * (block + rotary + fp8 * cast_attn), T * 2 * (block + act + routing + fp8 * cast_mlp)
+
+
+def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:
+    """Seconds one micro-batch spends adding the weight gradients of ``params`` local
+    parameters into the step's accumulated ones when the weight-gradient multiply does not
+    do it itself: ``grad_accumulation_bytes`` per parameter at HBM bandwidth, besides the
+    gradient the multiply writes. Megatron-LM 2021's DDP hook (``main_grad.add_(grad)``;
+    its gradient_accumulation_fusion came in 2022) and PyTorch autograd's AccumulateGrad
+    under DeepSpeed's fp16 engine read the gradient and the sum and write the sum: 6
+    bytes in 16 bits. DeepSpeed's bf16 optimizer (``update_hp_grads`` after every
+    micro-batch) upcasts the gradient (read 2, write 4) and adds it into the fp32 sum
+    (read 4 + 4, write 4): 18."""
+    return params * t.grad_accumulation_bytes / hbm_rate(c, t)

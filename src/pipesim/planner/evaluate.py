@@ -1,0 +1,336 @@
+"""One candidate: checks and a lower bound (``prepare``), then simulation (``finish``).
+
+Each candidate is first checked against its family's constraints (the registry's
+``Family.check``), its stage count and the GPU's memory from its static bytes, from its
+placement alone (nothing is built for a candidate these rule out), and given a lower
+bound on its step time: the busiest rank's summed item times plus the gradient sync.
+Memory of the survivors is taken from their timelines."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+
+from ..errors import PipesimError
+from ..ir import Op
+from ..memory import memory
+from ..metrics import busy_and_span, stream_times
+from ..schedules import REGISTRY
+from ..simulate import Program, simulate
+from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, static_bytes, unpaired_work
+from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
+from .collectives import tied_embedding_sync
+from .compute import model_flops_per_token
+from .footprint import memory_model
+from .layout import Layout
+from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
+from .results import GB, Result
+from .specs import Cluster, Model, Training
+from .stages import component_costs, stage_parts
+from .step import step_overhead
+
+
+class Shared:
+    """What one search computes once: programs, item counts, cost models."""
+
+    def __init__(
+        self,
+        m: Model,
+        c: Cluster,
+        t: Training,
+        cache_bytes: int = PROGRAM_CACHE_BYTES,
+        exhaustive: bool = False,
+        programs: ProgramCache | None = None,
+    ):
+        self.m, self.c, self.t = m, c, t
+        self.exhaustive = exhaustive
+        # programs do not depend on the cluster or training costs: searches of one model
+        # under varied assumptions may share them
+        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
+        self.costs: OrderedDict[tuple, object] = OrderedDict()
+        self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        return self.programs.program(name, pp, M, options)
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
+        """A built schedule's shape."""
+        return self.programs.shape(name, pp, M, options)
+
+    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
+        """The candidate's stage split, component costs, memory model and per rank static
+        bytes; candidates of one layout and placement (``held``: the model stages each
+        rank holds, which the split balances) share them (a few are kept: a deep model's
+        plans are large, and rebuilding one from its parts is cheap). The split with and
+        without evening out the ranks is often the same: then so is the rest."""
+
+        def make():
+            key = (lay, stages, recompute, held, even_out)
+            parts = self.splits.get(key)
+            if parts is None:
+                parts = self.splits[key] = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held, even_out)
+            other = self.costs.get((lay, stages, recompute, held, not even_out))
+            if other is not None and other[0] == parts:
+                return other
+            costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
+            mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
+            return parts, costs, mm, static_bytes(held, mm)
+
+        if self.exhaustive:
+            return make()
+        key = (lay, stages, recompute, held, even_out)
+        hit = self.costs.get(key)
+        if hit is None:
+            hit = self.costs[key] = make()
+            if len(self.costs) > 16:
+                self.costs.popitem(last=False)
+        else:
+            self.costs.move_to_end(key)
+        return hit
+
+
+@dataclass
+class Prepared:
+    """A candidate that passed the cheap checks, with what its simulation needs."""
+
+    candidate: Candidate
+    stages: int
+    parts: list[range]  # the model's layers on each stage
+    options: dict  # for its builder
+    costs: object  # its component cost model (shared with candidates of its layout and placement)
+    memory: object
+    budget: float
+    statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
+    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
+    bound: float  # no step can be shorter: the busiest rank's summed item times + sync
+    evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
+
+
+def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
+    """The options the candidate's family is built with: its chunks, and for a family whose
+    builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
+    the activation memory left on the GPU (at most 2pp activations: ZB-2p's room)."""
+    fam = REGISTRY[cand.schedule]
+    takes = fam.options
+    opts: dict = {}
+    if cand.chunks is not None:
+        opts["chunks"] = cand.chunks
+    if not set(COST_OPTIONS) <= takes.keys():
+        return opts
+    for k in COST_OPTIONS:
+        opts[k] = tuple(costs.op_time(Op(k.upper(), 0, 0), s) for s in range(stages))
+    if "comm" in takes:
+        opts["comm"] = costs.p2p_time(0, 1)
+    if {"memory_limit", "activation_bytes"} <= takes.keys():
+        unit = max(mm.activation_bytes(s) for s in range(stages))
+        opts["activation_bytes"] = unit
+        opts["memory_limit"] = min(room, 2 * cand.layout.pp * unit)
+    if "w_memory" in takes:
+        opts["w_memory"] = mm.w_share
+    return opts
+
+
+def prepare(
+    m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None, splits: tuple[bool, ...] = (True, False)
+) -> Prepared | Result:
+    """Check the candidate against its schedule's constraints and the GPU's memory, and
+    bound its step time from below, without simulating it. The layers are split over the
+    stages evening out the ranks' work, or where that split's memory does not fit, without
+    those moves (``splits``: which to try, in order)."""
+    shared = shared or Shared(m, c, t)
+    lay, M = cand.layout, cand.microbatches
+    fam = REGISTRY[cand.schedule]
+    limit = COST_ORDERED_MAX_SLOTS if set(COST_OPTIONS) <= fam.options.keys() else SEARCHED_MAX_SLOTS
+    if not fam.periodic and M * lay.pp > limit:
+        return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
+    chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
+    group = megatron_group(cand.schedule, lay.pp, M, chunks)
+    chunks |= group
+    points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M, chunks)
+    # the registry's constraints, at each M that is built, and the placement, without
+    # building: most candidates are ruled out by what follows, before any build
+    for x in points or (M,):
+        refused = fam.check(lay.pp, x, **chunks)
+        if refused is not None:
+            return Result(cand, False, f"cannot run: {refused}")
+    pl = fam.placement_of(lay.pp, x, **chunks)
+    k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
+    stages = pl.stages
+    if stages > m.layers:
+        return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
+    tried = []
+    for evened in splits:
+        model = shared.cost_model(lay, stages, cand.recompute, pl.held(), evened)
+        if model[0] in tried:
+            continue  # the same split: the same verdict
+        tried.append(model[0])
+        got = _within_memory(m, c, t, cand, shared, pl, points, k, chunks, group, model, evened)
+        if isinstance(got, Prepared):
+            return got
+    return got
+
+
+def _within_memory(
+    m: Model,
+    c: Cluster,
+    t: Training,
+    cand: Candidate,
+    shared: Shared,
+    pl,
+    points,
+    k: float,
+    chunks: dict,
+    group: dict,
+    model,
+    evened: bool,
+) -> Prepared | Result:
+    """``prepare``'s checks that depend on the stage split (``model``, from
+    ``Shared.cost_model``): memory, then the bound."""
+    lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
+    stages = pl.stages
+    budget = c.hbm_gb * GB * t.memory_headroom
+    parts, costs, mm, statics = model
+    static = max(statics)
+    if static > budget:
+        return Result(
+            cand,
+            False,
+            f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
+            static_gb=static / GB,
+        )
+    opts = builder_options(cand, costs, mm, budget - static, stages) | group
+    if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
+        return Result(
+            cand,
+            False,
+            f"static memory {static / GB:.0f} GB leaves no room for one micro-batch's activations "
+            f"({opts['activation_bytes'] / GB:.1f} GB) in {budget / GB:.0f} GB usable",
+            static_gb=static / GB,
+        )
+    one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
+    if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
+        return Result(
+            cand,
+            False,
+            f"static memory and one micro-batch's activations need {one / GB:.0f} GB > {budget / GB:.0f} GB usable",
+            memory_gb=one / GB,
+            peak_known=False,
+        )
+    if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
+        shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
+        peak = max(
+            affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
+        )
+        if peak > budget * (1 + 1e-9):
+            return Result(cand, False, f"peak memory {peak / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=peak / GB)
+        (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c), shapes, costs)
+        busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
+    else:
+        busy, w = unpaired_work(pl, costs)
+    bound = pipeline_bound(pl, costs, busy, w)
+    sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
+    sync += tied_embedding_sync(m, c, t, lay)
+    return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a simulation says of a candidate, as totals that grow affinely with M."""
+
+    makespan: float
+    busy: tuple[float, ...]  # per rank
+    compute: tuple[float, ...]  # compute-stream busy time per rank
+    exposed: tuple[float, ...]  # communication with compute idle, per rank
+    peak: tuple[float, ...]  # memory, bytes per rank
+    static: tuple[float, ...]
+    params: tuple[float, ...]
+
+    def toward(self, other: Measured, k: float) -> Measured:
+        """self + k * (other - self), field by field: the affine extrapolation in M."""
+
+        def line(x, y):
+            if isinstance(x, tuple):
+                return tuple(u + k * (v - u) for u, v in zip(x, y))
+            return x + k * (y - x)
+
+        return Measured(*(line(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
+
+
+def measure(prog: Program, costs, mm) -> Measured:
+    tl = simulate(prog, costs)
+    makespan = tl.end - tl.start
+    busy, _ = busy_and_span(tl)
+    streams = stream_times(tl)  # the component cost model always sees inside ops
+    # compute as summarize's utilization times the makespan gives it (the same floats)
+    compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
+    mem = memory(prog.schedule, tl, mm)
+    return Measured(
+        makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
+    )
+
+
+def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
+    """Simulate a prepared candidate and measure it; where the split that evens out the
+    ranks turns out not to fit, the split without those moves is tried too."""
+    shared = shared or Shared(m, c, t)
+    res = _simulated(m, c, t, p, shared)
+    if not res.fits and res.memory_gb > 0 and p.evened:
+        q = prepare(m, c, t, p.candidate, shared, splits=(False,))
+        if isinstance(q, Prepared) and q.parts != p.parts:
+            return _simulated(m, c, t, q, shared)
+    return res
+
+
+def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -> Result:
+    """Past warm-up every schedule repeats itself, so for large M two shorter runs are
+    simulated and M's totals extrapolated (exactly: tests/test_planner.py checks it
+    against full simulations)."""
+    cand = p.candidate
+    pp, M = cand.layout.pp, cand.microbatches
+    costs = p.costs
+    points = None if shared.exhaustive else sample_points(cand.schedule, pp, M, p.options)
+    try:
+        if points is None:
+            if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
+                sh = shared.shape(cand.schedule, pp, M, p.options)
+                peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
+                if peak > p.budget * (1 + 1e-9):
+                    return Result(
+                        cand, False, f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable", memory_gb=peak / GB
+                    )
+            x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
+        else:
+            m1, m2 = points
+            a = measure(shared.program(cand.schedule, pp, m1, p.options), costs, p.memory)
+            b = measure(shared.program(cand.schedule, pp, m2, p.options), costs, p.memory)
+            x = a.toward(b, (M - m1) / (m2 - m1))
+    except PipesimError as e:
+        return Result(cand, False, f"cannot run: {e}")
+    peak = max(x.peak)
+    step = x.makespan + p.sync
+    tokens = t.global_batch * t.seq
+    return Result(
+        cand,
+        peak <= p.budget,
+        "" if peak <= p.budget else f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable",
+        step_time=step,
+        makespan=x.makespan,
+        dp_sync=p.sync,
+        bubble=1 - sum(x.busy) / (pp * x.makespan),
+        compute_utilization=sum(x.compute) / (pp * x.makespan),
+        exposed_comm=max(x.exposed),
+        memory_gb=peak / GB,
+        static_gb=max(x.static) / GB,
+        tokens_per_s=tokens / step,
+        mfu=model_flops_per_token(m, t.seq) * tokens / (c.gpus * c.bf16_tflops * 1e12 * step),
+        gpu_hours_per_t=c.gpus * step / 3600 * 1e12 / tokens,
+        params_gb=max(x.params) / GB,
+        stage_layers=tuple(map(len, p.parts)),
+        options=p.options,
+    )
+
+
+def evaluate(m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None) -> Result:
+    shared = shared or Shared(m, c, t)
+    p = prepare(m, c, t, cand, shared)
+    return p if isinstance(p, Result) else finish(m, c, t, p, shared)

@@ -1,0 +1,94 @@
+"""Bytes a GPU holds: activations per layer, parameters per stage, and the memory model
+``pipesim.memory`` runs the schedule's order against."""
+
+from __future__ import annotations
+
+from ..memory import MemoryModel
+from .layout import Layout
+from .params import attention_dims, attention_params, mlp_params
+from .specs import Model, Training
+from .split import partition
+
+
+def layer_activation(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
+    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs).
+
+    Kept per token, in elements: the layer input; attention's projections (for MLA the
+    latent vectors only: DeepSeek-V3 recomputes the up-projections) and its output; the
+    MLP's input, gate and up outputs and their product, once per expert a token reaches;
+    with sequence parallelism the hidden-sized ones are split over the tensor shards.
+    Elements take ``2`` bytes, or ``1`` under fp8 training (activations cached in FP8).
+    Without recomputation unfused attention keeps its score matrix, 5 * heads * seq bytes
+    (Korthikanti et al. 2022; flash attention keeps none); full recomputation keeps only the layer input. The weight gradient needs
+    the inputs of the weighted matrix multiplies.
+    """
+    a, tp = m.attention, lay.tp
+    h = m.hidden / tp if t.sequence_parallel else m.hidden  # the hidden states kept: sharded under SP
+    qk, v = attention_dims(m)
+    if a.kind == "mla":
+        attn = h + a.q_lora_rank + a.kv_lora_rank + a.qk_rope_dim + m.heads * v / tp
+        attn_w = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
+    else:
+        kv = a.kv_heads or m.heads
+        attn = h + (m.heads * qk + kv * (qk + v) + m.heads * v) / tp
+        attn_w = h + m.heads * v / tp
+    if m.is_moe_layer(layer):
+        copies, f = m.moe.top_k + m.moe.shared_experts, m.moe.expert_ffn
+        mlp, mlp_w = h + copies * (h + 3 * f), copies * (h + f)
+    else:
+        f = m.dense_ffn / tp
+        mlp, mlp_w = h + (3 if m.activation == "swiglu" else 2) * f, h + f
+    width = 1 if t.precision == "fp8" else 2
+    tokens = lay.micro_batch * t.seq
+    if recompute == "full":
+        return tokens * h * 2, 0.0
+    scores = 5 * m.heads * t.seq / tp if recompute == "none" and not t.flash_attention else 0.0
+    total = (attn + mlp) * width + scores
+    return tokens * total, (attn_w + mlp_w) * width / total
+
+
+def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:
+    """(non-expert, expert) parameters one GPU holds for a stage of these layers."""
+    dense = experts = 0.0
+    for i in rng:
+        d, e = mlp_params(m, i)
+        dense += (attention_params(m) + d) / lay.tp + 2 * m.hidden
+        experts += e / lay.ep
+    if first:
+        dense += m.vocab * m.hidden / lay.tp
+    if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
+        dense += m.vocab * m.hidden / lay.tp
+    if last and m.mtp_layers:  # each MTP module: an MoE (or dense) layer, a 2h x h projection, two norms
+        d, e = mlp_params(m, m.layers - 1)
+        dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
+        experts += m.mtp_layers * e / lay.ep
+    return dense, experts
+
+
+def memory_model(
+    m: Model, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
+) -> MemoryModel:
+    """Bytes per stage; ``parts`` the stages' layers (``stage_parts``; default an even split)."""
+    parts = parts or partition(m.layers, stages)
+    params, experts, acts, shares = [], [], [], []
+    for s, rng in enumerate(parts):
+        d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
+        params.append(d)
+        experts.append(e)
+        mtp = [m.layers - 1] * m.mtp_layers if s == stages - 1 else []
+        pairs = [layer_activation(m, i, t, lay, recompute) for i in [*rng, *mtp]]
+        size = sum(b for b, _ in pairs)
+        acts.append(size)
+        shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
+    return MemoryModel(
+        params=tuple(params),
+        expert_params=tuple(experts),
+        expert_dp=lay.edp,
+        activation=tuple(acts),
+        w_share=max(shares),
+        param_bytes=t.param_bytes,
+        grad_bytes=t.grad_bytes,
+        optimizer_bytes=t.optimizer_bytes,
+        zero=t.zero,
+        dp=lay.dp,
+    )

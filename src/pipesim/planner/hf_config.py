@@ -1,0 +1,221 @@
+"""Models from HuggingFace ``config.json`` files.
+
+``--model path/config.json`` (or any ``*.json``) is read here into the table a model
+TOML file holds (see ``presets/models/``), which ``specs.model_from_table`` then checks
+like any other model file. Only the fields that set the shapes the planner prices are
+read; each family's reader names the fields it needs, and a missing one is refused by
+name. The field meanings are those of the families' configuration classes in
+HuggingFace transformers (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config,
+Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig) and of DeepSeek's own DeepseekV2Config /
+DeepseekV3Config published with the weights.
+
+Left out on purpose, each far below the published precision of the parameter counts:
+Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's per-head q/k norms, the
+MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate and DeepSeek-V3's
+per-expert routing bias. Mistral's sliding window (4096 in Mistral 7B v0.1) is not
+modelled: attention is priced over the whole sequence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import PipesimError
+from ..inputs import MAX_COUNT, MAX_LAYERS, load_json, number
+
+
+def is_hf_config(name_or_path: str) -> bool:
+    """Whether ``--model`` names a HuggingFace config rather than a preset or TOML file:
+    a ``.json`` file, or a folder of downloaded weights holding ``config.json``."""
+    p = Path(name_or_path)
+    return p.suffix == ".json" or p.name == "config.json" or (p / "config.json").is_file()
+
+
+def model_table(path: str) -> dict:
+    """The model-file table of the HuggingFace config at ``path`` (or in the folder
+    ``path``), named after the file (``qwen3-32b.json``: ``qwen3-32b``) or, for a
+    ``config.json``, its folder (``Llama-3.1-8B/config.json``: ``Llama-3.1-8B``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = path = p / "config.json"
+    config = load_json(path, "model config")
+    name = (p.resolve().parent.name or "model") if p.name == "config.json" else p.stem
+    return table_from_config(config, name, str(path))
+
+
+def table_from_config(config: object, name: str, where: str) -> dict:
+    """A model-file table (``name``, dimensions, ``[attention]``, ``[mlp]``, ``[moe]``)
+    from a parsed HuggingFace config; ``where`` names the file in errors."""
+    if not isinstance(config, dict):
+        raise PipesimError(f"{where}: a HuggingFace config is a JSON object, got {type(config).__name__}")
+    kind = config.get("model_type")
+    read = READERS.get(kind) if isinstance(kind, str) else None
+    if read is None:
+        shown = "no model_type" if kind is None else f"model_type {kind!r}"
+        raise PipesimError(f"{where}: {shown} is not a family pipesim reads; supported: {', '.join(READERS)}")
+    return {"name": name, **read(_Fields(config, where))}
+
+
+class _Fields:
+    """A config's fields, each read as a whole number in a stated range or refused in
+    one line naming it."""
+
+    def __init__(self, config: dict, where: str):
+        self.config, self.where = config, where
+
+    def int(self, key: str, lo: int = 1, hi: int = MAX_COUNT) -> int:
+        if key not in self.config:
+            raise PipesimError(f"{self.where}: missing field {key!r} (a {self.config['model_type']} config has it)")
+        return number(self.config[key], key, lo, hi, integer=True, where=self.where)
+
+    def get(self, key: str, default: int, lo: int = 0, required: bool = False) -> int:
+        """A field whose null (or, unless ``required``, absence) means ``default``, the
+        value the family's configuration class gives it."""
+        if required and key not in self.config:
+            self.int(key)  # refused by name
+        return default if self.config.get(key) is None else self.int(key, lo)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.config.get(key, default)
+        if not isinstance(value, bool):
+            raise PipesimError(f"{self.where}: {key} must be true or false, got {value!r}")
+        return value
+
+
+def _common(f: _Fields) -> dict:
+    # tie_word_embeddings defaults to false in every family read here
+    return {
+        "layers": f.int("num_hidden_layers", hi=MAX_LAYERS),
+        "hidden": f.int("hidden_size"),
+        "heads": f.int("num_attention_heads"),
+        "vocab": f.int("vocab_size"),
+        "tied_embeddings": f.flag("tie_word_embeddings", False),
+    }
+
+
+def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
+    """Grouped-query attention. Llama, Mistral and Qwen2 derive the head size as
+    hidden / heads unless ``head_dim`` is given; Qwen3 always gives it (Qwen3-32B:
+    128, not 5120 / 64 = 80), so its readers require it."""
+    out = _common(f)
+    if head_dim_given or "head_dim" in f.config:
+        head_dim = f.int("head_dim")
+    elif out["hidden"] % out["heads"]:
+        raise PipesimError(
+            f"{f.where}: hidden_size {out['hidden']} is not a multiple of num_attention_heads {out['heads']}; give head_dim"
+        )
+    else:
+        head_dim = out["hidden"] // out["heads"]
+    out["attention"] = {"kind": "gqa", "kv_heads": f.int("num_key_value_heads"), "head_dim": head_dim}
+    return out
+
+
+def _dense(f: _Fields, head_dim_given: bool = False) -> dict:
+    # every family here has a gated MLP (gate, up and down: three hidden x ffn matrices)
+    out = _gqa(f, head_dim_given)
+    out["mlp"] = {"dense_ffn": f.int("intermediate_size"), "activation": "swiglu"}
+    return out
+
+
+def _mixtral(f: _Fields) -> dict:
+    out = _gqa(f)
+    out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
+    # Mixtral's experts are full-size MLPs: intermediate_size is each expert's width
+    out["moe"] = {
+        "experts": f.int("num_local_experts"),
+        "expert_ffn": f.int("intermediate_size"),
+        "top_k": f.int("num_experts_per_tok"),
+    }
+    return out
+
+
+def _leading_dense(f: _Fields, layers: int) -> int:
+    """How many first layers of a Qwen MoE are dense. Qwen2MoE/Qwen3MoE make layer i an
+    MoE layer when i is not in ``mlp_only_layers`` and (i + 1) % ``decoder_sparse_step``
+    == 0; pipesim models dense layers only as a prefix (DeepSeek's first_k_dense_replace),
+    so any other pattern is refused."""
+    step = f.get("decoder_sparse_step", 1, lo=1)
+    only = f.config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise PipesimError(f"{f.where}: mlp_only_layers must be a list of layer numbers, got {only!r}")
+    listed = set(only)
+    dense = [i for i in range(layers) if i in listed or (i + 1) % step]
+    if dense != list(range(len(dense))):
+        raise PipesimError(
+            f"{f.where}: dense layers {dense[:8]}{' ...' if len(dense) > 8 else ''} (decoder_sparse_step {step}, "
+            f"mlp_only_layers {only[:8]}) are not the first layers; pipesim models dense layers only before the MoE ones"
+        )
+    return len(dense)
+
+
+def _qwen_moe(f: _Fields, shared: bool) -> dict:
+    out = _gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
+    dense = _leading_dense(f, out["layers"])
+    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
+    if dense:
+        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    ffn = f.int("moe_intermediate_size")
+    out["moe"] = {"experts": f.int("num_experts"), "expert_ffn": ffn, "top_k": f.int("num_experts_per_tok")}
+    if shared:
+        # Qwen2-MoE's one shared expert is shared_expert_intermediate_size wide; pipesim
+        # counts shared experts of the routed width (Qwen2-57B-A14B: 20480 = 8 x 2560)
+        width = f.int("shared_expert_intermediate_size", lo=0)
+        if width % ffn:
+            raise PipesimError(
+                f"{f.where}: shared_expert_intermediate_size {width} is not a multiple of moe_intermediate_size {ffn}; "
+                "pipesim counts shared experts of the routed experts' width"
+            )
+        out["moe"]["shared_experts"] = width // ffn
+    return out
+
+
+def _deepseek(f: _Fields) -> dict:
+    out = _common(f)
+    out["attention"] = {
+        "kind": "mla",
+        "q_lora_rank": f.get("q_lora_rank", 0, required=True),  # null: no query compression (V2-Lite)
+        "kv_lora_rank": f.int("kv_lora_rank"),
+        "qk_rope_dim": f.int("qk_rope_head_dim"),
+        "qk_nope_dim": f.int("qk_nope_head_dim"),
+        "v_head_dim": f.int("v_head_dim"),
+    }
+    if f.get("moe_layer_freq", 1, lo=1) != 1:
+        raise PipesimError(
+            f"{f.where}: moe_layer_freq {f.config['moe_layer_freq']} interleaves dense and MoE layers; "
+            "pipesim models dense layers only before the MoE ones (moe_layer_freq 1)"
+        )
+    dense = f.int("first_k_dense_replace", lo=0)
+    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
+    if dense:
+        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    out["moe"] = {
+        "experts": f.int("n_routed_experts"),
+        "expert_ffn": f.int("moe_intermediate_size"),
+        "top_k": f.int("num_experts_per_tok"),
+        "shared_experts": f.int("n_shared_experts", lo=0),
+    }
+    # Group-limited routing: the routed experts form n_group groups and a token reaches
+    # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
+    # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
+    # groups as devices and nodes; a token on at most M devices reaches at most M nodes,
+    # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
+    groups, reach = f.get("n_group", 1, lo=1), f.get("topk_group", 1, lo=1)
+    if f.config.get("topk_method") != "greedy" and reach < groups:
+        out["moe"]["max_nodes"] = reach
+    # multi-token prediction modules (V3: 1), trained with the model, on the last stage
+    out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
+    return out
+
+
+#: model_type -> its reader, in the order the refusal lists them.
+READERS = {
+    "llama": _dense,
+    "mistral": _dense,
+    "mixtral": _mixtral,
+    "qwen2": _dense,
+    "qwen2_moe": lambda f: _qwen_moe(f, shared=True),
+    "qwen3": lambda f: _dense(f, head_dim_given=True),
+    "qwen3_moe": lambda f: _qwen_moe(f, shared=False),
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+}

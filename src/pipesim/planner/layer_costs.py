@@ -1,0 +1,133 @@
+"""Each layer (and the embedding, the head, the MTP modules) as the component cost model's
+``LayerCosts``: compute from ``compute``, communication from ``collectives``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..components import LayerCosts
+from .collectives import moe_comm, tp_allreduce
+from .compute import (
+    accumulation_seconds,
+    attention_core,
+    attention_gemms,
+    elementwise_bytes,
+    gemm_fbw,
+    gemms,
+    hbm_rate,
+    mla_up_shapes,
+    mlp_gemms,
+)
+from .layout import Layout
+from .params import attention_params, mlp_params
+from .specs import Cluster, Model, Training
+
+
+def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str) -> LayerCosts:
+    proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
+    mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
+    dense, experts = mlp_params(m, layer)
+    proj_w += accumulation_seconds(c, t, attention_params(m) / lay.tp)
+    mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / lay.ep)
+    core_f, core_b = attention_core(m, c, t, lay)
+    ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
+    attn_f = proj_f + core_f + ew_attn
+    mlp_fwd = mlp_f + ew_mlp
+    attn_b = proj_b + core_b + 2 * ew_attn
+    mlp_bwd = mlp_b + 2 * ew_mlp
+    if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
+        mask = lay.micro_batch * t.seq * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
+        attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + mask, mlp_fwd + mask, attn_b + mask, mlp_bwd + mask
+    if recompute == "selective":
+        # unfused attention recomputes its scores in the backward (flash always does);
+        # MLA recomputes its up-projections (DeepSeek-V3, section 3.3.2)
+        attn_b += (0.0 if t.flash_attention else core_f) + gemms(c, t, mla_up_shapes(m, t, lay))[0]
+    elif recompute == "full":
+        attn_b += attn_f  # the whole layer's forward runs again
+        mlp_bwd += mlp_fwd
+    if m.is_moe_layer(layer):
+        dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
+    else:  # tensor parallelism: an all-reduce after attention and after the MLP
+        dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
+    if recompute == "full":  # the recomputed forward communicates again
+        dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
+    return LayerCosts(
+        attn_f=attn_f,
+        mlp_f=mlp_fwd,
+        dispatch_f=dispatch,
+        combine_f=combine,
+        attn_b=attn_b,
+        attn_w=proj_w,
+        mlp_b=mlp_bwd,
+        mlp_w=mlp_w,
+        dispatch_b=dispatch_b,
+        combine_b=combine_b,
+    )
+
+
+def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
+    """The token embedding, a pseudo-layer on the first stage: a row gather forward (read
+    and write h per token), a scatter-add into the fp32 gradient table backward, and with
+    tensor parallelism the all-reduce of the vocabulary-parallel lookup, forward only: its
+    backward is the identity (Megatron-LM 2021 mpu/layers.py VocabParallelEmbedding,
+    ``reduce_from_tensor_model_parallel_region``); with sequence parallelism a
+    reduce-scatter forward whose backward is an all-gather (Megatron-Core)."""
+    T = lay.micro_batch * t.seq
+    f = T * m.hidden * 2 * 2 / hbm_rate(c, t)
+    ar = tp_allreduce(m, c, t, lay)
+    back = ar if t.sequence_parallel else 0.0
+    return LayerCosts(attn_f=f, mlp_f=0.0, attn_b=3 * f, attn_w=0.0, mlp_b=0.0, mlp_w=0.0, dispatch_f=ar, dispatch_b=back)
+
+
+def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
+    """The final norm, the output projection (BF16 even under FP8 training, as DeepSeek-V3
+    keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss over the
+    vocabulary shard moves ``t.logit_bytes`` per logit (fused, or Megatron-LM 2021's eager
+    fp32 ops: see ``Training``), half forward, half backward; with tensor parallelism the
+    vocabulary-parallel loss all-reduces two numbers per token (neglected), and the
+    projection's input gradient is all-reduced backward (Megatron-LM 2021's
+    ``parallel_lm_logits``: ``copy_to_tensor_model_parallel_region``, identity forward);
+    with sequence parallelism its input is all-gathered forward and the gradient
+    reduce-scattered backward, and the norm runs on 1/tp of the tokens (without it, on
+    all of them on every tensor rank)."""
+    T, h = lay.micro_batch * t.seq, m.hidden
+    f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
+    norm = T * 2 * 2 * h * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
+    loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
+    w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
+    ar = tp_allreduce(m, c, t, lay)
+    return LayerCosts(
+        attn_f=norm,
+        mlp_f=f + loss / 2,
+        attn_b=2 * norm,
+        attn_w=0.0,
+        mlp_b=b + loss / 2,
+        mlp_w=w,
+        dispatch_f=ar if t.sequence_parallel else 0.0,
+        dispatch_b=ar,
+    )
+
+
+def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:
+    """DeepSeek-V3's multi-token prediction modules, on the last stage: each joins the
+    embedding of the next token to the hidden state (two norms and a 2h -> h
+    projection), runs one more transformer layer (an MoE one) and the shared output head."""
+    if not m.mtp_layers:
+        return ()
+    T, h = lay.micro_batch * t.seq, m.hidden
+    block = layer_costs(m, m.layers - 1, c, t, lay, recompute)
+    pf, pb, pw = gemm_fbw(c, t, T, h, 2 * h)
+    norms = T * 2 * 2 * 2 * h / hbm_rate(c, t)
+    joined = replace(block, attn_f=block.attn_f + pf + norms, attn_b=block.attn_b + pb + 2 * norms, attn_w=block.attn_w + pw)
+    return (joined, head_costs(m, c, t, lay)) * m.mtp_layers
+
+
+def blocking_p2p(stage: int, stages: int, p2p: float) -> LayerCosts:
+    """The transfers of a stage whose schedule waits for them (Megatron-LM 2021's
+    ``batch_isend_irecv`` then ``wait`` before each op; DeepSpeed's pipeline engine's
+    blocking send and recv instructions), as a pseudo-layer on the compute stream: a
+    forward receives its input and sends its output, a backward receives the output's
+    gradient and sends the input's, each one transfer per neighbouring stage (one for the
+    end stages, two for the middle ones)."""
+    hops = (stage > 0) + (stage < stages - 1)
+    return LayerCosts(attn_f=hops * p2p, mlp_f=0.0, attn_b=hops * p2p, attn_w=0.0, mlp_b=0.0, mlp_w=0.0)

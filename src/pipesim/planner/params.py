@@ -1,0 +1,61 @@
+"""Parameter counts of a model's parts: per layer, the embedding, the whole model and what a
+token passes through (the numerators of MFU and of the parameter bytes a GPU holds)."""
+
+from __future__ import annotations
+
+from .specs import Model
+
+
+def attention_params(m: Model) -> float:
+    a, h = m.attention, m.hidden
+    if a.kind == "mla":
+        qk = a.qk_nope_dim + a.qk_rope_dim
+        q = h * a.q_lora_rank + a.q_lora_rank * m.heads * qk if a.q_lora_rank else h * m.heads * qk
+        kv = h * (a.kv_lora_rank + a.qk_rope_dim) + a.kv_lora_rank * m.heads * (a.qk_nope_dim + a.v_head_dim)
+        return q + kv + m.heads * a.v_head_dim * h
+    hd = a.head_dim or h // m.heads
+    kv = a.kv_heads or m.heads
+    return h * hd * (2 * m.heads + 2 * kv)  # q and o: heads; k and v: kv heads
+
+
+def mlp_params(m: Model, layer: int) -> tuple[float, float]:
+    """(parameters every GPU of the layer's tensor group holds, expert parameters) of a
+    layer's MLP: SwiGLU matrices are 3 * hidden * ffn, GELU ones 2 * hidden * ffn."""
+    h = m.hidden
+    if not m.is_moe_layer(layer):
+        return (3 if m.activation == "swiglu" else 2) * h * m.dense_ffn, 0.0
+    e = m.moe
+    return 3 * h * e.expert_ffn * e.shared_experts + h * e.experts, 3 * h * e.expert_ffn * e.experts
+
+
+def layer_params(m: Model, layer: int) -> float:
+    dense, experts = mlp_params(m, layer)
+    return attention_params(m) + dense + experts + 2 * m.hidden  # two norms
+
+
+def embedding_params(m: Model) -> float:
+    return m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+
+
+def total_params(m: Model) -> float:
+    return sum(layer_params(m, i) for i in range(m.layers)) + embedding_params(m) + m.hidden
+
+
+def active_params(m: Model) -> float:
+    """Parameters a token passes through (the routed experts it reaches, not all)."""
+    total = embedding_params(m)
+    for i in range(m.layers):
+        dense, experts = mlp_params(m, i)
+        if m.is_moe_layer(i):
+            experts = experts * m.moe.top_k / m.moe.experts
+        total += attention_params(m) + dense + experts
+    return total
+
+
+def attention_dims(m: Model) -> tuple[int, int]:
+    """(query/key size, value size) per head."""
+    a = m.attention
+    if a.kind == "mla":
+        return a.qk_nope_dim + a.qk_rope_dim, a.v_head_dim
+    hd = a.head_dim or m.hidden // m.heads
+    return hd, hd

@@ -1,0 +1,191 @@
+"""What candidates of one schedule share: built schedules, their shapes (item counts and
+activation rows, for the bounds and the memory check) and compiled programs."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine import BW, B, F, W, op_stages
+from ..ir import KINDS, Schedule
+from ..schedules import REGISTRY, build
+from ..schedules.classic import smallest_group
+from ..simulate import Program, compile
+
+#: schedules, their shapes and compiled programs kept for reuse across candidates, in
+#: bytes of their arrays (see _nbytes)
+PROGRAM_CACHE_BYTES = 192 * 2**20
+
+
+class ProgramCache:
+    """Schedules by (family, pp, M, options), each with its Shape and, once simulated, its
+    compiled program; least recently used dropped first once their bytes pass ``limit``.
+    A schedule is kept as its arrays (``RankTable``), not as the Op objects a builder may
+    have made: ten times smaller, so what a search needs again is still there."""
+
+    def __init__(self, limit: int = PROGRAM_CACHE_BYTES):
+        self.limit = limit
+        self.bytes = 0
+        self.kept: OrderedDict[tuple, list] = OrderedDict()  # key -> [schedule, shape, program, bytes]
+
+    def _entry(self, name: str, pp: int, M: int, options: dict) -> list:
+        key = (name, pp, M, tuple(sorted(options.items())))
+        hit = self.kept.get(key)
+        if hit is not None:
+            self.kept.move_to_end(key)
+            return hit
+        s = build(name, pp, M, **options)
+        s = Schedule(s.name, s.pp, s.microbatches, s.placement, s.table, s.info)
+        entry = self.kept[key] = [s, None, None, 0]
+        self._grow(entry, _nbytes(s.table))
+        return entry
+
+    def _grow(self, entry: list, size: int) -> None:
+        entry[3] += size
+        self.bytes += size
+        while self.bytes > self.limit and len(self.kept) > 1:
+            _, dropped = self.kept.popitem(last=False)
+            self.bytes -= dropped[3]
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
+        e = self._entry(name, pp, M, options)
+        if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
+            e[1] = shape(e[0])
+            self._grow(e, _nbytes(e[1]))
+        return e[1]
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        e = self._entry(name, pp, M, options)
+        if e[2] is None:
+            e[2] = compile(e[0])
+            self._grow(e, _nbytes(e[2]))
+        return e[2]
+
+
+def _nbytes(x) -> int:
+    """The bytes of the arrays an object holds (a program's, a shape's, a rank table's;
+    a broadcast column holds one number), and a few hundred for the rest."""
+    arrays = [v for v in (getattr(x, k, None) for k in getattr(x, "__slots__", ())) if isinstance(v, np.ndarray)]
+    arrays += [v for v in getattr(x, "__dict__", {}).values() if isinstance(v, np.ndarray)]
+    keys = sum(map(len, getattr(x, "counts", ())))  # a shape's counts: a dict entry and a key tuple each
+    return 512 + 200 * keys + sum(a.nbytes for a in arrays if 0 not in a.strides)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a schedule's order says without costs, per rank: how often each cost key occurs
+    (so a rank's busy time under any costs is a short sum): ("F", stage) for a lone op,
+    ("pair", backward kind, f stage, b stage), in the order they first occur; and the
+    activations live right after each forward starts (so peak memory under any sizes is a
+    max of short sums), as arrays with one row per item that starts a forward: ``u`` the
+    whole ones and ``v`` the ones kept for W alone, per column, where column j of rank r is
+    stage ``cols[r, j]`` (ascending; -1 pads); ``rows[r]:rows[r + 1]`` are rank r's rows."""
+
+    counts: list[dict]
+    cols: np.ndarray  # int, ranks x columns
+    rows: np.ndarray  # int64, ranks + 1
+    u: np.ndarray  # int64, rows x columns
+    v: np.ndarray  # int64, rows x columns
+
+
+def shape(s: Schedule) -> Shape:
+    """A rank runs its items one after another, so the order alone fixes its activation
+    peak: a forward adds its activation when its item starts, B frees the share W does not
+    need, W the rest, BW all of it, when their item ends (``pipesim.memory``'s model).
+    From the schedule's arrays: running sums per (rank, stage) over each rank's items."""
+    t, pl = s.table, s.placement
+    n, pp, S = t.items, s.pp, pl.stages
+    rank = t.ranks_of_items()
+    o_item, o_kind, o_chunk, o_mb = t.ops()
+    o_stage = op_stages(pl, rank[o_item], o_chunk, o_mb).astype(np.int64)
+    stage2 = np.full(n, -1, np.int64)
+    stage2[t.kind2 >= 0] = o_stage[n:]
+    # counts: one key per (rank, kinds, stages), numbered in order of first occurrence
+    key = ((t.kind.astype(np.int64) * S + o_stage[:n]) * 5 + (t.kind2 + 1)) * (S + 1) + (stage2 + 1)
+    uniq, first, many = np.unique(rank.astype(np.int64) * (4 * S * 5 * (S + 1)) + key, return_index=True, return_counts=True)
+    counts: list[dict] = [{} for _ in range(pp)]
+    for i, c in zip(np.sort(first).tolist(), many[np.argsort(first)].tolist()):
+        k, x, k2, x2 = int(t.kind[i]), int(o_stage[i]), int(t.kind2[i]), int(stage2[i])
+        counts[int(rank[i])][("pair", KINDS[k2], x, x2) if k2 >= 0 else (KINDS[k], x)] = c
+    del uniq
+    # activations: each op's column among its rank's stages
+    o_rank = rank[o_item].astype(np.int64)
+    held, col = np.unique(o_rank * S + o_stage, return_inverse=True)
+    held_rank = held // S
+    col = col - np.searchsorted(held_rank, held_rank)[col]
+    K = int(col.max()) + 1 if len(col) else 0
+    cols = np.full((pp, K), -1, np.int64)
+    cols[held_rank, np.arange(len(held)) - np.searchsorted(held_rank, held_rank)] = held % S
+    cell = o_item.astype(np.int64) * K + col
+    size = n * K
+
+    def per_cell(weights) -> np.ndarray:
+        return np.bincount(cell, weights, size).astype(np.int64).reshape(n, K)
+
+    isf = o_kind == F
+    start_u = per_cell(isf)
+    end_u = per_cell(-((o_kind == B) | (o_kind == BW)).astype(np.float64))
+    end_v = per_cell((o_kind == B).astype(np.float64) - (o_kind == W))
+    first_item = t.offsets[:-1][rank] if n else np.zeros(0, np.int64)
+
+    def before(delta: np.ndarray) -> np.ndarray:  # summed over the rank's earlier items
+        c = np.cumsum(delta, axis=0) - delta
+        return c - c[first_item]
+
+    fwd = np.unique(o_item[isf])
+    u = (before(start_u + end_u) + start_u)[fwd]
+    v = before(end_v)[fwd]
+    rows = np.searchsorted(fwd, t.offsets).astype(np.int64)
+    return Shape(counts, cols, rows, u, v)
+
+
+def activation_peaks(sh: Shape, mm) -> list[float]:
+    """Per rank, the most activation bytes live at once (summed stage by stage in
+    ascending order, as a plain sum over the rank's stages would)."""
+    w = mm.w_share
+    pp, K = sh.cols.shape
+    per_stage = {x: mm.activation_bytes(x) for x in set(sh.cols[sh.cols >= 0].tolist())}
+    size = np.array([[per_stage.get(x, 0.0) for x in row] for row in sh.cols.tolist()], np.float64).reshape(pp, K)
+    row_rank = np.repeat(np.arange(pp), np.diff(sh.rows))
+    total = np.zeros(len(row_rank))
+    for j in range(K):
+        total = total + size[row_rank, j] * (sh.u[:, j] + w * sh.v[:, j])
+    out = [0.0] * pp
+    has = np.flatnonzero(np.diff(sh.rows) > 0)
+    if len(has):
+        for r, x in zip(has.tolist(), np.maximum.reduceat(total, sh.rows[has]).tolist()):
+            out[r] = x
+    return out
+
+
+def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tuple[int, int] | None:
+    """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
+    every 2pp micro-batches under equal stage costs; the end stages' embedding and head
+    make the warm-up last up to a period longer, so sampling starts at 4pp), congruent to
+    M modulo 2pp so the schedule's constraints still hold, from which M's totals follow
+    affinely; None when M must be simulated itself: the schedule is searched rather than
+    periodic, it is built with a Megatron group size (its order repeats every g
+    micro-batches, not 2pp), or M is as cheap."""
+    if not REGISTRY[name].periodic or "group_size" in (options or {}):
+        return None
+    q = 2 * pp
+    m1 = 2 * q + (M - q) % q
+    return (m1, m1 + q) if M > m1 + 2 * q else None
+
+
+def megatron_group(name: str, pp: int, M: int, options: dict) -> dict:
+    """Megatron's group size where a family needs one at M: a builder that takes
+    ``group_size`` and refuses M with its default of pp (combined 1F1B at M not a multiple
+    of pp; plain interleaved 1F1B runs PyTorch's rounds there, and needs a group only where
+    they refuse M) gets the smallest g Megatron accepts. A larger g only turns pairs into
+    lone F+BW passes and adds warm-up activations (theory: ((v-1)g + pp)(F+BW) +
+    (vM - (v-1)g - 1)F&B, peak 2(pp-r-1) + (v-1)g + 2), so the smallest is the one to
+    search. Its order repeats every g micro-batches, not 2pp: such candidates are
+    simulated whole (``sample_points``)."""
+    fam = REGISTRY[name]
+    if "group_size" not in fam.options or not M % pp or fam.check(pp, M, **options) is None:
+        return {}
+    g = smallest_group(pp, M)
+    return {} if g is None else {"group_size": g}

@@ -1,0 +1,150 @@
+"""Which layers each pipeline stage holds: an even count, or balanced by each layer's work
+over what each rank holds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..components import LayerCosts
+from ..errors import PipesimError
+
+
+def partition(layers: int, stages: int) -> list[range]:
+    """Split layers over stages as evenly as possible; when uneven, the first and last
+    stages (which also hold the embedding and the output head) get the fewer layers."""
+    if stages > layers:
+        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {layers}")
+    base, extra = divmod(layers, stages)
+    sizes = [base] * stages
+    order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), s))  # middle stages first
+    for s in order[:extra]:
+        sizes[s] += 1
+    return ranges_of(sizes)
+
+
+def ranges_of(sizes) -> list[range]:
+    """Consecutive layer ranges of the given sizes, from layer 0."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def work(c: LayerCosts) -> float:
+    """A layer's compute for one micro-batch, forward and backward: what balances stages."""
+    return c.forward_compute + c.backward_compute + c.weight_compute
+
+
+def balanced_partition(
+    layer_work: tuple[float, ...],
+    first: float,
+    last: float,
+    stages: int,
+    ranks: tuple[tuple[int, ...], ...] | None = None,
+    even_out: bool = True,
+) -> list[range]:
+    """Contiguous layers per stage, at least one each, where the first stage also carries
+    ``first`` (the embedding) and the last ``last`` (the output head, the loss and any MTP
+    modules): the end stages take fewer layers (Llama 3 drops one from each for this
+    reason) and the middle ones share the rest evenly. The end sizes chosen minimise the
+    busiest rank's work, a rank holding the stages ``ranks`` lists (one stage each by
+    default; DualPipe's rank 0 holds both ends). Then, unless ``even_out`` is off, single
+    layers move to even out the ranks (``_even_out_ranks``)."""
+    n = len(layer_work)
+    if stages > n:
+        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
+    if stages <= 2:
+        options = [[k, n - k] for k in range(1, n)] if stages == 2 else [[n]]
+    else:
+        top = min(n - stages + 2, -(-n // stages) + 1)  # an end stage never needs more than the mean
+        ends = [(a, b) for a in range(1, top + 1) for b in range(1, top + 1) if n - a - b >= stages - 2]
+        middle = {k: [len(r) for r in partition(k, stages - 2)] for k in {n - a - b for a, b in ends}}  # by layers shared
+        options = [[a, *middle[n - a - b], b] for a, b in ends]
+    groups = ranks or tuple((s,) for s in range(stages))
+    # every option at once (a deep model on few stages has thousands): stage loads from
+    # prefix sums, rank loads through which stages each rank holds
+    sizes_of = np.array(options)
+    prefix = np.concatenate(([0.0], np.cumsum(layer_work)))
+    ends = np.cumsum(sizes_of, axis=1)
+    loads = prefix[ends] - prefix[ends - sizes_of]
+    loads[:, 0] += first
+    loads[:, -1] += last
+    holds = np.zeros((stages, len(groups)))
+    for r, g in enumerate(groups):
+        for st in g:
+            holds[st, r] += 1
+    rank_loads = loads @ holds
+    # the busiest rank, then the slowest stage, then of equal splits the most even
+    best = np.lexsort((np.square(rank_loads).sum(axis=1), loads.max(axis=1), rank_loads.max(axis=1)))[0]
+    sizes = options[best]
+    return ranges_of(_even_out_ranks(sizes, layer_work, first, last, groups) if even_out else sizes)
+
+
+def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, groups) -> list[int]:
+    """Move single layers across stage boundaries while that lowers the busiest rank's
+    work, or keeps it and evens the ranks out (the sum of squared rank loads). A rank runs
+    every stage it holds, so on a loop or a V (DeepSeek-V3 at pp8 with 4 chunks: rank 7
+    holds stages 7, 15, 23 and the head's and MTP's 31) the busiest rank, not the slowest
+    stage, sets the pace, and the even middle above cannot see that; for the same reason
+    layers of unequal work (dense and MoE) move where the even count put too many. The
+    moves that only even out let a layer travel through ranks already at the top load.
+    No move raises the top load and each lowers it or the sum of squares, so it ends. Memory is
+    not looked at: the planner falls back to the split without these moves where this one
+    does not fit (``evaluate.prepare``)."""
+    sizes = list(sizes)
+    k = len(sizes)
+    if k < 2:
+        return sizes
+    eps = 1e-12 * (sum(layer_work) + first + last)
+    held_by: list[list[int]] = [[] for _ in range(k)]
+    for r, g in enumerate(groups):
+        for st in g:
+            held_by[st].append(r)
+    starts = [0]
+    for n in sizes[:-1]:
+        starts.append(starts[-1] + n)
+    stage = [sum(layer_work[a : a + n]) for a, n in zip(starts, sizes)]
+    stage[0] += first
+    stage[-1] += last
+    load = [sum(stage[st] for st in g) for g in groups]
+    for _ in range(k * len(layer_work)):  # far more moves than a split takes: a guard against a hang
+        move = _better_move(sizes, starts, load, layer_work, groups, held_by, eps)
+        if move is None:
+            break
+        st, to, moved = move
+        sizes[st] -= 1
+        sizes[to] += 1
+        if to < st:
+            starts[st] += 1
+        else:
+            starts[to] -= 1
+        for q, v in moved.items():
+            load[q] = v
+    return sizes
+
+
+def _better_move(sizes, starts, load, layer_work, groups, held_by, eps: float):
+    """The first single-layer move that lowers the busiest rank's load, or keeps it and
+    lowers the sum of squared rank loads: (from stage, to stage, new loads of the ranks it
+    changes), or None."""
+    top = max(load)
+    for st in range(len(sizes)):
+        if sizes[st] == 1:
+            continue
+        for to in (st - 1, st + 1):
+            if not 0 <= to < len(sizes):
+                continue
+            gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
+            x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
+            moved = {q: load[q] + x * d for q, d in gain.items()}
+            peak = max(moved.values())
+            if peak > top:
+                continue
+            new_top = max(peak, max((v for q, v in enumerate(load) if q not in moved), default=-math.inf))
+            squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
+            if new_top < top - eps or squares < -eps * top:
+                return st, to, moved
+    return None

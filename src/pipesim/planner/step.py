@@ -1,0 +1,54 @@
+"""The step's ends: the data-parallel gradient and parameter collectives and the optimizer."""
+
+from __future__ import annotations
+
+from ..components import ComponentCosts
+from ..ir import Op
+from ..memory import MemoryModel
+from .collectives import ring_bandwidth
+from .compute import hbm_rate
+from .layout import Layout
+from .specs import Cluster, Training
+
+
+def step_overhead(
+    c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
+) -> tuple[float, float]:
+    """(exposed data-parallel communication, optimizer step) in seconds, worst rank.
+
+    Gradients are reduce-scattered (ZeRO >= 1) or all-reduced over their replicas (dense
+    parameters over dp, experts over dp / ep) at ``grad_reduce_bytes`` per element; with
+    ZeRO >= 1 the updated bf16 parameters are all-gathered back. Bucketed, the reduction
+    overlaps the last micro-batch's backward on the rank and the gather the next step's
+    first forward, so only what exceeds those windows shows (``dp_overlap`` of the window
+    is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
+    for every micro-batch's forward and backward and reduces its gradients, each behind
+    that micro-batch's forward (the first gather) and backward (the second, and the
+    reduction); each gather's output is then copied into the unsharded parameters on the
+    compute stream (FSDP2's ``foreach_all_gather_copy_out``: read and write the
+    parameter bytes), which nothing hides. The optimizer step reads gradients and reads and writes
+    master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
+    HBM bandwidth, after everything else."""
+    worst_comm = worst_opt = 0.0
+    for held in pl.held():
+        fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
+        bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
+        grads = gather = opt = copy_out = 0.0
+        for st in held:
+            dense, experts = mm.params_at(st)
+            copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
+            for n, group in ((dense, "dp"), (experts, "edp")):
+                replicas = lay.size(group)
+                ring = (replicas - 1) / replicas * n / ring_bandwidth(c, lay, group)
+                reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
+                grads += reduce
+                gather += ring * t.param_bytes if t.zero >= 1 else 0.0
+                shard = replicas if t.zero >= 1 else 1
+                opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
+        if t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
+            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out
+            comm = per_mb * microbatches
+        else:
+            comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)
+        worst_comm, worst_opt = max(worst_comm, comm), max(worst_opt, opt)
+    return worst_comm, worst_opt

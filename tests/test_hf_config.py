@@ -1,0 +1,220 @@
+"""Models read from HuggingFace config.json files (planner/hf_config.py).
+
+The configs under data/hf/ hold the real fields and values of each model's published
+config.json. Their parameter counts are checked against the counts the model makers
+publish, at the digits they publish, and the two presets that have a config.json twin
+(llama3-405b, deepseek-v3) must plan exactly as their twin does."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipesim.cli import main
+from pipesim.planner.estimate import active_params, total_params
+from pipesim.planner.specs import load_model, model_training
+
+HF = Path(__file__).parent / "data" / "hf"
+
+# (config, published total, published active, where published). Each count is compared at
+# the digits its maker prints: rounded, except where a row says "cut" (the maker printed
+# the leading digits of a count that rounds up: Qwen3-30B-A3B's 3.35B active is "3.3B").
+PUBLISHED = [
+    ("llama-3.1-8b", "8.03", None, "Meta-Llama-3.1-8B model page: 8.03B params"),
+    ("llama-3.1-70b", "70.6", None, "Meta-Llama-3.1-70B model page: 70.6B params"),
+    ("llama-3.1-405b", "405.8 cut", None, "Llama 3.1 405B: 405.8B as issue 19 quotes it (Meta's card: 405B)"),
+    ("llama-3.2-1b", "1.24", None, "Llama-3.2-1B model page: 1.24B params (tied embeddings)"),
+    ("mistral-7b-v0.1", "7.24", None, "Mistral-7B-v0.1 model page: 7.24B params"),
+    ("mixtral-8x7b-v0.1", "46.7", "12.9", "Mistral AI, Mixtral of experts: 46.7B total, 12.9B per token"),
+    ("mixtral-8x22b-v0.1", "141", "39", "Mistral AI, Cheaper, Better, Faster, Stronger: 141B, 39B active"),
+    ("qwen2.5-72b-instruct", "72.7", None, "Qwen2.5-72B-Instruct model card: 72.7B"),
+    ("qwen2-57b-a14b", "57", "14", "Qwen2 technical report, Table 1: 57B total, 14B activated"),
+    ("qwen3-32b", "32.8", None, "Qwen3-32B model card: 32.8B"),
+    ("qwen3-30b-a3b", "30.5", "3.3 cut", "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
+    ("qwen3-235b-a22b", "235", "22", "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    ("deepseek-v2", "236", "21", "DeepSeek-V2, arXiv 2405.04434: 236B total, 21B activated"),
+    # V3's 37B activated (arXiv 2412.19437) is the leading digits of 37.55B; DeepSeek's
+    # README_WEIGHTS.md gives 36.7B, a count its config's shapes do not reproduce
+    ("deepseek-v3", "671", "37 cut", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
+]
+
+
+def shown(count: float, published: str) -> str:
+    """``count`` (parameters) in billions at the digits of ``published``, rounded or
+    ("... cut") cut as its maker did."""
+    digits, _, how = published.partition(" ")
+    places = len(digits.partition(".")[2])
+    value = count / 1e9
+    if how == "cut":
+        value = math.floor(value * 10**places) / 10**places
+    return f"{value:.{places}f}" + (" cut" if how else "")
+
+
+@pytest.mark.parametrize("name,total,active,source", PUBLISHED, ids=[row[0] for row in PUBLISHED])
+def test_parameter_counts_are_the_published_ones(name, total, active, source):
+    m = load_model(str(HF / f"{name}.json"))
+    assert shown(total_params(m), total) == total, source
+    if active:
+        assert shown(active_params(m), active) == active, source
+
+
+def test_dense_counts_are_the_checkpoints_weights():
+    """Where every weight has a term (no biases), the count is the checkpoint's exact
+    number of weights, as its model page lists it."""
+    exact = {
+        "llama-3.1-8b": 8_030_261_248,
+        "llama-3.1-70b": 70_553_706_496,
+        "llama-3.2-1b": 1_235_814_400,  # the output head is the embedding (tie_word_embeddings)
+        "mistral-7b-v0.1": 7_241_732_096,
+        "mixtral-8x7b-v0.1": 46_702_792_704,
+    }
+    assert {n: total_params(load_model(str(HF / f"{n}.json"))) for n in exact} == exact
+
+
+def test_each_family_maps_to_the_spec():
+    v3 = load_model(str(HF / "deepseek-v3.json"))
+    assert (v3.dense_layers, v3.dense_ffn, v3.mtp_layers) == (3, 18432, 1)
+    assert (v3.moe.experts, v3.moe.top_k, v3.moe.shared_experts, v3.moe.expert_ffn) == (256, 8, 1, 2048)
+    assert v3.moe.max_nodes == 4  # topk_group 4 of n_group 8: node-limited routing
+    assert (v3.attention.kind, v3.attention.q_lora_rank, v3.attention.kv_lora_rank) == ("mla", 1536, 512)
+    v2 = load_model(str(HF / "deepseek-v2.json"))
+    assert (v2.dense_layers, v2.moe.shared_experts, v2.moe.max_nodes, v2.mtp_layers) == (1, 2, 3, 0)
+    qwen3 = load_model(str(HF / "qwen3-32b.json"))
+    assert qwen3.attention.head_dim == 128 and qwen3.hidden // qwen3.heads == 80  # head_dim is read, not derived
+    q2moe = load_model(str(HF / "qwen2-57b-a14b.json"))
+    assert (q2moe.dense_layers, q2moe.moe.shared_experts, q2moe.moe.expert_ffn) == (0, 8, 2560)  # 20480 = 8 x 2560
+    mixtral = load_model(str(HF / "mixtral-8x7b-v0.1.json"))
+    assert (mixtral.dense_layers, mixtral.moe.expert_ffn, mixtral.moe.max_nodes) == (0, 14336, 0)
+
+
+@pytest.mark.parametrize("preset,config", [("llama3-405b", "llama-3.1-405b"), ("deepseek-v3", "deepseek-v3")])
+def test_preset_and_config_plan_the_same(preset, config, tmp_path, capsys):
+    """The preset TOML and the model's config.json give the same model and, with the
+    preset's training set-up, the same plan, apart from the model's name and the
+    preset's published cost."""
+    hf = str(HF / f"{config}.json")
+    assert dataclasses.replace(load_model(hf), name=preset) == load_model(preset)
+    training = tmp_path / "training.toml"
+    training.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in model_training(preset).items()))
+    plans = []
+    for model in (preset, hf):
+        assert main(["plan", "--model", model, "--cluster", "h800-2048", "--training", str(training), "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        d.pop("published", None)
+        d["model"] = preset
+        plans.append(d)
+    assert plans[0] == plans[1]
+
+
+def test_memory_takes_a_config_or_its_folder_named_after_the_folder(tmp_path, capsys):
+    folder = tmp_path / "Mixtral-8x22B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF / "mixtral-8x22b-v0.1.json").read_text())
+    assert load_model(str(folder / "config.json")) == load_model(str(folder))
+    assert load_model(str(folder)).name == "Mixtral-8x22B-v0.1"
+    assert main(["memory", "--model", str(folder), "--pp", "4", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["model"] == "Mixtral-8x22B-v0.1" and d["layout"]["pp"] == 4 and d["layout"]["ep"] > 1
+
+
+def edited(name: str, **changes) -> dict:
+    config = json.loads((HF / f"{name}.json").read_text())
+    for key, value in changes.items():
+        if value is ...:
+            del config[key]
+        else:
+            config[key] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "config,needle",
+    [
+        (edited("llama-3.1-8b", model_type="gemma2"), "model_type 'gemma2' is not a family pipesim reads; supported: llama, "),
+        (edited("llama-3.1-8b", model_type=...), "no model_type is not a family pipesim reads"),
+        (edited("llama-3.1-8b", num_key_value_heads=...), "missing field 'num_key_value_heads'"),
+        (edited("llama-3.1-8b", intermediate_size=...), "missing field 'intermediate_size'"),
+        (edited("mixtral-8x7b-v0.1", num_local_experts=...), "missing field 'num_local_experts'"),
+        (edited("qwen3-32b", head_dim=...), "missing field 'head_dim'"),
+        (edited("qwen3-30b-a3b", moe_intermediate_size=...), "missing field 'moe_intermediate_size'"),
+        (edited("qwen2-57b-a14b", shared_expert_intermediate_size=...), "missing field 'shared_expert_intermediate_size'"),
+        (edited("deepseek-v3", first_k_dense_replace=...), "missing field 'first_k_dense_replace'"),
+        (edited("deepseek-v3", q_lora_rank=...), "missing field 'q_lora_rank'"),
+        (edited("deepseek-v2", n_routed_experts=None), "n_routed_experts must be a whole number from 1"),
+        (edited("llama-3.1-8b", hidden_size="4096"), "hidden_size must be a whole number from 1"),
+        (edited("llama-3.1-8b", tie_word_embeddings="no"), "tie_word_embeddings must be true or false"),
+        (edited("qwen3-30b-a3b", decoder_sparse_step=2), "dense layers [0, 2, 4, 6, 8, 10, 12, 14] ..."),
+        (edited("qwen3-30b-a3b", mlp_only_layers=[5]), "are not the first layers"),
+        (edited("qwen2-57b-a14b", shared_expert_intermediate_size=5000), "not a multiple of moe_intermediate_size 2560"),
+        (edited("deepseek-v3", moe_layer_freq=2), "moe_layer_freq 2 interleaves dense and MoE layers"),
+        (edited("llama-3.1-8b", num_attention_heads=30), "hidden_size 4096 is not a multiple of num_attention_heads 30"),
+        ([1, 2], "a HuggingFace config is a JSON object, got list"),
+    ],
+)
+def test_bad_configs_are_one_line(config, needle, tmp_path, capsys):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    out = tmp_path / "plan.md"
+    code = main(["plan", "--model", str(f), "--cluster", "h100", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+    assert str(f) in err and not out.exists()
+
+
+def test_supported_families_are_listed_in_the_refusal(tmp_path, capsys):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(edited("llama-3.1-8b", model_type="phi3")))
+    assert main(["memory", "--model", str(f), "--pp", "2"]) == 2
+    err = capsys.readouterr().err
+    families = "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3"
+    assert f"model_type 'phi3' is not a family pipesim reads; supported: {families}" in err
+
+
+@pytest.mark.parametrize("text,needle", [("{", "not valid JSON"), ("", "not valid JSON")])
+def test_unreadable_configs_are_one_line(text, needle, tmp_path, capsys):
+    f = tmp_path / "config.json"
+    f.write_text(text)
+    assert main(["plan", "--model", str(f), "--cluster", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_a_missing_config_file_is_one_line(tmp_path, capsys):
+    assert main(["plan", "--model", str(tmp_path / "nope.json"), "--cluster", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "nope.json" in err and err.count("\n") == 1
+
+
+
+HOSTILE = [None, 0, -1, 1.5, 2**70, 1e308, "8", True, [], {}, [1, 2], 10**7, 16_000_001, 9999]
+FIELDS = [
+    "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "vocab_size", "intermediate_size", "tie_word_embeddings", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
+    "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "num_nextn_predict_layers",
+]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.sampled_from([row[0] for row in PUBLISHED]),
+    changes=st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from([*HOSTILE, ...])), min_size=1, max_size=3),
+)
+def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
+    """Any field of a real config deleted or set to a hostile value: pipesim memory
+    answers, or refuses in one line having written nothing (the fuzz suite's verdict)."""
+    from fuzzing import Case, run_case, verdict
+
+    config = edited(name, **{k: v for k, v in changes if k in json.loads((HF / f"{name}.json").read_text()) or v is not ...})
+    c = Case(["memory", "--model", "config.json", "--pp", "2", "--json"], {"config.json": json.dumps(config).encode()})
+    with tempfile.TemporaryDirectory(prefix="pipesim-hf-") as d:
+        r = run_case(c, Path(d), timeout=30)
+    assert verdict(c, r) is None, (changes, r.rc, r.err[:300], r.detail)
