@@ -14,7 +14,8 @@ has; without it both read the user's cache, where earlier runs left the searched
 (RLIMIT_CPU) and shown as ``> N s``. Rows print as they finish.
 
 Targets (issue 10): every pair under 10 s CPU and 500 MB peak RSS; DeepSeek-V3 on
-h800-2048 under 5 s.
+h800-2048 under 5 s. Issue 19 adds one case past the presets: llama3-405b on 131072 H100
+(``--gpus 131072``), under 10 s, where context parallelism has to be searched.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ RUN = "import sys; from pipesim.cli import main; sys.exit(main(sys.argv[1:]))"
 CPU_TARGET, RSS_TARGET_MB, DEEPSEEK_TARGET = 10.0, 500.0, 5.0
 
 
-def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = False) -> dict:
+#: cases past the preset pairs: (model, cluster, extra flags)
+EXTRA = [("llama3-405b", "h100", ("--gpus", "131072"))]
+
+
+def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = False, extra: tuple = ()) -> dict:
     """One ``pipesim plan`` in a child process: CPU seconds, peak RSS MB, the answer. With
     ``cold``, the child gets an empty cache directory of its own, as a new user has: every
     searched order is searched and the C kernel compiled within the case."""
@@ -48,7 +53,7 @@ def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = F
             env.pop("PIPESIM_CACHE", None)
         start = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-c", RUN, "plan", "--model", model, "--cluster", cluster, "--json"],
+            [sys.executable, "-c", RUN, "plan", "--model", model, "--cluster", cluster, *extra, "--json"],
             stdout=out,
             stderr=err,
             env=env,
@@ -80,6 +85,7 @@ def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = F
         rec = json.loads(out.read())["recommendation"]
         row["answer"] = (
             f"{rec['schedule']}{'' if rec.get('chunks') is None else ' v=' + str(rec['chunks'])} pp{rec['pp']} tp{rec['tp']} ep{rec['ep']}"
+            f"{' cp' + str(rec['cp']) if rec.get('cp', 1) > 1 else ''}"
             f" {rec['step_seconds']:.2f}s"
             if rec
             else "nothing fits"
@@ -118,10 +124,11 @@ def main() -> None:
     args = ap.parse_args()
     models = sorted(p.stem for p in (PRESETS / "models").glob("*.toml"))
     clusters = sorted(p.stem for p in (PRESETS / "clusters").glob("*.toml"))
-    pairs = [(m, c) for m in models for c in clusters if not args.only or args.only in m or args.only in c]
+    pairs = [(m, c, ()) for m in models for c in clusters if not args.only or args.only in m or args.only in c]
+    pairs += [x for x in EXTRA if not args.only or args.only in x[0] or args.only in x[1]]
     if args.pairs:
         wanted = [tuple(x.split(":")) for x in args.pairs.split(",")]
-        pairs = [p for p in pairs if p in wanted]
+        pairs = [p for p in pairs if p[:2] in wanted]
     head = f"{'model':14s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
     cache = "an empty cache per case (cold)" if args.cold else "the user's cache (searched orders kept from earlier runs)"
     print(f"pipesim plan: CPU seconds and peak RSS per case, {cache}; peer = {'none' if args.no_peer else args.peer_src}")
@@ -130,10 +137,10 @@ def main() -> None:
     misses = 0
 
     def measure(pair):
-        m, c = pair
-        mine = run_case(Path(args.src), m, c, args.timeout, args.cold)
-        peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout, args.cold)
-        return m, c, mine, peer
+        m, c, extra = pair
+        mine = run_case(Path(args.src), m, c, args.timeout, args.cold, extra)
+        peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout, args.cold, extra)
+        return m, c + "".join(f" {x}" for x in extra[1:]), mine, peer
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         for m, c, mine, peer in pool.map(measure, pairs):

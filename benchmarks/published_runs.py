@@ -118,7 +118,8 @@ def whole_run(row: dict, m, c, t, lay: dict) -> tuple[float, float, float]:
 def layout_text(r) -> str:
     c = r.candidate
     lay = c.layout
-    parts = [f"tp{lay.tp}", f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"ep{lay.ep}"] if lay.ep > 1 else [])
+    parts = [f"tp{lay.tp}", f"pp{lay.pp}"] + ([f"cp{lay.cp}"] if lay.cp > 1 else []) + [f"dp{lay.dp}"]
+    parts += ([f"ep{lay.ep}"] if lay.ep > 1 else []) + ([f"etp{lay.etp}"] if lay.etp > 1 else [])
     sched = c.schedule + (f" v{c.chunks}" if c.chunks else "")
     return f"{' '.join(parts)} mb{lay.micro_batch} M{c.microbatches}, {sched}, {c.recompute}"
 
@@ -182,22 +183,25 @@ def print_rows(done: list[dict]) -> None:
     counted = [rec for rec in done if not rec["row"].get("unknown_hardware")]
     errors = [abs(rec["error"]) for rec in counted]
     within = sum(e <= 0.15 for e in errors)
-    print(
-        f"\n{len(counted)} rows on known hardware: median |error| {statistics.median(errors):.2%}, mean "
-        f"{statistics.mean(errors):.1%}, {within} within 15%, worst {max(errors):.1%} "
-        f"({counted[errors.index(max(errors))]['row']['name']})."
-    )
-    signed = [rec["error"] for rec in counted]
-    print(
-        f"Bias (mean signed error): {statistics.mean(signed):+.1%}; {sum(e < 0 for e in signed)} of {len(signed)} rows "
-        f"predicted fast (Calculon's published figures on Korthikanti et al.'s runs: mean |error| 3.65%, worst 8.87%)."
-    )
+    if errors:
+        print(
+            f"
+{len(counted)} rows on known hardware: median |error| {statistics.median(errors):.2%}, mean "
+            f"{statistics.mean(errors):.1%}, {within} within 15%, worst {max(errors):.1%} "
+            f"({counted[errors.index(max(errors))]['row']['name']})."
+        )
+        signed = [rec["error"] for rec in counted]
+        print(
+            f"Bias (mean signed error): {statistics.mean(signed):+.1%}; {sum(e < 0 for e in signed)} of {len(signed)} rows "
+            f"predicted fast (Calculon's published figures on Korthikanti et al.'s runs: mean |error| 3.65%, worst 8.87%)."
+        )
     odd = sorted({rec["row"]["unknown_hardware"] for rec in done if rec["row"].get("unknown_hardware")})
     for why in odd:
         rows = [rec for rec in done if rec["row"].get("unknown_hardware") == why]
+        errs = [abs(r["error"]) for r in rows]
         print(
-            f"{len(rows)} rows (marked *) left out of those figures: {why}; simulated on the preset's data sheet, "
-            f"median |error| {statistics.median(abs(r['error']) for r in rows):.1%}."
+            f"{len(rows)} rows (marked *) left out of those figures: {why}; median |error| {statistics.median(errs):.1%}, "
+            f"{sum(e <= 0.15 for e in errs)} within 15%."
         )
 
 
@@ -247,11 +251,11 @@ def print_profile_pair() -> None:
 
 
 def rank_of(plan, shape: tuple, schedule: str | None = None) -> int | None:
-    """Rank (from 1) of the first result on layout ``shape`` (pp, dp, tp, ep), and on
+    """Rank (from 1) of the first result on layout ``shape`` (pp, dp, tp, ep, cp), and on
     ``schedule`` if given; None when none was kept."""
     for i, r in enumerate(plan.results, 1):
         lay = r.candidate.layout
-        if (lay.pp, lay.dp, lay.tp, lay.ep) == shape and schedule in (None, r.candidate.schedule):
+        if (lay.pp, lay.dp, lay.tp, lay.ep, lay.cp) == shape and schedule in (None, r.candidate.schedule):
             return i
     return None
 
@@ -280,14 +284,18 @@ def print_searches(done: list[dict]) -> None:
         plan = search(m, c, t, keep=30)
         took = time.process_time() - start
         want = row["layout"]
-        shape = (want["pp"], want["dp"], want.get("tp", 1), want.get("ep", 1))
+        shape = (want["pp"], want["dp"], want.get("tp", 1), want.get("ep", 1), want.get("cp", 1))
         exact = rank_of(plan, shape, want["schedule"])
         any_ = rank_of(plan, shape)
         best = plan.best
         mine = plan.results[exact - 1] if exact else None
         faster = f"{1 - best.step_time / mine.step_time:.1%}" if mine and best else "-"
+        if any_ is None and m.moe is not None and shape[2] > 1:  # say why not
+            plan_note = " (models with experts are searched at tp1; pin --tp to ask)"
+        else:
+            plan_note = ""
         print(
-            f"| {row['name']} | {rank_text(plan, exact)} | {rank_text(plan, any_)} | {layout_text(best) if best else 'nothing fits'} | "
+            f"| {row['name']} | {rank_text(plan, exact)}{plan_note} | {rank_text(plan, any_)} | {layout_text(best) if best else 'nothing fits'} | "
             f"{best.step_time if best else math.nan:.2f} | {faster} | {took:.0f} |"
         )
 

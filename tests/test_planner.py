@@ -389,7 +389,7 @@ def test_pinned_plan_json_keeps_the_headline_numbers(capsys):
     [
         (["--tp", "3"], "--tp 3 must divide the cluster's 64 GPUs"),
         (["--pp", "128", "--gpus", "128"], "--pp 128 exceeds llama3-70b's 80 layers"),
-        (["--tp", "8", "--pp", "8", "--dp", "8"], "tp x pp x dp must be 64"),
+        (["--tp", "8", "--pp", "8", "--dp", "8"], "tp x cp x pp x dp must be 64"),
         (["--ep", "2"], "has no experts"),
         (["--microbatches", "7"], "--microbatches 7 must divide the global batch of 2048"),
         (["--chunks", "3", "--schedules", "1f1b"], "no schedule searched holds 3 chunks"),

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.planner.collectives import cp_exchange, moe_comm, ring_exposed
+from pipesim.planner.compute import attention_core, mlp_shapes
+from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout, Span, span
+from pipesim.planner.specs import Attention, Cluster, Model, MoE, Training, load_cluster
 
 
 def members(lay: Layout, name: str, first: int) -> list[int]:
@@ -50,3 +60,121 @@ def test_spans_on_nvlink_domains():
     assert (span(32, 4, 8).per_domain, span(32, 4, 8).domains) == (2, 16)
     assert (span(4, 8, 8).inside, span(4, 8, 8).per_domain) == (False, 1)
     assert span(64, 1, 72).per_domain == 8  # the group of ranks 64-127: 8 in rack 0, 56 in rack 1
+
+
+# --------------------------------------------------------------------------------------
+# context parallelism, MoE folding and NVLink domains priced by hand
+
+
+# hidden 64, 4 heads of 16, 2 kv heads; 8 experts of width 32, top 2
+TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), dense_layers=2, dense_ffn=128)  # fmt: skip
+TINY_MOE = replace(TINY, dense_layers=0, moe=MoE(experts=8, expert_ffn=32, top_k=2))
+GPU = Cluster("t", "X", gpus=64, gpus_per_node=4, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10, sms=4, hbm_tbps=1.0)  # fmt: skip
+T = Training(seq=64, global_batch=16, attention_efficiency=0.5, p2p_latency_us=0)
+
+
+def test_ring_exposes_only_what_a_step_outlasts_its_block():
+    """A ring of 4: 3 steps of 1 MB at 1 GB/s (1 ms each) against blocks of 3/4 ms
+    forward: 0.25 ms a step shows; backward sends twice the bytes (2 ms) against 1.5 ms
+    blocks: 0.5 ms a step; a block longer than the transfer hides it all."""
+    f, b = ring_exposed(1e6, 4, 1e9, 3e-3, 6e-3)
+    assert (f, b) == pytest.approx((3 * 0.25e-3, 3 * 0.5e-3))
+    assert ring_exposed(1e6, 4, 1e9, 8e-3, 16e-3) == (0.0, 0.0)
+    assert ring_exposed(1e6, 1, 1e9, 0.0, 0.0) == (0.0, 0.0)
+
+
+def test_context_parallel_attention_and_all_gather_by_hand():
+    """cp2 on 64-token sequences: a rank holds 32 tokens of each and 1/2 of the causal
+    work: 32 x 4 heads x 64 x (16 + 16) FLOPs at 50 TFLOP/s. Llama 3's all-gather: each
+    rank receives the other's K and V, 32 tokens x 2 kv heads x 32 x 2 bytes, over NVLink
+    (the cp group sits in one 4-GPU node)."""
+    lay = Layout(pp=1, dp=1, cp=2)
+    f, _ = attention_core(TINY, GPU, T, lay)
+    assert f == pytest.approx(32 * 4 * 64 * 32 / 50e12)
+    gather = replace(T, cp_comm="all_gather")
+    x_f, x_b = cp_exchange(TINY, GPU, gather, lay, f, 2.5 * f)
+    assert x_f == x_b == pytest.approx(32 * 2 * 32 * 2 / 100e9)
+    # the same group spread over nodes (tp4 puts cp ranks 4 apart): the network's pace
+    wide = Layout(pp=1, dp=1, tp=4, cp=2)
+    assert cp_exchange(TINY, GPU, gather, wide, f, f)[0] == pytest.approx(32 * 2 * 32 / 4 * 2 / 10e9)
+
+
+def test_context_parallel_activations_are_the_local_chunk():
+    """A GPU of cp4 keeps what a run on sequences 4 times shorter keeps (flash attention
+    keeps no score matrix), and its optimizer shards over cp x dp."""
+    long, short = replace(T, seq=256), replace(T, seq=64)
+    a = memory_model(TINY, long, Layout(pp=1, dp=2, cp=4), 1, "selective")
+    b = memory_model(TINY, short, Layout(pp=1, dp=2), 1, "selective")
+    assert a.activation == b.activation and a.dp == 8
+
+
+def test_folded_experts_see_their_shard_of_tokens():
+    """tp2 x dp4 = 8 GPUs a stage, experts folded as ep4 x etp2 (edp1): each GPU routes its
+    sequence shard (64 / 2 = 32 tokens), top 2 copies each; the etp pair gathers both
+    halves' copies (2 x 64) over its 2 local experts: 64 token copies per expert, at half
+    the expert width."""
+    lay = Layout(pp=1, dp=4, tp=2, ep=4, etp=2)
+    assert lay.edp == 1
+    shapes = mlp_shapes(TINY_MOE, 0, T, lay)
+    assert shapes[0] == (64, 2 * 16, 64, 2) and shapes[1] == (64, 64, 16, 2)
+
+
+def test_all_to_all_inside_an_nvlink_domain_skips_the_network():
+    """ep8 on 4-GPU nodes crosses the network; on the same nodes joined in 16-GPU NVLink
+    domains it does not: every copy of a token bound elsewhere moves over NVLink,
+    top_k x (1 - 1/8) copies of 64 x 2 bytes per token."""
+    lay = Layout(pp=1, dp=8, ep=8)
+    nodes = moe_comm(TINY_MOE, GPU, T, lay)[1]
+    rack = moe_comm(TINY_MOE, replace(GPU, nvlink_domain=16), T, lay)[1]
+    assert rack == pytest.approx(64 * 2 * (1 - 1 / 8) * 64 * 2 / 100e9)
+    assert nodes > rack
+
+
+def test_nvl72_presets_name_their_domain():
+    for name in ("gb200-nvl72", "gb300-nvl72"):
+        c = load_cluster(name)
+        assert (c.gpus_per_node, c.domain, c.gpus % 72) == (4, 72, 0)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--seq", "4096", "--cp", "3"], "--cp 3 must divide"),
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--seq", "4100", "--cp", "4"], "divisible by 2 x cp = 8"),
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--cp", "4", "--cp-comm", "a2a", "--tp", "4"], "splits heads cp ways"),
+        (["--model", "deepseek-v3", "--cluster", "h800-2048", "--ep", "3"], "--ep 3 must divide deepseek-v3's 256 experts"),
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--ep", "2"], "has no experts"),
+        (["--model", "deepseek-v3", "--cluster", "h800-2048", "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64", "--etp", "4"], "must divide tp x cp x dp = 128"),
+        (["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "100"], "multiple of its 72-GPU NVLink domain"),
+    ],
+)  # fmt: skip
+def test_impossible_layouts_are_one_line(capsys, args, needle):
+    code = main(["plan", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_cluster_whose_domain_does_not_divide_its_gpus(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'name = "x"\ngpu = "X"\ngpus = 100\ngpus_per_node = 4\nnvlink_domain = 72\nbf16_tflops = 1\nfp8_tflops = 0\n'
+        "hbm_gb = 80\nnvlink_gbps = 1\nnetwork_gbps = 1\n"
+    )
+    code = main(["plan", "--model", "llama3-8b", "--cluster", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "nvlink_domain 72" in err and err.count("\n") == 1, err
+
+
+def test_pinned_cp_plan_reports_and_recipes(capsys):
+    """A pinned cp plan names its scheme and settings; Megatron gets the CP flags."""
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "32768", "--global-batch", "8",
+                 "--cp", "4", "--tp", "2", "--pp", "1", "--schedules", "1f1b", "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    best = out["recommendation"]
+    assert code == 0 and (best["cp"], best["tp"], best["dp"]) == (4, 2, 2)
+    assert "--context-parallel-size 4 --cp-comm-type p2p" in out["assumptions"]["context parallelism"]
+    flags = out["recipe"]["megatron"]["flags"]
+    assert "--context-parallel-size 4" in flags and "--cp-comm-type p2p" in flags
+    tt = out["recipe"]["torchtitan"]
+    assert tt["parallelism"]["context_parallel_degree"] == 4
+    assert "context_parallel_degree=4" in tt["python"] and "def pipesim_plan" in tt["python"]

@@ -31,7 +31,16 @@ TORCHTITAN_PARALLELISM = {
     "num_pp_microbatches",
     "expert_parallel_degree",
 }
+TORCHTITAN_PARALLELISM |= {"context_parallel_degree", "context_parallel_load_balancer"}
 TORCHTITAN_TRAINING = {"num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length"}
+# the TOML job file of torchtitan before its config refactor (#2386), read at 9810191bb^
+# (torchtitan/config/job_config.py: Parallelism and Training)
+OLD_TORCHTITAN_PARALLELISM = (TORCHTITAN_PARALLELISM - {"num_pp_microbatches", "context_parallel_load_balancer"}) | {
+    "pipeline_parallel_microbatch_size",
+    "context_parallel_rotate_method",
+    "expert_tensor_parallel_degree",
+}
+OLD_TORCHTITAN_TRAINING = {"local_batch_size", "global_batch_size", "seq_len"}
 # its schedule names (torch.distributed.pipelining get_schedule_class, torch 2.13)
 TORCH_SCHEDULES = {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}
 # Megatron-LM's flags, read from NVIDIA/Megatron-LM at d98e8a6 (2026-08-22): the parser
@@ -57,6 +66,11 @@ MEGATRON_FLAGS = {
     # ModelParallelConfig.microbatch_group_size_per_vp_stage's argparse_meta name (not in
     # arguments.py's exclude list, so TransformerConfig's factory builds it)
     "--microbatch-group-size-per-virtual-pipeline-stage",
+    # context parallelism and expert tensor parallelism (the same parser)
+    "--context-parallel-size",
+    "--cp-comm-type",
+    "--hierarchical-context-parallel-sizes",
+    "--expert-tensor-parallel-size",
 }
 
 
@@ -139,11 +153,14 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         if r.candidate.schedule == "dualpipe":
             assert not tt["runs"] and "two copies" in tt["why"]
             continue
-        data = tomllib.loads(tt["toml"])
-        assert set(data) == {"parallelism", "training"}
-        assert set(data["parallelism"]) <= TORCHTITAN_PARALLELISM
-        assert set(data["training"]) <= TORCHTITAN_TRAINING
-        par = data["parallelism"]
+        old = tomllib.loads(tt["toml"])
+        assert set(old) == {"parallelism", "training"}
+        assert set(old["parallelism"]) <= OLD_TORCHTITAN_PARALLELISM
+        assert set(old["training"]) <= OLD_TORCHTITAN_TRAINING
+        assert old["training"]["global_batch_size"] == plan.training.global_batch
+        assert set(tt["training"]) <= TORCHTITAN_TRAINING
+        par = tt["parallelism"]
+        assert set(par) <= TORCHTITAN_PARALLELISM
         lay = r.candidate.layout
         assert par["pipeline_parallel_degree"] == lay.pp and par["tensor_parallel_degree"] == lay.tp
         assert par["num_pp_microbatches"] == r.candidate.microbatches

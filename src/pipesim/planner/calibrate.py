@@ -29,19 +29,19 @@ from ..schedules import REGISTRY
 from .candidates import Candidate, Pins, schedule_variants, skipped_families
 from .evaluate import Shared, evaluate
 from .layer_costs import layer_costs
-from .layout import Layout
+from .layout import Layout, layout_problem
 from .programs import ProgramCache
 from .results import Result
 from .specs import Cluster, Model, Training
 
-LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "micro_batch", "schedule", "chunks", "recompute")
+LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "cp", "etp", "micro_batch", "schedule", "chunks", "recompute")
 
 
 def parse_layout(text: str) -> dict:
     """``pp16,dp128,ep64,mb1,dualpipe`` (any order; ``v2`` chunks; a schedule name; a
     recomputation ``none``/``selective``/``full``) as a layout dict."""
     out: dict = {}
-    names = {"pp": "pp", "dp": "dp", "tp": "tp", "ep": "ep", "mb": "micro_batch", "v": "chunks"}
+    names = {"pp": "pp", "dp": "dp", "tp": "tp", "ep": "ep", "cp": "cp", "etp": "etp", "mb": "micro_batch", "v": "chunks"}
     for part in (p.strip() for p in text.replace(" ", ",").split(",")):
         if not part:
             continue
@@ -65,13 +65,20 @@ def check_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Layout:
     unknown = set(lay) - set(LAYOUT_KEYS)
     if unknown:
         raise PipesimError(f"layout: unknown keys {', '.join(sorted(unknown))}; expected {', '.join(LAYOUT_KEYS)}")
-    out = Layout(pp=lay["pp"], dp=lay["dp"], tp=lay.get("tp", 1), ep=lay.get("ep", 1), micro_batch=lay.get("micro_batch", 1))
+    out = Layout(
+        pp=lay["pp"],
+        dp=lay["dp"],
+        tp=lay.get("tp", 1),
+        ep=lay.get("ep", 1),
+        micro_batch=lay.get("micro_batch", 1),
+        cp=lay.get("cp", 1),
+        etp=lay.get("etp", 1),
+    )
     if out.gpus != c.gpus:
-        raise PipesimError(f"layout pp{out.pp} x dp{out.dp} x tp{out.tp} uses {out.gpus} GPUs, the cluster has {c.gpus}")
-    if m.moe is None and out.ep > 1:
-        raise PipesimError(f"{m.name} has no experts; drop ep from the layout")
-    if m.moe is not None and (out.dp % out.ep or m.moe.experts % out.ep):
-        raise PipesimError(f"layout ep{out.ep} must divide dp={out.dp} and the {m.moe.experts} experts")
+        raise PipesimError(f"layout {out} uses {out.gpus} GPUs, the cluster has {c.gpus}")
+    refused = layout_problem(m, t, out)
+    if refused:
+        raise PipesimError(f"layout {out}: {refused}")
     if t.global_batch % (out.dp * out.micro_batch):
         raise PipesimError(
             f"{t.global_batch} sequences do not split into dp{out.dp} x micro-batches of {out.micro_batch}; "

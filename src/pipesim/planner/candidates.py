@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from ..errors import PipesimError
 from ..ir import Placement
 from ..schedules import REGISTRY, family
-from .layout import Layout
+from .layout import Layout, cp_problem, expert_problem, fold_problem, layout_problem, tp_problem
 from .specs import Cluster, Model, Training
 
 #: searched schedules (not periodic) are built only up to this many (rank, micro-batch)
@@ -44,6 +44,8 @@ class Pins:
     chunks: int | None = None
     micro_batch: int | None = None
     microbatches: int | None = None
+    cp: int | None = None
+    etp: int | None = None
 
     def flags(self) -> str:
         names = {"micro_batch": "micro-batch-size"}
@@ -124,29 +126,31 @@ def schedule_variants(names: list[str] | None, pins: Pins) -> list[tuple[str, in
 def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
     """One line naming the pin that cannot hold, before anything is searched."""
     g = c.gpus
-    kv = m.attention.kv_heads or m.heads
-    for name in ("tp", "pp", "dp"):
+    for name in ("tp", "pp", "dp", "cp"):
         v = getattr(pins, name)
         if v and g % v:
             raise PipesimError(f"--{name} {v} must divide the cluster's {g} GPUs (or give --gpus)")
-    if pins.tp and (m.heads % pins.tp or kv % pins.tp):
-        raise PipesimError(f"--tp {pins.tp} must divide {m.name}'s {m.heads} attention heads and {kv} key/value heads")
+    refused = (
+        (tp_problem(m, pins.tp) if pins.tp else None)
+        or (cp_problem(m, t, pins.cp, pins.tp or 1) if pins.cp else None)
+        or expert_problem(m, pins.ep or 1, pins.etp or 1)
+    )
+    if refused:
+        raise PipesimError(refused)
     if pins.pp and pins.pp > m.layers:
         raise PipesimError(f"--pp {pins.pp} exceeds {m.name}'s {m.layers} layers (one stage needs a layer)")
-    given = [(n, getattr(pins, n)) for n in ("tp", "pp", "dp") if getattr(pins, n)]
+    given = [(n, getattr(pins, n)) for n in ("tp", "cp", "pp", "dp") if getattr(pins, n)]
     product = math.prod(v for _, v in given)
     text = " x ".join(f"--{n} {v}" for n, v in given)
-    if len(given) == 3 and product != g:
-        raise PipesimError(f"{text} = {product} GPUs, but the cluster has {g}; tp x pp x dp must be {g}")
-    if len(given) == 2 and g % product:
+    if len(given) == 4 and product != g or product > g:
+        raise PipesimError(f"{text} = {product} GPUs, but the cluster has {g}; tp x cp x pp x dp must be {g}")
+    if len(given) >= 2 and g % product:
         raise PipesimError(f"{text} = {product} does not divide the cluster's {g} GPUs")
-    if pins.ep:
-        if m.moe is None:
-            raise PipesimError(f"{m.name} has no experts; drop --ep")
-        if m.moe.experts % pins.ep:
-            raise PipesimError(f"--ep {pins.ep} must divide {m.name}'s {m.moe.experts} experts")
-        if pins.dp and pins.dp % pins.ep:
-            raise PipesimError(f"--ep {pins.ep} must divide --dp {pins.dp} (experts are sharded over data-parallel ranks)")
+    if (pins.ep or pins.etp) and pins.tp and pins.dp and (pins.cp or pins.pp):
+        cp = pins.cp or g // (pins.tp * pins.pp * pins.dp)  # the context ranks the other pins leave
+        refused = fold_problem(Layout(pp=1, dp=pins.dp, tp=pins.tp, cp=cp, ep=pins.ep or 1, etp=pins.etp or 1))
+        if refused:
+            raise PipesimError(refused)
     mb, M = pins.micro_batch, pins.microbatches
     for flag, v in (("--micro-batch-size", mb), ("--microbatches", M)):
         if v and t.global_batch % v:
@@ -163,37 +167,87 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
 
 
 def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator[Layout]:
+    """Every layout the pins allow: tp x cp x pp x dp over the GPUs; for a model with
+    experts, ep (and the pinned etp) folded over each stage's tp x cp x dp GPUs. Layouts
+    ``layout_problem`` refuses are left out."""
     gpus = c.gpus
-    kv = m.attention.kv_heads or m.heads
     if pins.tp:
         tps = [pins.tp]
     else:
-        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.gpus_per_node and m.heads % x == 0 and kv % x == 0]
+        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.domain and tp_problem(m, x) is None]
+    etp = pins.etp or 1
+    starved = not any(fed(t, gpus // (tp * pp), pp) for tp in tps for pp in pipeline_sizes(gpus // tp))
     for tp in tps:
-        for pp in [pins.pp] if pins.pp else _powers(gpus // tp):
+        for pp in [pins.pp] if pins.pp else pipeline_sizes(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
-            dp = gpus // (tp * pp)
-            if pins.dp and dp != pins.dp:
-                continue
-            if m.moe:
-                eps = [pins.ep] if pins.ep else _powers(min(dp, m.moe.experts))
-                eps = [e for e in eps if dp % e == 0 and m.moe.experts % e == 0]
+            if pins.cp:
+                cps = [pins.cp]
+            elif pins.dp:  # the context ranks the pinned data ranks leave
+                cps = [gpus // (tp * pp * pins.dp)] if gpus % (tp * pp * pins.dp) == 0 else []
             else:
-                eps = [1]
-            for ep in eps:
-                for mb in [pins.micro_batch] if pins.micro_batch else t.micro_batch_sizes:
-                    if t.global_batch % (dp * mb) == 0:
-                        if pins.microbatches and t.global_batch // (dp * mb) != pins.microbatches:
-                            continue
-                        yield Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=mb)
+                cps = context_sizes(t, gpus // (tp * pp), starved)
+            for cp in cps:
+                if (gpus // (tp * pp)) % cp:
+                    continue
+                dp = gpus // (tp * pp * cp)
+                if pins.dp and dp != pins.dp:
+                    continue
+                if m.moe:
+                    folded = tp * cp * dp // etp
+                    eps = [pins.ep] if pins.ep else _powers(min(folded, m.moe.experts))
+                else:
+                    eps = [1]
+                for ep in eps:
+                    for mb in [pins.micro_batch] if pins.micro_batch else t.micro_batch_sizes:
+                        if t.global_batch % (dp * mb) == 0:
+                            if pins.microbatches and t.global_batch // (dp * mb) != pins.microbatches:
+                                continue
+                            lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=mb, cp=cp, etp=etp)
+                            if layout_problem(m, t, lay) is None:
+                                yield lay
+
+
+#: context parallelism is searched down to chunks of this many tokens (2cp chunks of a
+#: sequence; below this the blockwise attention's blocks are too small to hide the ring)
+MIN_CP_CHUNK = 512
+
+
+def fed(t: Training, replicas: int, pp: int) -> bool:
+    """Whether ``replicas`` data-parallel pipelines of pp stages each get whole sequences and
+    at least 2pp micro-batches of one, enough to keep the pipeline full."""
+    return replicas <= t.global_batch and t.global_batch % replicas == 0 and t.global_batch // replicas >= 2 * pp
+
+
+def context_sizes(t: Training, replicas: int, starved: bool) -> list[int]:
+    """The cp degrees searched for ``replicas`` = cp x dp GPUs per pipeline stage and tensor
+    rank: 1, and the powers of two the sequence splits into chunks of at least
+    ``MIN_CP_CHUNK`` tokens where context parallelism can pay: a long sequence (16K
+    tokens or more, where activations crowd memory), fewer sequences in the global
+    batch than replicas to feed, or a cluster ``starved`` of sequences (no pipeline
+    depth searched gets 2pp micro-batches per replica without it: ``fed``)."""
+    if t.seq < 16384 and replicas <= t.global_batch and not starved:
+        return [1]
+    top = t.seq // (2 * MIN_CP_CHUNK)
+    return [x for x in _powers(min(top, replicas)) if t.seq % (2 * x) == 0]
+
+
+def pipeline_sizes(n: int) -> list[int]:
+    """Pipeline depths searched over ``n`` GPUs a tensor group: the powers of two dividing
+    it, and where n has an odd factor (72-GPU NVL72 racks make it 9), those times it, so
+    that the data-parallel degree left can be a power of two dividing the global batch."""
+    odd = n // (n & -n)
+    out = [p for p in _powers(n) if n % p == 0]
+    return out + [p * odd for p in out if n % (p * odd) == 0] if odd > 1 else out
 
 
 def _powers(limit: int) -> list[int]:
     return [2**k for k in range(int(math.log2(limit)) + 1)] if limit >= 1 else []
 
 
-def candidates(m: Model, c: Cluster, t: Training, schedules: list[str] | None = None, pins: Pins = NO_PINS) -> Iterator[Candidate]:
+def candidates(
+    m: Model, c: Cluster, t: Training, schedules: list[str] | None = None, pins: Pins = NO_PINS
+) -> Iterator[Candidate]:
     variants = schedule_variants(schedules, pins)
     recomputes = ("none", "selective", "full") if t.recompute == "auto" else (t.recompute,)
     for lay in layouts(m, c, t, pins):

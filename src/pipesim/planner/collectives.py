@@ -3,36 +3,43 @@ pipeline transfers, data-parallel rings and the tied embedding's all-reduce, in 
 
 from __future__ import annotations
 
-import math
-
-from .layout import Layout
+from .layout import Layout, span
+from .params import attention_dims
 from .specs import Cluster, Model, Training
 
 
 def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float, float]:
     """Seconds per micro-batch of (dispatch F, combine F, dispatch B, combine B).
 
-    Each GPU sends its tokens to the top-k experts, spread over the ep GPUs of its expert
-    group. Between nodes a token is sent once per destination node (DeepSeek-V3's
-    node-limited routing caps those at ``max_nodes``) and forwarded inside the node over
-    NVLink; the two links work at once, so the slower one sets the time. Dispatch is
-    FP8 under fp8 training, everything else BF16.
+    Each GPU sends its tokens (``Layout.expert_tokens``) to the top-k experts, spread over
+    the ep GPUs of its expert group, wherever those sit (``Layout.span``). Between NVLink
+    domains a token is sent once per destination domain (DeepSeek-V3's node-limited
+    routing caps those at ``max_nodes``) and forwarded inside it over NVLink; the two links
+    work at once, so the slower one sets the time. With expert tensor parallelism the etp
+    GPUs of an expert shard then all-gather the copies they received (and reduce-scatter
+    the outputs: the same bytes), on their own ring. Dispatch is FP8 under fp8 training,
+    everything else BF16.
     """
-    if lay.ep <= 1:
+    e, h = m.moe, m.hidden
+    if e is None or lay.ep * lay.etp <= 1:
         return 0.0, 0.0, 0.0, 0.0
-    e, h, gpn = m.moe, m.hidden, c.gpus_per_node
-    tokens = lay.micro_batch * t.seq
-    nodes = math.ceil(lay.ep / gpn)
-    if nodes > 1:
-        reach = min(e.max_nodes or nodes, nodes, e.top_k) if e.max_nodes else nodes * (1 - (1 - 1 / nodes) ** e.top_k)
-        network = reach * (1 - 1 / nodes)  # copies per token over the network
-        nvlink = e.top_k * (1 - 1 / min(gpn, lay.ep))
+    tokens = lay.expert_tokens(t.seq)
+    where = lay.span("ep", c.domain)
+    if lay.ep <= 1:
+        network = nvlink = 0.0
+    elif not where.inside:
+        domains = where.domains
+        reach = min(e.max_nodes or domains, domains, e.top_k) if e.max_nodes else domains * (1 - (1 - 1 / domains) ** e.top_k)
+        network = reach * (1 - 1 / domains)  # copies per token over the network
+        nvlink = e.top_k * (1 - 1 / min(where.per_domain, lay.ep))
     else:
         network, nvlink = 0.0, e.top_k * (1 - 1 / lay.ep)
+    gather = (lay.etp - 1) * e.top_k / ring_bandwidth(c, lay, "etp") if lay.etp > 1 else 0.0
 
     def seconds(width: float) -> float:
         per_token = h * width
-        return tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
+        a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
+        return a2a + tokens * per_token * gather
 
     dispatch = seconds(1 if t.precision == "fp8" else 2)
     combine = seconds(2)
@@ -42,11 +49,11 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
 def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     """Seconds of one ring all-reduce of a micro-batch's hidden states over tp GPUs (or,
     with sequence parallelism, the all-gather and reduce-scatter that replace it: the
-    same bytes)."""
+    same bytes), on NVLink while the tensor group stays inside a domain."""
     if lay.tp <= 1:
         return 0.0
-    size = lay.micro_batch * t.seq * m.hidden * 2
-    return 2 * (lay.tp - 1) / lay.tp * size / (c.nvlink_gbps * 1e9)
+    size = lay.tokens(t.seq) * m.hidden * 2
+    return 2 * (lay.tp - 1) / lay.tp * size / ring_bandwidth(c, lay, "tp")
 
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
@@ -57,14 +64,9 @@ def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     the receiving shards all-gather it over NVLink (Megatron-LM 2021's scatter/gather
     optimisation, DeepSpeed's partitioned pipeline buffers); under it the shard is what
     the next stage consumes."""
-    full = lay.micro_batch * t.seq * m.hidden * 2
+    full = lay.tokens(t.seq) * m.hidden * 2
     gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
     return t.p2p_latency_us * 1e-6 + full / lay.tp / (c.network_gbps * 1e9) + gather
-
-
-def domain(c: Cluster) -> int:
-    """GPUs one NVLink fabric reaches: the cluster's node."""
-    return c.gpus_per_node
 
 
 def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:
@@ -76,7 +78,7 @@ def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:
     give the ~190 GB/s bus bandwidth nccl-tests show across nodes for 8 GPUs a node); a
     group with one member a domain has its own link only. The slowest link sets a ring's
     pace, so k is the fewest members the worst-placed group has in a domain it touches."""
-    where = lay.span(group, domain(c))
+    where = lay.span(group, c.domain)
     if where.inside:
         return c.nvlink_gbps * 1e9
     return min(c.nvlink_gbps, where.per_domain * c.network_gbps) * 1e9
@@ -91,5 +93,91 @@ def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float
     unless the whole pipeline shares a node; nothing without pp > 1 or tied embeddings."""
     if not m.tied_embeddings or lay.pp < 2:
         return 0.0
-    bw = (c.nvlink_gbps if lay.span("pp", domain(c)).inside else c.network_gbps) * 1e9
+    bw = (c.nvlink_gbps if lay.span("pp", c.domain).inside else c.network_gbps) * 1e9
     return m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes / bw
+
+
+def kv_width(m: Model) -> float:
+    """Elements per token of the keys and values context parallelism exchanges, over all
+    heads: grouped-query attention's kv heads; MLA's keys and values per query head (as
+    Megatron-Core's CP runs MLA: after the up-projection)."""
+    qk, v = attention_dims(m)
+    a = m.attention
+    if a.kind == "mla":
+        return m.heads * (qk + v)
+    return (a.kv_heads or m.heads) * (qk + v)
+
+
+def a2a_size(m: Model, c: Cluster, lay: Layout) -> int:
+    """The all-to-all part of hierarchical context parallelism (``a2a+p2p``): the largest
+    power of two dividing cp whose group stays inside an NVLink domain and splits the
+    tensor rank's query and key/value heads evenly (Megatron-Core's
+    --hierarchical-context-parallel-sizes, a2a first); the ring runs over the rest."""
+    kv = m.heads if m.attention.kind == "mla" else (m.attention.kv_heads or m.heads)
+    a = lay.cp
+    while a > 1 and (lay.tp * a > c.domain or (m.heads // lay.tp) % a or (kv // lay.tp) % a or lay.cp % a):
+        a //= 2
+    return a
+
+
+def alltoall_seconds(c: Cluster, lay: Layout, n: int, per_rank: float) -> float:
+    """Seconds of an all-to-all in which each of ``n`` ranks, ``lay.tp`` apart (a context
+    group), sends ``per_rank`` bytes spread evenly over the others: on NVLink inside a
+    domain; across domains the share bound for other domains leaves on the GPU's own
+    network link while the rest crosses NVLink, at once."""
+    if n <= 1:
+        return 0.0
+    where = span(n, lay.tp, c.domain)
+    if where.inside:
+        return per_rank / (c.nvlink_gbps * 1e9)
+    away = 1 - (where.per_domain - 1) / (n - 1)
+    return max(per_rank * away / (c.network_gbps * 1e9), per_rank * (1 - away) / (c.nvlink_gbps * 1e9))
+
+
+def ring_exposed(kv_bytes: float, n: int, link: float, core_f: float, core_b: float, latency: float = 0.0) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of a ring of ``n`` context ranks passing key/value
+    chunks of ``kv_bytes`` along ``link`` bytes/s: n - 1 steps, each sending the next
+    chunk while the attention of the current block runs (1/n of the rank's attention
+    work; Megatron-Core's p2p CP and torchtitan's ring attention), so a step shows only
+    what its transfer exceeds that block by. Backward sends the keys and values and their
+    gradients: twice the bytes. Each step also pays ``latency`` (a point-to-point
+    transfer's fixed cost, ``Training.p2p_latency_us``)."""
+    if n <= 1:
+        return 0.0, 0.0
+    step = kv_bytes / link
+    return (n - 1) * max(0.0, latency + step - core_f / n), (n - 1) * max(0.0, latency + 2 * step - core_b / n)
+
+
+def cp_exchange(m: Model, c: Cluster, t: Training, lay: Layout, core_f: float, core_b: float) -> tuple[float, float]:
+    """Exposed seconds (forward, backward) of context parallelism's key/value exchange in
+    one attention layer for one micro-batch (``Training.cp_comm``; core_f, core_b: the
+    rank's attention kernel time):
+
+    - ``p2p``: a ring overlapped with blockwise attention (``ring_exposed``), on NVLink
+      while the context group stays in a domain, else at the network's pace (the hop
+      that leaves a domain sets the step);
+    - ``all_gather``: keys and values all-gathered before attention and their gradients
+      reduce-scattered after its backward, exposed (Llama 3: small with few kv heads);
+    - ``a2a``: DeepSpeed-Ulysses, an all-to-all of q, k, v from sequence to head shards
+      before attention and of its output back, forward and backward, exposed;
+    - ``a2a+p2p``: the all-to-all inside a domain over ``a2a_size`` ranks, then a ring
+      over the cp / a2a_size groups."""
+    if lay.cp <= 1:
+        return 0.0, 0.0
+    tokens = lay.tokens(t.seq)
+    kv_bytes = tokens * kv_width(m) / lay.tp * 2
+    scheme = t.cp_comm
+    if scheme == "all_gather":
+        x = (lay.cp - 1) * kv_bytes / ring_bandwidth(c, lay, "cp")
+        return x, x
+    qk, v = attention_dims(m)
+    qo_bytes = tokens * m.heads * (qk + v) / lay.tp * 2  # queries and the attention output
+    a = lay.cp if scheme == "a2a" else a2a_size(m, c, lay) if scheme == "a2a+p2p" else 1
+    ulysses = alltoall_seconds(c, lay, a, (a - 1) / a * (qo_bytes + kv_bytes)) if a > 1 else 0.0
+    rest = lay.cp // a
+    inside = span(rest, lay.tp * a, c.domain).inside
+    link = (c.nvlink_gbps if inside else c.network_gbps) * 1e9
+    # after the all-to-all a rank holds a times the tokens of 1/a of the heads: the same
+    # key/value bytes per ring step
+    f, b = ring_exposed(kv_bytes, rest, link, core_f, core_b, t.p2p_latency_us * 1e-6)
+    return ulysses + f, ulysses + b

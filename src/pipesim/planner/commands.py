@@ -20,7 +20,7 @@ from .candidates import Pins
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep
 from .search import search
-from .specs import load_cluster, load_model, load_training, model_published, model_training
+from .specs import CP_COMMS, load_cluster, load_model, load_training, model_published, model_training
 from .stages import component_costs, stage_parts
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
@@ -50,6 +50,8 @@ def add_commands(command) -> None:
         ("--chunks", "chunks", "chunks per rank (interleaved schedules take any; V and dual placements hold 2, flat 1)"),
         ("--micro-batch-size", "micro_batch", "sequences per micro-batch"),
         ("--microbatches", "microbatches", "micro-batches per pipeline per step"),
+        ("--cp", "cp", "context-parallel ranks (each holds 1/cp of every sequence)"),
+        ("--etp", "etp", "expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)"),
     ):
         g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
     g = c.add_argument_group("calibration (fit the efficiencies to a measurement, then re-rank)")
@@ -89,6 +91,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
     g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
     g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
+    g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
 
 
 def specs_from(args: argparse.Namespace):
@@ -103,6 +106,7 @@ def specs_from(args: argparse.Namespace):
         zero=args.zero,
         recompute=args.recompute,
         tokens=args.tokens,
+        cp_comm=args.cp_comm,
     )
     return model, cluster, training
 

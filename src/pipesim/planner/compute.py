@@ -116,7 +116,7 @@ def _sum3(parts) -> tuple[float, float, float]:
 
 def attention_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
     """The attention block's multiplies as (tokens, n, k, count): tokens x k by k x n."""
-    a, h, tp, T = m.attention, m.hidden, lay.tp, lay.micro_batch * t.seq
+    a, h, tp, T = m.attention, m.hidden, lay.tp, lay.tokens(t.seq)
     if a.kind == "mla":
         qk = a.qk_nope_dim + a.qk_rope_dim
         shapes = [(a.kv_lora_rank + a.qk_rope_dim, h), (m.heads * (a.qk_nope_dim + a.v_head_dim) / tp, a.kv_lora_rank)]
@@ -131,7 +131,7 @@ def attention_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, fl
 def mla_up_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
     """MLA's up-projections (query and key/value), which DeepSeek-V3 recomputes in the
     backward rather than keep their outputs."""
-    a, T = m.attention, lay.micro_batch * t.seq
+    a, T = m.attention, lay.tokens(t.seq)
     if a.kind != "mla":
         return []
     up = [(m.heads * (a.qk_nope_dim + a.v_head_dim) / lay.tp, a.kv_lora_rank)]
@@ -141,19 +141,24 @@ def mla_up_shapes(m: Model, t: Training, lay: Layout) -> list[tuple[float, float
 
 
 def mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
-    """The MLP's multiplies as (tokens, n, k, count). A routed expert on a GPU of the ep
-    group sees, with balanced routing, top_k * ep / experts of the group's tokens per
-    micro-batch; the router's multiply (count 0 here) is priced apart, in BF16."""
-    h, T = m.hidden, lay.micro_batch * t.seq
+    """The MLP's multiplies as (tokens, n, k, count). With balanced routing each GPU of
+    an ep group receives as many token copies as it sends (top_k per token it routes,
+    ``Layout.expert_tokens``), spread over its experts / ep local experts; with expert
+    tensor parallelism the etp GPUs of a shard gather each other's copies and each runs
+    1/etp of every expert's width (Megatron-Core's MoE parallel folding). Shared experts
+    are tensor-parallel over tp like a dense MLP. The router's multiply is priced apart,
+    in BF16."""
+    h, T = m.hidden, lay.tokens(t.seq)
     if not m.is_moe_layer(layer):
         f = m.dense_ffn / lay.tp
         return [(T, 2 * f if m.activation == "swiglu" else f, h, 1), (T, h, f, 1)]
     e = m.moe
     local = e.experts / lay.ep
-    tokens = T * e.top_k / local  # token copies per local expert
-    out = [(tokens, 2 * e.expert_ffn, h, local), (tokens, h, e.expert_ffn, local)]
+    tokens = lay.etp * lay.expert_tokens(t.seq) * e.top_k / local  # token copies per local expert
+    ffn = e.expert_ffn / lay.etp
+    out = [(tokens, 2 * ffn, h, local), (tokens, h, ffn, local)]
     if e.shared_experts:
-        f = e.expert_ffn * e.shared_experts
+        f = e.expert_ffn * e.shared_experts / lay.tp
         out += [(T, 2 * f, h, 1), (T, h, f, 1)]
     return out
 
@@ -177,7 +182,7 @@ def mlp_gemms(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tup
     """The MLP's multiplies and, for an MoE layer, the router's (BF16)."""
     f, b, w = gemms(c, t, mlp_shapes(m, layer, t, lay))
     if m.is_moe_layer(layer):
-        rf, rb, rw = gemm_fbw(c, t, lay.micro_batch * t.seq, m.moe.experts, m.hidden, fp8=False)
+        rf, rb, rw = gemm_fbw(c, t, lay.expert_tokens(t.seq), m.moe.experts, m.hidden, fp8=False)
         f, b, w = f + rf, b + rb, w + rw
     return f, b, w
 
@@ -191,14 +196,18 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
     twice that backward (four multiplies), and each score element moves
     ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
-    for the softmax and dropout between them."""
+    for the softmax and dropout between them.
+
+    Under context parallelism a GPU holds 1/cp of each sequence's queries and, with the
+    causal load balancing (each rank takes chunks i and 2cp-1-i of 2cp), 1/cp of the
+    causal work: its tokens against the whole sequence's keys, half of them masked."""
     qk, v = attention_dims(m)
-    T, heads = lay.micro_batch * t.seq, m.heads / lay.tp
+    T, heads = lay.tokens(t.seq), m.heads / lay.tp
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         return f, 2.5 * f / FLASH_BACKWARD_SHARE
-    per_seq = lay.micro_batch * heads
-    products = per_seq * (gemm(c, t, t.seq, t.seq, qk, fp8=False) + gemm(c, t, t.seq, v, t.seq, fp8=False))
+    per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
+    products = per_seq * (gemm(c, t, rows, t.seq, qk, fp8=False) + gemm(c, t, rows, v, t.seq, fp8=False))
     scores = T * heads * t.seq / hbm_rate(c, t)
     return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
 
@@ -241,16 +250,16 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[f
             rotary += 2 * q + (2 * (kv + q) if kv < q else 0.0)  # contiguous output; repeat_kv of k and v
         cast_attn = h + m.heads * v / tp
     if m.is_moe_layer(layer):
-        e = m.moe
-        act = 3 * e.expert_ffn * (e.top_k + e.shared_experts)
-        routing = 2 * e.experts + 2 * (1 + e.top_k) * h
-        cast_mlp = h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)
+        e = m.moe  # per token a GPU routes, 1/tp of its tokens (``Layout.expert_tokens``)
+        act = 3 * e.expert_ffn * (e.top_k + e.shared_experts) / tp
+        routing = (2 * e.experts + 2 * (1 + e.top_k) * h) / tp
+        cast_mlp = (h * (1 + e.shared_experts) + e.expert_ffn * (e.top_k + e.shared_experts)) / tp
     else:
         f = m.dense_ffn / tp
         act, routing = ((5 if eager else 3) * f if m.activation == "swiglu" else 2 * f), 0.0
         cast_mlp = h + f
     fp8 = 1.5 if t.precision == "fp8" else 0.0
-    T = lay.micro_batch * t.seq
+    T = lay.tokens(t.seq)
     return T * 2 * (block + rotary + fp8 * cast_attn), T * 2 * (block + act + routing + fp8 * cast_mlp)
 
 

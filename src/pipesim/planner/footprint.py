@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..memory import MemoryModel
-from .layout import Layout
+from .layout import Layout, keeps_gathered
 from .params import attention_dims, attention_params, mlp_params
 from .specs import Model, Training
 from .split import partition
@@ -53,7 +55,7 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
     for i in rng:
         d, e = mlp_params(m, i)
         dense += (attention_params(m) + d) / lay.tp + 2 * m.hidden
-        experts += e / lay.ep
+        experts += e / (lay.ep * lay.etp)
     if first:
         dense += m.vocab * m.hidden / lay.tp
     if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
@@ -61,7 +63,7 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
     if last and m.mtp_layers:  # each MTP module: an MoE (or dense) layer, a 2h x h projection, two norms
         d, e = mlp_params(m, m.layers - 1)
         dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
-        experts += m.mtp_layers * e / lay.ep
+        experts += m.mtp_layers * e / (lay.ep * lay.etp)
     return dense, experts
 
 
@@ -70,13 +72,25 @@ def memory_model(
 ) -> MemoryModel:
     """Bytes per stage; ``parts`` the stages' layers (``stage_parts``; default an even split)."""
     parts = parts or partition(m.layers, stages)
+    # context parallelism: a GPU keeps the activations of its 1/cp of each sequence,
+    # as a run on sequences cp times shorter would (``layer_activation`` is handed the
+    # local length and must not divide by cp again)
+    local = replace(t, seq=t.seq // lay.cp) if lay.cp > 1 else t
     params, experts, acts, shares = [], [], [], []
+    by_kind: dict[bool, tuple[float, float]] = {}  # a layer's activation depends only on its kind
+
+    def kept(i: int) -> tuple[float, float]:
+        kind = m.is_moe_layer(i)
+        if kind not in by_kind:
+            by_kind[kind] = layer_activation(m, i, local, lay, recompute)
+        return by_kind[kind]
+
     for s, rng in enumerate(parts):
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
         params.append(d)
         experts.append(e)
         mtp = [m.layers - 1] * m.mtp_layers if s == stages - 1 else []
-        pairs = [layer_activation(m, i, t, lay, recompute) for i in [*rng, *mtp]]
+        pairs = [kept(i) for i in [*rng, *mtp]]
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
@@ -89,6 +103,8 @@ def memory_model(
         param_bytes=t.param_bytes,
         grad_bytes=t.grad_bytes,
         optimizer_bytes=t.optimizer_bytes,
-        zero=t.zero,
-        dp=lay.dp,
+        # FSDP keeping the stage gathered through the step holds its parameters whole
+        # (gradients and optimizer states stay sharded): ZeRO-2's bytes
+        zero=2 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
+        dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
     )

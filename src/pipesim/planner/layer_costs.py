@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..components import LayerCosts
-from .collectives import moe_comm, tp_allreduce
+from .collectives import cp_exchange, moe_comm, tp_allreduce
 from .compute import (
     accumulation_seconds,
     attention_core,
@@ -28,15 +28,16 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
     dense, experts = mlp_params(m, layer)
     proj_w += accumulation_seconds(c, t, attention_params(m) / lay.tp)
-    mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / lay.ep)
+    mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / (lay.ep * lay.etp))
     core_f, core_b = attention_core(m, c, t, lay)
+    cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
-    attn_f = proj_f + core_f + ew_attn
+    attn_f = proj_f + core_f + ew_attn + cp_f
     mlp_fwd = mlp_f + ew_mlp
-    attn_b = proj_b + core_b + 2 * ew_attn
+    attn_b = proj_b + core_b + 2 * ew_attn + cp_b
     mlp_bwd = mlp_b + 2 * ew_mlp
     if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
-        mask = lay.micro_batch * t.seq * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
+        mask = lay.tokens(t.seq) * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
         attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + mask, mlp_fwd + mask, attn_b + mask, mlp_bwd + mask
     if recompute == "selective":
         # unfused attention recomputes its scores in the backward (flash always does);
@@ -46,7 +47,11 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         attn_b += attn_f  # the whole layer's forward runs again
         mlp_bwd += mlp_fwd
     if m.is_moe_layer(layer):
+        # attention's tensor-parallel all-gather and reduce-scatter (the MoE block's
+        # tokens stay sequence-sharded into the all-to-all), then the dispatch
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
+        tp = tp_allreduce(m, c, t, lay)
+        dispatch, dispatch_b = dispatch + tp, dispatch_b + tp
     else:  # tensor parallelism: an all-reduce after attention and after the MLP
         dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
     if recompute == "full":  # the recomputed forward communicates again
@@ -72,7 +77,7 @@ def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCost
     backward is the identity (Megatron-LM 2021 mpu/layers.py VocabParallelEmbedding,
     ``reduce_from_tensor_model_parallel_region``); with sequence parallelism a
     reduce-scatter forward whose backward is an all-gather (Megatron-Core)."""
-    T = lay.micro_batch * t.seq
+    T = lay.tokens(t.seq)
     f = T * m.hidden * 2 * 2 / hbm_rate(c, t)
     ar = tp_allreduce(m, c, t, lay)
     back = ar if t.sequence_parallel else 0.0
@@ -90,7 +95,7 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     with sequence parallelism its input is all-gathered forward and the gradient
     reduce-scattered backward, and the norm runs on 1/tp of the tokens (without it, on
     all of them on every tensor rank)."""
-    T, h = lay.micro_batch * t.seq, m.hidden
+    T, h = lay.tokens(t.seq), m.hidden
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
     norm = T * 2 * 2 * h * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
     loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
@@ -114,7 +119,7 @@ def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) ->
     projection), runs one more transformer layer (an MoE one) and the shared output head."""
     if not m.mtp_layers:
         return ()
-    T, h = lay.micro_batch * t.seq, m.hidden
+    T, h = lay.tokens(t.seq), m.hidden
     block = layer_costs(m, m.layers - 1, c, t, lay, recompute)
     pf, pb, pw = gemm_fbw(c, t, T, h, 2 * h)
     norms = T * 2 * 2 * 2 * h / hbm_rate(c, t)

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .specs import Model
+from .specs import Model, Training
 
 #: the dimensions of each mesh, fastest first
 ATTENTION_ORDER = ("tp", "cp", "dp", "pp")
@@ -68,11 +68,27 @@ class Layout:
         """Expert data-parallel degree: the replicas of each expert shard."""
         return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
 
+    def tokens(self, seq: int) -> int:
+        """Tokens of one micro-batch a GPU of the attention mesh works on: its 1/cp of
+        each sequence (the load-balanced causal split gives every rank 2 of 2cp chunks)."""
+        return self.micro_batch * seq // self.cp
+
+    def expert_tokens(self, seq: int) -> float:
+        """Tokens of one micro-batch each GPU routes into an MoE layer: its sequence
+        shard of the attention's tp x cp group (Megatron-Core runs MoE with tensor
+        parallelism only under sequence parallelism, so each tensor rank holds 1/tp)."""
+        return self.tokens(seq) / self.tp
+
     def size(self, name: str) -> int:
+        if name == "cpdp":  # the dense layers' gradient replicas: context and data ranks
+            return self.cp * self.dp
         return getattr(self, name)
 
     def stride(self, name: str) -> int:
-        """Ranks between consecutive members of a group of dimension ``name``."""
+        """Ranks between consecutive members of a group of dimension ``name`` (``cpdp``:
+        the context and data ranks together, adjacent in the rank order)."""
+        if name == "cpdp":
+            return self.tp
         order = EXPERT_ORDER if name in EXPERT_ORDER[:3] else ATTENTION_ORDER
         out = 1
         for d in order[: order.index(name)]:
@@ -128,3 +144,74 @@ def default_ep(m: Model, dp: int) -> int:
     """The expert-parallel degree ``memory`` and ``compare --model`` assume when none is
     given: experts spread over up to 64 data-parallel GPUs (DeepSeek-V3's ep64)."""
     return min(64, dp, m.moe.experts) if m.moe else 1
+
+
+def keeps_gathered(t: Training, lay: Layout) -> bool:
+    """Whether FSDP (ZeRO-3) keeps each stage's parameters gathered through the step
+    rather than freeing them after every micro-batch's forward: torchtitan's
+    ``fsdp_reshard_after_forward`` "default" does so exactly when pipeline parallelism is
+    on (its PP schedules run many micro-batches per stage; regathering for each would
+    multiply the all-gathers), "never" always, "always" never."""
+    if t.fsdp_reshard == "default":
+        return lay.pp > 1
+    return t.fsdp_reshard == "never"
+
+
+# --------------------------------------------------------------------------------------
+# constraints: each stated once, as the line a refused pin or layout prints
+
+
+def tp_problem(m: Model, tp: int) -> str | None:
+    kv = m.attention.kv_heads or m.heads
+    if m.heads % tp or kv % tp:
+        return f"--tp {tp} must divide {m.name}'s {m.heads} attention heads and {kv} key/value heads"
+    return None
+
+
+def cp_problem(m: Model, t: Training, cp: int, tp: int = 1) -> str | None:
+    """Context parallelism splits each sequence into 2cp chunks (rank i takes chunks i and
+    2cp-1-i, which evens out the causal work: Megatron-Core and torchtitan both do so);
+    it needs fused attention (Megatron-Core's CP runs TransformerEngine's flash kernels);
+    the all-to-all schemes split the tensor rank's heads cp ways."""
+    if cp <= 1:
+        return None
+    if t.seq % (2 * cp):
+        return f"--cp {cp} needs the sequence ({t.seq} tokens) divisible by 2 x cp = {2 * cp} for the load-balanced causal split"
+    if not t.flash_attention:
+        return f"--cp {cp} needs fused attention (flash_attention = true): context parallelism runs blockwise flash kernels"
+    kv = m.heads if m.attention.kind == "mla" else (m.attention.kv_heads or m.heads)
+    if t.cp_comm == "a2a" and ((m.heads // tp) % cp or (kv // tp) % cp):
+        return (
+            f'--cp {cp} with cp_comm = "a2a" splits heads cp ways: {m.name} has {m.heads // tp} query and {kv // tp} '
+            f'key/value heads per tensor rank at tp {tp}; use cp_comm = "p2p", "all_gather" or "a2a+p2p", or a cp dividing both'
+        )
+    return None
+
+
+def expert_problem(m: Model, ep: int, etp: int) -> str | None:
+    if ep * etp <= 1:
+        return None
+    if m.moe is None:
+        return f"{m.name} has no experts; drop --ep and --etp"
+    if m.moe.experts % ep:
+        return f"--ep {ep} must divide {m.name}'s {m.moe.experts} experts"
+    if m.moe.expert_ffn % etp:
+        return f"--etp {etp} must divide {m.name}'s expert width {m.moe.expert_ffn}"
+    return None
+
+
+def fold_problem(lay: Layout) -> str | None:
+    """MoE parallel folding: the experts' etp x ep x edp must cover the attention's
+    tp x cp x dp GPUs of a pipeline stage, so etp x ep divides them."""
+    attn = lay.tp * lay.cp * lay.dp
+    if attn % (lay.etp * lay.ep):
+        return (
+            f"--etp {lay.etp} x --ep {lay.ep} = {lay.etp * lay.ep} must divide tp x cp x dp = {attn} "
+            "(the experts fold over the attention's GPUs of a stage: etp x ep x edp = tp x cp x dp)"
+        )
+    return None
+
+
+def layout_problem(m: Model, t: Training, lay: Layout) -> str | None:
+    """Why a layout cannot run, or None."""
+    return tp_problem(m, lay.tp) or cp_problem(m, t, lay.cp, lay.tp) or expert_problem(m, lay.ep, lay.etp) or fold_problem(lay)

@@ -27,14 +27,17 @@ again against the version you run):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 
 from ..errors import PipesimError
 from ..ir import Op, Placement, Schedule
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from ..schedules import REGISTRY, build
 from .candidates import COST_OPTIONS
+from .collectives import a2a_size
 from .results import Plan, Result
+from .specs import Model, load_model
 from .split import ranges_of
 from .stages import component_costs, stage_parts
 
@@ -194,9 +197,21 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
     else:
         par["data_parallel_shard_degree"] = lay.dp
+        if t.fsdp_reshard != "default":
+            par["fsdp_reshard_after_forward"] = t.fsdp_reshard
         notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
+    if lay.cp > 1:
+        par["context_parallel_degree"] = lay.cp
+        par["context_parallel_load_balancer"] = "headtail"
+        if t.cp_comm != "all_gather":
+            notes.append(
+                f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
+                f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
+            )
     if m.moe:
         par["expert_parallel_degree"] = lay.ep
+        if lay.etp > 1:
+            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
     if m.mtp_layers:
         notes.append(
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
@@ -207,17 +222,91 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "num_tokens_per_train_step": t.global_batch * t.seq,
         "max_context_length": t.seq,
     }
-    toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in par.items()] + [""]
-    toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
     flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
     return {
         "runs": True,
         "parallelism": par,
         "training": training,
-        "toml": "\n".join(toml) + "\n",
+        "python": torchtitan_python(plan, par, training),
+        "toml": torchtitan_toml(plan, r, par, lay),
+        "toml_versions": TORCHTITAN_TOML_VERSIONS,
         "command_line": flags,
         "notes": notes,
     }
+
+
+#: the model presets' full configurations in torchtitan (config_registry.py of each model)
+TORCHTITAN_BASES = {
+    "llama3-8b": ("torchtitan.models.llama3.config_registry", "llama3_8b"),
+    "llama3-70b": ("torchtitan.models.llama3.config_registry", "llama3_70b"),
+    "llama3-405b": ("torchtitan.models.llama3.config_registry", "llama3_405b"),
+    "deepseek-v3": ("torchtitan.models.deepseek_v3.config_registry", "deepseek_v3_671b"),
+}
+
+#: which torchtitan versions read the TOML form
+TORCHTITAN_TOML_VERSIONS = (
+    "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
+    "[parallelism] and [training] names; from #2386 on, a configuration is a Python function returning "
+    "Trainer.Config, run with --module and --config"
+)
+
+
+def torchtitan_base(m: Model) -> tuple[str, str]:
+    """(module, function) of torchtitan's own full configuration for this model: the
+    preset's, matched by shape (a model read from a config.json has its own name), or a
+    placeholder to fill in."""
+    for preset, where in TORCHTITAN_BASES.items():
+        if replace(_preset_model(preset), name=m.name) == m:
+            return where
+    return "your_configs", "your_base_config"
+
+
+@cache
+def _preset_model(name: str) -> Model:
+    return load_model(name)
+
+
+def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
+    """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
+    here the model's own full configuration with the plan's parallelism and batch."""
+    module, base = torchtitan_base(plan.model)
+    lines = [
+        "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
+        "from torchtitan.config import ParallelismConfig",
+        f"from {module} import {base}",
+        "",
+        "",
+        "def pipesim_plan():",
+        f"    config = {base}()",
+        "    config.parallelism = ParallelismConfig(",
+    ]
+    for k, v in par.items():
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            lines.append(f"        {k}=[")
+            lines += [f"            {x!r}," for x in v]
+            lines.append("        ],")
+        else:
+            lines.append(f"        {k}={v!r},")
+    lines.append("    )")
+    lines += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay) -> str:
+    """The same settings in the TOML job file of torchtitan before #2386, whose names
+    differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
+    data-parallel rank (``local_batch_size``) instead of token counts, and the context
+    exchange chosen by ``context_parallel_rotate_method``."""
+    t = plan.training
+    old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
+    old["pipeline_parallel_microbatch_size"] = lay.micro_batch
+    if lay.cp > 1:
+        old["context_parallel_rotate_method"] = "alltoall" if t.cp_comm == "a2a" else "allgather"
+    training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
+    toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
+    toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+    return "\n".join(toml) + "\n"
 
 
 def _fqns(p: Part) -> list[str]:
@@ -270,8 +359,17 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
     if lay.tp > 1:
         flags.append("--sequence-parallel")
+    if lay.cp > 1:
+        flags += [f"--context-parallel-size {lay.cp}", f"--cp-comm-type {t.cp_comm}"]
+        if t.cp_comm == "a2a+p2p":
+            a = a2a_size(m, plan.cluster, lay)
+            flags.append(f"--hierarchical-context-parallel-sizes {a} {lay.cp // a}")
     if m.moe:
+        # Megatron's expert tensor parallelism defaults to --tensor-model-parallel-size:
+        # say it whenever it differs, as the folding the plan assumed needs
         flags.append(f"--expert-model-parallel-size {lay.ep}")
+        if lay.etp != lay.tp:
+            flags.append(f"--expert-tensor-parallel-size {lay.etp}")
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
@@ -345,7 +443,13 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
     tt = d["torchtitan"]
     if tt["runs"]:
         out += [
-            "torchtitan (`--parallelism.*` overrides, or these fields of its config):",
+            "torchtitan (a configuration function, its current form):",
+            "",
+            "```python",
+            tt["python"].rstrip(),
+            "```",
+            "",
+            f"The same as a TOML job file ({tt['toml_versions']}):",
             "",
             "```toml",
             tt["toml"].rstrip(),

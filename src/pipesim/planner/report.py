@@ -16,6 +16,7 @@ from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, skipped_families
 from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, model_flops_per_token
+from .parallelism import batch_note, domain_text, layout_assumptions
 from .params import active_params, total_params
 from .results import Plan, Result
 from .specs import Training
@@ -47,12 +48,13 @@ def range_lines(plan: Plan, u: Uncertainty) -> list[str]:
 
 
 def layout_text(r: Result, plan: Plan) -> str:
-    lay = r.candidate.layout
-    parts = [f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"tp{lay.tp}"] if lay.tp > 1 else [])
+    lay, c = r.candidate.layout, plan.cluster
+    parts = [f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"tp{lay.tp}"] if lay.tp > 1 else []) + ([f"cp{lay.cp}"] if lay.cp > 1 else [])
     text = " x ".join(parts)
-    if lay.ep > 1:
-        nodes = -(-lay.ep // plan.cluster.gpus_per_node)
-        text += f", ep{lay.ep} ({nodes} node{'s' if nodes > 1 else ''})"
+    if lay.ep > 1 or lay.etp > 1:
+        where = lay.span("ep", c.domain).domains
+        unit = "node" if c.domain == c.gpus_per_node else "NVLink domain"
+        text += f", ep{lay.ep}" + (f" x etp{lay.etp}" if lay.etp > 1 else "") + f" ({where} {unit}{'s' if where > 1 else ''})"
     return text
 
 
@@ -74,6 +76,9 @@ def result_row(r: Result, plan: Plan) -> dict:
         "dp": c.layout.dp,
         "tp": c.layout.tp,
         "ep": c.layout.ep,
+        "cp": c.layout.cp,
+        "etp": c.layout.etp,
+        "edp": c.layout.edp,
         "schedule": c.schedule,
         "chunks": c.chunks,
         "group_size": r.group_size,
@@ -203,6 +208,10 @@ def advice(plan: Plan) -> list[str]:
         )
         if m.moe:
             out.append(combined_advice(plan))
+    lay = best.candidate.layout
+    note = batch_note(c, plan.training, m.layers, lay.tp)
+    if note:
+        out.append(note)
     if best.candidate.layout.pp == 1:
         out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
     head = c.hbm_gb * plan.training.memory_headroom - best.memory_gb
@@ -296,7 +305,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     rows += [
         ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
         ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
-        ("nodes", f"{c.nodes} x {c.gpus_per_node} GPUs"),
+        ("nodes", domain_text(c)),
         (
             "flops",
             "matrix multiplies 2nm; B and W each as the forward's multiplies; causal attention scores heads*seq/2*(qk+v)*2",
@@ -361,9 +370,10 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "data parallelism",
             "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
-            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch, each gather copied out on the "
-            "compute stream (FSDP2); NVLink inside a node, else one network interface per member of the ring in a node "
-            "(NCCL's channels), at most NVLink",
+            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch, or with pipeline parallelism "
+            "once a step per stage, its parameters kept gathered from the first forward to the last backward (fsdp_reshard "
+            f"= {plan.training.fsdp_reshard}), each gather copied out on the compute stream (FSDP2); NVLink inside a "
+            "node, else one network interface per member of the ring in a node (NCCL's channels), at most NVLink",
         ),
         (
             "gradient accumulation",
@@ -375,7 +385,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
         ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),
     ]
-    return rows + search_assumptions(plan)
+    return rows + layout_assumptions(plan) + search_assumptions(plan)
 
 
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:

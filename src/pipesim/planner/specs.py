@@ -33,6 +33,7 @@ BOUNDS = {
     "top_k": (0, 1_000_000),
     "gpus": (0, 10_000_000),
     "gpus_per_node": (0, 1024),
+    "nvlink_domain": (0, 1_000_000),
     "sms": (0, 100_000),
     "comm_sms": (0, 100_000),
     "seq": (0, 100_000_000),
@@ -115,18 +116,35 @@ class Cluster:
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
     gpu_speed_sd: float = 0.012  # spread of one SKU's GPU speeds, a share of the median (stragglers.py; 0: all equal)
+    # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
+    # nodes (compute trays) hold 4; network_gbps is the link between domains
+    nvlink_domain: int = 0
 
     @property
     def nodes(self) -> int:
         return max(1, self.gpus // self.gpus_per_node)
+
+    @property
+    def domain(self) -> int:
+        """GPUs one NVLink fabric reaches."""
+        return self.nvlink_domain or self.gpus_per_node
 
     def resized(self, gpus: int) -> Cluster:
         if gpus < 1:
             raise PipesimError(f"--gpus must be >= 1, got {gpus}")
         if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
             raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node, got {gpus}")
+        if self.nvlink_domain and gpus % self.nvlink_domain:
+            raise PipesimError(
+                f"--gpus {gpus} on {self.name}: give a multiple of its {self.nvlink_domain}-GPU NVLink domain "
+                f"(e.g. {max(1, gpus // self.nvlink_domain) * self.nvlink_domain})"
+            )
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
         return replace(self, name=name, gpus=gpus)
+
+
+#: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
+CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
 @dataclass(frozen=True)
@@ -179,6 +197,15 @@ class Training:
     kernel_floor_us: float = 3.4
     host_us_per_kernel: float = 3.3
     cuda_graphs: bool = False
+    # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
+    # "p2p" a ring overlapped with blockwise attention, "all_gather" of K/V before the
+    # attention (Llama 3), "a2a" all-to-all over heads (DeepSpeed-Ulysses), "a2a+p2p"
+    # all-to-all inside the NVLink domain and the ring between domains
+    cp_comm: str = "p2p"
+    # ZeRO-3 (FSDP) and the micro-batches: "default" frees each stage's gathered parameters
+    # after every forward without pipeline parallelism and keeps them through the step with
+    # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
+    fsdp_reshard: str = "default"
 
 
 # --------------------------------------------------------------------------------------
@@ -330,6 +357,11 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
+    if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
+        raise PipesimError(
+            f"{where}: nvlink_domain {c.nvlink_domain} must be a multiple of gpus_per_node {c.gpus_per_node} "
+            f"and divide the cluster's {c.gpus} GPUs"
+        )
     return c.resized(gpus) if gpus is not None else c
 
 
@@ -367,6 +399,10 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
+    if t.cp_comm not in CP_COMMS:
+        raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.fsdp_reshard not in ("default", "always", "never"):
+        raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
     for key in ("seq", "global_batch"):

@@ -7,7 +7,7 @@ from ..ir import Op
 from ..memory import MemoryModel
 from .collectives import ring_bandwidth
 from .compute import hbm_rate
-from .layout import Layout
+from .layout import Layout, keeps_gathered
 from .specs import Cluster, Training
 
 
@@ -26,7 +26,11 @@ def step_overhead(
     that micro-batch's forward (the first gather) and backward (the second, and the
     reduction); each gather's output is then copied into the unsharded parameters on the
     compute stream (FSDP2's ``foreach_all_gather_copy_out``: read and write the
-    parameter bytes), which nothing hides. The optimizer step reads gradients and reads and writes
+    parameter bytes), which nothing hides. Under pipeline parallelism FSDP keeps a stage's
+    parameters gathered from its first forward to its last backward instead
+    (``keeps_gathered``: torchtitan's default with PP, reshard_after_forward off): one
+    gather and one copy-out per step, behind the first micro-batch's forward, and one
+    reduce-scatter behind the last backward, as under ZeRO-2. The optimizer step reads gradients and reads and writes
     master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
     HBM bandwidth, after everything else."""
     worst_comm = worst_opt = 0.0
@@ -37,7 +41,7 @@ def step_overhead(
         for st in held:
             dense, experts = mm.params_at(st)
             copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
-            for n, group in ((dense, "dp"), (experts, "edp")):
+            for n, group in ((dense, "cpdp"), (experts, "edp")):
                 replicas = lay.size(group)
                 ring = (replicas - 1) / replicas * n / ring_bandwidth(c, lay, group)
                 reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
@@ -45,7 +49,9 @@ def step_overhead(
                 gather += ring * t.param_bytes if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
-        if t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
+        if t.zero >= 3 and keeps_gathered(t, lay):  # once a step: gathered before the first forward
+            comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd) + copy_out
+        elif t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
             per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out
             comm = per_mb * microbatches
         else:
