@@ -185,8 +185,7 @@ def print_rows(done: list[dict]) -> None:
     within = sum(e <= 0.15 for e in errors)
     if errors:
         print(
-            f"
-{len(counted)} rows on known hardware: median |error| {statistics.median(errors):.2%}, mean "
+            f"\n{len(counted)} rows on known hardware: median |error| {statistics.median(errors):.2%}, mean "
             f"{statistics.mean(errors):.1%}, {within} within 15%, worst {max(errors):.1%} "
             f"({counted[errors.index(max(errors))]['row']['name']})."
         )

@@ -27,7 +27,11 @@ benchmarks/activation_memory.py), distinct storages counted once:
 - MoE: the router keeps its fp32 softmax (the scores), top-k its int64 indices, the
   weight renormalisation the top-k weights and their sum, the permute and the combine
   their int64 token indices, each expert its routed input and its MLP as above, and the
-  weighted combine the experts' outputs and the gathered weights;
+  weighted combine the experts' outputs and the gathered weights (``moe_combine_keeps_outputs``:
+  Megatron-Core's permute/unpermute and TransformerEngine's fused unpermute keep them for
+  the gate's gradient; DeepSeek-V3 does not say, and its published layout fits 80 GB only
+  without them). Under FP8 (DeepSeek-V3's recipe, section 3.3.3) the SwiGLU input is cached
+  in FP8 and its output recomputed;
 - the output head keeps the final norm as above and the loss's softmax: fp32 over the
   vocabulary shard when the logits are upcast (torchtitan's ``cross_entropy(pred.float())``,
   Megatron's vocab-parallel loss without ``--cross-entropy-loss-fusion``), bf16 when fused.
@@ -122,7 +126,10 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
     k, f = e.top_k, e.expert_ffn / etp
-    per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
+    if t.precision == "fp8":  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+        per_copy = lin * 2 * f
+    else:
+        per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
     routed = {
         "router scores (fp32 softmax)": FP32 * e.experts * seq_share,
         "top-k indices": INDEX * k * seq_share,
@@ -130,8 +137,9 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
         "permute and combine indices": 3 * INDEX * k * seq_share,
         "expert inputs": lin * k * h * seq_share,
         "expert MLPs": per_copy * k * seq_share,
-        "expert outputs and weights": BF16 * k * (h + 1) * seq_share,
     }
+    if t.moe_combine_keeps_outputs:
+        routed["expert outputs and weights"] = BF16 * k * (h + 1) * seq_share
     if e.shared_experts:
         routed["shared expert MLPs"] = per_copy * e.shared_experts / tp
     return routed
@@ -169,7 +177,9 @@ W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu
 
 
 def _down_share(m: Model, t: Training) -> float:
-    f, lin = 1.0, (1 if t.precision == "fp8" else BF16)  # per unit of ffn: gate and up, silu, product
+    if t.precision == "fp8":  # the product is recomputed from the cached input
+        return 0.0
+    f, lin = 1.0, BF16  # per unit of ffn: gate and up, silu, product
     return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
 
 

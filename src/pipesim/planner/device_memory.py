@@ -19,12 +19,14 @@ activations; each part held back below is a field of the cluster or training fil
 - the caching allocator's fragmentation (``allocator_fragmentation``, a share of what is
   left): memory reserved in cached blocks that no request fits. A PyTorch OOM report on
   an 80 GB card shows 1.83 GiB reserved but unallocated beside 75.31 GiB allocated
-  (2.4%; vllm-project/compressed-tensors#587, which then keeps 5% back for it).
+  (vllm-project/compressed-tensors#587): 2.4% of what the process held, the default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .activations import recompute_transient
 
 MIB = 2**20
 
@@ -55,6 +57,13 @@ def communicators(lay) -> list[str]:
         "expert data": max(1, lay.dp // max(1, getattr(lay, "ep", 1))) if getattr(lay, "ep", 1) > 1 else 1,
     }
     return [name for name, n in sizes.items() if n > 1]
+
+
+def usable_for(m, c, t, lay, recompute: str) -> Usable:
+    """``usable`` with the transient this layout's recomputation brings (on the local
+    sequence of a context-parallel rank)."""
+    local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
+    return usable(c, t, lay, recompute_transient(m, local, lay, recompute))
 
 
 def usable(c, t, lay, transient: float = 0.0) -> Usable:

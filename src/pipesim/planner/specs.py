@@ -164,8 +164,7 @@ class Training:
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
     optimizer_bytes: float = 12  # fp32 master weights and Adam moments
-    memory_headroom: float = 0.9  # share of HBM the planner lets a plan use
-    allocator_fragmentation: float = 0.05  # share of free device memory the caching allocator strands (device_memory.py)
+    allocator_fragmentation: float = 0.024  # share of free device memory the caching allocator strands (device_memory.py)
     dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
     p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
@@ -195,6 +194,9 @@ class Training:
     # host_us_per_kernel (eager PyTorch), or a whole layer as one graph launch when the
     # framework captures it with CUDA graphs
     kernel_floor_us: float = 3.4
+    # an MoE layer's weighted combine keeps each expert copy's output for the gate's
+    # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
+    moe_combine_keeps_outputs: bool = True
     host_us_per_kernel: float = 3.3
     cuda_graphs: bool = False
     # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
@@ -410,7 +412,7 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")
     if not t.tokens > 0:  # the run's GPU-hours divide by it (--tokens refuses 0 the same way)
         raise PipesimError(f"{where}: tokens must be > 0 (the tokens of the whole run), got {t.tokens}")
-    for key in ("memory_headroom", "dp_overlap", "attention_efficiency", "hbm_efficiency"):
+    for key in ("dp_overlap", "attention_efficiency", "hbm_efficiency"):
         if not 0 <= getattr(t, key) <= 1:
             raise PipesimError(f"{where}: {key} must be between 0 and 1, got {getattr(t, key)}")
     if not 0 <= t.allocator_fragmentation < 1:
