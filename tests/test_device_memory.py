@@ -71,3 +71,29 @@ def test_ambiguous_memory_unit_is_refused():
     with pytest.raises(PipesimError, match="missing field 'memory_mib'"):
         cluster_from_table(table, "c.toml")
     assert cluster_from_table({**table, "memory_mib": 81920}, "c.toml").hbm_gb == pytest.approx(85.899, abs=1e-3)
+
+
+def test_memory_json_reports_layers_and_usable(capsys):
+    import json
+
+    from pipesim.cli import main
+
+    assert main(["memory", "--model", "llama3-8b", "--pp", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    dense, head = d["activations_per_layer"]
+    assert dense["layer"] == "dense" and head["layer"] == "head"
+    assert dense["bytes"] == pytest.approx(sum(dense["tensors"].values()))
+    assert "attention norm output" in dense["tensors"] and "loss softmax" in head["tensors"]
+    u = d["usable"]
+    assert u["usable_bytes"] == pytest.approx(u["capacity_bytes"] - sum(u["held_bytes"].values()))
+    assert u["capacity_bytes"] == pytest.approx(H100_MIB * 2**20)
+
+
+def test_the_plan_report_lists_what_is_held_back(capsys, tmp_path):
+    from pipesim.cli import main
+
+    out = tmp_path / "plan.md"
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "GB usable" in text and "CUDA context" in text and "NCCL buffers" in text and "allocator fragmentation" in text
+    assert "| usable memory |" in text or "usable memory" in text

@@ -36,3 +36,32 @@ def test_floor_fields_are_checked():
 
     with pytest.raises(PipesimError, match="kernel_floor_us"):
         load_training(kernel_floor_us=-1)
+
+
+def test_no_kernel_or_layer_below_its_floor():
+    """Priced by the planner: a tiny multiply costs its launch, and a small model's layer
+    pass at least its kernels' launches and the host's time to issue them."""
+    from pipesim.planner.compute import gemm
+    from pipesim.planner.layer_costs import layer_costs
+    from pipesim.planner.layout import Layout
+    from pipesim.planner.specs import load_cluster
+
+    c = load_cluster("a100")
+    t = load_training(seq=128, fused_elementwise=False, host_us_per_kernel=10.0)
+    assert gemm(c, t, 1, 8, 8) == pytest.approx(kernel_floor(t))
+    m = replace(
+        load_model("llama3-8b"),
+        hidden=256,
+        heads=4,
+        dense_ffn=512,
+        attention=replace(load_model("llama3-8b").attention, kv_heads=2),
+    )
+    lc = layer_costs(m, 0, c, t, Layout(pp=1, dp=1), "none")
+    kf, kb, kw = layer_kernels(m, 0, t)
+    assert lc.attn_f + lc.mlp_f >= host_floor(t, kf) * (1 - 1e-9)
+    assert lc.attn_b + lc.mlp_b >= host_floor(t, kb) * (1 - 1e-9)
+    assert lc.attn_w + lc.mlp_w >= host_floor(t, kw) * (1 - 1e-9)
+    graphs = replace(t, cuda_graphs=True)
+    fast = layer_costs(m, 0, c, graphs, Layout(pp=1, dp=1), "none")
+    assert fast.attn_f + fast.mlp_f < lc.attn_f + lc.mlp_f  # one graph launch instead of kf host issues
+    assert fast.attn_f + fast.mlp_f >= kf * kernel_floor(t) * (1 - 1e-9)
