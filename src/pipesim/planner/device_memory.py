@@ -77,6 +77,6 @@ def usable(c, t, lay, transient: float = 0.0) -> Usable:
     ]
     rest = capacity - sum(b for _, b in held)
     held.append(
-        (f"allocator fragmentation ({t.allocator_fragmentation:.0%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)
+        (f"allocator fragmentation ({t.allocator_fragmentation:.1%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)
     )
     return Usable(capacity, tuple(held))
