@@ -17,13 +17,13 @@ TEST_READY := $(VENV)/.test-ready
 
 .PHONY: run test bench docs dist clean
 
-# pip upgraded first: Python 3.11's own pip (23.2) shows no licence for PEP 639 metadata
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
 
 # the demo draws and plans: numpy, rich and matplotlib (no torch, OR-Tools or test tools)
+# pip upgraded first: Python 3.11's own pip (23.2) shows no licence for PEP 639 metadata
 $(RUN_READY): pyproject.toml | $(BIN)/python
+	$(PIP) --upgrade pip
 	$(PIP) -e '.[plot]'
 	touch $@
 
@@ -31,6 +31,7 @@ $(RUN_READY): pyproject.toml | $(BIN)/python
 # before any download, on a Python for which it would pull the CUDA build instead
 $(TEST_READY): pyproject.toml .ci/pins.txt | $(BIN)/python
 	$(BIN)/python .ci/torch_here.py
+	$(PIP) --upgrade pip
 	$(PIP) -c .ci/pins.txt -e '.[plot,exact,torch,test]'
 	touch $@ $(RUN_READY)
 

@@ -31,6 +31,15 @@ NUMBERS = [
     "1,2", "1,inf", "2,2,2,2", "4,4", "1,,2", "1e400", "-0",
 ]  # fmt: skip
 TOML_VALUES = NUMBERS[:20] + ["nan", "inf", "-inf", "true", '"x"', "[1, 2]", "{a = 1}"]
+# issue 23's classes, which the pools above never drew: integers too long for int()
+# (Python's limit is 4,300 digits) or too wide for the engine's int32 and numpy's int64,
+# zeros and denormals where a rate divides, and negative or zero counts
+DIGIT_HEAVY = ["9" * 5000, "9" * 400, "1" + "0" * 30, "-" + "9" * 4301, "0" * 40 + "1"]
+BOUNDARIES = ["2147483647", "2147483648", "-2147483648", "-2147483649", "4294967296", "9223372036854775807", "9223372036854775808", "-9223372036854775809", "18446744073709551616"]  # fmt: skip
+TINY = ["0", "0.0", "-0.0", "5e-324", "1e-310", "2.2250738585072014e-308", "1e-300"]
+COUNTS = ["0", "-1", "-3", "-2147483648"]
+NEW_CLASSES = {"digits": DIGIT_HEAVY, "boundary": BOUNDARIES, "tiny": TINY, "count": COUNTS}
+NEW_VALUES = {v: k for k, pool in NEW_CLASSES.items() for v in pool}
 SMALL = ["1", "2", "3", "4", "6", "8"]
 SCHEDULES = ["1f1b", "gpipe", "zb-h1", "zb-h2", "interleaved-1f1b", "dualpipe", "dualpipev", "zb-v", "v-half", "chimera", "zb-auto", "nonesuch", "1F1B"]  # fmt: skip
 OUTPUT_NAMES = ["out.png", "out.svg", "out.json", "out.pdf", "out.csv", "out.html", "out.md", "out.txt", "-", "dir", "fifo", "nowhere/x.svg", "link.svg", "in.json", "existing.svg"]  # fmt: skip
@@ -41,6 +50,18 @@ class Pick:
     """What a case generator draws from; subclasses wrap hypothesis or random."""
 
     tame = False  # this case draws valid values only (the success paths need cover too)
+    huge = False  # draw legal-but-huge sizes too (benchmarks/fuzz.py --huge)
+
+    def __init__(self):
+        self.tags: set[str] = set()  # the new classes (NEW_CLASSES, "huge") this case drew from
+
+    def new(self, p: float = 0.5) -> str | None:
+        """A value of one of issue 23's classes, with chance ``p`` (never in a tame case)."""
+        if self.tame or not self.chance(p):
+            return None
+        kind = self.one(list(NEW_CLASSES))
+        self.tags.add(kind)
+        return self.one(NEW_CLASSES[kind])
 
     def one(self, seq):  # pragma: no cover - interface
         raise NotImplementedError
@@ -51,6 +72,7 @@ class Pick:
 
 class RandomPick(Pick):
     def __init__(self, rng):
+        super().__init__()
         self.rng = rng
 
     def one(self, seq):
@@ -65,11 +87,13 @@ class Case:
     argv: list[str]
     files: dict[str, bytes] = field(default_factory=dict)  # name -> content written before the run
     outputs: tuple[str, ...] = ()  # paths the command may write
+    tags: tuple[str, ...] = ()  # the new classes drawn (NEW_CLASSES, "huge")
 
 
 def num(pick: Pick, pool: list[str] = NUMBERS) -> str:
-    """A number flag's value: hostile, or a small valid one in a tame case."""
-    return pick.one(SMALL if pick.tame else pool)
+    """A number flag's value: hostile (a third of them from issue 23's classes), or a
+    small valid one in a tame case."""
+    return pick.new(0.33) or pick.one(SMALL if pick.tame else pool)
 
 
 # --------------------------------------------------------------------------------------
@@ -83,10 +107,17 @@ def _mutate_text(pick: Pick, text: str) -> bytes:
         return text.encode()
     how = pick.one(["value", "value", "value", "drop", "unknown", "syntax", "bytes", "table", "same"])
     keyed = [i for i, line in enumerate(lines) if re.match(r"^\w+\s*=", line)]
+    if pick.huge and pick.chance(0.3) and keyed:
+        # a size that every reader accepts (the top of its range), that may cost the most
+        i = pick.one(keyed)
+        key = lines[i].split("=")[0].strip()
+        pick.tags.add("huge")
+        lines[i] = f"{key} = {HUGE.get(key, pick.one(['16000000', '10000', '1e15']))}"
+        return ("\n".join(lines) + "\n").encode()
     if how == "value" and keyed:
         i = pick.one(keyed)
         key = lines[i].split("=")[0].strip()
-        lines[i] = f"{key} = {pick.one(TOML_VALUES)}"
+        lines[i] = f"{key} = {pick.new(0.4) or pick.one(TOML_VALUES)}"
     elif how == "drop" and keyed:
         del lines[pick.one(keyed)]
     elif how == "unknown":
@@ -98,6 +129,15 @@ def _mutate_text(pick: Pick, text: str) -> bytes:
     elif how == "table":
         lines.append(pick.one(["[moe]\nexperts = 0\nexpert_ffn = 1\ntop_k = 1", "[attention]\nkind = 'mla'", "[mlp]\nx = 1"]))
     return ("\n".join(lines) + "\n").encode()
+
+
+# the top of each spec field's accepted range (planner/specs.py BOUNDS, costfile.py)
+HUGE = {
+    "layers": "10000", "dense_layers": "10000", "hidden": "10000000", "heads": "1000000", "vocab": "100000000",
+    "dense_ffn": "10000000", "expert_ffn": "10000000", "experts": "1000000", "top_k": "1000000", "gpus": "10000000",
+    "gpus_per_node": "1024", "sms": "100000", "comm_sms": "100000", "seq": "100000000", "global_batch": "16000000",
+    "mtp": "16000000", "tokens": "1e18", "bf16_tflops": "1e7", "hbm_gb": "1e7", "kv_heads": "1000000",
+}  # fmt: skip
 
 
 def schedule_file(pick: Pick) -> bytes:
@@ -112,6 +152,17 @@ def schedule_file(pick: Pick) -> bytes:
     how = pick.one(
         ["same", "value", "value", "drop", "unknown", "op", "deep", "bytes", "truncate", "nan", "big", "stages", "placement"]
     )
+    wide = pick.new(0.3)
+    if wide is not None and not wide.lstrip("-").replace(".", "").replace("e", "").isdigit():
+        wide = None
+    if wide is not None and how in ("value", "op", "big"):
+        # a JSON number (or an op index) of issue 23's classes, written as text
+        text = json.dumps(d)
+        if how == "op":
+            digits = wide.lstrip("-") if wide.lstrip("-").isdigit() else "0"
+            return text.replace('"F0.0', f'"F{digits}.0' if pick.chance(0.5) else f'"F0.{digits}', 1).encode()
+        key = pick.one(["pp", "microbatches"])
+        return re.sub(rf'"{key}": -?\d+', f'"{key}": {wide}', text, count=1).encode()
     if how == "value":
         d[pick.one(list(d))] = pick.one([0, -1, 1.5, 1e21, 10**30, None, "x", [], {}, True, [[]], "F0.0"])
     elif how == "drop":
@@ -167,8 +218,21 @@ def spec_file(pick: Pick, kind: str) -> bytes:
 
 def torch_csv(pick: Pick) -> bytes:
     rows = pick.one(
-        ["0F0,0B0\n1F0,1B0\n", "0F0,0I0,0W0\n1F0,1I0,1W0\n", "0F0,0B0\n", "x,y\n", "", "0F99999999999,0B0\n", "0F0\xff\n"]
+        [
+            "0F0,0B0\n1F0,1B0\n",
+            "0F0,0I0,0W0\n1F0,1I0,1W0\n",
+            "0F0,0B0\n",
+            "x,y\n",
+            "",
+            "0F99999999999,0B0\n",
+            "0F0\xff\n",
+            "\n",
+            ",,\n,\n",
+        ]
     )
+    wide = pick.new(0.3)
+    if wide is not None and wide.lstrip("-").isdigit():
+        rows = pick.one([f"0F{wide.lstrip('-')},0B0\n", f"{wide.lstrip('-')}F0,0B0\n", f"0F0,0B0\n1F0,1B{wide.lstrip('-')}\n"])
     return rows.encode("utf-8", "surrogateescape") if isinstance(rows, str) else rows
 
 
@@ -181,6 +245,15 @@ def profile_trace(pick: Pick) -> bytes:
         events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 100 * i + 1, "dur": 2, "pid": 1, "tid": 1, "args": {"correlation": i}})  # fmt: skip
         events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": 100 * i + 5, "dur": 50, "pid": 0, "tid": 7, "args": {"correlation": i, "stream": 7 if i != 2 else 27}})  # fmt: skip
     doc = {"schemaVersion": 1, "deviceProperties": [{"name": "GPU", "numSms": 132}], "traceEvents": events}
+    wide = pick.new(0.25)
+    if wide is not None:  # a number of issue 23's classes as JSON text (int() could not even make it)
+        text = json.dumps(doc)
+        if pick.chance(0.3) and wide.lstrip("-").isdigit():  # a label naming a stage or micro-batch that wide
+            text = text.replace('"attn(F)"', pick.one([f'"PP:{wide.lstrip("-")}F0"', f'"PP:0F{wide.lstrip("-")}"', f'"pipesim/F0.0 rank={wide.lstrip("-")} stage=0"']))  # fmt: skip
+        else:
+            field_ = pick.one(['"ts": 100', '"dur": 90', '"pid": 1', '"correlation": 1', '"numSms": 132', '"stream": 7'])
+            text = text.replace(field_, f"{field_.split(':')[0]}: {wide}", 1)
+        return text.encode()
     if not pick.tame:
         how = pick.one(["field", "field", "field", "drop", "event", "form", "form", "gzip"])
         e = pick.one(events)
@@ -276,10 +349,52 @@ def _specs(pick: Pick, argv: list[str], files: dict) -> None:
             argv += [flag, pick.one(values + NUMBERS[:6])]
 
 
+# every flag that takes a count or a size, per command (negative and zero counts, long
+# and wide integers, denormals are drawn for them)
+COUNT_FLAGS = {
+    "simulate": ["--pp", "-m", "--chunks", "--group-size", "--width", "--layers", "--comm-sms", "--total-sms"],
+    "compare": ["--pp", "-m", "--chunks", "--group-size", "--width"],
+    "ops": ["--pp", "-m", "--chunks", "--group-size"],
+    "validate": ["--pp", "-m", "--chunks"],
+    "export": ["--pp", "-m", "--chunks", "--group-size"],
+    "draw": ["--pp", "-m", "--chunks", "--width"],
+    "report": ["--pp", "-m", "--chunks"],
+    "pair": ["--layers", "--width", "--comm-sms", "--total-sms"],
+    "sweep": ["--pp", "--chunks"],
+    "plan": [
+        "--gpus",
+        "--seq",
+        "--global-batch",
+        "--zero",
+        "--top",
+        "--layout",
+        "--tp",
+        "--pp",
+        "--dp",
+        "--ep",
+        "--chunks",
+        "--micro-batch-size",
+        "--microbatches",
+        "--measured-step",
+        "--tokens",
+    ],  # fmt: skip
+    "memory": ["--pp", "--tp", "--dp", "--ep", "-m", "--gpus", "--seq"],
+    "import": ["--pp", "-m", "--stages-per-rank"],
+}
+
+
+def _count_flags(pick: Pick, argv: list[str]) -> None:
+    for _ in range(2 if argv[0] in COUNT_FLAGS else 0):
+        value = pick.new(0.3)
+        if value is not None:
+            argv += [pick.one(COUNT_FLAGS[argv[0]]), value]
+
+
 def case(pick: Pick) -> Case:
     """One hostile command line, of any command, with the files it names."""
     files: dict[str, bytes] = {}
     outs: list[str] = []
+    pick.tags = set()
     pick.tame = pick.chance(0.35)
     command = pick.one(["simulate"] * 3 + ["compare"] * 2 + ["ops", "validate", "pair", "draw", "sweep", "report", "plan", "memory", "export", "import", "schedules", "profile"])  # fmt: skip
     argv = [command]
@@ -351,6 +466,10 @@ def case(pick: Pick) -> Case:
                     argv += [flag, num(pick, NUMBERS[:8])]
             if pick.chance(0.3):
                 argv.append("--json")
+    elif command == "import" and not pick.tame and pick.chance(0.1):
+        # refused before torch is imported, or a real (slow: torch) import
+        argv += ["--torch", "Interleaved1F1B", "--pp", "2", "-m", "4", "--stages-per-rank", pick.one(COUNTS)]
+        pick.tags.add("count")
     elif command == "import":
         argv += ["--csv", _input(pick, files, lambda: torch_csv(pick), "in.csv")]
         if pick.chance(0.3):
@@ -361,6 +480,8 @@ def case(pick: Pick) -> Case:
         argv.append(_input(pick, files, lambda: profile_trace(pick), pick.one(["trace.json", "trace.json.gz"])))
         if pick.chance(0.3):
             argv += ["--map", pick.one(["attn=self_attn", "attn_f='fwd*'", "=", "attn=", "x=y=z", "mlp=moe,,", ""])]
+        elif pick.chance(0.2):  # a [map] file: read through the same checks as every file
+            argv += ["--map", _input(pick, files, lambda: _mutate_text(pick, '[map]\nattn = "self_attn"\nmlp = ["moe", "ffn"]\n'), "map.toml")]  # fmt: skip
         if pick.chance(0.4):
             argv += ["-o", pick.one(["out.toml"] if pick.tame else ["out.toml", "out.txt", "-", "dir", "nowhere/c.toml"])]
             outs.append(argv[-1])
@@ -370,11 +491,15 @@ def case(pick: Pick) -> Case:
         argv += pick.one([["--json"], ["--flags"], []])
     elif command == "schedules" and pick.chance(0.5):
         argv.append("--json")
+    _count_flags(pick, argv)
+    if command == "plan" and not pick.tame and pick.chance(0.05):
+        argv += ["--measured-step", pick.new(1.0) or "10", "--measured-on", f"pp{pick.one(DIGIT_HEAVY + BOUNDARIES)},dp8"]
+        pick.tags.add("digits")
     if pick.chance(0.03) and not pick.tame:
         argv.append(pick.one(["--bogus", "--pp", "-o"]))
     if "existing.svg" in outs or "link.svg" in outs:
         files.setdefault("existing.svg", b"<svg xmlns='http://www.w3.org/2000/svg'/>")
-    return Case(argv, files, tuple(outs))
+    return Case(argv, files, tuple(outs), tuple(sorted(pick.tags)))
 
 
 # --------------------------------------------------------------------------------------

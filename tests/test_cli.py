@@ -134,7 +134,7 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "dualpipe", "--pp", "5"], "dualpipe needs an even --pp, got 5"),
         (["simulate", "--schedule", "dualpipe", "--pp", "4", "-m", "6"], "dualpipe needs --microbatches >= 2 * --pp = 8, got 6"),
         (["simulate", "--schedule", "dualpipx"], "did you mean dualpipe"),
-        (["simulate", "--schedule", "1f1b", "--pp", "0"], "--pp: expected a whole number from 1 to 16,000,000, got 0"),
+        (["simulate", "--schedule", "1f1b", "--pp", "0"], "--pp: expected a whole number from 1 to 16,000,000, got '0'"),
         (["simulate", "--schedule", "1f1b", "--pp", "two"], "--pp: expected a whole number from 1 to 16,000,000, got 'two'"),
         (["simulate", "--schedule", "1f1b", "--f", "-1"], "costs must be from 0 to 1e+15"),
         (["simulate", "--schedule", "1f1b", "--comm", "fast"], "--comm: expected a number from 0 to 1e+15"),

@@ -17,6 +17,7 @@ from fuzzing import Case, Pick, case, cost_file, run_case, schedule_file, spec_f
 
 class DrawPick(Pick):
     def __init__(self, data):
+        super().__init__()
         self.data = data
 
     def one(self, seq):

@@ -279,7 +279,7 @@ def test_bad_cluster_spec(tmp_path, capsys):
         'name = "c"\ngpu = "X"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = -1\nfp8_tflops = 0\nmemory_mib = 81559\nnvlink_gbps = 1\nnetwork_gbps = 1\n'
     )
     code = main(["plan", "--model", "llama3-8b", "--cluster", str(f)])
-    assert code == 2 and "bf16_tflops must be a number from 0 to 1e+07, got -1" in capsys.readouterr().err
+    assert code == 2 and "bf16_tflops must be a number from 0.01 to 1e+07, got -1" in capsys.readouterr().err
 
 
 def test_model_training_presets_load():

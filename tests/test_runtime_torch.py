@@ -35,6 +35,7 @@ from pipesim.runtime.api import check_exports  # noqa: E402
 from pipesim.runtime.plan import data_needs  # noqa: E402
 from pipesim.runtime.torch_export import from_torch_rows, order_of_torch_class, why_not_torch  # noqa: E402
 from pipesim.validate import validate  # noqa: E402
+from processes import with_marker  # noqa: E402
 
 # One xdist worker runs all of these, one at a time: each starts several processes, and
 # the synthetic timing check would otherwise compete with another launch for the cores.
@@ -164,28 +165,16 @@ def test_ranks_exit_when_the_launcher_dies(tmp_path):
     )
     try:
         deadline = time.monotonic() + 120
-        while len(_with_marker(marker)) < 6 and time.monotonic() < deadline:  # launcher, forkserver, 4 ranks
+        while len(with_marker(marker)) < 6 and time.monotonic() < deadline:  # launcher, forkserver, 4 ranks
             time.sleep(0.2)
-        assert len(_with_marker(marker)) >= 6
+        assert len(with_marker(marker)) >= 6
     finally:
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 15
-    while _with_marker(marker) and time.monotonic() < deadline:
+    while with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _with_marker(marker) == []
-
-
-def _with_marker(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker.encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    assert with_marker(marker) == []
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import errno
 import importlib
 import itertools
 import os
@@ -25,8 +26,17 @@ from .components import PRESETS, ComponentCosts, LayerCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
-from .files import json_text, load_schedule, output_extension, output_target, save_schedule, write_bytes_atomic
-from .inputs import MAX_COUNT, MAX_LAYERS, MAX_VALUE, work
+from .files import (
+    input_files,
+    json_text,
+    load_schedule,
+    output_extension,
+    output_target,
+    refuse_overwrite,
+    save_schedule,
+    write_bytes_atomic,
+)
+from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
@@ -88,16 +98,15 @@ EXTRAS = {"matplotlib": "plot", "torch": "torch", "numpy": "torch", "ortools": "
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser.typed = argv
     what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
+        parser = make_parser()  # inside: a Ctrl-C while the commands import is one line too
+        parser.typed = argv
         args = parser.parse_args(argv)
         args.argv = argv  # as typed, for reports that say how to reproduce them
         if not getattr(args, "run", None):
-            parser.print_help()
-            return 2
+            raise PipesimError("no command given; give one, e.g. pipesim simulate -s 1f1b (see 'pipesim --help')")
         check_args(args)
         return args.run(args) or 0
     except PipesimError as e:
@@ -113,13 +122,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pipesim: interrupted: {what} stopped by Ctrl-C (no file is left half-written)", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # the reader went away (pipesim ... | head): not an error. Point stdout at
-        # /dev/null so that the interpreter's last flush does not complain either.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        # the reader went away (pipesim ... | head): not an error
+        _drop_stdout()
         return 0
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+            raise
+        # stdout on a full disk or /dev/full (files pipesim writes say so themselves)
+        _drop_stdout()
+        print(f"pipesim: error: {what} cannot write its output: {e.strerror}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what could not
+    be written does not print a second error."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -129,20 +150,13 @@ def check_args(args: argparse.Namespace) -> None:
         for v in value if isinstance(value, list) else [value]:
             if v == "":
                 raise PipesimError(f"--{key.replace('_', '-')} '' is empty; give a value (see 'pipesim {args.argv[0]} --help')")
-    outputs = [v for k in getattr(args, "output_flags", ("output",)) for v in _listed(getattr(args, k, None))]
-    inputs = {
-        v: k
-        for k, value in vars(args).items()
-        if k not in getattr(args, "output_flags", ("output",)) and k != "argv"
-        for part in _listed(value)
-        for v in part.split(",")
-        if v and os.path.isfile(v)
-    }
-    for out in outputs:
+    written = getattr(args, "output_flags", ("output",))
+    outputs = [
+        ("-o" if k == "output" else "--" + k.replace("_", "-"), v) for k in written for v in _listed(getattr(args, k, None))
+    ]
+    for _, out in outputs:
         output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
-        for path, key in inputs.items():
-            if out != "-" and os.path.exists(out) and os.path.samefile(out, path):
-                raise PipesimError(f"-o {out} would overwrite the input --{key.replace('_', '-')} {path}; write to another file")
+    refuse_overwrite(outputs, input_files(vars(args), skip=(*written, "argv"), positional=getattr(args, "positional", ())))
 
 
 def _listed(value) -> list[str]:
@@ -153,19 +167,23 @@ def _listed(value) -> list[str]:
 # flags shared by several commands
 
 
-def positive_int(text: str, hi: int = MAX_COUNT) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {text!r}") from None
-    if not 1 <= v <= hi:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {hi:,}, got {v}")
-    return v
+def whole_number(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``lo`` to ``hi``, its digits capped before
+    int() (inputs.int_text), so a flag of 5,000 digits is one line like any other."""
+
+    def parse(text: str) -> int:
+        v = int_text(text)
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
+        return v
+
+    return parse
 
 
-def at_most(hi: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from 1 to ``hi``."""
-    return lambda text: positive_int(text, hi)
+positive_int = whole_number(1, MAX_COUNT)
+#: --width of a terminal timeline: 0 never squeezes, past MAX_COLUMNS it is cut to them
+columns = whole_number(0, INT32_MAX)
+
 
 
 def cost_value(text: str) -> float | tuple[float, ...]:
@@ -256,7 +274,7 @@ def add_costs(p: argparse.ArgumentParser) -> None:
     c.add_argument("--components", metavar="FILE.toml", help="component times (and memory sizes) from a TOML file")
     for name, what in COMPONENT_FLAGS.items():
         c.add_argument(f"--{name.replace('_', '-')}", type=nonneg_float, help=what)
-    c.add_argument("--layers", type=at_most(MAX_LAYERS), help="layers per chunk (default 1)")
+    c.add_argument("--layers", type=whole_number(1, MAX_LAYERS), help="layers per chunk (default 1)")
     c.add_argument("--p2p", type=nonneg_float, help="P2P latency between stages (default 0)")
     c.add_argument("--comm-sms", type=nonneg_float, help="SMs a communication kernel holds while it runs (default 20)")
     c.add_argument("--total-sms", type=positive_float, help="SMs of the GPU (default 132, H800)")
@@ -876,7 +894,9 @@ def make_parser() -> Parser:
     add_search(c)
     c.add_argument("--json", action="store_true", help="print the metrics, the search result and the op order as JSON")
     c.add_argument("--no-timeline", action="store_true", help="metrics only")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
 
     c = command("compare", cmd_compare, "simulate several schedules side by side")
     add_shape(c)
@@ -901,7 +921,9 @@ def make_parser() -> Parser:
         help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's model",
     )
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
 
     c = command("ops", cmd_ops, "print a schedule's op order per rank (reference notation)")
     c.add_argument("--schedule", "-s", required=True)
@@ -919,7 +941,7 @@ def make_parser() -> Parser:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true")
-    c.add_argument("--width", type=at_most(MAX_COLUMNS), help="columns of the picture (default 100)")
+    c.add_argument("--width", type=whole_number(1, MAX_COLUMNS), help="columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import PipesimError
-from .inputs import MAX_COUNT, MAX_OPS, known_keys, load_json, number, work
+from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, work
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
 
 #: Version of every JSON document pipesim writes (schedule files, --json output, plans,
@@ -249,6 +249,63 @@ def output_target(path: str | os.PathLike) -> Path | None:
     return p
 
 
+#: most files of an input folder (a folder of per-rank traces) compared with the outputs
+MAX_FOLDER_FILES = 100_000
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The file ``path`` names, as (device, inode) after following links; None when it
+    names no regular file."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):  # missing, a dangling link, a NUL in the name
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def input_files(values: dict[str, object], skip: tuple[str, ...] = (), positional: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(flag, file) for every file a command's flag values name: a value that is a file,
+    each file directly in a value that is a folder (per-rank traces), and, only when the
+    whole value names nothing, each part of a comma-separated list (``--schedules
+    1f1b,my.json``): a path with a comma in it is a path, never split. ``skip`` names
+    the keys that are not read (the outputs); ``positional`` those named without a flag."""
+    out = []
+    for key, value in values.items():
+        if key in skip:  # the outputs, and what is no file name
+            continue
+        flag = key.upper() if key in positional else "--" + key.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, str) or v in ("", "-"):
+                continue
+            if os.path.isdir(v):
+                with os.scandir(v) as entries:
+                    for i, e in enumerate(entries):
+                        if i >= MAX_FOLDER_FILES:
+                            break
+                        out.append((flag, e.path))
+            elif os.path.exists(v):
+                out.append((flag, v))
+            else:
+                out.extend((flag, part) for part in v.split(",") if part and os.path.exists(part))
+    return out
+
+
+def refuse_overwrite(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
+    """Refuse, before any work, an output that is one of the inputs. Files are compared
+    by identity (device and inode, links followed), so another spelling of the same
+    file, a symlink or a hard link to it is caught as well as the same name."""
+    read: dict[tuple[int, int], tuple[str, str]] = {}
+    for flag, path in inputs:
+        ident = _identity(path)
+        if ident is not None:
+            read.setdefault(ident, (flag, path))
+    for flag, path in outputs:
+        ident = None if path == "-" else _identity(path)
+        if ident in read:
+            iflag, ipath = read[ident]
+            raise PipesimError(f"{flag} {path} would overwrite the input {iflag} {ipath}; write to another file")
+
+
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write all or nothing: a temporary file with a unique name in the target's folder,
     flushed to disk, then renamed into place (so two writers never share a temp file and
@@ -318,8 +375,16 @@ def load_timeline(path: str | os.PathLike):
             for (name, start, end, segs), item in zip(row, items):
                 if parse_item(name) != item:
                     raise PipesimError(f"{p}: rank {r}: timeline item {name} is not the schedule's {item}")
-                parts = tuple(Segment(s, label, a - start, b - start) for s, label, a, b in segs)
-                evs.append(Event(r, item, float(start), float(end), Inside.of(parts) if parts else None))
+                # times finite and bounded before a chart sees them (1e308 made matplotlib's axis inf)
+                at = f"{p}: rank {r}: {name}"
+                start = number(start, "start", -MAX_VALUE, MAX_VALUE, where=at)
+                end = number(end, "end", start, MAX_VALUE, where=at)
+                parts = tuple(
+                    Segment(s, label, number(a, "segment start", -MAX_VALUE, MAX_VALUE, where=at) - start,
+                            number(b, "segment end", -MAX_VALUE, MAX_VALUE, where=at) - start)
+                    for s, label, a, b in segs
+                )  # fmt: skip
+                evs.append(Event(r, item, start, end, Inside.of(parts) if parts else None))
             if len(evs) != len(items):
                 raise PipesimError(f"{p}: rank {r}: timeline has {len(evs)} events for {len(items)} items")
             ranks.append(tuple(evs))

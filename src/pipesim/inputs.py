@@ -13,6 +13,7 @@ import difflib
 import json
 import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Iterable
@@ -40,6 +41,16 @@ MAX_DEPTH = 32
 #: Largest input file: a schedule at MAX_OPS ops with room for spacing (and /dev/zero
 #: style endless inputs are refused before reading, as non-regular files).
 MAX_FILE_BYTES = 1 << 30
+#: Largest file read in pieces rather than whole (a profiler trace, plain or gzipped,
+#: decoded one event at a time): 16 GiB, several times the largest per-rank trace
+#: torch.profiler writes for a training step.
+MAX_STREAM_BYTES = 1 << 34
+#: Most digits of an integer read from text (a file or a flag). int() of a long digit
+#: string costs time quadratic in its length (Python refuses past 4,300 digits with a
+#: ValueError), and no count, size or time pipesim takes needs more than 2**63's 19.
+MAX_DIGITS = 24
+#: The engine's arrays hold indices (ranks, chunks, micro-batches, stages) as int32.
+INT32_MAX = 2**31 - 1
 
 
 def work(pp: int, microbatches: int, chunks: int = 1, where: str = "", stages: int | None = None, what: str = "schedule") -> None:
@@ -52,6 +63,39 @@ def work(pp: int, microbatches: int, chunks: int = 1, where: str = "", stages: i
             f"{where}{what} too large: pp={pp}, M={microbatches}, {stages} stages is up to {ops:,} ops, above the limit of "
             f"{MAX_OPS:,} (about 20 s and 4 GB to simulate); use fewer ranks, micro-batches or chunks"
         )
+
+
+def shorten(value: object, limit: int = 40) -> str:
+    """``value`` as an error shows it: its repr, cut in the middle when long (an integer
+    too long to print whole is given by its number of digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * MAX_DIGITS + 10:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        digits -= 10 ** (digits - 1) > abs(value)  # the estimate is at most one too many
+        return f"an integer of {digits:,} digits"
+    text = repr(value)
+    n = len(value) if isinstance(value, str) else len(text)
+    return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({n:,} characters)"
+
+
+def int_text(text: str) -> int | None:
+    """The integer ``text`` spells (decimal, an optional sign, blanks around), or None
+    when it spells none or has more than ``MAX_DIGITS`` digits: the cap comes before
+    int(), so no long string is ever converted."""
+    s = text.strip()
+    digits = s[1:] if s[:1] in "+-" else s
+    if not 0 < len(digits) <= MAX_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(s)
+
+
+def integer(text: str, key: str, lo: int = 0, hi: int = MAX_COUNT, where: str = "") -> int:
+    """An integer written as text (a flag, a CSV cell, a layout's ``pp16``), capped in
+    digits before conversion and checked against ``lo <= value <= hi``."""
+    v = int_text(text)
+    if v is None or not lo <= v <= hi:
+        prefix = f"{where}: " if where else ""
+        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, True)}, got {shorten(text)}")
+    return v
 
 
 def _range(lo: float | None, hi: float | None, integer: bool) -> str:
@@ -77,12 +121,14 @@ def number(
     """A number read from a file or flag: finite, ``lo <= value <= hi``, whole when
     ``integer`` (3.0 counts as 3). True/false and strings are refused, not coerced."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
+    if ok and isinstance(value, int) and abs(value) >= 10**MAX_DIGITS:
+        ok = False  # beyond every range, and past 1e308 not even a float
+    elif ok:
         ok = math.isfinite(value) and (lo is None or value >= lo) and (hi is None or value <= hi)
         ok = ok and (not integer or value == int(value))
     if not ok:
         prefix = f"{where}: " if where else ""
-        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, integer)}, got {value!r}")
+        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, integer)}, got {shorten(value)}")
     return int(value) if integer else float(value)
 
 
@@ -103,23 +149,36 @@ def known_keys(table: dict, known: Iterable[str], where: str) -> None:
 # files
 
 
-def read_text(path: str | os.PathLike, what: str) -> str:
-    """The UTF-8 text of a regular file (a symlink is followed). Devices, FIFOs and
-    folders are refused before reading: ``/dev/zero`` never ends."""
+def check_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """The name of ``path`` once it is known to be a regular file (a symlink is
+    followed) of at most ``limit`` bytes. Devices, FIFOs and folders are refused before
+    anything is read from them: a FIFO blocks, and ``/dev/zero`` never ends."""
     name = os.fspath(path)
     if name == "":
         raise PipesimError(f"{what}: the file name is empty; give a path")
     try:
         st = os.stat(name)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise PipesimError(f"cannot read {what} {name!r}: it is {kind}; give a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise PipesimError(f"cannot read {what} {name!r}: {st.st_size:,} bytes is beyond the limit of {MAX_FILE_BYTES:,}")
+    except OSError as e:
+        raise PipesimError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise PipesimError(f"cannot read {what} {name!r}: it is {kind}; give a regular file")
+    if st.st_size > limit:
+        raise PipesimError(f"cannot read {what} {name!r}: {st.st_size:,} bytes is beyond the limit of {limit:,}")
+    return name
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of a regular file of at most ``MAX_FILE_BYTES`` (``check_file``).
+    Every file pipesim reads whole comes through here."""
+    name = check_file(path, what)
+    try:
         with open(name, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise PipesimError(f"cannot read {what} {name!r}: {e.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:  # it grew while being read
+        raise PipesimError(f"cannot read {what} {name!r}: more than the limit of {MAX_FILE_BYTES:,} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -147,10 +206,46 @@ def _depth(data: object) -> int:
     return deepest
 
 
+class LongInteger(PipesimError):
+    """An integer literal of more than ``MAX_DIGITS`` digits, met while decoding JSON."""
+
+
+def json_int(text: str) -> int:
+    """``parse_int`` for every JSON decoder pipesim uses: a digit cap before int()."""
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise LongInteger(
+            f"{shorten(text)} is an integer of {len(text.lstrip('-')):,} digits; whole numbers have at most {MAX_DIGITS}"
+        )
+    return int(text)
+
+
+#: a key (JSON "key": or TOML key =) and the over-long integer after it
+_LONG_INT = re.compile(r'(?:"([^"\\\n]{1,80})"\s*:|([\w.-]{1,80})\s*=)?\s*[-+]?(\d[\d_]{' + str(MAX_DIGITS) + ",})")
+
+
+def long_integer_error(text: str, where: str) -> PipesimError:
+    """The error for an integer of more than ``MAX_DIGITS`` digits in ``text``, naming
+    its key (or its line) and its length."""
+    m = _LONG_INT.search(text)
+    if m is None:  # not found again: say what is wrong without the place
+        return PipesimError(
+            f"{where}: an integer has more than {MAX_DIGITS} digits; whole numbers here have at most {MAX_DIGITS}"
+        )
+    key = m.group(1) or m.group(2) or f"line {text.count(chr(10), 0, m.start(3)) + 1}"
+    digits = m.group(3)
+    return PipesimError(
+        f"{where}: {key} is {shorten(digits)}, an integer of {len(digits):,} digits; "
+        f"whole numbers here have at most {MAX_DIGITS} digits (and each key its own range)"
+    )
+
+
 def parse_json(text: str, where: str) -> object:
-    """Strict JSON (no NaN/Infinity), nested at most ``MAX_DEPTH`` deep."""
+    """Strict JSON (no NaN/Infinity), nested at most ``MAX_DEPTH`` deep, its integers
+    at most ``MAX_DIGITS`` digits long (refused before conversion)."""
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, parse_int=json_int)
+    except LongInteger:
+        raise long_integer_error(text, where) from None
     except PipesimError as e:
         raise PipesimError(f"{where}: not valid JSON ({e})") from None
     except json.JSONDecodeError as e:
@@ -167,11 +262,31 @@ def load_json(path: str | os.PathLike, what: str) -> object:
 
 
 def load_toml(path: str | os.PathLike, what: str) -> dict:
-    """A TOML file's table (TOML's own nan and inf are refused by ``number`` per key)."""
+    """A TOML file's table (TOML's own nan and inf are refused by ``number`` per key),
+    nested at most ``MAX_DEPTH`` deep, its integers at most ``MAX_DIGITS`` digits long.
+    tomllib converts integers itself (and raises ValueError past Python's 4,300 digits),
+    so their length is checked on its result, and on the text when it fails."""
+    where = os.fspath(path)
     text = read_text(path, what)
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise PipesimError(f"{os.fspath(path)}: not valid TOML ({e})") from None
+        raise PipesimError(f"{where}: not valid TOML ({e})") from None
     except RecursionError:
-        raise PipesimError(f"{os.fspath(path)}: TOML nested too deeply") from None
+        raise PipesimError(f"{where}: TOML nested too deeply") from None
+    except ValueError:  # an integer past Python's int() limit
+        raise long_integer_error(text, where) from None
+    if _depth(data) > MAX_DEPTH:
+        raise PipesimError(f"{where}: TOML nested deeper than {MAX_DEPTH} levels")
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        key, x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend((f"{key}.{k}" if key else str(k), v) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(x))
+        elif isinstance(x, int) and not isinstance(x, bool) and abs(x) >= 10**MAX_DIGITS:
+            raise PipesimError(
+                f"{where}: {key} is {shorten(x)}; whole numbers here have at most {MAX_DIGITS} digits (and each key its own range)"
+            )
+    return data

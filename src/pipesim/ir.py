@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import PipesimError
+from .inputs import MAX_COUNT, integer, shorten
 
 KINDS = ("F", "B", "W", "BW")
 
@@ -439,7 +440,9 @@ def parse_op(text: str) -> Op:
     m = _OP_RE.match(text.strip())
     if not m:
         raise PipesimError(f"cannot read op {text!r}: expected KIND CHUNK.MICROBATCH such as F0.3, B1.2, W0.0 or BW1.5")
-    return Op(m.group(1), int(m.group(2)), int(m.group(3)))
+    # bounded before int(): an index past MAX_COUNT fits no array (the engine's are int32)
+    chunk = integer(m.group(2), f"op {shorten(text)}: chunk", 0, MAX_COUNT)
+    return Op(m.group(1), chunk, integer(m.group(3), f"op {shorten(text)}: micro-batch", 0, MAX_COUNT))
 
 
 def parse_item(text: str) -> Item:

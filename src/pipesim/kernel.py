@@ -15,6 +15,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -49,11 +50,10 @@ def _build() -> ctypes.CDLL | None:
             lib.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
                 out = Path(tmp) / lib.name
-                subprocess.run(
-                    [cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SOURCE)], check=True, capture_output=True, timeout=60
-                )
+                if not _compile([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SOURCE)]):
+                    return None
                 os.replace(out, lib)  # atomic: a concurrent first use sees all or nothing
-        except (OSError, subprocess.SubprocessError):
+        except OSError:
             return None
     try:
         dll = ctypes.CDLL(str(lib))
@@ -65,6 +65,38 @@ def _build() -> ctypes.CDLL | None:
     dll.pipesim_times.restype = None
     dll.pipesim_times.argtypes = [ctypes.c_int64] + [p] * 8
     return dll
+
+
+#: seconds the compiler may take (cc -O2 of _engine.c takes well under one); past them
+#: the Python loops run instead
+COMPILE_TIMEOUT = 20.0
+
+
+def _compile(argv: list[str]) -> bool:
+    """Run the compiler in a session of its own, so that on timeout the whole process
+    group goes (a compiler driver's children, or a wrapper's, would outlive a kill of
+    the driver alone and hold its pipes open). True when it succeeded."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError:
+        return False
+    try:
+        proc.communicate(timeout=COMPILE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        return False
+    except BaseException:  # Ctrl-C while compiling: leave nothing running
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
+    return proc.returncode == 0
 
 
 def compiled():

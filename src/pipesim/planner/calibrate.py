@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from ..components import ComponentCosts
 from ..errors import PipesimError
+from ..inputs import MAX_COUNT, integer
 from ..schedules import REGISTRY
 from .candidates import Candidate, Pins, schedule_variants, skipped_families
 from .evaluate import Shared, evaluate
@@ -53,9 +54,9 @@ def parse_layout(text: str) -> dict:
             continue
         key = part.rstrip("0123456789")
         digits = part[len(key) :]
-        if key not in names or not digits or int(digits) < 1:
+        if key not in names or not digits:
             raise PipesimError(f"--measured-on: cannot read {part!r}; give e.g. pp16,dp128,tp1,ep64,mb1,dualpipe (v2 for chunks)")
-        out[names[key]] = int(digits)
+        out[names[key]] = integer(digits, key, 1, MAX_COUNT, "--measured-on")  # capped before int()
     if "pp" not in out or "dp" not in out:
         raise PipesimError(f"--measured-on {text!r} needs at least pp and dp, e.g. pp16,dp128,dualpipe")
     return out

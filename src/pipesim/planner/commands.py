@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import fields
 
-from ..cli import console, emit_json, positive_float, positive_int
+from ..cli import console, emit_json, positive_float, positive_int, whole_number
 from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import json_text, write_text_atomic
@@ -58,7 +58,7 @@ def add_commands(command) -> None:
         g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
     g = c.add_argument_group("calibration (fit the efficiencies to a measurement, then re-rank)")
     g.add_argument("--calibrate", metavar="COSTS.toml", help="a component cost file measured on --measured-on (pipesim profile)")
-    g.add_argument("--measured-step", type=float, metavar="SECONDS", help="the measured step time of --measured-on")
+    g.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="the measured step time of --measured-on")
     g.add_argument("--measured-on", metavar="LAYOUT", help="the layout measured, e.g. pp16,dp128,ep64,mb1,dualpipe (v2: chunks)")
 
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
@@ -90,7 +90,7 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     g.add_argument("--seq", type=positive_int, help="tokens per sequence")
     g.add_argument("--global-batch", type=positive_int, help="sequences per step")
     g.add_argument("--precision", choices=("bf16", "fp8"))
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage")
+    g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage")
     g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
     g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
     g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
@@ -110,6 +110,11 @@ def specs_from(args: argparse.Namespace):
         tokens=args.tokens,
         cp_comm=args.cp_comm,
     )
+    if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
+        raise PipesimError(
+            f"{args.cluster}: sms = {cluster.sms} leaves none for compute beside the training's comm_sms = {training.comm_sms}; "
+            f"give sms from {training.comm_sms + 1} up (or a training file with a smaller comm_sms)"
+        )
     return model, cluster, training
 
 

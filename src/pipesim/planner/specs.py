@@ -33,18 +33,26 @@ BOUNDS = {
     "top_k": (0, 1_000_000),
     "gpus": (0, 10_000_000),
     "gpus_per_node": (0, 1024),
+    # rates and shares that times divide by: strictly positive, with a floor so that a
+    # denormal (1e-300) cannot turn a step time into inf or nan
+    "sms": (1, 100_000),
     "nvlink_domain": (0, 1_000_000),
-    "sms": (0, 100_000),
     "comm_sms": (0, 100_000),
     "seq": (0, 100_000_000),
-    "bf16_tflops": (0, 1e7),
+    "bf16_tflops": (0.01, 1e7),
     "fp8_tflops": (0, 1e7),
     "hbm_gb": (0, 1e7),
     "memory_mib": (0, 1e10),
     "cuda_context_mib": (0, 1e10),
     "nccl_mib_per_group": (0, 1e10),
-    "nvlink_gbps": (0, 1e7),
-    "network_gbps": (0, 1e7),
+    "nvlink_gbps": (0.001, 1e7),
+    "network_gbps": (0.001, 1e7),
+    "hbm_tbps": (0.001, 1e4),
+    "gemm_efficiency": (0.01, 1),
+    "fp8_gemm_efficiency": (0.01, 1),
+    "attention_efficiency": (0.01, 1),
+    "hbm_efficiency": (0.01, 1),
+    "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency
     "param_bytes": (0, 64),
     "grad_bytes": (0, 64),
     "optimizer_bytes": (0, 64),
@@ -314,6 +322,10 @@ def _check_model(m: Model, where: str) -> None:
         raise PipesimError(
             f"{where}: hidden {m.hidden} is smaller than heads {m.heads}; give hidden >= heads (or [attention] head_dim)"
         )
+    kv = m.attention.kv_heads
+    if m.attention.kind == "gqa" and kv and (kv > m.heads or m.heads % kv):
+        # grouped-query attention shares each key/value head among heads / kv_heads query heads
+        raise PipesimError(f"{where} [attention]: kv_heads must divide heads = {m.heads} (from 1 to {m.heads}), got {kv}")
     if m.attention.kind == "mla" and not (
         m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
     ):

@@ -40,6 +40,7 @@ def add_commands(command) -> None:
     c.add_argument("--timeline", metavar="FILE.json", help="write the measured timeline (pipesim draw --measured FILE.json)")
     c.add_argument("--flags", action="store_true", help="print only the per-stage costs as simulate flags (--f ... --b ...)")
     c.add_argument("--json", action="store_true", help="print what was found as JSON")
+    c.set_defaults(output_flags=("output", "timeline"), positional=("trace",))  # both are written: neither may be a trace read
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

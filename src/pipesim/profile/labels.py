@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import PipesimError
+from ..inputs import load_toml
 from ..ir import Item, Op, Pair, parse_item
 
 COMPONENTS = ("attn", "mlp", "dispatch", "combine")
@@ -47,11 +46,14 @@ ALIASES = {
     "combine": "combine",
 }
 _PHASED = re.compile(r"^\s*(.*?)\s*\(\s*([FBW])\s*\)\s*$")
-_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d+) stage=(\d+(?:&\d+)?)(?: of=(\S+))?$")
-_TORCH = re.compile(r"^PP:(\d+)(F|I|W|B)(\d+)$")
-_TORCH_PAIR = re.compile(r"^PP:\((\d+)F(\d+);(\d+)(I|B)(\d+)\)OVERLAP_F_B$")
-_TORCH_OTHER = re.compile(r"^PP:\d*(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d*$")
-_GPIPE = re.compile(r"^(Forward|Backward) (\d+)$")
+# stage, rank and micro-batch numbers of at most 6 digits: a label naming one past a
+# million names no stage of a profiled step (and one in the billions made profile
+# allocate for them all): it is read past like any other name
+_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d{1,6}) stage=(\d{1,6}(?:&\d{1,6})?)(?: of=(\S+))?$")
+_TORCH = re.compile(r"^PP:(\d{1,6})(F|I|W|B)(\d{1,6})$")
+_TORCH_PAIR = re.compile(r"^PP:\((\d{1,6})F(\d{1,6});(\d{1,6})(I|B)(\d{1,6})\)OVERLAP_F_B$")
+_TORCH_OTHER = re.compile(r"^PP:\d{0,6}(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d{0,6}$")
+_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,6})$")
 TORCH_KIND = {"F": "F", "I": "B", "W": "W", "B": "BW"}  # PyTorch's letter -> pipesim's kind
 
 EXPECTED = (
@@ -108,12 +110,7 @@ class Mapping:
         if not text:
             return cls()
         if text.endswith(".toml"):
-            try:
-                data = tomllib.loads(Path(text).read_text())
-            except OSError as e:
-                raise PipesimError(f"cannot read --map {text!r}: {e.strerror}") from None
-            except tomllib.TOMLDecodeError as e:
-                raise PipesimError(f"--map {text}: not valid TOML ({e})") from None
+            data = load_toml(text, "--map file")
             table = data.get("map")
             if not isinstance(table, dict):
                 raise PipesimError(f'--map {text}: expected a [map] table of component = name, like attn = "self_attn"')

@@ -21,12 +21,11 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PipesimError
+from ..inputs import MAX_STREAM_BYTES, LongInteger, check_file, json_int, long_integer_error
 
 # categories compared in lower case: older Kineto wrote Kernel, Runtime, Memcpy, Memset
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"}
@@ -35,6 +34,7 @@ RANGE_CATS = {"user_annotation", "cpu_op", "operator"}
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 64 << 20  # characters one top-level value or event may take
 MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
+MAX_TS_US = 1e17  # Kineto's clock (microseconds since the epoch, ~1.8e15 now) for 3,000 years
 _KIND = {"int": "a number", "float": "a number", "str": "a string", "list": "a list", "bool": "true or false", "NoneType": "null"}
 
 
@@ -98,10 +98,10 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
             ts, dur = float(value["ts"]), float(value.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
-        if not (math.isfinite(ts) and 0.0 <= dur <= MAX_EVENT_US):
+        if not (abs(ts) <= MAX_TS_US and 0.0 <= dur <= MAX_EVENT_US):  # NaN fails both
             raise PipesimError(
                 f"{p}: event {str(value.get('name', ''))[:60]!r} has ts {value['ts']} and dur {value.get('dur')}; "
-                "expected a finite start and a duration from 0 to a day, in microseconds"
+                f"expected a start from -{MAX_TS_US:g} to {MAX_TS_US:g} and a duration from 0 to a day ({MAX_EVENT_US:g}), in microseconds"
             )
         end = ts + dur
         args = value.get("args")
@@ -155,16 +155,15 @@ def _id(x):
 
 
 def _open(p: Path):
+    check_file(p, "trace", MAX_STREAM_BYTES)  # a FIFO or device would block or never end
     try:
-        if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO or device would block or never end
-            raise PipesimError(f"cannot read trace {str(p)!r}: it is not a regular file; give a trace file")
         with open(p, "rb") as f:
             magic = f.read(2)
     except OSError as e:
         raise PipesimError(f"cannot read trace {str(p)!r}: {e.strerror}") from None
     if magic == b"\x1f\x8b":
-        return gzip.open(p, "rt", encoding="utf-8", errors="replace")
-    return open(p, encoding="utf-8", errors="replace")
+        return gzip.open(p, "rt", encoding="utf-8")
+    return open(p, encoding="utf-8")
 
 
 class _Reader:
@@ -174,7 +173,7 @@ class _Reader:
     def __init__(self, f, where: str):
         self.f, self.where = f, where
         self.buf, self.pos, self.eof = "", 0, False
-        self.dec = json.JSONDecoder()
+        self.dec = json.JSONDecoder(parse_int=json_int)
 
     def _more(self) -> bool:
         if self.eof:
@@ -183,6 +182,8 @@ class _Reader:
             chunk = self.f.read(CHUNK)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             raise PipesimError(f"{self.where}: cannot read it ({e}); expected a plain or gzipped profiler trace") from None
+        except UnicodeDecodeError as e:
+            raise PipesimError(f"{self.where}: not UTF-8 text ({e.reason}); expected the JSON of torch.profiler") from None
         if not chunk:
             self.eof = True
             return False
@@ -218,6 +219,8 @@ class _Reader:
                 v, end = self.dec.raw_decode(self.buf, self.pos)
             except RecursionError:
                 raise PipesimError(f"{self.where}: not a profiler trace: JSON nested too deeply to be one") from None
+            except LongInteger:  # name its key: the value being decoded starts at pos
+                raise long_integer_error(self.buf[self.pos : self.pos + MAX_VALUE], self.where) from None
             except json.JSONDecodeError as e:
                 error = e
             else:

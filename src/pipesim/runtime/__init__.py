@@ -14,6 +14,7 @@ _LAZY = {
     "job": "api",
     "TinyTransformer": "model",
     "Sequential": "model",
+    "MoETransformer": "moe",
     "reference": "model",
     "RunResult": "results",
     "RunFailed": "results",

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 
 from ..costs import Costs
@@ -16,7 +17,7 @@ from ..errors import PipesimError
 from ..ir import Schedule
 from ..validate import validate
 from .executor import Fault
-from .launch import launch, pick_backend, run_as_torchrun_rank, under_torchrun
+from .launch import check_capacity, launch, pick_backend, run_as_torchrun_rank, under_torchrun
 from .model import TinyTransformer
 from .results import RunResult, assemble
 from .worker import Job
@@ -49,16 +50,70 @@ def job(
     synthetic: Costs | None = None,
     tolerance: float = 1e-9,
     profile: str | os.PathLike | None = None,
+    ep: int = 1,
+    a2a_delay: float = 0.0,
+    overlap: bool = True,
 ) -> Job:
     """One schedule to run; ``profile``: a folder to record each rank's torch.profiler
-    trace in (``rank{r}.json``, created if missing), for ``pipesim profile``."""
+    trace in (``rank{r}.json``, created if missing), for ``pipesim profile``; ``ep``:
+    expert-parallel ranks per stage (the model's experts sharded over them, pp x ep
+    processes); ``a2a_delay``: the least time an all-to-all takes, in seconds;
+    ``overlap=False`` runs overlapped pairs as their two halves one after the other."""
     validate(schedule)
     if profile is not None:
         os.makedirs(profile, exist_ok=True)
         profile = os.fspath(profile)
     if synthetic is not None:
+        if ep != 1:
+            raise PipesimError("--ep shards a model's experts; --synthetic runs no model: drop one of them")
         return Job(schedule, None, synthetic, False, tolerance, profile)
-    return Job(schedule, model if model is not None else TinyTransformer(), None, check, tolerance, profile)
+    model = model if model is not None else TinyTransformer()
+    check_model(model, ep)
+    return Job(schedule, model, None, check, tolerance, profile, ep, a2a_delay, overlap)
+
+
+def check_model(model, ep: int) -> None:
+    """What can be refused before any process starts: an EP size the model cannot take,
+    a pair function of the wrong shape."""
+    if ep < 1:
+        raise PipesimError(f"--ep must be >= 1, got {ep}")
+    if ep > 1:
+        if not callable(getattr(model, "check_ep", None)):
+            raise PipesimError(
+                f"--ep {ep} shards a model's experts, and {type(model).__name__} has none: use --model moe "
+                "(or a stage model with experts, see docs/runtime-moe.md)"
+            )
+        model.check_ep(ep)
+    check_pair_function(model)
+
+
+PAIR_PARAMS = ("f_module", "f_input", "b_module", "b_output", "b_grad")
+
+
+def check_pair_function(model) -> None:
+    """A stage model's ``pair`` must take the five arguments the runtime passes."""
+    fn = getattr(model, "pair", None)
+    if fn is None:
+        return
+    if not callable(fn):
+        raise PipesimError(
+            f"{type(model).__name__}.pair must be a method pair({', '.join(PAIR_PARAMS)}), not {type(fn).__name__}"
+        )
+    try:
+        sig = inspect.signature(fn)
+        sig.bind(*PAIR_PARAMS)
+    except (TypeError, ValueError):
+        raise PipesimError(
+            f"{type(model).__name__}.pair{_signature(fn)} cannot be called as pair({', '.join(PAIR_PARAMS)}): "
+            "the runtime passes those five (see docs/runtime-moe.md)"
+        ) from None
+
+
+def _signature(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(?)"
 
 
 def execute_many(jobs: list[Job], *, backend: str = "auto", timeout: float = 600.0) -> list[RunResult] | None:
@@ -66,21 +121,23 @@ def execute_many(jobs: list[Job], *, backend: str = "auto", timeout: float = 600
     process group are set up once. Returns None on torchrun ranks other than 0."""
     if not jobs:
         return []
-    pps = {j.schedule.pp for j in jobs}
+    pps = {(j.schedule.pp, j.ep) for j in jobs}
     if len(pps) != 1:
-        raise PipesimError(f"schedules run together must have one --pp, got {sorted(pps)}")
-    pp = pps.pop()
-    backend = pick_backend(backend, pp)
+        raise PipesimError(f"schedules run together must have one --pp and one --ep, got {sorted(pps)}")
+    pp, ep = pps.pop()
+    nprocs = pp * ep
+    backend = pick_backend(backend, nprocs)
     try:
         fault = Fault.parse(os.environ.get(FAULT_ENV))
     except ValueError as e:
         raise PipesimError(str(e)) from None
     if under_torchrun():
-        per_rank = run_as_torchrun_rank(RUN_JOBS, jobs, pp, backend, timeout, fault)
+        per_rank = run_as_torchrun_rank(RUN_JOBS, jobs, nprocs, backend, timeout, fault)
         if per_rank is None:
             return None
     else:
-        per_rank = launch(RUN_JOBS, jobs, pp, backend, timeout, fault)
+        check_capacity(nprocs, pp, ep)
+        per_rank = launch(RUN_JOBS, jobs, nprocs, backend, timeout, fault)
     return [assemble(j.schedule, [reports[i] for reports in per_rank], j.tolerance, j.costs) for i, j in enumerate(jobs)]
 
 
@@ -98,6 +155,7 @@ def check_exports(schedules: list[Schedule], model=None, *, backend: str = "auto
         raise PipesimError("schedules checked together must have one --pp")
     model = model if model is not None else TinyTransformer()
     payload = ([(rows_to_csv(to_torch_rows(s)), s.microbatches) for s in schedules], model)
+    check_capacity(pp, pp)
     per_rank = launch(
         "pipesim.runtime.torch_check:run_torch_csvs",
         payload,

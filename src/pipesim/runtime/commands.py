@@ -19,6 +19,7 @@ from ..cli import (
     add_op_costs,
     add_search,
     add_shape,
+    columns,
     console,
     emit_json,
     is_schedule_file,
@@ -31,7 +32,7 @@ from ..cli import (
 )
 from ..costs import Costs
 from ..errors import PipesimError
-from ..files import json_text, output_extension, save_schedule, write_text_atomic
+from ..files import input_files, json_text, output_extension, refuse_overwrite, save_schedule, write_text_atomic
 from ..inputs import read_text
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
@@ -102,26 +103,62 @@ def _names(args) -> list[str]:
 
 
 def _model(args):
-    from .model import Sequential, TinyTransformer
+    from .model import TinyTransformer
 
+    if args.model == "moe":
+        from .moe import MoETransformer
+
+        return MoETransformer(
+            dim=args.dim, layers_per_stage=args.layers, experts=args.experts or 4, top_k=args.top_k, batch=2 * args.ep
+        )
+    if args.experts is not None or args.top_k != 2:
+        flag = "--experts" if args.experts is not None else "--top-k"
+        raise PipesimError(f"{flag} sets the experts of --model moe; --model {args.model} has none: drop it or use --model moe")
     if args.model in (None, "tiny"):
         return TinyTransformer(dim=args.dim, layers_per_stage=args.layers)
     if ":" not in args.model:
-        raise PipesimError(f"--model must be 'tiny' or MODULE:NAME (a stage model or an nn.Sequential), got {args.model!r}")
+        raise PipesimError(
+            f"--model must be 'tiny', 'moe' or MODULE:NAME (a stage model or an nn.Sequential), got {args.model!r}"
+        )
+    return _user_model(args)
+
+
+def _user_model(args):
+    from torch import nn
+
+    from .model import Sequential
+
     mod_name, attr = args.model.split(":", 1)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like python -m: modules next to you are found
     try:
-        obj = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise PipesimError(f"--model {args.model}: cannot load it ({e})") from None
-    if callable(obj) and not hasattr(obj, "build") and not hasattr(obj, "__len__"):
-        obj = obj()
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # whatever the module raises while it loads: one line, naming it
+        raise PipesimError(f"--model {args.model}: importing {mod_name} failed: {_first_line(e)}") from None
+    if not hasattr(module, attr):
+        raise PipesimError(f"--model {args.model}: module {mod_name} has no {attr!r}")
+    obj = getattr(module, attr)
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "build") and not isinstance(obj, nn.Module)):
+        try:
+            obj = obj()
+        except Exception as e:
+            raise PipesimError(f"--model {args.model}: calling {attr}() failed: {_first_line(e)}") from None
     if all(hasattr(obj, m) for m in ("build", "boundary", "microbatch", "loss")):
         return obj
+    layers = list(obj) if isinstance(obj, (nn.Sequential, nn.ModuleList, list, tuple)) else None
+    if not layers or not all(isinstance(x, nn.Module) for x in layers):
+        raise PipesimError(
+            f"--model {args.model} is a {type(obj).__name__}, not a model: give a stage model (build, boundary, "
+            "microbatch, loss) or an nn.Sequential of layers"
+        )
     if args.input_shape is None:
         raise PipesimError(f"--model {args.model} is a list of layers: give --input-shape, e.g. --input-shape 4,16")
     return Sequential(obj, args.input_shape)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _input_shape(text: str) -> tuple[int, ...]:
@@ -162,9 +199,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
+    if args.a2a_delay and args.ep == 1:
+        raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     model = None if args.synthetic else _model(args)
     jobs = [
-        job(s, model, check=args.check, synthetic=costs, tolerance=args.tolerance, profile=_profile_dir(args, s, len(schedules)))
+        job(
+            s,
+            model,
+            check=args.check,
+            synthetic=costs,
+            tolerance=args.tolerance,
+            profile=_profile_dir(args, s, len(schedules)),
+            ep=args.ep,
+            a2a_delay=args.a2a_delay,
+            overlap=not args.serial_pairs,
+        )
         for s in schedules
     ]
     try:
@@ -188,6 +237,10 @@ def _profile_dir(args, schedule, count: int) -> str | None:
         raise PipesimError(f"--profile {args.profile}: cannot create {folder!r}: {e.strerror}") from None
     if not os.access(folder, os.W_OK):
         raise PipesimError(f"--profile {args.profile}: the folder {folder!r} is not writable")
+    refuse_overwrite(
+        [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
+        input_files(vars(args), skip=("profile",)),
+    )
     return folder
 
 
@@ -231,7 +284,8 @@ def report(args, results, skipped) -> int:
         if r.checked:
             for rank, err in enumerate(r.errors):
                 verdict = "[green]PASS[/]" if err <= r.tolerance else "[red]FAIL[/]"
-                out.print(f"  rank {rank}: largest relative error {err:.2e}  {verdict}")
+                where = f" (pipeline rank {rank % s.pp}, EP rank {rank // s.pp})" if len(r.errors) > s.pp else ""
+                out.print(f"  rank {rank}{where}: largest relative error {err:.2e}  {verdict}")
         if r.costs is not None:
             c = compare(r, args.comm)
             source = "given" if args.comm is not None else "measured"
@@ -377,17 +431,27 @@ def add_commands(command) -> None:
     c.add_argument("--synthetic", action="store_true", help="ops sleep for set durations; compare with the simulation")
     add_durations(c)
     m = c.add_argument_group("model (real runs)")
-    m.add_argument("--model", default="tiny", help="'tiny' (a small transformer) or MODULE:NAME, your stage model or layers")
+    m.add_argument(
+        "--model",
+        default="tiny",
+        help="'tiny' (a small transformer), 'moe' (with experts) or MODULE:NAME, your stage model or layers",
+    )
     m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
     m.add_argument("--dim", type=even_int, default=16, help="width of the tiny model, even: 2 heads (default 16)")
     m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
+    e = c.add_argument_group("experts (--model moe; see docs/runtime-moe.md)")
+    e.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks per stage: pp x ep processes (default 1)")
+    e.add_argument("--experts", type=positive_int, help="experts per MoE layer of --model moe (default 4)")
+    e.add_argument("--top-k", type=positive_int, default=2, help="experts each token goes to (default 2)")
+    e.add_argument("--a2a-delay", type=parse_duration, default=0.0, help="least time of each all-to-all: a slow link on purpose")
+    e.add_argument("--serial-pairs", action="store_true", help="run overlapped pairs as their two halves in turn (to compare)")
     c.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="default: nccl with a GPU per rank, else gloo"
     )
     c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
     c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
-    c.add_argument("--width", type=int, help="squeeze the timeline into this many columns")
+    c.add_argument("--width", type=columns, help="squeeze the timeline into this many columns")
     c.add_argument(
         "--profile",
         metavar="DIR",
@@ -410,5 +474,5 @@ def add_commands(command) -> None:
     )
     c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
     add_shape(c)
-    c.add_argument("--stages-per-rank", type=int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
+    c.add_argument("--stages-per-rank", type=positive_int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
     c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")

@@ -66,7 +66,7 @@ class Fault:
         return cls(int(parts[0]), parts[1], parts[2] if len(parts) == 3 else "raise")
 
 
-FAULT_MODES = ("raise", "die", "corrupt")
+FAULT_MODES = ("raise", "die", "corrupt", "a2a")  # a2a: die inside the item's first all-to-all
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,8 +83,11 @@ class Transport:
         shape_of: Callable[[Key], tuple[tuple[int, ...], torch.dtype]],
         device: torch.device,
         group_of: Callable[[int, int], object],
+        offset: int = 0,
     ):
+        """``offset``: the global rank of this pipeline's rank 0 (its EP replica times pp)."""
         self.rank = rank
+        self.offset = offset
         self.plan = plan
         self.group_of = group_of
         self.local: dict[Key, torch.Tensor] = {}
@@ -93,7 +96,8 @@ class Transport:
         for link in plan.recvs[rank]:
             shape, dtype = shape_of(link.key)
             buf = torch.empty(shape, dtype=dtype, device=device)
-            work = dist.irecv(buf, src=link.src, group=group_of(link.src, rank), tag=link.tag)
+            src, dst = offset + link.src, offset + rank
+            work = dist.irecv(buf, src=src, group=group_of(src, dst), tag=link.tag)
             self.pending[link.key] = (buf, work)
 
     def take(self, key: Key) -> torch.Tensor:
@@ -113,7 +117,8 @@ class Transport:
         if link is not None:
             t = tensor.contiguous()
             try:
-                work = dist.isend(t, dst=link.dst, group=self.group_of(self.rank, link.dst), tag=link.tag)
+                src, dst = self.offset + self.rank, self.offset + link.dst
+                work = dist.isend(t, dst=dst, group=self.group_of(src, dst), tag=link.tag)
             except Exception as e:
                 raise CommError(f"sending {key[0]}{key[2]}.{key[3]} to rank {link.dst} failed: {e}") from e
             self.sent.append((t, work))
@@ -137,19 +142,22 @@ class Transport:
 class RealWork:
     """Runs the model stages this rank holds."""
 
-    def __init__(self, schedule: Schedule, rank: int, model, device: torch.device):
+    def __init__(self, schedule: Schedule, rank: int, model, device: torch.device, overlap: bool = True, modules=None):
         self.schedule = schedule
+        self.pair_hook = getattr(model, "pair", None) if overlap else None
         self.rank = rank
         self.model = model
         self.device = device
         self.stages = schedule.placement.stages
         self.chunk_stage = held_stages(schedule, rank)
-        self.modules = {c: model.build(s, self.stages).to(device) for c, s in self.chunk_stage.items()}
+        self.modules = modules if modules is not None else build_modules(schedule, rank, model, device)
         # (chunk, mb) -> [input, root (output or scaled loss), gradient of root once B ran]
         self.saved: dict[tuple[int, int], list] = {}
         self.losses: dict[int, float] = {}
 
     def run(self, item: Item, inputs: dict[Key, torch.Tensor]) -> dict[Key, torch.Tensor]:
+        if isinstance(item, Pair) and self.pair_hook is not None and item.backward.kind == "BW":
+            return self._user_pair(item, inputs)
         out: dict[Key, torch.Tensor] = {}
         for op in ops_of(item):
             out.update(getattr(self, "_" + op.kind)(op, inputs))
@@ -162,22 +170,41 @@ class RealWork:
         keys = data_needs(self.schedule, self.rank, op)
         return inputs[keys[0]] if keys else None
 
-    def _F(self, op: Op, inputs) -> dict:
-        stage = self._stage(op)
-        x, target = self.model.microbatch(op.mb)
-        if stage > 0:
-            x = self._upstream(op, inputs).detach()
-        x = x.to(self.device)
-        if stage > 0 and x.is_floating_point():
-            x.requires_grad_(True)
-        y = self.modules[op.chunk](x)
-        if stage == self.stages - 1:
-            loss = self.model.loss(y, target.to(self.device))
+    def _user_pair(self, item: Pair, inputs) -> dict:
+        """The model's own overlapped pair (``pair(f_module, f_input, b_module, b_output,
+        b_grad) -> f_output``, see ``model.py``): it runs the forward and the backward
+        (into ``.grad``, as ``torch.autograd.backward`` does) however it overlaps them."""
+        f, b = item.forward, item.backward
+        x = self._input(f, inputs)
+        bx, root = self.saved.pop((b.chunk, b.mb))[:2]
+        bx.grad = None
+        y = self.pair_hook(self.modules[f.chunk], x, self.modules[b.chunk], root, self._upstream(b, inputs))
+        out = self._forward_done(f, x, y)
+        if self._stage(b) > 0:
+            out[("B", self.rank, b.chunk, b.mb)] = bx.grad
+        return out
+
+    def _input(self, op: Op, inputs) -> torch.Tensor:
+        """A forward's input: the micro-batch on the first stage, else the upstream
+        activation as a leaf whose gradient B computes."""
+        if self._stage(op) == 0:
+            return self.model.microbatch(op.mb)[0].to(self.device)
+        x = self._upstream(op, inputs).detach().to(self.device)
+        return x.requires_grad_(True) if x.is_floating_point() else x
+
+    def _forward_done(self, op: Op, x: torch.Tensor, y: torch.Tensor) -> dict:
+        """Keep what B needs; the loss on the last stage, else the output to send."""
+        if self._stage(op) == self.stages - 1:
+            loss = self.model.loss(y, self.model.microbatch(op.mb)[1].to(self.device))
             self.losses[op.mb] = loss.item()
             self.saved[(op.chunk, op.mb)] = [x, loss / self.schedule.microbatches]
             return {}
         self.saved[(op.chunk, op.mb)] = [x, y]
         return {("F", self.rank, op.chunk, op.mb): y.detach()}
+
+    def _F(self, op: Op, inputs) -> dict:
+        x = self._input(op, inputs)
+        return self._forward_done(op, x, self.modules[op.chunk](x))
 
     def _params(self, chunk: int) -> list[torch.nn.Parameter]:
         return [p for p in self.modules[chunk].parameters() if p.requires_grad]
@@ -221,6 +248,14 @@ class RealWork:
         return {}
 
 
+def build_modules(schedule: Schedule, rank: int, model, device: torch.device, ep=None) -> dict:
+    """chunk -> the module of the stage ``rank`` holds there; ``ep`` (an EP group) goes to
+    ``build`` only when given, so stage models without experts need not take it."""
+    stages = schedule.placement.stages
+    args = (ep,) if ep is not None else ()
+    return {c: model.build(s, stages, *args).to(device) for c, s in held_stages(schedule, rank).items()}
+
+
 class SyntheticWork:
     """Sleeps for each item's cost (seconds) instead of computing: sleeping, not spinning,
     so more ranks than cores still keep time. Sends one-element placeholders."""
@@ -250,15 +285,17 @@ def synthetic_shape(key: Key) -> tuple[tuple[int, ...], torch.dtype]:
     return (1,), torch.float32
 
 
-def model_shape(schedule: Schedule, model) -> Callable[[Key], tuple[tuple[int, ...], torch.dtype]]:
+def model_shape(schedule: Schedule, model, ep: int = 1) -> Callable[[Key], tuple[tuple[int, ...], torch.dtype]]:
     """The shape of a data key's tensor: a forward sends its stage's output, a backward its
-    stage's input (the previous stage's output)."""
+    stage's input (the previous stage's output); with ``ep`` ranks per stage, each holds
+    its slice of dimension 0."""
     pl, stages = schedule.placement, schedule.placement.stages
 
     def shape_of(key: Key):
         phase, r, c, mb = key
         s = pl.stage_of(r, c, mb)
-        return model.boundary(s if phase == "F" else s - 1, stages)
+        shape, dtype = model.boundary(s if phase == "F" else s - 1, stages)
+        return (shape[0] // ep, *shape[1:]), dtype
 
     return shape_of
 
@@ -296,7 +333,7 @@ def execute_rank(
         where = f"{item} of {schedule.name}"
         at(where)
         try:
-            if fault is not None and fault.rank == rank and fault.item == str(item) and fault.mode != "corrupt":
+            if fault is not None and fault.rank == rank and fault.item == str(item) and fault.mode in ("raise", "die"):
                 if fault.mode == "die":
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError("injected fault (PIPESIM_FAULT)")
@@ -307,7 +344,7 @@ def execute_rank(
                 outputs = work.run(item, inputs)
                 sync()
                 end = clock()
-            if fault is not None and fault.rank == rank and fault.item == str(item):
+            if fault is not None and fault.rank == rank and fault.item == str(item) and fault.mode == "corrupt":
                 outputs = {k: v * 1.001 for k, v in outputs.items()}
             for key, tensor in outputs.items():
                 if transport.wants(key):

@@ -22,7 +22,9 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -69,6 +71,48 @@ def device_for(backend: str, local_rank: int) -> torch.device:
 # ---------------------------------------------------------------------------------------
 # localhost
 
+PER_CORE = 8  # rank processes per core: synthetic ranks sleep, real ones share the cores
+# memory of one rank process (forked from a forkserver that imported torch): 64 ranks
+# of a synthetic run took 9 GB here (issue 23), about 140 MB each
+RANK_MEMORY = 150 * 2**20
+MAX_RANKS_ENV = "PIPESIM_MAX_RANKS"  # overrides the limit (a machine you know better)
+
+
+def capacity() -> tuple[int, str]:
+    """How many rank processes this machine can run at once, and why that many."""
+    override = os.environ.get(MAX_RANKS_ENV, "")
+    if override.isdigit() and int(override) > 0:
+        return int(override), f"{MAX_RANKS_ENV}={override}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit, why = PER_CORE * cores, f"{PER_CORE} per core on {cores} core{'s' if cores > 1 else ''}"
+    avail = _available_memory()
+    if avail is not None and avail // RANK_MEMORY < limit:
+        limit, why = int(avail // RANK_MEMORY), f"{RANK_MEMORY >> 20} MB each in {avail / 2**30:.1f} GB of free memory"
+    return max(2, limit), why
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_capacity(nprocs: int, pp: int, ep: int = 1) -> None:
+    """Refuse, before starting any, more rank processes than this machine can run."""
+    limit, why = capacity()
+    if nprocs > limit:
+        what = f"--pp {pp}" + (f" x --ep {ep}" if ep > 1 else "")
+        raise PipesimError(
+            f"{what} needs {nprocs} processes, more than this machine can run ({limit}: {why}); "
+            f"lower {'--pp or --ep' if ep > 1 else '--pp'}, or spread the ranks over machines with torchrun "
+            f"(or set {MAX_RANKS_ENV})"
+        )
+
 
 def launch(
     target: str,
@@ -91,10 +135,21 @@ def launch(
     # orphan first: it makes the forkserver die with this process, before torch's imports
     # (not imported here: importing orphan acts on the process that imports it)
     os.environ["PIPESIM_LAUNCHER_PID"] = str(os.getpid())
+    check_network(backend)
+    # the ranks' C++ logging: a failed connection otherwise prints a wall of c10d warnings
+    # and stack frames before the one line the launcher reports
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     ctx.set_forkserver_preload(
         ["pipesim.runtime.orphan", "pipesim.runtime.worker", "torch.fx.experimental.symbolic_shapes", *preload]
     )
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    _start_forkserver()
+    try:
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    except Exception as e:  # no loopback, no free port
+        raise PipesimError(
+            network_error(e)
+            or f"cannot open the rendezvous on 127.0.0.1 ({_line(e)}): is the loopback interface up (ip link set lo up)?"
+        ) from None
     where = ctx.Array("c", WHERE * nprocs, lock=False)
     procs, conns, alive = [], [], []
     try:
@@ -126,6 +181,23 @@ def launch(
         for c in conns + alive:
             c.close()
         del store
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver (if not running) with Ctrl-C ignored, which it keeps across
+    exec and hands to the ranks: Ctrl-C reaches every process of the terminal's group,
+    and only the launcher should answer it (it stops the ranks, and prints one line);
+    multiprocessing ignores it in the forkserver only after the imports, seconds later."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _where(buf, rank: int) -> str:
@@ -176,6 +248,8 @@ def _watch(procs, conns, where, timeout: float) -> list:
     if failures:
         failures.sort()
         prio, rank, msg = failures[0]
+        if prio < 0:  # the network, not the schedule: a setup error (exit 2), not a failed run
+            raise PipesimError(msg)
         others = sorted({r for r in range(n) if r != rank})
         raise RunFailed(f"{msg}; stopped rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}")
     return results
@@ -192,6 +266,10 @@ def _child(rank, world, port, backend, timeout, target, payload, where, conn, al
         where[rank * WHERE : rank * WHERE + len(data) + 1] = data + b"\0"
 
     at("start-up")
+    if backend == "gloo":  # every rank is on this machine: talk over the loopback interface
+        loopback = loopback_interface()
+        if loopback is not None:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
     try:
         store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
@@ -223,7 +301,12 @@ def _exit_when_closed(alive) -> None:
 
 def failure(rank: int, where: str, e: BaseException) -> tuple[int, int, str]:
     """(priority, rank, one-line message) for an exception on ``rank``: a broken transfer
-    is usually another rank's fault, so it ranks after a plain error."""
+    is usually another rank's fault, so it ranks after a plain error; a network that
+    stops the ranks from meeting at all comes first (priority -1, a setup error)."""
+    if where == "start-up":
+        net = network_error(e)
+        if net is not None:
+            return (-1, rank, net)
     if isinstance(e, OpError):
         where, cause = e.where, e.cause
     else:
@@ -234,6 +317,73 @@ def failure(rank: int, where: str, e: BaseException) -> tuple[int, int, str]:
     tb = traceback.extract_tb(cause.__traceback__)
     origin = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
     return (1, rank, f"rank {rank} raised {type(cause).__name__} at {where}: {text}{origin}")
+
+
+# ---------------------------------------------------------------------------------------
+# the network: what stops ranks from meeting, said in one line with the fix
+
+
+def interfaces() -> list[str]:
+    try:
+        return [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return []
+
+
+def loopback_interface() -> str | None:
+    return next((n for n in interfaces() if n.startswith("lo")), None)
+
+
+def check_network(backend: str) -> None:
+    """Before any process starts: GLOO_SOCKET_IFNAME must name interfaces this machine has."""
+    given = os.environ.get("GLOO_SOCKET_IFNAME")
+    if backend != "gloo" or not given:
+        return
+    have = interfaces()
+    missing = [n for n in given.split(",") if n not in have]
+    if have and missing:
+        raise PipesimError(
+            f"GLOO_SOCKET_IFNAME={given} names {missing[0]!r}, which is no network interface of this machine "
+            f"(it has {', '.join(have)}); set it to one of those, or unset it"
+        )
+
+
+_PORT = re.compile(r"port: (\d+)")
+_PEER = re.compile(r"connect to \(([^,]+), (\d+)\)")
+_IFACE = re.compile(r"Unable to find address for: (\S+)")
+
+
+def network_error(e: BaseException) -> str | None:
+    """One line naming what failed and how to fix it, for the errors c10d and gloo raise
+    when ranks cannot meet; None for anything else."""
+    text = str(e)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        m = _PORT.search(text)
+        port = m.group(1) if m else "the rendezvous port"
+        return (
+            f"the rendezvous port {port} is in use by another process: pick a free one "
+            "(torchrun --rdzv-endpoint HOST:PORT, or MASTER_PORT)"
+        )
+    m = _IFACE.search(text)
+    if m:
+        return (
+            f"gloo found no usable address on the network interface {m.group(1)!r} (GLOO_SOCKET_IFNAME): set "
+            f"GLOO_SOCKET_IFNAME to an interface that is up and has an address (this machine has "
+            f"{', '.join(interfaces()) or 'none'})"
+        )
+    m = _PEER.search(text)
+    if m or "Connection refused" in text or "timed out" in text and "connect" in text:
+        where = f"{m.group(1)}:{m.group(2)}" if m else "the rendezvous"
+        return (
+            f"could not reach {where} to meet the other ranks (connection refused or timed out): check that the "
+            "first node is up, that MASTER_ADDR/--rdzv-endpoint names it, and that a firewall lets the port through"
+        )
+    return None
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,10 +398,15 @@ def run_as_torchrun_rank(target: str, payload, nprocs: int, backend: str, timeou
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if world != nprocs:
-        raise RunFailed(f"torchrun started {world} processes but the schedule has --pp {nprocs}; they must match")
+        raise RunFailed(f"torchrun started {world} processes but the run needs {nprocs} (--pp x --ep); they must match")
     state = {"where": "start-up"}
     try:
+        check_network(backend)
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+    except Exception as e:
+        print(f"pipesim: error: rank {rank}: {network_error(e) or _line(e)}", file=sys.stderr, flush=True)
+        os._exit(2)
+    try:
         ctx = RankContext(rank, world, backend, device_for(backend, local_rank), lambda w: state.update(where=w), fault)
         result = resolve(target)(ctx, payload)
         gathered = [None] * world if rank == 0 else None

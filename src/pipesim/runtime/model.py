@@ -131,10 +131,10 @@ class Sequential:
 @dataclass
 class Reference:
     """A single-process run: the loss of every micro-batch and every stage's parameter
-    gradients (in ``parameters()`` order) of the mean loss over micro-batches."""
+    gradients (by parameter name) of the mean loss over micro-batches."""
 
     losses: list[float]
-    grads: list[list[torch.Tensor]]
+    grads: list[dict[str, torch.Tensor]]
 
 
 def reference(model, stages: int, microbatches: int) -> Reference:
@@ -147,5 +147,7 @@ def reference(model, stages: int, microbatches: int) -> Reference:
         loss = model.loss(x, target)
         losses.append(loss.item())
         (loss / microbatches).backward()
-    grads = [[p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in m.parameters()] for m in mods]
+    grads = [
+        {n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for n, p in m.named_parameters()} for m in mods
+    ]
     return Reference(losses, grads)

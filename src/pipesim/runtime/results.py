@@ -30,6 +30,7 @@ class RankReport:
     losses: dict[int, float] = field(default_factory=dict)
     error: float | None = None
     latency: float | None = None
+    parts: list[tuple[str, str, float, float]] = field(default_factory=list)  # (item, component, start, end)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunResult:
     losses: dict[int, float]
     latency: float | None = None
     costs: Costs | None = None  # the synthetic durations, when the run was synthetic
+    parts: list[list[tuple[str, str, float, float]]] = field(default_factory=list)  # per pipeline rank, each component step
 
     @property
     def checked(self) -> bool:
@@ -52,7 +54,11 @@ class RunResult:
 
 
 def assemble(schedule: Schedule, reports: list[RankReport], tolerance: float, costs: Costs | None = None) -> RunResult:
-    events = tuple(tuple(Event(r, item, start, end) for item, start, end in rep.events) for r, rep in enumerate(reports))
+    """``reports`` of every process; with expert parallelism the timeline is the first
+    replica's (ranks 0..pp-1), the errors every process's."""
+    events = tuple(
+        tuple(Event(r, item, start, end) for item, start, end in rep.events) for r, rep in enumerate(reports[: schedule.pp])
+    )
     losses: dict[int, float] = {}
     for rep in reports:
         losses.update(rep.losses)
@@ -65,6 +71,7 @@ def assemble(schedule: Schedule, reports: list[RankReport], tolerance: float, co
         dict(sorted(losses.items())),
         latency,
         costs,
+        [rep.parts for rep in reports[: schedule.pp]],
     )
 
 

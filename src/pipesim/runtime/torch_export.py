@@ -20,7 +20,7 @@ import io
 import re
 
 from ..errors import PipesimError
-from ..inputs import work
+from ..inputs import MAX_COUNT, integer, shorten, work
 from ..ir import STANDARD_PLACEMENTS, Item, Op, Pair, Placement, Schedule
 from ..validate import validate
 
@@ -210,7 +210,9 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
                         f"{name}: rank {r} cell {i}: cannot read {text!r}; expected STAGE TYPE MICROBATCH such as 2F0, 3I2, "
                         "3W2, 2B0, or (0F7;7B3)OVERLAP_F_B"
                     )
-                stage, kind, mb = int(a.group(1)), a.group(2), int(a.group(3))
+                where = f"{name}: rank {r} cell {i}: {shorten(part)}"
+                stage = integer(a.group(1), "stage", 0, MAX_COUNT, where)  # capped before int()
+                kind, mb = a.group(2), integer(a.group(3), "micro-batch", 0, MAX_COUNT, where)
                 if rank_of.setdefault(stage, r) != r:
                     raise PipesimError(
                         f"{name}: stage {stage} appears on rank {rank_of[stage]} and on rank {r}; a stage lives on one rank"
@@ -220,6 +222,8 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
                 raise PipesimError(f"{name}: rank {r}: {text!r} must overlap a forward with a backward (F then I or B)")
             out.append(acts)
         parsed.append(out)
+    if not rank_of:  # blank rows: a 0-op schedule, which pipesim's own reader refuses
+        raise PipesimError(f"{name}: {pp} row(s) but no actions; expected one row of actions per rank, like 0F0,0F1,0I0")
     stages = max(rank_of, default=-1) + 1
     work(1, stages, where=f"{name}: stages: ")  # before listing the stages no rank holds
     missing = [s for s in range(stages) if s not in rank_of]

@@ -9,7 +9,9 @@ than running a small schedule.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -21,8 +23,10 @@ import torch.distributed as dist
 from ..costs import Costs
 from ..ir import Schedule
 from .check import max_relative_error
-from .executor import Fault, RealWork, SyntheticWork, Transport, execute_rank, model_shape, synthetic_shape
+from .executor import Fault, RealWork, SyntheticWork, Transport, build_modules, execute_rank, model_shape, synthetic_shape
 from .model import Reference, reference
+from .moe import ExpertGroup, is_expert
+from .parts import ComponentWork
 from .plan import comm_plan, holders, shared_groups
 from .results import RankReport
 
@@ -38,6 +42,9 @@ class Job:
     check: bool = False
     tolerance: float = 1e-9
     profile: str | None = None  # a folder: record a torch.profiler trace there, rank{r}.json
+    ep: int = 1  # expert-parallel ranks per stage: pp x ep processes
+    a2a_delay: float = 0.0  # seconds an all-to-all takes at least (a synthetic slow link)
+    overlap: bool = True  # overlapped pairs on two streams; False: their halves in turn
 
 
 @dataclass
@@ -92,42 +99,105 @@ def run_jobs(ctx: RankContext, jobs: list[Job]) -> list[RankReport]:
 
 def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -> RankReport:
     s = job.schedule  # validated when the job was made (api.job)
+    pp, ep = s.pp, job.ep
+    rank, base = ctx.rank % pp, ctx.rank - ctx.rank % pp  # pipeline rank; its replica's rank 0
     ctx.at(f"the setup of {s.name}")
     plan = comm_plan(s)
-    for pair in sorted({(link.src, link.dst) for link in plan.sends.values()}):
-        ctx.p2p_group(*pair)  # collective: every rank creates them, in the same order
+    for e in range(ep):  # collective: every rank creates every replica's groups, in one order
+        for src, dst in sorted({(link.src, link.dst) for link in plan.sends.values()}):
+            ctx.p2p_group(e * pp + src, e * pp + dst)
+    fault = ctx.fault if ctx.fault is not None and ctx.fault.rank == ctx.rank else None
+    if fault is not None:
+        fault = dataclasses.replace(fault, rank=rank)  # the executor speaks pipeline ranks
     if job.costs is not None:
-        work = SyntheticWork(s, ctx.rank, job.costs, ctx.device)
+        work = SyntheticWork(s, rank, job.costs, ctx.device)
         shape_of = synthetic_shape
     else:
-        work = RealWork(s, ctx.rank, job.model, ctx.device)
-        shape_of = model_shape(s, job.model)
-        summing = [(ranks, ctx.group(ranks)) for ranks in shared_groups(s)]
-    transport = Transport(ctx.rank, plan, shape_of, ctx.device, ctx.p2p_group)
+        for e in range(ep):  # collective, as above; each replica sums its own copies
+            for ranks in shared_groups(s):
+                ctx.group(tuple(e * pp + r for r in ranks))
+        summing = {ranks: ctx.group(tuple(base + r for r in ranks)) for ranks in shared_groups(s)}
+        experts = expert_group(ctx, job, rank)
+        work = make_work(s, rank, job, ctx.device, experts, fault)
+        shape_of = model_shape(s, job.model, ep)
+    transport = Transport(rank, plan, shape_of, ctx.device, ctx.p2p_group, base)
     t0 = common_start(ctx, offset)
-    if job.profile is None:
-        run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync)
+    if job.profile is None or base > 0:  # one trace per pipeline rank: its first replica's
+        run = execute_rank(s, rank, work, transport, t0, ctx.at, fault, ctx.sync)
     else:
-        with profiled(s, ctx, job.profile) as mark:
-            run = execute_rank(s, ctx.rank, work, transport, t0, ctx.at, ctx.fault, ctx.sync, mark)
-    report = RankReport(run.events, run.losses)
+        with profiled(s, ctx, job.profile, getattr(work, "offthread", None)) as mark:
+            work.mark = record_part
+            run = execute_rank(s, rank, work, transport, t0, ctx.at, fault, ctx.sync, mark)
+    report = RankReport(run.events, run.losses, parts=[(i, lab, a - t0, b - t0) for i, lab, a, b in getattr(work, "log", [])])
     if job.costs is None:
         ctx.at(f"summing the gradients of {s.name}")
-        sum_shared_gradients(s, ctx.rank, work, dict(summing))
+        sum_shared_gradients(s, rank, work, summing)
+        if experts is not None:
+            sum_over_experts(work, experts, report)
         if job.check:
             key = (id(job.model), s.placement.stages, s.microbatches)
             if key not in references:
                 references[key] = reference(job.model, s.placement.stages, s.microbatches)
             ref: Reference = references[key]
-            report.error = max_relative_error(work.modules, work.chunk_stage, run.losses, ref)
+            report.error = max_relative_error(work.modules, work.chunk_stage, report.losses, ref)
     return report
 
 
+def expert_group(ctx: RankContext, job: Job, rank: int) -> ExpertGroup | None:
+    """This rank's EP group (the same pipeline rank in every replica); None without EP."""
+    if job.ep == 1:
+        return None
+    pp = job.schedule.pp
+    groups = [ctx.group(tuple(e * pp + r for e in range(job.ep))) for r in range(pp)]  # collective
+    return ExpertGroup(ctx.rank // pp, job.ep, groups[rank], job.a2a_delay)
+
+
+def make_work(s: Schedule, rank: int, job: Job, device, experts: ExpertGroup | None, fault: Fault | None):
+    """ComponentWork when the stage modules list their parts (an MoE), else RealWork."""
+    modules = build_modules(s, rank, job.model, device, experts)
+    if not all(callable(getattr(m, "parts", None)) for m in modules.values()):
+        return RealWork(s, rank, job.model, device, job.overlap, modules)
+    work = ComponentWork(s, rank, job.model, device, modules, experts, job.overlap)
+    if experts is not None and fault is not None and fault.mode == "a2a":
+        experts.on_comm = lambda: work.current == fault.item and os.kill(os.getpid(), signal.SIGKILL)
+    return work
+
+
+def record_part(label: str):
+    from torch.profiler import record_function
+
+    return record_function(label)
+
+
+def sum_over_experts(work, experts: ExpertGroup, report: RankReport) -> None:
+    """The EP group's ranks each ran a slice of every micro-batch: sum the gradients of the
+    replicated (non-expert) weights over the group, and average the losses. The experts'
+    gradients came back through the all-to-alls already whole."""
+    for chunk in sorted(work.modules):
+        dense = [p for n, p in work.modules[chunk].named_parameters() if not is_expert(n)]
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in dense])
+        dist.all_reduce(flat, group=experts.group)
+        i = 0
+        for p in dense:
+            p.grad = flat[i : i + p.numel()].view_as(p).clone()
+            i += p.numel()
+    if report.losses:
+        mbs = sorted(report.losses)
+        t = torch.tensor([report.losses[m] for m in mbs], dtype=torch.float64)
+        dist.all_reduce(t, group=experts.group)
+        report.losses = {m: v / experts.size for m, v in zip(mbs, t.tolist())}
+
+
 @contextlib.contextmanager
-def profiled(schedule: Schedule, ctx: RankContext, folder: str):
+def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list | None = None):
     """Record a torch.profiler trace of this rank's run into ``folder``/rank{r}.json (CPU
     activities, and CUDA on a GPU), each item under the label ``pipesim profile`` reads
-    (``profile.labels.pipesim_label``: item, rank, model stages, schedule)."""
+    (``profile.labels.pipesim_label``: item, rank, model stages, schedule).
+
+    ``offthread``: (label, start, end) of the steps a communication thread ran, filled
+    during the run. torch.profiler records ranges only on the thread that started it, so
+    those are written into the trace afterwards, on a thread of their own, placed by a
+    clock mark recorded at the start."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from ..ir import ops_of
@@ -143,12 +213,43 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str):
     prof = profile(activities=activities)
     with _quiet_stderr():  # Kineto prints a line to stderr at each start and stop
         prof.start()
+    with record_function(CLOCK_MARK):
+        clock = time.perf_counter()
     try:
         yield mark
     finally:
         with _quiet_stderr():
             prof.stop()
-    prof.export_chrome_trace(os.path.join(folder, f"rank{ctx.rank}.json"))
+    path = os.path.join(folder, f"rank{ctx.rank}.json")
+    prof.export_chrome_trace(path)
+    add_thread_ranges(path, clock, offthread or [])
+
+
+CLOCK_MARK = "pipesim/clock"
+
+
+def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, float, int]]) -> None:
+    """Write ``ranges`` ((label, start, end) in perf_counter seconds, and the thread's
+    system id, which Kineto's events carry too, so a GPU kernel that thread launched is
+    attributed to its range) into the Chrome trace at ``path`` as user annotations; drop
+    the clock mark."""
+    import json
+
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace.get("traceEvents", [])
+    mark = next((e for e in events if e.get("name") == CLOCK_MARK and e.get("ph") == "X"), None)
+    if mark is None:
+        return
+    events.remove(mark)
+    pid, base = mark.get("pid"), float(mark["ts"])
+    for label, start, end, tid in ranges:
+        ts = base + (start - clock) * 1e6
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": label, "pid": pid, "tid": tid, "ts": ts, "dur": (end - start) * 1e6}
+        )
+    with open(path, "w") as f:
+        json.dump(trace, f)
 
 
 @contextlib.contextmanager
@@ -206,7 +307,7 @@ def warm_up() -> None:
     torch.autograd.grad(layer(x), [x, *layer.parameters()], torch.ones(1, 2))
 
 
-def sum_shared_gradients(schedule: Schedule, rank: int, work: RealWork, groups: dict) -> None:
+def sum_shared_gradients(schedule: Schedule, rank: int, work, groups: dict) -> None:
     """A stage held more than once (dual placements) got part of its micro-batches on each
     copy: sum them so every copy holds the whole gradient. Stages are visited in order on
     every rank, so the all-reduces of each group line up."""

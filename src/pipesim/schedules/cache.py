@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..inputs import parse_json, read_text
 from ..ir import KINDS, Op, Placement, Schedule
 
 #: the modules whose code decides a searched order
@@ -78,7 +79,8 @@ def load(name: str, pp: int, microbatches: int) -> Schedule | None:
     if path is None:
         return None
     try:
-        return _decode(json.loads(path.read_text()), name, pp, microbatches)
+        # the one reader of every file: a FIFO or device put where the cache file was blocks no search
+        return _decode(parse_json(read_text(path, "schedule cache"), str(path)), name, pp, microbatches)
     except Exception:  # unreadable, corrupt or from another format: search again
         return None
 
