@@ -189,6 +189,11 @@ def print_rows(done: list[dict]) -> None:
             f"{statistics.mean(errors):.1%}, {within} within 15%, worst {max(errors):.1%} "
             f"({counted[errors.index(max(errors))]['row']['name']})."
         )
+        signed = [rec["error"] for rec in counted]
+        print(
+            f"Bias (mean signed error): {statistics.mean(signed):+.1%}; {sum(e < 0 for e in signed)} of {len(signed)} rows "
+            f"predicted fast (Calculon's published figures on Korthikanti et al.'s runs: mean |error| 3.65%, worst 8.87%)."
+        )
     odd = sorted({rec["row"]["unknown_hardware"] for rec in done if rec["row"].get("unknown_hardware")})
     for why in odd:
         rows = [rec for rec in done if rec["row"].get("unknown_hardware") == why]

@@ -312,7 +312,7 @@ def _page(pics: Pictures) -> str:
     add(
         f"\nFor the dense model every parameter of a stage is on every GPU of it: the second copy adds "
         f"{dense['extra_copy_gb']:.1f} GB of weights, gradients and optimizer states per GPU, "
-        f"{pct(dense['extra_copy_share_of_hbm'])} of the GPU's {hbm:g} GB (at this layout, without tensor parallelism, "
+        f"{pct(dense['extra_copy_share_of_hbm'])} of the GPU's {hbm:.3g} GB (at this layout, without tensor parallelism, "
         f"the dense model {fits} either way; the difference is the point here). For DeepSeek-V3 a stage "
         f"holds {moe['stage_parameters'] / 1e9:.1f}B parameters, but expert parallelism (ep={moe['layout']['ep']}) "
         f"leaves {moe['stage_parameters_per_gpu'] / 1e9:.2f}B of them on each GPU, so the copy adds "

@@ -222,7 +222,7 @@ def spec_file(pick: Pick, kind: str) -> bytes:
         if pick.chance(0.3):
             text = (PRESETS / "models" / f"{pick.one(['llama3-8b', 'deepseek-v3', 'mixtral-8x22b'])}.toml").read_text()
         return _mutate_text(pick, text)
-    text = 'name = "c"\ngpu = "G"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = 989\nfp8_tflops = 0\nhbm_gb = 80\nnvlink_gbps = 360\nnetwork_gbps = 50\n'
+    text = 'name = "c"\ngpu = "G"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = 989\nfp8_tflops = 0\nmemory_mib = 81559\nnvlink_gbps = 360\nnetwork_gbps = 50\n'
     return _mutate_text(pick, text)
 
 

@@ -57,8 +57,12 @@ ISSUE_CASES = [
     ({"m.toml": LLAMA.replace("dense_ffn = 14336", "dense_ffn = 1e308")}, ["memory", "--model", "m.toml", "--pp", "2"], "dense_ffn"),
     ({"c.toml": H100.replace("fp8_tflops = 1979\n", "")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
      "missing field 'fp8_tflops'"),
-    ({"c.toml": H100.replace("hbm_gb = 80", "hbm_gb = nan")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
-     "hbm_gb must be a number from 0 to"),
+    ({"c.toml": H100.replace("memory_mib = 81559", "memory_mib = nan")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
+     "memory_mib must be a number from 0 to"),
+    ({"c.toml": H100.replace("memory_mib = 81559", "hbm_gb = 80")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
+     "hbm_gb is ambiguous"),
+    ({"t.toml": "allocator_fragmentation = 1\n"}, ["plan", "--model", "llama3-8b", "--cluster", "h100", "--training", "t.toml"],
+     "allocator_fragmentation must be a share from 0 up to (not including) 1, got 1"),
     ({"c.toml": COSTS.replace("attn_f = 1", "attn_f = inf")}, ["simulate", "-s", "1f1b", "--components", "c.toml"], "layer.attn_f"),
     ({"c.toml": "layers = nan\n" + COSTS}, ["simulate", "-s", "1f1b", "--components", "c.toml"], "layers must be a whole number"),
     ({"c.toml": "p2p = inf\n" + COSTS}, ["simulate", "-s", "1f1b", "--components", "c.toml", "--json"], "p2p must be"),
@@ -396,7 +400,7 @@ def test_memory_with_ep_1_does_not_speak_of_one_of_1_gpus(capsys):
 
 def test_nothing_fits_is_an_error(capsys, tmp_path):
     c = tmp_path / "tiny.toml"
-    c.write_text(H100.replace("hbm_gb = 80", "hbm_gb = 1").replace("gpus = 1024", "gpus = 8"))
+    c.write_text(H100.replace("memory_mib = 81559", "memory_mib = 953.67431640625").replace("gpus = 1024", "gpus = 8"))
     code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", c, "--schedules", "1f1b")
     one_line(code, err, "nothing fits llama3-8b on h100 (1 GB per GPU)")
     assert out == ""

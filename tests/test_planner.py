@@ -76,9 +76,11 @@ def test_tiny_model_memory_by_hand():
     mm = memory_model(TINY, t, Layout(pp=2, dp=4), stages=2, recompute="selective")
     stage0 = 12288 + 24576 + 128 + 100 * 64  # one layer and the input embedding
     assert mm.stage_bytes(0) == pytest.approx((2 * stage0, 4 * stage0, 12 * stage0 / 4))  # ZeRO-1 over dp=4
-    # activations per token: attention h + q + k + v + attention output (64+64+32+32+64),
-    # MLP h + 3*ffn (64+384), 2 bytes each, for 32 tokens
-    assert mm.activation_bytes(0) == pytest.approx(32 * 2 * (256 + 448))
+    # bytes per token (activations.py; selective, flash, fused): each norm's input and
+    # output (2 x 128) and fp32 rstd (4); the QKV buffer (2 x (4+2+2) x 16), rotated q and k
+    # (2 x (4+2) x 16), attention output (2 x 64); gate and up (2 x 256), SwiGLU output
+    # (2 x 128); for 32 tokens
+    assert mm.activation_bytes(0) == pytest.approx(32 * (2 * 260 + 256 + 192 + 128 + 512 + 256))
 
 
 def test_deepseek_v3_parameter_counts_match_the_paper():
@@ -228,8 +230,11 @@ def test_memory_overhead_of_two_copies_is_smaller_for_moe(capsys):
         assert two["copies"] == 2 and one["copies"] == 1
         # the second copy costs per parameter what the first does (the worst ranks' stages
         # need not hold the same layers: the split balances what each rank holds)
+        # (and when the worst ranks differ, their mixes of dense parameters, ZeRO-sharded over
+        # dp, and experts, sharded over fewer replicas, differ: DeepSeek-V3's last stage, whose
+        # head keeps its logits, is 1f1b's worst rank but not DualPipe's)
         per_param = [x["static_gb"] / (x["copies"] * x["params_per_copy"]) for x in (one, two)]
-        assert per_param[0] == pytest.approx(per_param[1])
+        assert per_param[0] == pytest.approx(per_param[1], rel=0.05)
     assert moe["extra_copy_share_of_hbm"] < dense["extra_copy_share_of_hbm"] / 3
     assert moe["stage_parameters_per_gpu"] < moe["stage_parameters"] / 20  # experts sharded 64 ways
 
@@ -271,7 +276,7 @@ def test_bad_plan_input(capsys, argv, needle):
 def test_bad_cluster_spec(tmp_path, capsys):
     f = tmp_path / "c.toml"
     f.write_text(
-        'name = "c"\ngpu = "X"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = -1\nfp8_tflops = 0\nhbm_gb = 80\nnvlink_gbps = 1\nnetwork_gbps = 1\n'
+        'name = "c"\ngpu = "X"\ngpus = 8\ngpus_per_node = 8\nbf16_tflops = -1\nfp8_tflops = 0\nmemory_mib = 81559\nnvlink_gbps = 1\nnetwork_gbps = 1\n'
     )
     code = main(["plan", "--model", "llama3-8b", "--cluster", str(f)])
     assert code == 2 and "bf16_tflops must be a number from 0.01 to 1e+07, got -1" in capsys.readouterr().err

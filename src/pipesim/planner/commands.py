@@ -16,7 +16,9 @@ from ..memory import memory
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate
+from .activations import head_activation, head_saved, layer_activation, layer_saved
 from .candidates import Pins
+from .device_memory import usable_for
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep
 from .search import search
@@ -145,7 +147,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     as_json = args.json or (out or "").endswith(".json")
     if plan.best is None:  # a failed search is an answer the user must act on, not a report
         raise PipesimError(
-            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:g} GB per GPU) among {plan.considered} layouts: "
+            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts: "
             "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
         )
     recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
@@ -260,13 +262,15 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
         "stage_parameters": whole,
         "stage_parameters_per_gpu": per_gpu,
+        "usable": _usable_dict(usable_for(model, cluster, training, lay, recompute)),
+        "activations_per_layer": _activation_rows(model, training, lay, recompute),
     }
     if args.json:
         emit_json(data)
         return 0
     out = console()
     out.print(
-        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:g} GB), pp{pp} x dp{dp}"
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), pp{pp} x dp{dp}"
         + (f" x tp{tp}" if tp > 1 else "")
         + (f", ep{ep}" if ep > 1 else "")
         + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
@@ -278,10 +282,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"activations up to {r['activations_gb']:.1f} GB; peak {r['peak_gb']:.1f} GB"
             + ("" if r["fits"] else "  [red]does not fit[/]")
         )
+    held = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in data["usable"]["held_bytes"].items() if v)
+    out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.3g} GB (less {held} GB)")
     if len(rows) > 1:
         out.print(
             f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
-            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:g} GB)."
+            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
         )
     if model.moe and ep > 1:
         out.print(
@@ -295,6 +301,33 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
         )
     return 0
+
+
+def _usable_dict(u) -> dict:
+    return {"capacity_bytes": u.capacity, "held_bytes": dict(u.held), "usable_bytes": u.bytes}
+
+
+def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
+    """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE) and for
+    the output head, tensor by tensor."""
+    tokens = lay.micro_batch * training.seq
+    kinds = {model.is_moe_layer(i): i for i in range(model.layers)}
+    rows = []
+    for moe, i in sorted(kinds.items()):
+        saved = layer_saved(model, i, training, lay.tp, recompute)
+        total, w_share = layer_activation(model, i, training, lay, recompute)
+        rows.append(
+            {
+                "layer": "moe" if moe else "dense",
+                "first_layer": i,
+                "bytes": total,
+                "w_share": w_share,
+                "tensors": {k: v * tokens for k, v in saved.items()},
+            }
+        )
+    head = head_saved(model, training, lay.tp)
+    rows.append({"layer": "head", "bytes": head_activation(model, training, lay), "tensors": {k: v * tokens for k, v in head.items()}})
+    return rows
 
 
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
@@ -319,5 +352,5 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
         "static_gb": mem.static[worst] / GIB,
         "activations_gb": mem.activation_peak[worst] / GIB,
         "peak_gb": mem.peak[worst] / GIB,
-        "fits": mem.peak[worst] <= cluster.hbm_gb * GIB * training.memory_headroom,
+        "fits": mem.peak[worst] <= usable_for(model, cluster, training, lay, recompute).bytes,
     }

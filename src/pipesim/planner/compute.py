@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from .floors import kernel_floor
 from .layout import Layout
 from .params import attention_dims, attention_params, mlp_params
 from .specs import Cluster, Model, Training
@@ -80,7 +81,9 @@ def hbm_rate(c: Cluster, t: Training) -> float:
     return c.hbm_tbps * 1e12 * t.hbm_efficiency
 
 
-def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1) -> float:
+def gemm(
+    c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1, floor: bool = True
+) -> float:
     """Seconds of ``count`` (m x k) @ (k x n) multiplies run as one (grouped) kernel.
 
     The one efficiency curve: 2mnk FLOPs at the achieved share of dense peak, times the
@@ -88,7 +91,8 @@ def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None
     wave idles the rest: NVIDIA's matrix-multiplication performance guide), or the bytes
     (inputs at their width, a bf16 output) at HBM bandwidth, whichever is longer. Thin
     multiplies (few tokens per expert, narrow shards) fall below the peak share this way,
-    large ones reach it; FP8 has its own peak and share."""
+    large ones reach it; FP8 has its own peak and share. No kernel takes less than its
+    launch (``floors.kernel_floor``)."""
     low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
     peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
     tiles = count * math.ceil(m / TILE) * math.ceil(n / TILE)
@@ -96,7 +100,8 @@ def gemm(c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None
         return 0.0
     waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
     width = 1 if low else 2
-    return count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+    seconds = count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+    return max(seconds, kernel_floor(t)) if floor else seconds
 
 
 def gemm_fbw(
@@ -207,7 +212,9 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         return f, 2.5 * f / FLASH_BACKWARD_SHARE
     per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
-    products = per_seq * (gemm(c, t, rows, t.seq, qk, fp8=False) + gemm(c, t, rows, v, t.seq, fp8=False))
+    # each product is one batched kernel over the micro-batch's heads: one launch floor
+    batched = [per_seq * gemm(c, t, rows, n, k, fp8=False, floor=False) for n, k in ((t.seq, qk), (v, t.seq))]
+    products = sum(max(x, kernel_floor(t)) for x in batched)
     scores = T * heads * t.seq / hbm_rate(c, t)
     return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
 

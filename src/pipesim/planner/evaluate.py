@@ -21,6 +21,7 @@ from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, stati
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
+from .device_memory import usable_for
 from .footprint import memory_model
 from .layout import Layout
 from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
@@ -28,6 +29,7 @@ from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .stages import component_costs, stage_parts
 from .step import step_overhead
+from .stragglers import slowest_share
 
 
 class Shared:
@@ -188,7 +190,7 @@ def _within_memory(
     ``Shared.cost_model``): memory, then the bound."""
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
-    budget = c.hbm_gb * GB * t.memory_headroom
+    budget = usable_for(m, c, t, lay, cand.recompute).bytes
     parts, costs, mm, statics = model
     static = max(statics)
     if static > budget:
@@ -307,14 +309,17 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
     peak = max(x.peak)
-    step = x.makespan + p.sync
+    # the pipeline runs at the pace of the job's slowest GPU (``stragglers``): every
+    # hand-off and collective waits for it
+    makespan = x.makespan / slowest_share(c.gpus, c.gpu_speed_sd)
+    step = makespan + p.sync
     tokens = t.global_batch * t.seq
     return Result(
         cand,
         peak <= p.budget,
         "" if peak <= p.budget else f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable",
         step_time=step,
-        makespan=x.makespan,
+        makespan=makespan,
         dp_sync=p.sync,
         bubble=1 - sum(x.busy) / (pp * x.makespan),
         compute_utilization=sum(x.compute) / (pp * x.makespan),

@@ -6,47 +6,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..memory import MemoryModel
+from . import activations
 from .layout import Layout, keeps_gathered
-from .params import attention_dims, attention_params, mlp_params
+from .params import attention_params, mlp_params
 from .specs import Model, Training
 from .split import partition
 
 
 def layer_activation(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
-    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs).
-
-    Kept per token, in elements: the layer input; attention's projections (for MLA the
-    latent vectors only: DeepSeek-V3 recomputes the up-projections) and its output; the
-    MLP's input, gate and up outputs and their product, once per expert a token reaches;
-    with sequence parallelism the hidden-sized ones are split over the tensor shards.
-    Elements take ``2`` bytes, or ``1`` under fp8 training (activations cached in FP8).
-    Without recomputation unfused attention keeps its score matrix, 5 * heads * seq bytes
-    (Korthikanti et al. 2022; flash attention keeps none); full recomputation keeps only the layer input. The weight gradient needs
-    the inputs of the weighted matrix multiplies.
-    """
-    a, tp = m.attention, lay.tp
-    h = m.hidden / tp if t.sequence_parallel else m.hidden  # the hidden states kept: sharded under SP
-    qk, v = attention_dims(m)
-    if a.kind == "mla":
-        attn = h + a.q_lora_rank + a.kv_lora_rank + a.qk_rope_dim + m.heads * v / tp
-        attn_w = h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp
-    else:
-        kv = a.kv_heads or m.heads
-        attn = h + (m.heads * qk + kv * (qk + v) + m.heads * v) / tp
-        attn_w = h + m.heads * v / tp
-    if m.is_moe_layer(layer):
-        copies, f = m.moe.top_k + m.moe.shared_experts, m.moe.expert_ffn
-        mlp, mlp_w = h + copies * (h + 3 * f), copies * (h + f)
-    else:
-        f = m.dense_ffn / tp
-        mlp, mlp_w = h + (3 if m.activation == "swiglu" else 2) * f, h + f
-    width = 1 if t.precision == "fp8" else 2
-    tokens = lay.micro_batch * t.seq
-    if recompute == "full":
-        return tokens * h * 2, 0.0
-    scores = 5 * m.heads * t.seq / tp if recompute == "none" and not t.flash_attention else 0.0
-    total = (attn + mlp) * width + scores
-    return tokens * total, (attn_w + mlp_w) * width / total
+    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs): the
+    tensors PyTorch and the fused kernels save, one by one (``activations``)."""
+    return activations.layer_activation(m, layer, t, lay, recompute)
 
 
 def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from .compute import (
     mla_up_shapes,
     mlp_gemms,
 )
+from .floors import floored, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
@@ -56,6 +57,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
     if recompute == "full":  # the recomputed forward communicates again
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
+    attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(m, layer, t, recompute, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w)
     return LayerCosts(
         attn_f=attn_f,
         mlp_f=mlp_fwd,
@@ -68,6 +70,23 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch_b=dispatch_b,
         combine_b=combine_b,
     )
+
+
+def _floored(m: Model, layer: int, t: Training, recompute: str, af, mf, ab, mb, aw, mw):
+    """Each pass of the layer (forward, input gradient, weight gradient) at least its
+    kernels' launch floors and the host's time to issue them (``floors``), the attention
+    and MLP halves scaled up together where a floor binds; a full-recompute backward
+    launches the forward's kernels again."""
+    kf, kb, kw = layer_kernels(m, layer, t)
+    if recompute == "full":
+        kb += kf
+    out = []
+    for a, b, k in ((af, mf, kf), (ab, mb, kb), (aw, mw, kw)):
+        total = a + b
+        need = floored(total, k, t)
+        scale = need / total if total > 0 else 1.0
+        out += [a * scale, b * scale] if total > 0 else [need / 2, need / 2]
+    return tuple(out)
 
 
 def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:

@@ -16,6 +16,7 @@ from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, skipped_families
 from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, model_flops_per_token
+from .device_memory import usable_for
 from .parallelism import batch_note, domain_text, layout_assumptions
 from .params import active_params, total_params
 from .results import Plan, Result
@@ -143,9 +144,10 @@ def _rejection(plan: Plan, name: str) -> str:
         # the cheap checks give lower bounds (static memory, plus one micro-batch's
         # activations); the least of them alone reads like a near miss where every
         # order whose peak was computed needs far more
-        need = min(r.memory_gb or r.static_gb for r in memory)
+        least = min(memory, key=lambda r: r.memory_gb or r.static_gb)
+        need = least.memory_gb or least.static_gb
         known = [r.memory_gb for r in memory if r.memory_gb and r.peak_known]
-        text = f"needs at least {need:.0f} GB per GPU against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable"
+        text = f"needs at least {need:.0f} GB per GPU against {usable_gb(plan, least):.0f} GB usable"
         if known and min(known) >= need + 1:
             text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
         return text
@@ -214,12 +216,26 @@ def advice(plan: Plan) -> list[str]:
         out.append(note)
     if best.candidate.layout.pp == 1:
         out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
-    head = c.hbm_gb * plan.training.memory_headroom - best.memory_gb
+    head = usable_gb(plan, best) - best.memory_gb
     if head < 0.05 * c.hbm_gb:
         out.append(
             f"Memory is tight: {best.memory_gb:.1f} GB of {c.hbm_gb:.0f} GB per GPU; fragmentation or a larger micro-batch may not fit."
         )
     return out
+
+
+def usable_gb(plan: Plan, r) -> float:
+    """GB a rank of result ``r``'s layout can fill (``device_memory``)."""
+    cand = r.candidate
+    return usable_for(plan.model, plan.cluster, plan.training, cand.layout, cand.recompute).bytes / 1e9
+
+
+def held_text(plan: Plan, r) -> str:
+    """What the device's capacity loses before tensors fill it, for ``r``'s layout."""
+    cand = r.candidate
+    u = usable_for(plan.model, plan.cluster, plan.training, cand.layout, cand.recompute)
+    parts = ", ".join(f"{name} {b / 1e9:.1f} GB" for name, b in u.held if b)
+    return f"the card's {u.capacity / 1e9:.1f} GB less {parts}"
 
 
 def combined_advice(plan: Plan) -> str:
@@ -264,7 +280,7 @@ def combined_advice(plan: Plan) -> str:
         text += (
             f"; it holds that warm-up plus the pair's forward, 2(pp-r-1) + (v-1)g + 2 chunk activations (DualPipe pp+1 "
             f"stages, DualPipeV 2pp+1 chunks), so at pp{lay.pp} it fits only with {v} chunks per rank ({schedule_text(f)} "
-            f"needs {f.memory_gb:.0f} GB against {plan.cluster.hbm_gb * plan.training.memory_headroom:.0f} GB usable), "
+            f"needs {f.memory_gb:.0f} GB against {usable_gb(plan, f):.0f} GB usable), "
             f"which cuts {plan.model.layers} layers into {lay.pp * v} stages"
         )
     return text + "."
@@ -303,8 +319,31 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         f"{bf16:g} of BF16 peak" + (f", {fp8:g} of FP8 peak" if c.fp8_tflops else "") + " on large matrix multiplies",
     )
     rows += [
-        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:g} GB at {c.hbm_tbps:g} TB/s"),
+        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
         ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
+        (
+            "usable memory",
+            (held_text(plan, plan.best) + "; " if plan.best else "")
+            + f"CUDA context {c.cuda_context_mib:g} MiB, NCCL {c.nccl_mib_per_group:g} MiB per communicator, "
+            f"allocator_fragmentation {t.allocator_fragmentation:g} of the rest, the full-recompute transient "
+            "(device_memory.py names the measurements)",
+        ),
+        (
+            "activations",
+            "each tensor PyTorch and the fused kernels save, norm outputs, flash's fp32 logsumexp, dropout masks, MoE "
+            "routing and combine state and the head's loss softmax included (activations.py; held within 1% of real "
+            "PyTorch blocks by tests/test_activations_torch.py)",
+        ),
+        (
+            "small kernels",
+            f"a kernel at least kernel_floor_us {t.kernel_floor_us:g} us, a layer's pass at least its kernels times "
+            f"host_us_per_kernel {t.host_us_per_kernel:g} us" + (" (one graph launch under cuda_graphs)" if t.cuda_graphs else ""),
+        ),
+        (
+            "stragglers",
+            f"a step runs at the slowest of its {c.gpus} GPUs: speeds spread by gpu_speed_sd {c.gpu_speed_sd:g} "
+            "(Sinha et al. SC'22), the expected slowest of N normal draws",
+        ),
         ("nodes", domain_text(c)),
         (
             "flops",
@@ -485,7 +524,8 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
         f"optimizer step {best.dp_sync:.2f} s)",
         f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
-        f"- memory per GPU: {best.memory_gb:.1f} GB of {c.hbm_gb:g} GB ({best.static_gb:.1f} GB parameters, gradients and optimizer states)",
+        f"- memory per GPU: {best.memory_gb:.1f} GB of {usable_gb(plan, best):.1f} GB usable ({best.static_gb:.1f} GB parameters, "
+        f"gradients and optimizer states; {held_text(plan, best)})",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{_fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {_fmt_hours(hours_for_run(best, t))} GPU-hours "
         f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",

@@ -49,6 +49,9 @@ BOUNDS = {
     "bf16_tflops": (0.01, 1e7),
     "fp8_tflops": (0, 1e7),
     "hbm_gb": (0, 1e7),
+    "memory_mib": (0, 1e10),
+    "cuda_context_mib": (0, 1e10),
+    "nccl_mib_per_group": (0, 1e10),
     "nvlink_gbps": (0.001, 1e7),
     "network_gbps": (0.001, 1e7),
     "hbm_tbps": (0.001, 1e4),
@@ -63,6 +66,8 @@ BOUNDS = {
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "kernel_floor_us": (0, 1e6),
+    "host_us_per_kernel": (0, 1e6),
 }
 
 
@@ -115,13 +120,17 @@ class Cluster:
     gpus_per_node: int
     bf16_tflops: float  # dense peak per GPU
     fp8_tflops: float  # dense peak per GPU (0: no FP8)
-    hbm_gb: float
+    hbm_gb: float  # device memory in decimal GB; a cluster file gives memory_mib, from which this is set
     nvlink_gbps: float  # achieved per GPU, one direction, inside a node
     network_gbps: float  # achieved per GPU, one direction, between nodes
     sms: int = 132
     hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
     gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
     fp8_gemm_efficiency: float = 0.6  # the same for FP8 (block-scaled, as in training)
+    memory_mib: float = 0.0  # device memory as nvidia-smi reports it (memory.total, MiB)
+    cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
+    nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
+    gpu_speed_sd: float = 0.012  # spread of one SKU's GPU speeds, a share of the median (stragglers.py; 0: all equal)
     # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
     # nodes (compute trays) hold 4; network_gbps is the link between domains
     nvlink_domain: int = 0
@@ -170,7 +179,7 @@ class Training:
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
     optimizer_bytes: float = 12  # fp32 master weights and Adam moments
-    memory_headroom: float = 0.9  # share of HBM the planner lets a plan use
+    allocator_fragmentation: float = 0.024  # share of free device memory the caching allocator strands (device_memory.py)
     dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
     p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
@@ -195,6 +204,16 @@ class Training:
     # a one-byte keep mask per element of each block's output forward and reads it backward
     # (Megatron-LM 2021 transformer.py, bias_dropout_add_fused_train, a TorchScript kernel)
     hidden_dropout: bool = False
+    # the small-kernel regime (floors.py names the measurements): a kernel takes at least
+    # kernel_floor_us on the GPU; the host issues each of a layer's kernels in
+    # host_us_per_kernel (eager PyTorch), or a whole layer as one graph launch when the
+    # framework captures it with CUDA graphs
+    kernel_floor_us: float = 3.4
+    # an MoE layer's weighted combine keeps each expert copy's output for the gate's
+    # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
+    moe_combine_keeps_outputs: bool = True
+    host_us_per_kernel: float = 3.3
+    cuda_graphs: bool = False
     # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
     # "p2p" a ring overlapped with blockwise attention, "all_gather" of K/V before the
     # attention (Llama 3), "a2a" all-to-all over heads (DeepSpeed-Ulysses), "a2a+p2p"
@@ -334,14 +353,28 @@ def load_cluster(name_or_path: str, gpus: int | None = None) -> Cluster:
     return cluster_from_table(*_read("cluster", name_or_path), gpus=gpus)
 
 
+#: bytes of a MiB, the unit nvidia-smi reports device memory in
+MIB = 2**20
+
+
 def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Cluster:
-    """A cluster from a table of a cluster file's shape, resized to ``gpus`` if given."""
-    c = _fill(
-        Cluster, data, where, ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps")
-    )
-    for key in ("gpus", "gpus_per_node", "bf16_tflops", "hbm_gb", "nvlink_gbps", "network_gbps", "hbm_tbps"):
+    """A cluster from a table of a cluster file's shape, resized to ``gpus`` if given.
+
+    Device memory is ``memory_mib``, as ``nvidia-smi --query-gpu=memory.total`` reports
+    it; ``hbm_gb`` is refused as ambiguous (an "80 GB" H100 holds 80 GiB: 81,559 MiB)."""
+    if isinstance(data, dict) and "hbm_gb" in data:
+        raise PipesimError(
+            f"{where}: hbm_gb is ambiguous (an '80 GB' card holds 80 GiB, 85.5e9 bytes); give memory_mib as "
+            "nvidia-smi --query-gpu=memory.total reports it, e.g. memory_mib = 81559 for an H100 80GB"
+        )
+    required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
+    c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
+    c = replace(c, hbm_gb=c.memory_mib * MIB / 1e9)
+    for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps", "hbm_tbps"):
         if getattr(c, key) <= 0:
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
+    if not 0 <= c.gpu_speed_sd < 1:
+        raise PipesimError(f"{where}: gpu_speed_sd must be a share from 0 up to (not including) 1, got {c.gpu_speed_sd}")
     for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
@@ -398,9 +431,13 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")
     if not t.tokens > 0:  # the run's GPU-hours divide by it (--tokens refuses 0 the same way)
         raise PipesimError(f"{where}: tokens must be > 0 (the tokens of the whole run), got {t.tokens}")
-    for key in ("memory_headroom", "dp_overlap", "attention_efficiency", "hbm_efficiency"):
+    for key in ("dp_overlap", "attention_efficiency", "hbm_efficiency"):
         if not 0 <= getattr(t, key) <= 1:
             raise PipesimError(f"{where}: {key} must be between 0 and 1, got {getattr(t, key)}")
+    if not 0 <= t.allocator_fragmentation < 1:
+        raise PipesimError(
+            f"{where}: allocator_fragmentation must be a share from 0 up to (not including) 1, got {t.allocator_fragmentation}"
+        )
     if t.compute_efficiency > 1:
         raise PipesimError(f"{where}: compute_efficiency must be between 0 and 1, got {t.compute_efficiency}")
     return t

@@ -1,0 +1,217 @@
+"""What one transformer layer keeps for its backward, tensor by tensor.
+
+Each entry is a tensor autograd saves (or a fused kernel saves in its context), in bytes
+per token of the micro-batch on one GPU, named for what it is. The set is what PyTorch and
+the fused kernels really keep, read off their backward formulas and checked by counting
+``torch.autograd.graph.saved_tensors_hooks`` on real blocks (tests/test_activations_torch.py,
+benchmarks/activation_memory.py), distinct storages counted once:
+
+- a norm keeps its input and its per-token statistics (fp32 rstd; LayerNorm also the
+  mean); the multiply after it keeps the norm's output, a second tensor of the same size.
+  torchtitan's eager RMSNorm keeps instead the fp32 copy of its input (pow and multiply)
+  and the bf16 normalised value (the weight's multiply), besides the output;
+- a linear layer keeps its input (under FP8, TransformerEngine keeps the FP8 cast: 1 byte);
+- q, k and v are views of the fused QKV projection's output, so the kernel that keeps one
+  of them keeps that whole buffer alive; rotary embeddings make new q and k (fused rotary
+  keeps nothing of its own; torchtitan's complex multiply keeps only the angle table, a
+  buffer), and torchtitan's ``repeat_kv`` copies k and v out to every query head;
+- flash attention keeps q, k, v, its output (which is the output projection's input) and
+  a fp32 logsumexp per head and token; unfused attention (Megatron-LM 2021: baddbmm,
+  softmax, dropout, bmm) keeps the softmax output (2 bytes a score), the dropout's bool
+  mask (1) and its output (2): Korthikanti et al. 2022's 5 * heads * seq per token;
+- dropout keeps a one-byte keep mask (CUDA's native_dropout; Megatron's fused
+  bias-dropout-add), nothing of its input;
+- GELU keeps its input and the second multiply its output (Megatron's fused bias-GELU);
+  a fused SwiGLU keeps its [gate, up] input, the eager one (torchtitan) also silu(gate),
+  and the down projection keeps the product;
+- MoE: the router keeps its fp32 softmax (the scores), top-k its int64 indices, the
+  weight renormalisation the top-k weights and their sum, the permute and the combine
+  their int64 token indices, each expert its routed input and its MLP as above, and the
+  weighted combine the experts' outputs and the gathered weights (``moe_combine_keeps_outputs``:
+  Megatron-Core's permute/unpermute and TransformerEngine's fused unpermute keep them for
+  the gate's gradient; DeepSeek-V3 does not say, and its published layout fits 80 GB only
+  without them). Under FP8 (DeepSeek-V3's recipe, section 3.3.3) the SwiGLU input is cached
+  in FP8 and its output recomputed;
+- the output head keeps the final norm as above and the loss's softmax: fp32 over the
+  vocabulary shard when the logits are upcast (torchtitan's ``cross_entropy(pred.float())``,
+  Megatron's vocab-parallel loss without ``--cross-entropy-loss-fusion``), bf16 when fused.
+
+Sharding: tensor parallelism divides every head- or ffn-sized tensor by tp; sequence
+parallelism also the hidden-sized ones of the norm and dropout regions (Megatron keeps the
+sequence shard of a column-parallel layer's input and gathers it again in the backward:
+Korthikanti et al.'s 34sbh/t); expert tensor parallelism divides the experts' ffn-sized
+tensors by etp. Context parallelism keeps each rank's 1/cp of the tokens: the caller
+passes the local sequence length as ``t.seq`` (``footprint.memory_model`` does), so
+nothing here divides by cp again.
+
+Recomputation: ``selective`` drops what the attention core keeps inside itself (scores,
+masks and dropout output unfused, the logsumexp flash) and, for MLA, the up-projections
+and norms DeepSeek-V3 recomputes; ``full`` keeps the layer input only, and its backward
+re-materialises one layer's ``none`` set at a time (``recompute_transient``).
+"""
+
+from __future__ import annotations
+
+from .specs import Model, Training
+
+#: bytes of a bf16 element, an fp32 one, an int64 index and a bool mask
+BF16, FP32, INDEX, MASK = 2, 4, 8, 1
+
+
+def _norm(t: Training, layernorm: bool, hidden: float, out_width: float) -> dict[str, float]:
+    """A norm's saved tensors and the following multiply's input (the norm's output)."""
+    stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
+    if t.fused_elementwise or layernorm:
+        kept = {"input": BF16 * hidden, "stats": stats}
+    else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
+        kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}
+    return kept | {"output": out_width * hidden}
+
+
+def _prefixed(prefix: str, d: dict[str, float]) -> dict[str, float]:
+    return {f"{prefix} {k}": v for k, v in d.items()}
+
+
+def _attention(m: Model, t: Training, tp: int, recompute: str, lin: float, hid: float) -> dict[str, float]:
+    """Attention's saved tensors after its norm: the projections' and kernel's."""
+    a, heads = m.attention, m.heads / tp
+    core = recompute != "none"  # selective: the core's inner state is recomputed
+    if a.kind == "mla":
+        qk, v = a.qk_nope_dim + a.qk_rope_dim, a.v_head_dim
+        out = {
+            "q down-projection output": BF16 * a.q_lora_rank,
+            "kv down-projection output": BF16 * (a.kv_lora_rank + a.qk_rope_dim),
+            "attention output": lin * heads * v,
+            "logsumexp": FP32 * heads,
+        }
+        if recompute == "none":  # DeepSeek-V3 recomputes these under selective
+            out |= {
+                "q latent norm output": lin * a.q_lora_rank,
+                "kv latent norm output": lin * a.kv_lora_rank,
+                "q": BF16 * heads * qk,
+                "k": BF16 * heads * qk,
+                "kv up-projection output": BF16 * heads * (a.qk_nope_dim + v),
+            }
+        return out
+    d = a.head_dim or m.hidden // m.heads
+    kv = (a.kv_heads or m.heads) / tp
+    out = {}
+    if not t.fused_elementwise and t.flash_attention:  # torchtitan: rotary new q, repeat_kv copies
+        out |= {"q": BF16 * heads * d, "k repeated": BF16 * heads * d, "v repeated": BF16 * heads * d}
+    else:
+        out["qkv projection output"] = BF16 * (heads + 2 * kv) * d  # v (a view) keeps it alive
+        if m.rotary:
+            out["rotated q and k"] = BF16 * (heads + kv) * d
+    if t.flash_attention:
+        out["attention output"] = lin * heads * d
+        if not core:
+            out["logsumexp"] = FP32 * heads
+    else:
+        out["context"] = lin * heads * d
+        if not core:
+            dropout = (MASK + BF16) if t.hidden_dropout else 0.0  # the attention dropout goes with it
+            out["softmax output"] = BF16 * heads * t.seq
+            if dropout:
+                out["attention dropout mask and output"] = dropout * heads * t.seq
+    return out
+
+
+def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: float, etp: int = 1) -> dict[str, float]:
+    """The MLP's saved tensors after its norm."""
+    eager = not t.fused_elementwise
+    if not m.is_moe_layer(layer):
+        f = m.dense_ffn / tp
+        if m.activation == "gelu":
+            return {"gelu input": BF16 * f, "gelu output": lin * f}
+        return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
+    e, h = m.moe, m.hidden
+    k, f = e.top_k, e.expert_ffn / etp
+    if t.precision == "fp8":  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+        per_copy = lin * 2 * f
+    else:
+        per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
+    routed = {
+        "router scores (fp32 softmax)": FP32 * e.experts * seq_share,
+        "top-k indices": INDEX * k * seq_share,
+        "top-k weights and their sum": FP32 * (k + 1) * seq_share,
+        "permute and combine indices": 3 * INDEX * k * seq_share,
+        "expert inputs": lin * k * h * seq_share,
+        "expert MLPs": per_copy * k * seq_share,
+    }
+    if t.moe_combine_keeps_outputs:
+        routed["expert outputs and weights"] = BF16 * k * (h + 1) * seq_share
+    if e.shared_experts:
+        routed["shared expert MLPs"] = per_copy * e.shared_experts / tp
+    return routed
+
+
+def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str = "none", etp: int = 1) -> dict[str, float]:
+    """Bytes per token one GPU keeps for ``layer``, by tensor."""
+    seq_share = 1 / tp if t.sequence_parallel and tp > 1 else 1.0
+    hid = m.hidden * seq_share  # hidden-sized tensors of the norm and dropout regions
+    lin = 1 if t.precision == "fp8" else BF16  # a linear layer's saved input
+    if recompute == "full":
+        return {"layer input": BF16 * hid}
+    layernorm = m.activation == "gelu"  # GPT-style blocks use LayerNorm, the rest RMSNorm
+    out = _prefixed("attention norm", _norm(t, layernorm, hid, lin))
+    out |= _attention(m, t, tp, recompute, lin, hid)
+    out |= _prefixed("mlp norm", _norm(t, layernorm, hid, lin))
+    out |= _mlp(m, layer, t, tp, lin, seq_share, etp)
+    if t.hidden_dropout:
+        out["residual dropout masks"] = 2 * MASK * hid
+    return out
+
+
+def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
+    """Bytes per token the last stage keeps for the final norm, output layer and loss."""
+    hid = m.hidden / tp if t.sequence_parallel and tp > 1 else m.hidden
+    fp32_loss = t.logit_bytes > 10  # see Training.logit_bytes: 10 is a fused bf16 loss
+    return _prefixed("final norm", _norm(t, False, hid, BF16)) | {
+        "loss softmax": (FP32 if fp32_loss else BF16) * m.vocab / tp,
+        "targets": INDEX,
+    }
+
+
+#: the saved tensors the weight gradients read: the weighted multiplies' inputs
+W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu output", "expert inputs")
+
+
+def _down_share(m: Model, t: Training) -> float:
+    if t.precision == "fp8":  # the product is recomputed from the cached input
+        return 0.0
+    f, lin = 1.0, BF16  # per unit of ffn: gate and up, silu, product
+    return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
+
+
+def _bytes(per_token: dict[str, float], tokens: float) -> float:
+    return tokens * sum(per_token.values())
+
+
+def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> tuple[float, float]:
+    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs).
+
+    The weight gradient needs the inputs of the weighted multiplies (``W_INPUTS``)."""
+    saved = layer_saved(m, layer, t, lay.tp, recompute, getattr(lay, "etp", 1))
+    tokens = lay.micro_batch * t.seq
+    total = _bytes(saved, 1)
+    if recompute == "full":
+        return tokens * total, 0.0
+    w = sum(v for k, v in saved.items() if k.endswith(W_INPUTS))
+    if "expert MLPs" in saved:  # of each expert copy's MLP, the down projection's input
+        w += saved["expert MLPs"] * _down_share(m, t)
+    return tokens * total, w / total
+
+
+def head_activation(m: Model, t: Training, lay) -> float:
+    """Bytes one micro-batch keeps for the output head on the last stage."""
+    return _bytes(head_saved(m, t, lay.tp), lay.micro_batch * t.seq)
+
+
+def recompute_transient(m: Model, t: Training, lay, recompute: str) -> float:
+    """Bytes a full-recompute backward re-materialises at once: the largest layer's
+    ``none`` set (Megatron's CheckpointFunction reruns one layer's forward with autograd
+    on, then runs its backward), nothing for other modes."""
+    if recompute != "full":
+        return 0.0
+    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
+    return max(layer_activation(m, i, t, lay, "none")[0] for i in kinds.values())

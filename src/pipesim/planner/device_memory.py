@@ -1,0 +1,82 @@
+"""The device memory a training process can fill with tensors.
+
+A cluster file gives each GPU's memory as the device reports it (``memory_mib``, what
+``nvidia-smi --query-gpu=memory.total`` prints: an "80 GB" H100 holds 81,559 MiB,
+85.5e9 bytes). Not all of it holds parameters, gradients, optimizer states and
+activations; each part held back below is a field of the cluster or training file:
+
+- the CUDA context (``cuda_context_mib``): the driver's and PyTorch's kernels and state,
+  taken at the first CUDA call; PyTorch users measure it at 723 MiB for a one-element
+  tensor (discuss.pytorch.org/t/73021, "What is the reason for pytorch's GPU memory
+  floor?");
+- NCCL's buffers (``nccl_mib_per_group``), per communicator a rank uses, so they grow
+  with the number of parallel groups: one PyTorch process group with an all-reduce run
+  on it costs 544 MiB for two ranks and 688 MiB for more on A100s with NVLink
+  (NVIDIA/nccl#964); NCCL's maintainers say the memory is per communicator, linear in
+  its channels and for rings flat beyond two nodes (NVIDIA/nccl#864, #986);
+- the full-recompute transient: a full-recompute backward re-materialises one layer's
+  activations at a time (``activations.recompute_transient``);
+- the caching allocator's fragmentation (``allocator_fragmentation``, a share of what is
+  left): memory reserved in cached blocks that no request fits. A PyTorch OOM report on
+  an 80 GB card shows 1.83 GiB reserved but unallocated beside 75.31 GiB allocated
+  (vllm-project/compressed-tensors#587): 2.4% of what the process held, the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .activations import recompute_transient
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Usable:
+    """Bytes a rank can fill, and what was held back from the device's capacity to get
+    there, as (what, bytes) in the order they are taken."""
+
+    capacity: float
+    held: tuple[tuple[str, float], ...]
+
+    @property
+    def bytes(self) -> float:
+        return self.capacity - sum(b for _, b in self.held)
+
+
+def communicators(lay) -> list[str]:
+    """The process groups a rank runs collectives or transfers on: every parallel
+    dimension of the layout larger than one (Megatron-Core and torchtitan build one
+    communicator per group; NCCL sets up its buffers on a group's first collective)."""
+    sizes = {
+        "tensor": lay.tp,
+        "context": getattr(lay, "cp", 1),
+        "data": lay.dp,
+        "pipeline": lay.pp,
+        "expert": getattr(lay, "ep", 1),
+        "expert data": max(1, lay.dp // max(1, getattr(lay, "ep", 1))) if getattr(lay, "ep", 1) > 1 else 1,
+    }
+    return [name for name, n in sizes.items() if n > 1]
+
+
+def usable_for(m, c, t, lay, recompute: str) -> Usable:
+    """``usable`` with the transient this layout's recomputation brings (on the local
+    sequence of a context-parallel rank)."""
+    local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
+    return usable(c, t, lay, recompute_transient(m, local, lay, recompute))
+
+
+def usable(c, t, lay, transient: float = 0.0) -> Usable:
+    """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
+    capacity = c.hbm_gb * 1e9
+    groups = communicators(lay)
+    held = [
+        ("CUDA context", c.cuda_context_mib * MIB),
+        (f"NCCL buffers ({len(groups)} communicators: {', '.join(groups) or 'none'})", len(groups) * c.nccl_mib_per_group * MIB),
+        ("full-recompute transient (one layer)", transient),
+    ]
+    rest = capacity - sum(b for _, b in held)
+    held.append(
+        (f"allocator fragmentation ({t.allocator_fragmentation:.1%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)
+    )
+    return Usable(capacity, tuple(held))

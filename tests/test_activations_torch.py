@@ -1,0 +1,99 @@
+"""pipesim's per-layer activation bytes against what real PyTorch blocks keep.
+
+Each case builds a block in tests/torch_blocks.py (bf16, CPU, small shapes), runs its
+forward under ``saved_tensors_hooks`` and counts the distinct storages autograd keeps,
+parameters and buffers left out. The expected number comes from that run; pipesim's
+``activations.layer_activation`` for the same shape must be within 5% of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pipesim.planner.activations import head_activation, layer_activation, recompute_transient  # noqa: E402
+from pipesim.planner.estimate import Layout  # noqa: E402
+from pipesim.planner.specs import Attention, Model, MoE, Training  # noqa: E402
+from torch_blocks import DT, GPTBlock, Head, LlamaBlock, measure  # noqa: E402
+
+S, B, H = 128, 2, 256
+
+
+def gpt_model(heads=8):
+    return Model("gpt", 1, H, heads, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
+
+
+def llama_model(moe=None):
+    kv = Attention(kv_heads=2)
+    if moe:
+        return Model("moe", 1, H, 8, 1000, kv, 0, 0, moe=MoE(experts=8, expert_ffn=128, top_k=2))
+    return Model("llama", 1, H, 8, 1000, kv, 1, 688)
+
+
+def gpt_training(**kw):
+    return Training(seq=S, flash_attention=False, hidden_dropout=True, sequence_parallel=False, **kw)
+
+
+def within(predicted: float, measured: int, share: float = 0.05) -> None:
+    assert abs(predicted / measured - 1) <= share, f"predicted {predicted:.0f} B, PyTorch kept {measured} B"
+
+
+def run(block, shape):
+    torch.manual_seed(0)
+    return measure(block, torch.randn(*shape, dtype=DT))
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_gpt_block(recompute, tp):
+    """Megatron-LM 2021's layer on one tensor rank (no sequence parallelism): measures
+    Korthikanti et al.'s 34sbh + 5as^2b at tp 1."""
+    m = gpt_model()
+    measured = run(GPTBlock(H, m.heads // tp, 4 * H // tp, recompute, head_dim=H // m.heads), (S, B, H))
+    within(layer_activation(m, 0, gpt_training(), Layout(1, 1, tp=tp, micro_batch=B), recompute)[0], measured)
+
+
+def test_gpt_block_is_korthikanti():
+    measured = run(GPTBlock(H, 8, 4 * H), (S, B, H))
+    within(34 * S * B * H + 5 * 8 * S * S * B, measured, 0.01)  # the paper's closed form, from torch
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_llama_block(recompute, fused, tp):
+    """RMSNorm, GQA (8 heads, 2 kv heads), rotary, flash-style SDPA, SwiGLU; fused kernels'
+    save sets, or torchtitan's eager code."""
+    m = llama_model()
+    block = LlamaBlock(H, 8 // tp, 2 // tp, 688 // tp, fused, recompute, head_dim=H // 8)
+    t = Training(seq=S, fused_elementwise=fused, sequence_parallel=False)
+    within(layer_activation(m, 0, t, Layout(1, 1, tp=tp, micro_batch=B), recompute)[0], run(block, (B, S, H)))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_moe_block(recompute, fused):
+    """Top-2 of 8 SwiGLU experts behind the Llama block's attention."""
+    m = llama_model(moe=True)
+    block = LlamaBlock(H, 8, 2, 0, fused, recompute, moe=(8, 128, 2))
+    t = Training(seq=S, fused_elementwise=fused)
+    within(layer_activation(m, 0, t, Layout(1, 1, micro_batch=B), recompute)[0], run(block, (B, S, H)))
+
+
+@pytest.mark.parametrize("fp32_loss", [True, False])
+def test_head(fp32_loss):
+    """The final norm, the output layer and the loss: the fp32 softmax over the vocabulary
+    when the logits are upcast."""
+    m = llama_model()
+    t = Training(seq=S, logit_bytes=52 if fp32_loss else 10)
+    within(head_activation(m, t, Layout(1, 1, micro_batch=B)), run(Head(H, m.vocab, fp32_loss), (B, S, H)))
+
+
+def test_full_recompute_transient_is_one_layer_kept_whole():
+    """A full-recompute backward reruns one layer's forward with autograd on: what it keeps
+    then is what the layer keeps without recomputation."""
+    m = llama_model()
+    t = Training(seq=S)
+    within(recompute_transient(m, t, Layout(1, 1, micro_batch=B), "full"), run(LlamaBlock(H, 8, 2, 688), (B, S, H)))
+    assert recompute_transient(m, t, Layout(1, 1, micro_batch=B), "selective") == 0

@@ -1,0 +1,99 @@
+"""Usable device memory: capacity as the device reports it, less what is held back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipesim.errors import PipesimError
+from pipesim.planner.device_memory import MIB, communicators, usable
+from pipesim.planner.estimate import Layout
+from pipesim.planner.specs import cluster_from_table, load_cluster, load_training
+
+H100_MIB = 81559  # nvidia-smi memory.total of an H100 80GB HBM3
+
+
+def test_capacity_is_what_nvidia_smi_reports():
+    c = load_cluster("h100")
+    assert c.memory_mib == H100_MIB
+    assert c.hbm_gb * 1e9 == pytest.approx(H100_MIB * 2**20)  # 85.5e9 bytes, not 80e9
+    assert c.hbm_gb > 85
+
+
+def test_each_part_held_back_is_its_own_line():
+    c, t = load_cluster("h100"), load_training()
+    u = usable(c, t, Layout(pp=4, dp=8, tp=8), transient=3e9)
+    held = dict(u.held)
+    assert held["CUDA context"] == c.cuda_context_mib * MIB
+    nccl = next(v for k, v in held.items() if k.startswith("NCCL"))
+    assert nccl == 3 * c.nccl_mib_per_group * MIB  # tensor, data, pipeline
+    assert held["full-recompute transient (one layer)"] == 3e9
+    rest = c.hbm_gb * 1e9 - held["CUDA context"] - nccl - 3e9
+    frag = next(v for k, v in held.items() if k.startswith("allocator"))
+    assert frag == pytest.approx(rest * t.allocator_fragmentation)
+    assert u.bytes == pytest.approx(rest * (1 - t.allocator_fragmentation))
+
+
+def test_h100_usable_is_above_the_old_flat_reserve():
+    """The old planner counted 80e9 bytes and kept 10% back (72e9); the card has 85.5e9,
+    and a tp8 x pp x dp rank, everything held back, keeps about 80e9 of them."""
+    u = usable(load_cluster("h100"), load_training(), Layout(pp=4, dp=8, tp=8))
+    assert 78e9 < u.bytes < 82e9
+
+
+def test_nccl_grows_with_the_groups():
+    c, t = load_cluster("h100"), load_training()
+    sizes = [
+        usable(c, t, lay).bytes
+        for lay in (Layout(1, 1), Layout(1, 8), Layout(2, 8), Layout(2, 8, tp=8), Layout(2, 64, tp=8, ep=8))
+    ]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+    assert communicators(Layout(1, 1)) == []
+    assert communicators(Layout(2, 64, tp=8, ep=8)) == ["tensor", "data", "pipeline", "expert", "expert data"]
+
+
+def test_fragmentation_is_a_share():
+    c = load_cluster("h100")
+    none = usable(c, replace(load_training(), allocator_fragmentation=0.0), Layout(1, 1))
+    some = usable(c, replace(load_training(), allocator_fragmentation=0.1), Layout(1, 1))
+    assert some.bytes == pytest.approx(none.bytes * 0.9)
+    for bad in (1, 1.5):
+        with pytest.raises(PipesimError, match="allocator_fragmentation must be a share from 0 up to"):
+            load_training(allocator_fragmentation=bad)
+
+
+def test_ambiguous_memory_unit_is_refused():
+    table = {"name": "c", "gpu": "X", "gpus": 8, "gpus_per_node": 8, "bf16_tflops": 1, "fp8_tflops": 0}
+    table |= {"nvlink_gbps": 1, "network_gbps": 1}
+    with pytest.raises(PipesimError, match="hbm_gb is ambiguous.*give memory_mib"):
+        cluster_from_table({**table, "hbm_gb": 80}, "c.toml")
+    with pytest.raises(PipesimError, match="missing field 'memory_mib'"):
+        cluster_from_table(table, "c.toml")
+    assert cluster_from_table({**table, "memory_mib": 81920}, "c.toml").hbm_gb == pytest.approx(85.899, abs=1e-3)
+
+
+def test_memory_json_reports_layers_and_usable(capsys):
+    import json
+
+    from pipesim.cli import main
+
+    assert main(["memory", "--model", "llama3-8b", "--pp", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    dense, head = d["activations_per_layer"]
+    assert dense["layer"] == "dense" and head["layer"] == "head"
+    assert dense["bytes"] == pytest.approx(sum(dense["tensors"].values()))
+    assert "attention norm output" in dense["tensors"] and "loss softmax" in head["tensors"]
+    u = d["usable"]
+    assert u["usable_bytes"] == pytest.approx(u["capacity_bytes"] - sum(u["held_bytes"].values()))
+    assert u["capacity_bytes"] == pytest.approx(H100_MIB * 2**20)
+
+
+def test_the_plan_report_lists_what_is_held_back(capsys, tmp_path):
+    from pipesim.cli import main
+
+    out = tmp_path / "plan.md"
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "GB usable" in text and "CUDA context" in text and "NCCL buffers" in text and "allocator fragmentation" in text
+    assert "| usable memory |" in text or "usable memory" in text

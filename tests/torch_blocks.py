@@ -1,0 +1,287 @@
+"""Real PyTorch transformer blocks, small, in bf16 on the CPU, and a counter of the bytes
+autograd keeps for their backward. The activation-memory tests and
+benchmarks/activation_memory.py hold pipesim's formula against what these measure.
+
+The blocks are written the way the frameworks pipesim models write them:
+- ``gpt``: Megatron-LM 2021's layer: LayerNorm, fused QKV, unfused attention as
+  ``baddbmm`` / softmax / dropout / ``bmm`` on the [s, b*heads, d] layout (no copies),
+  a bias-dropout-add after each block, GELU;
+- ``llama``: RMSNorm, grouped-query attention with rotary embeddings and
+  ``scaled_dot_product_attention`` (its CPU kernel is a flash kernel: it keeps q, k, v,
+  the output and a fp32 logsumexp), SwiGLU; ``fused=True`` uses autograd Functions that
+  keep what the fused kernels keep (TransformerEngine's RMSNorm keeps its input and
+  rsigma; fused rotary keeps nothing; a fused SwiGLU keeps its gate and up input),
+  ``fused=False`` is torchtitan's eager code (fp32 RMSNorm, complex rotary, repeat_kv,
+  ``silu(w1 x) * w3 x``);
+- ``moe``: the Llama block's attention and a top-k router over SwiGLU experts, tokens
+  permuted to their experts and combined with the routing weights (fp32 softmax, as
+  Mixtral and DeepSeek route).
+Recomputation: ``selective`` checkpoints the attention core, ``full`` the whole block
+(torch.utils.checkpoint, non-reentrant).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+DT = torch.bfloat16
+
+
+def dropout(x, p):
+    """Dropout as CUDA runs it: ``native_dropout`` keeps a bool mask (F.dropout on the CPU
+    keeps a mask of the input's dtype instead)."""
+    return torch.native_dropout(x, p, True)[0] if p else x
+
+
+def saved_bytes(run, owned=()) -> int:
+    """Bytes of the distinct storages autograd saves while ``run()`` executes, leaving out
+    the storages of ``owned`` tensors (parameters and buffers: not activations)."""
+    skip = {t.untyped_storage().data_ptr() for t in owned}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return sum(seen.values())
+
+
+def measure(block: nn.Module, x: torch.Tensor) -> int:
+    """Bytes one forward of ``block`` on ``x`` keeps for its backward."""
+    x = x.detach().requires_grad_(True)
+    owned = [*block.parameters(), *block.buffers()]
+    return saved_bytes(lambda: block(x), owned)
+
+
+# --------------------------------------------------------------------------------------
+# fused kernels' save sets
+
+
+class FusedRMSNorm(torch.autograd.Function):
+    """Keeps the input and the fp32 reciprocal RMS per token (TransformerEngine rmsnorm)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        rs = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        ctx.save_for_backward(x, w, rs)
+        return (x.float() * rs).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, g):  # pragma: no cover - only the forward's saves are measured
+        x, w, rs = ctx.saved_tensors
+        return g, None
+
+
+class FusedRotary(torch.autograd.Function):
+    """Fused rotary embedding: the backward rotates the gradient back with the cached
+    angles, so nothing of the input is kept."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    @staticmethod
+    def backward(ctx, g):  # pragma: no cover
+        return g, None, None
+
+
+class FusedSwiGLU(torch.autograd.Function):
+    """Fused SiLU(gate) * up: keeps its [gate, up] input only (Megatron-Core's
+    bias_swiglu_impl, TransformerEngine's swiglu)."""
+
+    @staticmethod
+    def forward(ctx, gu):
+        ctx.save_for_backward(gu)
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g) * u
+
+    @staticmethod
+    def backward(ctx, g):  # pragma: no cover
+        return torch.cat((g, g), dim=-1)
+
+
+class EagerRMSNorm(nn.Module):
+    """torchtitan's RMSNorm without torch.compile: fp32 math, then the weight."""
+
+    def __init__(self, h):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h, dtype=DT))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * self.weight
+
+
+class Norm(nn.Module):
+    def __init__(self, h, fused):
+        super().__init__()
+        self.fused = fused
+        self.eager = None if fused else EagerRMSNorm(h)
+        self.weight = nn.Parameter(torch.ones(h, dtype=DT))
+
+    def forward(self, x):
+        return FusedRMSNorm.apply(x, self.weight) if self.fused else self.eager(x)
+
+
+# --------------------------------------------------------------------------------------
+# blocks
+
+
+class GPTBlock(nn.Module):
+    """Megatron-LM 2021's ParallelTransformerLayer on one tensor rank: ``heads`` and
+    ``ffn`` are that rank's shares."""
+
+    def __init__(self, h, heads, ffn, recompute="none", p=0.1, head_dim=0):
+        super().__init__()
+        self.heads, self.d, self.p, self.recompute = heads, head_dim or h // heads, p, recompute
+        self.ln1, self.ln2 = nn.LayerNorm(h, dtype=DT), nn.LayerNorm(h, dtype=DT)
+        self.qkv = nn.Linear(h, 3 * heads * self.d, dtype=DT)
+        self.proj = nn.Linear(heads * self.d, h, dtype=DT)
+        self.fc1, self.fc2 = nn.Linear(h, ffn, dtype=DT), nn.Linear(ffn, h, dtype=DT)
+
+    def core(self, qkv):
+        s, b, _ = qkv.shape
+        q, k, v = qkv.view(s, b * self.heads, 3 * self.d).split(self.d, dim=-1)
+        mask = torch.full((s, s), -1e4, dtype=DT).triu(1)
+        scores = torch.baddbmm(
+            mask.expand(b * self.heads, s, s), q.transpose(0, 1), k.permute(1, 2, 0), alpha=1 / math.sqrt(self.d)
+        )
+        probs = dropout(torch.softmax(scores, dim=-1), self.p)
+        return torch.bmm(probs, v.transpose(0, 1)).transpose(0, 1).reshape(s, b, self.heads * self.d)
+
+    def layer(self, x):
+        qkv = self.qkv(self.ln1(x))
+        ctx = checkpoint(self.core, qkv, use_reentrant=False) if self.recompute == "selective" else self.core(qkv)
+        x = x + dropout(self.proj(ctx), self.p)
+        return x + dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), self.p)
+
+    def forward(self, x):  # x: [s, b, h]
+        return checkpoint(self.layer, x, use_reentrant=False) if self.recompute == "full" else self.layer(x)
+
+
+def rotary_tables(s, d):
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    ang = torch.outer(torch.arange(s).float(), inv)
+    return ang
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, h, heads, kv_heads, head_dim, fused, selective=False, max_seq=4096):
+        super().__init__()
+        self.heads, self.kv, self.d, self.fused, self.selective = heads, kv_heads, head_dim, fused, selective
+        self.register_buffer("angles", rotary_tables(max_seq, head_dim))  # torchtitan's freqs_cis
+        self.register_buffer("cos", self.angles.cos().to(DT)[:, None])
+        self.register_buffer("sin", self.angles.sin().to(DT)[:, None])
+        self.register_buffer("polar", torch.polar(torch.ones_like(self.angles), self.angles)[:, None])
+        self.wqkv = nn.Linear(h, (heads + 2 * kv_heads) * head_dim, bias=False, dtype=DT)
+        self.wo = nn.Linear(heads * head_dim, h, bias=False, dtype=DT)
+
+    def rotate(self, x):
+        s = x.shape[1]
+        if self.fused:
+            return FusedRotary.apply(x, self.cos[:s], self.sin[:s])
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # torchtitan apply_rotary_emb
+        return torch.view_as_real(xc * self.polar[:s]).flatten(-2).type_as(x)
+
+    def core(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.fused)
+
+    def forward(self, xn):  # xn: [b, s, h]
+        b, s, _ = xn.shape
+        q, k, v = self.wqkv(xn).split([self.heads * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
+        q = self.rotate(q.view(b, s, self.heads, self.d))
+        k = self.rotate(k.view(b, s, self.kv, self.d))
+        v = v.view(b, s, self.kv, self.d)
+        rep = self.heads // self.kv
+        if (
+            not self.fused
+        ):  # torchtitan's repeat_kv copies k and v out to every query head (a GQA-aware kernel reads them in place)
+            k = k[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+            v = v[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        o = checkpoint(self.core, q, k, v, use_reentrant=False) if self.selective else self.core(q, k, v)
+        return self.wo(o.transpose(1, 2).reshape(b, s, self.heads * self.d))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, h, ffn, fused):
+        super().__init__()
+        self.fused = fused
+        self.w13 = nn.Linear(h, 2 * ffn, bias=False, dtype=DT)
+        self.w2 = nn.Linear(ffn, h, bias=False, dtype=DT)
+
+    def forward(self, x):
+        gu = self.w13(x)
+        if self.fused:
+            return self.w2(FusedSwiGLU.apply(gu))
+        g, u = gu.chunk(2, dim=-1)
+        return self.w2(F.silu(g) * u)
+
+
+class MoE(nn.Module):
+    """Top-k routing over SwiGLU experts: fp32 softmax, top-k, weights renormalised,
+    tokens gathered into expert order (index_select), experts run, outputs scaled by
+    their weights and summed back to their tokens (scatter_add), as Megatron-Core's
+    unfused permute and unpermute do."""
+
+    def __init__(self, h, experts, ffn, top_k, fused):
+        super().__init__()
+        self.k = top_k
+        self.router = nn.Linear(h, experts, bias=False, dtype=DT)
+        self.experts = nn.ModuleList(SwiGLU(h, ffn, fused) for _ in range(experts))
+
+    def forward(self, x):  # x: [b, s, h]
+        flat = x.reshape(-1, x.shape[-1])
+        probs = torch.softmax(self.router(flat).float(), dim=-1)
+        w, idx = probs.topk(self.k, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(DT)
+        order = idx.flatten().argsort(stable=True)
+        token = order // self.k
+        counts = torch.bincount(idx.flatten(), minlength=len(self.experts)).tolist()
+        routed = flat.index_select(0, token)
+        outs = [e(chunk) for e, chunk in zip(self.experts, routed.split(counts)) if chunk.shape[0]]
+        y = torch.cat(outs) * w.flatten()[order, None]
+        return torch.zeros_like(flat).scatter_add(0, token[:, None].expand_as(y), y).view_as(x)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, h, heads, kv_heads, ffn, fused=True, recompute="none", moe=None, head_dim=0):
+        super().__init__()
+        self.recompute = recompute
+        self.n1, self.n2 = Norm(h, fused), Norm(h, fused)
+        self.attn = LlamaAttention(h, heads, kv_heads, head_dim or h // heads, fused, recompute == "selective")
+        self.mlp = MoE(h, *moe, fused) if moe else SwiGLU(h, ffn, fused)
+
+    def layer(self, x):
+        x = x + self.attn(self.n1(x))
+        return x + self.mlp(self.n2(x))
+
+    def forward(self, x):
+        return checkpoint(self.layer, x, use_reentrant=False) if self.recompute == "full" else self.layer(x)
+
+
+class Head(nn.Module):
+    """Final RMSNorm, output projection and cross-entropy; ``fp32_loss`` upcasts the
+    logits first (torchtitan's ``cross_entropy(pred.float())``), else the loss runs in
+    bf16 (a fused loss keeps one bf16 copy of the softmax)."""
+
+    def __init__(self, h, vocab, fp32_loss=True):
+        super().__init__()
+        self.norm = Norm(h, True)
+        self.out = nn.Linear(h, vocab, bias=False, dtype=DT)
+        self.fp32 = fp32_loss
+
+    def forward(self, x):
+        logits = self.out(self.norm(x)).flatten(0, 1)
+        target = torch.zeros(logits.shape[0], dtype=torch.long)
+        return F.cross_entropy(logits.float() if self.fp32 else logits, target)
