@@ -18,35 +18,47 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rich.console import Console
 from rich.table import Table
 
 from . import theory
-from .components import PRESETS, ComponentCosts, LayerCosts
+from .comparison import Row, compare_columns, compare_rows
+from .components import PRESETS, ComponentCosts
 from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .files import (
     input_files,
-    json_text,
-    load_schedule,
     output_extension,
     output_target,
     refuse_overwrite,
     save_schedule,
     write_bytes_atomic,
 )
-from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
+from .inputs import work
 from .ir import Op, Pair, Schedule
 from .memory import MemoryModel, memory
 from .metrics import Report, summarize
+from .options import (
+    add_costs,
+    add_search,
+    add_shape,
+    columns,
+    costs_from,
+    options_from,
+    positive_float,
+    positive_int,
+    schedule_from,
+    schedule_names,
+    shape,
+    whole_number,
+)
+from .output import console, emit_json, num, pct
 from .pertoken import SECONDS, PerToken
 from .render.pair import pair_chart_bytes, render_pair
-from .render.terminal import MAX_COLUMNS, print_timeline  # noqa: F401  (runtime/commands.py imports print_timeline from here)
-from .schedules import REGISTRY, build, family
+from .render.terminal import MAX_COLUMNS, print_timeline
+from .schedules import REGISTRY, build
 from .simulate import simulate
 from .steady import all_busy
-from .timeline import Timeline
 
 
 class Parser(argparse.ArgumentParser):
@@ -164,137 +176,7 @@ def _listed(value) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------
-# flags shared by several commands
-
-
-def whole_number(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``lo`` to ``hi``, its digits capped before
-    int() (inputs.int_text), so a flag of 5,000 digits is one line like any other."""
-
-    def parse(text: str) -> int:
-        v = int_text(text)
-        if v is None or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
-        return v
-
-    return parse
-
-
-positive_int = whole_number(1, MAX_COUNT)
-#: --width of a terminal timeline: 0 never squeezes, past MAX_COLUMNS it is cut to them
-columns = whole_number(0, INT32_MAX)
-
-
-
-def cost_value(text: str) -> float | tuple[float, ...]:
-    """A cost: one number for every stage, or a comma-separated number per stage."""
-    try:
-        vals = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers per stage, got {text!r}") from None
-    if any(not 0 <= v <= MAX_VALUE for v in vals):  # NaN fails every comparison
-        raise argparse.ArgumentTypeError(f"costs must be from 0 to {MAX_VALUE:g}, got {text!r}")
-    return vals[0] if len(vals) == 1 else vals
-
-
-def number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    """An argparse type: a number for which ``ok`` holds, else "expected <expected>"."""
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = float("nan")
-        if v != v or not ok(v):  # NaN is never a good answer
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return v
-
-    return parse
-
-
-# bounded above so that sums of MAX_OPS of them stay finite (1e308 + 1e308 is inf)
-positive_float = number(lambda v: 0 < v <= MAX_VALUE, f"a number > 0 and <= {MAX_VALUE:g}")
-nonneg_float = number(lambda v: 0 <= v <= MAX_VALUE, f"a number from 0 to {MAX_VALUE:g}")
-share = number(lambda v: 0 <= v <= 1, "a share between 0 and 1")
-
-
-DEFAULT_PP, DEFAULT_MICROBATCHES = 8, 16
-
-
-def add_shape(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
-    p.add_argument("--microbatches", "-m", type=positive_int, help=f"micro-batches per step (default {DEFAULT_MICROBATCHES})")
-    p.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
-    p.add_argument(
-        "--delay-wgrad",
-        action="store_true",
-        help="combined 1F1B: split the weight gradient off the backward (Megatron's --delay-wgrad-compute)",
-    )
-    p.add_argument(
-        "--group-size",
-        type=positive_int,
-        help="interleaved 1F1B (plain and combined): micro-batches per group through each chunk "
-        "(Megatron's --microbatch-group-size-per-virtual-pipeline-stage; default pp)",
-    )
-
-
-def shape(args: argparse.Namespace) -> tuple[int, int]:
-    """(pp, M) of the flags, refused up front when beyond the work limit."""
-    pp, M = args.pp or DEFAULT_PP, args.microbatches or DEFAULT_MICROBATCHES
-    work(pp, M, getattr(args, "chunks", None) or 1, what=getattr(args, "schedule", None) or "schedule")
-    return pp, M
-
-
-def add_op_costs(g) -> None:
-    """The F, B and W times and the P2P latency: the simulator's costs, and zb-auto's,
-    whose builder orders by them."""
-    g.add_argument("--f", type=cost_value, help="forward time (default 1)")
-    g.add_argument("--b", type=cost_value, help="backward-for-input time (default 1)")
-    g.add_argument("--w", type=cost_value, help="weight-gradient time (default 1)")
-    g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
-
-
-def add_costs(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("costs per chunk (a comma-separated list gives one value per stage)")
-    add_op_costs(g)
-    g.add_argument("--bw", type=cost_value, help="fused backward time (default B + W)")
-    g.add_argument("--pair", type=nonneg_float, help="overlapped F&B pair time (default F + BW: no overlap)")
-    g.add_argument(
-        "--costs-per",
-        choices=("chunk", "stage"),
-        default="chunk",
-        help="chunk (default): the times are one chunk's, whatever its size; stage: they are one 1F1B stage's "
-        "(1/pp of the model), and V or interleaved chunks cost their share, to compare schedules on one model",
-    )
-    c = p.add_argument_group(
-        "component costs per layer (instead of --f/--b/--w: a chunk is --layers layers of attention, "
-        "dispatch, MLP, combine; overlapped pairs run on two streams)"
-    )
-    c.add_argument("--preset", choices=sorted(PRESETS), help="ep-1to1: communication equals computation (DeepSeek-V3's regime)")
-    c.add_argument("--components", metavar="FILE.toml", help="component times (and memory sizes) from a TOML file")
-    for name, what in COMPONENT_FLAGS.items():
-        c.add_argument(f"--{name.replace('_', '-')}", type=nonneg_float, help=what)
-    c.add_argument("--layers", type=whole_number(1, MAX_LAYERS), help="layers per chunk (default 1)")
-    c.add_argument("--p2p", type=nonneg_float, help="P2P latency between stages (default 0)")
-    c.add_argument("--comm-sms", type=nonneg_float, help="SMs a communication kernel holds while it runs (default 20)")
-    c.add_argument("--total-sms", type=positive_float, help="SMs of the GPU (default 132, H800)")
-    c.add_argument("--lone-overlap", action="store_true", help="lone ops overlap two half micro-batches (default: exposed)")
-
-
-COMPONENT_FLAGS = {
-    "attn": "attention forward time",
-    "mlp": "MLP (experts) forward time",
-    "dispatch": "all-to-all dispatch time",
-    "combine": "all-to-all combine time",
-    "attn_b": "attention backward-for-input (default = --attn)",
-    "attn_w": "attention weight gradient (default = --attn)",
-    "mlp_b": "MLP backward-for-input (default = --mlp)",
-    "mlp_w": "MLP weight gradient (default = --mlp)",
-    "dispatch_b": "dispatch's backward all-to-all (default = --dispatch)",
-    "combine_b": "combine's backward all-to-all (default = --combine)",
-}
-_LAYER_FIELD = {"attn": "attn_f", "mlp": "mlp_f", "dispatch": "dispatch_f", "combine": "combine_f"}
-_COMPONENT_EXTRAS = ("layers", "p2p", "comm_sms", "total_sms")
+# flags and output of the commands below (the ones other modules share: options.py, output.py)
 
 
 def picture_path(text: str) -> str:
@@ -303,147 +185,12 @@ def picture_path(text: str) -> str:
     return text
 
 
-def costs_from(args: argparse.Namespace) -> CostModel:
-    """The cost model the flags describe: per-chunk ``Costs`` or per-layer ``ComponentCosts``."""
-    simple = {k: getattr(args, k) for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k, None) is not None}
-    layer = {_LAYER_FIELD.get(k, k): v for k in COMPONENT_FLAGS if (v := getattr(args, k, None)) is not None}
-    extras = {k: v for k in _COMPONENT_EXTRAS if (v := getattr(args, k, None)) is not None}
-    file, preset = getattr(args, "components", None), getattr(args, "preset", None)
-    if not (layer or extras or file or preset or getattr(args, "lone_overlap", False)):
-        return Costs(**simple)
-    if simple:
-        flags = ", ".join(f"--{k}" for k in simple)
-        raise PipesimError(
-            f"{flags} describe per-chunk costs; with component costs give per-layer times (--attn, --mlp, --dispatch, --combine)"
-        )
-    if file and preset:
-        raise PipesimError("give either --preset or --components, not both")
-    if file:
-        base = load_cost_file(file)[0]
-        base_layer, layers = base.stages[0][0], len(base.stages[0])
-        extras = {"p2p": base.p2p, "comm_sms": base.comm_sms, "total_sms": base.total_sms, "layers": layers, **extras}
-        lone = base.lone_overlap or args.lone_overlap
-    else:
-        base_layer, lone = (PRESETS[preset] if preset else LayerCosts()), args.lone_overlap
-    fields_now = {f: getattr(base_layer, f) for f in base_layer.__dataclass_fields__}
-    if layer:  # flags override the file or preset; derived defaults follow the new forward times
-        for f in ("attn_b", "attn_w", "mlp_b", "mlp_w", "dispatch_b", "combine_b"):
-            if f not in layer and f.split("_")[0] + "_f" in layer:
-                fields_now[f] = None
-        fields_now.update(layer)
-    layers = extras.pop("layers", 1)
-    return ComponentCosts.uniform(LayerCosts(**fields_now), layers, lone_overlap=lone, **extras)
-
-
 def memory_from(args: argparse.Namespace) -> MemoryModel | None:
     file = getattr(args, "components", None)
     return load_cost_file(file)[1] if file else None
 
 
-def add_search(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("search (zb-auto: the cost flags above are its costs too)")
-    g.add_argument(
-        "--memory-limit",
-        type=positive_float,
-        help="peak activations per rank, in micro-batches of one stage's activation (default pp), or bytes with --activation-bytes",
-    )
-    g.add_argument("--w-memory", type=share, help="share of an activation kept until its W; B frees the rest (default 1)")
-    g.add_argument("--activation-bytes", type=positive_float, help="bytes one forward adds: --memory-limit is then in bytes")
-    g.add_argument("--exact", action="store_true", help="improve with CP-SAT (OR-Tools) and prove optimality if it can")
-    g.add_argument("--time-limit", type=nonneg_float, help="seconds for --exact (default 10)")
-
-
-SEARCH_FLAGS = ("memory_limit", "w_memory", "activation_bytes", "time_limit")
-COST_OPTIONS = ("f", "b", "w", "comm")
-
-
-def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
-    """Builder options given on the command line. Flags a schedule does not take are
-    passed anyway so that ``build`` rejects them; the cost flags go to the builders that
-    take costs (zb-auto) and to the simulator."""
-    opts = {k: v for k in ("chunks", "group_size", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
-    if "time_limit" in opts and not getattr(args, "exact", False):
-        raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
-    if getattr(args, "exact", False):
-        opts["exact"] = True
-    if getattr(args, "delay_wgrad", False):
-        opts["delay_wgrad"] = True
-    name = name or getattr(args, "schedule", None)
-    fam = REGISTRY.get(name) if name else None
-    if fam is not None:
-        for k in COST_OPTIONS:
-            if k in fam.options and getattr(args, k, None) is not None:
-                opts[k] = getattr(args, k)
-    return opts
-
-
-def is_schedule_file(name: str) -> bool:
-    """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule."""
-    return name.endswith(".json") or "/" in name
-
-
-def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
-    """Build the named schedule, or load it when ``--schedule`` names a JSON file."""
-    name = name or args.schedule
-    if is_schedule_file(name):
-        s = load_schedule(name)
-        # the one schedule of the command: builder flags cannot apply to it (in a list of
-        # several, they are for the others)
-        builder_only = [k for k in options_from(args, name) if k not in COST_OPTIONS]
-        if builder_only and name == getattr(args, "schedule", None):
-            flag = "--" + builder_only[0].replace("_", "-")
-            raise PipesimError(f"{flag} is an option of the schedule builders; a schedule file brings its own order: drop it")
-        for flag in ("pp", "microbatches"):
-            given, have = getattr(args, flag), getattr(s, flag)
-            if given is not None and given != have:
-                raise PipesimError(f"--{flag} {given} disagrees with the file's {flag} = {have}; drop the flag")
-        return s
-    pp, M = shape(args)
-    return build(name, pp, M, **options_from(args))
-
-
-# --------------------------------------------------------------------------------------
-# output helpers
-
-
-def console() -> Console:
-    """Rich console; when piped, 160 columns rather than Rich's 80 so tables stay whole."""
-    width = None if sys.stdout.isatty() else 160
-    return _Console(highlight=False, soft_wrap=True, width=width)
-
-
-class _Console(Console):
-    """Rich exits 1 on a broken pipe; pipesim treats a reader that went away as success
-    (``pipesim compare | head``), in ``main``."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
-
-
-def emit_json(data: dict) -> None:
-    sys.stdout.write(json_text(data))
-
-
 GB = 1e9  # memory is printed in decimal GB everywhere, as GPU data sheets and cluster files give it
-
-
-def schedule_names(text: str | None) -> list[str]:
-    """``--schedules``: comma-separated names, or every registry schedule when not given."""
-    if text is None:
-        return list(REGISTRY)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise PipesimError(f"--schedules {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
-    return names
-
-
-def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
-
-
-def num(x: float) -> str:
-    return f"{x:.6g}"
 
 
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
@@ -560,59 +307,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out.print()
         print_timeline(out, s, tl, args.width)
     return 0
-
-
-COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
-    ("schedule", lambda r: r.schedule),
-    ("makespan", lambda r: num(r.makespan)),
-    ("bubble", lambda r: pct(r.bubble_ratio)),
-    ("steady-state util", lambda r: pct(r.steady_state_utilization)),
-    ("min rank util", lambda r: pct(min(r.utilization))),
-    ("peak act. (chunks)", lambda r: str(max(r.peak_activations))),
-    ("peak act. (stages)", lambda r: f"{max(r.peak_activation_memory):g}"),
-    ("params", lambda r: f"{r.parameter_copies:g}x"),
-]
-COMPONENT_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
-    ("compute util", lambda r: pct(sum(r.compute_utilization) / len(r.compute_utilization))),
-    ("steady compute util", lambda r: pct(r.steady_state_compute_utilization)),
-    ("exposed comm (worst rank)", lambda r: num(max(r.exposed_comm))),
-]
-
-
-def compare_columns(costs: CostModel) -> list[tuple[str, Callable[[Report], str]]]:
-    """The comparison table's columns: header and cell of a report."""
-    return COMPARE_COLUMNS + (COMPONENT_COLUMNS if isinstance(costs, ComponentCosts) else [])
-
-
-@dataclass
-class Row:
-    """One schedule in a comparison: its timeline and report, or why it cannot run."""
-
-    name: str
-    schedule: Schedule | None = None
-    timeline: Timeline | None = None
-    report: Report | None = None
-    error: str | None = None
-
-
-def compare_rows(
-    args: argparse.Namespace, names: list[str], costs: Costs, costs_for: Callable[[Schedule], CostModel] | None = None
-) -> list[Row]:
-    """Each schedule built and simulated; ``costs_for`` (a model's costs, which depend on
-    the schedule's stage count) replaces ``costs`` when given."""
-    rows = []
-    for name in names:
-        fam = family(name)  # an unknown name is an error, not a row
-        try:
-            # each schedule gets the options it takes: --chunks, and for zb-auto the
-            # costs and the memory limit (it then uses all the memory allowed)
-            opts = {k: v for k, v in options_from(args, name).items() if k in fam.options}
-            s = build(name, *shape(args), **opts)
-            tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
-            rows.append(Row(name, s, tl, summarize(s, tl)))
-        except PipesimError as e:
-            rows.append(Row(name, error=str(e)))
-    return rows
 
 
 def pareto(rows: list[Row]) -> set[str]:

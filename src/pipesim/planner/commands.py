@@ -7,12 +7,13 @@ import sys
 import time
 from dataclasses import fields
 
-from ..cli import console, emit_json, positive_float, positive_int, whole_number
 from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import json_text, write_text_atomic
 from ..inputs import work
 from ..memory import memory
+from ..options import positive_float, positive_int, whole_number
+from ..output import console, emit_json
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate

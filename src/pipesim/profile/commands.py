@@ -12,11 +12,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..cli import console, emit_json, num, pct
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
 from ..files import json_text, output_extension, timeline_to_dict, write_text_atomic
 from ..metrics import summarize
+from ..output import console, emit_json, num, pct
 from .labels import COMM, COMPONENTS, Mapping
 from .measure import Profile, measured_kinds, profile
 

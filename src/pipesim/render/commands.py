@@ -14,28 +14,26 @@ import sys
 
 from rich.table import Table
 
-from ..cli import (
-    DEFAULT_PP,
-    add_costs,
-    add_shape,
-    compare_columns,
-    compare_rows,
-    console,
-    costs_from,
-    is_schedule_file,
-    number,
-    options_from,
-    pct,
-    positive_int,
-    schedule_from,
-    schedule_names,
-    shape,
-)
+from ..comparison import compare_columns, compare_rows
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
 from ..files import load_timeline, output_extension, write_bytes_atomic, write_text_atomic
 from ..inputs import work
 from ..ir import Schedule
+from ..options import (
+    DEFAULT_PP,
+    add_costs,
+    add_shape,
+    costs_from,
+    is_schedule_file,
+    number,
+    options_from,
+    positive_int,
+    schedule_from,
+    schedule_names,
+    shape,
+)
+from ..output import console, pct
 from ..schedules import REGISTRY, build, family
 from ..simulate import simulate
 from ..sweep import COLUMNS, RANGE_HELP, parse_range, run_sweep, skip_lines, to_csv

@@ -14,27 +14,25 @@ import os
 import re
 import sys
 
-from ..cli import (
-    COST_OPTIONS,
-    add_op_costs,
-    add_search,
-    add_shape,
-    columns,
-    console,
-    emit_json,
-    is_schedule_file,
-    nonneg_float,
-    pct,
-    positive_int,
-    print_timeline,
-    schedule_from,
-    shape,
-)
 from ..costs import Costs
 from ..engine import compile
 from ..errors import PipesimError
 from ..files import input_files, json_text, output_extension, refuse_overwrite, save_schedule, write_text_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
+from ..options import (
+    COST_OPTIONS,
+    add_op_costs,
+    add_search,
+    add_shape,
+    columns,
+    is_schedule_file,
+    nonneg_float,
+    positive_int,
+    schedule_from,
+    shape,
+)
+from ..output import console, emit_json, pct
+from ..render.terminal import print_timeline
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
 

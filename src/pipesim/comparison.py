@@ -1,0 +1,71 @@
+"""A comparison of schedules, shared by ``compare`` and ``report``: one row per schedule
+(built and simulated, or why it cannot run) and the table's columns."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .components import ComponentCosts
+from .costs import CostModel, Costs, chunk_costs
+from .errors import PipesimError
+from .ir import Schedule
+from .metrics import Report, summarize
+from .options import options_from, shape
+from .output import num, pct
+from .schedules import build, family
+from .simulate import simulate
+from .timeline import Timeline
+
+COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
+    ("schedule", lambda r: r.schedule),
+    ("makespan", lambda r: num(r.makespan)),
+    ("bubble", lambda r: pct(r.bubble_ratio)),
+    ("steady-state util", lambda r: pct(r.steady_state_utilization)),
+    ("min rank util", lambda r: pct(min(r.utilization))),
+    ("peak act. (chunks)", lambda r: str(max(r.peak_activations))),
+    ("peak act. (stages)", lambda r: f"{max(r.peak_activation_memory):g}"),
+    ("params", lambda r: f"{r.parameter_copies:g}x"),
+]
+COMPONENT_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
+    ("compute util", lambda r: pct(sum(r.compute_utilization) / len(r.compute_utilization))),
+    ("steady compute util", lambda r: pct(r.steady_state_compute_utilization)),
+    ("exposed comm (worst rank)", lambda r: num(max(r.exposed_comm))),
+]
+
+
+def compare_columns(costs: CostModel) -> list[tuple[str, Callable[[Report], str]]]:
+    """The comparison table's columns: header and cell of a report."""
+    return COMPARE_COLUMNS + (COMPONENT_COLUMNS if isinstance(costs, ComponentCosts) else [])
+
+
+@dataclass
+class Row:
+    """One schedule in a comparison: its timeline and report, or why it cannot run."""
+
+    name: str
+    schedule: Schedule | None = None
+    timeline: Timeline | None = None
+    report: Report | None = None
+    error: str | None = None
+
+
+def compare_rows(
+    args: argparse.Namespace, names: list[str], costs: Costs, costs_for: Callable[[Schedule], CostModel] | None = None
+) -> list[Row]:
+    """Each schedule built and simulated; ``costs_for`` (a model's costs, which depend on
+    the schedule's stage count) replaces ``costs`` when given."""
+    rows = []
+    for name in names:
+        fam = family(name)  # an unknown name is an error, not a row
+        try:
+            # each schedule gets the options it takes: --chunks, and for zb-auto the
+            # costs and the memory limit (it then uses all the memory allowed)
+            opts = {k: v for k, v in options_from(args, name).items() if k in fam.options}
+            s = build(name, *shape(args), **opts)
+            tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
+            rows.append(Row(name, s, tl, summarize(s, tl)))
+        except PipesimError as e:
+            rows.append(Row(name, error=str(e)))
+    return rows

@@ -1,0 +1,37 @@
+"""The output helpers every command module shares: the Rich console, JSON on stdout,
+and how a share and a number are printed."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+from .files import json_text
+
+
+def console() -> Console:
+    """Rich console; when piped, 160 columns rather than Rich's 80 so tables stay whole."""
+    width = None if sys.stdout.isatty() else 160
+    return _Console(highlight=False, soft_wrap=True, width=width)
+
+
+class _Console(Console):
+    """Rich exits 1 on a broken pipe; pipesim treats a reader that went away as success
+    (``pipesim compare | head``), in ``main``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def emit_json(data: dict) -> None:
+    sys.stdout.write(json_text(data))
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def num(x: float) -> str:
+    return f"{x:.6g}"
