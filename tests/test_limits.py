@@ -161,8 +161,8 @@ def test_a_trace_naming_a_stage_or_rank_in_the_billions_is_refused_at_once(tmp_p
     last = s.ranks[1][-1]
 
     def label(item, r, stages):
-        if big == "stage" and item == last:
-            return torch_label(item, 10**9)
+        if big == "stage" and item == last:  # the largest stage a label may name (a million is not one)
+            return torch_label(item, 999_999)
         return torch_label(item, stages[0])
 
     folder = action_traces(tmp_path, s, label)

@@ -415,3 +415,19 @@ def test_older_kineto_category_names_read_the_same(tmp_path):
     ev = [ann("attn(F)", 0, 10), {**launch(1, 1), "cat": "Runtime"}, {**kernel(1, 100, 50), "cat": "Kernel"}]
     prof = profile(write(tmp_path / "old.json", ev))
     assert prof.gpu and prof.rows[0].per_layer == pytest.approx(50e-6)
+
+
+def test_a_gzip_bomb_of_metadata_is_refused_before_it_is_decoded(tmp_path, capsys):
+    """Metadata beside traceEvents (Kineto's deviceProperties, distributedInfo: a few KB)
+    past a megabyte of text is refused as it is read: 10 million tiny lists compress to
+    about 60 KB and decoded took 2.8 GB and minutes before this bound."""
+    import resource
+
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wt") as f:
+        f.write('{"deviceProperties": [' + "[0]," * 10_000_000 + '0], "traceEvents": []}')
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "more than 1,048,576 characters" in err, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # KB

@@ -32,7 +32,8 @@ LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runt
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 RANGE_CATS = {"user_annotation", "cpu_op", "operator"}
 CHUNK = 1 << 20  # characters read at a time
-MAX_VALUE = 64 << 20  # characters one top-level value or event may take
+MAX_VALUE = 64 << 20  # characters one event may take
+MAX_META = 1 << 20  # characters one top-level value beside traceEvents may take: Kineto's are a few KB
 MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
 MAX_TS_US = 1e17  # Kineto's clock (microseconds since the epoch, ~1.8e15 now) for 3,000 years
 _KIND = {"int": "a number", "float": "a number", "str": "a string", "list": "a list", "bool": "true or false", "NoneType": "null"}
@@ -175,11 +176,11 @@ class _Reader:
         self.buf, self.pos, self.eof = "", 0, False
         self.dec = json.JSONDecoder(parse_int=json_int)
 
-    def _more(self) -> bool:
+    def _more(self, size: int = CHUNK) -> bool:
         if self.eof:
             return False
         try:
-            chunk = self.f.read(CHUNK)
+            chunk = self.f.read(size)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             raise PipesimError(f"{self.where}: cannot read it ({e}); expected a plain or gzipped profiler trace") from None
         except UnicodeDecodeError as e:
@@ -209,10 +210,11 @@ class _Reader:
         self.pos += 1
         return c
 
-    def value(self):
+    def value(self, limit: int = MAX_VALUE):
         """The next JSON value. One that fails to decode may only be cut by the end of
-        what was read: read more and try again, up to ``MAX_VALUE`` characters (no
-        profiler event is that large, so a malformed file fails without being read whole)."""
+        what was read: read as much again and retry (so a long value costs linear time),
+        up to ``limit`` characters (no profiler event is that large, so a malformed file
+        fails without being read whole)."""
         self.peek()
         while True:
             try:
@@ -229,7 +231,12 @@ class _Reader:
                     self.pos = end
                     return v
                 continue
-            if len(self.buf) - self.pos > MAX_VALUE or not self._more():
+            if len(self.buf) - self.pos > limit:
+                raise PipesimError(
+                    f"{self.where}: not a profiler trace: a JSON value of more than {limit:,} characters "
+                    f"({'an event' if limit == MAX_VALUE else 'metadata beside traceEvents'} is far smaller)"
+                )
+            if not self._more(max(CHUNK, len(self.buf) - self.pos)):
                 raise PipesimError(
                     f"{self.where}: not valid JSON ({error.msg}); expected the Chrome-trace JSON of torch.profiler"
                 ) from None
@@ -262,7 +269,7 @@ def _items(p: Path):
                     r.pos += 1
                     yield from (("event", e) for e in _array(r))
                 else:
-                    yield ("meta", (key, r.value()))
+                    yield ("meta", (key, r.value(MAX_META)))
                 if r.expect(",}", "',' or '}'") == "}":
                     break
         if not seen:
