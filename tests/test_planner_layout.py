@@ -178,3 +178,14 @@ def test_pinned_cp_plan_reports_and_recipes(capsys):
     tt = out["recipe"]["torchtitan"]
     assert tt["parallelism"]["context_parallel_degree"] == 4
     assert "context_parallel_degree=4" in tt["python"] and "def pipesim_plan" in tt["python"]
+
+
+def test_odd_gpu_count_below_a_tensor_group_plans_without_tensor_parallelism(capsys):
+    """3 GPUs on an 8-GPU node: tensor groups of 2, 4 or 8 cannot tile them, so the search
+    keeps tp 1 (a fuzz case once divided by the empty 3 // 8 = 0 GPUs left per tensor group)."""
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "3", "--seq", "1024",
+                 "--global-batch", "12", "--schedules", "1f1b,dualpipe", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    best = json.loads(captured.out)["recommendation"]
+    assert best["tp"] == 1 and best["pp"] * best["dp"] * best["cp"] == 3

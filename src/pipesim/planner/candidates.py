@@ -174,7 +174,7 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
     if pins.tp:
         tps = [pins.tp]
     else:
-        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.domain and tp_problem(m, x) is None]
+        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.domain and gpus % x == 0 and tp_problem(m, x) is None]
     etp = pins.etp or 1
     starved = not any(fed(t, gpus // (tp * pp), pp) for tp in tps for pp in pipeline_sizes(gpus // tp))
     for tp in tps:
@@ -236,6 +236,8 @@ def pipeline_sizes(n: int) -> list[int]:
     """Pipeline depths searched over ``n`` GPUs a tensor group: the powers of two dividing
     it, and where n has an odd factor (72-GPU NVL72 racks make it 9), those times it, so
     that the data-parallel degree left can be a power of two dividing the global batch."""
+    if n < 1:
+        return []
     odd = n // (n & -n)
     out = [p for p in _powers(n) if n % p == 0]
     return out + [p * odd for p in out if n % (p * odd) == 0] if odd > 1 else out
