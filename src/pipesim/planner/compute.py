@@ -93,7 +93,8 @@ def gemm(
     wave idles the rest: NVIDIA's matrix-multiplication performance guide), or the bytes
     (inputs at their width, a bf16 output) at HBM bandwidth, whichever is longer. Thin
     multiplies (few tokens per expert, narrow shards) fall below the peak share this way,
-    large ones reach it; FP8 has its own peak and share. No kernel takes less than its
+    large ones reach it (with ``gemm_tile_fill_us`` a BF16 tile also pays a fixed fill:
+    ``tile_fill_factor``); FP8 has its own peak and share. No kernel takes less than its
     launch (``floors.kernel_floor``)."""
     low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
     peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
