@@ -57,6 +57,8 @@ BOUNDS = {
     "hbm_tbps": (0.001, 1e4),
     "gemm_efficiency": (0.01, 1),
     "fp8_gemm_efficiency": (0.01, 1),
+    "fp8_tensor_gemm_efficiency": (0.01, 1),
+    "gemm_tile_fill_us": (0, 1e3),
     "attention_efficiency": (0.01, 1),
     "hbm_efficiency": (0.01, 1),
     "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency
@@ -127,6 +129,13 @@ class Cluster:
     hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
     gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
     fp8_gemm_efficiency: float = 0.6  # the same for FP8 (block-scaled, as in training)
+    # the same for per-tensor scaled FP8 (Transformer Engine's current or delayed scaling,
+    # torchao's tensorwise Float8): one scale per operand, cuBLAS's FP8 kernels
+    fp8_tensor_gemm_efficiency: float = 0.7
+    # fixed time each output tile of a BF16 multiply pays besides its k loop (pipeline fill,
+    # epilogue), us; gemm_efficiency is then the share a tile's k loop runs at (compute.py
+    # names the measurement). 0: every shape at gemm_efficiency
+    gemm_tile_fill_us: float = 0.0
     memory_mib: float = 0.0  # device memory as nvidia-smi reports it (memory.total, MiB)
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
@@ -158,6 +167,10 @@ class Cluster:
         return replace(self, name=name, gpus=gpus)
 
 
+#: how FP8 operands are scaled (``Training.fp8_scaling``)
+FP8_SCALINGS = ("block", "tensor")
+
+
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
@@ -169,6 +182,11 @@ class Training:
     seq: int = 4096  # tokens per sequence
     global_batch: int = 1024  # sequences per step
     precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
+    # how FP8 operands are scaled (compute.py): "block" as DeepSeek-V3 trains (1x128 and
+    # 128x128 tiles, its DeepGEMM kernels), "tensor" one scale per tensor (Transformer
+    # Engine's current or delayed scaling, as Megatron-Bridge's fp8_cs recipe; torchao's
+    # tensorwise Float8, as torchtitan's Float8 rows)
+    fp8_scaling: str = "block"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
     recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
@@ -375,7 +393,7 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
     if not 0 <= c.gpu_speed_sd < 1:
         raise PipesimError(f"{where}: gpu_speed_sd must be a share from 0 up to (not including) 1, got {c.gpu_speed_sd}")
-    for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
+    for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
     if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
@@ -416,6 +434,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     t = _fill(Training, table, where)
     if t.precision not in ("bf16", "fp8"):
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
+    if t.fp8_scaling not in FP8_SCALINGS:
+        raise PipesimError(f'{where}: fp8_scaling must be "block" or "tensor", got {t.fp8_scaling!r}')
     if t.recompute not in ("none", "selective", "full", "auto"):
         raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
     if t.stage_split not in ("balanced", "even"):
