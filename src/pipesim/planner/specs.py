@@ -212,6 +212,11 @@ class Training:
     # an MoE layer's weighted combine keeps each expert copy's output for the gate's
     # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
     moe_combine_keeps_outputs: bool = True
+    # fp32 logit-sized tensors the loss's backward holds at once besides the softmax it saved
+    # (activations.loss_transient): 0 for a loss that writes its gradient in place
+    # (Megatron's vocab-parallel cross-entropy), 2 for PyTorch's F.cross_entropy on upcast
+    # logits (torchtitan), 3 for it under DTensor's loss_parallel (tensor parallelism)
+    loss_backward_copies: float = 0
     host_us_per_kernel: float = 3.3
     cuda_graphs: bool = False
     # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
