@@ -66,6 +66,7 @@ BOUNDS = {
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "loss_backward_copies": (0, 16),
     "kernel_floor_us": (0, 1e6),
     "host_us_per_kernel": (0, 1e6),
 }
