@@ -29,8 +29,6 @@ backward's largest transient and FSDP's gathered parameters (``device_memory``),
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pipesim.memory import memory
 from pipesim.planner.device_memory import backward_transient, fsdp_gathered
 from pipesim.planner.footprint import memory_model
@@ -38,73 +36,29 @@ from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Training, load_cluster, load_model
 from pipesim.planner.stages import component_costs, stage_parts
 from pipesim.schedules import build
+from pipesim.simulate import simulate
 
 GIB = 2**30
 
-#: (table and run, model, published GiB, layout, training fields, schedule, micro-batches, note)
-ROWS = [
-    ("T1 8B FSDP8", "llama3-8b", 82.4, dict(dp=8, micro_batch=2), dict(seq=8192, fused_elementwise=False), "op"),
-    ("T1 8B FSDP8 + compile", "llama3-8b", 77.0, dict(dp=8, micro_batch=2), dict(seq=8192), "op"),
-    ("T3 8B FSDP128", "llama3-8b", 67.0, dict(dp=128, micro_batch=2), dict(seq=8192, fused_elementwise=False), "op"),
-    ("T3 8B FSDP128 + compile", "llama3-8b", 62.0, dict(dp=128, micro_batch=2), dict(seq=8192), "op"),
-    ("T2 8B FSDP8 CP1 s32K", "llama3-8b", 83.9, dict(dp=8, micro_batch=1), dict(seq=32768), "full"),
-    ("T2 8B FSDP4 CP2 s64K", "llama3-8b", 84.2, dict(dp=4, cp=2, micro_batch=1), dict(seq=65536), "full"),
-    ("T2 8B FSDP2 CP4 s128K", "llama3-8b", 84.0, dict(dp=2, cp=4, micro_batch=1), dict(seq=131072), "full"),
-    ("T2 8B FSDP1 CP8 s256K", "llama3-8b", 84.5, dict(dp=1, cp=8, micro_batch=1), dict(seq=262144), "full"),
-    ("T4 70B FSDP32 TP8", "llama3-70b", 71.9, dict(dp=32, tp=8, micro_batch=16), dict(seq=8192), "full"),
-    ("T4 70B FSDP32 TP8 AsyncTP", "llama3-70b", 67.6, dict(dp=32, tp=8, micro_batch=16), dict(seq=8192), "full"),
-    ("T5 405B FSDP8 TP8 PP8 1F1B", "llama3-405b", 82.5, dict(dp=8, tp=8, pp=8, micro_batch=4), dict(seq=8192), "full", "1f1b", 8),
-    (
-        "T5 405B FSDP8 TP8 PP8 interleaved",
-        "llama3-405b",
-        72.7,
-        dict(dp=8, tp=8, pp=8, micro_batch=4),
-        dict(seq=8192),
-        "full",
-        "interleaved-1f1b",
-        8,
-    ),
-    (
-        "T6 405B FSDP8 TP8 PP8 CP1 s32K",
-        "llama3-405b",
-        75.3,
-        dict(dp=8, tp=8, pp=8, micro_batch=1),
-        dict(seq=32768),
-        "full",
-        "1f1b",
-        8,
-    ),
-    (
-        "T6 405B FSDP4 TP8 PP8 CP2 s64K",
-        "llama3-405b",
-        75.9,
-        dict(dp=4, cp=2, tp=8, pp=8, micro_batch=1),
-        dict(seq=65536),
-        "full",
-        "1f1b",
-        8,
-    ),
-    (
-        "T6 405B FSDP2 TP8 PP8 CP4 s128K",
-        "llama3-405b",
-        77.1,
-        dict(dp=2, cp=4, tp=8, pp=8, micro_batch=1),
-        dict(seq=131072),
-        "full",
-        "1f1b",
-        8,
-    ),
-    (
-        "T6 405B FSDP1 TP8 PP8 CP8 s256K",
-        "llama3-405b",
-        84.9,
-        dict(dp=1, cp=8, tp=8, pp=8, micro_batch=1),
-        dict(seq=262144),
-        "full",
-        "1f1b",
-        8,
-    ),
-]
+
+def rows():
+    """(table and run, model, published GiB, layout, training fields, recomputation,
+    schedule, micro-batches), from docs/performance.md's six tables."""
+    for dp, eager, compiled in ((8, 82.4, 77.0), (128, 67.0, 62.0)):  # Tables 1 and 3: local batch 2
+        lay = dict(dp=dp, micro_batch=2)
+        yield f"8B FSDP{dp}", "llama3-8b", eager, lay, dict(seq=8192, fused_elementwise=False), "op", "1f1b", 1
+        yield f"8B FSDP{dp} + compile", "llama3-8b", compiled, lay, dict(seq=8192), "op", "1f1b", 1
+    for cp, pub in zip((1, 2, 4, 8), (83.9, 84.2, 84.0, 84.5)):  # Table 2: FSDP x CP on 8 GPUs, local batch 1
+        lay = dict(dp=8 // cp, cp=cp, micro_batch=1)
+        yield f"8B FSDP{8 // cp} CP{cp} s{32 * cp}K", "llama3-8b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 1
+    for name, pub in (("", 71.9), (" AsyncTP", 67.6)):  # Table 4: local batch 16
+        yield f"70B FSDP32 TP8{name}", "llama3-70b", pub, dict(dp=32, tp=8, micro_batch=16), dict(seq=8192), "full", "1f1b", 1
+    for schedule, pub in (("1f1b", 82.5), ("interleaved-1f1b", 72.7)):  # Table 5: local batch 32 as 8 micro-batches
+        lay = dict(dp=8, tp=8, pp=8, micro_batch=4)
+        yield f"405B FSDP8 TP8 PP8 {schedule}", "llama3-405b", pub, lay, dict(seq=8192), "full", schedule, 8
+    for cp, pub in zip((1, 2, 4, 8), (75.3, 75.9, 77.1, 84.9)):  # Table 6: 1F1B, local batch 8
+        lay = dict(dp=8 // cp, cp=cp, tp=8, pp=8, micro_batch=1)
+        yield f"405B FSDP{8 // cp} TP8 PP8 CP{cp} s{32 * cp}K", "llama3-405b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 8
 
 
 def torchtitan_training(fields: dict, tp: int) -> Training:
@@ -123,15 +77,13 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
 
 def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedule: str = "1f1b", M: int = 1) -> dict:
     """pipesim's peak for one row, GiB by part."""
-    m, c = load_model(model), replace(load_cluster("h100"), hbm_gb=96 * 1e9 / 1e9)
+    m, c = load_model(model), load_cluster("h100")  # the peak does not depend on the card's capacity
     lay = Layout(**{"pp": 1, "dp": 1, **lay_fields})
     t = torchtitan_training(t_fields, lay.tp)
     s = build(schedule, lay.pp, M, **({"chunks": 2} if schedule.startswith("interleaved") else {}))
     stages = s.placement.stages
     parts = stage_parts(m, c, t, lay, stages, recompute, s.placement.held())
     mm = memory_model(m, t, lay, stages, recompute, parts)
-    from pipesim.simulate import simulate
-
     mem = memory(s, simulate(s, component_costs(m, c, t, lay, stages, recompute, parts)), mm)
     worst = max(range(s.pp), key=lambda r: mem.peak[r])
     out = {
@@ -150,8 +102,8 @@ def main() -> None:
     print("| run | AC | published (GiB) | static | activations | transient | FSDP gathered | pipesim reserved (GiB) | error |")
     print("|---|---|---|---|---|---|---|---|---|")
     errors = []
-    for name, model, pub, lay, tf, rc, *sched in ROWS:
-        p = predict(model, lay, tf, rc, *sched)
+    for name, model, pub, lay, tf, rc, schedule, M in rows():
+        p = predict(model, lay, tf, rc, schedule, M)
         errors.append(p["reserved"] / pub - 1)
         print(
             f"| {name} | {rc} | {pub:.1f} | {p['static']:.1f} | {p['activations']:.1f} | {p['transient']:.1f} | "
