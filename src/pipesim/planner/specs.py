@@ -171,7 +171,7 @@ class Training:
     global_batch: int = 1024  # sequences per step
     precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
     zero: int = 1  # ZeRO stage over the data-parallel ranks
-    recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
+    recompute: str = "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
@@ -410,6 +410,11 @@ def model_published(name_or_path: str) -> dict | None:
     return ref
 
 
+def _every_n(recompute: object) -> bool:
+    n = recompute.removeprefix("every-") if isinstance(recompute, str) and recompute.startswith("every-") else ""
+    return n.isdigit() and int(n) >= 1
+
+
 def load_training(name_or_path: str | None = None, base: dict | None = None, **overrides) -> Training:
     """Training from defaults, a model's ``[training]``, a file or preset, then flags."""
     table: dict = dict(base or {})
@@ -422,8 +427,11 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     t = _fill(Training, table, where)
     if t.precision not in ("bf16", "fp8"):
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
-    if t.recompute not in ("none", "selective", "full", "auto"):
-        raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.recompute not in ("none", "selective", "full", "auto", "op") and not _every_n(t.recompute):
+        raise PipesimError(
+            f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
+            f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
+        )
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
