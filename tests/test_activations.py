@@ -116,3 +116,14 @@ def test_the_last_stage_keeps_the_head():
     t = Training(seq=4096, logit_bytes=52)
     mm = memory_model(m, t, lay, 2, "full")
     assert mm.activation[1] - mm.activation[0] == pytest.approx(head_activation(m, t, lay))
+
+
+def test_norm_kernel_picks_the_norms_save_set_alone():
+    """torchtitan's early configs ran fused_rmsnorm with eager SwiGLU and rotary: the norms
+    keep what the fused kernels keep, the rest what the eager ops keep."""
+    m = load_model("llama3-8b")
+    eager, fused = Training(seq=4096, fused_elementwise=False), Training(seq=4096)
+    mixed = Training(seq=4096, fused_elementwise=False, norm_kernel="fused")
+    a, b, c = (layer_saved(m, 0, t) for t in (eager, fused, mixed))
+    assert {k: v for k, v in c.items() if "norm" in k} == {k: v for k, v in b.items() if "norm" in k}
+    assert {k: v for k, v in c.items() if "norm" not in k} == {k: v for k, v in a.items() if "norm" not in k}

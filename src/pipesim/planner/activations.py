@@ -75,7 +75,8 @@ BF16, FP32, INDEX, MASK = 2, 4, 8, 1
 def _norm(t: Training, layernorm: bool, hidden: float, out_width: float) -> dict[str, float]:
     """A norm's saved tensors and the following multiply's input (the norm's output)."""
     stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
-    if t.fused_elementwise or layernorm:
+    fused = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
+    if fused or layernorm:
         kept = {"input": BF16 * hidden, "stats": stats}
     else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
         kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}

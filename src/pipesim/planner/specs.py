@@ -191,6 +191,10 @@ class Training:
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    # the norms' kernel where it differs from the rest, for what they keep (activations.py):
+    # "fused" (input and rstd; torchtitan's norm_type = "fused_rmsnorm"), "eager" (fp32
+    # copies), "auto" as fused_elementwise
+    norm_kernel: str = "auto"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
     # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
@@ -432,6 +436,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
             f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
             f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
         )
+    if t.norm_kernel not in ("auto", "fused", "eager"):
+        raise PipesimError(f'{where}: norm_kernel must be "auto", "fused" or "eager", got {t.norm_kernel!r}')
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
