@@ -515,14 +515,15 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     pipeline parallelism FSDP keeps each stage gathered from its first forward to its last
     backward (torchtitan's default), so a stage gathers its bf16 weights once, copies them
     out once (n * 4 bytes at 3.35 TB/s x 0.5) and reduce-scatters once, whatever M; its
-    parameters are then held whole (ZeRO-2's bytes). fsdp_reshard = "always" regathers
+    parameters, and the gradients it accumulates unsharded until the last backward, are
+    then held whole (ZeRO-1's bytes). fsdp_reshard = "always" regathers
     for every micro-batch's forward and backward, as without pipeline parallelism."""
     c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     pl = Placement.standard("flat", 2, 1)
     mm = memory_model(TINY, t, lay, 2, "none")
-    assert mm.zero == 2
+    assert mm.zero == 1
     n0 = sum(mm.params_at(0))  # the first stage's parameters, the busier end for the gathers
     n1 = sum(mm.params_at(1))
     costs = component_costs(TINY, c, t, lay, 2, "none")

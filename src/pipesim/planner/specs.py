@@ -68,6 +68,7 @@ BOUNDS = {
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "loss_backward_copies": (0, 16),
     "kernel_floor_us": (0, 1e6),
     "host_us_per_kernel": (0, 1e6),
 }
@@ -188,7 +189,7 @@ class Training:
     # tensorwise Float8, as torchtitan's Float8 rows)
     fp8_scaling: str = "block"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
-    recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
+    recompute: str = "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
@@ -208,6 +209,10 @@ class Training:
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    # the norms' kernel where it differs from the rest, for what they keep (activations.py):
+    # "fused" (input and rstd; torchtitan's norm_type = "fused_rmsnorm"), "eager" (fp32
+    # copies), "auto" as fused_elementwise
+    norm_kernel: str = "auto"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
     # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
@@ -230,6 +235,11 @@ class Training:
     # an MoE layer's weighted combine keeps each expert copy's output for the gate's
     # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
     moe_combine_keeps_outputs: bool = True
+    # fp32 logit-sized tensors the loss's backward holds at once besides the softmax it saved
+    # (activations.loss_transient): 0 for a loss that writes its gradient in place
+    # (Megatron's vocab-parallel cross-entropy), 2 for PyTorch's F.cross_entropy on upcast
+    # logits (torchtitan), 3 for it under DTensor's loss_parallel (tensor parallelism)
+    loss_backward_copies: float = 0
     host_us_per_kernel: float = 3.3
     cuda_graphs: bool = False
     # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
@@ -422,6 +432,11 @@ def model_published(name_or_path: str) -> dict | None:
     return ref
 
 
+def _every_n(recompute: object) -> bool:
+    n = recompute.removeprefix("every-") if isinstance(recompute, str) and recompute.startswith("every-") else ""
+    return n.isdigit() and int(n) >= 1
+
+
 def load_training(name_or_path: str | None = None, base: dict | None = None, **overrides) -> Training:
     """Training from defaults, a model's ``[training]``, a file or preset, then flags."""
     table: dict = dict(base or {})
@@ -436,8 +451,13 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
     if t.fp8_scaling not in FP8_SCALINGS:
         raise PipesimError(f'{where}: fp8_scaling must be "block" or "tensor", got {t.fp8_scaling!r}')
-    if t.recompute not in ("none", "selective", "full", "auto"):
-        raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.recompute not in ("none", "selective", "full", "auto", "op") and not _every_n(t.recompute):
+        raise PipesimError(
+            f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
+            f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
+        )
+    if t.norm_kernel not in ("auto", "fused", "eager"):
+        raise PipesimError(f'{where}: norm_kernel must be "auto", "fused" or "eager", got {t.norm_kernel!r}')
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
