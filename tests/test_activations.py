@@ -127,3 +127,14 @@ def test_norm_kernel_picks_the_norms_save_set_alone():
     a, b, c = (layer_saved(m, 0, t) for t in (eager, fused, mixed))
     assert {k: v for k, v in c.items() if "norm" in k} == {k: v for k, v in b.items() if "norm" in k}
     assert {k: v for k, v in c.items() if "norm" not in k} == {k: v for k, v in a.items() if "norm" not in k}
+
+
+def test_only_block_scaled_fp8_caches_the_swiglu_input():
+    """DeepSeek-V3 keeps its experts' SwiGLU input in FP8 and recomputes the product;
+    Transformer Engine's per-tensor FP8 keeps the bf16 gate and up projections as bf16 does."""
+    m = load_model("deepseek-v3")
+    layer = m.layers - 1  # an MoE layer
+    block = layer_saved(m, layer, Training(precision="fp8", fp8_scaling="block"))
+    tensor = layer_saved(m, layer, Training(precision="fp8", fp8_scaling="tensor"))
+    bf16 = layer_saved(m, layer, Training(precision="bf16"))
+    assert sum(block.values()) < sum(tensor.values()) <= sum(bf16.values())

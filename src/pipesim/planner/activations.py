@@ -142,7 +142,7 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
     k, f = e.top_k, e.expert_ffn / etp
-    if t.precision == "fp8":  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+    if _fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
         per_copy = lin * 2 * f
     else:
         per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
@@ -244,8 +244,14 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
 W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu output", "expert inputs")
 
 
+def _fp8_swiglu_cache(t: Training) -> bool:
+    """DeepSeek-V3's FP8 training caches the SwiGLU input in FP8 and recomputes its output;
+    per-tensor FP8 (Transformer Engine, torchao) keeps the bf16 activation as BF16 training does."""
+    return t.precision == "fp8" and t.fp8_scaling == "block"
+
+
 def _down_share(m: Model, t: Training) -> float:
-    if t.precision == "fp8":  # the product is recomputed from the cached input
+    if _fp8_swiglu_cache(t):  # the product is recomputed from the cached input
         return 0.0
     f, lin = 1.0, BF16  # per unit of ffn: gate and up, silu, product
     return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
