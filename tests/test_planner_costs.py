@@ -394,9 +394,10 @@ def test_blocking_p2p_by_hand():
     """Without overlap a stage's ops wait for their transfers: one micro-batch's activation
     is 32 tokens x 64 x 2 bytes = 4096 bytes over the 10 GB/s network plus the 10 us
     latency; the end stages of a 3-stage pipeline have one neighbour, the middle one two;
-    the edges then carry nothing (the transfer already sits on both ranks)."""
+    the edges then carry nothing (the transfer already sits on both ranks). dp8 puts the
+    stages a node apart, so the transfers leave the 8-GPU NVLink domain."""
     hop = 4096 / 10e9 + 10e-6
-    lay = Layout(pp=3, dp=1)
+    lay = Layout(pp=3, dp=8)
     on_t = replace(T, comm_sms=1)  # GPU has 4 SMs
     on = component_costs(TINY, GPU, on_t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
     t = replace(on_t, p2p_overlap=False)
@@ -412,8 +413,8 @@ def test_blocking_p2p_by_hand():
 def test_p2p_gathers_without_sequence_parallelism_by_hand():
     """tp2, 32 tokens x 64 x 2 bytes = 4096 bytes: each shard sends 2048 over the 10 GB/s
     network; without sequence parallelism the receivers all-gather the other half (2048
-    bytes) over the 100 GB/s NVLink."""
-    lay = Layout(pp=2, dp=1, tp=2)
+    bytes) over the 100 GB/s NVLink (dp4 puts the two stages on different 8-GPU nodes)."""
+    lay = Layout(pp=2, dp=4, tp=2)
     sp = replace(T, sequence_parallel=True)
     assert p2p_seconds(TINY, GPU, sp, lay) == pytest.approx(10e-6 + 2048 / 10e9)
     no_sp = replace(T, sequence_parallel=False)
