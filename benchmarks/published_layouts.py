@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         rank_s = f"#{rank}" if rank else f"> {kept} layouts" if top else "-"
         # the same search on the published schedule alone: layouts as the published framework runs them
         same = search(m, c, t, schedules=[pub.candidate.schedule], keep=args.keep)
-        own, _ = layout_rank(same, pub, args.keep) if same.best else (None, 0)
-        own_s = f"#{own}" if own else "-"
+        own, kept_same = layout_rank(same, pub, args.keep) if same.best else (None, 0)
+        own_s = f"#{own}" if own else f"> {kept_same} layouts" if same.best else "-"
         if shape(pub.candidate.layout) not in searched:
             why = f"{shape_text(shape(pub.candidate.layout))} is outside the free search's layouts (pin it to ask)"
         else:
