@@ -65,3 +65,20 @@ def test_layout_over_its_static_floor_is_refused_with_the_same_reason():
     assert not isinstance(p, Prepared) and p.reason.startswith("parameters, gradients and optimizer states need")
     roomy = replace(c, hbm_gb=10_000)
     assert static_floor(m, t, lay) < usable_for(m, roomy, t, lay, "selective").bytes
+
+
+def test_no_recomputation_is_left_out_where_selective_is_its_twin():
+    """Llama 3 8B under flash attention: selective recomputation recomputes nothing the
+    kernel does not already, so each candidate without it would be its selective twin's
+    step with more memory. Only zb-auto, ordered under each candidate's own memory room,
+    keeps both; and the two really do simulate to the same step."""
+    from pipesim.planner.candidates import candidates
+    from pipesim.planner.evaluate import evaluate
+
+    m, c, t = setup("llama3-8b", "h100", 16, global_batch=32, seq=2048)
+    cands = list(candidates(m, c, t))
+    assert {x.schedule for x in cands if x.recompute == "none"} == {"zb-auto"}
+    assert {x.recompute for x in cands} == {"none", "selective", "full"}
+    lay = Layout(pp=2, dp=8)
+    none, sel = (evaluate(m, c, t, Candidate(lay, "1f1b", None, rc, 4)) for rc in ("none", "selective"))
+    assert none.step_time == sel.step_time and sel.memory_gb <= none.memory_gb

@@ -275,10 +275,17 @@ def _powers(limit: int) -> list[int]:
 def candidates(
     m: Model, c: Cluster, t: Training, schedules: list[str] | None = None, pins: Pins = NO_PINS
 ) -> Iterator[Candidate]:
+    from .stages import selective_changes_nothing  # costs sit above the search space
+
     variants = schedule_variants(schedules, pins)
     recomputes = ("none", "selective", "full") if t.recompute == "auto" else (t.recompute,)
     for lay in layouts(m, c, t, pins):
         M = t.global_batch // (lay.dp * lay.micro_batch)
+        # no recomputation where selective costs nothing more is the same step with more
+        # memory: left out, but for families ordered under the candidate's own memory room
+        twin = "selective" in recomputes and "none" in recomputes and selective_changes_nothing(m, c, t, lay)
         for name, chunks in variants:
+            cost_ordered = set(COST_OPTIONS) <= REGISTRY[name].options.keys()
             for rc in recomputes:
-                yield Candidate(lay, name, chunks, rc, M)
+                if not (twin and rc == "none" and not cost_ordered):
+                    yield Candidate(lay, name, chunks, rc, M)

@@ -34,6 +34,18 @@ def _kind_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, 
     return _layer(m, first, c, t, lay, recompute)
 
 
+def selective_changes_nothing(m: Model, c: Cluster, t: Training, lay: Layout) -> bool:
+    """Whether selective recomputation costs nothing over none on this layout: every kind
+    of layer (and the MTP modules) has the same op times under both, as under flash
+    attention for grouped-query attention, where the kernel recomputes its scores
+    anyway. Selective then keeps no more memory than none and needs no transient, so a
+    candidate without recomputation is the same step as its selective twin, never a
+    better one."""
+    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
+    same = all(_layer(m, i, c, t, lay, "none") == _layer(m, i, c, t, lay, "selective") for i in kinds.values())
+    return same and _ends(m, c, t, lay, "none") == _ends(m, c, t, lay, "selective")
+
+
 def stage_parts(
     m: Model,
     c: Cluster,
