@@ -490,7 +490,7 @@ def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other
 
     m, c = load_model("deepseek-v3"), replace(load_cluster("h800-2048"), hbm_gb=82.0)
     t = load_training(**model_training("deepseek-v3"))
-    plan = search_mod.search(m, c, t, schedules=["interleaved-1f1b-overlap"], pins=candidates_mod.Pins(pp=8))
+    plan = search_mod.search(m, c, t, schedules=["interleaved-1f1b-overlap"], pins=candidates_mod.Pins(pp=8, tp=1))
     r = plan.best
     pl = placement_of(r)
     lay, rc = r.candidate.layout, r.candidate.recompute

@@ -58,15 +58,19 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     """One activation (or its gradient) between two stages: with tensor parallelism each
-    shard sends its 1/tp, over the network (stages sit on different nodes once tp x pp
-    exceeds a node; inside a node NVLink is faster, and the network bound is kept as the
-    conservative one). Without sequence parallelism every shard needs the whole tensor, so
-    the receiving shards all-gather it over NVLink (Megatron-LM 2021's scatter/gather
-    optimisation, DeepSpeed's partitioned pipeline buffers); under it the shard is what
-    the next stage consumes."""
+    shard sends its 1/tp to its peer in the next stage. Where every stage of a pipeline
+    sits in one NVLink domain (``Layout.span("pp")``: tp x cp x dp x pp within a DGX node,
+    or up to 72 GPUs of an NVL72 rack) the send runs over NVLink, as NCCL's send/recv
+    between GPUs of one NVLink fabric does; otherwise at least one hop leaves the domain
+    and the pipeline is priced at the network's pace on every hop (the conservative bound:
+    the engine takes one transfer time for all ranks). Without sequence parallelism every
+    shard needs the whole tensor, so the receiving shards all-gather it over NVLink
+    (Megatron-LM 2021's scatter/gather optimisation, DeepSpeed's partitioned pipeline
+    buffers); under it the shard is what the next stage consumes."""
     full = lay.tokens(t.seq) * m.hidden * 2
     gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
-    return t.p2p_latency_us * 1e-6 + full / lay.tp / (c.network_gbps * 1e9) + gather
+    link = c.nvlink_gbps if lay.span("pp", c.domain).inside else c.network_gbps
+    return t.p2p_latency_us * 1e-6 + full / lay.tp / (link * 1e9) + gather
 
 
 def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:
