@@ -104,6 +104,9 @@ def test_moe_all_to_all_by_hand():
     # with fp8, dispatch sends one byte per element
     t8 = Training(seq=64, global_batch=16, precision="fp8")
     assert moe_comm(m, CLUSTER, t8, Layout(pp=1, dp=16, ep=16))[0] == pytest.approx(dispatch / 2)
+    # Transformer Engine's per-tensor FP8 leaves Megatron's all-to-all dispatcher in bf16
+    te = Training(seq=64, global_batch=16, precision="fp8", fp8_scaling="tensor")
+    assert moe_comm(m, CLUSTER, te, Layout(pp=1, dp=16, ep=16))[0] == pytest.approx(dispatch)
 
 
 def test_partition_gives_the_end_stages_the_fewer_layers():

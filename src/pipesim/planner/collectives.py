@@ -17,8 +17,10 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
     routing caps those at ``max_nodes``) and forwarded inside it over NVLink; the two links
     work at once, so the slower one sets the time. With expert tensor parallelism the etp
     GPUs of an expert shard then all-gather the copies they received (and reduce-scatter
-    the outputs: the same bytes), on their own ring. Dispatch is FP8 under fp8 training,
-    everything else BF16.
+    the outputs: the same bytes), on their own ring. Dispatch is FP8 under DeepSeek's
+    block-scaled FP8 training (its DeepEP dispatch sends FP8 tokens); Megatron-Core's
+    all-to-all dispatcher under Transformer Engine's per-tensor FP8 sends BF16, as does
+    everything else.
     """
     e, h = m.moe, m.hidden
     if e is None or lay.ep * lay.etp <= 1:
@@ -41,7 +43,7 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
         a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
         return a2a + tokens * per_token * gather
 
-    dispatch = seconds(1 if t.precision == "fp8" else 2)
+    dispatch = seconds(1 if t.precision == "fp8" and t.fp8_scaling == "block" else 2)
     combine = seconds(2)
     return dispatch, combine, combine, combine
 
