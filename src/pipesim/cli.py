@@ -27,6 +27,7 @@ from .costfile import load_cost_file
 from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .files import (
+    Stream,
     input_files,
     output_extension,
     output_target,
@@ -203,7 +204,7 @@ def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict
     # null for the handcrafted schedules; false for a search that did not prove its result
     d["proven_optimal"] = schedule.info.get("proven_optimal")
     d["search"] = schedule.info or None
-    d["ranks"] = schedule.to_notation()
+    d["ranks"] = Stream(schedule.pp, schedule.rank_notation)  # written a rank at a time
     return d
 
 
@@ -476,10 +477,10 @@ def cmd_ops(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}", file=sys.stderr)
         return 0
     if args.json:
-        emit_json({"ranks": s.to_notation()})
+        emit_json({"ranks": Stream(s.pp, s.rank_notation)})
         return 0
-    for r, ops in enumerate(s.to_notation()):
-        print(f"rank {r}: {' '.join(ops)}")
+    for r in range(s.pp):
+        print(f"rank {r}: {' '.join(s.rank_notation(r))}")
     return 0
 
 
