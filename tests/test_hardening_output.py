@@ -222,3 +222,19 @@ def test_a_csv_of_too_many_rows_is_refused_before_its_cells_are_read(capsys, tmp
     are not even actions, and the ranks are what is refused."""
     (tmp_path / "c.csv").write_text("zzz,zzz\n" * 200_000)
     one_line(capsys, ["import", "--csv", tmp_path / "c.csv"], "pp=200,000 is above the limit of 100,000 ranks")
+
+
+def test_run_refuses_a_profile_over_its_schedule_before_importing_torch(capsys, tmp_path, monkeypatch):
+    """The check ran after torch's import (4-7 s): a refusal took 9 s."""
+    from pipesim.runtime import commands
+
+    def no_torch():
+        raise AssertionError("torch imported before the outputs were checked")
+
+    monkeypatch.setattr(commands, "_torch", no_torch)
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "rank0.json").write_text(json.dumps(build("1f1b", 2, 2).to_dict()))
+    monkeypatch.chdir(tmp_path)
+    one_line(
+        capsys, ["run", "-s", "prof/rank0.json", "--profile", "prof", "--synthetic", "--pp", "2"], "would overwrite the input"
+    )

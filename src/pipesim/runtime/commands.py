@@ -191,6 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             skipped.append((name, str(e)))
     if not schedules:
         raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    # the trace files --profile writes are checked against the inputs before torch is
+    # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
+    profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
     _torch()
     from .api import execute_many, job
     from .results import RunFailed
@@ -208,12 +211,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             check=args.check,
             synthetic=costs,
             tolerance=args.tolerance,
-            profile=_profile_dir(args, s, len(schedules)),
+            profile=profile,
             ep=args.ep,
             a2a_delay=args.a2a_delay,
             overlap=not args.serial_pairs,
         )
-        for s in schedules
+        for s, profile in zip(schedules, profiles)
     ]
     try:
         results = execute_many(jobs, backend=args.backend, timeout=args.timeout)
