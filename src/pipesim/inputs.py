@@ -26,8 +26,8 @@ from .errors import PipesimError
 #: before anything of that size is allocated, so a hostile size is one error line rather
 #: than a hang or gigabytes of memory. What it costs is measured, not estimated, by
 #: benchmarks/limits.py and stated in docs/limits.md: zb-h1 (three ops per micro-batch
-#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate --json there takes
-#: about 25 s of CPU and 3.9 GB, the terminal table about the same.
+#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate there takes about 20 s
+#: of CPU and 2.1 GB, with --json too (its op order is written a rank at a time).
 MAX_OPS = 24_000_000
 #: What the limit costs, in the words every refusal uses
 MAX_OPS_COST = "about 30 s of CPU and 4 GB"
