@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 
 from pipesim.planner.activations import head_activation, layer_activation  # noqa: E402
 from pipesim.planner.device_memory import usable_for  # noqa: E402
-from pipesim.planner.estimate import Layout  # noqa: E402
+from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, MoE, Training  # noqa: E402
 
 S, B, H = 256, 2, 512

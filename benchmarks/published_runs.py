@@ -42,7 +42,9 @@ from pathlib import Path
 from pipesim.components import ComponentCosts
 from pipesim.ir import Op, Pair
 from pipesim.planner.calibrate import evaluate_layout
-from pipesim.planner.estimate import Layout, layer_costs, layer_flops, model_flops_per_token
+from pipesim.planner.compute import layer_flops, model_flops_per_token
+from pipesim.planner.layer_costs import layer_costs
+from pipesim.planner.layout import Layout
 from pipesim.planner.search import search
 from pipesim.planner.specs import (
     load_cluster,

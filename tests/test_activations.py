@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim.planner.activations import head_activation, layer_activation, layer_saved
-from pipesim.planner.estimate import Layout
+from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Attention, Model, Training, load_model
 
 s, b, h, a, t_ = 2048, 1, 12288, 96, 8  # GPT-3 175B's layer, tp 8

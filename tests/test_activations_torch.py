@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipesim.planner.activations import head_activation, layer_activation, recompute_transient  # noqa: E402
-from pipesim.planner.estimate import Layout  # noqa: E402
+from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, MoE, Training  # noqa: E402
 from torch_blocks import DT, GPTBlock, Head, LlamaBlock, measure  # noqa: E402
 

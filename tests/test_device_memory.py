@@ -8,7 +8,7 @@ import pytest
 
 from pipesim.errors import PipesimError
 from pipesim.planner.device_memory import MIB, communicators, usable
-from pipesim.planner.estimate import Layout
+from pipesim.planner.layout import Layout
 from pipesim.planner.specs import cluster_from_table, load_cluster, load_training
 
 H100_MIB = 81559  # nvidia-smi memory.total of an H100 80GB HBM3

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.cli import main
-from pipesim.planner.estimate import active_params, total_params
+from pipesim.planner.params import active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
 HF = Path(__file__).parent / "data" / "hf"

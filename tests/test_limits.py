@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from pipesim.cli import hidden_behind, main
+from pipesim.cli import main
+from pipesim.commands.pair import hidden_behind
 from pipesim.components import PRESETS, ComponentCosts
 from pipesim.ir import Op, Pair
 

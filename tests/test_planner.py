@@ -13,18 +13,11 @@ from pipesim.planner import candidates as candidates_mod
 from pipesim.planner import evaluate as evaluate_mod
 from pipesim.planner import programs as programs_mod
 from pipesim.planner import search as search_mod
-from pipesim.planner.estimate import (
-    Layout,
-    active_params,
-    attention_params,
-    layer_flops,
-    memory_model,
-    model_flops_per_token,
-    moe_comm,
-    partition,
-    stage_parts,
-    total_params,
-)
+from pipesim.planner.collectives import moe_comm
+from pipesim.planner.compute import layer_flops, model_flops_per_token
+from pipesim.planner.footprint import memory_model
+from pipesim.planner.layout import Layout
+from pipesim.planner.params import active_params, attention_params, total_params
 from pipesim.planner.specs import (
     Attention,
     Cluster,
@@ -36,6 +29,8 @@ from pipesim.planner.specs import (
     load_training,
     model_training,
 )
+from pipesim.planner.split import partition
+from pipesim.planner.stages import stage_parts
 
 # A tiny GQA model worked on paper: hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128.
 TINY = Model(

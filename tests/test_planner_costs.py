@@ -13,31 +13,16 @@ from pipesim.components import ComponentCosts, LayerCosts
 from pipesim.errors import PipesimError
 from pipesim.ir import Op, Pair, Placement
 from pipesim.planner import calibrate
-from pipesim.planner.estimate import (
-    Layout,
-    accumulation_seconds,
-    attention_core,
-    attention_params,
-    balanced_partition,
-    component_costs,
-    elementwise_bytes,
-    embedding_costs,
-    embedding_params,
-    gemm,
-    head_costs,
-    layer_costs,
-    layer_params,
-    memory_model,
-    mlp_params,
-    p2p_seconds,
-    ring_bandwidth,
-    stage_params,
-    stage_parts,
-    step_overhead,
-    tied_embedding_sync,
-    tp_allreduce,
-)
+from pipesim.planner.collectives import p2p_seconds, ring_bandwidth, tied_embedding_sync, tp_allreduce
+from pipesim.planner.compute import accumulation_seconds, attention_core, elementwise_bytes, gemm
+from pipesim.planner.footprint import memory_model, stage_params
+from pipesim.planner.layer_costs import embedding_costs, head_costs, layer_costs
+from pipesim.planner.layout import Layout
+from pipesim.planner.params import attention_params, embedding_params, layer_params, mlp_params
 from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
+from pipesim.planner.split import balanced_partition
+from pipesim.planner.stages import component_costs, stage_parts
+from pipesim.planner.step import step_overhead
 
 # test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
 TINY = replace(test_planner.TINY, layers=4, dense_layers=4)

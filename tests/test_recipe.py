@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from pipesim.cli import main
-from pipesim.planner.estimate import Layout
+from pipesim.planner.layout import Layout
 from pipesim.planner.recipe import megatron_layout, recipe, stage_split
 from pipesim.planner.search import Candidate, Plan, Result
 from pipesim.planner.specs import load_cluster, load_model, load_training

@@ -246,7 +246,7 @@ def test_plan_recipe_names_a_class_only_where_pytorchs_class_runs_the_planned_or
     """The planner's torchtitan block gives a schedule name without a CSV exactly where
     PyTorch's class, asked for its own order, runs the plan's order (ZB-V at pp=8 is the
     authors' pattern from M = 15, searched below it)."""
-    from pipesim.planner.estimate import Layout
+    from pipesim.planner.layout import Layout
     from pipesim.planner.recipe import recipe
     from pipesim.planner.search import Candidate, Plan, Result
     from pipesim.planner.specs import load_cluster, load_model, load_training

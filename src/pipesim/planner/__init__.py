@@ -7,7 +7,7 @@ split, the step's ends, bytes held) -> candidates.py, programs.py, bounds.py, ev
 (what is searched, what candidates share, one candidate checked, bounded and simulated) ->
 search.py (every layout and schedule that fits, ranked) -> report.py and recipe.py
 (Markdown or JSON, and how to run it); commands.py holds ``pipesim plan`` and ``pipesim
-memory``. estimate.py re-exports the estimates under their former module's name.
+memory``.
 
     from pipesim.planner import load_cluster, load_model, load_training
     from pipesim.planner.search import search

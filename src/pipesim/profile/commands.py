@@ -1,6 +1,6 @@
 """``pipesim profile TRACE|DIR``: a PyTorch profiler trace in, pipesim's costs out.
 
-Registered through ``cli.AREA_COMMANDS``; needs no torch (the trace is JSON).
+Registered through ``parser.COMMANDS``; needs no torch (the trace is JSON).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``pipesim run``, ``pipesim export`` and ``pipesim import``.
 
-Registered through ``cli.AREA_COMMANDS``. Nothing here imports torch at module level:
+Registered through ``parser.COMMANDS``. Nothing here imports torch at module level:
 the parser is built on every ``pipesim`` call, and only these commands' run functions
 need torch (``import`` of a CSV and ``export`` without ``--check`` need none).
 """

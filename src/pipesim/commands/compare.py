@@ -1,0 +1,210 @@
+"""``pipesim compare``: several schedules side by side, priced by the cost flags or by a
+model on a cluster (the planner's estimate), with the memory/bubble trade-off and
+per-token figures."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from ..comparison import Row, compare_columns, compare_rows
+from ..costs import CostModel, Costs
+from ..errors import PipesimError
+from ..inputs import work
+from ..ir import Schedule
+from ..metrics import Report
+from ..options import add_costs, add_shape, columns, costs_from, positive_float, positive_int, schedule_names, shape
+from ..output import console, emit_json, num, pct
+from ..pertoken import SECONDS, PerToken
+from ..render.terminal import print_timeline
+from ..schedules import REGISTRY, build
+
+
+def add_commands(command) -> None:
+    c = command("compare", cmd_compare, "simulate several schedules side by side")
+    add_shape(c)
+    add_costs(c)
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument(
+        "--memory-limit",
+        type=positive_float,
+        help="drop schedules whose peak activation memory (in 1F1B stages) exceeds this; zb-auto is searched under it",
+    )
+    c.add_argument("--timelines", action="store_true", help="also draw each schedule's timeline")
+    c.add_argument("--json", action="store_true")
+    g = c.add_argument_group(
+        "per million tokens (GPU-hours, and the difference against the first schedule): --seq, --micro-batch-size "
+        "and --time-unit with the cost flags, or --model and --cluster presets whose costs are in seconds"
+    )
+    g.add_argument("--seq", type=positive_int, help="tokens per sequence (with --model: default the preset's)")
+    g.add_argument("--micro-batch-size", type=positive_int, help="sequences per micro-batch (with --model: default 1)")
+    g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
+    g.add_argument(
+        "--model",
+        help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's model",
+    )
+    g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
+
+
+def pareto(rows: list[Row]) -> set[str]:
+    """Schedules no other one beats on both peak activation memory and bubble."""
+    reps = [r.report for r in rows if r.report]
+
+    def point(rep: Report) -> tuple[float, float]:
+        return (max(rep.peak_activation_memory), rep.bubble_ratio)
+
+    front = set()
+    for rep in reps:
+        m, b = point(rep)
+        if not any(point(o)[0] <= m and point(o)[1] <= b and point(o) != (m, b) for o in reps):
+            front.add(rep.schedule)
+    return front
+
+
+@dataclass
+class CompareCosts:
+    """What a comparison is priced with: ``costs`` for every schedule, or ``costs_for``
+    one (a model's costs depend on the schedule's stage count); ``per_token`` states the
+    result per million tokens when asked for; ``text`` names the costs in the title."""
+
+    costs: CostModel
+    costs_for: Callable[[Schedule], CostModel] | None
+    per_token: PerToken | None
+    text: str
+
+
+def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
+    """The costs of ``compare``: the cost flags, or ``--model``/``--cluster``."""
+    seq, mbs, unit = args.seq, args.micro_batch_size, args.time_unit
+    if not args.model:
+        if args.cluster:
+            raise PipesimError("--cluster goes with --model (a model preset or TOML file); give both")
+        given = [f for f, v in (("--seq", seq), ("--micro-batch-size", mbs), ("--time-unit", unit)) if v is not None]
+        if given and len(given) < 3:
+            missing = [f for f in ("--seq", "--micro-batch-size", "--time-unit") if f not in given]
+            raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
+        costs = costs_from(args)
+        return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
+    from ..planner.layout import Layout, default_ep
+    from ..planner.specs import load_cluster, load_model, load_training, model_training
+    from ..planner.stages import component_costs, stage_parts
+
+    if not args.cluster:
+        raise PipesimError("--model needs --cluster (a cluster preset such as h800-2048, or a TOML file)")
+    if unit is not None:
+        raise PipesimError("--model times are in seconds; drop --time-unit")
+    if costs_from(args) != Costs():
+        raise PipesimError("--model brings its own costs; drop the cost flags (--f, --b, --preset, ...)")
+    model, cluster = load_model(args.model), load_cluster(args.cluster)
+    training = load_training(None, base=model_training(args.model), seq=seq)
+    if cluster.gpus % pp:
+        raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
+    dp = cluster.gpus // pp
+    ep = default_ep(model, dp)
+    lay = Layout(pp=pp, dp=dp, ep=ep, micro_batch=mbs or 1)
+    recompute = "selective" if training.recompute == "auto" else training.recompute
+    cache: dict[tuple, CostModel] = {}
+
+    def costs_for(s: Schedule) -> CostModel:
+        # the layers are split over the stages as the planner splits them: balanced over
+        # what each rank holds (a V puts the embedding's and the head's stages on rank 0)
+        pl = s.placement
+        held = pl.held()
+        if held not in cache:
+            parts = stage_parts(model, cluster, training, lay, pl.stages, recompute, held)
+            cache[held] = component_costs(model, cluster, training, lay, pl.stages, recompute, parts)
+        return cache[held]
+
+    text = f"{model.name} on {cluster.name} ({lay}, {recompute} recomputation; seconds, from the planner's estimate)"
+    return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    names = schedule_names(args.schedules)
+    pp, M = shape(args)
+    # the work limit holds for the whole comparison: every schedule is built, simulated
+    # and kept (two chunks per rank bounds a V's and DualPipe's ops)
+    work(pp, M, 2 * len(names), what=f"compare of {len(names)} schedules")
+    priced = compare_costs(args, pp)
+    costs, per_token = priced.costs, priced.per_token
+    rows = compare_rows(args, names, costs, priced.costs_for)
+    dropped: list[Row] = []
+    if args.memory_limit is not None:
+        keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]
+        dropped = [r for r in rows if r not in keep]
+        rows = keep
+    front = pareto(rows)
+    hours = per_token.table([(r.name, r.report.makespan) for r in rows if r.report], M) if per_token else {}
+    if args.json:
+        out = [
+            {
+                **row.report.to_dict(),
+                "min_utilization": min(row.report.utilization),
+                "pareto": row.name in front,
+                **({k.replace(" ", "_"): v for k, v in hours.get(row.name, {}).items()}),
+            }
+            if row.report
+            else {"schedule": row.name, "error": row.error}
+            for row in rows
+        ]
+        gone = [{"schedule": r.name, "peak_activation_memory": max(r.report.peak_activation_memory)} for r in dropped]
+        emit_json(
+            {
+                "pp": pp,
+                "microbatches": M,
+                "costs": costs.to_dict(),
+                "memory_limit": args.memory_limit,
+                **({"per_token": per_token.to_dict(M)} if per_token else {}),
+                "schedules": out,
+                "dropped": gone,
+            }
+        )
+        return 0
+    columns = compare_columns(costs)
+    extra = list(next(iter(hours.values()), {}))  # the per-token columns, when asked for
+    t = Table(title=f"pp={pp}, M={M}, costs: {priced.text}")
+    table: list[list[str]] = []
+    for row in rows:
+        if row.report is None:
+            table.append([row.name, f"[dim]n/a: {row.error}[/]", *[""] * (len(columns) + len(extra) - 2)])
+        else:
+            cells = [cell(row.report) for _, cell in columns[1:]]
+            h = hours.get(row.name, {})
+            cells += [f"{v:+.4g}" if k.startswith("vs") else f"{v:.4g}" for k, v in h.items()]
+            table.append([f"{row.name} *" if row.name in front else row.name, *cells])
+    # names and numbers keep their whole width (Rich would cut three interleaved-* names to
+    # one "interleave…" at 100 columns); only the headers give way, wrapping
+    for i, header in enumerate([h for h, _ in columns] + extra):
+        widest = max((len(r[i]) for r in table if not r[i].startswith("[dim]")), default=0)
+        t.add_column(header, justify="left" if i == 0 else "right", min_width=widest, no_wrap=i == 0, overflow="fold")
+    for r in table:
+        t.add_row(*r)
+    out = console()
+    out.print(t)
+    if per_token:
+        out.print(per_token.describe(hours, M))
+    trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
+    if trade:
+        steps = ", ".join(f"{n} ({m:g} stages, {pct(b)})" for m, b, n in trade)
+        out.print(f"* memory/bubble trade-off: no other schedule has both less peak memory and less bubble: {steps}")
+    if dropped:
+        gone = ", ".join(f"{r.name} ({max(r.report.peak_activation_memory):g})" for r in dropped)
+        out.print(f"dropped, peak activation memory above --memory-limit {args.memory_limit:g} stages: {gone}")
+    halves = [r.name for r in rows if r.schedule and r.schedule.placement.stages != r.schedule.pp]
+    if halves and args.costs_per == "chunk" and not priced.costs_for:
+        out.print(
+            f"[dim]costs are per chunk, and {', '.join(halves)} cut the model into more, smaller chunks than 1F1B; "
+            "--costs-per stage compares them on one model[/]"
+        )
+    if args.timelines:
+        for row in rows:
+            if row.report:
+                out.print(f"\n[bold]{row.name}[/]  makespan {num(row.report.makespan)}  bubble {pct(row.report.bubble_ratio)}")
+                print_timeline(out, row.schedule, row.timeline, args.width)
+    return 0

@@ -1,0 +1,88 @@
+"""The ``pipesim`` argument parser: one-line errors with a did-you-mean, and the commands
+of every module in ``COMMANDS``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+from collections.abc import Callable, Sequence
+
+from .errors import PipesimError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line and exit status 2 (argparse prints usage too), and
+    a command, choice or flag one edit away from a real one gets a did-you-mean."""
+
+    typed: list[str] = []  # the command line, set by main: which command's flags to suggest from
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        hint = self._suggestion(message)
+        if hint:  # the one likely meant rather than the whole list of choices
+            message = message.split(" (choose from ")[0]
+        raise PipesimError(f"{message}{hint} (see '{self.prog} --help')")
+
+    def _suggestion(self, message: str) -> str:
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            return did_you_mean_one_edit(bad.group(1), re.findall(r"'([^']*)'", bad.group(2)))
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        command = self._subparsers._group_actions[0].choices.get(self.typed[0]) if self._subparsers and self.typed else None
+        if unknown and command is not None:
+            flags = [f for f in command._option_string_actions if f.startswith("--")]
+            for word in unknown.group(1).split():
+                if word.startswith("--") and (hint := did_you_mean_one_edit(word.split("=")[0], flags)):
+                    return hint
+        return ""
+
+
+def did_you_mean_one_edit(word: str, known: Sequence[str]) -> str:
+    """ " (did you mean X?)" for the known word one edit away (a letter added, dropped, changed,
+    or two neighbours swapped: comapre -> compare), else ""."""
+    close = [k for k in known if _edits(word, k) <= 1]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: Levenshtein plus adjacent transpositions."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def make_parser() -> Parser:
+    from . import __version__
+
+    p = Parser(prog="pipesim", description="Pipeline-parallel schedules: generate, check, simulate, compare.")
+    p.add_argument("--version", action="version", version=f"pipesim {__version__}")
+    sub = p.add_subparsers(title="commands", parser_class=Parser, metavar="COMMAND")
+
+    def command(name: str, run: Callable, help: str) -> Parser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.set_defaults(run=run)
+        return c
+
+    for module in COMMANDS:
+        importlib.import_module(module).add_commands(command)
+    return p
+
+
+# The modules that hold the commands, in the order ``pipesim --help`` lists them. Each
+# defines ``add_commands(command)`` and calls ``command(name, run, help)`` (which returns
+# the sub-parser) once per command; it imports its heavy dependencies (matplotlib, torch)
+# inside ``run`` so that start-up stays fast and the core needs neither.
+COMMANDS: tuple[str, ...] = (
+    "pipesim.commands.simulate",
+    "pipesim.commands.compare",
+    "pipesim.commands.order",
+    "pipesim.commands.pair",
+    "pipesim.render.commands",
+    "pipesim.runtime.commands",
+    "pipesim.planner.commands",
+    "pipesim.profile.commands",
+)
