@@ -8,8 +8,9 @@ max RSS, from ``os.wait4``), printed beside the limit's promise (docs/limits.md)
 
 The schedule is zb-h1 at pp=64: three ops (F, B, W) per micro-batch and stage, the most
 any schedule has, so its ops are exactly the bound ``inputs.work`` checks. compare runs
-1f1b, zb-h1 and dualpipev at a third of the size each: the limit holds for the whole
-comparison. Linear means ops/s stays flat as the size grows; the slope column is
+1f1b, zb-h1 and dualpipev at a sixth of M each, and all 17 schedules at a 34th (the limit
+holds for the whole comparison, counted at two chunks a schedule); ops -o and export -o
+write a file (the JSON schedule, PyTorch's CSV), the others print to a pipe. Linear means ops/s stays flat as the size grows; the slope column is
 d log(CPU s) / d log(ops) between a row and the one before it (1.0 = linear).
 """
 
@@ -18,9 +19,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -28,6 +32,7 @@ from rich.table import Table
 from pipesim.inputs import MAX_OPS
 
 PP = 64
+OUT = Path(tempfile.mkdtemp(prefix="pipesim-limits-"))  # where -o writes (removed at the end)
 TARGET_S, TARGET_GB = 60.0, 4.0  # the limit's promise, docs/limits.md
 
 COMMANDS = {
@@ -35,7 +40,11 @@ COMMANDS = {
     "simulate (terminal draw)": lambda M: ["simulate", "-s", "zb-h1", "--pp", PP, "-m", M, "--width", 200],
     "simulate --json": lambda M: ["simulate", "-s", "zb-h1", "--pp", PP, "-m", M, "--json"],
     "compare (3 schedules)": lambda M: ["compare", "--pp", PP, "-m", max(1, M // 6), "--schedules", "1f1b,zb-h1,dualpipev"],
+    # all 17 schedules, counted at two chunks each: M = the limit / (3 x 17 x 2 x pp)
+    "compare (all 17)": lambda M: ["compare", "--pp", PP, "-m", max(1, M // 34), "--json"],
     "ops --json": lambda M: ["ops", "-s", "zb-h1", "--pp", PP, "-m", M, "--json"],
+    "ops -o": lambda M: ["ops", "-s", "zb-h1", "--pp", PP, "-m", M, "-o", OUT / "ops.json"],
+    "export -o": lambda M: ["export", "-s", "zb-h1", "--pp", PP, "-m", M, "-o", OUT / "export.csv"],
 }
 
 
@@ -71,6 +80,7 @@ def main() -> None:
             prev = (n, cpu)
             ok = "" if ops < MAX_OPS else ("ok" if wall <= TARGET_S and gb <= TARGET_GB else "MISSED") + f" ({TARGET_S:g} s, {TARGET_GB:g} GB)"
             t.add_row(name, f"{n:,}", f"{cpu:.1f}", f"{wall:.1f}", f"{n / cpu:,.0f}", slope, f"{gb:.2f}", ok if code == 0 else f"exit {code}")
+    shutil.rmtree(OUT, ignore_errors=True)
     Console(width=160).print(t)
 
 

@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import PipesimError
@@ -136,57 +136,83 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
 def json_text(data: dict, indent: int | None = 1, **options) -> str:
     """Strict JSON of a document pipesim writes: ``format`` first, and a value that is
     undefined (a NaN ratio of nothing, an infinite bound) written as null, never as
-    the NaN/Infinity that strict parsers refuse.
-
-    Indented text is the same as ``json.dumps(indent=...)`` writes, but each list or
-    table of plain values goes through the C encoder in one call (``json.dumps`` with
-    an indent runs its pure-Python encoder per value, 20 s for a schedule of 10M ops)."""
-    doc = {"format": FORMAT, **data}
+    the NaN/Infinity that strict parsers refuse. Indented text is ``json_pieces``
+    joined; other options go to ``json.dumps``."""
     if indent is not None and not options:
-        try:
-            out: list[str] = []
-            _indented(doc, indent, 0, out)
-            return "".join(out) + "\n"
-        except _Plain:
-            pass
-    return json.dumps(_finite(doc), indent=indent, allow_nan=False, **options) + "\n"
+        return "".join(json_pieces(data, indent))
+    return json.dumps(_finite({"format": FORMAT, **data}), indent=indent, allow_nan=False, **options) + "\n"
 
 
-class _Plain(Exception):
-    """A document ``_indented`` leaves to ``json.dumps`` (keys that are not strings)."""
+class Stream:
+    """A list in a document that is made and written one element at a time, never held
+    whole: a schedule's ranks, each a list of op strings (at 24M ops the strings of all
+    ranks took 1.5 GB and their text 0.4 GB more). ``element(i)`` is element i."""
+
+    __slots__ = ("length", "element")
+
+    def __init__(self, length: int, element: Callable[[int], object]) -> None:
+        self.length, self.element = length, element
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Iterator[object]:
+        return map(self.element, range(self.length))
+
+
+def schedule_document(schedule: Schedule) -> dict:
+    """``schedule.to_dict()`` with its ranks as a ``Stream``, for writing."""
+    return {**schedule.to_dict(ranks=False), "ranks": Stream(schedule.pp, schedule.rank_notation)}
+
+
+def json_pieces(data: dict, indent: int = 1) -> Iterator[str]:
+    """``json_text(data, indent)`` in pieces (one per ``Stream`` element at most), the
+    same text as ``json.dumps(indent=...)`` writes. Each list or table of plain values
+    goes through the C encoder in one call (``json.dumps`` with an indent runs its
+    pure-Python encoder per value, 20 s for a schedule of 10M ops)."""
+    yield from _pieces({"format": FORMAT, **data}, indent, 0)
+    yield "\n"
 
 
 _PLAIN_VALUES = {str, int, bool, type(None), float}
 
 
-def _indented(x, indent: int, level: int, out: list[str]) -> None:
+def _key(k: object) -> str:
+    """A table key as ``json.dumps`` writes it: a string, or a number, true, false or
+    null turned into one."""
+    if isinstance(k, str):
+        return json.dumps(k)
+    if not isinstance(k, (int, float, bool)) and k is not None:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+    return json.dumps(json.dumps(_finite(k), allow_nan=False))
+
+
+def _pieces(x, indent: int, level: int) -> Iterator[str]:
     """``x`` as ``json.dumps(x, indent=indent)`` writes it nested ``level`` deep."""
-    if not x or not isinstance(x, (dict, list, tuple)):
-        out.append(json.dumps(_finite(x), allow_nan=False))
+    if not x or not isinstance(x, (dict, list, tuple, Stream)):
+        yield json.dumps(_finite(x), allow_nan=False)
         return
     pad, close = "\n" + " " * (indent * (level + 1)), "\n" + " " * (indent * level)
     if isinstance(x, dict):
-        if not all(type(k) is str for k in x):
-            raise _Plain
-        if set(map(type, x.values())) <= _PLAIN_VALUES:
+        if all(type(k) is str for k in x) and set(map(type, x.values())) <= _PLAIN_VALUES:
             body = json.dumps(_finite(x), separators=("," + pad, ": "), allow_nan=False)
-            out.append("{" + pad + body[1:-1] + close + "}")
+            yield "{" + pad + body[1:-1] + close + "}"
             return
-        out.append("{")
+        yield "{"
         for n, (k, v) in enumerate(x.items()):
-            out.append(("," if n else "") + pad + json.dumps(k) + ": ")
-            _indented(v, indent, level + 1, out)
-        out.append(close + "}")
+            yield ("," if n else "") + pad + _key(k) + ": "
+            yield from _pieces(v, indent, level + 1)
+        yield close + "}"
         return
-    if set(map(type, x)) <= _PLAIN_VALUES:
+    if not isinstance(x, Stream) and set(map(type, x)) <= _PLAIN_VALUES:
         body = json.dumps(_finite(x), separators=("," + pad, ": "), allow_nan=False)
-        out.append("[" + pad + body[1:-1] + close + "]")
+        yield "[" + pad + body[1:-1] + close + "]"
         return
-    out.append("[")
+    yield "["
     for n, v in enumerate(x):
-        out.append(("," if n else "") + pad)
-        _indented(v, indent, level + 1, out)
-    out.append(close + "]")
+        yield ("," if n else "") + pad
+        yield from _pieces(v, indent, level + 1)
+    yield close + "]"
 
 
 def _finite(x):
@@ -194,16 +220,39 @@ def _finite(x):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, Stream):
+        return [_finite(v) for v in x]
     if isinstance(x, (list, tuple)):
         types = set(map(type, x))
-        if not types & {float, dict, list, tuple} and types <= _PLAIN_VALUES:  # nothing to change: no walk
+        if not types & {float, dict, list, tuple, Stream} and types <= _PLAIN_VALUES:  # nothing to change: no walk
             return x
         return [_finite(v) for v in x]
     return x
 
 
+def _encoded(pieces: Iterable[str], size: int = 1 << 20) -> Iterator[bytes]:
+    """UTF-8 of ``pieces`` in blocks of about ``size`` characters (a write per piece
+    would be a system call per rank row; a join of all of them, the whole text)."""
+    block: list[str] = []
+    n = 0
+    for p in pieces:
+        block.append(p)
+        n += len(p)
+        if n >= size:
+            yield "".join(block).encode("utf-8")
+            block, n = [], 0
+    if block:
+        yield "".join(block).encode("utf-8")
+
+
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    """``json_text(data)`` to ``path``, all or nothing, or to stdout (``-``), written
+    in blocks as it is made: a ``Stream`` in ``data`` is never held whole."""
+    write_chunks_atomic(path, _encoded(json_pieces(data)))
+
+
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
-    write_text_atomic(path, json_text(schedule.to_dict()))
+    write_json(path, schedule_document(schedule))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -307,20 +356,28 @@ def refuse_overwrite(outputs: list[tuple[str, str]], inputs: list[tuple[str, str
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write all or nothing (``write_chunks_atomic`` of one chunk)."""
+    write_chunks_atomic(path, (data,))
+
+
+def write_chunks_atomic(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
     """Write all or nothing: a temporary file with a unique name in the target's folder,
     flushed to disk, then renamed into place (so two writers never share a temp file and
-    a reader sees the old file or the new one, whole). ``-`` writes to stdout."""
+    a reader sees the old file or the new one, whole). ``-`` writes to stdout. ``chunks``
+    are made as they are written, so a large output is never held whole."""
     target = output_target(path)
     if target is None:
         sys.stdout.flush()
-        sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+        for data in chunks:
+            sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
         sys.stdout.flush()
         return
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for data in chunks:
+                f.write(data)
             f.flush()
             os.fsync(f.fileno())
         if target.exists():  # keep the permissions of the file it replaces

@@ -26,8 +26,8 @@ from .errors import PipesimError
 #: before anything of that size is allocated, so a hostile size is one error line rather
 #: than a hang or gigabytes of memory. What it costs is measured, not estimated, by
 #: benchmarks/limits.py and stated in docs/limits.md: zb-h1 (three ops per micro-batch
-#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate --json there takes
-#: about 25 s of CPU and 3.9 GB, the terminal table about the same.
+#: and stage, the most) at pp=64, M=125,000 is 24M ops; simulate there takes about 20 s
+#: of CPU and 2.1 GB, with --json too (its op order is written a rank at a time).
 MAX_OPS = 24_000_000
 #: What the limit costs, in the words every refusal uses
 MAX_OPS_COST = "about 30 s of CPU and 4 GB"
@@ -44,6 +44,15 @@ MAX_SEARCH_PP = 128
 #: 1.6M ops: 15 s CPU)
 MAX_LIST_OPS = 4_000_000
 MAX_LIST_OPS_COST = "about 40 s in its list scheduler"
+#: The work limits of the other searched builders that do Python work per op, by their
+#: CPU time per op on the 2-core machine pipesim is built on (pp from 2 to 128): zb-auto
+#: 22-31 us (24M ops would be 10 minutes), zb-h2 about 3.5 us, and V-Min where its
+#: repeated block does not fit the memory limit (pp = 2 or 5) and it searches the whole
+#: order, 64-73 us. Each is about 30 s at its limit.
+MAX_ZB_AUTO_OPS = 1_000_000
+MAX_ZB_H2_OPS = 8_000_000
+MAX_V_MIN_SEARCH_OPS = 500_000
+MAX_SEARCH_OPS_COST = "about 30 s in its search"
 #: Largest single count (ranks, micro-batches, layers, ...): past it an int cannot be
 #: an index, and nothing real is that large.
 MAX_COUNT = 16_000_000
@@ -57,10 +66,14 @@ MAX_DEPTH = 32
 #: Largest input file: a schedule at MAX_OPS ops with room for spacing (and /dev/zero
 #: style endless inputs are refused before reading, as non-regular files).
 MAX_FILE_BYTES = 1 << 30
-#: Largest file read in pieces rather than whole (a profiler trace, plain or gzipped,
-#: decoded one event at a time): 16 GiB, several times the largest per-rank trace
-#: torch.profiler writes for a training step.
-MAX_STREAM_BYTES = 1 << 34
+#: Most text of one profiler trace, read in pieces rather than whole (decoded one event
+#: at a time): the file's size, or for a gzipped trace what it decompresses to, counted
+#: as it is read (a gzip "bomb" of events expands a thousandfold, so its size on disk
+#: bounds nothing). The reader takes about 5 s of CPU per 100 MB of a Kineto-like trace
+#: and holds about 1.5 bytes per byte of text when every event is one it keeps
+#: (benchmarks/profile_memory.py), so 1 GiB is about a minute and under 2 GB.
+MAX_TRACE_BYTES = 1 << 30
+MAX_TRACE_COST = "about a minute of reading"
 #: Most digits of an integer read from text (a file or a flag). int() of a long digit
 #: string costs time quadratic in its length (Python refuses past 4,300 digits with a
 #: ValueError), and no count, size or time pipesim takes needs more than 2**63's 19.

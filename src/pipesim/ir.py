@@ -414,27 +414,33 @@ class Schedule:
         return self.table.num_ops
 
     def to_notation(self) -> list[list[str]]:
-        """Each rank's items as ``str(item)`` writes them (``F0.3``, ``F0.3&B1.0``), read
-        off the table's columns: no Op object per op at millions of ops."""
-        t = self.table
-        out = []
-        for r in range(len(t)):
-            a, b = int(t.offsets[r]), int(t.offsets[r + 1])
-            row = [f"{KINDS[k]}{c}.{m}" for k, c, m in zip(t.kind[a:b].tolist(), t.chunk[a:b].tolist(), t.mb[a:b].tolist())]
-            for j in np.flatnonzero(t.kind2[a:b] >= 0).tolist():
-                row[j] += f"&{KINDS[t.kind2[a + j]]}{t.chunk2[a + j]}.{t.mb2[a + j]}"
-            out.append(row)
-        return out
+        """Each rank's items as ``str(item)`` writes them (``F0.3``, ``F0.3&B1.0``)."""
+        return [self.rank_notation(r) for r in range(self.pp)]
 
-    def to_dict(self) -> dict:
-        return {
+    def rank_notation(self, r: int) -> list[str]:
+        """Rank ``r``'s items as ``str(item)`` writes them, read off the table's columns:
+        no Op object per op at millions of ops (and a writer that wants one rank at a
+        time never holds the strings of all of them)."""
+        t = self.table
+        a, b = int(t.offsets[r]), int(t.offsets[r + 1])
+        row = [f"{KINDS[k]}{c}.{m}" for k, c, m in zip(t.kind[a:b].tolist(), t.chunk[a:b].tolist(), t.mb[a:b].tolist())]
+        for j in np.flatnonzero(t.kind2[a:b] >= 0).tolist():
+            row[j] += f"&{KINDS[t.kind2[a + j]]}{t.chunk2[a + j]}.{t.mb2[a + j]}"
+        return row
+
+    def to_dict(self, ranks: bool = True) -> dict:
+        """The schedule file's document; without its ``ranks`` when ``ranks`` is false
+        (a writer that adds them one rank at a time)."""
+        d = {
             "schedule": self.name,
             "pp": self.pp,
             "microbatches": self.microbatches,
             "stages": self.placement.stages,
             "placement": self.placement.to_dict(),
-            "ranks": self.to_notation(),
         }
+        if ranks:
+            d["ranks"] = self.to_notation()
+        return d
 
 
 # ---------------------------------------------------------------------------------------

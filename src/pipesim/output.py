@@ -7,7 +7,7 @@ import sys
 
 from rich.console import Console
 
-from .files import json_text
+from .files import write_json
 
 
 def console() -> Console:
@@ -26,7 +26,9 @@ class _Console(Console):
 
 
 def emit_json(data: dict) -> None:
-    sys.stdout.write(json_text(data))
+    """``data`` as JSON on stdout, written as it is made (a ``files.Stream`` in it,
+    such as a schedule's ranks, is never held whole)."""
+    write_json("-", data)
 
 
 def pct(x: float | None) -> str:

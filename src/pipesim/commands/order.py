@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..files import output_extension, save_schedule
+from ..files import Stream, output_extension, save_schedule
 from ..options import add_shape, schedule_from
 from ..output import emit_json
 
@@ -33,10 +33,10 @@ def cmd_ops(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}", file=sys.stderr)
         return 0
     if args.json:
-        emit_json({"ranks": s.to_notation()})
+        emit_json({"ranks": Stream(s.pp, s.rank_notation)})
         return 0
-    for r, ops in enumerate(s.to_notation()):
-        print(f"rank {r}: {' '.join(ops)}")
+    for r in range(s.pp):
+        print(f"rank {r}: {' '.join(s.rank_notation(r))}")
     return 0
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from .. import theory
 from ..costfile import load_cost_file
 from ..costs import CostModel, chunk_costs
+from ..files import Stream
 from ..ir import Schedule
 from ..memory import MemoryModel, memory
 from ..metrics import Report, summarize
@@ -55,7 +56,7 @@ def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict
     # null for the handcrafted schedules; false for a search that did not prove its result
     d["proven_optimal"] = schedule.info.get("proven_optimal")
     d["search"] = schedule.info or None
-    d["ranks"] = schedule.to_notation()
+    d["ranks"] = Stream(schedule.pp, schedule.rank_notation)  # written a rank at a time
     return d
 
 

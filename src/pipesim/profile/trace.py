@@ -2,7 +2,7 @@
 pass with bounded memory.
 
 The file is read in chunks and its ``traceEvents`` decoded one event at a time, so a
-trace of many gigabytes never sits in memory whole; of each event only what attribution
+trace of a gigabyte never sits in memory whole; of each event only what attribution
 needs is kept, and only for the kinds it needs:
 
 * CPU-side ranges that may name something (``cat`` user_annotation, cpu_op: the
@@ -18,14 +18,16 @@ skipped. Times are microseconds, as in the file.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PipesimError
-from ..inputs import MAX_STREAM_BYTES, LongInteger, check_file, json_int, long_integer_error
+from ..inputs import MAX_TRACE_BYTES, MAX_TRACE_COST, LongInteger, check_file, json_int, long_integer_error
 
 # categories compared in lower case: older Kineto wrote Kernel, Runtime, Memcpy, Memset
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"}
@@ -156,36 +158,61 @@ def _id(x):
 
 
 def _open(p: Path):
-    check_file(p, "trace", MAX_STREAM_BYTES)  # a FIFO or device would block or never end
+    """The trace's bytes as a binary file (decompressed when gzipped), and whether it
+    is gzipped. Its text is bounded by ``MAX_TRACE_BYTES``: a plain file by its size, up
+    front; a gzipped one by the size its trailer gives, up front, and by the bytes it
+    decompresses to, as they are read (``_Reader``)."""
+    check_file(p, "trace", MAX_TRACE_BYTES)  # a FIFO or device would block or never end
     try:
         with open(p, "rb") as f:
             magic = f.read(2)
+            if magic != b"\x1f\x8b":
+                return open(p, "rb"), False
+            # ISIZE, the last 4 bytes: the last member's size mod 2**32, so at most the
+            # whole; one larger than it is written wrong (decompressing would fail on it)
+            # or the text is past the limit. Either way nothing needs decompressing.
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4))
+            size = int.from_bytes(f.read(4), "little")
     except OSError as e:
         raise PipesimError(f"cannot read trace {str(p)!r}: {e.strerror}") from None
-    if magic == b"\x1f\x8b":
-        return gzip.open(p, "rt", encoding="utf-8")
-    return open(p, encoding="utf-8")
+    if size > MAX_TRACE_BYTES:
+        raise _too_long(str(p), f"its gzip trailer gives {size:,} bytes decompressed (or the file is cut short), above")
+    return gzip.open(p, "rb"), True
+
+
+def _too_long(where: str, what: str) -> PipesimError:
+    return PipesimError(
+        f"{where}: {what} the limit of {MAX_TRACE_BYTES:,} bytes of trace text ({MAX_TRACE_COST}); "
+        "profile fewer steps (torch.profiler's schedule with active=1) or without record_shapes"
+    )
 
 
 class _Reader:
     """A text buffer over a file that decodes one JSON value at a time, reading more of
-    the file only when a value runs past the end of what has been read."""
+    the file only when a value runs past the end of what has been read. The file's
+    bytes are counted as they are read, up to ``MAX_TRACE_BYTES``."""
 
-    def __init__(self, f, where: str):
-        self.f, self.where = f, where
-        self.buf, self.pos, self.eof = "", 0, False
+    def __init__(self, f, where: str, gzipped: bool = False):
+        self.f, self.where, self.gzipped = f, where, gzipped
+        self.buf, self.pos, self.eof, self.bytes = "", 0, False, 0
         self.dec = json.JSONDecoder(parse_int=json_int)
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
 
     def _more(self, size: int = CHUNK) -> bool:
         if self.eof:
             return False
         try:
-            chunk = self.f.read(size)
+            data = self.f.read(size)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             raise PipesimError(f"{self.where}: cannot read it ({e}); expected a plain or gzipped profiler trace") from None
+        self.bytes += len(data)
+        if self.bytes > MAX_TRACE_BYTES:  # a gzip bomb, or a file that grew while read
+            raise _too_long(self.where, "it decompresses to more than" if self.gzipped else "it has more than")
+        try:
+            chunk = self.utf8.decode(data, final=not data)
         except UnicodeDecodeError as e:
             raise PipesimError(f"{self.where}: not UTF-8 text ({e.reason}); expected the JSON of torch.profiler") from None
-        if not chunk:
+        if not data:
             self.eof = True
             return False
         self.buf = self.buf[self.pos :] + chunk
@@ -247,8 +274,9 @@ def _items(p: Path):
     for each of its events, in file order. A bare list of events (Chrome's other form)
     is taken too."""
     where = str(p)
-    with _open(p) as f:
-        r = _Reader(f, where)
+    f, gzipped = _open(p)
+    with f:
+        r = _Reader(f, where, gzipped)
         first = r.expect("{[", "a JSON object with traceEvents")
         if first == "[":
             yield from (("event", e) for e in _array(r))

@@ -17,7 +17,7 @@ import sys
 from ..costs import Costs
 from ..engine import compile
 from ..errors import PipesimError
-from ..files import input_files, json_text, output_extension, refuse_overwrite, save_schedule, write_text_atomic
+from ..files import input_files, output_extension, refuse_overwrite, save_schedule, write_chunks_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..options import (
     COST_OPTIONS,
@@ -191,6 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             skipped.append((name, str(e)))
     if not schedules:
         raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    # the trace files --profile writes are checked against the inputs before torch is
+    # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
+    profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
     _torch()
     from .api import execute_many, job
     from .results import RunFailed
@@ -208,12 +211,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             check=args.check,
             synthetic=costs,
             tolerance=args.tolerance,
-            profile=_profile_dir(args, s, len(schedules)),
+            profile=profile,
             ep=args.ep,
             a2a_delay=args.a2a_delay,
             overlap=not args.serial_pairs,
         )
-        for s in schedules
+        for s, profile in zip(schedules, profiles)
     ]
     try:
         results = execute_many(jobs, backend=args.backend, timeout=args.timeout)
@@ -330,7 +333,7 @@ def _costs_text(costs) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .torch_export import rows_to_csv, to_torch_rows, torchtitan_hint
+    from .torch_export import check_torch, csv_chunks, torchtitan_hint
 
     costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
     if costs and not is_schedule_file(args.schedule) and not set(costs) <= family(args.schedule).options.keys():
@@ -338,7 +341,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
         )
     s = schedule_from(args)
-    text = rows_to_csv(to_torch_rows(s))  # refuses what PyTorch cannot run, before writing
+    check_torch(s)  # refuses what PyTorch cannot run, before writing
     if args.check:
         _torch()
         from .api import check_exports
@@ -358,13 +361,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         if not ok:
             return 1
+    # written a rank at a time: the text of 24M actions is never held whole
+    write_chunks_atomic(args.output or "-", csv_chunks(s))
     if args.output and args.output != "-":
-        write_text_atomic(args.output, text)
         print(
             f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s, args.output)}", file=sys.stderr
         )
     else:
-        sys.stdout.write(text)
         print(torchtitan_hint(s), file=sys.stderr)
     return 0
 
@@ -404,7 +407,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     else:
-        sys.stdout.write(json_text(s.to_dict()))
+        save_schedule(s, "-")
     return 0
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterator
 
+import numpy as np
+
+from ..engine import compile
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_TORCH_OPS, integer, shorten, work
-from ..ir import STANDARD_PLACEMENTS, Item, Op, Pair, Placement, Schedule
-from ..validate import validate
+from ..ir import KINDS, STANDARD_PLACEMENTS, Item, Op, Pair, Placement, Schedule
 
 TO_TORCH = {"F": "F", "B": "I", "W": "W", "BW": "B"}
 FROM_TORCH = {v: k for k, v in TO_TORCH.items()}
@@ -38,7 +41,8 @@ _NOT_COMPUTE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_
 
 
 def why_not_torch(schedule: Schedule) -> str | None:
-    """Why PyTorch's runtime cannot run ``schedule`` as it is, or None if it can."""
+    """Why PyTorch's runtime cannot run ``schedule`` as it is, or None if it can. Read
+    off the schedule's arrays (no Op object per op: exports run up to the work limit)."""
     pl = schedule.placement
     if len(pl.routes) > 1:
         return (
@@ -46,20 +50,20 @@ def why_not_torch(schedule: Schedule) -> str | None:
             "directions); torch.distributed.pipelining holds each stage once, so it cannot express it "
             "(dualpipev is DualPipe on one copy)"
         )
-    last = pl.stages - 1
-    for r, items in enumerate(schedule.ranks):
-        seen = -1
-        for item in items:
-            ops = (item.forward,) if isinstance(item, Pair) else (item,)
-            for op in ops:
-                if op.kind == "F" and pl.stage_of(r, op.chunk, op.mb) == last:
-                    if op.mb < seen:
-                        return (
-                            f"{schedule.name} runs the last stage's forward of micro-batch {op.mb} after {seen}; "
-                            "torch.distributed.pipelining stores losses in forward order and reads them back by "
-                            "micro-batch, so it needs them in increasing order"
-                        )
-                    seen = op.mb
+    # the last stage's forwards (a pair's forward among them) are those of the (rank,
+    # chunk) the one route ends on, in that rank's order
+    r, c = pl.routes[0][-1]
+    t = schedule.table
+    a, b = int(t.offsets[r]), int(t.offsets[r + 1])
+    mbs = t.mb[a:b][(t.kind[a:b] == KINDS.index("F")) & (t.chunk[a:b] == c)]
+    back = np.flatnonzero(mbs[1:] < mbs[:-1])
+    if len(back):
+        i = int(back[0]) + 1
+        return (
+            f"{schedule.name} runs the last stage's forward of micro-batch {mbs[i]} after {mbs[i - 1]}; "
+            "torch.distributed.pipelining stores losses in forward order and reads them back by "
+            "micro-batch, so it needs them in increasing order"
+        )
     return None
 
 
@@ -72,19 +76,44 @@ def torch_action(schedule: Schedule, rank: int, item: Item) -> str:
     return one(item)
 
 
-def to_torch_rows(schedule: Schedule) -> list[list[str]]:
-    """The compute-only action rows, one per rank; PipesimError if PyTorch cannot run it."""
-    validate(schedule)
+def check_torch(schedule: Schedule) -> None:
+    """PipesimError unless ``schedule`` is valid and PyTorch's runtime can run it."""
+    compile(schedule)  # the array check; validate's per-op walk words a failure
     reason = why_not_torch(schedule)
     if reason:
         raise PipesimError(reason)
-    return [[torch_action(schedule, r, item) for item in items] for r, items in enumerate(schedule.ranks)]
+
+
+def torch_row(schedule: Schedule, rank: int) -> list[str]:
+    """Rank ``rank``'s actions (``torch_action`` of each item), read off the schedule's
+    arrays, of a schedule ``check_torch`` passed (one route: a stage per (rank, chunk))."""
+    t = schedule.table
+    a, b = int(t.offsets[rank]), int(t.offsets[rank + 1])
+    stage = schedule.placement.stage_grid()[0, rank]
+    code = [TO_TORCH[k] for k in KINDS]
+    row = [f"{stage[c]}{code[k]}{m}" for k, c, m in zip(t.kind[a:b].tolist(), t.chunk[a:b].tolist(), t.mb[a:b].tolist())]
+    for j in np.flatnonzero(t.kind2[a:b] >= 0).tolist():
+        i = a + j
+        row[j] = f"({row[j]};{stage[t.chunk2[i]]}{code[t.kind2[i]]}{t.mb2[i]})OVERLAP_F_B"
+    return row
+
+
+def to_torch_rows(schedule: Schedule) -> list[list[str]]:
+    """The compute-only action rows, one per rank; PipesimError if PyTorch cannot run it."""
+    check_torch(schedule)
+    return [torch_row(schedule, r) for r in range(schedule.pp)]
 
 
 def rows_to_csv(rows: list[list[str]]) -> str:
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
     return out.getvalue()
+
+
+def csv_chunks(schedule: Schedule) -> Iterator[bytes]:
+    """``rows_to_csv(to_torch_rows(schedule))`` made and encoded a rank at a time, for a
+    writer that never holds the whole text, of a schedule ``check_torch`` passed."""
+    return (rows_to_csv([torch_row(schedule, r)]).encode("utf-8") for r in range(schedule.pp))
 
 
 #: PyTorch's classes by the placement torchtitan gives their stages: one stage per rank,
@@ -128,7 +157,7 @@ def torch_class_of(schedule: Schedule) -> str | None:
             theirs = build(TORCH_NAMES[name], pp, M, **({"chunks": pl.chunks} if name in LOOPED else {}))
         except PipesimError:
             continue
-        if theirs.ranks == schedule.ranks:
+        if theirs.table == schedule.table:  # the arrays, not an Op object per op
             return name
     return None
 
@@ -142,6 +171,14 @@ def torchtitan_class(schedule: Schedule, exact: str | None) -> str | None:
     return None if exact in LOOPED and single else exact
 
 
+#: Largest order ``torchtitan_hint`` compares with PyTorch's classes: each candidate's
+#: order is built op by op in Python (InterleavedZeroBubble at 7.7M ops: 25 s of CPU,
+#: which made export run past a minute well inside the work limit). Past it the CSV is
+#: the advice, and it is sound there anyway: PyTorch's own order generators are slower
+#: than linear (``MAX_TORCH_OPS``), so naming a class would cost minutes in torchtitan.
+MAX_MATCH_OPS = 1_000_000
+
+
 def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
     """How to run ``schedule`` in torchtitan: by a schedule name when a PyTorch class runs
     exactly this order, else with the CSV. torchtitan (pytorch/torchtitan at b5bcd76,
@@ -150,7 +187,8 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
     ``pipeline_parallel_schedule_csv``, so the name must give the CSV's placement, and it
     gives a multi-stage class at least 2 stages per rank."""
     pl, pp, M = schedule.placement, schedule.pp, schedule.microbatches
-    shape, exact = _shape(pl, pp, M), torch_class_of(schedule)
+    matched = schedule.num_ops <= MAX_MATCH_OPS
+    shape, exact = _shape(pl, pp, M), torch_class_of(schedule) if matched else None
     titan = torchtitan_class(schedule, exact)
     layers = "" if pl.chunks <= 2 else f"; set pipeline_parallel_layers_per_stage so that each rank gets {pl.chunks} stages"
     if titan:
@@ -164,6 +202,8 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
         f"PyTorch's {exact} on one stage per rank runs this order, but torchtitan gives multi-stage classes 2 or more"
         if exact
         else "no PyTorch schedule class runs this order"
+        if matched
+        else f"at {schedule.num_ops:,} ops (above {MAX_MATCH_OPS:,}) the order is not compared with PyTorch's classes"
     )
     how = {"single": "one stage per rank", "looped": f"looped, {pl.chunks} stages per rank", "v": "a V"}[shape]
     return (
@@ -192,6 +232,7 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
     pp = len(rows)
     if pp == 0:
         raise PipesimError(f"{name}: no rows; expected one row of actions per rank")
+    work(pp, 1, where=f"{name}: ")  # the ranks, before a cell is parsed (200,000 rows took 9 s to refuse)
     parsed: list[list[tuple]] = []
     rank_of: dict[int, int] = {}
     for r, row in enumerate(rows):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import PipesimError
-from ..inputs import MAX_LIST_OPS, MAX_LIST_OPS_COST, MAX_SEARCH_PP, work
+from ..inputs import MAX_LIST_OPS, MAX_LIST_OPS_COST, MAX_SEARCH_OPS_COST, MAX_SEARCH_PP, MAX_ZB_AUTO_OPS, MAX_ZB_H2_OPS, work
 from ..ir import Placement, Schedule
 from .chimera import chimera
 from .classic import gpipe, group_refused, interleaved_1f1b, one_f_one_b
@@ -106,8 +106,10 @@ class Family:
     periodic: bool = True
     #: the family's own constraints (above): (pp, M, **options) -> why not, or None
     refuses: Callable[..., str | None] | None = None
-    #: a work limit below MAX_OPS, for a builder slower per op than the engine
+    #: a work limit below MAX_OPS, for a builder slower per op than the engine, and
+    #: what it costs there
     max_ops: int | None = None
+    max_ops_cost: str = ""
 
     @functools.cached_property
     def options(self) -> dict[str, object]:
@@ -155,6 +157,8 @@ REGISTRY: dict[str, Family] = {
             "any pp >= 1, M >= 1",
             "Zero Bubble H2: 2pp activations for a zero span bubble",
             periodic=False,
+            max_ops=MAX_ZB_H2_OPS,
+            max_ops_cost=MAX_SEARCH_OPS_COST,
         ),
         Family(
             "zb-v", zb_v, "v", "any pp >= 1, M >= 1", "Zero Bubble V: 1F1B's memory, zero bubble when F = B = W", periodic=False
@@ -168,6 +172,8 @@ REGISTRY: dict[str, Family] = {
             "any pp >= 1, M >= 1; --memory-limit >= 1",
             "searched for your costs and memory limit (--exact: CP-SAT, proves optimality)",
             periodic=False,
+            max_ops=MAX_ZB_AUTO_OPS,
+            max_ops_cost=MAX_SEARCH_OPS_COST,
         ),
         Family(
             "dualpipe",
@@ -186,6 +192,7 @@ REGISTRY: dict[str, Family] = {
             "two pipelines in opposite directions over two model copies",
             refuses=_chimera,
             max_ops=MAX_LIST_OPS,  # its greedy list scheduler is Python per op
+            max_ops_cost=MAX_LIST_OPS_COST,
         ),
         # --- combined 1F1B (Megatron-LM's EP-overlapped 1F1B; schedules/combined.py) ---
         Family(
@@ -282,7 +289,7 @@ def _refusal(fam: Family, name: str, pp: int, microbatches: int, options: dict) 
         chunks = 2 if fam.placement in ("v", "interleaved") else 1
     try:
         stages = pp * chunks if fam.placement != "dual" else pp
-        work(pp, microbatches, stages=stages, what=name, limit=fam.max_ops, cost=fam.max_ops and MAX_LIST_OPS_COST or "")
+        work(pp, microbatches, stages=stages, what=name, limit=fam.max_ops, cost=fam.max_ops_cost)
     except PipesimError as e:
         return str(e)
     if not fam.periodic and pp > MAX_SEARCH_PP:

@@ -38,6 +38,7 @@ from ..autoschedule.problem import Plan, Problem
 from ..autoschedule.vgreedy import v_greedy_orders
 from ..costs import Costs
 from ..errors import PipesimError
+from ..inputs import MAX_SEARCH_OPS_COST, MAX_V_MIN_SEARCH_OPS, work
 from ..ir import Placement, RankTable, Schedule
 from .cache import cached
 
@@ -321,7 +322,11 @@ def v_half_searched(pp: int, microbatches: int) -> Schedule:
 def v_min(pp: int, microbatches: int) -> Schedule:
     """V-Min: about a third of 1F1B's activation memory."""
     got = _repeated("v-min", pp, microbatches, v_min_limit(pp), (v_min_block(pp),))
-    return got if got is not None else v_min_searched(pp, microbatches)
+    if got is not None:
+        return got
+    # its repeated block does not fit: the whole order is searched, Python per op
+    work(pp, microbatches, 2, what="v-min's searched order", limit=MAX_V_MIN_SEARCH_OPS, cost=MAX_SEARCH_OPS_COST)
+    return v_min_searched(pp, microbatches)
 
 
 @cached("v-min")  # searched once per (pp, M), then read from the cache file
