@@ -154,7 +154,9 @@ def _rejection(plan: Plan, name: str) -> str:
         least = min(memory, key=lambda r: r.memory_gb or r.static_gb)
         need = least.memory_gb or least.static_gb
         known = [r.memory_gb for r in memory if r.memory_gb and r.peak_known]
-        text = f"needs at least {need:.0f} GB per GPU against {usable_gb(plan, least):.0f} GB usable"
+        usable = usable_gb(plan, least)
+        digits = 0 if round(need) > round(usable) else 1  # 80.4 against 80.1 must not read 80 against 80
+        text = f"needs at least {need:.{digits}f} GB per GPU against {usable:.{digits}f} GB usable"
         if known and min(known) >= need + 1:
             text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
         return text
