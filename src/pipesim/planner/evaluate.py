@@ -17,7 +17,7 @@ from ..memory import memory
 from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY
 from ..simulate import Program, simulate
-from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, static_bytes, unpaired_work
+from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, stage_passes, static_bytes, unpaired_work
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
@@ -51,6 +51,16 @@ class Shared:
         self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
+        self.budgets: dict[tuple, float] = {}  # usable bytes per (layout, recomputation)
+
+    def budget(self, lay: Layout, recompute: str) -> float:
+        """The bytes a rank can fill (``usable_for``), computed once per layout and
+        recomputation: every schedule, micro-batch count and split of them shares it."""
+        key = (lay, recompute)
+        hit = self.budgets.get(key)
+        if hit is None:
+            hit = self.budgets[key] = usable_for(self.m, self.c, self.t, lay, recompute).bytes
+        return hit
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
