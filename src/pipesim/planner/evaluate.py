@@ -202,7 +202,7 @@ def _within_memory(
     ``Shared.cost_model``): memory, then the bound."""
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
-    budget = usable_for(m, c, t, lay, cand.recompute).bytes
+    budget = shared.budget(lay, cand.recompute)
     parts, costs, mm, statics, memo = model
     static = max(statics)
     if static > budget:
@@ -242,7 +242,7 @@ def _within_memory(
         busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
     else:
         busy, w = _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
-    bound = pipeline_bound(pl, costs, busy, w)
+    bound = pipeline_bound(pl, costs, busy, w, _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages)))
     # exposed data-parallel collectives + optimizer step
     sync = sum(_memo(memo, ("sync", pl.held(), M), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
     sync += tied_embedding_sync(m, c, t, lay)
