@@ -28,7 +28,7 @@ from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks
 from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .stages import component_costs, stage_parts
-from .step import step_overhead
+from .step import per_microbatch, step_overhead
 from .stragglers import slowest_share
 
 
@@ -173,8 +173,9 @@ def prepare(
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []
+    held = pl.held()
     for evened in splits:
-        model = shared.cost_model(lay, stages, cand.recompute, pl.held(), evened)
+        model = shared.cost_model(lay, stages, cand.recompute, held, evened)
         if model[0] in tried:
             continue  # the same split: the same verdict
         tried.append(model[0])
@@ -244,7 +245,9 @@ def _within_memory(
         busy, w = _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
     bound = pipeline_bound(pl, costs, busy, w, _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages)))
     # exposed data-parallel collectives + optimizer step
-    sync = sum(_memo(memo, ("sync", pl.held(), M), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
+    # the memo is this cost model's, whose key holds the placement's held stages already;
+    # the micro-batch count matters only where FSDP regathers for each micro-batch
+    sync = sum(_memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
     sync += tied_embedding_sync(m, c, t, lay)
     return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
 
