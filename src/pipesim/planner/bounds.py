@@ -74,7 +74,16 @@ def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
     return work, work
 
 
-def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float]) -> float:
+def stage_passes(costs, stages: int) -> tuple[list[float], list[float]]:
+    """Per stage, its forward and its shortest backward (B, or the fused BW if shorter):
+    what ``pipeline_bound`` fills and drains with, the same for every placement of a cost
+    model (the search computes them once per cost model)."""
+    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(stages)]
+    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(stages)]
+    return fwd, bwd
+
+
+def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float], passes: tuple | None = None) -> float:
     """No schedule on this placement is shorter: for each rank, the fill before its first
     item, its busy time, and the drain after its last backward.
 
@@ -85,8 +94,7 @@ def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float]) -> f
     stages first), and the backward must still run through the earlier stages: a drain,
     less the lone W items that may run after it. An item holding an op lasts at least the
     op alone: a pair runs each of its ops' parts in sequence at no more than full rate."""
-    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(pl.stages)]
-    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(pl.stages)]
+    fwd, bwd = passes or stage_passes(costs, pl.stages)
     fill = [math.inf] * pl.pp
     drain = [math.inf] * pl.pp
     used = set(pl.route_of)

@@ -17,7 +17,7 @@ from ..memory import memory
 from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY
 from ..simulate import Program, simulate
-from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, static_bytes, unpaired_work
+from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, stage_passes, static_bytes, unpaired_work
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
@@ -28,7 +28,7 @@ from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks
 from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .stages import component_costs, stage_parts
-from .step import step_overhead
+from .step import per_microbatch, step_overhead
 from .stragglers import slowest_share
 
 
@@ -51,6 +51,16 @@ class Shared:
         self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
+        self.budgets: dict[tuple, float] = {}  # usable bytes per (layout, recomputation)
+
+    def budget(self, lay: Layout, recompute: str) -> float:
+        """The bytes a rank can fill (``usable_for``), computed once per layout and
+        recomputation: every schedule, micro-batch count and split of them shares it."""
+        key = (lay, recompute)
+        hit = self.budgets.get(key)
+        if hit is None:
+            hit = self.budgets[key] = usable_for(self.m, self.c, self.t, lay, recompute).bytes
+        return hit
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
@@ -163,8 +173,9 @@ def prepare(
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []
+    held = pl.held()
     for evened in splits:
-        model = shared.cost_model(lay, stages, cand.recompute, pl.held(), evened)
+        model = shared.cost_model(lay, stages, cand.recompute, held, evened)
         if model[0] in tried:
             continue  # the same split: the same verdict
         tried.append(model[0])
@@ -192,7 +203,7 @@ def _within_memory(
     ``Shared.cost_model``): memory, then the bound."""
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
-    budget = usable_for(m, c, t, lay, cand.recompute).bytes
+    budget = shared.budget(lay, cand.recompute)
     parts, costs, mm, statics, memo = model
     static = max(statics)
     if static > budget:
@@ -232,9 +243,11 @@ def _within_memory(
         busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
     else:
         busy, w = _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
-    bound = pipeline_bound(pl, costs, busy, w)
+    bound = pipeline_bound(pl, costs, busy, w, _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages)))
     # exposed data-parallel collectives + optimizer step
-    sync = sum(_memo(memo, ("sync", pl.held(), M), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
+    # the memo is this cost model's, whose key holds the placement's held stages already;
+    # the micro-batch count matters only where FSDP regathers for each micro-batch
+    sync = sum(_memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
     sync += tied_embedding_sync(m, c, t, lay)
     return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
 

@@ -146,8 +146,13 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
     ascending order, as a plain sum over the rank's stages would)."""
     w = mm.w_share
     pp, K = sh.cols.shape
-    per_stage = {x: mm.activation_bytes(x) for x in set(sh.cols[sh.cols >= 0].tolist())}
-    size = np.array([[per_stage.get(x, 0.0) for x in row] for row in sh.cols.tolist()], np.float64).reshape(pp, K)
+    # per cell, its stage's bytes (0 where no stage): a table lookup, the table holding
+    # only the stages that occur (an empty column's -1 reads the appended 0)
+    used = np.unique(sh.cols[sh.cols >= 0])
+    table = np.zeros(int(used[-1]) + 2 if len(used) else 1, np.float64)
+    for x in used.tolist():
+        table[x] = mm.activation_bytes(x)
+    size = table[sh.cols].reshape(pp, K)
     row_rank = np.repeat(np.arange(pp), np.diff(sh.rows))
     total = np.zeros(len(row_rank))
     for j in range(K):

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from ..errors import PipesimError
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
-from .device_memory import usable_for
 from .evaluate import Prepared, Shared, finish, prepare
 from .results import GB, Plan, Result
 from .specs import Cluster, Model, Training
@@ -64,7 +63,7 @@ def search(
     prepared: list[Prepared] = []
     floors: dict = {}
     for i, cand in enumerate(cands):
-        refused = None if exhaustive else _over_floor(m, c, t, cand, floors)
+        refused = None if exhaustive else _over_floor(m, t, cand, floors, shared)
         p = refused or prepare(m, c, t, cand, shared)
         (plan.rejected.append(p) if isinstance(p, Result) else prepared.append(p))
         if i % 16 == 0:
@@ -101,13 +100,13 @@ def search(
     return plan
 
 
-def _over_floor(m: Model, c: Cluster, t: Training, cand: Candidate, floors: dict) -> Result | None:
+def _over_floor(m: Model, t: Training, cand: Candidate, floors: dict, shared: Shared) -> Result | None:
     """The candidate refused without a cost model when its layout's static floor
     (``bounds.static_floor``, computed once a layout) exceeds the usable memory."""
     lay = cand.layout
     if lay not in floors:
         floors[lay] = static_floor(m, t, lay)
-    floor, budget = floors[lay], usable_for(m, c, t, lay, cand.recompute).bytes
+    floor, budget = floors[lay], shared.budget(lay, cand.recompute)
     if floor <= budget:
         return None
     why = f"parameters, gradients and optimizer states need at least {floor / GB:.0f} GB > {budget / GB:.0f} GB usable"

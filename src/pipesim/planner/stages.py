@@ -34,6 +34,14 @@ def _kind_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, 
     return _layer(m, first, c, t, lay, recompute)
 
 
+def _first_of_kinds(m: Model) -> list[tuple[int, bool]]:
+    """(the first layer of each kind, its kind), in layer order."""
+    firsts: dict[bool, int] = {}
+    for i in range(m.layers):
+        firsts.setdefault(m.is_moe_layer(i), i)
+    return [(i, k) for k, i in firsts.items()]
+
+
 def selective_changes_nothing(m: Model, c: Cluster, t: Training, lay: Layout) -> bool:
     """Whether selective recomputation costs nothing over none on this layout: every kind
     of layer (and the MTP modules) has the same op times under both, as under flash
@@ -79,10 +87,12 @@ def component_costs(
 ) -> ComponentCosts:
     parts = parts or stage_parts(m, c, t, lay, stages, recompute)
     embed, head, mtp = _ends(m, c, t, lay, recompute)
+    # one lookup per kind of layer, not per layer: the cache's key hashes every spec
+    kinds = {k: _layer(m, i, c, t, lay, recompute) for i, k in _first_of_kinds(m)}
     stage_layers = []
     for s, rng in enumerate(parts):
         row = [embed] if s == 0 else []
-        row += [_kind_costs(m, c, t, lay, recompute, i) for i in rng]
+        row += [kinds[m.is_moe_layer(i)] for i in rng]
         if s == stages - 1:
             row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:

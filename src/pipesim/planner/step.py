@@ -11,6 +11,12 @@ from .layout import Layout, keeps_gathered
 from .specs import Cluster, Training
 
 
+def per_microbatch(t: Training, lay: Layout) -> bool:
+    """Whether ``step_overhead`` depends on the micro-batch count: only FSDP regathering
+    the parameters for every micro-batch does (each branch below that reads it)."""
+    return t.zero >= 3 and not keeps_gathered(t, lay)
+
+
 def step_overhead(
     c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
 ) -> tuple[float, float]:
