@@ -3,15 +3,16 @@ against torchtitan's published per-GPU memory.
 
     PYTHONPATH=src python benchmarks/activation_memory.py
 
-1. Real PyTorch blocks (tests/torch_blocks.py: GPT-style, Llama-style fused and eager,
-   MoE top-2 of 8, the output head), in bf16 on the CPU; the bytes autograd saves are
-   counted with saved_tensors_hooks, distinct storages once, parameters and buffers out.
-   Beside each, ``activations.layer_activation`` (or ``head_activation``) for the shape.
-2. torchtitan's rows of ../shared/PUBLISHED_RUNS.md that give memory (GiB, torchtitan's
-   max reserved): the planner's peak at the layout benchmarks/published_runs.py pins (its
-   recomputation searched where the row does not give it: torchtitan's selective op AC is
-   not a mode pipesim has), plus a full-recompute backward's transient layer, plus the
-   caching allocator's fragmentation share (reserved = allocated / (1 - share)).
+1. Real PyTorch blocks (tests/torch_blocks.py and tests/torch_blocks_sharded.py), in bf16
+   on the CPU: GPT-style, Llama-style fused and eager, MoE top-2 of 8 with the routing
+   weights in the combine or in the experts' activation, torchtitan's eager blocks four
+   deep under its op and every-N checkpointing, DeepSeek's MLA with and without its
+   recomputation, one rank of a sequence-parallel and of a context-parallel group, the
+   output head. The bytes autograd saves are counted with saved_tensors_hooks (a selective
+   checkpoint's cache from the cache itself), distinct storages once, parameters and
+   buffers out. Beside each, ``activations.layer_activation`` (or ``head_activation``).
+2. benchmarks/peak_memory.py's table: torchtitan's published memory figures beside
+   pipesim's peak at those runs' layouts and checkpointing.
 """
 
 from __future__ import annotations
@@ -23,32 +24,29 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from pipesim.planner.activations import head_activation, layer_activation  # noqa: E402
-from pipesim.planner.device_memory import usable_for  # noqa: E402
+import peak_memory  # noqa: E402
+
+from pipesim.planner.activations import head_activation, layer_activation, layer_mode  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, MoE, Training  # noqa: E402
 
 S, B, H = 256, 2, 512
-GIB = 2**30
-
-#: torchtitan's published memory per GPU (GiB, ../shared/PUBLISHED_RUNS.md) by the name
-#: of the row in benchmarks/data/published_runs.toml
-TORCHTITAN_GIB = {
-    "torchtitan Llama 3 8B, 8 H100, FSDP": 82.4,
-    "torchtitan Llama 3 8B, 128 H100, FSDP": 67.0,
-    "torchtitan Llama 3 8B, 8 H100, FSDP + compile": 77.0,
-    "torchtitan Llama 3 8B, 128 H100, FSDP + compile": 62.0,
-    "torchtitan Llama 3 8B, 8 H100, FSDP, seq 32768": 83.9,
-    "torchtitan Llama 3 70B, 256 H100, FSDP + TP": 71.9,
-    "torchtitan Llama 3 70B, 256 H100, FSDP + AsyncTP": 67.6,
-    "torchtitan Llama 3 405B, 512 H100, 1F1B": 82.5,
-    "torchtitan Llama 3 405B, 512 H100, interleaved 1F1B": 72.7,
-}
+MLA = Attention(kind="mla", q_lora_rank=192, kv_lora_rank=128, qk_nope_dim=64, qk_rope_dim=32, v_head_dim=64)
 
 
 def block_cases():
-    """(name, build the block, input shape, pipesim's bytes)."""
-    from torch_blocks import GPTBlock, Head, LlamaBlock
+    """(name, measure it in PyTorch, pipesim's bytes)."""
+    import torch
+
+    from torch_blocks import DT, GPTBlock, Head, LlamaBlock, SACMeter, TitanBlock, measure, measure_titan
+    from torch_blocks_sharded import LlamaCPBlock, LlamaSPBlock, MLABlock
+
+    def run(make, shape):
+        def go():
+            torch.manual_seed(0)
+            return measure(make(), torch.randn(*shape, dtype=DT))
+
+        return go
 
     gpt = Model("gpt", 1, H, 8, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
     llama = Model("llama", 1, H, 8, 1000, Attention(kv_heads=2), 1, 1376)
@@ -56,58 +54,80 @@ def block_cases():
     lay = Layout(1, 1, micro_batch=B)
     gpt_t = Training(seq=S, flash_attention=False, hidden_dropout=True, sequence_parallel=False)
     for rc in ("none", "selective", "full"):
-        yield (
-            f"GPT (LayerNorm, unfused attention, dropout 0.1, GELU), {rc}",
-            lambda rc=rc: GPTBlock(H, 8, 4 * H, rc),
-            (
-                S,
-                B,
-                H,
-            ),
-            layer_activation(gpt, 0, gpt_t, lay, rc)[0],
-        )
+        name = f"GPT (LayerNorm, unfused attention, dropout 0.1, GELU), {rc}"
+        yield name, run(lambda rc=rc: GPTBlock(H, 8, 4 * H, rc), (S, B, H)), layer_activation(gpt, 0, gpt_t, lay, rc)[0]
     for fused in (True, False):
         t = Training(seq=S, fused_elementwise=fused)
         kind = "fused" if fused else "eager (torchtitan)"
         for rc in ("none", "selective", "full"):
+            name = f"Llama (RMSNorm, GQA 8/2, rotary, SDPA, SwiGLU) {kind}, {rc}"
             yield (
-                f"Llama (RMSNorm, GQA 8/2, rotary, SDPA, SwiGLU) {kind}, {rc}",
-                lambda rc=rc, f=fused: LlamaBlock(H, 8, 2, 1376, f, rc),
-                (B, S, H),
+                name,
+                run(lambda rc=rc, f=fused: LlamaBlock(H, 8, 2, 1376, f, rc), (B, S, H)),
                 layer_activation(llama, 0, t, lay, rc)[0],
             )
+        name = f"MoE (top-2 of 8 SwiGLU experts) {kind}, none"
         yield (
-            f"MoE (top-2 of 8 SwiGLU experts) {kind}, none",
-            lambda f=fused: LlamaBlock(H, 8, 2, 0, f, moe=(8, 256, 2)),
-            (
-                B,
-                S,
-                H,
-            ),
+            name,
+            run(lambda f=fused: LlamaBlock(H, 8, 2, 0, f, moe=(8, 256, 2)), (B, S, H)),
             layer_activation(moe, 0, t, lay, "none")[0],
+        )
+    weighted = Training(seq=S, moe_combine_keeps_outputs=False)
+    yield (
+        "MoE, routing weights in the experts' SwiGLU (Megatron-Core grouped experts), none",
+        run(lambda: LlamaBlock(H, 8, 2, 0, True, moe=(8, 256, 2), weighted_act=True), (B, S, H)),
+        layer_activation(moe, 0, weighted, lay, "none")[0],
+    )
+    titan = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), 4, 1376)
+    eager = Training(seq=S, fused_elementwise=False)
+    for ac in ("none", "op", "every-2", "full"):
+
+        def stack(ac=ac):
+            torch.manual_seed(0)
+            meter = SACMeter()
+            blocks = [TitanBlock(H, 8, 2, 1376, layer_mode(ac, i), meter) for i in range(4)]
+            return measure_titan(blocks, meter, torch.randn(B, S, H, dtype=DT))
+
+        predicted = sum(layer_activation(titan, i, eager, lay, ac)[0] for i in range(4))
+        yield f"torchtitan eager blocks x4 (wq, wk, wv; w1, w3, w2), AC {ac}", stack, predicted
+    mla = Model("mla", 1, H, 8, 1000, MLA, 1, 1376)
+    for rc in ("none", "selective"):
+        make = lambda rc=rc: MLABlock(H, 8, 192, 128, 64, 32, 64, 1376, selective=rc == "selective")  # noqa: E731
+        yield (
+            f"MLA (DeepSeek-V3's attention, latents 192/128), {rc}",
+            run(make, (B, S, H)),
+            layer_activation(mla, 0, Training(seq=S), lay, rc)[0],
+        )
+    for tp in (2, 4):
+        kv = Model("llama", 1, H, 8, 1000, Attention(kv_heads=4), 1, 1376)
+        t = Training(seq=S, sequence_parallel=True)
+        yield (
+            f"Llama fused, one rank of tp{tp} with sequence parallelism (Megatron-Core), none",
+            run(lambda tp=tp: LlamaSPBlock(H, 8, 4, 1376, tp), (B, S // tp, H)),
+            layer_activation(kv, 0, t, Layout(1, 1, tp=tp, micro_batch=B), "none")[0],
+        )
+    for cp in (2, 4):
+        yield (
+            f"Llama fused, one rank of cp{cp} (local K/V kept), none",
+            run(lambda cp=cp: LlamaCPBlock(H, 8, 2, 1376, cp), (B, S // cp, H)),
+            layer_activation(llama, 0, Training(seq=S // cp), Layout(1, 1, cp=cp, micro_batch=B), "none")[0],
         )
     for fp32 in (True, False):
         t = Training(seq=S, logit_bytes=52 if fp32 else 10)
         yield (
             f"output head, {'fp32' if fp32 else 'bf16'} loss",
-            lambda f=fp32: Head(H, 1000, f),
-            (B, S, H),
+            run(lambda f=fp32: Head(H, 1000, f), (B, S, H)),
             head_activation(llama, t, lay),
         )
 
 
 def print_blocks() -> list[float]:
-    import torch
-
-    from torch_blocks import DT, measure
-
     print(f"## Activation bytes per layer: PyTorch against pipesim (bf16, CPU, s={S}, b={B}, h={H})\n")
     print("| block, recomputation | PyTorch keeps (B) | pipesim (B) | error |")
     print("|---|---|---|---|")
     errors = []
-    for name, make, shape, predicted in block_cases():
-        torch.manual_seed(0)
-        measured = measure(make(), torch.randn(*shape, dtype=DT))
+    for name, measured_by, predicted in block_cases():
+        measured = measured_by()
         errors.append(predicted / measured - 1)
         print(f"| {name} | {measured:,} | {predicted:,.0f} | {errors[-1]:+.2%} |")
     worst = max(errors, key=abs)
@@ -115,35 +135,13 @@ def print_blocks() -> list[float]:
     return errors
 
 
-def print_peaks() -> None:
-    import tomllib
-
-    import published_runs as pr
-
-    rows = [r for r in tomllib.loads(pr.DATA.read_text())["run"] if r["name"] in TORCHTITAN_GIB]
-    print("\n## Peak memory per GPU: torchtitan's published figure against pipesim\n")
-    print("| run | layout simulated | published (GiB) | pipesim peak with transient (GiB) | with fragmentation (GiB) | error |")
-    print("|---|---|---|---|---|---|")
-    errors = []
-    for rec in pr.run_rows(rows):
-        r, (m, c, t) = rec["result"], rec["specs"]
-        pub = TORCHTITAN_GIB[rec["row"]["name"]]
-        # the planner's peak, plus the layer a full-recompute backward re-materialises
-        held = dict(usable_for(m, c, t, r.candidate.layout, r.candidate.recompute).held)
-        peak = (r.memory_gb * 1e9 + held["full-recompute transient (one layer)"]) / GIB
-        reserved = peak / (1 - t.allocator_fragmentation)
-        errors.append(reserved / pub - 1)
-        print(f"| {rec['row']['name']} | {pr.layout_text(r)} | {pub:.1f} | {peak:.1f} | {reserved:.1f} | {errors[-1]:+.1%} |")
-    inside = sum(abs(e) <= 0.10 for e in errors)
-    print(f"\n{len(errors)} rows: {inside} within 10% (target: all), mean |error| {sum(map(abs, errors)) / len(errors):.1%}.")
-
-
 def main() -> None:
     try:
         print_blocks()
     except ImportError:
         print("PyTorch is not installed: the block table needs it (pip install torch)")
-    print_peaks()
+    print()
+    peak_memory.main()
 
 
 if __name__ == "__main__":

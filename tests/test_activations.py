@@ -48,3 +48,93 @@ def test_fp32_loss_keeps_twice_the_bf16_softmax():
     bf16 = head_activation(m, Training(seq=2048, logit_bytes=10), lay)
     assert fp32 - bf16 == pytest.approx(2048 * m.vocab * 2)  # 4 bytes a logit against 2
     assert fp32 > 1e9  # the issue's "about 1 GB" at s=2048 and a 128K vocabulary
+
+
+@pytest.mark.parametrize("bad", ["every-0", "every-x", "every-", "sometimes"])
+def test_a_recompute_mode_outside_the_forms_is_one_line(bad):
+    from pipesim.errors import PipesimError
+    from pipesim.planner.specs import load_training
+
+    with pytest.raises(PipesimError, match="every-N") as e:
+        load_training(recompute=bad)
+    assert "\n" not in str(e.value)
+    assert load_training(recompute="every-3").recompute == "every-3"
+    assert load_training(recompute="op").recompute == "op"
+
+
+def test_op_checkpointing_is_for_dense_bf16_blocks():
+    """torchtitan's op policy names aten.mm and the flash kernels: an MoE layer, MLA or
+    float8's _scaled_mm is not what it was written for, and says so."""
+    from pipesim.errors import PipesimError
+
+    with pytest.raises(PipesimError, match="op"):
+        layer_saved(load_model("deepseek-v3"), 5, Training(seq=4096), recompute="op")
+    with pytest.raises(PipesimError, match="op"):
+        layer_saved(load_model("llama3-8b"), 0, Training(seq=4096, precision="fp8"), recompute="op")
+
+
+def test_checkpointing_prices_what_it_runs_again():
+    """The backward of a layer under op checkpointing reruns the elementwise ops and the
+    multiplies the cache skips: more than none, less than full; every-2 is, per layer on
+    average, half-way from none to full."""
+    from pipesim.planner.layer_costs import layer_costs
+    from pipesim.planner.specs import load_cluster
+
+    m, c, lay = load_model("llama3-8b"), load_cluster("h100"), Layout(1, 8, micro_batch=2)
+    t = Training(seq=8192, fused_elementwise=False)
+    cost = {rc: layer_costs(m, 0, c, t, lay, rc) for rc in ("none", "op", "every-2", "full")}
+    back = {rc: x.attn_b + x.mlp_b for rc, x in cost.items()}
+    assert back["none"] < back["op"] < back["full"]
+    assert back["every-2"] == pytest.approx((back["none"] + back["full"]) / 2)
+    assert all(x.attn_f == cost["none"].attn_f for x in cost.values())  # the forward is the same
+
+
+def test_loss_backward_copies_and_fsdp_buffers_are_held_back():
+    """torchtitan's loss (F.cross_entropy on fp32 logits) writes two more logit-sized fp32
+    tensors in its backward; FSDP without pipeline parallelism holds the root module's and
+    two layers' parameters gathered: both are held back from the usable memory."""
+    from pipesim.planner.device_memory import backward_transient, fsdp_gathered, usable_for
+    from pipesim.planner.params import attention_params, mlp_params
+    from pipesim.planner.specs import load_cluster
+
+    m, c, lay = load_model("llama3-8b"), load_cluster("h100"), Layout(1, 8, micro_batch=2)
+    t = Training(seq=8192, zero=3, loss_backward_copies=2)
+    assert backward_transient(m, t, lay, "none") == pytest.approx(2 * 4 * m.vocab * 2 * 8192)
+    layer = attention_params(m) + mlp_params(m, 0)[0]
+    assert fsdp_gathered(m, t, lay) == pytest.approx(2 * (2 * m.vocab * m.hidden + 2 * layer))
+    assert fsdp_gathered(m, t, Layout(2, 8, micro_batch=2)) == 0  # under PP the stage stays gathered: static
+    held = dict(usable_for(m, c, t, lay, "none").held)
+    assert held["FSDP gathered parameters"] == fsdp_gathered(m, t, lay)
+
+
+def test_the_last_stage_keeps_the_head():
+    """The planner's last stage keeps the final norm and the loss's softmax beside its
+    layers (an even split of llama3-8b's 32 layers: the two stages differ by the head)."""
+    from pipesim.planner.footprint import memory_model
+
+    m, lay = load_model("llama3-8b"), Layout(2, 8, micro_batch=1)
+    t = Training(seq=4096, logit_bytes=52)
+    mm = memory_model(m, t, lay, 2, "full")
+    assert mm.activation[1] - mm.activation[0] == pytest.approx(head_activation(m, t, lay))
+
+
+def test_norm_kernel_picks_the_norms_save_set_alone():
+    """torchtitan's early configs ran fused_rmsnorm with eager SwiGLU and rotary: the norms
+    keep what the fused kernels keep, the rest what the eager ops keep."""
+    m = load_model("llama3-8b")
+    eager, fused = Training(seq=4096, fused_elementwise=False), Training(seq=4096)
+    mixed = Training(seq=4096, fused_elementwise=False, norm_kernel="fused")
+    a, b, c = (layer_saved(m, 0, t) for t in (eager, fused, mixed))
+    assert {k: v for k, v in c.items() if "norm" in k} == {k: v for k, v in b.items() if "norm" in k}
+    assert {k: v for k, v in c.items() if "norm" not in k} == {k: v for k, v in a.items() if "norm" not in k}
+
+
+def test_only_block_scaled_fp8_caches_the_swiglu_input():
+    """DeepSeek-V3 keeps its experts' SwiGLU input in FP8 and recomputes the product;
+    Transformer Engine's per-tensor FP8 keeps the bf16 gate and up projections as bf16 does."""
+    m = load_model("deepseek-v3")
+    layer = m.layers - 1  # an MoE layer
+    block = layer_saved(m, layer, Training(precision="fp8", fp8_scaling="block"))
+    tensor = layer_saved(m, layer, Training(precision="fp8", fp8_scaling="tensor"))
+    bf16 = layer_saved(m, layer, Training(precision="bf16"))
+    assert sum(block.values()) < sum(tensor.values()) <= sum(bf16.values())

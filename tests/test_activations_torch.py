@@ -81,6 +81,19 @@ def test_moe_block(recompute, fused):
     within(layer_activation(m, 0, t, Layout(1, 1, micro_batch=B), recompute)[0], run(block, (B, S, H)))
 
 
+def test_moe_block_with_the_weights_in_the_activation():
+    """Megatron-Core's grouped experts multiply each copy's routing weight into the fused
+    SwiGLU (activation_func_with_probs) and combine without it: no expert output is kept
+    (``moe_combine_keeps_outputs = false``, deepseek-v3's preset)."""
+    m = llama_model(moe=True)
+    block = LlamaBlock(H, 8, 2, 0, True, moe=(8, 128, 2), weighted_act=True)
+    t = Training(seq=S, moe_combine_keeps_outputs=False)
+    measured = run(block, (B, S, H))
+    within(layer_activation(m, 0, t, Layout(1, 1, micro_batch=B), "none")[0], measured)
+    keeping = layer_activation(m, 0, Training(seq=S), Layout(1, 1, micro_batch=B), "none")[0]
+    assert keeping > measured * 1.05  # the other form's kept outputs are not there
+
+
 @pytest.mark.parametrize("fp32_loss", [True, False])
 def test_head(fp32_loss):
     """The final norm, the output layer and the loss: the fp32 softmax over the vocabulary
@@ -97,3 +110,78 @@ def test_full_recompute_transient_is_one_layer_kept_whole():
     t = Training(seq=S)
     within(recompute_transient(m, t, Layout(1, 1, micro_batch=B), "full"), run(LlamaBlock(H, 8, 2, 688), (B, S, H)))
     assert recompute_transient(m, t, Layout(1, 1, micro_batch=B), "selective") == 0
+
+
+@pytest.mark.parametrize("ac", ["none", "op", "full", "every-2", "every-3"])
+def test_torchtitan_checkpointing(ac):
+    """torchtitan's eager blocks (separate wq, wk, wv; w1, w3, w2) under each of its
+    activation checkpointing modes, four blocks deep: selective op keeps every other
+    multiply's output and flash attention's in the checkpoint's cache (counted from the
+    cache itself), every-N checkpoints the Nth, 2Nth, ... block whole."""
+    from pipesim.planner.activations import layer_mode
+    from torch_blocks import SACMeter, TitanBlock, measure_titan
+
+    m = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), 4, 688)
+    meter = SACMeter()
+    torch.manual_seed(0)
+    blocks = [TitanBlock(H, 8, 2, 688, layer_mode(ac, i), meter) for i in range(4)]
+    measured = measure_titan(blocks, meter, torch.randn(B, S, H, dtype=DT))
+    t = Training(seq=S, fused_elementwise=False)
+    within(sum(layer_activation(m, i, t, Layout(1, 1, micro_batch=B), ac)[0] for i in range(4)), measured)
+
+
+def test_every_n_counts_blocks_from_one():
+    from pipesim.planner.activations import layer_mode
+
+    assert [layer_mode("every-2", i) for i in range(4)] == ["none", "full", "none", "full"]
+    with pytest.raises(Exception, match="every-N"):
+        layer_mode("every-0", 0)
+
+
+# --------------------------------------------------------------------------------------
+# MLA, sequence and context parallelism (tests/torch_blocks_sharded.py)
+
+MLA = Attention(kind="mla", q_lora_rank=96, kv_lora_rank=64, qk_nope_dim=32, qk_rope_dim=16, v_head_dim=32)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_mla_block(recompute):
+    """DeepSeek-V3's attention (scaled down). Without recomputation: the q and kv
+    down-projections' outputs (the latent norms' inputs; kv_norm's input is a view of the
+    whole wkv_a output, k_pe with it), the latent norms' outputs, the concatenated q and k,
+    the kv up-projection's output (v is a view of it), the output and the logsumexp.
+    Selective, DeepSeek-V3's recomputation of every RMSNorm and the up-projections: the
+    norms' inputs, the two latents, the output and the logsumexp."""
+    from torch_blocks_sharded import MLABlock
+
+    m = Model("mla", 1, H, 8, 1000, MLA, 1, 688)
+    block = MLABlock(H, 8, 96, 64, 32, 16, 32, 688, selective=recompute == "selective")
+    t = Training(seq=S)
+    within(layer_activation(m, 0, t, Layout(1, 1, micro_batch=B), recompute)[0], run(block, (B, S, H)))
+
+
+@pytest.mark.parametrize("tp,kv", [(2, 2), (4, 4)])
+def test_llama_block_sequence_parallel(tp, kv):
+    """One rank of a Megatron-Core tensor group with sequence parallelism: the norms and
+    residuals on s/tp tokens, the column-parallel layers saving their sequence shard (and
+    gathering it again in the backward), attention and MLP on heads/tp and ffn/tp."""
+    from torch_blocks_sharded import LlamaSPBlock
+
+    m = Model("llama", 1, H, 8, 1000, Attention(kv_heads=kv), 1, 688)
+    block = LlamaSPBlock(H, 8, kv, 688, tp)
+    t = Training(seq=S, sequence_parallel=True)
+    within(layer_activation(m, 0, t, Layout(1, 1, tp=tp, micro_batch=B), "none")[0], run(block, (B, S // tp, H)))
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_llama_block_context_parallel(cp):
+    """One rank of a context group: every tensor on its s/cp tokens, the attention over the
+    whole sequence keeping only the local keys and values. pipesim is handed the local
+    sequence, as footprint.memory_model hands it."""
+    from torch_blocks_sharded import LlamaCPBlock
+
+    m = llama_model()
+    block = LlamaCPBlock(H, 8, 2, 688, cp)
+    lay = Layout(1, 1, cp=cp, micro_batch=B)
+    t = Training(seq=S // cp)
+    within(layer_activation(m, 0, t, lay, "none")[0], run(block, (B, S // cp, H)))

@@ -56,3 +56,14 @@ def test_plan_says_x1_for_the_predicted_step(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "compute rates x1.000, links x1.000: nothing (the estimate already matched)" in out
+
+
+def test_per_tensor_fp8_share_is_fitted_too():
+    """Under fp8_scaling = "tensor" the multiplies run at fp8_tensor_gemm_efficiency; a fit
+    that left it alone changed nothing for such runs (its range read 146.06-146.06 s)."""
+    m, c, t = specs()
+    t = load_training(base=model_training("llama3-8b"), precision="fp8", fp8_scaling="tensor")
+    predicted, step = calibrate.scaled_step(m, c, t, LAYOUT)
+    fit = calibrate.from_step(m, c, t, LAYOUT, 1.2 * predicted.step_time)
+    assert step(fit.compute) == pytest.approx(1.2 * predicted.step_time, rel=1e-6)
+    assert any(line.startswith("fp8_tensor_gemm_efficiency") for line in fit.changes(c, t))

@@ -28,7 +28,7 @@ def test_each_part_held_back_is_its_own_line():
     assert held["CUDA context"] == c.cuda_context_mib * MIB
     nccl = next(v for k, v in held.items() if k.startswith("NCCL"))
     assert nccl == 3 * c.nccl_mib_per_group * MIB  # tensor, data, pipeline
-    assert held["full-recompute transient (one layer)"] == 3e9
+    assert held["backward transient (the loss or one recomputed layer)"] == 3e9
     rest = c.hbm_gb * 1e9 - held["CUDA context"] - nccl - 3e9
     frag = next(v for k, v in held.items() if k.startswith("allocator"))
     assert frag == pytest.approx(rest * t.allocator_fragmentation)

@@ -379,9 +379,10 @@ def test_blocking_p2p_by_hand():
     """Without overlap a stage's ops wait for their transfers: one micro-batch's activation
     is 32 tokens x 64 x 2 bytes = 4096 bytes over the 10 GB/s network plus the 10 us
     latency; the end stages of a 3-stage pipeline have one neighbour, the middle one two;
-    the edges then carry nothing (the transfer already sits on both ranks)."""
+    the edges then carry nothing (the transfer already sits on both ranks). dp8 puts the
+    stages a node apart, so the transfers leave the 8-GPU NVLink domain."""
     hop = 4096 / 10e9 + 10e-6
-    lay = Layout(pp=3, dp=1)
+    lay = Layout(pp=3, dp=8)
     on_t = replace(T, comm_sms=1)  # GPU has 4 SMs
     on = component_costs(TINY, GPU, on_t, lay, 3, "none", [range(0, 1), range(1, 3), range(3, 4)])
     t = replace(on_t, p2p_overlap=False)
@@ -397,8 +398,8 @@ def test_blocking_p2p_by_hand():
 def test_p2p_gathers_without_sequence_parallelism_by_hand():
     """tp2, 32 tokens x 64 x 2 bytes = 4096 bytes: each shard sends 2048 over the 10 GB/s
     network; without sequence parallelism the receivers all-gather the other half (2048
-    bytes) over the 100 GB/s NVLink."""
-    lay = Layout(pp=2, dp=1, tp=2)
+    bytes) over the 100 GB/s NVLink (dp4 puts the two stages on different 8-GPU nodes)."""
+    lay = Layout(pp=2, dp=4, tp=2)
     sp = replace(T, sequence_parallel=True)
     assert p2p_seconds(TINY, GPU, sp, lay) == pytest.approx(10e-6 + 2048 / 10e9)
     no_sp = replace(T, sequence_parallel=False)
@@ -515,14 +516,15 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     pipeline parallelism FSDP keeps each stage gathered from its first forward to its last
     backward (torchtitan's default), so a stage gathers its bf16 weights once, copies them
     out once (n * 4 bytes at 3.35 TB/s x 0.5) and reduce-scatters once, whatever M; its
-    parameters are then held whole (ZeRO-2's bytes). fsdp_reshard = "always" regathers
+    parameters, and the gradients it accumulates unsharded until the last backward, are
+    then held whole (ZeRO-1's bytes). fsdp_reshard = "always" regathers
     for every micro-batch's forward and backward, as without pipeline parallelism."""
     c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     pl = Placement.standard("flat", 2, 1)
     mm = memory_model(TINY, t, lay, 2, "none")
-    assert mm.zero == 2
+    assert mm.zero == 1
     n0 = sum(mm.params_at(0))  # the first stage's parameters, the busier end for the gathers
     n1 = sum(mm.params_at(1))
     costs = component_costs(TINY, c, t, lay, 2, "none")
@@ -533,4 +535,28 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     mm3 = memory_model(TINY, always, lay, 2, "none")
     assert mm3.zero == 3
     per_mb, _ = step_overhead(c, always, lay, pl, mm3, component_costs(TINY, c, always, lay, 2, "none"), 3)
-    assert per_mb == pytest.approx(max(3 * (3 * (1 / 2 * n * 2 / 100e9) + 2 * n * 4 / (3.35e12 * 0.5)) for n in (n0, n1)))
+    # two gathers and copy-outs a micro-batch; the gradients still reduce once (REDUCE_GRAD)
+    assert per_mb == pytest.approx(
+        max(3 * (2 * (1 / 2 * n * 2 / 100e9) + 2 * n * 4 / (3.35e12 * 0.5)) + 1 / 2 * n * 2 / 100e9 for n in (n0, n1))
+    )
+
+
+def test_fsdp_with_pipeline_parallelism_reduce_scatter_is_exposed():
+    """PyTorch's pipelining reduce-scatters each stage's gradients in a REDUCE_GRAD action
+    after its last backward and waits for it on the compute stream, so even with every
+    collective hideable (dp_overlap = 1) the reduce-scatter shows, all of it: (dp - 1) / dp
+    of the stage's n parameters x 2 bytes over the 100 GB/s NVLink ring; the once-a-step
+    gather hides behind the first forward, leaving its copy-out (n x 4 bytes at 3.35 TB/s
+    x 0.5). Without pipeline parallelism (pp1, M micro-batches) the gradients reduce behind
+    each micro-batch's backward and hide there."""
+    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)  # fmt: skip
+    t = Training(seq=32, global_batch=6, dp_overlap=1.0, hbm_efficiency=0.5, zero=3)
+    lay = Layout(pp=2, dp=2)
+    mm = memory_model(TINY, t, lay, 2, "none")
+    costs = component_costs(TINY, c, t, lay, 2, "none")
+    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 2, 1), mm, costs, 3)
+    assert comm == pytest.approx(max(1 / 2 * n * 2 / 100e9 + n * 4 / (3.35e12 * 0.5) for n in map(sum, map(mm.params_at, (0, 1)))))
+    flat = Layout(pp=1, dp=4)
+    mm1 = memory_model(TINY, t, flat, 1, "none")
+    hidden, _ = step_overhead(c, t, flat, Placement.standard("flat", 1, 1), mm1, component_costs(TINY, c, t, flat, 1, "none"), 3)
+    assert hidden == pytest.approx(3 * 2 * sum(mm1.params_at(0)) * 4 / (3.35e12 * 0.5))

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from pipesim.cli import main
-from pipesim.planner.collectives import cp_exchange, moe_comm, ring_exposed
+from pipesim.planner.collectives import cp_exchange, moe_comm, p2p_seconds, ring_exposed
 from pipesim.planner.compute import attention_core, mlp_shapes
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout, Span, span
@@ -128,6 +128,18 @@ def test_all_to_all_inside_an_nvlink_domain_skips_the_network():
     rack = moe_comm(TINY_MOE, replace(GPU, nvlink_domain=16), T, lay)[1]
     assert rack == pytest.approx(64 * 2 * (1 - 1 / 8) * 64 * 2 / 100e9)
     assert nodes > rack
+
+
+def test_stage_transfers_inside_an_nvlink_domain_run_on_nvlink():
+    """pp4 with nothing else on 4-GPU nodes: all four stages share a node, so a micro-batch's
+    64 x 64 x 2-byte activation goes over NVLink (100 GB/s); dp2 between puts the stages
+    two apart, the pipeline crosses nodes and the send runs at the network's 10 GB/s; the
+    same layout on 16-GPU NVLink domains is back on NVLink."""
+    bytes_ = 64 * 64 * 2
+    assert p2p_seconds(TINY, GPU, T, Layout(pp=4, dp=1)) == pytest.approx(bytes_ / 100e9)
+    spread = Layout(pp=4, dp=2)
+    assert p2p_seconds(TINY, GPU, T, spread) == pytest.approx(bytes_ / 10e9)
+    assert p2p_seconds(TINY, replace(GPU, nvlink_domain=16), T, spread) == pytest.approx(bytes_ / 100e9)
 
 
 def test_nvl72_presets_name_their_domain():

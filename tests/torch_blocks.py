@@ -42,17 +42,19 @@ def saved_bytes(run, owned=()) -> int:
     """Bytes of the distinct storages autograd saves while ``run()`` executes, leaving out
     the storages of ``owned`` tensors (parameters and buffers: not activations)."""
     skip = {t.untyped_storage().data_ptr() for t in owned}
-    seen: dict[int, int] = {}
+    seen: dict[int, torch.UntypedStorage] = {}
 
     def pack(t):
         s = t.untyped_storage()
         if s.data_ptr() not in skip:
-            seen[s.data_ptr()] = s.nbytes()
+            seen[s.data_ptr()] = s
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         run()
-    return sum(seen.values())
+    # sized when the forward is over: a storage freed after its consumers ran (Megatron's
+    # CheckpointWithoutOutput) holds nothing by then
+    return sum(s.nbytes() for s in seen.values())
 
 
 def measure(block: nn.Module, x: torch.Tensor) -> int:
@@ -108,6 +110,21 @@ class FusedSwiGLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):  # pragma: no cover
         return torch.cat((g, g), dim=-1)
+
+
+class WeightedSwiGLU(torch.autograd.Function):
+    """Megatron-Core's grouped experts' activation_func_with_probs, fused: SiLU(gate) * up
+    times each token copy's routing weight; keeps its [gate, up] input and the weights."""
+
+    @staticmethod
+    def forward(ctx, gu, w):
+        ctx.save_for_backward(gu, w)
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g) * u * w
+
+    @staticmethod
+    def backward(ctx, g):  # pragma: no cover
+        return torch.cat((g, g), dim=-1), None
 
 
 class EagerRMSNorm(nn.Module):
@@ -234,9 +251,9 @@ class MoE(nn.Module):
     their weights and summed back to their tokens (scatter_add), as Megatron-Core's
     unfused permute and unpermute do."""
 
-    def __init__(self, h, experts, ffn, top_k, fused):
+    def __init__(self, h, experts, ffn, top_k, fused, weighted_act=False):
         super().__init__()
-        self.k = top_k
+        self.k, self.weighted_act = top_k, weighted_act
         self.router = nn.Linear(h, experts, bias=False, dtype=DT)
         self.experts = nn.ModuleList(SwiGLU(h, ffn, fused) for _ in range(experts))
 
@@ -249,18 +266,22 @@ class MoE(nn.Module):
         token = order // self.k
         counts = torch.bincount(idx.flatten(), minlength=len(self.experts)).tolist()
         routed = flat.index_select(0, token)
-        outs = [e(chunk) for e, chunk in zip(self.experts, routed.split(counts)) if chunk.shape[0]]
-        y = torch.cat(outs) * w.flatten()[order, None]
+        if self.weighted_act:  # the weights go into each expert's activation; the combine only adds
+            copies = zip(self.experts, routed.split(counts), w.flatten()[order, None].split(counts))
+            y = torch.cat([e.w2(WeightedSwiGLU.apply(e.w13(c), cw)) for e, c, cw in copies if c.shape[0]])
+        else:
+            outs = [e(chunk) for e, chunk in zip(self.experts, routed.split(counts)) if chunk.shape[0]]
+            y = torch.cat(outs) * w.flatten()[order, None]
         return torch.zeros_like(flat).scatter_add(0, token[:, None].expand_as(y), y).view_as(x)
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, h, heads, kv_heads, ffn, fused=True, recompute="none", moe=None, head_dim=0):
+    def __init__(self, h, heads, kv_heads, ffn, fused=True, recompute="none", moe=None, head_dim=0, weighted_act=False):
         super().__init__()
         self.recompute = recompute
         self.n1, self.n2 = Norm(h, fused), Norm(h, fused)
         self.attn = LlamaAttention(h, heads, kv_heads, head_dim or h // heads, fused, recompute == "selective")
-        self.mlp = MoE(h, *moe, fused) if moe else SwiGLU(h, ffn, fused)
+        self.mlp = MoE(h, *moe, fused, weighted_act) if moe else SwiGLU(h, ffn, fused)
 
     def layer(self, x):
         x = x + self.attn(self.n1(x))
@@ -285,3 +306,141 @@ class Head(nn.Module):
         logits = self.out(self.norm(x)).flatten(0, 1)
         target = torch.zeros(logits.shape[0], dtype=torch.long)
         return F.cross_entropy(logits.float() if self.fp32 else logits, target)
+
+
+# --------------------------------------------------------------------------------------
+# torchtitan's Llama block and its activation checkpointing (pytorch/torchtitan 9dec370,
+# the commit its docs/performance.md memory figures were measured at)
+
+
+def titan_policy(extra_ops=()):
+    """A policy as torchtitan's selective op AC builds it (parallelize_llama.py at 9dec370):
+    keep the outputs of the ops in its save list (matrix multiplies, flash and efficient
+    SDPA, the functional reduce-scatter, abs and max for float8 scales) except every second
+    matrix multiply of the forward, counted from one; recompute everything else. CPU runs
+    SDPA as ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the CUDA
+    flash kernel keeps (output, fp32 logsumexp): ``extra_ops`` adds it to the list."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    save = {
+        aten.mm.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention.default,
+        torch.ops._c10d_functional.reduce_scatter_tensor.default,
+        aten.abs.default,
+        aten.max.default,
+        *extra_ops,
+    }
+    count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == aten.mm.default:
+            count[mode] += 1
+        keep = func in save and not (func == aten.mm.default and count[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+class SACMeter:
+    """Selective checkpointing that also records the storages it caches: what an op-level
+    policy keeps lives in the checkpoint's cache, not in autograd's saved tensors, so
+    ``saved_bytes`` does not see it. Each forward builds a fresh policy, as torchtitan's
+    context_fn does (its mm count starts again at every block)."""
+
+    def __init__(self):
+        self.cached: dict[int, int] = {}
+
+    def context(self):
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+        inner = titan_policy((torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,))
+
+        def policy(ctx, func, *args, **kwargs):
+            decision = inner(ctx, func, *args, **kwargs)
+            if decision == CheckpointPolicy.MUST_SAVE and not ctx.is_recompute:
+                outs = ctx.op_output if isinstance(ctx.op_output, (tuple, list)) else (ctx.op_output,)
+                for t in outs:
+                    if isinstance(t, torch.Tensor):
+                        self.cached[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return decision
+
+        return create_selective_checkpoint_contexts(policy)
+
+
+class TitanBlock(nn.Module):
+    """torchtitan's eager TransformerBlock (llama/model.py): RMSNorm in fp32, separate wq,
+    wk and wv, complex rotary, repeat_kv, SDPA, wo; w2(silu(w1 x) * w3 x). ``ac`` is
+    torchtitan's mode for this block: "none", "full" or "op" (selective op)."""
+
+    def __init__(self, h, heads, kv_heads, ffn, ac="none", meter: SACMeter | None = None):
+        super().__init__()
+        self.ac, self.meter = ac, meter
+        self.heads, self.kv, self.d = heads, kv_heads, h // heads
+        self.n1, self.n2 = EagerRMSNorm(h), EagerRMSNorm(h)
+        self.wq = nn.Linear(h, heads * self.d, bias=False, dtype=DT)
+        self.wk = nn.Linear(h, kv_heads * self.d, bias=False, dtype=DT)
+        self.wv = nn.Linear(h, kv_heads * self.d, bias=False, dtype=DT)
+        self.wo = nn.Linear(heads * self.d, h, bias=False, dtype=DT)
+        self.w1 = nn.Linear(h, ffn, bias=False, dtype=DT)
+        self.w3 = nn.Linear(h, ffn, bias=False, dtype=DT)
+        self.w2 = nn.Linear(ffn, h, bias=False, dtype=DT)
+        ang = rotary_tables(4096, self.d)
+        self.register_buffer("polar", torch.polar(torch.ones_like(ang), ang)[:, None])
+
+    def rotate(self, x):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * self.polar[: x.shape[1]]).flatten(-2).type_as(x)
+
+    def attention(self, xn):
+        b, s, _ = xn.shape
+        q = self.rotate(self.wq(xn).view(b, s, self.heads, self.d))
+        k = self.rotate(self.wk(xn).view(b, s, self.kv, self.d))
+        v = self.wv(xn).view(b, s, self.kv, self.d)
+        rep = self.heads // self.kv
+        k = k[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        v = v[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+    def layer(self, x):
+        x = x + self.attention(self.n1(x))
+        y = self.n2(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+    def forward(self, x):
+        if self.ac == "full":
+            return checkpoint(self.layer, x, use_reentrant=False)
+        if self.ac == "op":
+            return checkpoint(self.layer, x, use_reentrant=False, context_fn=self.meter.context)
+        return self.layer(x)
+
+
+def measure_titan(blocks: list[TitanBlock], meter: SACMeter, x: torch.Tensor) -> int:
+    """Bytes a stack of torchtitan blocks keeps for its backward: autograd's saved tensors
+    (a checkpoint saves its inputs through them) and the selective checkpoint's cache,
+    distinct storages once, parameters and buffers out."""
+    x = x.detach().requires_grad_(True)
+    owned = [p for b in blocks for p in (*b.parameters(), *b.buffers())]
+    skip = {t.untyped_storage().data_ptr() for t in owned}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    def run():
+        y = x
+        for b in blocks:
+            y = b(y)
+        return y
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    kept = seen | {p: n for p, n in meter.cached.items() if p not in skip}
+    del out
+    return sum(kept.values())

@@ -45,13 +45,27 @@ passes the local sequence length as ``t.seq`` (``footprint.memory_model`` does),
 nothing here divides by cp again.
 
 Recomputation: ``selective`` drops what the attention core keeps inside itself (scores,
-masks and dropout output unfused, the logsumexp flash) and, for MLA, the up-projections
-and norms DeepSeek-V3 recomputes; ``full`` keeps the layer input only, and its backward
-re-materialises one layer's ``none`` set at a time (``recompute_transient``).
+masks and dropout output unfused, the logsumexp flash) and, for MLA, what DeepSeek-V3
+recomputes (section 3.2.3: every RMSNorm and the up-projections; Megatron-Core's
+"layernorm" and "mla_up_proj" recompute modules free those outputs once used, keeping the
+inputs: the norms' and the two latents); ``full`` keeps the layer input only, and its backward
+re-materialises one layer's ``none`` set at a time (``recompute_transient``). Two more are
+torchtitan's selective modes (its ``activation_checkpoint.selective_ac_option``):
+
+- ``op``: a checkpoint around each block whose policy keeps the outputs of the ops on a
+  save list, recomputing the rest (parallelize_llama.py, ``_save_list``, at 9dec370, the
+  commit docs/performance.md measured): every other matrix multiply of the forward, the
+  first, third, ... (wq, wv, w1 and w2 of a Llama block: q, v, the gate and the down
+  projection's output), and flash attention's outputs (output, fp32 logsumexp); the
+  checkpoint keeps its input besides. Under float8 the multiplies are ``_scaled_mm``,
+  which the list does not name (its abs and max are): not modelled;
+- ``every-N``: a full checkpoint around every Nth block (torchtitan counts blocks from one,
+  so the second, fourth, ... for N = 2) and nothing around the others (``layer_mode``).
 """
 
 from __future__ import annotations
 
+from ..errors import PipesimError
 from .specs import Model, Training
 
 #: bytes of a bf16 element, an fp32 one, an int64 index and a bool mask
@@ -61,7 +75,8 @@ BF16, FP32, INDEX, MASK = 2, 4, 8, 1
 def _norm(t: Training, layernorm: bool, hidden: float, out_width: float) -> dict[str, float]:
     """A norm's saved tensors and the following multiply's input (the norm's output)."""
     stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
-    if t.fused_elementwise or layernorm:
+    fused = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
+    if fused or layernorm:
         kept = {"input": BF16 * hidden, "stats": stats}
     else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
         kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}
@@ -86,6 +101,7 @@ def _attention(m: Model, t: Training, tp: int, recompute: str, lin: float, hid: 
         }
         if recompute == "none":  # DeepSeek-V3 recomputes these under selective
             out |= {
+                "latent norm statistics": 2 * FP32,
                 "q latent norm output": lin * a.q_lora_rank,
                 "kv latent norm output": lin * a.kv_lora_rank,
                 "q": BF16 * heads * qk,
@@ -126,7 +142,7 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
     k, f = e.top_k, e.expert_ffn / etp
-    if t.precision == "fp8":  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+    if _fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
         per_copy = lin * 2 * f
     else:
         per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
@@ -145,17 +161,69 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
     return routed
 
 
+def layer_mode(recompute: str, layer: int) -> str:
+    """The mode one layer runs under: ``every-N`` is ``full`` for every Nth layer (counted
+    from one, as torchtitan's checkpoint wrapper counts blocks) and ``none`` for the rest."""
+    if not recompute.startswith("every-"):
+        return recompute
+    n = recompute.removeprefix("every-")
+    if not n.isdigit() or int(n) < 1:
+        raise PipesimError(f"recompute {recompute!r}: every-N needs a whole N >= 1 (every-2 checkpoints every second layer)")
+    return "full" if (layer + 1) % int(n) == 0 else "none"
+
+
+def _matmul_outputs(m: Model, t: Training, tp: int) -> list[tuple[str, float]]:
+    """A dense Llama block's matrix multiplies' outputs per token, in forward order
+    (torchtitan: wq, wk, wv, wo, then w1, w3, w2). A row-parallel multiply's local output
+    is the whole hidden width before its reduce(-scatter)."""
+    a = m.attention
+    d = a.head_dim or m.hidden // m.heads
+    kv = (a.kv_heads or m.heads) / tp
+    f = m.dense_ffn / tp
+    return [
+        ("q projection output", BF16 * m.heads / tp * d),
+        ("k projection output", BF16 * kv * d),
+        ("v projection output", BF16 * kv * d),
+        ("output projection output", BF16 * m.hidden),
+        ("gate projection output", BF16 * f),
+        ("up projection output", BF16 * f),
+        ("down projection output", BF16 * m.hidden),
+    ]
+
+
+def _op_saved(m: Model, layer: int, t: Training, tp: int, hid: float) -> dict[str, float]:
+    """torchtitan's selective op checkpointing: its input, every other multiply's output,
+    flash attention's output and logsumexp (see the module docstring)."""
+    if m.is_moe_layer(layer) or m.attention.kind == "mla" or not t.flash_attention or t.precision == "fp8":
+        raise PipesimError(
+            "recompute 'op' is torchtitan's selective op checkpointing of a dense Llama block in bf16 with flash "
+            "attention; use none, selective, full or every-N for this model and training"
+        )
+    d = m.attention.head_dim or m.hidden // m.heads
+    kept = dict(_matmul_outputs(m, t, tp)[0::2])  # the first, third, ... multiply of the forward
+    return {"layer input": BF16 * hid, **kept, "attention output": BF16 * m.heads / tp * d, "logsumexp": FP32 * m.heads / tp}
+
+
 def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str = "none", etp: int = 1) -> dict[str, float]:
     """Bytes per token one GPU keeps for ``layer``, by tensor."""
+    recompute = layer_mode(recompute, layer)
     seq_share = 1 / tp if t.sequence_parallel and tp > 1 else 1.0
     hid = m.hidden * seq_share  # hidden-sized tensors of the norm and dropout regions
     lin = 1 if t.precision == "fp8" else BF16  # a linear layer's saved input
     if recompute == "full":
         return {"layer input": BF16 * hid}
+    if recompute == "op":
+        return _op_saved(m, layer, t, tp, hid)
     layernorm = m.activation == "gelu"  # GPT-style blocks use LayerNorm, the rest RMSNorm
-    out = _prefixed("attention norm", _norm(t, layernorm, hid, lin))
+    if m.attention.kind == "mla" and recompute == "selective":
+        # DeepSeek-V3 (section 3.2.3) recomputes every RMSNorm: each keeps its input only
+        # (Megatron-Core's "layernorm" recompute module frees the output once used)
+        norm = {"input": BF16 * hid}
+    else:
+        norm = _norm(t, layernorm, hid, lin)
+    out = _prefixed("attention norm", norm)
     out |= _attention(m, t, tp, recompute, lin, hid)
-    out |= _prefixed("mlp norm", _norm(t, layernorm, hid, lin))
+    out |= _prefixed("mlp norm", norm)
     out |= _mlp(m, layer, t, tp, lin, seq_share, etp)
     if t.hidden_dropout:
         out["residual dropout masks"] = 2 * MASK * hid
@@ -176,8 +244,14 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
 W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu output", "expert inputs")
 
 
+def _fp8_swiglu_cache(t: Training) -> bool:
+    """DeepSeek-V3's FP8 training caches the SwiGLU input in FP8 and recomputes its output;
+    per-tensor FP8 (Transformer Engine, torchao) keeps the bf16 activation as BF16 training does."""
+    return t.precision == "fp8" and t.fp8_scaling == "block"
+
+
 def _down_share(m: Model, t: Training) -> float:
-    if t.precision == "fp8":  # the product is recomputed from the cached input
+    if _fp8_swiglu_cache(t):  # the product is recomputed from the cached input
         return 0.0
     f, lin = 1.0, BF16  # per unit of ffn: gate and up, silu, product
     return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
@@ -194,7 +268,7 @@ def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> 
     saved = layer_saved(m, layer, t, lay.tp, recompute, getattr(lay, "etp", 1))
     tokens = lay.micro_batch * t.seq
     total = _bytes(saved, 1)
-    if recompute == "full":
+    if layer_mode(recompute, layer) in ("full", "op"):  # W reruns after the recomputation
         return tokens * total, 0.0
     w = sum(v for k, v in saved.items() if k.endswith(W_INPUTS))
     if "expert MLPs" in saved:  # of each expert copy's MLP, the down projection's input
@@ -208,10 +282,39 @@ def head_activation(m: Model, t: Training, lay) -> float:
 
 
 def recompute_transient(m: Model, t: Training, lay, recompute: str) -> float:
-    """Bytes a full-recompute backward re-materialises at once: the largest layer's
-    ``none`` set (Megatron's CheckpointFunction reruns one layer's forward with autograd
-    on, then runs its backward), nothing for other modes."""
-    if recompute != "full":
+    """Bytes a recomputing backward re-materialises at once: the largest checkpointed
+    layer's ``none`` set (Megatron's CheckpointFunction and torch.utils.checkpoint rerun
+    one layer's forward with autograd on, then run its backward; under ``op`` the rerun
+    rebuilds what the cache does not hold, the cached outputs being counted already),
+    nothing for ``none`` and ``selective``."""
+    redone = [i for i in range(m.layers) if layer_mode(recompute, i) in ("full", "op")]
+    if not redone:
         return 0.0
-    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
-    return max(layer_activation(m, i, t, lay, "none")[0] for i in kinds.values())
+    kinds = {m.is_moe_layer(i): i for i in redone}
+    extra = []
+    for i in kinds.values():
+        whole = layer_activation(m, i, t, lay, "none")[0]
+        if layer_mode(recompute, i) == "op":  # the cached tensors the none set holds too are not made again
+            op = layer_saved(m, i, t, lay.tp, "op")
+            whole -= lay.micro_batch * t.seq * sum(op[k] for k in _OP_IN_NONE)
+        extra.append(whole)
+    return max(extra)
+
+
+#: the tensors op checkpointing caches that a block without recomputation saves as well:
+#: the input (the attention norm's), the gate (SiLU's input) and flash attention's outputs
+_OP_IN_NONE = ("layer input", "gate projection output", "attention output", "logsumexp")
+
+
+def loss_transient(m: Model, t: Training, lay) -> float:
+    """Bytes the loss's backward holds beyond ``head_saved`` at its peak:
+    ``Training.loss_backward_copies`` fp32 tensors of the logits' size on this GPU. With
+    the logits upcast (``F.cross_entropy(logits.float())``, torchtitan), nll_loss's
+    backward writes a dense fp32 gradient over the vocabulary and log_softmax's backward a
+    second one while its saved output is alive (aten's nll_loss_backward and
+    _log_softmax_backward_data allocate their results): 2. Under DTensor's loss_parallel
+    (torch/distributed/tensor/parallel/loss.py) one function does both as
+    ``(zeros_like(x) + exp(x)) * grad``: the zeros, their sum and the product, 3. A loss
+    that writes its gradient into the softmax it saved (Megatron's vocab-parallel
+    cross-entropy): 0."""
+    return t.loss_backward_copies * FP32 * m.vocab / lay.tp * lay.micro_batch * t.seq

@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 
 from ..ir import Op, Pair, Placement
+from .footprint import memory_model
+from .layout import Layout
 from .programs import Shape
+from .specs import Model, Training
 
 
 def _ends(f, shapes: list[Shape], arg) -> tuple:
@@ -40,9 +43,10 @@ def item_time(key: tuple, costs) -> float:
     return costs.op_time(Op(key[0], 0, 0), key[1])
 
 
-def rank_work(counts: list[dict], costs) -> tuple[list[float], list[float]]:
-    """Per rank, the summed time of its items, and of its lone W items among them."""
-    times: dict = {}
+def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[list[float], list[float]]:
+    """Per rank, the summed time of its items, and of its lone W items among them
+    (``times``: item times of this cost model already known, and filled in)."""
+    times = {} if times is None else times
     busy, w = [], []
     for rank in counts:
         total = weights = 0.0
@@ -99,3 +103,14 @@ def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float]) -> f
             f += fwd[st] + (costs.p2p_time(r, nxt) if nxt != r else 0.0)
             b += bwd[st] + (costs.p2p_time(nxt, r) if nxt != r else 0.0)
     return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)
+
+
+def static_floor(m: Model, t: Training, lay: Layout) -> float:
+    """Bytes of parameters, gradients and optimizer states the fullest rank of this layout
+    holds at least, whatever the stage split and schedule: the layout's stages together
+    hold the whole model's (each layer's bytes and the embedding's and head's are the same
+    wherever they sit; a placement holding a stage twice only adds), and some one of the
+    pp ranks holds at least their mean. A layout whose floor exceeds the usable memory is
+    refused before any of its candidates builds a cost model."""
+    mm = memory_model(m, t, lay, lay.pp, "none")
+    return sum(sum(mm.stage_bytes(s)) for s in range(len(mm.params))) / lay.pp

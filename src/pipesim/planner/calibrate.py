@@ -135,6 +135,7 @@ def scaled(c: Cluster, t: Training, compute: float = 1.0, links: float = 1.0) ->
         c,
         gemm_efficiency=min(cap, c.gemm_efficiency * compute),
         fp8_gemm_efficiency=min(cap, c.fp8_gemm_efficiency * compute),
+        fp8_tensor_gemm_efficiency=min(cap, c.fp8_tensor_gemm_efficiency * compute),
         nvlink_gbps=c.nvlink_gbps * links,
         network_gbps=c.network_gbps * links,
     )
@@ -160,7 +161,7 @@ class Calibration:
         c2, t2 = scaled(c, t, self.compute, self.links)
         out = []
         for old, new, names in (
-            (c, c2, ("gemm_efficiency", "fp8_gemm_efficiency") + LINKS),
+            (c, c2, ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency") + LINKS),
             (t, t2, ("compute_efficiency", "attention_efficiency", "hbm_efficiency")),
         ):
             for name in names:
@@ -257,7 +258,12 @@ RANGES = {
 def _vary(c: Cluster, t: Training, what: str, k: float) -> tuple[Cluster, Training]:
     if what == "gemm":
         return (
-            replace(c, gemm_efficiency=min(1.0, c.gemm_efficiency * k), fp8_gemm_efficiency=min(1.0, c.fp8_gemm_efficiency * k)),
+            replace(
+                c,
+                gemm_efficiency=min(1.0, c.gemm_efficiency * k),
+                fp8_gemm_efficiency=min(1.0, c.fp8_gemm_efficiency * k),
+                fp8_tensor_gemm_efficiency=min(1.0, c.fp8_tensor_gemm_efficiency * k),
+            ),
             replace(t, compute_efficiency=min(1.0, t.compute_efficiency * k)),
         )
     if what == "attention":

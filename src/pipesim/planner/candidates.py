@@ -168,16 +168,17 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
 
 def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator[Layout]:
     """Every layout the pins allow: tp x cp x pp x dp over the GPUs; for a model with
-    experts, ep (and the pinned etp) folded over each stage's tp x cp x dp GPUs. Layouts
-    ``layout_problem`` refuses are left out."""
+    experts, ep x etp folded over each stage's tp x cp x dp GPUs (``expert_tensor_sizes``).
+    Layouts ``layout_problem`` refuses are left out."""
     gpus = c.gpus
     if pins.tp:
         tps = [pins.tp]
     else:
-        tps = [1] if m.moe else [x for x in (1, 2, 4, 8) if x <= c.domain and gpus % x == 0 and tp_problem(m, x) is None]
-    etp = pins.etp or 1
-    starved = not any(fed(t, gpus // (tp * pp), pp) for tp in tps for pp in pipeline_sizes(gpus // tp))
+        tps = [x for x in (1, 2, 4, 8) if x <= c.domain and gpus % x == 0 and tp_problem(m, x) is None]
     for tp in tps:
+        # starved at this tensor degree: no pipeline depth feeds its replicas without cp
+        # (judged per tp: a larger tp feeding its fewer replicas says nothing of tp1's)
+        starved = not any(fed(t, gpus // (tp * pp), pp) for pp in pipeline_sizes(gpus // tp))
         for pp in [pins.pp] if pins.pp else pipeline_sizes(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
@@ -193,12 +194,12 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
                 dp = gpus // (tp * pp * cp)
                 if pins.dp and dp != pins.dp:
                     continue
-                if m.moe:
+                experts = []
+                for etp in [pins.etp] if pins.etp else expert_tensor_sizes(m, tp):
                     folded = tp * cp * dp // etp
-                    eps = [pins.ep] if pins.ep else _powers(min(folded, m.moe.experts))
-                else:
-                    eps = [1]
-                for ep in eps:
+                    eps = [pins.ep] if pins.ep else expert_degrees(m, folded, etp) if m.moe else [1]
+                    experts += [(ep, etp) for ep in eps]
+                for ep, etp in experts:
                     for mb in [pins.micro_batch] if pins.micro_batch else t.micro_batch_sizes:
                         if t.global_batch % (dp * mb) == 0:
                             if pins.microbatches and t.global_batch // (dp * mb) != pins.microbatches:
@@ -206,6 +207,30 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
                             lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=mb, cp=cp, etp=etp)
                             if layout_problem(m, t, lay) is None:
                                 yield lay
+
+
+def expert_tensor_sizes(m: Model, tp: int) -> list[int]:
+    """The etp degrees searched beside a tensor-parallel degree tp: 1 (MoE parallel
+    folding's usual choice: whole experts, no all-gather of token copies; Megatron-Bridge's
+    Qwen3 and DeepSeek-V3 recipes run ETP1 under TP2) and tp itself (Megatron-LM's default
+    when --expert-tensor-parallel-size is not given: experts sharded like the dense
+    layers), where it divides the expert width (``expert_degrees`` says with which ep).
+    Other degrees can be pinned (--etp)."""
+    if m.moe is None:
+        return [1]
+    return [1] + ([tp] if tp > 1 and expert_problem(m, 1, tp) is None else [])
+
+
+def expert_degrees(m: Model, folded: int, etp: int) -> list[int]:
+    """The ep degrees searched over ``folded`` = tp x cp x dp / etp GPUs: every power of two
+    up to the experts at etp1; with etp > 1 only ep = the experts. Sharding each expert
+    etp ways costs an all-gather of token copies and narrower GEMMs, and shards the
+    expert weights no further than spreading whole experts over etp times more ranks
+    would; it pays only where ep cannot grow, every expert already on a rank of its own."""
+    top = min(folded, m.moe.experts)
+    if etp == 1:
+        return _powers(top)
+    return [m.moe.experts] if top == m.moe.experts else []
 
 
 #: context parallelism is searched down to chunks of this many tokens (2cp chunks of a
@@ -250,10 +275,17 @@ def _powers(limit: int) -> list[int]:
 def candidates(
     m: Model, c: Cluster, t: Training, schedules: list[str] | None = None, pins: Pins = NO_PINS
 ) -> Iterator[Candidate]:
+    from .stages import selective_changes_nothing  # costs sit above the search space
+
     variants = schedule_variants(schedules, pins)
     recomputes = ("none", "selective", "full") if t.recompute == "auto" else (t.recompute,)
     for lay in layouts(m, c, t, pins):
         M = t.global_batch // (lay.dp * lay.micro_batch)
+        # no recomputation where selective costs nothing more is the same step with more
+        # memory: left out, but for families ordered under the candidate's own memory room
+        twin = "selective" in recomputes and "none" in recomputes and selective_changes_nothing(m, c, t, lay)
         for name, chunks in variants:
+            cost_ordered = set(COST_OPTIONS) <= REGISTRY[name].options.keys()
             for rc in recomputes:
-                yield Candidate(lay, name, chunks, rc, M)
+                if not (twin and rc == "none" and not cost_ordered):
+                    yield Candidate(lay, name, chunks, rc, M)

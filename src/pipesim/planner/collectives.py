@@ -17,8 +17,10 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
     routing caps those at ``max_nodes``) and forwarded inside it over NVLink; the two links
     work at once, so the slower one sets the time. With expert tensor parallelism the etp
     GPUs of an expert shard then all-gather the copies they received (and reduce-scatter
-    the outputs: the same bytes), on their own ring. Dispatch is FP8 under fp8 training,
-    everything else BF16.
+    the outputs: the same bytes), on their own ring. Dispatch is FP8 under DeepSeek's
+    block-scaled FP8 training (its DeepEP dispatch sends FP8 tokens); Megatron-Core's
+    all-to-all dispatcher under Transformer Engine's per-tensor FP8 sends BF16, as does
+    everything else.
     """
     e, h = m.moe, m.hidden
     if e is None or lay.ep * lay.etp <= 1:
@@ -41,7 +43,7 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
         a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
         return a2a + tokens * per_token * gather
 
-    dispatch = seconds(1 if t.precision == "fp8" else 2)
+    dispatch = seconds(1 if t.precision == "fp8" and t.fp8_scaling == "block" else 2)
     combine = seconds(2)
     return dispatch, combine, combine, combine
 
@@ -58,15 +60,19 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     """One activation (or its gradient) between two stages: with tensor parallelism each
-    shard sends its 1/tp, over the network (stages sit on different nodes once tp x pp
-    exceeds a node; inside a node NVLink is faster, and the network bound is kept as the
-    conservative one). Without sequence parallelism every shard needs the whole tensor, so
-    the receiving shards all-gather it over NVLink (Megatron-LM 2021's scatter/gather
-    optimisation, DeepSpeed's partitioned pipeline buffers); under it the shard is what
-    the next stage consumes."""
+    shard sends its 1/tp to its peer in the next stage. Where every stage of a pipeline
+    sits in one NVLink domain (``Layout.span("pp")``: tp x cp x dp x pp within a DGX node,
+    or up to 72 GPUs of an NVL72 rack) the send runs over NVLink, as NCCL's send/recv
+    between GPUs of one NVLink fabric does; otherwise at least one hop leaves the domain
+    and the pipeline is priced at the network's pace on every hop (the conservative bound:
+    the engine takes one transfer time for all ranks). Without sequence parallelism every
+    shard needs the whole tensor, so the receiving shards all-gather it over NVLink
+    (Megatron-LM 2021's scatter/gather optimisation, DeepSpeed's partitioned pipeline
+    buffers); under it the shard is what the next stage consumes."""
     full = lay.tokens(t.seq) * m.hidden * 2
     gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
-    return t.p2p_latency_us * 1e-6 + full / lay.tp / (c.network_gbps * 1e9) + gather
+    link = c.nvlink_gbps if lay.span("pp", c.domain).inside else c.network_gbps
+    return t.p2p_latency_us * 1e-6 + full / lay.tp / (link * 1e9) + gather
 
 
 def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:

@@ -73,7 +73,9 @@ FP8_WGRAD_SHARE = 0.5
 def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
     if t.compute_efficiency:
         return t.compute_efficiency
-    return c.fp8_gemm_efficiency if fp8 else c.gemm_efficiency
+    if not fp8:
+        return c.gemm_efficiency
+    return c.fp8_tensor_gemm_efficiency if t.fp8_scaling == "tensor" else c.fp8_gemm_efficiency
 
 
 def hbm_rate(c: Cluster, t: Training) -> float:
@@ -91,7 +93,8 @@ def gemm(
     wave idles the rest: NVIDIA's matrix-multiplication performance guide), or the bytes
     (inputs at their width, a bf16 output) at HBM bandwidth, whichever is longer. Thin
     multiplies (few tokens per expert, narrow shards) fall below the peak share this way,
-    large ones reach it; FP8 has its own peak and share. No kernel takes less than its
+    large ones reach it (with ``gemm_tile_fill_us`` a BF16 tile also pays a fixed fill:
+    ``tile_fill_factor``); FP8 has its own peak and share. No kernel takes less than its
     launch (``floors.kernel_floor``)."""
     low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
     peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
@@ -100,8 +103,31 @@ def gemm(
         return 0.0
     waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
     width = 1 if low else 2
-    seconds = count * max(2 * m * n * k / (peak * waves), (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+    flops = 2 * m * n * k / (peak * waves) * (1 if low else tile_fill_factor(c, peak, k))
+    seconds = count * max(flops, (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
     return max(seconds, kernel_floor(t)) if floor else seconds
+
+
+def tile_fill_factor(c: Cluster, peak: float, k: float) -> float:
+    """How much longer than its k loop an output tile of a BF16 multiply takes: each
+    TILE x TILE tile also pays ``c.gemm_tile_fill_us`` (filling the operand pipeline from
+    HBM before the first step, writing the tile back after the last), so short reductions
+    fall further below the loop's share of peak (``gemm_efficiency``) than long ones.
+
+    Evidence: the measured per-shape H100 BF16 table that XLA's GPU cost model ships
+    (tensorflow/tensorflow, third_party/xla/xla/service/gpu/model/
+    matmul_interpolator_data.h, ``sm_90``, bf16 x bf16 -> bf16). On its 11
+    shapes of 40 us or more, a 0.8 us fill at 0.82 for the loop puts every shape within 5%
+    of its measured time (2.6% RMS), where the best single share (0.75) is 9.7% RMS and 21%
+    worst (tests/test_gemm_shapes.py holds them). Training's multiplies are large (k is a
+    hidden size, a shard of it, or the micro-batch's tokens), so on the published rows the
+    term moves the step by under 1% and the presets leave it off (0); a cluster file turns
+    it on. FP8 keeps one share: ``fp8_gemm_efficiency`` is DeepGEMM's rate on the training
+    shapes, ``fp8_tensor_gemm_efficiency`` the best-shape figure."""
+    if not c.gemm_tile_fill_us:
+        return 1.0
+    loop = k * 2 * TILE * TILE / (peak / c.sms)  # seconds one SM spends on a tile's k loop
+    return 1 + c.gemm_tile_fill_us * 1e-6 / loop
 
 
 def gemm_fbw(
@@ -171,10 +197,15 @@ def mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[flo
 def gemms(c: Cluster, t: Training, shapes) -> tuple[float, float, float]:
     """(F, B, W) seconds of a list of multiplies; under FP8 the weight gradient also casts
     both of its operands (the input and the output's gradient) to FP8 along the token
-    dimension: read 2 bytes, write 1 and a scale per element, at HBM bandwidth."""
+    dimension: read 2 bytes, write 1 and a scale per element, at HBM bandwidth (block
+    scaling re-quantizes them along the other axis; per-tensor scaling writes the
+    transposed copy Hopper's FP8 multiplies need, Transformer Engine's cast-transpose).
+    Block-scaled weight gradients run at ``FP8_WGRAD_SHARE`` of the forward's rate; with
+    one scale per tensor the weight gradient is an ordinary FP8 multiply at the forward's."""
     f, b, w = _sum3(gemm_fbw(c, t, tok, out, k, count=n) for tok, out, k, n in shapes)
     if t.precision == "fp8":
-        w = w / FP8_WGRAD_SHARE + sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes) / hbm_rate(c, t)
+        share = FP8_WGRAD_SHARE if t.fp8_scaling == "block" else 1.0
+        w = w / share + sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes) / hbm_rate(c, t)
     return f, b, w
 
 

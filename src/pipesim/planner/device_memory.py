@@ -14,8 +14,15 @@ activations; each part held back below is a field of the cluster or training fil
   on it costs 544 MiB for two ranks and 688 MiB for more on A100s with NVLink
   (NVIDIA/nccl#964); NCCL's maintainers say the memory is per communicator, linear in
   its channels and for rings flat beyond two nodes (NVIDIA/nccl#864, #986);
-- the full-recompute transient: a full-recompute backward re-materialises one layer's
-  activations at a time (``activations.recompute_transient``);
+- the backward's transient, the larger of two moments: the loss's backward on the last
+  stage (``activations.loss_transient``), and a recomputing backward re-materialising one
+  layer (``activations.recompute_transient``) while FSDP (ZeRO-3) holds that layer's
+  gathered gradients in bf16 and their copy in the reduce dtype (``grad_reduce_bytes``:
+  torchtitan's mixed_precision_reduce is float32) for the reduce-scatter;
+- the parameters FSDP holds gathered beyond its shards when it frees them after each
+  forward (ZeRO-3 without ``keeps_gathered``): the root module's (embedding, final norm,
+  output), which FSDP2 does not free after the forward since the backward gathers them at
+  once, and two layers' (the one running and the next, which FSDP2 prefetches);
 - the caching allocator's fragmentation (``allocator_fragmentation``, a share of what is
   left): memory reserved in cached blocks that no request fits. A PyTorch OOM report on
   an 80 GB card shows 1.83 GiB reserved but unallocated beside 75.31 GiB allocated
@@ -26,9 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .activations import recompute_transient
+from .activations import loss_transient, recompute_transient
+from .layout import keeps_gathered
+from .params import attention_params, embedding_params, mlp_params
 
 MIB = 2**20
+BF16 = 2  # bytes of a gathered gradient before its reduce dtype
 
 
 @dataclass(frozen=True)
@@ -59,21 +69,47 @@ def communicators(lay) -> list[str]:
     return [name for name, n in sizes.items() if n > 1]
 
 
-def usable_for(m, c, t, lay, recompute: str) -> Usable:
-    """``usable`` with the transient this layout's recomputation brings (on the local
-    sequence of a context-parallel rank)."""
+def _layer_params(m, lay) -> float:
+    """The largest layer's parameters on one GPU (experts spread over ep * etp)."""
+    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
+    sizes = []
+    for i in kinds.values():
+        dense, experts = mlp_params(m, i)
+        sizes.append((attention_params(m) + dense) / lay.tp + experts / (getattr(lay, "ep", 1) * getattr(lay, "etp", 1)))
+    return max(sizes)
+
+
+def fsdp_gathered(m, t, lay) -> float:
+    """Bytes of gathered parameters FSDP holds beyond its shards (see the module docstring)."""
+    if t.zero != 3 or keeps_gathered(t, lay):
+        return 0.0
+    return t.param_bytes * (embedding_params(m) / lay.tp + 2 * _layer_params(m, lay))
+
+
+def backward_transient(m, t, lay, recompute: str) -> float:
+    """The larger of the loss's backward and one recomputed layer's with its FSDP gradient
+    buffers (on the local sequence of a context-parallel rank)."""
     local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
-    return usable(c, t, lay, recompute_transient(m, local, lay, recompute))
+    layer = recompute_transient(m, local, lay, recompute)
+    if layer and t.zero == 3:
+        layer += (BF16 + t.grad_reduce_bytes) * _layer_params(m, lay)
+    return max(layer, loss_transient(m, local, lay))
 
 
-def usable(c, t, lay, transient: float = 0.0) -> Usable:
+def usable_for(m, c, t, lay, recompute: str) -> Usable:
+    """``usable`` with this layout's backward transient and FSDP's gathered parameters."""
+    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay))
+
+
+def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0) -> Usable:
     """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
     capacity = c.hbm_gb * 1e9
     groups = communicators(lay)
     held = [
         ("CUDA context", c.cuda_context_mib * MIB),
         (f"NCCL buffers ({len(groups)} communicators: {', '.join(groups) or 'none'})", len(groups) * c.nccl_mib_per_group * MIB),
-        ("full-recompute transient (one layer)", transient),
+        ("backward transient (the loss or one recomputed layer)", transient),
+        ("FSDP gathered parameters", gathered),
     ]
     rest = capacity - sum(b for _, b in held)
     held.append(

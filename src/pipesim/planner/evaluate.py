@@ -76,7 +76,9 @@ class Shared:
                 return other
             costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
             mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
-            return parts, costs, mm, static_bytes(held, mm)
+            # the last: what candidates sharing this cost model compute of it (item times,
+            # placements' work and step overheads), computed once (``_memo``)
+            return parts, costs, mm, static_bytes(held, mm), {}
 
         if self.exhaustive:
             return make()
@@ -191,7 +193,7 @@ def _within_memory(
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
     budget = usable_for(m, c, t, lay, cand.recompute).bytes
-    parts, costs, mm, statics = model
+    parts, costs, mm, statics, memo = model
     static = max(statics)
     if static > budget:
         return Result(
@@ -225,14 +227,25 @@ def _within_memory(
         )
         if peak > budget * (1 + 1e-9):
             return Result(cand, False, f"peak memory {peak / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=peak / GB)
-        (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c), shapes, costs)
+        times = _memo(memo, "items", dict)
+        (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c, times), shapes, costs)
         busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
     else:
-        busy, w = unpaired_work(pl, costs)
+        busy, w = _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
     bound = pipeline_bound(pl, costs, busy, w)
-    sync = sum(step_overhead(c, t, lay, pl, mm, costs, M))  # exposed data-parallel collectives + optimizer step
+    # exposed data-parallel collectives + optimizer step
+    sync = sum(_memo(memo, ("sync", pl.held(), M), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
     sync += tied_embedding_sync(m, c, t, lay)
     return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
+
+
+def _memo(memo: dict, key, make):
+    """``memo[key]``, made on first use: a value of one cost model that candidates of
+    several schedules or micro-batch counts share."""
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = make()
+    return hit
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,10 @@ def memory_model(
     # local length and must not divide by cp again)
     local = replace(t, seq=t.seq // lay.cp) if lay.cp > 1 else t
     params, experts, acts, shares = [], [], [], []
-    by_kind: dict[bool, tuple[float, float]] = {}  # a layer's activation depends only on its kind
+    by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
 
     def kept(i: int) -> tuple[float, float]:
-        kind = m.is_moe_layer(i)
+        kind = (m.is_moe_layer(i), activations.layer_mode(recompute, i))
         if kind not in by_kind:
             by_kind[kind] = layer_activation(m, i, local, lay, recompute)
         return by_kind[kind]
@@ -59,8 +59,11 @@ def memory_model(
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
         params.append(d)
         experts.append(e)
-        mtp = [m.layers - 1] * m.mtp_layers if s == stages - 1 else []
+        last = s == stages - 1
+        mtp = [m.layers - 1] * m.mtp_layers if last else []
         pairs = [kept(i) for i in [*rng, *mtp]]
+        if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
+            pairs.append((activations.head_activation(m, local, lay), 0.0))
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
@@ -73,8 +76,12 @@ def memory_model(
         param_bytes=t.param_bytes,
         grad_bytes=t.grad_bytes,
         optimizer_bytes=t.optimizer_bytes,
-        # FSDP keeping the stage gathered through the step holds its parameters whole
-        # (gradients and optimizer states stay sharded): ZeRO-2's bytes
-        zero=2 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
+        # FSDP keeping the stage gathered through the step holds its parameters whole, and
+        # its gradients too: torch.distributed.pipelining runs every backward of the step
+        # but the last with requires_gradient_sync(False) (stage.py,
+        # backward_maybe_with_nosync), and FSDP2 accumulates the unsharded gradient in its
+        # reduce dtype (_fsdp_param.py, to_accumulated_grad_if_needed) until the last
+        # backward's reduce-scatter; only the optimizer states stay sharded: ZeRO-1's bytes
+        zero=1 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
     )

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..components import LayerCosts
+from .activations import layer_mode
 from .collectives import cp_exchange, moe_comm, tp_allreduce
 from .compute import (
     accumulation_seconds,
@@ -24,7 +25,23 @@ from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
 
 
+def _op_recomputed_share(m: Model) -> tuple[float, float]:
+    """(share of the attention projections' forward, of the MLP's) that torchtitan's op
+    checkpointing runs again in the backward: the multiplies its cache skips, wk and wo of
+    wq, wk, wv, wo and w3 of w1, w3, w2 (activations._op_saved), by their FLOPs."""
+    kv = m.attention.kv_heads or m.heads
+    return (kv + m.heads) / (2 * m.heads + 2 * kv), 1 / 3
+
+
 def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str) -> LayerCosts:
+    if recompute.startswith("every-"):
+        # a full checkpoint on every Nth layer: priced as the mean layer, 1/N of the way from
+        # none to full, so that a stage's sum is right however its layers fall (the
+        # planner prices one layer of each kind for all of them)
+        layer_mode(recompute, layer)  # a malformed every-N is one line naming the form
+        n = int(recompute.removeprefix("every-"))
+        none, full = (layer_costs(m, layer, c, t, lay, rc) for rc in ("none", "full"))
+        return LayerCosts(**{f.name: getattr(none, f.name) + (getattr(full, f.name) - getattr(none, f.name)) / n for f in fields(LayerCosts)})
     proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
     mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
     dense, experts = mlp_params(m, layer)
@@ -47,6 +64,10 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     elif recompute == "full":
         attn_b += attn_f  # the whole layer's forward runs again
         mlp_bwd += mlp_fwd
+    elif recompute == "op":  # the elementwise ops and the multiplies the cache skips run again
+        a, f = _op_recomputed_share(m)
+        attn_b += ew_attn + a * proj_f
+        mlp_bwd += ew_mlp + f * mlp_f
     if m.is_moe_layer(layer):
         # attention's tensor-parallel all-gather and reduce-scatter (the MoE block's
         # tokens stay sequence-sharded into the all-to-all), then the dispatch
@@ -78,7 +99,7 @@ def _floored(m: Model, layer: int, t: Training, recompute: str, af, mf, ab, mb, 
     and MLP halves scaled up together where a floor binds; a full-recompute backward
     launches the forward's kernels again."""
     kf, kb, kw = layer_kernels(m, layer, t)
-    if recompute == "full":
+    if recompute in ("full", "op"):  # op reruns every kernel but the cached multiplies and attention
         kb += kf
     out = []
     for a, b, k in ((af, mf, kf), (ab, mb, kb), (aw, mw, kw)):

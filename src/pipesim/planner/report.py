@@ -15,7 +15,14 @@ from ..schedules.combined import warmup
 from . import recipe
 from .calibrate import RANGES, Uncertainty
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, skipped_families
-from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, model_flops_per_token
+from .compute import (
+    BACKWARD_SCORE_BYTES,
+    FLASH_BACKWARD_SHARE,
+    FORWARD_SCORE_BYTES,
+    FP8_WGRAD_SHARE,
+    gemm_efficiency,
+    model_flops_per_token,
+)
 from .device_memory import usable_for
 from .parallelism import batch_note, domain_text, layout_assumptions
 from .params import active_params, total_params
@@ -312,11 +319,12 @@ def _published_choice(plan: Plan, ref: dict) -> str | None:
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
     t, c = plan.training, plan.cluster
     rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
-    bf16 = t.compute_efficiency or c.gemm_efficiency
-    fp8 = t.compute_efficiency or c.fp8_gemm_efficiency
+    bf16, fp8 = gemm_efficiency(c, t, False), gemm_efficiency(c, t, True)
     rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
         "compute_efficiency",
-        f"{bf16:g} of BF16 peak" + (f", {fp8:g} of FP8 peak" if c.fp8_tflops else "") + " on large matrix multiplies",
+        f"{bf16:g} of BF16 peak"
+        + (f", {fp8:g} of FP8 peak ({t.fp8_scaling}-scaled)" if c.fp8_tflops else "")
+        + " on large matrix multiplies",
     )
     rows += [
         ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
@@ -352,8 +360,13 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "matrix multiplies",
             "one curve: FLOPs at the efficiency above times the wave quantization of 128x128 output tiles over the SMs, "
-            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak); FP8 weight "
-            f"gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts",
+            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak); "
+            + (
+                "per-tensor FP8 weight gradients at the forward's rate"
+                if t.fp8_scaling == "tensor"
+                else f"block-scaled FP8 weight gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts"
+            )
+            + (f"; plus gemm_tile_fill_us {c.gemm_tile_fill_us:g} per output tile" if c.gemm_tile_fill_us else ""),
         ),
         (
             "attention",

@@ -16,9 +16,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..errors import PipesimError
+from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
+from .device_memory import usable_for
 from .evaluate import Prepared, Shared, finish, prepare
-from .results import Plan, Result
+from .results import GB, Plan, Result
 from .specs import Cluster, Model, Training
 
 #: the search, and what its callers hold of it
@@ -60,8 +62,10 @@ def search(
     tick = progress or (lambda done, total, plan: None)
     tick(0, total, plan)
     prepared: list[Prepared] = []
+    floors: dict = {}
     for i, cand in enumerate(cands):
-        p = prepare(m, c, t, cand, shared)
+        refused = None if exhaustive else _over_floor(m, c, t, cand, floors)
+        p = refused or prepare(m, c, t, cand, shared)
         (plan.rejected.append(p) if isinstance(p, Result) else prepared.append(p))
         if i % 16 == 0:
             tick(i + 1, total, plan)
@@ -95,6 +99,19 @@ def search(
     if pins and plan.best is None:
         raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
     return plan
+
+
+def _over_floor(m: Model, c: Cluster, t: Training, cand: Candidate, floors: dict) -> Result | None:
+    """The candidate refused without a cost model when its layout's static floor
+    (``bounds.static_floor``, computed once a layout) exceeds the usable memory."""
+    lay = cand.layout
+    if lay not in floors:
+        floors[lay] = static_floor(m, t, lay)
+    floor, budget = floors[lay], usable_for(m, c, t, lay, cand.recompute).bytes
+    if floor <= budget:
+        return None
+    why = f"parameters, gradients and optimizer states need at least {floor / GB:.0f} GB > {budget / GB:.0f} GB usable"
+    return Result(cand, False, why, static_gb=floor / GB)
 
 
 def closest_miss(plan: Plan) -> str:

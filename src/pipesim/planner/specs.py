@@ -57,6 +57,8 @@ BOUNDS = {
     "hbm_tbps": (0.001, 1e4),
     "gemm_efficiency": (0.01, 1),
     "fp8_gemm_efficiency": (0.01, 1),
+    "fp8_tensor_gemm_efficiency": (0.01, 1),
+    "gemm_tile_fill_us": (0, 1e3),
     "attention_efficiency": (0.01, 1),
     "hbm_efficiency": (0.01, 1),
     "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency
@@ -66,6 +68,7 @@ BOUNDS = {
     "p2p_latency_us": (0, 1e9),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "loss_backward_copies": (0, 16),
     "kernel_floor_us": (0, 1e6),
     "host_us_per_kernel": (0, 1e6),
 }
@@ -127,6 +130,13 @@ class Cluster:
     hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
     gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
     fp8_gemm_efficiency: float = 0.6  # the same for FP8 (block-scaled, as in training)
+    # the same for per-tensor scaled FP8 (Transformer Engine's current or delayed scaling,
+    # torchao's tensorwise Float8): one scale per operand, cuBLAS's FP8 kernels
+    fp8_tensor_gemm_efficiency: float = 0.7
+    # fixed time each output tile of a BF16 multiply pays besides its k loop (pipeline fill,
+    # epilogue), us; gemm_efficiency is then the share a tile's k loop runs at (compute.py
+    # names the measurement). 0: every shape at gemm_efficiency
+    gemm_tile_fill_us: float = 0.0
     memory_mib: float = 0.0  # device memory as nvidia-smi reports it (memory.total, MiB)
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
@@ -158,6 +168,10 @@ class Cluster:
         return replace(self, name=name, gpus=gpus)
 
 
+#: how FP8 operands are scaled (``Training.fp8_scaling``)
+FP8_SCALINGS = ("block", "tensor")
+
+
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
@@ -169,8 +183,13 @@ class Training:
     seq: int = 4096  # tokens per sequence
     global_batch: int = 1024  # sequences per step
     precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
+    # how FP8 operands are scaled (compute.py): "block" as DeepSeek-V3 trains (1x128 and
+    # 128x128 tiles, its DeepGEMM kernels), "tensor" one scale per tensor (Transformer
+    # Engine's current or delayed scaling, as Megatron-Bridge's fp8_cs recipe; torchao's
+    # tensorwise Float8, as torchtitan's Float8 rows)
+    fp8_scaling: str = "block"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
-    recompute: str = "auto"  # "none", "selective" (attention scores), "full", or "auto" (search)
+    recompute: str = "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
@@ -190,6 +209,10 @@ class Training:
     tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    # the norms' kernel where it differs from the rest, for what they keep (activations.py):
+    # "fused" (input and rstd; torchtitan's norm_type = "fused_rmsnorm"), "eager" (fp32
+    # copies), "auto" as fused_elementwise
+    norm_kernel: str = "auto"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
     # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
@@ -212,6 +235,11 @@ class Training:
     # an MoE layer's weighted combine keeps each expert copy's output for the gate's
     # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
     moe_combine_keeps_outputs: bool = True
+    # fp32 logit-sized tensors the loss's backward holds at once besides the softmax it saved
+    # (activations.loss_transient): 0 for a loss that writes its gradient in place
+    # (Megatron's vocab-parallel cross-entropy), 2 for PyTorch's F.cross_entropy on upcast
+    # logits (torchtitan), 3 for it under DTensor's loss_parallel (tensor parallelism)
+    loss_backward_copies: float = 0
     host_us_per_kernel: float = 3.3
     cuda_graphs: bool = False
     # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
@@ -375,7 +403,7 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
     if not 0 <= c.gpu_speed_sd < 1:
         raise PipesimError(f"{where}: gpu_speed_sd must be a share from 0 up to (not including) 1, got {c.gpu_speed_sd}")
-    for key in ("gemm_efficiency", "fp8_gemm_efficiency"):
+    for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
     if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
@@ -404,6 +432,11 @@ def model_published(name_or_path: str) -> dict | None:
     return ref
 
 
+def _every_n(recompute: object) -> bool:
+    n = recompute.removeprefix("every-") if isinstance(recompute, str) and recompute.startswith("every-") else ""
+    return n.isdigit() and int(n) >= 1
+
+
 def load_training(name_or_path: str | None = None, base: dict | None = None, **overrides) -> Training:
     """Training from defaults, a model's ``[training]``, a file or preset, then flags."""
     table: dict = dict(base or {})
@@ -416,8 +449,15 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     t = _fill(Training, table, where)
     if t.precision not in ("bf16", "fp8"):
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
-    if t.recompute not in ("none", "selective", "full", "auto"):
-        raise PipesimError(f"{where}: recompute must be none, selective, full or auto, got {t.recompute!r}")
+    if t.fp8_scaling not in FP8_SCALINGS:
+        raise PipesimError(f'{where}: fp8_scaling must be "block" or "tensor", got {t.fp8_scaling!r}')
+    if t.recompute not in ("none", "selective", "full", "auto", "op") and not _every_n(t.recompute):
+        raise PipesimError(
+            f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
+            f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
+        )
+    if t.norm_kernel not in ("auto", "fused", "eager"):
+        raise PipesimError(f'{where}: norm_kernel must be "auto", "fused" or "eager", got {t.norm_kernel!r}')
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:

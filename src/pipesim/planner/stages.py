@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..components import ComponentCosts
 from .collectives import p2p_seconds
 from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs, mtp_costs
 from .layout import Layout
 from .specs import Cluster, Model, Training
 from .split import balanced_partition, partition, work
+
+
+# One search asks for the same layer's costs under one layout many times over: for each
+# stage count, recomputation and split, in ``stage_parts`` and again in ``component_costs``.
+# The specs are frozen (hashable) and a layer's costs depend only on its kind (MoE or
+# dense), so they are kept here, the least recently used dropped past a few thousand.
+@lru_cache(maxsize=4096)
+def _layer(m: Model, first: int, c: Cluster, t: Training, lay: Layout, recompute: str):
+    return layer_costs(m, first, c, t, lay, recompute)
+
+
+@lru_cache(maxsize=1024)
+def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
+    """(embedding, head, MTP modules) costs of a layout."""
+    return embedding_costs(m, c, t, lay), head_costs(m, c, t, lay), tuple(mtp_costs(m, c, t, lay, recompute))
+
+
+def _kind_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, i: int):
+    """Layer i's costs, computed once per kind of layer (the first layer of its kind)."""
+    kind = m.is_moe_layer(i)
+    first = next(j for j in range(m.layers) if m.is_moe_layer(j) == kind)
+    return _layer(m, first, c, t, lay, recompute)
+
+
+def selective_changes_nothing(m: Model, c: Cluster, t: Training, lay: Layout) -> bool:
+    """Whether selective recomputation costs nothing over none on this layout: every kind
+    of layer (and the MTP modules) has the same op times under both, as under flash
+    attention for grouped-query attention, where the kernel recomputes its scores
+    anyway. Selective then keeps no more memory than none and needs no transient, so a
+    candidate without recomputation is the same step as its selective twin, never a
+    better one."""
+    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
+    same = all(_layer(m, i, c, t, lay, "none") == _layer(m, i, c, t, lay, "selective") for i in kinds.values())
+    return same and _ends(m, c, t, lay, "none") == _ends(m, c, t, lay, "selective")
 
 
 def stage_parts(
@@ -31,27 +67,24 @@ def stage_parts(
     for i in range(m.layers):
         key = m.is_moe_layer(i)
         if key not in kinds:
-            kinds[key] = work(layer_costs(m, i, c, t, lay, recompute))
+            kinds[key] = work(_kind_costs(m, c, t, lay, recompute, i))
     layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
-    last = work(head_costs(m, c, t, lay)) + sum(work(x) for x in mtp_costs(m, c, t, lay, recompute))
-    return balanced_partition(layer_work, work(embedding_costs(m, c, t, lay)), last, stages, ranks, even_out)
+    embed, head, mtp = _ends(m, c, t, lay, recompute)
+    last = work(head) + sum(work(x) for x in mtp)
+    return balanced_partition(layer_work, work(embed), last, stages, ranks, even_out)
 
 
 def component_costs(
     m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
 ) -> ComponentCosts:
     parts = parts or stage_parts(m, c, t, lay, stages, recompute)
-    per_layer = {}
+    embed, head, mtp = _ends(m, c, t, lay, recompute)
     stage_layers = []
     for s, rng in enumerate(parts):
-        row = [embedding_costs(m, c, t, lay)] if s == 0 else []
-        for i in rng:
-            key = (m.is_moe_layer(i),)
-            if key not in per_layer:
-                per_layer[key] = layer_costs(m, i, c, t, lay, recompute)
-            row.append(per_layer[key])
+        row = [embed] if s == 0 else []
+        row += [_kind_costs(m, c, t, lay, recompute, i) for i in rng]
         if s == stages - 1:
-            row += [*mtp_costs(m, c, t, lay, recompute), head_costs(m, c, t, lay)]
+            row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:
             row.append(blocking_p2p(s, stages, p2p_seconds(m, c, t, lay)))
         stage_layers.append(tuple(row))

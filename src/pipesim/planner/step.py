@@ -29,10 +29,20 @@ def step_overhead(
     parameter bytes), which nothing hides. Under pipeline parallelism FSDP keeps a stage's
     parameters gathered from its first forward to its last backward instead
     (``keeps_gathered``: torchtitan's default with PP, reshard_after_forward off): one
-    gather and one copy-out per step, behind the first micro-batch's forward, and one
-    reduce-scatter behind the last backward, as under ZeRO-2. The optimizer step reads gradients and reads and writes
-    master weights and moments (its shard, under ZeRO) and writes the bf16 weights, at
-    HBM bandwidth, after everything else."""
+    gather and one copy-out per step, behind the first micro-batch's forward.
+
+    Under pipeline parallelism the gradients are reduce-scattered once a step per stage,
+    and exposed: PyTorch's pipelining runs every micro-batch's backward with gradient
+    sync and resharding off (``PipelineStage.backward_maybe_with_nosync`` sets
+    ``set_requires_gradient_sync(False)``), then schedules a REDUCE_GRAD action right after
+    each stage's last backward (``schedules._add_reduce_grad``), whose
+    ``perform_reduce_grad`` runs FSDP's post-backward (the reduce-scatter of everything the
+    stage accumulated) and its final callback, which makes the compute stream wait for it
+    (PyTorch 2.13, torch/distributed/pipelining). No backward is left to hide it behind,
+    so the whole reduction shows, whether the stage was kept gathered or regathered for
+    each micro-batch. The optimizer step reads gradients and reads and writes master
+    weights and moments (its shard, under ZeRO) and writes the bf16 weights, at HBM
+    bandwidth, after everything else."""
     worst_comm = worst_opt = 0.0
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
@@ -49,7 +59,14 @@ def step_overhead(
                 gather += ring * t.param_bytes if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
-        if t.zero >= 3 and keeps_gathered(t, lay):  # once a step: gathered before the first forward
+        if t.zero >= 3 and lay.pp > 1:  # pipelining: one exposed reduce-scatter a stage (REDUCE_GRAD)
+            if keeps_gathered(t, lay):  # once a step: gathered before the first forward
+                gathers = max(0.0, gather - t.dp_overlap * fwd) + copy_out
+            else:  # regathered for every micro-batch's forward and backward
+                per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather - t.dp_overlap * bwd) + 2 * copy_out
+                gathers = per_mb * microbatches
+            comm = grads + gathers
+        elif t.zero >= 3 and keeps_gathered(t, lay):  # fsdp_reshard = "never" without pp
             comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd) + copy_out
         elif t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
             per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out

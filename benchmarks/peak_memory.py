@@ -1,0 +1,120 @@
+"""Peak memory per GPU: pipesim against torchtitan's published figures.
+
+    PYTHONPATH=src python benchmarks/peak_memory.py
+
+torchtitan's docs/performance.md (Llama 3.1 on 96 GB H100s, measured at torchtitan 9dec370,
+torch 1963fc8) gives each run's memory as the largest ``max_reserved`` of the caching
+allocator over the ranks (train.py logs ``device_mem_stats.max_reserved_gib``; the CUDA
+context and NCCL's own buffers are outside it). Each row below is set up as that page and
+the configs at that commit say:
+
+- activation checkpointing: Tables 1 and 3 "selective", which llama3_8b.toml at 9dec370 sets
+  to ``selective_ac_option = 'op'`` (pipesim's ``op``); every other table "full";
+- the loss: ``cross_entropy(pred.flatten(0, 1).float(), ...)`` (train.py), with ``pred``
+  deleted before the backward: an fp32 log-softmax saved, two more fp32 copies in its
+  backward (``loss_backward_copies = 2``), three under tensor parallelism's loss_parallel;
+- eager rows run torchtitan's eager RMSNorm, rotary and SwiGLU (``fused_elementwise =
+  false``); torch.compile rows the fused ones;
+- FSDP2 over the data (and context) ranks with fp32 gradient reduction; without pipeline
+  parallelism every block but the last is resharded after its forward, with it none;
+- pipeline rows: ``pipeline_parallel_microbatches`` defaults to the pipeline degree (8), so
+  the local batch of 32 runs as 8 micro-batches of 4, 8 of 1 at local batch 8; torchtitan's
+  interleaved 1F1B runs two stages per rank.
+
+pipesim's peak is the worst rank's parameters, gradients and optimizer states plus its
+activation peak over the schedule (the head's saved loss on the last stage), plus the
+backward's largest transient and FSDP's gathered parameters (``device_memory``), over
+(1 - allocator_fragmentation) for what the allocator reserves beyond what it hands out.
+"""
+
+from __future__ import annotations
+
+from pipesim.memory import memory
+from pipesim.planner.device_memory import backward_transient, fsdp_gathered
+from pipesim.planner.footprint import memory_model
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import Training, load_cluster, load_model
+from pipesim.planner.stages import component_costs, stage_parts
+from pipesim.schedules import build
+from pipesim.simulate import simulate
+
+GIB = 2**30
+
+
+def rows():
+    """(table and run, model, published GiB, layout, training fields, recomputation,
+    schedule, micro-batches), from docs/performance.md's six tables."""
+    for dp, eager, compiled in ((8, 82.4, 77.0), (128, 67.0, 62.0)):  # Tables 1 and 3: local batch 2
+        lay = dict(dp=dp, micro_batch=2)
+        yield f"8B FSDP{dp}", "llama3-8b", eager, lay, dict(seq=8192, fused_elementwise=False), "op", "1f1b", 1
+        yield f"8B FSDP{dp} + compile", "llama3-8b", compiled, lay, dict(seq=8192), "op", "1f1b", 1
+    for cp, pub in zip((1, 2, 4, 8), (83.9, 84.2, 84.0, 84.5)):  # Table 2: FSDP x CP on 8 GPUs, local batch 1
+        lay = dict(dp=8 // cp, cp=cp, micro_batch=1)
+        yield f"8B FSDP{8 // cp} CP{cp} s{32 * cp}K", "llama3-8b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 1
+    for name, pub in (("", 71.9), (" AsyncTP", 67.6)):  # Table 4: local batch 16
+        yield f"70B FSDP32 TP8{name}", "llama3-70b", pub, dict(dp=32, tp=8, micro_batch=16), dict(seq=8192), "full", "1f1b", 1
+    for schedule, pub in (("1f1b", 82.5), ("interleaved-1f1b", 72.7)):  # Table 5: local batch 32 as 8 micro-batches
+        lay = dict(dp=8, tp=8, pp=8, micro_batch=4)
+        yield f"405B FSDP8 TP8 PP8 {schedule}", "llama3-405b", pub, lay, dict(seq=8192), "full", schedule, 8
+    for cp, pub in zip((1, 2, 4, 8), (75.3, 75.9, 77.1, 84.9)):  # Table 6: 1F1B, local batch 8
+        lay = dict(dp=8 // cp, cp=cp, tp=8, pp=8, micro_batch=1)
+        yield f"405B FSDP{8 // cp} TP8 PP8 CP{cp} s{32 * cp}K", "llama3-405b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 8
+
+
+def torchtitan_training(fields: dict, tp: int) -> Training:
+    """torchtitan's training set-up at 9dec370 (see the module docstring)."""
+    return Training(
+        **{
+            "zero": 3,
+            "grad_reduce_bytes": 4,  # mixed_precision_reduce = "float32"
+            "logit_bytes": 52,  # the logits upcast to fp32 before the loss
+            "loss_backward_copies": 3 if tp > 1 else 2,  # loss_parallel under TP
+            "global_batch": 1,
+            **fields,
+        }
+    )
+
+
+def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedule: str = "1f1b", M: int = 1) -> dict:
+    """pipesim's peak for one row, GiB by part."""
+    m, c = load_model(model), load_cluster("h100")  # the peak does not depend on the card's capacity
+    lay = Layout(**{"pp": 1, "dp": 1, **lay_fields})
+    t = torchtitan_training(t_fields, lay.tp)
+    s = build(schedule, lay.pp, M, **({"chunks": 2} if schedule.startswith("interleaved") else {}))
+    stages = s.placement.stages
+    parts = stage_parts(m, c, t, lay, stages, recompute, s.placement.held())
+    mm = memory_model(m, t, lay, stages, recompute, parts)
+    mem = memory(s, simulate(s, component_costs(m, c, t, lay, stages, recompute, parts)), mm)
+    worst = max(range(s.pp), key=lambda r: mem.peak[r])
+    out = {
+        "static": mem.static[worst] / GIB,
+        "activations": mem.activation_peak[worst] / GIB,
+        "transient": backward_transient(m, t, lay, recompute) / GIB,
+        "gathered": fsdp_gathered(m, t, lay) / GIB,
+    }
+    allocated = sum(out.values())
+    out["reserved"] = allocated / (1 - t.allocator_fragmentation)
+    return out
+
+
+def main() -> None:
+    print("## Peak memory per GPU: torchtitan's published max reserved against pipesim\n")
+    print("| run | AC | published (GiB) | static | activations | transient | FSDP gathered | pipesim reserved (GiB) | error |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    errors = []
+    for name, model, pub, lay, tf, rc, schedule, M in rows():
+        p = predict(model, lay, tf, rc, schedule, M)
+        errors.append(p["reserved"] / pub - 1)
+        print(
+            f"| {name} | {rc} | {pub:.1f} | {p['static']:.1f} | {p['activations']:.1f} | {p['transient']:.1f} | "
+            f"{p['gathered']:.1f} | {p['reserved']:.1f} | {errors[-1]:+.1%} |"
+        )
+    inside = sum(abs(e) <= 0.10 for e in errors)
+    mean = sum(map(abs, errors)) / len(errors)
+    print(
+        f"\n{len(errors)} rows: {inside} within 10% (target: all), mean |error| {mean:.1%}, mean signed {sum(errors) / len(errors):+.1%}."
+    )
+
+
+if __name__ == "__main__":
+    main()

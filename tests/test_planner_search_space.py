@@ -1,0 +1,84 @@
+"""What the free search covers for models with experts (tensor parallelism, expert tensor
+parallelism) and the bounds that let it refuse layouts without building their costs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipesim.planner.bounds import static_floor
+from pipesim.planner.candidates import Candidate, layouts
+from pipesim.planner.device_memory import usable_for
+from pipesim.planner.evaluate import Prepared, Shared, prepare
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+
+
+def setup(model: str, cluster: str, gpus: int, **training):
+    m, c = load_model(model), load_cluster(cluster).resized(gpus)
+    return m, c, load_training(base={**model_training(model), **training})
+
+
+def test_moe_free_search_covers_megatron_bridge_deepseek_layout():
+    """Megatron-Bridge runs DeepSeek-V3 on 1024 H100 as TP2 PP8 EP64 (attention dp64, the
+    experts folded as etp1 x ep64 x edp2): the free search now holds that layout, and
+    tensor parallelism up to the node for the attention beside it."""
+    m, c, t = setup("deepseek-v3", "h100", 1024, seq=4096, global_batch=8192)
+    found = set(layouts(m, c, t))
+    assert Layout(pp=8, dp=64, tp=2, ep=64, micro_batch=1) in found
+    assert {lay.tp for lay in found} == {1, 2, 4, 8}
+
+
+def test_expert_tensor_parallelism_is_searched_where_ep_cannot_grow():
+    """Mixtral's 8 experts on 64 GPUs: etp > 1 only beside ep = 8 (every expert on a rank
+    of its own already) and only as etp = tp, Megatron-LM's default; etp1 with every power
+    of two up to 8 beside it."""
+    m, c, t = setup("mixtral-8x22b", "h100", 64)
+    found = list(layouts(m, c, t))
+    sharded = [lay for lay in found if lay.etp > 1]
+    assert sharded and all(lay.ep == 8 and lay.etp == lay.tp for lay in sharded)
+    assert {lay.ep for lay in found if lay.etp == 1 and lay.tp == 2} == {1, 2, 4, 8}
+
+
+def test_static_floor_never_exceeds_what_a_candidate_holds():
+    """The floor the search refuses layouts by is below every candidate's own fullest rank
+    (any split, any placement): checked over DeepSeek-V3's candidates on 256 H100 that pass
+    the cheap checks, across schedules with one, two and V-shaped chunks per rank."""
+    m, c, t = setup("deepseek-v3", "h100", 256, global_batch=1024)
+    shared, seen = Shared(m, c, t), 0
+    for lay in [Layout(pp=16, dp=16, ep=16), Layout(pp=8, dp=16, tp=2, ep=32), Layout(pp=8, dp=32, ep=32)]:
+        floor = static_floor(m, t, lay)
+        for name, chunks in (("1f1b", None), ("interleaved-1f1b", 2), ("dualpipev", None)):
+            p = prepare(m, c, t, Candidate(lay, name, chunks, "selective", 1024 // lay.dp), shared)
+            if isinstance(p, Prepared):
+                seen += 1
+                assert floor <= max(p.statics) * (1 + 1e-12)
+    assert seen >= 3
+
+
+def test_layout_over_its_static_floor_is_refused_with_the_same_reason():
+    """On 80 GB, DeepSeek-V3 at pp2 x ep8 cannot hold its experts: the floor refuses it,
+    and so does the full check with its real split."""
+    m, c, t = setup("deepseek-v3", "h100", 256, global_batch=1024)
+    lay = Layout(pp=2, dp=128, ep=8)
+    assert static_floor(m, t, lay) > usable_for(m, c, t, lay, "selective").bytes
+    p = prepare(m, c, t, Candidate(lay, "1f1b", None, "selective", 8), Shared(m, c, t))
+    assert not isinstance(p, Prepared) and p.reason.startswith("parameters, gradients and optimizer states need")
+    roomy = replace(c, hbm_gb=10_000)
+    assert static_floor(m, t, lay) < usable_for(m, roomy, t, lay, "selective").bytes
+
+
+def test_no_recomputation_is_left_out_where_selective_is_its_twin():
+    """Llama 3 8B under flash attention: selective recomputation recomputes nothing the
+    kernel does not already, so each candidate without it would be its selective twin's
+    step with more memory. Only zb-auto, ordered under each candidate's own memory room,
+    keeps both; and the two really do simulate to the same step."""
+    from pipesim.planner.candidates import candidates
+    from pipesim.planner.evaluate import evaluate
+
+    m, c, t = setup("llama3-8b", "h100", 16, global_batch=32, seq=2048)
+    cands = list(candidates(m, c, t))
+    assert {x.schedule for x in cands if x.recompute == "none"} == {"zb-auto"}
+    assert {x.recompute for x in cands} == {"none", "selective", "full"}
+    lay = Layout(pp=2, dp=8)
+    none, sel = (evaluate(m, c, t, Candidate(lay, "1f1b", None, rc, 4)) for rc in ("none", "selective"))
+    assert none.step_time == sel.step_time and sel.memory_gb <= none.memory_gb
