@@ -318,3 +318,18 @@ def test_the_pages_commands_print_what_it_says(tmp_path, monkeypatch, capsys):
     ):
         assert f"`{component}`" in page and f"│ {component}" in out
     assert "pipeline: dualpipe, pp=2, M=4, dual placement" in out
+
+
+def test_too_many_ranks_is_refused_before_torch_is_imported():
+    """The refusal is as quick as any other: torch (seconds to import under load) is
+    not imported to say that 64 ranks are more than 2 cores run."""
+    code = (
+        "import os, sys; os.sched_getaffinity = lambda pid: {0, 1}\n"
+        "from pipesim.cli import main\n"
+        "rc = main(['run', '-s', '1f1b', '--pp', '64', '-m', '64', '--synthetic'])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PIPESIM_MAX_RANKS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr
+    assert "needs 64 processes, more than this machine can run" in out.stderr

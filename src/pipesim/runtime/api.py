@@ -16,8 +16,9 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Schedule
 from ..validate import validate
+from .capacity import check_capacity, under_torchrun
 from .executor import Fault
-from .launch import check_capacity, launch, pick_backend, run_as_torchrun_rank, under_torchrun
+from .launch import launch, pick_backend, run_as_torchrun_rank
 from .model import TinyTransformer
 from .results import RunResult, assemble
 from .worker import Job

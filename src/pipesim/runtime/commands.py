@@ -35,6 +35,7 @@ from ..output import console, emit_json, pct
 from ..render.terminal import print_timeline
 from ..schedules import REGISTRY, build, family
 from ..validate import validate
+from .capacity import check_capacity, under_torchrun
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
 _UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
@@ -194,6 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the trace files --profile writes are checked against the inputs before torch is
     # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
     profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
+    if not under_torchrun():  # and so are more ranks than this machine can run
+        check_capacity(schedules[0].pp * args.ep, schedules[0].pp, args.ep)
     _torch()
     from .api import execute_many, job
     from .results import RunFailed

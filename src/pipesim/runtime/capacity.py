@@ -1,0 +1,58 @@
+"""How many rank processes this machine can run, asked before torch is imported.
+
+``pipesim run`` refuses too many ranks before it imports torch (seconds under load: a
+refusal took 7-9 s when the check lived beside the launcher), so this module imports
+nothing heavy."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import PipesimError
+
+
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+
+
+PER_CORE = 8  # rank processes per core: synthetic ranks sleep, real ones share the cores
+# memory of one rank process (forked from a forkserver that imported torch): 64 ranks
+# of a synthetic run took 9 GB here (issue 23), about 140 MB each
+RANK_MEMORY = 150 * 2**20
+MAX_RANKS_ENV = "PIPESIM_MAX_RANKS"  # overrides the limit (a machine you know better)
+
+
+def capacity() -> tuple[int, str]:
+    """How many rank processes this machine can run at once, and why that many."""
+    override = os.environ.get(MAX_RANKS_ENV, "")
+    if override.isdigit() and int(override) > 0:
+        return int(override), f"{MAX_RANKS_ENV}={override}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit, why = PER_CORE * cores, f"{PER_CORE} per core on {cores} core{'s' if cores > 1 else ''}"
+    avail = _available_memory()
+    if avail is not None and avail // RANK_MEMORY < limit:
+        limit, why = int(avail // RANK_MEMORY), f"{RANK_MEMORY >> 20} MB each in {avail / 2**30:.1f} GB of free memory"
+    return max(2, limit), why
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_capacity(nprocs: int, pp: int, ep: int = 1) -> None:
+    """Refuse, before starting any, more rank processes than this machine can run."""
+    limit, why = capacity()
+    if nprocs > limit:
+        what = f"--pp {pp}" + (f" x --ep {ep}" if ep > 1 else "")
+        raise PipesimError(
+            f"{what} needs {nprocs} processes, more than this machine can run ({limit}: {why}); "
+            f"lower {'--pp or --ep' if ep > 1 else '--pp'}, or spread the ranks over machines with torchrun "
+            f"(or set {MAX_RANKS_ENV})"
+        )
