@@ -13,12 +13,6 @@ from .specs import Model, Training
 from .split import partition
 
 
-def layer_activation(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
-    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs): the
-    tensors PyTorch and the fused kernels save, one by one (``activations``)."""
-    return activations.layer_activation(m, layer, t, lay, recompute)
-
-
 def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU holds for a stage of these layers."""
     dense = experts = 0.0
@@ -52,7 +46,7 @@ def memory_model(
     def kept(i: int) -> tuple[float, float]:
         kind = (m.is_moe_layer(i), activations.layer_mode(recompute, i))
         if kind not in by_kind:
-            by_kind[kind] = layer_activation(m, i, local, lay, recompute)
+            by_kind[kind] = activations.layer_activation(m, i, local, lay, recompute)
         return by_kind[kind]
 
     for s, rng in enumerate(parts):
