@@ -56,11 +56,7 @@ class Shared:
     def budget(self, lay: Layout, recompute: str) -> float:
         """The bytes a rank can fill (``usable_for``), computed once per layout and
         recomputation: every schedule, micro-batch count and split of them shares it."""
-        key = (lay, recompute)
-        hit = self.budgets.get(key)
-        if hit is None:
-            hit = self.budgets[key] = usable_for(self.m, self.c, self.t, lay, recompute).bytes
-        return hit
+        return _memo(self.budgets, (lay, recompute), lambda: usable_for(self.m, self.c, self.t, lay, recompute).bytes)
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)

@@ -27,13 +27,6 @@ def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
     return embedding_costs(m, c, t, lay), head_costs(m, c, t, lay), tuple(mtp_costs(m, c, t, lay, recompute))
 
 
-def _kind_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, i: int):
-    """Layer i's costs, computed once per kind of layer (the first layer of its kind)."""
-    kind = m.is_moe_layer(i)
-    first = next(j for j in range(m.layers) if m.is_moe_layer(j) == kind)
-    return _layer(m, first, c, t, lay, recompute)
-
-
 def _first_of_kinds(m: Model) -> list[tuple[int, bool]]:
     """(the first layer of each kind, its kind), in layer order."""
     firsts: dict[bool, int] = {}
@@ -49,8 +42,7 @@ def selective_changes_nothing(m: Model, c: Cluster, t: Training, lay: Layout) ->
     anyway. Selective then keeps no more memory than none and needs no transient, so a
     candidate without recomputation is the same step as its selective twin, never a
     better one."""
-    kinds = {m.is_moe_layer(i): i for i in range(m.layers)}
-    same = all(_layer(m, i, c, t, lay, "none") == _layer(m, i, c, t, lay, "selective") for i in kinds.values())
+    same = all(_layer(m, i, c, t, lay, "none") == _layer(m, i, c, t, lay, "selective") for i, _ in _first_of_kinds(m))
     return same and _ends(m, c, t, lay, "none") == _ends(m, c, t, lay, "selective")
 
 
@@ -71,11 +63,7 @@ def stage_parts(
     partitions by counting transformer layers (``partition_method="type:transformer"``)."""
     if t.stage_split == "even":
         return partition(m.layers, stages)
-    kinds = {}
-    for i in range(m.layers):
-        key = m.is_moe_layer(i)
-        if key not in kinds:
-            kinds[key] = work(_kind_costs(m, c, t, lay, recompute, i))
+    kinds = {k: work(_layer(m, i, c, t, lay, recompute)) for i, k in _first_of_kinds(m)}
     layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
     embed, head, mtp = _ends(m, c, t, lay, recompute)
     last = work(head) + sum(work(x) for x in mtp)
