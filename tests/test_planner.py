@@ -422,7 +422,7 @@ def test_advice_on_combined_1f1b_and_dualpipes_constraints():
     """Mixtral-like: 1024 sequences over dp 512 leave M=2 per pipeline. DualPipe's M >= 2pp
     fails (a constraint, not memory), and combined 1F1B at pp2, v=4 has Megatron's warm-up
     min(2(pp-r-1) + (v-1)pp + 1, vM) = 8 and 7 of its 8 forwards: 0-1 pairs."""
-    from pipesim.planner.report import advice
+    from pipesim.planner.advice import advice
     from pipesim.planner.search import Candidate, Plan, Result
 
     m, c = load_model("mixtral-8x22b"), load_cluster("h100")
@@ -441,7 +441,7 @@ def test_advice_on_combined_1f1b_and_dualpipes_constraints():
 
 
 def test_advice_when_combined_1f1b_wins():
-    from pipesim.planner.report import advice
+    from pipesim.planner.advice import advice
     from pipesim.planner.search import Candidate, Plan, Result
 
     m, c = load_model("mixtral-8x22b"), load_cluster("h100")

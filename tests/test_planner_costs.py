@@ -497,12 +497,13 @@ def test_stage_split_must_be_balanced_or_even():
 def test_report_states_the_new_terms():
     """Each cost term the estimate takes from the run's set-up is a line of the report's
     assumptions, worded for the set-up given."""
-    from pipesim.planner import report, search
+    from pipesim.planner import search
+    from pipesim.planner.assumptions import assumptions
 
     m, c = load_model("llama3-8b"), load_cluster("h100", gpus=16)
     t = load_training(seq=1024, global_batch=32, recompute="none", fused_elementwise=False, grad_accumulation_bytes=6)
     plan = search.search(m, c, replace(t, stage_split="even"), pins=search.Pins(pp=2, tp=8, microbatches=16))
-    rows = dict(report.assumptions(plan))
+    rows = dict(assumptions(plan))
     assert "eager ops" in rows["memory-bound kernels"]
     assert rows["gradient accumulation"].startswith("6 bytes a parameter a micro-batch")
     assert "same number of layers on every stage" in rows["stage imbalance"]

@@ -121,6 +121,7 @@ def specs_from(args: argparse.Namespace):
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from . import recipe, report
+    from .naming import layout_text
 
     model, cluster, training = specs_from(args)
     schedules = _names(args.schedules) if args.schedules else None
@@ -161,7 +162,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_text_atomic(out, text)
         best = plan.best
         summary = (
-            f"{best.candidate.label} on {report.layout_text(best, plan)}: {best.step_time:.2f} s per step"
+            f"{best.candidate.label} on {layout_text(best, plan)}: {best.step_time:.2f} s per step"
             if best
             else "nothing fits"
         )

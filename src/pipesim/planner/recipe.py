@@ -36,13 +36,11 @@ from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_cla
 from ..schedules import REGISTRY, build
 from .candidates import COST_OPTIONS
 from .collectives import a2a_size
+from .naming import COMBINED, layout_text
 from .results import Plan, Result
 from .specs import Model, load_model
 from .split import ranges_of
 from .stages import component_costs, stage_parts
-
-#: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
-COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
 
 
 @dataclass(frozen=True)
@@ -413,8 +411,6 @@ def recipe(plan: Plan, n: int = 1) -> dict:
 
 def markdown(plan: Plan, n: int = 1) -> list[str]:
     """The 'How to run it' section of the report."""
-    from .report import layout_text
-
     d = recipe(plan, n)
     r = pick(plan, n)
     which = "the recommendation" if n == 1 else f"plan #{n} of the ranking"

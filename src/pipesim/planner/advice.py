@@ -1,0 +1,123 @@
+"""The report's advice in plain words: whether DualPipe pays for itself, where combined
+1F1B stands, whether the batch feeds the GPUs, and whether memory is tight."""
+
+from __future__ import annotations
+
+from ..schedules.combined import warmup
+from .memory_lines import usable_gb
+from .naming import COMBINED, DUAL_FAMILY, layout_text, schedule_text
+from .parallelism import batch_note
+from .results import Plan
+from .verdicts import family_verdicts, rejection
+
+
+def advice(plan: Plan) -> list[str]:
+    best, m, c = plan.best, plan.model, plan.cluster
+    out: list[str] = []
+    if best is None:
+        return ["Nothing fits: add GPUs, use a larger-memory GPU, or lower the global batch or sequence length."]
+    dual = [plan.best_of(n) for n in DUAL_FAMILY if plan.best_of(n)]
+    other = [r for r in plan.results if r.candidate.schedule not in DUAL_FAMILY]
+    best_other = other[0] if other else None
+    if best.candidate.schedule in DUAL_FAMILY:
+        if best_other:
+            gain = best_other.step_time / best.step_time - 1
+            out.append(
+                f"DualPipe pays for itself here: {best_other.candidate.label} at its best exposes {best_other.exposed_comm:.2f} s of "
+                f"communication per step, and overlapping forward and backward chunks brings that to {best.exposed_comm:.2f} s; "
+                f"steps are {gain:.1%} faster."
+            )
+        if best.candidate.schedule == "dualpipe" and m.moe:
+            out.append(
+                f"The two parameter copies cost {best.params_gb / 2:.1f} GB more weights per GPU (plus their gradients and optimizer "
+                f"shards), which expert parallelism keeps small: each GPU holds 1/{best.candidate.layout.ep} of the routed experts."
+            )
+        elif best.candidate.schedule == "dualpipev":
+            out.append("DualPipeV folds the model into a V on each rank: DualPipe's overlap with one copy of the parameters.")
+        if m.moe:
+            out.append(combined_advice(plan))
+    else:
+        why = []
+        if m.moe is None:
+            why.append("a dense model has no expert all-to-all for DualPipe to hide")
+        if not dual:
+            why.append(f"neither DualPipe nor DualPipeV runs at any layout searched ({rejection(plan, 'dualpipe')})")
+        else:
+            d = min(dual, key=lambda r: r.step_time)
+            why.append(
+                f"its best ({d.candidate.label}, {layout_text(d, plan)}) is {d.step_time / best.step_time - 1:+.1%} per step"
+            )
+            two = plan.best_of("dualpipe")
+            if two is None:
+                why.append("DualPipe proper, with its two parameter copies, does not fit at all")
+            elif two.candidate.recompute == "full" and best.candidate.recompute != "full":
+                why.append(
+                    f"DualPipe proper fits its two parameter copies only with full recomputation ({two.step_time / best.step_time - 1:+.1%})"
+                )
+        out.append(
+            "DualPipe is overkill here: "
+            + "; ".join(why)
+            + f". {schedule_text(best)} with a {best.bubble:.1%} bubble is the better buy."
+        )
+        if m.moe:
+            out.append(combined_advice(plan))
+    lay = best.candidate.layout
+    note = batch_note(c, plan.training, m.layers, lay.tp)
+    if note:
+        out.append(note)
+    if best.candidate.layout.pp == 1:
+        out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
+    head = usable_gb(plan, best) - best.memory_gb
+    if head < 0.05 * c.hbm_gb:
+        out.append(
+            f"Memory is tight: {best.memory_gb:.1f} GB of {c.hbm_gb:.0f} GB per GPU; fragmentation or a larger micro-batch may not fit."
+        )
+    return out
+
+
+def combined_advice(plan: Plan) -> str:
+    """Where Megatron's combined 1F1B, which overlaps the same all-to-all as DualPipe with
+    one copy of the parameters, stands against the recommendation, and why."""
+    best = plan.best
+    head = "Combined 1F1B (Megatron-LM's --overlap-moe-expert-parallel-comm) hides the all-to-all in F&B pairs"
+    if best.candidate.schedule in COMBINED:
+        rivals = [r for r in plan.results if r.candidate.schedule not in COMBINED]
+        line = f"{head} with one copy of the parameters and wins here"
+        if rivals:
+            r = rivals[0]
+            line += (
+                f": the best other schedule, {schedule_text(r)} on {layout_text(r, plan)}, exposes {r.exposed_comm:.2f} s "
+                f"of communication per step against {best.exposed_comm:.2f} s, bubble {r.bubble:.1%} against {best.bubble:.1%}"
+            )
+        return line + "."
+    head += ", as DualPipe does, with one copy of the parameters"
+    found = [r for r in plan.results if r.candidate.schedule in COMBINED]
+    if not found:
+        return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
+    c = found[0]
+    lay, v, M = c.candidate.layout, c.candidate.chunks or 1, c.candidate.microbatches
+    g = c.group_size or lay.pp
+    pairs = [v * M - warmup(lay.pp, r, M, v, g) for r in range(lay.pp)]
+    text = (
+        f"{head}. Its best, {schedule_text(c)}, is {family_verdicts(plan)[c.candidate.schedule]}. Megatron's warm-up "
+        f"(2(pp-r-1) + (v-1)g + 1 forwards on rank r, g the micro-batch group) leaves {min(pairs)}-{max(pairs)} of each "
+        f"rank's {v * M} forwards to pair with a backward"
+    )
+    fewer = [
+        r
+        for r in plan.rejected
+        if r.candidate.schedule in COMBINED
+        and r.candidate.layout == lay
+        and (r.candidate.chunks or 1) < v
+        and r.memory_gb
+        and r.candidate.recompute == c.candidate.recompute
+    ]
+    if fewer:
+        f = min(fewer, key=lambda r: r.memory_gb)
+        text += (
+            f"; it holds that warm-up plus the pair's forward, 2(pp-r-1) + (v-1)g + 2 chunk activations (DualPipe pp+1 "
+            f"stages, DualPipeV 2pp+1 chunks), so at pp{lay.pp} it fits only with {v} chunks per rank ({schedule_text(f)} "
+            f"needs {f.memory_gb:.0f} GB against {usable_gb(plan, f):.0f} GB usable), "
+            f"which cuts {plan.model.layers} layers into {lay.pp * v} stages"
+        )
+    return text + "."

@@ -1,0 +1,155 @@
+"""Every assumption a plan's numbers rest on, as the report's (name, value) rows: the
+training spec's fields, the hardware, and how each cost is modelled, worded for the set-up
+given; then the layout's newer dimensions and what the search fixed or left out."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
+from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, gemm_efficiency
+from .memory_lines import held_text
+from .parallelism import domain_text, layout_assumptions
+from .results import Plan
+from .specs import Training
+
+
+def assumptions(plan: Plan) -> list[tuple[str, str]]:
+    t, c = plan.training, plan.cluster
+    rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
+    bf16, fp8 = gemm_efficiency(c, t, False), gemm_efficiency(c, t, True)
+    rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
+        "compute_efficiency",
+        f"{bf16:g} of BF16 peak"
+        + (f", {fp8:g} of FP8 peak ({t.fp8_scaling}-scaled)" if c.fp8_tflops else "")
+        + " on large matrix multiplies",
+    )
+    rows += [
+        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
+        ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
+        (
+            "usable memory",
+            (held_text(plan, plan.best) + "; " if plan.best else "")
+            + f"CUDA context {c.cuda_context_mib:g} MiB, NCCL {c.nccl_mib_per_group:g} MiB per communicator, "
+            f"allocator_fragmentation {t.allocator_fragmentation:g} of the rest, the full-recompute transient "
+            "(device_memory.py names the measurements)",
+        ),
+        (
+            "activations",
+            "each tensor PyTorch and the fused kernels save, norm outputs, flash's fp32 logsumexp, dropout masks, MoE "
+            "routing and combine state and the head's loss softmax included (activations.py; held within 1% of real "
+            "PyTorch blocks by tests/test_activations_torch.py)",
+        ),
+        (
+            "small kernels",
+            f"a kernel at least kernel_floor_us {t.kernel_floor_us:g} us, a layer's pass at least its kernels times "
+            f"host_us_per_kernel {t.host_us_per_kernel:g} us" + (" (one graph launch under cuda_graphs)" if t.cuda_graphs else ""),
+        ),
+        (
+            "stragglers",
+            f"a step runs at the slowest of its {c.gpus} GPUs: speeds spread by gpu_speed_sd {c.gpu_speed_sd:g} "
+            "(Sinha et al. SC'22), the expected slowest of N normal draws",
+        ),
+        ("nodes", domain_text(c)),
+        (
+            "flops",
+            "matrix multiplies 2nm; B and W each as the forward's multiplies; causal attention scores heads*seq/2*(qk+v)*2",
+        ),
+        (
+            "matrix multiplies",
+            "one curve: FLOPs at the efficiency above times the wave quantization of 128x128 output tiles over the SMs, "
+            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak); "
+            + (
+                "per-tensor FP8 weight gradients at the forward's rate"
+                if t.fp8_scaling == "tensor"
+                else f"block-scaled FP8 weight gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts"
+            )
+            + (f"; plus gemm_tile_fill_us {c.gemm_tile_fill_us:g} per output tile" if c.gemm_tile_fill_us else ""),
+        ),
+        (
+            "attention",
+            f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
+            f"rate; unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
+            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)",
+        ),
+        (
+            "memory-bound kernels",
+            "norms, residual adds, rotary, activations, MoE routing permutes and FP8 casts priced by their bytes at "
+            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes), "
+            + (
+                "as fused kernels"
+                if t.fused_elementwise
+                else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code)"
+            )
+            + (
+                "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"
+                if t.hidden_dropout
+                else ""
+            ),
+        ),
+        (
+            "stage imbalance",
+            f"the embedding on the first stage, the output head and loss ({t.logit_bytes:g} bytes a logit at HBM bandwidth) "
+            + ("and the MTP modules " if plan.model.mtp_layers else "")
+            + "on the last; "
+            + (
+                "the same number of layers on every stage (stage_split = even, as Megatron-LM 2021 and DeepSpeed split them)"
+                if t.stage_split == "even"
+                else "layers split so that the busiest rank carries the least"
+            ),
+        ),
+        (
+            "tensor parallelism",
+            "an all-reduce (or, with sequence parallelism, all-gather + reduce-scatter) of the hidden states after "
+            "attention and after the MLP, forward and backward, and at the model's ends (the embedding's lookup forward, the "
+            "head's input gradient backward; with sequence parallelism both ways at both), over NVLink; "
+            + ("overlapped with the multiplies around it" if t.tp_overlap else "exposed"),
+        ),
+        (
+            "all-to-all",
+            "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the "
+            "slower link sets the time; overlapped only inside DualPipe's F&B pairs, whose all-to-all kernels "
+            + (
+                f"hold {t.comm_sms} of the {c.sms} SMs for the whole pair (DeepSeek-V3 section 3.2.2; its training "
+                "profile's pair within 1%)"
+                if t.comm_held_in_pairs
+                else f"take {t.comm_sms} of the {c.sms} SMs while they move data"
+            ),
+        ),
+        ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
+        (
+            "data parallelism",
+            "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
+            "and the first forward (dp_overlap of those windows); ZeRO-3 per micro-batch, or with pipeline parallelism "
+            "once a step per stage, its parameters kept gathered from the first forward to the last backward (fsdp_reshard "
+            f"= {plan.training.fsdp_reshard}), each gather copied out on the compute stream (FSDP2); NVLink inside a "
+            "node, else one network interface per member of the ring in a node (NCCL's channels), at most NVLink",
+        ),
+        (
+            "gradient accumulation",
+            "fused into the weight-gradient multiply"
+            if not t.grad_accumulation_bytes
+            else f"{t.grad_accumulation_bytes:g} bytes a parameter a micro-batch at HBM bandwidth on the W part "
+            "(an unfused add into the accumulated gradients)",
+        ),
+        ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
+        ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),
+    ]
+    return rows + layout_assumptions(plan) + search_assumptions(plan)
+
+
+def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """What the search fixed or left out: pins, and the searched orders not chosen for
+    the candidate's own costs."""
+    rows = [("pinned", plan.pins.flags())] if plan.pins else []
+    fixed = fixed_order_families(plan.searched)
+    if fixed:
+        rows.append(
+            (
+                "searched orders",
+                f"{', '.join(fixed)}: orders chosen at F = B = W = 1 by their builders, which take no costs, then simulated "
+                "under each candidate's costs (a conservative verdict on them); zb-auto is ordered under each candidate's "
+                f"own per-stage F/B/W and memory; searched orders are built for pp x M up to {SEARCHED_MAX_SLOTS}",
+            )
+        )
+    return rows

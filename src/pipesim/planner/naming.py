@@ -1,0 +1,42 @@
+"""How the report and the recipe name a result in words: its layout and schedule, its
+GPU-hours, and the schedule families they speak of together."""
+
+from __future__ import annotations
+
+from .results import Plan, Result
+from .specs import Training
+
+#: DualPipe's two forms: two parameter copies, or one folded into a V
+DUAL_FAMILY = ("dualpipe", "dualpipev")
+
+#: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
+COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
+
+
+def layout_text(r: Result, plan: Plan) -> str:
+    """The result's parallel degrees, e.g. "pp16 x dp128, ep64 (8 nodes)"."""
+    lay, c = r.candidate.layout, plan.cluster
+    parts = [f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"tp{lay.tp}"] if lay.tp > 1 else []) + ([f"cp{lay.cp}"] if lay.cp > 1 else [])
+    text = " x ".join(parts)
+    if lay.ep > 1 or lay.etp > 1:
+        where = lay.span("ep", c.domain).domains
+        unit = "node" if c.domain == c.gpus_per_node else "NVLink domain"
+        text += f", ep{lay.ep}" + (f" x etp{lay.etp}" if lay.etp > 1 else "") + f" ({where} {unit}{'s' if where > 1 else ''})"
+    return text
+
+
+def schedule_text(r: Result) -> str:
+    """The schedule's label, with Megatron's micro-batch group where the search set one."""
+    if r.group_size is None:
+        return r.candidate.label
+    return r.candidate.label.removesuffix(")") + (", " if r.candidate.chunks else " (") + f"g={r.group_size})"
+
+
+def hours_for_run(r: Result, t: Training) -> float:
+    """GPU-hours of the whole run (``Training.tokens``) at the result's steady-state rate."""
+    return r.gpu_hours_per_t * t.tokens / 1e12
+
+
+def fmt_hours(h: float) -> str:
+    """GPU-hours as the report prints them: 1.23M, 456K or 789."""
+    return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"

@@ -1,0 +1,78 @@
+"""Why each schedule family other than the winner's lost: slower at its best layout, and
+by what (exposed communication, bubble, recomputation, pipeline depth), or why it fits or
+runs nowhere."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..schedules import REGISTRY
+from .candidates import skipped_families
+from .memory_lines import usable_gb
+from .naming import layout_text
+from .results import Plan
+
+
+def family_verdicts(plan: Plan) -> dict[str, str]:
+    """Why each family other than the winner's lost, in one sentence."""
+    best = plan.best
+    out = {}
+    names = {r.candidate.schedule for r in plan.results + plan.rejected}
+    skipped = skipped_families()
+    whole = names >= set(REGISTRY) - set(skipped)  # every family but the skipped was searched
+    for name in REGISTRY:
+        if name in skipped and whole:
+            out[name] = f"not searched: {skipped[name]}"
+        if name not in names or (best and name == best.candidate.schedule):
+            continue
+        mine = plan.best_of(name)
+        if mine is None:
+            out[name] = "does not fit or cannot run: " + rejection(plan, name)
+            continue
+        slower = mine.step_time / best.step_time - 1
+        rank = plan.results.index(mine) + 1
+        reasons = []
+        bubble_gap = mine.bubble * mine.makespan - best.bubble * best.makespan
+        comm_gap = mine.exposed_comm - best.exposed_comm
+        if comm_gap > 0.02 * best.step_time:
+            reasons.append(f"exposes {mine.exposed_comm:.2f} s of communication per step against {best.exposed_comm:.2f} s")
+        if bubble_gap > 0.02 * best.step_time:
+            reasons.append(f"bubble {mine.bubble:.1%} against {best.bubble:.1%}")
+        if mine.candidate.recompute != best.candidate.recompute and mine.candidate.recompute == "full":
+            reasons.append("it only fits with full recomputation")
+        elif mine.candidate.layout.pp > best.candidate.layout.pp:
+            reasons.append(f"memory pushes it to pp{mine.candidate.layout.pp}")
+        if not reasons:
+            reasons.append("a little more time per step at its best layout")
+        out[name] = (
+            f"#{rank} of {len(plan.results)}, {slower:+.1%} per step at {layout_text(mine, plan)}, "
+            f"M={mine.candidate.microbatches}: " + "; ".join(reasons)
+        )
+    return out
+
+
+def rejection(plan: Plan, name: str) -> str:
+    mine = [r for r in plan.rejected if r.candidate.schedule == name]
+    if not mine:
+        return "not searched"
+    memory = [r for r in mine if r.static_gb or r.memory_gb]
+    if memory:
+        # the cheap checks give lower bounds (static memory, plus one micro-batch's
+        # activations); the least of them alone reads like a near miss where every
+        # order whose peak was computed needs far more
+        least = min(memory, key=lambda r: r.memory_gb or r.static_gb)
+        need = least.memory_gb or least.static_gb
+        known = [r.memory_gb for r in memory if r.memory_gb and r.peak_known]
+        usable = usable_gb(plan, least)
+        digits = 0 if round(need) > round(usable) else 1  # 80.4 against 80.1 must not read 80 against 80
+        text = f"needs at least {need:.{digits}f} GB per GPU against {usable:.{digits}f} GB usable"
+        if known and min(known) >= need + 1:
+            text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
+        return text
+    near = plan.best.candidate.layout.pp if plan.best else 0
+    mine.sort(key=lambda r: abs(r.candidate.layout.pp - near))  # the example nearest the winner's layout
+    cannot = [r.reason.removeprefix("cannot run: ") for r in mine if r.reason.startswith("cannot run: ")]
+    if len(cannot) == len(mine):
+        return f"its constraints fail at every layout searched (for example: {cannot[0]})"
+    reason, n = Counter(r.reason for r in mine).most_common(1)[0]
+    return reason if n == len(mine) else f"{reason} ({n} of {len(mine)} layouts; the others cannot run or do not fit)"
