@@ -65,18 +65,18 @@ def step_overhead(
                 gather += ring * t.param_bytes if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
-        if t.zero >= 3 and lay.pp > 1:  # pipelining: one exposed reduce-scatter a stage (REDUCE_GRAD)
-            if keeps_gathered(t, lay):  # once a step: gathered before the first forward
-                gathers = max(0.0, gather - t.dp_overlap * fwd) + copy_out
-            else:  # regathered for every micro-batch's forward and backward
-                per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather - t.dp_overlap * bwd) + 2 * copy_out
-                gathers = per_mb * microbatches
-            comm = grads + gathers
-        elif t.zero >= 3 and keeps_gathered(t, lay):  # fsdp_reshard = "never" without pp
+        if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
+            # under pipelining the gradients wait for one exposed reduce-scatter a stage
+            # (REDUCE_GRAD) after the last backward; without it each micro-batch's
+            # reduction shares its backward's window with the second gather
+            exposed = grads if lay.pp > 1 else 0.0
+            behind_bwd = 0.0 if lay.pp > 1 else grads
+            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + behind_bwd - t.dp_overlap * bwd) + 2 * copy_out
+            comm = exposed + per_mb * microbatches
+        elif t.zero >= 3 and lay.pp > 1:  # kept gathered, once a step before the first forward; REDUCE_GRAD exposed
+            comm = grads + (max(0.0, gather - t.dp_overlap * fwd) + copy_out)
+        elif t.zero >= 3:  # kept gathered without pp (fsdp_reshard = "never")
             comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd) + copy_out
-        elif t.zero >= 3:  # per micro-batch: gather for forward and backward, reduce the gradients
-            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + grads - t.dp_overlap * bwd) + 2 * copy_out
-            comm = per_mb * microbatches
         else:
             comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)
         worst_comm, worst_opt = max(worst_comm, comm), max(worst_opt, opt)
