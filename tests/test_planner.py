@@ -489,7 +489,7 @@ def test_where_the_evened_split_does_not_fit_the_plan_runs_and_reports_the_other
     H800's 85.5 GB holds both since DeepSeek-V3's recomputed norms keep no output)."""
     from dataclasses import replace
 
-    from pipesim.planner.recipe import placement_of, stage_split
+    from pipesim.planner.plan_stages import placement_of, stage_split
 
     m, c = load_model("deepseek-v3"), replace(load_cluster("h800-2048"), hbm_gb=82.0)
     t = load_training(**model_training("deepseek-v3"))

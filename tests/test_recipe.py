@@ -13,7 +13,9 @@ import pytest
 
 from pipesim.cli import main
 from pipesim.planner.layout import Layout
-from pipesim.planner.recipe import megatron_layout, recipe, stage_split
+from pipesim.planner.megatron_flags import megatron_layout
+from pipesim.planner.plan_stages import stage_split
+from pipesim.planner.recipe import recipe
 from pipesim.planner.search import Candidate, Plan, Result
 from pipesim.planner.specs import load_cluster, load_model, load_training
 

@@ -6,8 +6,9 @@ layer_costs.py, split.py, stages.py, step.py, footprint.py (each layer's costs, 
 split, the step's ends, bytes held) -> candidates.py, programs.py, bounds.py, evaluate.py
 (what is searched, what candidates share, one candidate checked, bounded and simulated) ->
 search.py (every layout and schedule that fits, ranked) -> verdicts.py, advice.py,
-assumptions.py and recipe.py (why the others lost, advice, assumptions, how to run it,
-over naming.py and memory_lines.py) -> report.py (Markdown or JSON); commands.py holds
+assumptions.py and recipe.py (why the others lost, advice, assumptions, how to run it:
+plan_stages.py, torchtitan_config.py, megatron_flags.py; over naming.py and
+memory_lines.py) -> report.py (Markdown or JSON); commands.py holds
 ``pipesim plan`` and ``pipesim memory``.
 
     from pipesim.planner import load_cluster, load_model, load_training

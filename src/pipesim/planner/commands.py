@@ -120,8 +120,9 @@ def specs_from(args: argparse.Namespace):
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from . import recipe, report
+    from . import report
     from .naming import layout_text
+    from .plan_stages import pick
 
     model, cluster, training = specs_from(args)
     schedules = _names(args.schedules) if args.schedules else None
@@ -152,7 +153,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts: "
             "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
         )
-    recipe.pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
+    pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
     text = (
         json_text(report.to_dict(plan, compare, notes, args.layout))
         if as_json

@@ -1,0 +1,89 @@
+"""Megatron-LM's flags for a plan, or why it has no equivalent schedule.
+
+The flags were read from NVIDIA/Megatron-LM at d98e8a6 (2026-08-22; check them again
+against the version you run): megatron/training/arguments.py and the TransformerConfig
+fields it turns into flags; the layout syntax (E embedding, t layer, m MTP, L loss,
+stages split by |) in megatron/core/transformer/pipeline_parallel_layer_layout.py. Its
+schedules are 1F1B, interleaved 1F1B (virtual stages) and combined 1F1B
+(``--overlap-moe-expert-parallel-comm``, which needs virtual stages when pp > 1); it has
+no GPipe, Zero Bubble, V or DualPipe schedule.
+"""
+
+from __future__ import annotations
+
+from .collectives import a2a_size
+from .naming import COMBINED
+from .plan_stages import Part, placement_of
+from .results import Plan, Result
+
+
+def megatron_layout(parts: list[Part]) -> str:
+    """``--pipeline-model-parallel-layout``: the stages in model order, split by |."""
+
+    def one(p: Part) -> str:
+        n = len(p.layers)
+        body = ("E" if p.embedding else "") + ("t" if n == 1 else f"t*{n}" if n else "")
+        return body + "m" * p.mtp + ("L" if p.head else "")
+
+    return "|".join(one(p) for p in parts)
+
+
+def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
+    """Megatron-LM's flags for this plan, or why it has no equivalent schedule."""
+    cand, lay, m, t = r.candidate, r.candidate.layout, plan.model, plan.training
+    name = cand.schedule
+    pl = placement_of(r)
+    if name not in ("1f1b", "interleaved-1f1b", *COMBINED):
+        what = {
+            "dualpipe": "DualPipe (two model copies, bidirectional); run it with DeepSeek's deepseek-ai/DualPipe",
+            "dualpipev": "DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it",
+        }.get(name, name)
+        return {"runs": False, "why": f"Megatron-LM has no {what} schedule: it runs 1F1B, interleaved 1F1B and combined 1F1B"}
+    group = r.group_size  # Megatron's group where its default of pp refuses M (search.megatron_group)
+    if name.startswith("interleaved") and cand.microbatches % lay.pp and group is None:
+        return {
+            "runs": False,
+            "why": f"pipesim's interleaved order for M={cand.microbatches} not a multiple of pp={lay.pp} is PyTorch's "
+            "rounds, not Megatron's",
+        }
+    if name in COMBINED and lay.pp > 1 and pl.chunks < 2:
+        return {
+            "runs": False,
+            "why": "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1: "
+            "use interleaved-1f1b-overlap",
+        }
+    flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
+    if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
+        flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
+    if lay.tp > 1:
+        flags.append("--sequence-parallel")
+    if lay.cp > 1:
+        flags += [f"--context-parallel-size {lay.cp}", f"--cp-comm-type {t.cp_comm}"]
+        if t.cp_comm == "a2a+p2p":
+            a = a2a_size(m, plan.cluster, lay)
+            flags.append(f"--hierarchical-context-parallel-sizes {a} {lay.cp // a}")
+    if m.moe:
+        # Megatron's expert tensor parallelism defaults to --tensor-model-parallel-size:
+        # say it whenever it differs, as the folding the plan assumed needs
+        flags.append(f"--expert-model-parallel-size {lay.ep}")
+        if lay.etp != lay.tp:
+            flags.append(f"--expert-tensor-parallel-size {lay.etp}")
+    if m.mtp_layers:
+        flags.append(f"--mtp-num-layers {m.mtp_layers}")
+    flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
+    if t.zero >= 1:
+        flags.append("--use-distributed-optimizer")
+    if cand.recompute == "selective":
+        flags.append("--recompute-granularity selective")
+    elif cand.recompute == "full":
+        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if group is not None:
+        flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
+    notes = []
+    if name in COMBINED:
+        flags.append("--overlap-moe-expert-parallel-comm")
+        if getattr(cand, "delay_wgrad", False):
+            flags.append("--delay-wgrad-compute")
+        else:
+            notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
+    return {"runs": True, "flags": flags, "notes": notes}

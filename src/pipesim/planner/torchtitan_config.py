@@ -1,0 +1,216 @@
+"""torchtitan's settings for a plan (``ParallelismConfig`` and the training batch), in its
+current form, a Python function returning ``Trainer.Config``, and in the TOML job file it
+read before, or why it cannot run the plan; and the ``pipesim export`` that writes the
+schedule CSV where no PyTorch class runs the plan's order.
+
+The names were read from pytorch/torchtitan at b5bcd76 (2026-08-21; check them again
+against the version you run): ``ParallelismConfig`` and ``TrainingConfig`` in
+torchtitan/config/configs.py, set as ``--parallelism.<key>`` on the command line or in a
+config registry (torchtitan read TOML files until #2386, 2026-02, and named the
+micro-batch setting ``pipeline_parallel_microbatch_size`` until #4121, 2026-08); the
+stage placement and CSV handling in torchtitan/distributed/pipeline_parallel.py; module
+names from its LLM models (``tok_embeddings``, ``layers.N``, ``norm``, ``lm_head``). Its
+DeepSeek-V3 refuses pipeline parallelism with MTP (torchtitan/models/deepseek_v3/MTP.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
+from .plan_stages import Part, built_order, placement_of
+from .results import Plan, Result
+from .specs import Model, load_model
+
+
+def csv_name(r: Result) -> str:
+    c = r.candidate
+    chunks = f"-v{c.chunks}" if c.chunks else ""
+    return f"{c.schedule}{chunks}-pp{c.layout.pp}-m{c.microbatches}.csv"
+
+
+def export_command(r: Result) -> str:
+    """The ``pipesim export`` that writes this result's order: its builder's options as
+    flags, zb-auto's per-stage costs to the last digit (its order depends on them)."""
+    c = r.candidate
+    opts = r.options if r.options is not None else {"chunks": c.chunks}
+    flags = ""
+    for key, value in opts.items():
+        if value is None:
+            continue
+        text = ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
+        flags += f" --{key.replace('_', '-')} {text}"
+    return f"pipesim export --schedule {c.schedule}{flags} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list) and v and isinstance(v[0], list):  # one model part a line
+        return "[\n" + "".join(f"  {_toml_value(x)},\n" for x in v) + "]"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
+    """torchtitan's settings for this plan, or why it cannot run it."""
+    cand, lay, m, t = r.candidate, r.candidate.layout, plan.model, plan.training
+    pl = placement_of(r)
+    notes: list[str] = []
+    if len(pl.routes) > 1:
+        return {
+            "runs": False,
+            "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
+            "(DualPipeV is DualPipe on one copy)",
+        }
+    order = built_order(r)
+    theirs = torch_class_of(order) if order is not None else None  # the PyTorch class that runs it, if any
+    exact = torchtitan_class(order, theirs) if theirs else None
+    if exact:
+        name, csv = exact, None
+    else:
+        name = placing_class(pl, lay.pp, cand.microbatches)
+        csv = csv_name(r)
+        if order is None:
+            who = f"{cand.schedule}'s order is built from this plan's costs"
+        elif theirs:
+            who = f"{cand.schedule} is PyTorch's {theirs} on one stage per rank, which torchtitan does not build"
+        else:
+            who = f"no PyTorch schedule class runs {cand.schedule}'s order"
+        notes.append(
+            f"{who}: the CSV carries it, and the schedule name {name} only places the stages "
+            f"(write the CSV with: {export_command(r)})"
+        )
+    par: dict = {
+        "pipeline_parallel_degree": lay.pp,
+        "pipeline_parallel_schedule": name,
+    }
+    if csv:
+        par["pipeline_parallel_schedule_csv"] = csv
+    par["num_pp_microbatches"] = cand.microbatches
+    if lay.pp > 1:
+        par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
+    par["tensor_parallel_degree"] = lay.tp
+    if t.zero == 0:
+        par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
+    else:
+        par["data_parallel_shard_degree"] = lay.dp
+        if t.fsdp_reshard != "default":
+            par["fsdp_reshard_after_forward"] = t.fsdp_reshard
+        notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
+    if lay.cp > 1:
+        par["context_parallel_degree"] = lay.cp
+        par["context_parallel_load_balancer"] = "headtail"
+        if t.cp_comm != "all_gather":
+            notes.append(
+                f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
+                f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
+            )
+    if m.moe:
+        par["expert_parallel_degree"] = lay.ep
+        if lay.etp > 1:
+            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
+    if m.mtp_layers:
+        notes.append(
+            "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
+            "train without MTP there, or use Megatron-LM"
+        )
+    training = {
+        "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
+        "num_tokens_per_train_step": t.global_batch * t.seq,
+        "max_context_length": t.seq,
+    }
+    flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    return {
+        "runs": True,
+        "parallelism": par,
+        "training": training,
+        "python": torchtitan_python(plan, par, training),
+        "toml": torchtitan_toml(plan, r, par, lay),
+        "toml_versions": TORCHTITAN_TOML_VERSIONS,
+        "command_line": flags,
+        "notes": notes,
+    }
+
+
+#: the model presets' full configurations in torchtitan (config_registry.py of each model)
+TORCHTITAN_BASES = {
+    "llama3-8b": ("torchtitan.models.llama3.config_registry", "llama3_8b"),
+    "llama3-70b": ("torchtitan.models.llama3.config_registry", "llama3_70b"),
+    "llama3-405b": ("torchtitan.models.llama3.config_registry", "llama3_405b"),
+    "deepseek-v3": ("torchtitan.models.deepseek_v3.config_registry", "deepseek_v3_671b"),
+}
+
+
+#: which torchtitan versions read the TOML form
+TORCHTITAN_TOML_VERSIONS = (
+    "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
+    "[parallelism] and [training] names; from #2386 on, a configuration is a Python function returning "
+    "Trainer.Config, run with --module and --config"
+)
+
+
+def torchtitan_base(m: Model) -> tuple[str, str]:
+    """(module, function) of torchtitan's own full configuration for this model: the
+    preset's, matched by shape (a model read from a config.json has its own name), or a
+    placeholder to fill in."""
+    for preset, where in TORCHTITAN_BASES.items():
+        if replace(_preset_model(preset), name=m.name) == m:
+            return where
+    return "your_configs", "your_base_config"
+
+
+@cache
+def _preset_model(name: str) -> Model:
+    return load_model(name)
+
+
+def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
+    """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
+    here the model's own full configuration with the plan's parallelism and batch."""
+    module, base = torchtitan_base(plan.model)
+    lines = [
+        "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
+        "from torchtitan.config import ParallelismConfig",
+        f"from {module} import {base}",
+        "",
+        "",
+        "def pipesim_plan():",
+        f"    config = {base}()",
+        "    config.parallelism = ParallelismConfig(",
+    ]
+    for k, v in par.items():
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            lines.append(f"        {k}=[")
+            lines += [f"            {x!r}," for x in v]
+            lines.append("        ],")
+        else:
+            lines.append(f"        {k}={v!r},")
+    lines.append("    )")
+    lines += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay) -> str:
+    """The same settings in the TOML job file of torchtitan before #2386, whose names
+    differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
+    data-parallel rank (``local_batch_size``) instead of token counts, and the context
+    exchange chosen by ``context_parallel_rotate_method``."""
+    t = plan.training
+    old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
+    old["pipeline_parallel_microbatch_size"] = lay.micro_batch
+    if lay.cp > 1:
+        old["context_parallel_rotate_method"] = "alltoall" if t.cp_comm == "a2a" else "allgather"
+    training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
+    toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
+    toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+    return "\n".join(toml) + "\n"
+
+
+def _fqns(p: Part) -> list[str]:
+    names = ["tok_embeddings"] if p.embedding else []
+    names += [f"layers.{i}" for i in p.layers]
+    return names + (["norm", "lm_head"] if p.head else [])
