@@ -2,8 +2,9 @@
 
 ZB-H2, ZB-V, V-Half and V-Min are searched at unit costs where no direct construction
 reaches the answer (ZB-H2 and ZB-V below M = 2pp - 1, V-Half and V-Min below the sizes
-that repeat a short steady state: up to seconds at pp=64), and the result depends only
-on (name, pp, M) and on the code that searched it. The first search stores the order in ``$XDG_CACHE_HOME/pipesim/`` (default ``~/.cache/pipesim/``),
+that repeat a short steady state: up to seconds at pp=64), and Chimera is the list
+scheduler's order at every size; the result depends only on (name, pp, M) and on the
+code that searched it. The first search stores the order in ``$XDG_CACHE_HOME/pipesim/`` (default ``~/.cache/pipesim/``),
 one JSON file per (name, pp, M) whose name and content carry a version key: a hash of
 the searching code, so that a changed search never serves an old order. Writes are
 atomic (a temporary file renamed into place); a file that cannot be read, is corrupt or
@@ -25,14 +26,14 @@ from ..inputs import parse_json, read_text
 from ..ir import KINDS, Op, Placement, Schedule
 
 #: the modules whose code decides a searched order
-_SEARCH_CODE = ("autoschedule", "schedules/v_shape.py", "schedules/zero_bubble.py", "schedules/cache.py")
+_SEARCH_CODE = ("autoschedule", "schedules/v_shape.py", "schedules/zero_bubble.py", "schedules/chimera.py", "schedules/cache.py")
 
 
 @functools.cache
 def version_key() -> str:
     """A hash of the searching code (and the format of the files)."""
     root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(b"pipesim-orders-1")
+    h = hashlib.sha256(b"pipesim-orders-2")
     for part in _SEARCH_CODE:
         path = root / part
         for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
@@ -55,7 +56,9 @@ def path_of(name: str, pp: int, microbatches: int) -> Path | None:
 
 
 def _encode(s: Schedule) -> dict:
-    ranks = [[x for it in items for x in (KINDS.index(it.kind), it.chunk, it.mb)] for items in s.ranks]
+    # a rank's (kind, chunk, mb) triples as one string of integers: read back in one split,
+    # where a JSON list costs a Python call per integer (the strict parser checks each one)
+    ranks = [" ".join(f"{KINDS.index(it.kind)} {it.chunk} {it.mb}" for it in items) for items in s.ranks]
     head = {"version": version_key(), "schedule": s.name, "pp": s.pp, "microbatches": s.microbatches}
     return {**head, "placement": s.placement.to_dict(), "ranks": ranks}
 
@@ -65,11 +68,22 @@ def _decode(d: dict, name: str, pp: int, M: int) -> Schedule | None:
     if head != (version_key(), name, pp, M):
         return None
     placement = Placement.from_dict(d["placement"], pp, M)
+    ops: dict[tuple[int, int, int], Op] = {}  # Ops are immutable: one object per (kind, chunk, mb)
+
+    def op(key: tuple[int, int, int]) -> Op:
+        hit = ops.get(key)
+        if hit is None:
+            if not (0 <= key[0] < len(KINDS) and 0 <= key[1] < placement.chunks and 0 <= key[2] < M):
+                raise ValueError(f"no such op {key}")
+            hit = ops[key] = Op(KINDS[key[0]], key[1], key[2])
+        return hit
+
     ranks = []
-    for flat in d["ranks"]:
+    for text in d["ranks"]:
+        flat = list(map(int, text.split()))
         if len(flat) % 3:
             return None
-        ranks.append(tuple(Op(KINDS[flat[i]], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)))
+        ranks.append(tuple(map(op, zip(flat[0::3], flat[1::3], flat[2::3]))))
     return Schedule(name, pp, M, placement, tuple(ranks))
 
 
