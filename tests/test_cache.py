@@ -67,10 +67,44 @@ def test_off_switch_and_unwritable_directory(home, monkeypatch):
     assert blocked.read_text() == ""
 
 
-def test_repeated_v_orders_are_not_stored(home):
-    # large V-Half and V-Min are built by repeating a short steady state: nothing to keep
-    build("v-min", 8, 420)
-    assert files(home) == []
+def test_repeated_v_orders_keep_only_their_short_plan(home, monkeypatch):
+    # large V-Half and V-Min are built by repeating the steady state of a short plan: the
+    # plan's orders are kept (one file per pp and search), never the order at M
+    v_shape.forget()
+    first = build("v-min", 8, 420)
+    (kept,) = files(home)
+    assert kept.startswith("v-short-pp8-") and "420" not in kept
+
+    def no_search(*args):
+        raise AssertionError("searched again")
+
+    v_shape.forget()
+    monkeypatch.setattr(v_shape, "_block_plans", no_search)
+    again = build("v-min", 8, 400)  # another M at the same pp: the same short plan, repeated less
+    assert [tuple(r) for r in build("v-min", 8, 420).ranks] == [tuple(r) for r in first.ranks]
+    assert again.microbatches == 400 and all(len(r) == 6 * 400 for r in again.ranks)
+
+
+def test_short_plans_of_other_limits_or_blocks_do_not_share_a_file(home):
+    v_shape.forget()
+    half, low = build("v-half", 8, 100), build("v-min", 8, 100)
+    assert len(files(home)) == 2  # V-Half's and V-Min's: other limits and blocks
+    v_shape.forget()
+    assert [tuple(r) for r in build("v-half", 8, 100).ranks] == [tuple(r) for r in half.ranks]
+    assert [tuple(r) for r in build("v-min", 8, 100).ranks] == [tuple(r) for r in low.ranks]
+    assert [tuple(r) for r in half.ranks] != [tuple(r) for r in low.ranks]
+
+
+def test_a_torn_short_plan_is_searched_again(home):
+    v_shape.forget()
+    searched = build("v-half", 4, 60)
+    (path,) = home.iterdir()
+    d = json.loads(path.read_text())
+    for bad in ({**d, "orders": d["orders"][:-1]}, {**d, "orders": ["0 0 0"] * len(d["orders"])}):
+        path.write_text(json.dumps(bad))  # a rank missing; ranks missing ops
+        v_shape.forget()
+        assert [tuple(r) for r in build("v-half", 4, 60).ranks] == [tuple(r) for r in searched.ranks]
+        assert json.loads(path.read_text())["orders"] == d["orders"]
 
 
 def test_chimera_is_searched_once_per_size_and_sizes_do_not_share(home, monkeypatch):

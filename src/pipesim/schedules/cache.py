@@ -50,22 +50,51 @@ def cache_dir() -> Path | None:
     return Path(base) / "pipesim"
 
 
+def _stem(name: str, pp: int, microbatches: int) -> str:
+    return f"{name}-pp{pp}-m{microbatches}"
+
+
 def path_of(name: str, pp: int, microbatches: int) -> Path | None:
+    return _path(_stem(name, pp, microbatches))
+
+
+def _path(stem: str) -> Path | None:
     d = cache_dir()
-    return None if d is None else d / f"{name}-pp{pp}-m{microbatches}-{version_key()}.json"
+    return None if d is None else d / f"{stem}-{version_key()}.json"
+
+
+def encode_triples(ranks) -> list[str]:
+    """Per rank, its (kind, chunk, mb) integer triples as one string: read back in one
+    split, where a JSON list costs a Python call per integer (the strict parser checks
+    each one); a pp=64 M=512 Chimera reads in 0.03 s, not 0.46 s."""
+    return [" ".join(f"{k} {c} {m}" for k, c, m in ops) for ops in ranks]
+
+
+def decode_triples(texts: list[str], kinds: int, chunks: int, microbatches: int) -> list[list[tuple[int, int, int]]]:
+    """``encode_triples``'s ranks; ValueError for a torn string or a triple out of range."""
+    out = []
+    for text in texts:
+        flat = list(map(int, text.split()))
+        if len(flat) % 3:
+            raise ValueError("torn triples")
+        ops = list(zip(flat[0::3], flat[1::3], flat[2::3]))
+        if ops and not (
+            min(flat) >= 0 and max(flat[0::3]) < kinds and max(flat[1::3]) < chunks and max(flat[2::3]) < microbatches
+        ):
+            raise ValueError("an op out of range")
+        out.append(ops)
+    return out
 
 
 def _encode(s: Schedule) -> dict:
-    # a rank's (kind, chunk, mb) triples as one string of integers: read back in one split,
-    # where a JSON list costs a Python call per integer (the strict parser checks each one)
-    ranks = [" ".join(f"{KINDS.index(it.kind)} {it.chunk} {it.mb}" for it in items) for items in s.ranks]
-    head = {"version": version_key(), "schedule": s.name, "pp": s.pp, "microbatches": s.microbatches}
+    ranks = encode_triples([(KINDS.index(it.kind), it.chunk, it.mb) for it in items] for items in s.ranks)
+    head = {"schedule": s.name, "pp": s.pp, "microbatches": s.microbatches}
     return {**head, "placement": s.placement.to_dict(), "ranks": ranks}
 
 
 def _decode(d: dict, name: str, pp: int, M: int) -> Schedule | None:
-    head = (d.get("version"), d.get("schedule"), d.get("pp"), d.get("microbatches"))
-    if head != (version_key(), name, pp, M):
+    head = (d.get("schedule"), d.get("pp"), d.get("microbatches"))
+    if head != (name, pp, M):
         return None
     placement = Placement.from_dict(d["placement"], pp, M)
     ops: dict[tuple[int, int, int], Op] = {}  # Ops are immutable: one object per (kind, chunk, mb)
@@ -73,34 +102,30 @@ def _decode(d: dict, name: str, pp: int, M: int) -> Schedule | None:
     def op(key: tuple[int, int, int]) -> Op:
         hit = ops.get(key)
         if hit is None:
-            if not (0 <= key[0] < len(KINDS) and 0 <= key[1] < placement.chunks and 0 <= key[2] < M):
-                raise ValueError(f"no such op {key}")
             hit = ops[key] = Op(KINDS[key[0]], key[1], key[2])
         return hit
 
-    ranks = []
-    for text in d["ranks"]:
-        flat = list(map(int, text.split()))
-        if len(flat) % 3:
-            return None
-        ranks.append(tuple(map(op, zip(flat[0::3], flat[1::3], flat[2::3]))))
-    return Schedule(name, pp, M, placement, tuple(ranks))
+    ranks = decode_triples(d["ranks"], len(KINDS), placement.chunks, M)
+    return Schedule(name, pp, M, placement, tuple(tuple(map(op, r)) for r in ranks))
 
 
-def load(name: str, pp: int, microbatches: int) -> Schedule | None:
-    """The stored order, or None when there is none that can be trusted."""
-    path = path_of(name, pp, microbatches)
+def read(stem: str) -> dict | None:
+    """The stored payload of ``stem`` under this version key, or None when there is none
+    that can be trusted."""
+    path = _path(stem)
     if path is None:
         return None
     try:
         # the one reader of every file: a FIFO or device put where the cache file was blocks no search
-        return _decode(parse_json(read_text(path, "schedule cache"), str(path)), name, pp, microbatches)
-    except Exception:  # unreadable, corrupt or from another format: search again
+        d = parse_json(read_text(path, "schedule cache"), str(path))
+    except Exception:  # unreadable or corrupt: search again
         return None
+    return d if isinstance(d, dict) and d.get("version") == version_key() else None
 
 
-def store(s: Schedule) -> None:
-    path = path_of(s.name, s.pp, s.microbatches)
+def write(stem: str, payload: dict) -> None:
+    """Store ``payload`` (with the version key) atomically; a failure only costs the next search."""
+    path = _path(stem)
     if path is None:
         return
     try:
@@ -108,13 +133,26 @@ def store(s: Schedule) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(_encode(s), f, separators=(",", ":"))
+                json.dump({**payload, "version": version_key()}, f, separators=(",", ":"))
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     except OSError:  # a read-only or full disk only costs the next search
         pass
+
+
+def load(name: str, pp: int, microbatches: int) -> Schedule | None:
+    """The stored order, or None when there is none that can be trusted."""
+    d = read(_stem(name, pp, microbatches))
+    try:
+        return None if d is None else _decode(d, name, pp, microbatches)
+    except Exception:  # from another format, or ops the schedule cannot hold: search again
+        return None
+
+
+def store(s: Schedule) -> None:
+    write(_stem(s.name, s.pp, s.microbatches), _encode(s))
 
 
 def cached(name: str) -> Callable[[Callable[[int, int], Schedule]], Callable[[int, int], Schedule]]:
