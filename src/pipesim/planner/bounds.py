@@ -37,10 +37,21 @@ def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
     return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
 
 
+#: the ops and pairs the bounds ask a cost model about, made once: a plan asks for
+#: hundreds of thousands (an Op is a frozen dataclass, a microsecond each to make)
+_OPS = {(k, ch): Op(k, ch, 0) for k in ("F", "B", "W", "BW") for ch in range(2)}
+_PAIRS = {k: Pair(_OPS["F", 0], Op(k, 0, 1)) for k in ("B", "BW")}
+
+
+def _op(kind: str, chunk: int = 0) -> Op:
+    return _OPS.get((kind, chunk)) or Op(kind, chunk, 0)
+
+
 def item_time(key: tuple, costs) -> float:
     if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
-        return costs.pair_time(Pair(Op("F", 0, 0), Op(key[1], 0, 1)), key[2], key[3])
-    return costs.op_time(Op(key[0], 0, 0), key[1])
+        pair = _PAIRS.get(key[1]) or Pair(_op("F"), Op(key[1], 0, 1))
+        return costs.pair_time(pair, key[2], key[3])
+    return costs.op_time(_op(key[0]), key[1])
 
 
 def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[list[float], list[float]]:
@@ -69,7 +80,7 @@ def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
     work = [0.0] * pl.pp
     for ri, route in enumerate(pl.routes):
         for st, (r, ch) in enumerate(route):
-            t = {k: costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W", "BW")}
+            t = {k: costs.op_time(_op(k, ch), st) for k in ("F", "B", "W", "BW")}
             work[r] += per_route[ri] * (t["F"] + min(t["B"] + t["W"], t["BW"]))
     return work, work
 
@@ -78,8 +89,9 @@ def stage_passes(costs, stages: int) -> tuple[list[float], list[float]]:
     """Per stage, its forward and its shortest backward (B, or the fused BW if shorter):
     what ``pipeline_bound`` fills and drains with, the same for every placement of a cost
     model (the search computes them once per cost model)."""
-    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(stages)]
-    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(stages)]
+    f, b, bw = _op("F"), _op("B"), _op("BW")
+    fwd = [costs.op_time(f, s) for s in range(stages)]
+    bwd = [min(costs.op_time(b, s), costs.op_time(bw, s)) for s in range(stages)]
     return fwd, bwd
 
 
