@@ -287,7 +287,7 @@ def measure(prog: Program, costs, mm) -> Measured:
     streams = stream_times(tl)  # the component cost model always sees inside ops
     # compute as summarize's utilization times the makespan gives it (the same floats)
     compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
-    mem = memory(prog.schedule, tl, mm)
+    mem = memory(prog.schedule, tl, mm, curves=False)
     return Measured(
         makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
     )
