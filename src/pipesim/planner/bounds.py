@@ -72,6 +72,60 @@ def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[lis
     return busy, w
 
 
+#: what the floors below give up against the exact sums, relatively: more than their
+#: rounding (1e-16 a term) can take, so a floor never passes the bound it stands for
+SLACK = 1e-9
+
+
+#: the compute parts of one op of a layer (``components.forward_tasks`` and
+#: ``backward_tasks`` put these on the compute stream; the all-to-alls go beside them)
+COMPUTE_PARTS = {"F": ("attn_f", "mlp_f"), "B": ("attn_b", "mlp_b"), "BW": ("attn_b", "mlp_b", "attn_w", "mlp_w")}
+
+
+def compute_floor(costs, kind: str, stage: int) -> float | None:
+    """Seconds of compute in one op (F, B or the fused BW) on one stage of a component
+    cost model, or None for another cost model. An item holding the op lasts at least
+    that: its compute stream runs the op's compute parts one after another at no more
+    than full rate (``components.run_streams``), an overlapped pair's parts too."""
+    layers = getattr(costs, "layers", None)
+    if layers is None or kind not in COMPUTE_PARTS:
+        return None
+    return sum(getattr(c, part) for c in layers(stage) for part in COMPUTE_PARTS[kind])
+
+
+def work_floor(shapes: list[Shape], k: float, costs, times: dict, floors: dict) -> tuple[list[float], list[float]] | None:
+    """Per rank, a floor under ``rank_work``'s busy time at M (the affine line through the
+    sample points, per key) and a ceiling over its lone W time, without the plans of
+    overlapped pairs: a pair costs at least its two ops' compute (``compute_floor``),
+    lone items their exact times (``times``: this cost model's, filled in); None when
+    the order has no pairs (then the exact sums cost no more) or the model is not
+    componentwise. ``floors`` keeps compute floors per (kind, stage)."""
+    first, last = shapes[0].counts, shapes[-1].counts
+    if not any(key[0] == "pair" for rank in last for key in rank):
+        return None
+    busy, w = [], []
+    for c1, c2 in zip(first, last):
+        total = weights = 0.0
+        for key in [*c2, *(x for x in c1 if x not in c2)]:
+            n = affine(c1.get(key, 0), c2.get(key, 0), k)
+            if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
+                for part in (("F", key[2]), (key[1], key[3])):
+                    if part not in floors:
+                        floors[part] = compute_floor(costs, *part)
+                    if floors[part] is None:
+                        return None
+                total += n * (floors["F", key[2]] + floors[key[1], key[3]])
+                continue
+            if key not in times:
+                times[key] = item_time(key, costs)
+            total += n * times[key]
+            if key[0] == "W":
+                weights += n * times[key]
+        busy.append(total * (1 - SLACK))
+        w.append(weights * (1 + SLACK))
+    return busy, w
+
+
 def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
     """Per rank, the forward and backward (B + W, or the fused BW if shorter) of all the
     micro-batches its chunks serve, and no W counted as deferrable: the work of a schedule
