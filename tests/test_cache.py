@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipesim import build
-from pipesim.schedules import cache, v_shape
+from pipesim.schedules import REGISTRY, cache, v_shape
 
 
 @pytest.fixture
@@ -67,7 +67,69 @@ def test_off_switch_and_unwritable_directory(home, monkeypatch):
     assert blocked.read_text() == ""
 
 
-def test_repeated_v_orders_are_not_stored(home):
-    # large V-Half and V-Min are built by repeating a short steady state: nothing to keep
-    build("v-min", 8, 420)
-    assert files(home) == []
+def test_repeated_v_orders_keep_only_their_short_plan(home, monkeypatch):
+    # large V-Half and V-Min are built by repeating the steady state of a short plan: the
+    # plan's orders are kept (one file per pp and search), never the order at M
+    v_shape.forget()
+    first = build("v-min", 8, 420)
+    (kept,) = files(home)
+    assert kept.startswith("v-short-pp8-") and "420" not in kept
+
+    def no_search(*args):
+        raise AssertionError("searched again")
+
+    v_shape.forget()
+    monkeypatch.setattr(v_shape, "_block_plans", no_search)
+    again = build("v-min", 8, 400)  # another M at the same pp: the same short plan, repeated less
+    assert [tuple(r) for r in build("v-min", 8, 420).ranks] == [tuple(r) for r in first.ranks]
+    assert again.microbatches == 400 and all(len(r) == 6 * 400 for r in again.ranks)
+
+
+def test_short_plans_of_other_limits_or_blocks_do_not_share_a_file(home):
+    v_shape.forget()
+    half, low = build("v-half", 8, 100), build("v-min", 8, 100)
+    assert len(files(home)) == 2  # V-Half's and V-Min's: other limits and blocks
+    v_shape.forget()
+    assert [tuple(r) for r in build("v-half", 8, 100).ranks] == [tuple(r) for r in half.ranks]
+    assert [tuple(r) for r in build("v-min", 8, 100).ranks] == [tuple(r) for r in low.ranks]
+    assert [tuple(r) for r in half.ranks] != [tuple(r) for r in low.ranks]
+
+
+def test_a_torn_short_plan_is_searched_again(home):
+    v_shape.forget()
+    searched = build("v-half", 4, 60)
+    (path,) = home.iterdir()
+    d = json.loads(path.read_text())
+    for bad in ({**d, "orders": d["orders"][:-1]}, {**d, "orders": ["0 0 0"] * len(d["orders"])}):
+        path.write_text(json.dumps(bad))  # a rank missing; ranks missing ops
+        v_shape.forget()
+        assert [tuple(r) for r in build("v-half", 4, 60).ranks] == [tuple(r) for r in searched.ranks]
+        assert json.loads(path.read_text())["orders"] == d["orders"]
+
+
+def test_chimera_is_searched_once_per_size_and_sizes_do_not_share(home, monkeypatch):
+    # the list scheduler's order depends on (pp, M) alone: one file per size, read back as built
+    small, large = build("chimera", 4, 8), build("chimera", 4, 12)
+    assert files(home) == sorted(p.name for p in (cache.path_of("chimera", 4, 8), cache.path_of("chimera", 4, 12)))
+
+    def no_search(pp, M):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(REGISTRY["chimera"].builder, "search", no_search)
+    again_small, again_large = build("chimera", 4, 8), build("chimera", 4, 12)
+    assert again_small.ranks == small.ranks and again_large.ranks == large.ranks
+    assert again_small.placement == small.placement and again_large.microbatches == 12
+    # every micro-batch's forward and fused backward on every rank, each once
+    assert sorted(str(op) for op in again_large.ranks[0]) == sorted(
+        f"{k}{c}.{m}" for k in ("F", "BW") for c, m in [(0, m) for m in range(6)] + [(1, m) for m in range(6, 12)]
+    )
+
+
+def test_a_file_naming_an_op_the_schedule_cannot_hold_is_searched_again(home):
+    good = build("zb-v", 3, 4)
+    path = cache.path_of("zb-v", 3, 4)
+    d = json.loads(path.read_text())
+    for bad in ("0 0 99", "7 0 0", "0 5 0", "0 0", "0 x 0"):  # mb past M, no such kind or chunk, torn, not a number
+        path.write_text(json.dumps({**d, "ranks": [bad, *d["ranks"][1:]]}))
+        assert build("zb-v", 3, 4).ranks == good.ranks
+        assert json.loads(path.read_text())["ranks"] == d["ranks"]

@@ -106,7 +106,10 @@ class MemoryReport:
         }
 
 
-def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel) -> MemoryReport:
+def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: bool = True) -> MemoryReport:
+    """Per rank, static and peak memory, and (``curves``) the activation bytes after each
+    change; without them (the planner's hundreds of simulations read only the peaks) the
+    report's ``timeline`` is empty, and each rank is a sort and a sum."""
     pl = schedule.placement
     params, grads, opt = [], [], []
     for r in range(schedule.pp):
@@ -126,7 +129,7 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel) -> Memory
         kind, chunk, mb, start, end = timeline.rank_ops(r)
         size = sizes[grid[route_of[mb], r, chunk]]
         delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
-        act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series)))
+        act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series if curves else None)))
     peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 

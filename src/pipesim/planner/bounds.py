@@ -37,10 +37,21 @@ def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
     return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
 
 
+#: the ops and pairs the bounds ask a cost model about, made once: a plan asks for
+#: hundreds of thousands (an Op is a frozen dataclass, a microsecond each to make)
+_OPS = {(k, ch): Op(k, ch, 0) for k in ("F", "B", "W", "BW") for ch in range(2)}
+_PAIRS = {k: Pair(_OPS["F", 0], Op(k, 0, 1)) for k in ("B", "BW")}
+
+
+def _op(kind: str, chunk: int = 0) -> Op:
+    return _OPS.get((kind, chunk)) or Op(kind, chunk, 0)
+
+
 def item_time(key: tuple, costs) -> float:
     if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
-        return costs.pair_time(Pair(Op("F", 0, 0), Op(key[1], 0, 1)), key[2], key[3])
-    return costs.op_time(Op(key[0], 0, 0), key[1])
+        pair = _PAIRS.get(key[1]) or Pair(_op("F"), Op(key[1], 0, 1))
+        return costs.pair_time(pair, key[2], key[3])
+    return costs.op_time(_op(key[0]), key[1])
 
 
 def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[list[float], list[float]]:
@@ -61,6 +72,60 @@ def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[lis
     return busy, w
 
 
+#: what the floors below give up against the exact sums, relatively: more than their
+#: rounding (1e-16 a term) can take, so a floor never passes the bound it stands for
+SLACK = 1e-9
+
+
+#: the compute parts of one op of a layer (``components.forward_tasks`` and
+#: ``backward_tasks`` put these on the compute stream; the all-to-alls go beside them)
+COMPUTE_PARTS = {"F": ("attn_f", "mlp_f"), "B": ("attn_b", "mlp_b"), "BW": ("attn_b", "mlp_b", "attn_w", "mlp_w")}
+
+
+def compute_floor(costs, kind: str, stage: int) -> float | None:
+    """Seconds of compute in one op (F, B or the fused BW) on one stage of a component
+    cost model, or None for another cost model. An item holding the op lasts at least
+    that: its compute stream runs the op's compute parts one after another at no more
+    than full rate (``components.run_streams``), an overlapped pair's parts too."""
+    layers = getattr(costs, "layers", None)
+    if layers is None or kind not in COMPUTE_PARTS:
+        return None
+    return sum(getattr(c, part) for c in layers(stage) for part in COMPUTE_PARTS[kind])
+
+
+def work_floor(shapes: list[Shape], k: float, costs, times: dict, floors: dict) -> tuple[list[float], list[float]] | None:
+    """Per rank, a floor under ``rank_work``'s busy time at M (the affine line through the
+    sample points, per key) and a ceiling over its lone W time, without the plans of
+    overlapped pairs: a pair costs at least its two ops' compute (``compute_floor``),
+    lone items their exact times (``times``: this cost model's, filled in); None when
+    the order has no pairs (then the exact sums cost no more) or the model is not
+    componentwise. ``floors`` keeps compute floors per (kind, stage)."""
+    first, last = shapes[0].counts, shapes[-1].counts
+    if not any(key[0] == "pair" for rank in last for key in rank):
+        return None
+    busy, w = [], []
+    for c1, c2 in zip(first, last):
+        total = weights = 0.0
+        for key in [*c2, *(x for x in c1 if x not in c2)]:
+            n = affine(c1.get(key, 0), c2.get(key, 0), k)
+            if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
+                for part in (("F", key[2]), (key[1], key[3])):
+                    if part not in floors:
+                        floors[part] = compute_floor(costs, *part)
+                    if floors[part] is None:
+                        return None
+                total += n * (floors["F", key[2]] + floors[key[1], key[3]])
+                continue
+            if key not in times:
+                times[key] = item_time(key, costs)
+            total += n * times[key]
+            if key[0] == "W":
+                weights += n * times[key]
+        busy.append(total * (1 - SLACK))
+        w.append(weights * (1 + SLACK))
+    return busy, w
+
+
 def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
     """Per rank, the forward and backward (B + W, or the fused BW if shorter) of all the
     micro-batches its chunks serve, and no W counted as deferrable: the work of a schedule
@@ -69,7 +134,7 @@ def unpaired_work(pl: Placement, costs) -> tuple[list[float], list[float]]:
     work = [0.0] * pl.pp
     for ri, route in enumerate(pl.routes):
         for st, (r, ch) in enumerate(route):
-            t = {k: costs.op_time(Op(k, ch, 0), st) for k in ("F", "B", "W", "BW")}
+            t = {k: costs.op_time(_op(k, ch), st) for k in ("F", "B", "W", "BW")}
             work[r] += per_route[ri] * (t["F"] + min(t["B"] + t["W"], t["BW"]))
     return work, work
 
@@ -78,8 +143,9 @@ def stage_passes(costs, stages: int) -> tuple[list[float], list[float]]:
     """Per stage, its forward and its shortest backward (B, or the fused BW if shorter):
     what ``pipeline_bound`` fills and drains with, the same for every placement of a cost
     model (the search computes them once per cost model)."""
-    fwd = [costs.op_time(Op("F", 0, 0), s) for s in range(stages)]
-    bwd = [min(costs.op_time(Op("B", 0, 0), s), costs.op_time(Op("BW", 0, 0), s)) for s in range(stages)]
+    f, b, bw = _op("F"), _op("B"), _op("BW")
+    fwd = [costs.op_time(f, s) for s in range(stages)]
+    bwd = [min(costs.op_time(b, s), costs.op_time(bw, s)) for s in range(stages)]
     return fwd, bwd
 
 

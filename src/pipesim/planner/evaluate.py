@@ -9,7 +9,8 @@ Memory of the survivors is taken from their timelines."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 
 from ..errors import PipesimError
 from ..ir import Op
@@ -17,7 +18,17 @@ from ..memory import memory
 from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY
 from ..simulate import Program, simulate
-from .bounds import _ends, affine, pipeline_bound, rank_stages, rank_work, stage_passes, static_bytes, unpaired_work
+from .bounds import (
+    _ends,
+    affine,
+    pipeline_bound,
+    rank_stages,
+    rank_work,
+    stage_passes,
+    static_bytes,
+    unpaired_work,
+    work_floor,
+)
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
@@ -112,8 +123,22 @@ class Prepared:
     budget: float
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
     sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
-    bound: float  # no step can be shorter: the busiest rank's summed item times + sync
+    floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
     evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
+    exact: Callable[[], float] | None = field(default=None, repr=False, compare=False)  # ``bound``, priced when asked
+
+    @property
+    def bound(self) -> float:
+        """No step can be shorter: the busiest rank's summed item times + sync. Priced when
+        first asked (the search asks only candidates whose floor reaches the front of its
+        queue): most candidates of a wide MoE search are skipped unpriced."""
+        if self.exact is not None:
+            self.floor, self.exact = self.exact(), None
+        return self.floor
+
+    @property
+    def priced(self) -> bool:
+        return self.exact is None
 
 
 def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
@@ -235,17 +260,45 @@ def _within_memory(
         if peak > budget * (1 + 1e-9):
             return Result(cand, False, f"peak memory {peak / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=peak / GB)
         times = _memo(memo, "items", dict)
-        (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c, times), shapes, costs)
-        busy, w = [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
+
+        def work():
+            (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c, times), shapes, costs)
+            return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
+
+        floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, _memo(memo, "floors", dict))
     else:
-        busy, w = _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
-    bound = pipeline_bound(pl, costs, busy, w, _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages)))
+        floor = None
+
+        def work():
+            return _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
+
+    passes = _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages))
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
     sync = sum(_memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
     sync += tied_embedding_sync(m, c, t, lay)
-    return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound + sync, evened)
+
+    def bound() -> float:
+        return pipeline_bound(pl, costs, *work(), passes) + sync
+
+    if floor is None:
+        return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound(), evened)
+    # more work and less deferrable W can only lengthen pipeline_bound: a floor under it
+    return Prepared(
+        cand,
+        stages,
+        parts,
+        opts,
+        costs,
+        mm,
+        budget,
+        statics,
+        sync,
+        pipeline_bound(pl, costs, *floor, passes) + sync,
+        evened,
+        bound,
+    )
 
 
 def _memo(memo: dict, key, make):
@@ -287,7 +340,7 @@ def measure(prog: Program, costs, mm) -> Measured:
     streams = stream_times(tl)  # the component cost model always sees inside ops
     # compute as summarize's utilization times the makespan gives it (the same floats)
     compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
-    mem = memory(prog.schedule, tl, mm)
+    mem = memory(prog.schedule, tl, mm, curves=False)
     return Measured(
         makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
     )

@@ -11,9 +11,10 @@ cost models (and, through ``pipesim.components``, the plans of their items).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..errors import PipesimError
 from .bounds import static_floor
@@ -68,12 +69,11 @@ def search(
         (plan.rejected.append(p) if isinstance(p, Result) else prepared.append(p))
         if i % 16 == 0:
             tick(i + 1, total, plan)
-    prepared.sort(key=lambda p: p.bound)
     remaining = Counter(p.candidate.schedule for p in prepared)
     family_best: dict[str, float] = {}
     best_times: list[float] = []  # the keep fastest so far, sorted
     done = len(cands) + len(plan.rejected)
-    for i, p in enumerate(prepared):
+    for i, p in enumerate(_by_bound(prepared)):
         fam = p.candidate.schedule
         remaining[fam] -= 1
         kth = best_times[keep - 1] if len(best_times) >= keep else math.inf
@@ -98,6 +98,22 @@ def search(
     if pins and plan.best is None:
         raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
     return plan
+
+
+def _by_bound(prepared: list[Prepared]) -> Iterator[Prepared]:
+    """The candidates in order of their bounds (ties in the order given, as a stable sort
+    would), each priced only when its floor reaches the front: a priced candidate leaves
+    the queue once no floor or bound before it is lower, and a floor is never above its
+    bound, so none priced later could have come first. Those left when the caller stops
+    are never priced."""
+    queue = [(p.floor, n, p) for n, p in enumerate(prepared)]
+    heapq.heapify(queue)
+    while queue:
+        _, n, p = heapq.heappop(queue)
+        if p.priced:
+            yield p
+        else:
+            heapq.heappush(queue, (p.bound, n, p))
 
 
 def _over_floor(m: Model, t: Training, cand: Candidate, floors: dict, shared: Shared) -> Result | None:

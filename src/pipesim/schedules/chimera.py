@@ -8,7 +8,9 @@ forward, its bubble is (D-2)/(2N+D-2) for D = pp stages and N = M micro-batches:
 rank idles (pp-2) forward-lengths, against 1F1B's 2(pp-1).
 
 The order is the list scheduler's (``autoschedule.greedy``, backwards first, at F = BW =
-1), which reaches that bound; the tests check it over many (pp, M).
+1), which reaches that bound; the tests check it over many (pp, M). It depends on (pp, M)
+alone and the scheduler is Python per op (tens of ms at the planner's sizes, a planner
+run builds a dozen or more): searched once, then read from the cache (``cache``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.problem import Problem
 from ..costs import Costs
 from ..ir import Placement, Schedule
+from .cache import cached
 
 
+@cached("chimera")
 def chimera(pp: int, microbatches: int) -> Schedule:
     M = microbatches  # even pp, M a multiple of pp: the registry's check
     prob = Problem.of(Placement.dual(pp, M), Costs(f=1, b=1, w=0), split=False)
