@@ -31,7 +31,10 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
   only asks for larger fp32 blocks (``loss_frees_logits``);
 - torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
   step ends, and every stage a receive buffer per micro-batch for its input and its
-  output's gradient (``pp_keeps_outputs``).
+  output's gradient (``pp_keeps_outputs``);
+- context parallelism's attention backward: the whole sequence's keys and values gathered
+  (torchtitan's default rotate method, ``allgather``), fp32 gradient accumulators and the
+  ring's dk/dv buffers (``torch_context_parallel``).
 
 pipesim's peak is the largest over the ranks of each rank's own: its parameters, gradients
 and optimizer states plus its activation peak over the schedule (the head's saved loss on
@@ -89,6 +92,8 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "fsdp_fp32_shards": True,  # FSDP2 over an fp32 model
             "loss_frees_logits": True,  # train.py: del pred before loss.backward()
             "pp_keeps_outputs": True,  # torch.distributed.pipelining
+            "torch_context_parallel": True,  # torch's context_parallel ...
+            "cp_comm": "all_gather",  # ... with context_parallel_rotate_method = "allgather"
             **fields,
         }
     )

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from pipesim.memory import MemoryModel  # noqa: E402
-from pipesim.planner.activations import head_saved, layer_saved  # noqa: E402
+from pipesim.planner.activations import cp_attention_transient, head_saved, layer_saved  # noqa: E402
 from pipesim.planner.device_memory import pipeline_buffers  # noqa: E402
 from pipesim.planner.footprint import memory_model  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
@@ -210,3 +210,27 @@ def test_pipeline_last_stage_keeps_every_output(tmp_path):
     t = Training(seq=S, pp_keeps_outputs=True)
     outputs = pipeline_buffers(_model(), t, lay, M, last_stage=True, recv_sets=0)
     assert outputs == measured
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_context_parallel_gathers_every_ranks_keys_and_values(fake_group, cp):
+    """PyTorch's context parallelism with the all-gather rotate method (torchtitan's
+    default): the backward's rotater holds the whole sequence's keys and values, cp times
+    the local pair, and accumulates in fp32; ``cp_attention_transient`` grows by exactly
+    that buffer from one cp to the next."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cpa
+
+    fake_group(cp)
+    heads, d, tokens = 4, 8, 16
+    key, value = (torch.randn(1, heads, tokens, d, dtype=DT) for _ in range(2))
+    rotater = cpa._create_rotater(dist.group.WORLD, 2, cpa._RotateMethod.ALL_GATHER)
+    rotater.exchange_buffers(torch.cat([key.flatten(), value.flatten()]))
+    gathered = rotater.next_buffer().untyped_storage().nbytes()
+    assert gathered == cp * 2 * key.nbytes
+    assert cpa._cp_options.convert_to_f32  # the gradients accumulate in fp32
+
+    m = Model("tiny", 1, heads * d, heads, V, Attention(kv_heads=1), 1, 64)
+    t = Training(seq=tokens, torch_context_parallel=True, cp_comm="all_gather")
+    grown = [cp_attention_transient(m, t, Layout(1, 1, cp=c)) for c in (cp, cp + 1)]
+    assert grown[1] - grown[0] == gathered / cp  # one more rank's keys and values
+    assert cp_attention_transient(m, Training(seq=tokens), Layout(1, 1, cp=cp)) == 0.0

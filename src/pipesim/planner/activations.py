@@ -313,6 +313,31 @@ def recompute_transient(m: Model, t: Training, lay, recompute: str) -> float:
     return max(extra)
 
 
+def cp_attention_transient(m: Model, t: Training, lay) -> float:
+    """Bytes one attention layer's backward holds at once under PyTorch's context
+    parallelism (``Training.torch_context_parallel``; ``t.seq`` the local sequence),
+    read off torch/distributed/tensor/experimental _templated_ring_attention_backward
+    (the same at the commit torchtitan's published runs used): per local token, in units
+    of the query width (torchtitan's repeat_kv gives keys and values every query head)
+
+    - the keys and values it attends to: the whole sequence's, cp times the local ones,
+      gathered once (cp_comm "all_gather", torchtitan's default ``allgather`` rotate
+      method), else the local and the next rank's; plus the local pair's ``cat`` it sends;
+    - dq accumulated in fp32 (``convert_to_f32``), dk and dv accumulated in fp32 as views
+      of the buffer received from the last rank, their ``cat`` for the next and the
+      all-to-all's output: seven fp32 units;
+    - one sub-attention's dq, dk, dv from the flash backward: three bf16 units.
+
+    Counted beside the recomputed layer's saved set (``recompute_transient``), as the
+    attention's backward runs while that set is alive."""
+    if lay.cp == 1 or not t.torch_context_parallel or m.attention.kind == "mla":
+        return 0.0
+    width = m.heads / lay.tp * (m.attention.head_dim or m.hidden // m.heads)
+    kv_copies = lay.cp if t.cp_comm == "all_gather" else 2
+    per_token = 2 * BF16 * (kv_copies + 1) + 7 * FP32 + 3 * BF16
+    return lay.micro_batch * t.seq * width * per_token
+
+
 #: the tensors op checkpointing caches that a block without recomputation saves as well:
 #: the input (the attention norm's), the gate (SiLU's input) and flash attention's outputs
 _OP_IN_NONE = ("layer input", "gate projection output", "attention output", "logsumexp")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .activations import loss_transient, recompute_transient
+from .activations import cp_attention_transient, loss_transient, recompute_transient
 from .layout import keeps_gathered
 from .params import attention_params, embedding_params, mlp_params
 
@@ -92,10 +92,10 @@ def fsdp_gathered(m, t, lay) -> float:
 
 def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> float:
     """The larger of the loss's backward (on the last stage only) and one recomputed
-    layer's with its FSDP gradient buffers (on the local sequence of a context-parallel
-    rank)."""
+    layer's with its attention's context-parallel buffers and its FSDP gradient buffers
+    (on the local sequence of a context-parallel rank)."""
     local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
-    layer = recompute_transient(m, local, lay, recompute)
+    layer = recompute_transient(m, local, lay, recompute) + cp_attention_transient(m, local, lay)
     if layer and t.zero == 3:
         # a stage kept gathered accumulates each bf16 gradient into its unsharded
         # reduce-dtype buffer, counted with the gradients (FSDP2's

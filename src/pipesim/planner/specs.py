@@ -269,6 +269,10 @@ class Training:
     # ends, and on every stage a receive buffer per micro-batch for its input and its
     # output's gradient (torch.distributed.pipelining; device_memory.pipeline_buffers)
     pp_keeps_outputs: bool = False
+    # context parallelism as PyTorch's context_parallel runs it (torchtitan): attention on
+    # keys and values repeated to every query head, its backward accumulating the
+    # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient)
+    torch_context_parallel: bool = False
 
 
 # --------------------------------------------------------------------------------------
