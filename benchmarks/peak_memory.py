@@ -26,7 +26,8 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
 - DTensor's sequence parallelism: each column-parallel multiply (wq/wk/wv, w1/w3 and the
   output head) keeps the all-gathered input, the whole sequence (``sp_saves_gathered``);
 - FSDP2 over the fp32 model: 16 bytes a parameter over the shards, no bf16 shard
-  (``fsdp_fp32_shards``);
+  (``fsdp_fp32_shards``), and no gradient shard at the activations' peak, train.py's
+  ``optimizers.zero_grad()`` having freed them (``zero_grad_frees``);
 - ``del pred``: the bf16 logits' block stays reserved through the loss's backward, which
   only asks for larger fp32 blocks (``loss_frees_logits``);
 - torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
@@ -90,6 +91,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             # PyTorch's own parallelism (Training's last block of fields)
             "sp_saves_gathered": True,  # DTensor's SequenceParallel/ColwiseParallel
             "fsdp_fp32_shards": True,  # FSDP2 over an fp32 model
+            "zero_grad_frees": True,  # optimizers.zero_grad() at each step's start
             "loss_frees_logits": True,  # train.py: del pred before loss.backward()
             "pp_keeps_outputs": True,  # torch.distributed.pipelining
             "torch_context_parallel": True,  # torch's context_parallel ...

@@ -148,7 +148,8 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     """fully_shard with a bf16 MixedPrecisionPolicy over an fp32 model, after one AdamW
     step: the rank holds fp32 parameter shards, fp32 gradient shards and two fp32 moments,
     16 bytes per parameter over dp; pipesim's ZeRO-3 accounting with fsdp_fp32_shards
-    holds the same, without it 18 (a bf16 shard beside a 12-byte optimizer state)."""
+    holds the same, without it 18 (a bf16 shard beside a 12-byte optimizer state). With
+    zero_grad_frees, no gradient shard through the next forward, as in torch."""
     from torch import nn
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -185,6 +186,12 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
 
     assert pipesim(fsdp_fp32_shards=True) == measured
     assert pipesim() == measured * 18 / 16
+    # the next step: zero_grad() (set_to_none, PyTorch's default) frees the gradient
+    # shards, and the forward, whose end is the activations' peak, makes none
+    opt.zero_grad()
+    model(torch.randn(4, 64))
+    assert all(p.grad is None for p in model.parameters())
+    assert pipesim(fsdp_fp32_shards=True, zero_grad_frees=True) == params + states
 
 
 def test_pipeline_last_stage_keeps_every_output(tmp_path):

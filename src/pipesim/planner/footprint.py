@@ -67,10 +67,17 @@ def memory_model(
     # in place (torch.distributed.fsdp fully_shard: MixedPrecisionPolicy casts to
     # param_dtype only for the all-gather; torchtitan builds the model in fp32): the
     # optimizer's fp32 copy is the parameter shard, and no bf16 shard sits beside it
-    fp32_shards = t.fsdp_fp32_shards and t.zero == 3 and not keeps_gathered(t, lay)
+    sharded = t.zero == 3 and not keeps_gathered(t, lay)
+    fp32_shards = sharded and t.fsdp_fp32_shards
     param_bytes, optimizer_bytes = (
         (FP32, max(0.0, t.optimizer_bytes - FP32)) if fp32_shards else (t.param_bytes, t.optimizer_bytes)
     )
+    # with the gradients freed after each step (zero_grad(set_to_none=True)), FSDP makes a
+    # layer's gradient shard only when its reduce-scatter ends in the backward, by when
+    # that layer's activations are freed, each far larger than its shard: none is alive
+    # at the activations' peak (the forward's end and the loss's backward). A stage kept
+    # gathered accumulates unsharded gradients from its first backward on: counted.
+    grad_bytes = 0.0 if sharded and t.zero_grad_frees else t.grad_bytes
     return MemoryModel(
         params=tuple(params),
         expert_params=tuple(experts),
@@ -78,7 +85,7 @@ def memory_model(
         activation=tuple(acts),
         w_share=max(shares),
         param_bytes=param_bytes,
-        grad_bytes=t.grad_bytes,
+        grad_bytes=grad_bytes,
         optimizer_bytes=optimizer_bytes,
         # FSDP keeping the stage gathered through the step holds its parameters whole, and
         # its gradients too: torch.distributed.pipelining runs every backward of the step

@@ -273,6 +273,11 @@ class Training:
     # keys and values repeated to every query head, its backward accumulating the
     # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient)
     torch_context_parallel: bool = False
+    # the optimizer's zero_grad(set_to_none=True) frees the gradients after each step
+    # (PyTorch's default; torchtitan): FSDP's gradient shards, made as each layer's
+    # reduce-scatter ends, are absent at the activations' peak (footprint.py); false:
+    # a gradient buffer kept through the run (Megatron-LM's DDP)
+    zero_grad_frees: bool = False
 
 
 # --------------------------------------------------------------------------------------
