@@ -21,16 +21,34 @@ the configs at that commit say:
   the local batch of 32 runs as 8 micro-batches of 4, 8 of 1 at local batch 8; torchtitan's
   interleaved 1F1B runs two stages per rank.
 
-pipesim's peak is the worst rank's parameters, gradients and optimizer states plus its
-activation peak over the schedule (the head's saved loss on the last stage), plus the
-backward's largest transient and FSDP's gathered parameters (``device_memory``), over
-(1 - allocator_fragmentation) for what the allocator reserves beyond what it hands out.
+What PyTorch's own parallelism keeps (Training's last block of switches, all on here):
+
+- DTensor's sequence parallelism: each column-parallel multiply (wq/wk/wv, w1/w3 and the
+  output head) keeps the all-gathered input, the whole sequence (``sp_saves_gathered``);
+- FSDP2 over the fp32 model: 16 bytes a parameter over the shards, no bf16 shard
+  (``fsdp_fp32_shards``), and no gradient shard at the activations' peak, train.py's
+  ``optimizers.zero_grad()`` having freed them (``zero_grad_frees``);
+- ``del pred``: the bf16 logits' block stays reserved through the loss's backward, which
+  only asks for larger fp32 blocks (``loss_frees_logits``);
+- torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
+  step ends, and every stage a receive buffer per micro-batch for its input and its
+  output's gradient (``pp_keeps_outputs``);
+- context parallelism's attention backward: the whole sequence's keys and values gathered
+  (torchtitan's default rotate method, ``allgather``), fp32 gradient accumulators and the
+  ring's dk/dv buffers (``torch_context_parallel``).
+
+pipesim's peak is the largest over the ranks of each rank's own: its parameters, gradients
+and optimizer states plus its activation peak over the schedule (the head's saved loss on
+the last stage), its backward transient (the loss's on the rank of the last stage, one
+recomputed layer's on the others), FSDP's gathered parameters and the framework's
+buffers above (``device_memory``), over (1 - allocator_fragmentation) for what the
+allocator reserves beyond what it hands out.
 """
 
 from __future__ import annotations
 
 from pipesim.memory import memory
-from pipesim.planner.device_memory import backward_transient, fsdp_gathered
+from pipesim.planner.device_memory import backward_transient, fsdp_gathered, pipeline_buffers, stranded_logits
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Training, load_cluster, load_model
@@ -70,44 +88,63 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "logit_bytes": 52,  # the logits upcast to fp32 before the loss
             "loss_backward_copies": 3 if tp > 1 else 2,  # loss_parallel under TP
             "global_batch": 1,
+            # PyTorch's own parallelism (Training's last block of fields)
+            "sp_saves_gathered": True,  # DTensor's SequenceParallel/ColwiseParallel
+            "fsdp_fp32_shards": True,  # FSDP2 over an fp32 model
+            "zero_grad_frees": True,  # optimizers.zero_grad() at each step's start
+            "loss_frees_logits": True,  # train.py: del pred before loss.backward()
+            "pp_keeps_outputs": True,  # torch.distributed.pipelining
+            "torch_context_parallel": True,  # torch's context_parallel ...
+            "cp_comm": "all_gather",  # ... with context_parallel_rotate_method = "allgather"
             **fields,
         }
     )
 
 
 def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedule: str = "1f1b", M: int = 1) -> dict:
-    """pipesim's peak for one row, GiB by part."""
+    """pipesim's peak for one row, GiB by part, on the rank whose peak is the largest.
+
+    Each rank's peak is its own: its static bytes and activation peak over the schedule,
+    its backward transient (the loss's on the rank holding the last stage, one recomputed
+    layer's elsewhere), FSDP's gathered parameters, and what the framework keeps there."""
     m, c = load_model(model), load_cluster("h100")  # the peak does not depend on the card's capacity
     lay = Layout(**{"pp": 1, "dp": 1, **lay_fields})
     t = torchtitan_training(t_fields, lay.tp)
     s = build(schedule, lay.pp, M, **({"chunks": 2} if schedule.startswith("interleaved") else {}))
     stages = s.placement.stages
-    parts = stage_parts(m, c, t, lay, stages, recompute, s.placement.held())
+    held = s.placement.held()
+    parts = stage_parts(m, c, t, lay, stages, recompute, held)
     mm = memory_model(m, t, lay, stages, recompute, parts)
     mem = memory(s, simulate(s, component_costs(m, c, t, lay, stages, recompute, parts)), mm)
-    worst = max(range(s.pp), key=lambda r: mem.peak[r])
-    out = {
-        "static": mem.static[worst] / GIB,
-        "activations": mem.activation_peak[worst] / GIB,
-        "transient": backward_transient(m, t, lay, recompute) / GIB,
-        "gathered": fsdp_gathered(m, t, lay) / GIB,
-    }
-    allocated = sum(out.values())
-    out["reserved"] = allocated / (1 - t.allocator_fragmentation)
-    return out
+    ranks = []
+    for r in range(s.pp):
+        last = stages - 1 in held[r]
+        recv = sum((st > 0) + (st < stages - 1) for st in held[r])
+        part = {
+            "static": mem.static[r] / GIB,
+            "activations": mem.activation_peak[r] / GIB,
+            "transient": backward_transient(m, t, lay, recompute, last_stage=last) / GIB,
+            "gathered": fsdp_gathered(m, t, lay) / GIB,
+            "framework": (pipeline_buffers(m, t, lay, M, last, recv) + (stranded_logits(m, t, lay) if last else 0.0)) / GIB,
+        }
+        part["reserved"] = sum(part.values()) / (1 - t.allocator_fragmentation)
+        ranks.append(part)
+    return max(ranks, key=lambda p: p["reserved"])
 
 
 def main() -> None:
     print("## Peak memory per GPU: torchtitan's published max reserved against pipesim\n")
-    print("| run | AC | published (GiB) | static | activations | transient | FSDP gathered | pipesim reserved (GiB) | error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| run | AC | published (GiB) | static | activations | transient | FSDP gathered | framework | pipesim reserved (GiB) | error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     errors = []
     for name, model, pub, lay, tf, rc, schedule, M in rows():
         p = predict(model, lay, tf, rc, schedule, M)
         errors.append(p["reserved"] / pub - 1)
         print(
             f"| {name} | {rc} | {pub:.1f} | {p['static']:.1f} | {p['activations']:.1f} | {p['transient']:.1f} | "
-            f"{p['gathered']:.1f} | {p['reserved']:.1f} | {errors[-1]:+.1%} |"
+            f"{p['gathered']:.1f} | {p['framework']:.1f} | {p['reserved']:.1f} | {errors[-1]:+.1%} |"
         )
     inside = sum(abs(e) <= 0.10 for e in errors)
     mean = sum(map(abs, errors)) / len(errors)

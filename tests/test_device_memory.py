@@ -97,3 +97,42 @@ def test_the_plan_report_lists_what_is_held_back(capsys, tmp_path):
     text = out.read_text()
     assert "GB usable" in text and "CUDA context" in text and "NCCL buffers" in text and "allocator fragmentation" in text
     assert "| usable memory |" in text or "usable memory" in text
+
+
+def test_framework_buffers_are_held_back_where_the_training_says():
+    """torchtitan's ``del pred`` strands one micro-batch's bf16 logits (2 bytes x vocab
+    shard x tokens); torch.distributed.pipelining instead keeps every micro-batch's logits
+    on the last stage and a receive buffer per micro-batch for each stage's input and
+    output gradient. Megatron-style training (the switches off) holds neither."""
+    from pipesim.planner.device_memory import usable_for
+    from pipesim.planner.specs import load_model
+
+    m, c = load_model("llama3-8b"), load_cluster("h100")
+    t = replace(load_training(), seq=8192, global_batch=64, zero=3)
+    key = "framework buffers (stranded logits, pipeline outputs and receive buffers)"
+    plain = Layout(1, 8, tp=2, micro_batch=2)
+    assert key not in dict(usable_for(m, c, t, plain, "full").held)
+    logits = 2 * m.vocab / 2 * 2 * 8192
+    assert dict(usable_for(m, c, replace(t, loss_frees_logits=True), plain, "full").held)[key] == logits
+    piped = Layout(4, 8, tp=2, micro_batch=2)  # 64 sequences: 4 micro-batches of 2 per replica
+    kept = replace(t, loss_frees_logits=True, pp_keeps_outputs=True)
+    boundary = 2 * m.hidden / 2 * 2 * 8192  # sequence-sharded under tensor parallelism
+    assert dict(usable_for(m, c, kept, piped, "full").held)[key] == 4 * (logits + 2 * boundary)
+
+
+def test_transients_per_stage_and_fsdp_accumulation():
+    """The loss's backward runs on the last stage only; a stage FSDP keeps gathered adds
+    each bf16 gradient into its unsharded fp32 buffer (FSDP2's
+    accumulate_unsharded_grad_if_needed), so its recomputed layer makes no reduce-dtype
+    copy, while one regathered per micro-batch copies the layer's gradients for the
+    reduce-scatter (grad_reduce_bytes each)."""
+    from pipesim.planner.device_memory import backward_transient
+    from pipesim.planner.specs import load_model
+
+    m = load_model("llama3-8b")
+    t = replace(load_training(), seq=8192, zero=3, grad_reduce_bytes=4, loss_backward_copies=2)
+    lay = Layout(4, 8, micro_batch=2)
+    assert backward_transient(m, t, lay, "full", last_stage=True) > backward_transient(m, t, lay, "full", last_stage=False)
+    layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336  # wq, wk, wv, wo; w1, w2, w3
+    kept, regathered = (backward_transient(m, replace(t, fsdp_reshard=r), lay, "full", False) for r in ("never", "always"))
+    assert regathered - kept == pytest.approx(4 * layer)

@@ -39,7 +39,8 @@ benchmarks/activation_memory.py), distinct storages counted once:
 Sharding: tensor parallelism divides every head- or ffn-sized tensor by tp; sequence
 parallelism also the hidden-sized ones of the norm and dropout regions (Megatron keeps the
 sequence shard of a column-parallel layer's input and gathers it again in the backward:
-Korthikanti et al.'s 34sbh/t); expert tensor parallelism divides the experts' ffn-sized
+Korthikanti et al.'s 34sbh/t; DTensor's sequence parallelism, as torchtitan runs it, keeps
+the gathered input instead: ``Training.sp_saves_gathered``); expert tensor parallelism divides the experts' ffn-sized
 tensors by etp. Context parallelism keeps each rank's 1/cp of the tokens: the caller
 passes the local sequence length as ``t.seq`` (``footprint.memory_model`` does), so
 nothing here divides by cp again.
@@ -72,15 +73,26 @@ from .specs import Model, Training
 BF16, FP32, INDEX, MASK = 2, 4, 8, 1
 
 
-def _norm(t: Training, layernorm: bool, hidden: float, out_width: float) -> dict[str, float]:
-    """A norm's saved tensors and the following multiply's input (the norm's output)."""
+def _norm(t: Training, layernorm: bool, hidden: float, out_width: float, out_hidden: float = 0.0) -> dict[str, float]:
+    """A norm's saved tensors and the following multiply's input (the norm's output),
+    ``out_hidden`` wide where that differs from the norm's own ``hidden`` (``_gathered``)."""
     stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
     fused = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
     if fused or layernorm:
         kept = {"input": BF16 * hidden, "stats": stats}
     else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
         kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}
-    return kept | {"output": out_width * hidden}
+    return kept | {"output": out_width * (out_hidden or hidden)}
+
+
+def _gathered(m: Model, t: Training, hid: float) -> float:
+    """The width of a column-parallel multiply's saved input per token: the sequence
+    shard ``hid`` under Megatron-LM's sequence parallelism (its backward gathers the
+    input again), the whole hidden under DTensor's (``Training.sp_saves_gathered``:
+    PrepareModuleInput and ColwiseParallel(input_layouts=Shard(1)) all-gather it into a
+    replicated tensor, which the multiply's autograd node keeps; measured by
+    tests/test_sp_gathered_torch.py on a fake process group)."""
+    return m.hidden if t.sp_saves_gathered else hid
 
 
 def _prefixed(prefix: str, d: dict[str, float]) -> dict[str, float]:
@@ -220,7 +232,7 @@ def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str =
         # (Megatron-Core's "layernorm" recompute module frees the output once used)
         norm = {"input": BF16 * hid}
     else:
-        norm = _norm(t, layernorm, hid, lin)
+        norm = _norm(t, layernorm, hid, lin, _gathered(m, t, hid))
     out = _prefixed("attention norm", norm)
     out |= _attention(m, t, tp, recompute, lin, hid)
     out |= _prefixed("mlp norm", norm)
@@ -234,7 +246,7 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
     """Bytes per token the last stage keeps for the final norm, output layer and loss."""
     hid = m.hidden / tp if t.sequence_parallel and tp > 1 else m.hidden
     fp32_loss = t.logit_bytes > 10  # see Training.logit_bytes: 10 is a fused bf16 loss
-    return _prefixed("final norm", _norm(t, False, hid, BF16)) | {
+    return _prefixed("final norm", _norm(t, False, hid, BF16, _gathered(m, t, hid))) | {
         "loss softmax": (FP32 if fp32_loss else BF16) * m.vocab / tp,
         "targets": INDEX,
     }
@@ -299,6 +311,31 @@ def recompute_transient(m: Model, t: Training, lay, recompute: str) -> float:
             whole -= lay.micro_batch * t.seq * sum(op[k] for k in _OP_IN_NONE)
         extra.append(whole)
     return max(extra)
+
+
+def cp_attention_transient(m: Model, t: Training, lay) -> float:
+    """Bytes one attention layer's backward holds at once under PyTorch's context
+    parallelism (``Training.torch_context_parallel``; ``t.seq`` the local sequence),
+    read off torch/distributed/tensor/experimental _templated_ring_attention_backward
+    (the same at the commit torchtitan's published runs used): per local token, in units
+    of the query width (torchtitan's repeat_kv gives keys and values every query head)
+
+    - the keys and values it attends to: the whole sequence's, cp times the local ones,
+      gathered once (cp_comm "all_gather", torchtitan's default ``allgather`` rotate
+      method), else the local and the next rank's; plus the local pair's ``cat`` it sends;
+    - dq accumulated in fp32 (``convert_to_f32``), dk and dv accumulated in fp32 as views
+      of the buffer received from the last rank, their ``cat`` for the next and the
+      all-to-all's output: seven fp32 units;
+    - one sub-attention's dq, dk, dv from the flash backward: three bf16 units.
+
+    Counted beside the recomputed layer's saved set (``recompute_transient``), as the
+    attention's backward runs while that set is alive."""
+    if lay.cp == 1 or not t.torch_context_parallel or m.attention.kind == "mla":
+        return 0.0
+    width = m.heads / lay.tp * (m.attention.head_dim or m.hidden // m.heads)
+    kv_copies = lay.cp if t.cp_comm == "all_gather" else 2
+    per_token = 2 * BF16 * (kv_copies + 1) + 7 * FP32 + 3 * BF16
+    return lay.micro_batch * t.seq * width * per_token
 
 
 #: the tensors op checkpointing caches that a block without recomputation saves as well:

@@ -23,6 +23,10 @@ activations; each part held back below is a field of the cluster or training fil
   forward (ZeRO-3 without ``keeps_gathered``): the root module's (embedding, final norm,
   output), which FSDP2 does not free after the forward since the backward gathers them at
   once, and two layers' (the one running and the next, which FSDP2 prefetches);
+- what PyTorch's own parallelism keeps beyond the model's tensors, each behind a switch
+  of the training file: the bf16 logits' block the loss's backward cannot reuse
+  (``stranded_logits``), and torch.distributed.pipelining's kept outputs and receive
+  buffers (``pipeline_buffers``);
 - the caching allocator's fragmentation (``allocator_fragmentation``, a share of what is
   left): memory reserved in cached blocks that no request fits. A PyTorch OOM report on
   an 80 GB card shows 1.83 GiB reserved but unallocated beside 75.31 GiB allocated
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .activations import loss_transient, recompute_transient
+from .activations import cp_attention_transient, loss_transient, recompute_transient
 from .layout import keeps_gathered
 from .params import attention_params, embedding_params, mlp_params
 
@@ -86,22 +90,78 @@ def fsdp_gathered(m, t, lay) -> float:
     return t.param_bytes * (embedding_params(m) / lay.tp + 2 * _layer_params(m, lay))
 
 
-def backward_transient(m, t, lay, recompute: str) -> float:
-    """The larger of the loss's backward and one recomputed layer's with its FSDP gradient
-    buffers (on the local sequence of a context-parallel rank)."""
+def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> float:
+    """The larger of the loss's backward (on the last stage only) and one recomputed
+    layer's with its attention's context-parallel buffers and its FSDP gradient buffers
+    (on the local sequence of a context-parallel rank)."""
     local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
-    layer = recompute_transient(m, local, lay, recompute)
+    layer = recompute_transient(m, local, lay, recompute) + cp_attention_transient(m, local, lay)
     if layer and t.zero == 3:
-        layer += (BF16 + t.grad_reduce_bytes) * _layer_params(m, lay)
-    return max(layer, loss_transient(m, local, lay))
+        # a stage kept gathered accumulates each bf16 gradient into its unsharded
+        # reduce-dtype buffer, counted with the gradients (FSDP2's
+        # accumulate_unsharded_grad_if_needed): no second copy for a reduce-scatter
+        reduce_copy = 0.0 if keeps_gathered(t, lay) else t.grad_reduce_bytes
+        layer += (BF16 + reduce_copy) * _layer_params(m, lay)
+    return max(layer, loss_transient(m, local, lay) if last_stage else 0.0)
+
+
+def _logits(m, t, lay) -> float:
+    """Bytes of one micro-batch's bf16 logits on one GPU (its vocabulary shard)."""
+    return BF16 * m.vocab / lay.tp * lay.tokens(t.seq)
+
+
+def stranded_logits(m, t, lay) -> float:
+    """The block of the bf16 logits that the loss frees before its backward
+    (``Training.loss_frees_logits``: torchtitan's train.py ``del pred``, 9dec370), which
+    the caching allocator keeps reserved through the loss's backward, its peak. The
+    forward allocated the logits, their fp32 copy and the log-softmax (and under
+    loss_parallel its shifted copy) one after another; the backward then asks for fp32
+    tensors twice the logits' size. PyTorch's CUDACachingAllocator serves a request only
+    from one free block at least as large, merges a freed block only with free
+    neighbours of its own segment, and returns segments to the driver only on an
+    out-of-memory retry or ``empty_cache`` (c10/cuda/CUDACachingAllocator.cpp,
+    get_free_block, try_merge_blocks, release_cached_blocks); with expandable segments
+    the logits and the fp32 copy merge into one free range, which the first fp32 request
+    takes from its start, leaving the logits' size free behind it. Either way
+    ``max_reserved`` holds the logits' bytes beyond what is allocated at that peak. A
+    pipeline keeping its outputs (``pp_keeps_outputs``) never frees them: counted there."""
+    if not t.loss_frees_logits or (lay.pp > 1 and t.pp_keeps_outputs):
+        return 0.0
+    return _logits(m, t, lay)
+
+
+def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv_sets: int = 2) -> float:
+    """What torch.distributed.pipelining holds besides the stages' saved tensors
+    (``Training.pp_keeps_outputs``; stage.py at PyTorch 1963fc8, the commit torchtitan's
+    published runs used, and today):
+
+    - the last stage appends each micro-batch's output, the logits, to ``output_chunks``
+      for the step's merged result, cleared only when the next step starts
+      (``clear_runtime_states``): ``microbatches`` logits at the last backward;
+    - ``_prepare_forward_infra`` and ``_prepare_backward_infra`` allocate, once, a
+      receive buffer per micro-batch for a stage's input (every stage but the first) and
+      for its output's gradient (every stage but the last), kept across steps: the
+      stage boundary, [micro-batch, local sequence, hidden], sequence-sharded under
+      tensor parallelism (torchtitan's blocks return local Shard(1) tensors).
+      ``recv_sets`` counts the (stage, direction) pairs a rank holds: 2 for a middle
+      stage; the in-flight micro-batches' buffers are the first layer's input, counted
+      already, and the stage outputs the pipeline keeps for them offset that."""
+    if not t.pp_keeps_outputs or lay.pp == 1:
+        return 0.0
+    shard = lay.tp if t.sequence_parallel and lay.tp > 1 else 1
+    boundary = BF16 * m.hidden / shard * lay.tokens(t.seq)
+    return microbatches * ((_logits(m, t, lay) if last_stage else 0.0) + recv_sets * boundary)
 
 
 def usable_for(m, c, t, lay, recompute: str) -> Usable:
-    """``usable`` with this layout's backward transient and FSDP's gathered parameters."""
-    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay))
+    """``usable`` with this layout's backward transient, FSDP's gathered parameters and
+    what the framework keeps beside them (the last stage's, whose loss they are)."""
+    microbatches = max(1, t.global_batch // (lay.dp * lay.micro_batch))
+    kept = stranded_logits(m, t, lay) + pipeline_buffers(m, t, lay, microbatches)
+    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept)
 
 
-def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0) -> Usable:
+def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0) -> Usable:
     """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
     capacity = c.hbm_gb * 1e9
     groups = communicators(lay)
@@ -111,6 +171,8 @@ def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0) -> Usable:
         ("backward transient (the loss or one recomputed layer)", transient),
         ("FSDP gathered parameters", gathered),
     ]
+    if kept:
+        held.append(("framework buffers (stranded logits, pipeline outputs and receive buffers)", kept))
     rest = capacity - sum(b for _, b in held)
     held.append(
         (f"allocator fragmentation ({t.allocator_fragmentation:.1%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)

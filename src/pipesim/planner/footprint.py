@@ -12,6 +12,8 @@ from .params import attention_params, mlp_params
 from .specs import Model, Training
 from .split import partition
 
+FP32 = 4  # bytes of an fp32 parameter shard
+
 
 def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU holds for a stage of these layers."""
@@ -61,15 +63,30 @@ def memory_model(
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
+    # FSDP2 shards each parameter in its own fp32 dtype and the optimizer steps the shard
+    # in place (torch.distributed.fsdp fully_shard: MixedPrecisionPolicy casts to
+    # param_dtype only for the all-gather; torchtitan builds the model in fp32): the
+    # optimizer's fp32 copy is the parameter shard, and no bf16 shard sits beside it
+    sharded = t.zero == 3 and not keeps_gathered(t, lay)
+    fp32_shards = sharded and t.fsdp_fp32_shards
+    param_bytes, optimizer_bytes = (
+        (FP32, max(0.0, t.optimizer_bytes - FP32)) if fp32_shards else (t.param_bytes, t.optimizer_bytes)
+    )
+    # with the gradients freed after each step (zero_grad(set_to_none=True)), FSDP makes a
+    # layer's gradient shard only when its reduce-scatter ends in the backward, by when
+    # that layer's activations are freed, each far larger than its shard: none is alive
+    # at the activations' peak (the forward's end and the loss's backward). A stage kept
+    # gathered accumulates unsharded gradients from its first backward on: counted.
+    grad_bytes = 0.0 if sharded and t.zero_grad_frees else t.grad_bytes
     return MemoryModel(
         params=tuple(params),
         expert_params=tuple(experts),
         expert_dp=lay.edp,
         activation=tuple(acts),
         w_share=max(shares),
-        param_bytes=t.param_bytes,
-        grad_bytes=t.grad_bytes,
-        optimizer_bytes=t.optimizer_bytes,
+        param_bytes=param_bytes,
+        grad_bytes=grad_bytes,
+        optimizer_bytes=optimizer_bytes,
         # FSDP keeping the stage gathered through the step holds its parameters whole, and
         # its gradients too: torch.distributed.pipelining runs every backward of the step
         # but the last with requires_gradient_sync(False) (stage.py,

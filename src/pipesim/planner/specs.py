@@ -251,6 +251,33 @@ class Training:
     # after every forward without pipeline parallelism and keeps them through the step with
     # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
     fsdp_reshard: str = "default"
+    # --- what PyTorch's own parallelism (DTensor, FSDP2, torch.distributed.pipelining;
+    # torchtitan) keeps beyond Megatron-LM's (activations.py, device_memory.py, footprint.py)
+    # tensor parallelism's column-parallel multiplies keep their sequence-gathered input:
+    # DTensor's all-gather (PrepareModuleInput, ColwiseParallel(input_layouts=Shard(1)))
+    # makes a replicated tensor that autograd saves; false: Megatron-LM's sequence
+    # parallelism keeps the shard and gathers it again in the backward
+    sp_saves_gathered: bool = False
+    # FSDP2 keeps each parameter's shard in its fp32 dtype and the optimizer steps it in
+    # place: no bf16 shard beside the fp32 one (optimizer_bytes holds that fp32 copy)
+    fsdp_fp32_shards: bool = False
+    # the loss frees the bf16 logits between its forward and its backward (torchtitan's
+    # train.py ``del pred``); the caching allocator keeps their block, which none of the
+    # backward's fp32 logit-sized requests fits (device_memory.stranded_logits)
+    loss_frees_logits: bool = False
+    # the pipeline keeps, on the last stage, every micro-batch's output until the step
+    # ends, and on every stage a receive buffer per micro-batch for its input and its
+    # output's gradient (torch.distributed.pipelining; device_memory.pipeline_buffers)
+    pp_keeps_outputs: bool = False
+    # context parallelism as PyTorch's context_parallel runs it (torchtitan): attention on
+    # keys and values repeated to every query head, its backward accumulating the
+    # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient)
+    torch_context_parallel: bool = False
+    # the optimizer's zero_grad(set_to_none=True) frees the gradients after each step
+    # (PyTorch's default; torchtitan): FSDP's gradient shards, made as each layer's
+    # reduce-scatter ends, are absent at the activations' peak (footprint.py); false:
+    # a gradient buffer kept through the run (Megatron-LM's DDP)
+    zero_grad_frees: bool = False
 
 
 # --------------------------------------------------------------------------------------

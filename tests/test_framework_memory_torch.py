@@ -1,0 +1,243 @@
+"""What PyTorch's own parallelism keeps, measured on the CPU and held against pipesim.
+
+Each case runs the real PyTorch code torchtitan runs on (DTensor tensor parallelism,
+FSDP2's fully_shard, torch.distributed.pipelining) in one process: a fake process group
+of the wanted size (``torch.testing._internal.distributed.fake_pg``) gives every
+collective its real output shape without other ranks. The expected bytes come from the
+run, never from the formula under test.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from pipesim.memory import MemoryModel  # noqa: E402
+from pipesim.planner.activations import cp_attention_transient, head_saved, layer_saved  # noqa: E402
+from pipesim.planner.device_memory import pipeline_buffers  # noqa: E402
+from pipesim.planner.footprint import memory_model  # noqa: E402
+from pipesim.planner.layout import Layout  # noqa: E402
+from pipesim.planner.specs import Attention, Model, Training  # noqa: E402
+from torch_blocks import DT  # noqa: E402
+
+B, S, H, V = 2, 64, 32, 96
+
+
+@pytest.fixture
+def fake_group():
+    """A fake process group of ``size`` ranks on the CPU, torn down after the test."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    def make(size: int):
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh("cpu", (size,))
+
+    yield make
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _model() -> Model:
+    return Model("tiny", 1, H, 4, V, Attention(kv_heads=4), 1, 64)
+
+
+def _owned(module) -> list:
+    """The local tensors of a module's (DTensor) parameters."""
+    return [p.to_local() if hasattr(p, "to_local") else p for p in module.parameters()]
+
+
+def _local_saved(run, owned) -> int:
+    """Bytes of the distinct storages autograd saves while ``run()`` executes, a saved
+    DTensor counted by its local tensor (what this rank holds), ``owned`` left out."""
+    from torch.distributed.tensor import DTensor
+
+    skip = {t.untyped_storage().data_ptr() for t in owned}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        lt = t._local_tensor if isinstance(t, DTensor) else t
+        st = lt.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_output_projection_keeps_the_gathered_input(fake_group, tp):
+    """torchtitan's head under tensor parallelism: the final norm SequenceParallel, the
+    output ColwiseParallel(input_layouts=Shard(1)). The multiply keeps the all-gathered
+    norm output, the whole sequence, not this rank's shard."""
+    from torch import nn
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel, parallelize_module
+
+    mesh = fake_group(tp)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.output = nn.RMSNorm(H), nn.Linear(H, V, bias=False)
+
+        def forward(self, x):
+            return self.output(self.norm(x))
+
+    head = Head().to(DT)
+    plan = {
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    }
+    parallelize_module(head, mesh, plan)
+    normed = head.norm(torch.randn(B, S // tp, H, dtype=DT)).detach()
+    measured = _local_saved(lambda: head.output(normed.requires_grad_()), _owned(head))
+    assert measured == B * S * H * 2  # the gathered sequence, from torch
+    t = Training(seq=S, sp_saves_gathered=True)
+    assert head_saved(_model(), t, tp)["final norm output"] * B * S == measured
+    megatron = head_saved(_model(), Training(seq=S), tp)["final norm output"] * B * S
+    assert megatron == measured / tp  # Megatron-LM keeps the shard
+
+
+def test_block_projections_keep_the_gathered_norm_output(fake_group):
+    """A torchtitan block's attention input: PrepareModuleInput gathers the sequence-
+    parallel norm output, and wq, wk, wv (ColwiseParallel) keep that one tensor."""
+    from torch import nn
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, parallelize_module
+
+    tp = 2
+    mesh = fake_group(tp)
+
+    class QKV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq, self.wk, self.wv = (nn.Linear(H, H, bias=False) for _ in range(3))
+
+        def forward(self, x):
+            return self.wq(x), self.wk(x), self.wv(x)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = QKV()
+
+    block = Block().to(DT)
+    plan = {
+        "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+    }
+    parallelize_module(block, mesh, plan)
+    x = torch.randn(B, S // tp, H, dtype=DT, requires_grad=True)
+    measured = _local_saved(lambda: block.attention(x), _owned(block))
+    assert measured == B * S * H * 2
+    t = Training(seq=S, sp_saves_gathered=True)
+    assert layer_saved(_model(), 0, t, tp)["attention norm output"] * B * S == measured
+
+
+def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
+    """fully_shard with a bf16 MixedPrecisionPolicy over an fp32 model, after one AdamW
+    step: the rank holds fp32 parameter shards, fp32 gradient shards and two fp32 moments,
+    16 bytes per parameter over dp; pipesim's ZeRO-3 accounting with fsdp_fp32_shards
+    holds the same, without it 18 (a bf16 shard beside a 12-byte optimizer state). With
+    zero_grad_frees, no gradient shard through the next forward, as in torch."""
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dp = 8
+    mesh = fake_group(dp)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False))
+    n = sum(p.numel() for p in model.parameters())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 64)).sum().backward()
+    opt.step()
+    params = sum(p.to_local().untyped_storage().nbytes() for p in model.parameters())
+    grads = sum(p.grad.to_local().nbytes for p in model.parameters())
+    states = sum(v.to_local().nbytes for s in opt.state.values() for v in s.values() if v.dim() > 0)
+    measured = params + grads + states
+
+    def pipesim(**kw) -> float:
+        t = Training(zero=3, **kw)
+        mm = memory_model(_model(), t, Layout(1, dp), 1, "full")
+        sized = MemoryModel(
+            params=(n,),
+            activation=(0.0,),
+            param_bytes=mm.param_bytes,
+            grad_bytes=mm.grad_bytes,
+            optimizer_bytes=mm.optimizer_bytes,
+            zero=mm.zero,
+            dp=mm.dp,
+        )
+        return sum(sized.stage_bytes(0))
+
+    assert pipesim(fsdp_fp32_shards=True) == measured
+    assert pipesim() == measured * 18 / 16
+    # the next step: zero_grad() (set_to_none, PyTorch's default) frees the gradient
+    # shards, and the forward, whose end is the activations' peak, makes none
+    opt.zero_grad()
+    model(torch.randn(4, 64))
+    assert all(p.grad is None for p in model.parameters())
+    assert pipesim(fsdp_fp32_shards=True, zero_grad_frees=True) == params + states
+
+
+def test_pipeline_last_stage_keeps_every_output(tmp_path):
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output until the
+    next step starts: after a step of M micro-batches it holds M outputs, what
+    ``pipeline_buffers`` counts on the last stage (with its receive buffers apart)."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        M, mb = 4, 2
+        stages = [PipelineStage(torch.nn.Linear(H, V if i else H).to(DT), i, 2, torch.device("cpu")) for i in range(2)]
+        sched = ScheduleInterleaved1F1B(stages, M, loss_fn=lambda y, t: y.float().pow(2).mean())
+        x = torch.randn(M * mb, S, H, dtype=DT)
+        sched.step(x, target=torch.zeros(M * mb), losses=[])
+        kept = stages[-1].output_chunks
+        measured = sum(o.untyped_storage().nbytes() for o in kept)
+    finally:
+        dist.destroy_process_group()
+    assert len(kept) == M
+    lay = Layout(2, 1, micro_batch=mb)
+    t = Training(seq=S, pp_keeps_outputs=True)
+    outputs = pipeline_buffers(_model(), t, lay, M, last_stage=True, recv_sets=0)
+    assert outputs == measured
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_context_parallel_gathers_every_ranks_keys_and_values(fake_group, cp):
+    """PyTorch's context parallelism with the all-gather rotate method (torchtitan's
+    default): the backward's rotater holds the whole sequence's keys and values, cp times
+    the local pair, and accumulates in fp32; ``cp_attention_transient`` grows by exactly
+    that buffer from one cp to the next."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cpa
+
+    fake_group(cp)
+    heads, d, tokens = 4, 8, 16
+    key, value = (torch.randn(1, heads, tokens, d, dtype=DT) for _ in range(2))
+    rotater = cpa._create_rotater(dist.group.WORLD, 2, cpa._RotateMethod.ALL_GATHER)
+    rotater.exchange_buffers(torch.cat([key.flatten(), value.flatten()]))
+    gathered = rotater.next_buffer().untyped_storage().nbytes()
+    assert gathered == cp * 2 * key.nbytes
+    assert cpa._cp_options.convert_to_f32  # the gradients accumulate in fp32
+
+    m = Model("tiny", 1, heads * d, heads, V, Attention(kv_heads=1), 1, 64)
+    t = Training(seq=tokens, torch_context_parallel=True, cp_comm="all_gather")
+    grown = [cp_attention_transient(m, t, Layout(1, 1, cp=c)) for c in (cp, cp + 1)]
+    assert grown[1] - grown[0] == gathered / cp  # one more rank's keys and values
+    assert cp_attention_transient(m, Training(seq=tokens), Layout(1, 1, cp=cp)) == 0.0
