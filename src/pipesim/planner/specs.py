@@ -251,6 +251,11 @@ class Training:
     # after every forward without pipeline parallelism and keeps them through the step with
     # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
     fsdp_reshard: str = "default"
+    # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
+    # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
+    # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
+    # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
+    wgrad_fp32_accumulate: bool = False
 
 
 # --------------------------------------------------------------------------------------
