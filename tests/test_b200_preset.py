@@ -1,4 +1,5 @@
-"""BF16 multiplies on B200 as measured, and the weight gradient accumulated into fp32.
+"""The B200 preset as measured: BF16 multiplies, NVLink collectives, and the weight
+gradient accumulated into fp32.
 
 The shares below are measurements, not pipesim's output: MooreThreads/SimuMax's per-shape
 B200 table (configs/system/b200_bf16_ceperm.json, commit 4dcaae513ba7679d56c116a17cd4a691ec41e252,
@@ -15,8 +16,10 @@ from dataclasses import replace
 import pytest
 
 from pipesim.errors import PipesimError
+from pipesim.planner.collectives import tp_allreduce
 from pipesim.planner.compute import FP32_ACCUMULATE_WGRAD_SHARE, gemm, gemm_fbw
-from pipesim.planner.specs import load_cluster, load_training
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import load_cluster, load_model, load_training
 
 TOKENS = 4096
 SIMUMAX_B200 = [
@@ -96,3 +99,14 @@ def test_the_share_applies_to_bf16_only():
 def test_the_switch_must_be_true_or_false():
     with pytest.raises(PipesimError, match="wgrad_fp32_accumulate"):
         load_training(wgrad_fp32_accumulate="yes")
+
+
+def test_tensor_parallel_collectives_run_at_nccls_measured_bus_bandwidth():
+    """SimuMax's NCCL fit on the same DGX B200 node: all-gather and reduce-scatter at
+    0.6735 and 0.6731 of 900 GB/s. A tp8 all-gather and reduce-scatter of Llama 3 70B's
+    4096 x 8192 bf16 hidden states move 7/8 of the 64 MiB each."""
+    c, t, m = load_cluster("b200"), load_training(seq=4096), load_model("llama3-70b")
+    assert c.nvlink_gbps == pytest.approx(0.6735 * 900, rel=0.001)
+    size = 4096 * 8192 * 2
+    by_hand = 2 * 7 / 8 * size / (0.6735 * 900e9)
+    assert tp_allreduce(m, c.resized(8), t, Layout(pp=1, dp=1, tp=8)) == pytest.approx(by_hand, rel=0.001)
