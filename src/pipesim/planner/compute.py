@@ -70,12 +70,29 @@ FLASH_BACKWARD_SHARE = 0.75
 FP8_WGRAD_SHARE = 0.5
 
 
+#: BF16 weight-gradient multiplies that accumulate into an fp32 main_grad (Megatron-LM's
+#: gradient_accumulation_fusion: layout NT, beta = 1, fp32 output) run at this share of the
+#: forward multiplies' rate. Measured per shape in MooreThreads/SimuMax's system files
+#: (configs/system/b200_bf16_ceperm.json and a100_pcie.json, commit 4dcaae51): the median
+#: over every shape of the weight gradient's efficiency over the mean of the forward's and
+#: the input gradient's is 0.939 on B200 (144 shapes) and 0.949 on A100 PCIe (61), slower
+#: in about 4 shapes of 5 on both; on B200 the same multiplies accumulating into bf16 run
+#: 6.7% faster (82 shapes), the fp32 accumulator's traffic
+FP32_ACCUMULATE_WGRAD_SHARE = 0.94
+
+
 def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
     if t.compute_efficiency:
         return t.compute_efficiency
     if not fp8:
         return c.gemm_efficiency
     return c.fp8_tensor_gemm_efficiency if t.fp8_scaling == "tensor" else c.fp8_gemm_efficiency
+
+
+def runs_fp8(c: Cluster, t: Training, fp8: bool | None) -> bool:
+    """Whether a multiply runs in FP8: as the run's precision unless ``fp8`` says, and only
+    on a GPU that has FP8."""
+    return (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
 
 
 def hbm_rate(c: Cluster, t: Training) -> float:
@@ -96,7 +113,7 @@ def gemm(
     large ones reach it (with ``gemm_tile_fill_us`` a BF16 tile also pays a fixed fill:
     ``tile_fill_factor``); FP8 has its own peak and share. No kernel takes less than its
     launch (``floors.kernel_floor``)."""
-    low = (t.precision == "fp8" if fp8 is None else fp8) and c.fp8_tflops > 0
+    low = runs_fp8(c, t, fp8)
     peak = (c.fp8_tflops if low else c.bf16_tflops) * 1e12 * gemm_efficiency(c, t, low)
     tiles = count * math.ceil(m / TILE) * math.ceil(n / TILE)
     if tiles == 0 or k <= 0:  # an empty dimension: nothing to multiply
@@ -134,8 +151,13 @@ def gemm_fbw(
     c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1
 ) -> tuple[float, float, float]:
     """(forward, input gradient, weight gradient) of a multiply of m tokens by a k x n
-    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n."""
-    return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), gemm(c, t, k, n, m, fp8, count)
+    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n. A BF16 weight
+    gradient accumulated into fp32 (``t.wgrad_fp32_accumulate``) runs at
+    ``FP32_ACCUMULATE_WGRAD_SHARE`` of the rate."""
+    w = gemm(c, t, k, n, m, fp8, count)
+    if t.wgrad_fp32_accumulate and not runs_fp8(c, t, fp8):
+        w /= FP32_ACCUMULATE_WGRAD_SHARE
+    return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), w
 
 
 def _sum3(parts) -> tuple[float, float, float]:

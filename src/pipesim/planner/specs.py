@@ -278,6 +278,11 @@ class Training:
     # reduce-scatter ends, are absent at the activations' peak (footprint.py); false:
     # a gradient buffer kept through the run (Megatron-LM's DDP)
     zero_grad_frees: bool = False
+    # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
+    # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
+    # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
+    # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
+    wgrad_fp32_accumulate: bool = False
 
 
 # --------------------------------------------------------------------------------------
