@@ -251,6 +251,12 @@ class Training:
     # after every forward without pipeline parallelism and keeps them through the step with
     # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
     fsdp_reshard: str = "default"
+    # how an MoE layer's token copies reach their experts (collectives.moe_comm): "deepep"
+    # sends a token once to each NVLink domain holding one of its experts and forwards it
+    # there over NVLink (DeepSeek's DeepEP; Megatron-Core --moe-token-dispatcher-type flex
+    # --moe-enable-deepep); "alltoall" sends each of its top_k copies to its expert's GPU
+    # (an NCCL all-to-all: Megatron-Core's default --moe-token-dispatcher-type alltoall)
+    moe_dispatcher: str = "deepep"
 
 
 # --------------------------------------------------------------------------------------
@@ -462,6 +468,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.moe_dispatcher not in ("deepep", "alltoall"):
+        raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
     if t.fsdp_reshard not in ("default", "always", "never"):
         raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):
