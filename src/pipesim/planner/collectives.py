@@ -12,10 +12,20 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
     """Seconds per micro-batch of (dispatch F, combine F, dispatch B, combine B).
 
     Each GPU sends its tokens (``Layout.expert_tokens``) to the top-k experts, spread over
-    the ep GPUs of its expert group, wherever those sit (``Layout.span``). Between NVLink
-    domains a token is sent once per destination domain (DeepSeek-V3's node-limited
-    routing caps those at ``max_nodes``) and forwarded inside it over NVLink; the two links
-    work at once, so the slower one sets the time. With expert tensor parallelism the etp
+    the ep GPUs of its expert group, wherever those sit (``Layout.span``). How a token's
+    copies cross between NVLink domains is the dispatcher's (``Training.moe_dispatcher``):
+
+    - ``deepep``: once per destination domain (DeepSeek-V3's node-limited routing caps
+      those at ``max_nodes``), then forwarded inside it over NVLink (DeepEP's internode
+      kernels: RDMA to the peer of the same rail, NVLink onward);
+    - ``alltoall``: each of its top_k copies straight to its expert's GPU, so the share of
+      the group outside the sender's domain crosses the network once per copy: Megatron-
+      Core's default dispatcher (``MoEAlltoAllTokenDispatcher``: one ``all_to_all_single``
+      over the ep group of the tokens permuted copy by copy). At top-8 over EP32 on four
+      8-GPU nodes that is 6 copies a token on the network against DeepEP's 2.7.
+
+    Inside one domain both send every copy over NVLink. The network and NVLink parts run
+    at once, so the slower one sets the time. With expert tensor parallelism the etp
     GPUs of an expert shard then all-gather the copies they received (and reduce-scatter
     the outputs: the same bytes), on their own ring. Dispatch is FP8 under DeepSeek's
     block-scaled FP8 training (its DeepEP dispatch sends FP8 tokens); Megatron-Core's
@@ -29,6 +39,11 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
     where = lay.span("ep", c.domain)
     if lay.ep <= 1:
         network = nvlink = 0.0
+    elif not where.inside and t.moe_dispatcher == "alltoall":
+        # every copy to its expert's GPU: the share of the group outside the sender's domain
+        # goes over the network, the rest of the others over NVLink
+        network = e.top_k * (1 - where.per_domain / lay.ep)
+        nvlink = e.top_k * (where.per_domain - 1) / lay.ep
     elif not where.inside:
         domains = where.domains
         reach = min(e.max_nodes or domains, domains, e.top_k) if e.max_nodes else domains * (1 - (1 - 1 / domains) ** e.top_k)

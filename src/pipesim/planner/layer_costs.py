@@ -51,9 +51,10 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
     attn_f = proj_f + core_f + ew_attn + cp_f
-    mlp_fwd = mlp_f + ew_mlp
+    regroup = local_sort_seconds(m, layer, c, t, lay)
+    mlp_fwd = mlp_f + ew_mlp + regroup
     attn_b = proj_b + core_b + 2 * ew_attn + cp_b
-    mlp_bwd = mlp_b + 2 * ew_mlp
+    mlp_bwd = mlp_b + 2 * ew_mlp + regroup
     if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
         mask = lay.tokens(t.seq) * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
         attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + mask, mlp_fwd + mask, attn_b + mask, mlp_bwd + mask
@@ -91,6 +92,28 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch_b=dispatch_b,
         combine_b=combine_b,
     )
+
+
+def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> float:
+    """Seconds (forward, and the same backward) of the copies Megatron-Core's all-to-all
+    dispatcher makes to regroup an MoE layer's received tokens by local expert.
+
+    Its all-to-all delivers the token copies ordered by the rank that sent them; with
+    more than one local expert they are sorted by expert before the grouped multiplies
+    and back after them (``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` and
+    ``combine_preprocess``, Megatron-Core 0.14: a ``transpose(0, 1).contiguous()`` of the
+    capacity-padded buffer under token dropping, ``sort_chunks_by_idxs`` without), each a
+    read and a write of every received copy, and their gradients the same backward. The
+    first permutation (a token to its top_k copies, before the all-to-all) is the routing
+    ``compute.elementwise_bytes`` counts; DeepEP's dispatch (``moe_dispatcher = "deepep"``)
+    hands over the tokens for one permutation into expert order, which that also counts.
+    Balanced routing: a GPU receives the copies it sends, times the etp shards that
+    gather them."""
+    e = m.moe
+    if not m.is_moe_layer(layer) or t.moe_dispatcher != "alltoall" or lay.ep <= 1 or e.experts // lay.ep <= 1:
+        return 0.0
+    copies = lay.etp * lay.expert_tokens(t.seq) * e.top_k
+    return 2 * copies * m.hidden * 2 * 2 / hbm_rate(c, t)  # sort and unsort, each reads and writes 2-byte elements
 
 
 def _floored(m: Model, layer: int, t: Training, recompute: str, af, mf, ab, mb, aw, mw):

@@ -283,6 +283,12 @@ class Training:
     # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
     # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
     wgrad_fp32_accumulate: bool = False
+    # how an MoE layer's token copies reach their experts (collectives.moe_comm): "deepep"
+    # sends a token once to each NVLink domain holding one of its experts and forwards it
+    # there over NVLink (DeepSeek's DeepEP; Megatron-Core --moe-token-dispatcher-type flex
+    # --moe-enable-deepep); "alltoall" sends each of its top_k copies to its expert's GPU
+    # (an NCCL all-to-all: Megatron-Core's default --moe-token-dispatcher-type alltoall)
+    moe_dispatcher: str = "deepep"
 
 
 # --------------------------------------------------------------------------------------
@@ -494,6 +500,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.moe_dispatcher not in ("deepep", "alltoall"):
+        raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
     if t.fsdp_reshard not in ("default", "always", "never"):
         raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):
