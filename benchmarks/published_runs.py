@@ -23,7 +23,8 @@ of default efficiencies for all rows. The published step comes from the row's ow
 
 The headline figures (median, mean and worst absolute error, rows within 10%, and the bias:
 the mean signed error) count the rows on known hardware; each group of rows left out is
-printed with its reason and its own figures, then every row together. Two checks set
+printed with its reason and its own figures (and, where its source bounds the unknown, at
+the other end of that range: the row's ``bound_fields``), then every row together. Two checks set
 measured against predicted where the hardware's unknowns cancel or are measured:
 torchtitan's runs on the same H100s one change apart (eager to torch.compile, BF16 to
 Float8 linears: the speed-up), and the overlapped F&B pair of DeepSeek's public kernel
@@ -130,29 +131,42 @@ def layout_text(r) -> str:
     return f"{' '.join(parts)} mb{lay.micro_batch} M{c.microbatches}, {sched}, {c.recompute}"
 
 
+def run_row(row: dict) -> dict:
+    """Simulate one row on its published layout and set it against the published figure."""
+    m, c, t = specs(row)
+    lay = dict(row["layout"])
+    start = time.process_time()
+    r = evaluate_layout(m, c, t, lay)
+    rec = {"row": row, "result": r, "specs": (m, c, t)}
+    if row["published"]["metric"] == "gpu_hours_per_t":
+        hours, ramp, steady = whole_run(row, m, c, t, lay)
+        pub = row["published"]["value"]
+        steady_steps = (t.tokens - row["published"]["ramp_tokens"]) / (t.global_batch * t.seq)
+        implied = (pub * t.tokens / 1e12 - ramp) * 3600 / c.gpus / steady_steps
+        rec.update(
+            pred=steady, pub=implied, error=hours / pub - 1, note=f"whole run {hours / 1e3:.0f}K vs {pub / 1e3:.0f}K GPU-h/T"
+        )
+    else:
+        pub = published_step(row, m, c, t)
+        rec.update(pred=r.step_time, pub=pub, error=r.step_time / pub - 1, note="")
+    rec["cpu"] = time.process_time() - start
+    return rec
+
+
 def run_rows(rows: list[dict]) -> list[dict]:
     out = []
     for row in rows:
-        m, c, t = specs(row)
-        lay = dict(row["layout"])
-        start = time.process_time()
-        r = evaluate_layout(m, c, t, lay)
-        rec = {"row": row, "result": r, "specs": (m, c, t)}
-        if row["published"]["metric"] == "gpu_hours_per_t":
-            hours, ramp, steady = whole_run(row, m, c, t, lay)
-            pub = row["published"]["value"]
-            steady_steps = (t.tokens - row["published"]["ramp_tokens"]) / (t.global_batch * t.seq)
-            implied = (pub * t.tokens / 1e12 - ramp) * 3600 / c.gpus / steady_steps
-            rec.update(
-                pred=steady, pub=implied, error=hours / pub - 1, note=f"whole run {hours / 1e3:.0f}K vs {pub / 1e3:.0f}K GPU-h/T"
-            )
-        else:
-            pub = published_step(row, m, c, t)
-            rec.update(pred=r.step_time, pub=pub, error=r.step_time / pub - 1, note="")
-        rec["cpu"] = time.process_time() - start
+        rec = run_row(row)
         print(f"{row['name']}: {rec['error']:+.1%} ({rec['cpu']:.1f} s)", file=sys.stderr)
         out.append(rec)
     return out
+
+
+def at_bound(row: dict) -> dict:
+    """The row with its ``bound_fields`` laid over its cluster: the other end of a range
+    its source gives for hardware it does not fully specify (the row itself is simulated
+    at the preset's end)."""
+    return {**row, "cluster_fields": {**row.get("cluster_fields", {}), **row["bound_fields"]}}
 
 
 def metric_text(rec: dict) -> str:
@@ -194,6 +208,10 @@ def print_rows(done: list[dict]) -> None:
     for why in odd:
         rows = [rec for rec in done if rec["row"].get("unknown_hardware") == why]
         print(f"{len(rows)} rows (marked *) left out of those figures: {why}; {figures(rows)}.")
+        bounds = sorted({rec["row"]["bound"] for rec in rows if "bound_fields" in rec["row"]})
+        for bound in bounds:
+            at = [run_row(at_bound(rec["row"])) for rec in rows if rec["row"].get("bound") == bound]
+            print(f"The same {len(at)} rows at {bound}: {figures(at)}.")
     if odd:
         print(f"All {len(done)} rows together: {figures(done)}.")
 
