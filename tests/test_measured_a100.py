@@ -4,20 +4,18 @@ no accuracy is asserted here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import tomllib
 from pathlib import Path
 
+from conftest import load_script
+
 BENCH = Path(__file__).parent.parent / "benchmarks" / "measured_a100.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("measured_a100", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 def _data() -> dict:
