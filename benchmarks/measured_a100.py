@@ -11,8 +11,9 @@ measured ones in one Markdown table, then the mean absolute and mean signed erro
 
 A second table holds the kernels to the paper's own per-stage profile of the same runs
 (Table 9: forward, input-gradient and weight-gradient time of a stage for one
-micro-batch): pipesim's F, B and W of its busiest stage beside them, so a miss in the step
-can be traced to the pass that makes it. No peer simulator publishes predictions for
+micro-batch, timed between two CUDA synchronizations, so with the host's start-up
+latency in each): pipesim's F, B and W of its busiest stage beside them, so a miss in the
+step can be traced to the pass that makes it. No peer simulator publishes predictions for
 these runs (SimuMax's A100 results are errors of its own, without measured times: the
 data file says where).
 """
