@@ -4,6 +4,7 @@ implementations and papers) is a copy of shared/reference, so the suite runs any
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import tempfile
@@ -44,6 +45,14 @@ def _orders_cache(tmp_path_factory):
     in a temporary one (subprocesses inherit it)."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     yield
+
+
+def load_script(path: Path):
+    """A benchmark (or docs) script imported as a module, to call its functions."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def reference_cases(prefix: str) -> list[dict]:

@@ -3,20 +3,18 @@ runs on the b200 preset (the benchmark prints the comparison; no accuracy is ass
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import tomllib
 from pathlib import Path
 
+from conftest import load_script
+
 BENCH = Path(__file__).parent.parent / "benchmarks" / "measured_b200.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("measured_b200", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(BENCH)
 
 
 def test_each_case_is_the_layout_its_name_gives_on_eight_gpus():
