@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def _orders_cache(tmp_path_factory):
 
 
 def load_script(path: Path):
-    """A benchmark (or docs) script imported as a module, to call its functions."""
+    """A benchmark (or docs) script imported as a module, to call its functions; registered
+    under its name, since dataclasses look their module up while the script runs."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
     spec.loader.exec_module(mod)
     return mod
 

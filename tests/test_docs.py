@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 import svgread as sv
+from conftest import load_script
 from pipesim import build, simulate
 from pipesim.components import PRESETS, ComponentCosts
 from pipesim.ir import Op, Pair
@@ -25,11 +25,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / f"{name}.py")
 
 
 def make_docs():

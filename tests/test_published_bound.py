@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import runpy
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script
 from pipesim.planner.compute import gemm
 from pipesim.planner.specs import load_cluster, load_training
 
@@ -47,10 +47,10 @@ def test_the_bound_slows_multiplies_by_the_peak_ratio_and_hbm_bound_ones_not_at_
 
 
 def test_the_benchmark_prints_the_group_at_both_ends():
-    bench = runpy.run_path(str(BENCH))  # the script's functions, without running it
+    bench = load_script(BENCH)  # the script's functions, without running it
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        bench["main"](["--no-search", "--only", "torchtitan Llama 3 8B, 8 H100, FSDP"])
+        bench.main(["--no-search", "--only", "torchtitan Llama 3 8B, 8 H100, FSDP"])
     text = out.getvalue()
     left = re.search(r"(\d+) rows \(marked \*\) left out.*500 W.*bias \(mean signed error\) ([-+][\d.]+)%", text)
     same = re.search(r"The same (\d+) rows at the other end.*NVL.*bias \(mean signed error\) ([-+][\d.]+)%", text)
