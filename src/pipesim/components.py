@@ -285,6 +285,35 @@ def _scaled(c: LayerCosts, k: float) -> LayerCosts:
 _PLANS: dict[tuple, tuple[float, Inside]] = {}
 PLANS_KEPT = 2048
 
+#: durations of lone ops run part after part, keyed by (kind, layers): all a search's
+#: bounds ask of most candidates (a float each, so many more are kept than plans)
+_SERIAL: dict[tuple, float] = {}
+SERIAL_KEPT = 65536
+
+#: the parts of one layer of a lone op, in the order ``forward_tasks``, ``backward_tasks``
+#: and ``weight_tasks`` append them
+_SERIAL_PARTS = {
+    "F": ("attn_f", "dispatch_f", "mlp_f", "combine_f"),
+    "B": ("combine_b", "mlp_b", "dispatch_b", "attn_b"),
+    "BW": ("combine_b", "mlp_b", "mlp_w", "dispatch_b", "attn_b", "attn_w"),
+    "W": ("mlp_w", "attn_w"),
+}
+
+
+def serial_time(kind: str, layers: tuple[LayerCosts, ...]) -> float:
+    """How long a lone op lasts when its parts run one after another (``lone_plan``
+    without ``split``): their sum, added in the order ``run_streams`` advances its clock
+    through them (so the same float), without building the tasks. Forwards run the
+    layers first to last, the others last to first."""
+    t = 0.0
+    names = _SERIAL_PARTS[kind]
+    for c in layers if kind == "F" else reversed(layers):
+        for name in names:
+            work = getattr(c, name)
+            if work > 0:
+                t += work
+    return t
+
 
 @dataclass(frozen=True)
 class ComponentCosts:
@@ -362,7 +391,25 @@ class ComponentCosts:
     # The CostModel protocol ---------------------------------------------------------
 
     def op_time(self, op: Op, stage: int) -> float:
-        return self._plan((op.kind, stage))[0]
+        key = (op.kind, stage)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[0]
+        if self.lone_overlap and op.kind != "W":  # half micro-batches overlap: simulated
+            return self._plan(key)[0]
+        # parts one after another: the sum of their times, kept apart from the plan, which
+        # only a simulation asks for (``inside``)
+        tkey = ("serial", op.kind, stage)
+        t = self._cache.get(tkey)
+        if t is None:
+            content = (op.kind, self.layers(stage))
+            t = _SERIAL.get(content)
+            if t is None:
+                t = _SERIAL[content] = serial_time(op.kind, content[1])
+                if len(_SERIAL) > SERIAL_KEPT:
+                    del _SERIAL[next(iter(_SERIAL))]
+            self._cache[tkey] = t
+        return t
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
         return self._plan(("pair", f_stage, b_stage, pair.backward.kind))[0]

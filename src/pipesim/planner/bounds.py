@@ -13,8 +13,10 @@ from .specs import Model, Training
 
 
 def _ends(f, shapes: list[Shape], arg) -> tuple:
-    """f at the first and last sample point (the same when M is simulated itself)."""
-    return f(shapes[0], arg), f(shapes[-1], arg)
+    """f at the first and last sample point (the same when M is simulated itself: then
+    computed once)."""
+    first = f(shapes[0], arg)
+    return first, (first if len(shapes) == 1 else f(shapes[-1], arg))
 
 
 def affine(a: float, b: float, k: float) -> float:
