@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from pipesim import components
-from pipesim.components import ComponentCosts, LayerCosts, serial_time
+from pipesim.components import ComponentCosts, LayerCosts, lone_plan, run_streams, serial_time, serial_times
 from pipesim.ir import Op
 from pipesim.planner import split
 from pipesim.planner.split import balanced_partition
@@ -23,30 +22,32 @@ def _layers(rng: random.Random, n: int) -> tuple[LayerCosts, ...]:
 
 
 @pytest.mark.parametrize("kind", ["F", "B", "W", "BW"])
-def test_serial_time_is_the_two_stream_simulation_of_a_lone_op(kind):
-    """A lone op without half micro-batches runs its parts one after another: its time is
-    the same float ``run_streams`` ends at, for any layers and SM share."""
+def test_a_lone_op_part_after_part_is_timed_as_the_two_streams_time_it(kind):
+    """A lone op without half micro-batches runs its parts one after another: each part's
+    start and end, and the op's length, are the same floats ``run_streams`` gives, for any
+    layers and SM share."""
     rng = random.Random(kind)
     for _ in range(300):
         layers = _layers(rng, rng.randint(1, 12))
-        model = ComponentCosts((layers,), comm_sms=rng.choice([0, 20, 66]))
-        assert serial_time(kind, layers) == model._run_plan((kind, 0))[0]
+        tasks, orders = lone_plan(Op(kind, 0, 0), layers, split=False)
+        streams = run_streams(tasks, orders, rng.choice([0.0, 20 / 132, 0.5]))
+        assert serial_times(tasks) == streams
+        assert serial_time(kind, layers) == max(b for _, b in streams)
 
 
-def test_serial_times_are_kept_by_kind_and_layers():
-    """Two cost models whose stage 0 holds other layers, and two kinds of op on the same
-    layers, never share a kept time; a lone op that overlaps half micro-batches is
-    simulated, not summed."""
-    components._SERIAL.clear()
+def test_op_times_are_kept_by_kind_and_stage():
+    """A cost model keeps each op's time by its kind and stage: stages holding other
+    layers, and other kinds of op on the same layers, get their own; a lone op that
+    overlaps half micro-batches is simulated, not summed."""
     a = (LayerCosts(attn_f=1, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
     b = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
-    ma, mb = ComponentCosts((a,)), ComponentCosts((b, a))
-    assert ma.op_time(Op("F", 0, 0), 0) == 1 + 0.5 + 2 + 0.25
-    assert mb.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25  # other layers, same stage index
-    assert mb.op_time(Op("F", 0, 0), 1) == 1 + 0.5 + 2 + 0.25  # the same layers at another stage
-    assert ma.op_time(Op("B", 0, 0), 0) == 0.25 + 2 + 0.5 + 1  # other kind, same layers
-    assert ma.op_time(Op("W", 0, 0), 0) == 2 + 1
-    assert ma.op_time(Op("BW", 0, 0), 0) == 0.25 + 2 + 2 + 0.5 + 1 + 1
+    model = ComponentCosts((b, a))
+    assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25
+    assert model.op_time(Op("F", 0, 0), 1) == 1 + 0.5 + 2 + 0.25  # other layers, other stage
+    assert model.op_time(Op("B", 0, 0), 1) == 0.25 + 2 + 0.5 + 1  # other kind, same layers
+    assert model.op_time(Op("W", 0, 0), 1) == 2 + 1
+    assert model.op_time(Op("BW", 0, 0), 1) == 0.25 + 2 + 2 + 0.5 + 1 + 1
+    assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25  # read back
     split_halves = ComponentCosts((a,), lone_overlap=True, comm_sms=0)
     assert split_halves.op_time(Op("F", 0, 0), 0) < 1 + 0.5 + 2 + 0.25  # halves hide communication
 
@@ -81,3 +82,33 @@ def test_kept_splits_answer_what_a_fresh_split_answers():
     assert all(x != answers[0] for x in answers[1:-1]) and answers[-1] != answers[-2], answers
     assert [sizes(call) for call in calls] == answers  # one cache, filled in this order
     assert [sizes(call) for call in reversed(calls)] == answers[::-1]  # and read back
+
+
+@pytest.mark.parametrize(
+    ("name", "pp", "M", "options"),
+    [
+        ("1f1b", 4, 12, {}),
+        ("interleaved-1f1b", 4, 16, {"chunks": 2}),
+        ("zb-h2", 4, 12, {}),
+        ("dualpipev", 4, 16, {}),
+        ("chimera", 4, 8, {}),
+        ("zb-v", 3, 9, {}),
+    ],
+)
+def test_activation_peaks_from_the_order_are_the_simulated_peaks(name, pp, M, options):
+    """What a shape keeps once for every memory model (each row's stages, the ranks with
+    rows) gives each rank's activation peak as ``pipesim.memory`` measures it on the
+    simulated timeline, for stages of unequal sizes and any W share."""
+    from pipesim import build, simulate
+    from pipesim.costs import Costs
+    from pipesim.memory import MemoryModel, memory
+    from pipesim.planner.programs import activation_peaks, shape
+
+    s = build(name, pp, M, **options)
+    sh = shape(s)
+    tl = simulate(s, Costs(f=1.0, b=1.3, w=0.7))
+    rng = random.Random(name)
+    for _ in range(5):
+        sizes = tuple(rng.choice([1e5, 3e5, 7e5]) for _ in range(s.placement.stages))
+        mm = MemoryModel(params=1.0, activation=sizes, w_share=rng.random())
+        assert activation_peaks(sh, mm) == pytest.approx(memory(s, tl, mm, curves=False).activation_peak, rel=1e-12)

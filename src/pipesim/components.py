@@ -249,8 +249,8 @@ def lone_plan(op: Op, layers: tuple[LayerCosts, ...], split: bool) -> tuple[list
     micro-batches whose parts alternate so one half's communication hides behind the
     other's computation."""
     halves = ("a", "b") if split and op.kind != "W" else ("",)
-    scale = 1.0 / len(halves)
-    part_layers = tuple(_scaled(c, scale) for c in layers)
+    # whole micro-batches keep their layers (times 1.0 would be the same numbers)
+    part_layers = layers if len(halves) == 1 else tuple(_scaled(c, 1.0 / len(halves)) for c in layers)
     tasks: list[Task] = []
     per_half = []
     for h in halves:
@@ -285,11 +285,6 @@ def _scaled(c: LayerCosts, k: float) -> LayerCosts:
 _PLANS: dict[tuple, tuple[float, Inside]] = {}
 PLANS_KEPT = 2048
 
-#: durations of lone ops run part after part, keyed by (kind, layers): all a search's
-#: bounds ask of most candidates (a float each, so many more are kept than plans)
-_SERIAL: dict[tuple, float] = {}
-SERIAL_KEPT = 65536
-
 #: the parts of one layer of a lone op, in the order ``forward_tasks``, ``backward_tasks``
 #: and ``weight_tasks`` append them
 _SERIAL_PARTS = {
@@ -298,6 +293,20 @@ _SERIAL_PARTS = {
     "BW": ("combine_b", "mlp_b", "mlp_w", "dispatch_b", "attn_b", "attn_w"),
     "W": ("mlp_w", "attn_w"),
 }
+
+
+def serial_times(tasks: list[Task]) -> list[tuple[float, float]]:
+    """(start, end) of tasks that run one after another in list order, as ``run_streams``
+    times such a chain: each starts when the one before ends and lasts its work."""
+    t = 0.0
+    out = []
+    for task in tasks:
+        if task.work > 0:
+            out.append((t, t + task.work))
+            t += task.work
+        else:
+            out.append((t, t))
+    return out
 
 
 def serial_time(kind: str, layers: tuple[LayerCosts, ...]) -> float:
@@ -398,17 +407,12 @@ class ComponentCosts:
         if self.lone_overlap and op.kind != "W":  # half micro-batches overlap: simulated
             return self._plan(key)[0]
         # parts one after another: the sum of their times, kept apart from the plan, which
-        # only a simulation asks for (``inside``)
+        # only a simulation asks for (``inside``). Not shared between cost models: the sum
+        # costs about what hashing its layers to look it up would
         tkey = ("serial", op.kind, stage)
         t = self._cache.get(tkey)
         if t is None:
-            content = (op.kind, self.layers(stage))
-            t = _SERIAL.get(content)
-            if t is None:
-                t = _SERIAL[content] = serial_time(op.kind, content[1])
-                if len(_SERIAL) > SERIAL_KEPT:
-                    del _SERIAL[next(iter(_SERIAL))]
-            self._cache[tkey] = t
+            t = self._cache[tkey] = serial_time(op.kind, self.layers(stage))
         return t
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
@@ -464,7 +468,10 @@ class ComponentCosts:
         else:
             kind, stage = key
             tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
-        times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
+        if key[0] != "pair" and not (self.lone_overlap and key[0] != "W"):
+            times = serial_times(tasks)
+        else:
+            times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
         kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
         parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
         tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)
