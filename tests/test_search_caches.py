@@ -36,9 +36,10 @@ def test_a_lone_op_part_after_part_is_timed_as_the_two_streams_time_it(kind):
 
 
 def test_op_times_are_kept_by_kind_and_stage():
-    """A cost model keeps each op's time by its kind and stage: stages holding other
-    layers, and other kinds of op on the same layers, get their own; a lone op that
-    overlaps half micro-batches is simulated, not summed."""
+    """A cost model keeps each op's time by its kind and stage, and cost models share them
+    by kind and layers: stages holding other layers, and other kinds of op on the same
+    layers, get their own; a lone op that overlaps half micro-batches is simulated, not
+    summed."""
     a = (LayerCosts(attn_f=1, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
     b = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
     model = ComponentCosts((b, a))
@@ -48,6 +49,10 @@ def test_op_times_are_kept_by_kind_and_stage():
     assert model.op_time(Op("W", 0, 0), 1) == 2 + 1
     assert model.op_time(Op("BW", 0, 0), 1) == 0.25 + 2 + 2 + 0.5 + 1 + 1
     assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25  # read back
+    # times shared between cost models: by the layers, not the stage's index
+    assert ComponentCosts((a,)).op_time(Op("F", 0, 0), 0) == 1 + 0.5 + 2 + 0.25
+    twin = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)  # b's values, another object
+    assert ComponentCosts((twin, a)).op_time(Op("B", 0, 0), 0) == 0.25 + 2 + 0.5 + 3
     split_halves = ComponentCosts((a,), lone_overlap=True, comm_sms=0)
     assert split_halves.op_time(Op("F", 0, 0), 0) < 1 + 0.5 + 2 + 0.25  # halves hide communication
 

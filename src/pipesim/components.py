@@ -295,6 +295,24 @@ _SERIAL_PARTS = {
 }
 
 
+#: ``serial_time`` of (kind, layers), shared by every cost model, keyed by the identities
+#: of the layers (hashing their values would cost as much as adding them up; a search's
+#: cost models share the LayerCosts objects of each kind of layer). Each entry keeps its
+#: layers, so no id in a key can pass to another object while the key is kept.
+_SERIAL: dict[tuple, tuple[float, tuple[LayerCosts, ...]]] = {}
+SERIAL_KEPT = 1 << 16
+
+
+def _serial(kind: str, layers: tuple[LayerCosts, ...]) -> float:
+    key = (kind, *map(id, layers))
+    hit = _SERIAL.get(key)
+    if hit is None:
+        hit = _SERIAL[key] = (serial_time(kind, layers), layers)
+        if len(_SERIAL) > SERIAL_KEPT:
+            del _SERIAL[next(iter(_SERIAL))]  # the oldest: a bounded memory
+    return hit[0]
+
+
 def serial_times(tasks: list[Task]) -> list[tuple[float, float]]:
     """(start, end) of tasks that run one after another in list order, as ``run_streams``
     times such a chain: each starts when the one before ends and lasts its work."""
@@ -407,12 +425,11 @@ class ComponentCosts:
         if self.lone_overlap and op.kind != "W":  # half micro-batches overlap: simulated
             return self._plan(key)[0]
         # parts one after another: the sum of their times, kept apart from the plan, which
-        # only a simulation asks for (``inside``). Not shared between cost models: the sum
-        # costs about what hashing its layers to look it up would
+        # only a simulation asks for (``inside``)
         tkey = ("serial", op.kind, stage)
         t = self._cache.get(tkey)
         if t is None:
-            t = self._cache[tkey] = serial_time(op.kind, self.layers(stage))
+            t = self._cache[tkey] = _serial(op.kind, self.layers(stage))
         return t
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
