@@ -10,7 +10,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..ir import KINDS, Schedule
-from ..schedules import REGISTRY, build
+from ..schedules import REGISTRY, build, cache
 from ..schedules.classic import smallest_group
 from ..simulate import Program, compile
 
@@ -36,7 +36,10 @@ class ProgramCache:
         if hit is not None:
             self.kept.move_to_end(key)
             return hit
-        s = build(name, pp, M, **options)
+        if _searched_for_costs(name, pp, M, options):
+            s = cache.for_costs(name, pp, M, options, lambda: build(name, pp, M, **options))
+        else:
+            s = build(name, pp, M, **options)
         s = Schedule(s.name, s.pp, s.microbatches, s.placement, s.table, s.info)
         entry = self.kept[key] = [s, None, None, 0]
         self._grow(entry, _nbytes(s.table))
@@ -62,6 +65,16 @@ class ProgramCache:
             e[2] = compile(e[0])
             self._grow(e, _nbytes(e[2]))
         return e[2]
+
+
+def _searched_for_costs(name: str, pp: int, M: int, options: dict) -> bool:
+    """Whether the family searches its order for the candidate's own costs (zb-auto's
+    heuristic, deterministic unless ``exact`` runs CP-SAT against the clock): such an
+    order is kept on disk by its options (``cache.for_costs``), the planner asking for
+    the same few dozen on every run of a search."""
+    fam = REGISTRY[name]
+    searched = not fam.periodic and {"f", "b", "w"} <= fam.options.keys() and not options.get("exact", False)
+    return searched and fam.check(pp, M, **options) is None  # what build refuses, it refuses itself
 
 
 def _nbytes(x) -> int:
