@@ -30,7 +30,9 @@ P2P transfers between stages are the ``p2p`` latency on the edges between ranks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from .errors import PipesimError
 from .ir import Item, Op, Pair
@@ -98,8 +100,9 @@ PRESETS: dict[str, LayerCosts] = {
 }
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
+    """One part of an item on one stream (a tuple: a pair's plan makes hundreds)."""
+
     part: str  # "ATTN(F)", "DISPATCH(B)", ...
     half: str  # which op of the item: "F"/"B" in a pair, "" or "a"/"b" in a lone op
     layer: int
@@ -115,9 +118,18 @@ def run_streams(
     before it on the stream and everything in ``after`` have ended. Compute progresses at
     rate 1 - ``comm_share`` while a communication task runs (``held``: until the last
     communication task with work has ended, waits included), else at rate 1."""
-    times: list[tuple[float, float] | None] = [None] * len(tasks)
-    pos = {s: 0 for s in orders}
-    running: dict[str, tuple[int, float, float]] = {}  # stream -> (task, start, work left)
+    n = len(tasks)
+    ends: list[float | None] = [None] * n
+    starts = [0.0] * n
+    seqs = list(orders.values())
+    compute = [name == "compute" for name in orders]
+    comm = [name == "comm" for name in orders]
+    k = len(seqs)
+    pos = [0] * k
+    task = [-1] * k  # per stream, the task it runs (-1: none), its start and work left
+    left = [0.0] * k
+    rate = [1.0] * k
+    slow = 1.0 - comm_share
     # held: the SMs stay taken until the communication stream's last task with work ends
     last_comm = next((i for i in reversed(orders.get("comm", [])) if tasks[i].work > 0), None) if held else None
     t = 0.0
@@ -126,35 +138,50 @@ def run_streams(
         progressed = True
         while progressed:
             progressed = False
-            for s, order in orders.items():
-                if s in running or pos[s] >= len(order):
+            for s in range(k):
+                if task[s] >= 0 or pos[s] >= len(seqs[s]):
                     continue
-                i = order[pos[s]]
-                if all(times[j] is not None and times[j][1] <= t + 1e-12 for j in tasks[i].after):
+                i = seqs[s][pos[s]]
+                ready = True
+                for j in tasks[i].after:
+                    e = ends[j]
+                    if e is None or e > t + 1e-12:
+                        ready = False
+                        break
+                if ready:
                     pos[s] += 1
                     progressed = True
-                    if tasks[i].work <= 0:
-                        times[i] = (t, t)
+                    work = tasks[i].work
+                    if work <= 0:
+                        starts[i] = ends[i] = t
                     else:
-                        running[s] = (i, t, tasks[i].work)
-        if not running:
+                        task[s], starts[i], left[s] = i, t, work
+        comm_on = last_comm is not None and ends[last_comm] is None
+        busy = False
+        for s in range(k):
+            if task[s] >= 0:
+                busy = True
+                comm_on = comm_on or comm[s]
+        if not busy:
             break
-        comm_on = "comm" in running or (last_comm is not None and times[last_comm] is None)
-        rate = {"compute": 1.0 - comm_share if comm_on else 1.0, "comm": 1.0}
-        step = min(left / rate[s] for s, (_, _, left) in running.items())
+        step = math.inf
+        for s in range(k):
+            if task[s] >= 0:
+                rate[s] = slow if comm_on and compute[s] else 1.0
+                d = left[s] / rate[s]
+                if d < step:
+                    step = d
         t += step
-        for s in list(running):
-            i, start, left = running[s]
-            left -= step * rate[s]
-            if left <= 1e-12:
-                times[i] = (start, t)
-                del running[s]
-            else:
-                running[s] = (i, start, left)
-    if any(x is None for x in times):  # an order that contradicts the dependencies
-        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(times) if x is None]
+        for s in range(k):
+            if task[s] >= 0:
+                left[s] -= step * rate[s]
+                if left[s] <= 1e-12:
+                    ends[task[s]] = t
+                    task[s] = -1
+    if any(x is None for x in ends):  # an order that contradicts the dependencies
+        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(ends) if x is None]
         raise PipesimError(f"component stream orders cannot run: {', '.join(stuck[:4])} never start")
-    return times  # type: ignore[return-value]
+    return list(zip(starts, ends))  # type: ignore[arg-type]
 
 
 def forward_tasks(layers: tuple[LayerCosts, ...], tag: str, tasks: list[Task]) -> list[dict[str, int]]:
