@@ -322,19 +322,22 @@ _SERIAL_PARTS = {
 }
 
 
-#: ``serial_time`` of (kind, layers), shared by every cost model, keyed by the identities
-#: of the layers (hashing their values would cost as much as adding them up; a search's
-#: cost models share the LayerCosts objects of each kind of layer). Each entry keeps its
-#: layers, so no id in a key can pass to another object while the key is kept.
-_SERIAL: dict[tuple, tuple[float, tuple[LayerCosts, ...]]] = {}
+#: ``serial_time`` of every kind of op on some layers, shared by every cost model, keyed
+#: by the identities of the layers (hashing their values would cost as much as adding
+#: them up; a search's cost models share the LayerCosts objects of each kind of layer).
+#: Each entry keeps its layers, so no id in a key can pass to another object while the
+#: key is kept.
+_SERIAL: dict[tuple, tuple[dict[str, float], tuple[LayerCosts, ...]]] = {}
 SERIAL_KEPT = 1 << 16
 
 
-def _serial(kind: str, layers: tuple[LayerCosts, ...]) -> float:
-    key = (kind, *map(id, layers))
+def _serial(layers: tuple[LayerCosts, ...]) -> dict[str, float]:
+    """Per kind of op (F, B, W, BW), ``serial_time`` on these layers: a search asks for
+    all four of most stages (their bounds' fill and drain, their step's overheads)."""
+    key = tuple(map(id, layers))
     hit = _SERIAL.get(key)
     if hit is None:
-        hit = _SERIAL[key] = (serial_time(kind, layers), layers)
+        hit = _SERIAL[key] = ({kind: serial_time(kind, layers) for kind in _SERIAL_PARTS}, layers)
         if len(_SERIAL) > SERIAL_KEPT:
             del _SERIAL[next(iter(_SERIAL))]  # the oldest: a bounded memory
     return hit[0]
@@ -453,11 +456,10 @@ class ComponentCosts:
             return self._plan(key)[0]
         # parts one after another: the sum of their times, kept apart from the plan, which
         # only a simulation asks for (``inside``)
-        tkey = ("serial", op.kind, stage)
-        t = self._cache.get(tkey)
-        if t is None:
-            t = self._cache[tkey] = _serial(op.kind, self.layers(stage))
-        return t
+        times = self._cache.get(("serial", stage))
+        if times is None:
+            times = self._cache["serial", stage] = _serial(self.layers(stage))
+        return times[op.kind]
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
         return self._plan(("pair", f_stage, b_stage, pair.backward.kind))[0]
