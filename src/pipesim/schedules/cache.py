@@ -163,8 +163,7 @@ def for_costs(name: str, pp: int, microbatches: int, options: dict, search: Call
     same ones again. Only deterministic searches belong here (not a time-limited
     CP-SAT run): the caller says which. The order and placement are kept; the search's
     report (``info``) is not, so a read schedule has none."""
-    code = (Path(__file__).resolve().parent / "zb_auto.py").read_bytes()
-    digest = hashlib.sha256(code + repr(sorted(options.items())).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(_builder_code() + repr(sorted(options.items())).encode()).hexdigest()[:16]
     stem = f"{_stem(name, pp, microbatches)}-{digest}"
     d = read(stem)
     try:
@@ -176,6 +175,12 @@ def for_costs(name: str, pp: int, microbatches: int, options: dict, search: Call
     s = search()
     write(stem, _encode(s))
     return s
+
+
+@functools.cache
+def _builder_code() -> bytes:
+    """The code of the builder whose orders ``for_costs`` keeps (read once a process)."""
+    return (Path(__file__).resolve().parent / "zb_auto.py").read_bytes()
 
 
 def cached(name: str) -> Callable[[Callable[[int, int], Schedule]], Callable[[int, int], Schedule]]:
