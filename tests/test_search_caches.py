@@ -49,6 +49,9 @@ def test_op_times_are_kept_by_kind_and_stage():
     assert model.op_time(Op("W", 0, 0), 1) == 2 + 1
     assert model.op_time(Op("BW", 0, 0), 1) == 0.25 + 2 + 2 + 0.5 + 1 + 1
     assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25  # read back
+    # kept beside them, each op's compute alone (the floor of a pair holding it)
+    assert model.compute_time("F", 1) == 1 + 2 and model.compute_time("F", 0) == 3 + 2
+    assert model.compute_time("B", 1) == 1 + 2 and model.compute_time("BW", 1) == 1 + 2 + 1 + 2
     # times shared between cost models: by the layers, not the stage's index
     assert ComponentCosts((a,)).op_time(Op("F", 0, 0), 0) == 1 + 0.5 + 2 + 0.25
     twin = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)  # b's values, another object

@@ -331,13 +331,23 @@ _SERIAL: dict[tuple, tuple[dict[str, float], tuple[LayerCosts, ...]]] = {}
 SERIAL_KEPT = 1 << 16
 
 
-def _serial(layers: tuple[LayerCosts, ...]) -> dict[str, float]:
-    """Per kind of op (F, B, W, BW), ``serial_time`` on these layers: a search asks for
-    all four of most stages (their bounds' fill and drain, their step's overheads)."""
+#: the compute parts of one op of a layer (``forward_tasks`` and ``backward_tasks`` put
+#: these on the compute stream; the all-to-alls go beside them)
+COMPUTE_PARTS = {"F": ("attn_f", "mlp_f"), "B": ("attn_b", "mlp_b"), "BW": ("attn_b", "mlp_b", "attn_w", "mlp_w")}
+
+
+def _serial(layers: tuple[LayerCosts, ...]) -> dict:
+    """Per kind of op (F, B, W, BW), ``serial_time`` on these layers, and per kind of
+    op with compute parts, ("compute", kind): their summed compute, layer by layer and
+    part by part. A search asks for all of them of most stages (their bounds' fill and
+    drain, the pairs' floors, their step's overheads)."""
     key = tuple(map(id, layers))
     hit = _SERIAL.get(key)
     if hit is None:
-        hit = _SERIAL[key] = ({kind: serial_time(kind, layers) for kind in _SERIAL_PARTS}, layers)
+        times: dict = {kind: serial_time(kind, layers) for kind in _SERIAL_PARTS}
+        for kind, parts in COMPUTE_PARTS.items():
+            times["compute", kind] = sum(getattr(c, part) for c in layers for part in parts)
+        hit = _SERIAL[key] = (times, layers)
         if len(_SERIAL) > SERIAL_KEPT:
             del _SERIAL[next(iter(_SERIAL))]  # the oldest: a bounded memory
     return hit[0]
@@ -456,10 +466,18 @@ class ComponentCosts:
             return self._plan(key)[0]
         # parts one after another: the sum of their times, kept apart from the plan, which
         # only a simulation asks for (``inside``)
+        return self._serial_times(stage)[op.kind]
+
+    def compute_time(self, kind: str, stage: int) -> float:
+        """Seconds of compute in one op (F, B or the fused BW) on one stage: its compute
+        parts one after another at full rate, the least an item holding it lasts."""
+        return self._serial_times(stage)["compute", kind]
+
+    def _serial_times(self, stage: int) -> dict:
         times = self._cache.get(("serial", stage))
         if times is None:
             times = self._cache["serial", stage] = _serial(self.layers(stage))
-        return times[op.kind]
+        return times
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
         return self._plan(("pair", f_stage, b_stage, pair.backward.kind))[0]
