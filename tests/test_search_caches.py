@@ -120,3 +120,30 @@ def test_activation_peaks_from_the_order_are_the_simulated_peaks(name, pp, M, op
         sizes = tuple(rng.choice([1e5, 3e5, 7e5]) for _ in range(s.placement.stages))
         mm = MemoryModel(params=1.0, activation=sizes, w_share=rng.random())
         assert activation_peaks(sh, mm) == pytest.approx(memory(s, tl, mm, curves=False).activation_peak, rel=1e-12)
+
+
+def test_stages_held_per_placement_are_kept_by_its_routes():
+    """``memory`` reads each rank's held stages from a table kept by (pp, chunks,
+    routes): placements of every shape, one after another in one cache, get what
+    ``Placement.model_stage`` says of each chunk a route passes through."""
+    from pipesim import build
+    from pipesim.memory import _held
+
+    seen = set()
+    for name, pp, M, options in [
+        ("1f1b", 4, 8, {}),
+        ("interleaved-1f1b", 4, 8, {"chunks": 2}),
+        ("dualpipe", 4, 8, {}),
+        ("dualpipev", 4, 8, {}),
+        ("chimera", 4, 8, {}),
+        ("zb-v", 4, 8, {}),
+        ("1f1b", 2, 4, {}),
+    ]:
+        pl = build(name, pp, M, **options).placement
+        want = tuple(
+            tuple(pl.model_stage(r, c) for c in range(pl.chunks) if any((r, c) in route for route in pl.routes))
+            for r in range(pp)
+        )
+        assert _held(pl.pp, pl.chunks, pl.routes) == want, name
+        seen.add(want)
+    assert len(seen) >= 5  # the placements do hold different stages
