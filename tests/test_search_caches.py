@@ -147,3 +147,31 @@ def test_stages_held_per_placement_are_kept_by_its_routes():
         assert _held(pl.pp, pl.chunks, pl.routes) == want, name
         seen.add(want)
     assert len(seen) >= 5  # the placements do hold different stages
+
+
+def test_a_search_reads_each_placement_once_by_identity():
+    """``Shared.placement`` keeps, per placement object, the stages each rank holds and
+    runs: placements of several shapes and sizes asked in turn (and again) each get
+    their own, and a placement whose micro-batches use one of two routes runs fewer
+    stages than it holds."""
+    from pipesim.planner.bounds import rank_stages
+    from pipesim.planner.evaluate import Shared
+    from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+    from pipesim.schedules import REGISTRY
+
+    shared = Shared(load_model("llama3-8b"), load_cluster("h100", None), load_training(None, base=model_training("llama3-8b")))
+    placements = [
+        REGISTRY[name].placement_of(pp, M, **options)
+        for name, pp, M, options in [
+            ("1f1b", 4, 8, {}),
+            ("1f1b", 2, 8, {}),
+            ("interleaved-1f1b", 4, 8, {"chunks": 2}),
+            ("zb-v", 4, 8, {}),
+            ("dualpipe", 4, 8, {}),
+            ("dualpipe", 4, 1, {}),  # one micro-batch: one of the two routes
+        ]
+    ]
+    want = [(pl.held(), tuple(map(frozenset, rank_stages(pl)))) for pl in placements]
+    assert [shared.placement(pl) for pl in placements + placements[::-1]] == want + want[::-1]
+    held, runs = want[-1]
+    assert sum(map(len, runs)) < sum(map(len, held))
