@@ -175,3 +175,29 @@ def test_a_search_reads_each_placement_once_by_identity():
     assert [shared.placement(pl) for pl in placements + placements[::-1]] == want + want[::-1]
     held, runs = want[-1]
     assert sum(map(len, runs)) < sum(map(len, held))
+
+
+def test_a_search_collects_cycles_less_often_and_restores_the_pace(monkeypatch):
+    """The search runs the cycle collector at a slower pace (its caches are long-lived)
+    and gives the caller's thresholds back, also when it fails."""
+    import gc
+
+    from pipesim.errors import PipesimError
+    from pipesim.planner import search as search_mod
+    from pipesim.planner.specs import Training, load_cluster, load_model
+
+    seen = []
+    real = search_mod._search
+    monkeypatch.setattr(search_mod, "_search", lambda *a: seen.append(gc.get_threshold()) or real(*a))
+    old = gc.get_threshold()
+    try:
+        gc.set_threshold(500, 7, 9)
+        m, c = load_model("llama3-8b"), load_cluster("h100", gpus=8)
+        t = Training(seq=1024, global_batch=32, recompute="selective")
+        assert search_mod.search(m, c, t, pins=search_mod.Pins(pp=2, tp=2)).best is not None
+        assert seen[-1] == (20 * 700, 7, 9) and gc.get_threshold() == (500, 7, 9)
+        with pytest.raises(PipesimError):
+            search_mod.search(m, c, t, pins=search_mod.Pins(pp=3))  # 8 GPUs: no pp of 3
+        assert gc.get_threshold() == (500, 7, 9)
+    finally:
+        gc.set_threshold(*old)
