@@ -133,3 +133,33 @@ def test_a_file_naming_an_op_the_schedule_cannot_hold_is_searched_again(home):
         path.write_text(json.dumps({**d, "ranks": [bad, *d["ranks"][1:]]}))
         assert build("zb-v", 3, 4).ranks == good.ranks
         assert json.loads(path.read_text())["ranks"] == d["ranks"]
+
+
+def test_orders_searched_for_costs_are_kept_by_every_option(home, monkeypatch):
+    """zb-auto's order, searched for a candidate's own costs, is kept by all of its
+    options: the planner's second ask reads it, and a change to any one option (a
+    stage's F, the latency, the memory limit, the W share) is a search of its own whose
+    order is what ``build`` gives for it."""
+    from pipesim.planner import programs
+    from pipesim.planner.programs import ProgramCache
+
+    base = {"f": (1.0, 1.2, 1.0), "b": (1.0, 1.0, 2.0), "w": (0.5, 0.5, 1.5), "comm": 0.1, "memory_limit": 3.0, "w_memory": 0.5}
+    changed = [
+        {**base, "f": (2.0, 1.0, 1.0)},
+        {**base, "comm": 0.7},
+        {**base, "memory_limit": 4.5},
+        {**base, "w_memory": 0.2},
+    ]
+    orders = {}
+    for opts in (base, *changed):
+        s = ProgramCache()._entry("zb-auto", 3, 6, opts)[0]
+        assert s.ranks == build("zb-auto", 3, 6, **opts).ranks
+        orders[repr(opts)] = s.ranks
+    assert len(files(home)) == 5
+    assert all(orders[repr(o)] != orders[repr(base)] for o in changed)  # each option changes the order here
+    with monkeypatch.context() as m:
+        m.setattr(programs, "build", lambda *a, **k: pytest.fail("searched again"))
+        for opts in (base, *changed):  # read back, each its own
+            assert ProgramCache()._entry("zb-auto", 3, 6, opts)[0].ranks == orders[repr(opts)]
+    exact = ProgramCache()._entry("zb-auto", 3, 6, {**base, "exact": True, "time_limit": 1.0})[0]
+    assert exact.info["method"] and len(files(home)) == 5  # a run against the clock is not kept

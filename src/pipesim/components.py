@@ -30,7 +30,9 @@ P2P transfers between stages are the ``p2p`` latency on the edges between ranks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from .errors import PipesimError
 from .ir import Item, Op, Pair
@@ -98,8 +100,9 @@ PRESETS: dict[str, LayerCosts] = {
 }
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
+    """One part of an item on one stream (a tuple: a pair's plan makes hundreds)."""
+
     part: str  # "ATTN(F)", "DISPATCH(B)", ...
     half: str  # which op of the item: "F"/"B" in a pair, "" or "a"/"b" in a lone op
     layer: int
@@ -115,9 +118,18 @@ def run_streams(
     before it on the stream and everything in ``after`` have ended. Compute progresses at
     rate 1 - ``comm_share`` while a communication task runs (``held``: until the last
     communication task with work has ended, waits included), else at rate 1."""
-    times: list[tuple[float, float] | None] = [None] * len(tasks)
-    pos = {s: 0 for s in orders}
-    running: dict[str, tuple[int, float, float]] = {}  # stream -> (task, start, work left)
+    n = len(tasks)
+    ends: list[float | None] = [None] * n
+    starts = [0.0] * n
+    seqs = list(orders.values())
+    compute = [name == "compute" for name in orders]
+    comm = [name == "comm" for name in orders]
+    k = len(seqs)
+    pos = [0] * k
+    task = [-1] * k  # per stream, the task it runs (-1: none), its start and work left
+    left = [0.0] * k
+    rate = [1.0] * k
+    slow = 1.0 - comm_share
     # held: the SMs stay taken until the communication stream's last task with work ends
     last_comm = next((i for i in reversed(orders.get("comm", [])) if tasks[i].work > 0), None) if held else None
     t = 0.0
@@ -126,35 +138,50 @@ def run_streams(
         progressed = True
         while progressed:
             progressed = False
-            for s, order in orders.items():
-                if s in running or pos[s] >= len(order):
+            for s in range(k):
+                if task[s] >= 0 or pos[s] >= len(seqs[s]):
                     continue
-                i = order[pos[s]]
-                if all(times[j] is not None and times[j][1] <= t + 1e-12 for j in tasks[i].after):
+                i = seqs[s][pos[s]]
+                ready = True
+                for j in tasks[i].after:
+                    e = ends[j]
+                    if e is None or e > t + 1e-12:
+                        ready = False
+                        break
+                if ready:
                     pos[s] += 1
                     progressed = True
-                    if tasks[i].work <= 0:
-                        times[i] = (t, t)
+                    work = tasks[i].work
+                    if work <= 0:
+                        starts[i] = ends[i] = t
                     else:
-                        running[s] = (i, t, tasks[i].work)
-        if not running:
+                        task[s], starts[i], left[s] = i, t, work
+        comm_on = last_comm is not None and ends[last_comm] is None
+        busy = False
+        for s in range(k):
+            if task[s] >= 0:
+                busy = True
+                comm_on = comm_on or comm[s]
+        if not busy:
             break
-        comm_on = "comm" in running or (last_comm is not None and times[last_comm] is None)
-        rate = {"compute": 1.0 - comm_share if comm_on else 1.0, "comm": 1.0}
-        step = min(left / rate[s] for s, (_, _, left) in running.items())
+        step = math.inf
+        for s in range(k):
+            if task[s] >= 0:
+                rate[s] = slow if comm_on and compute[s] else 1.0
+                d = left[s] / rate[s]
+                if d < step:
+                    step = d
         t += step
-        for s in list(running):
-            i, start, left = running[s]
-            left -= step * rate[s]
-            if left <= 1e-12:
-                times[i] = (start, t)
-                del running[s]
-            else:
-                running[s] = (i, start, left)
-    if any(x is None for x in times):  # an order that contradicts the dependencies
-        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(times) if x is None]
+        for s in range(k):
+            if task[s] >= 0:
+                left[s] -= step * rate[s]
+                if left[s] <= 1e-12:
+                    ends[task[s]] = t
+                    task[s] = -1
+    if any(x is None for x in ends):  # an order that contradicts the dependencies
+        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(ends) if x is None]
         raise PipesimError(f"component stream orders cannot run: {', '.join(stuck[:4])} never start")
-    return times  # type: ignore[return-value]
+    return list(zip(starts, ends))  # type: ignore[arg-type]
 
 
 def forward_tasks(layers: tuple[LayerCosts, ...], tag: str, tasks: list[Task]) -> list[dict[str, int]]:
@@ -249,8 +276,8 @@ def lone_plan(op: Op, layers: tuple[LayerCosts, ...], split: bool) -> tuple[list
     micro-batches whose parts alternate so one half's communication hides behind the
     other's computation."""
     halves = ("a", "b") if split and op.kind != "W" else ("",)
-    scale = 1.0 / len(halves)
-    part_layers = tuple(_scaled(c, scale) for c in layers)
+    # whole micro-batches keep their layers (times 1.0 would be the same numbers)
+    part_layers = layers if len(halves) == 1 else tuple(_scaled(c, 1.0 / len(halves)) for c in layers)
     tasks: list[Task] = []
     per_half = []
     for h in halves:
@@ -284,6 +311,75 @@ def _scaled(c: LayerCosts, k: float) -> LayerCosts:
 #: a plan of a deep stage holds a tuple per part)
 _PLANS: dict[tuple, tuple[float, Inside]] = {}
 PLANS_KEPT = 2048
+
+#: the parts of one layer of a lone op, in the order ``forward_tasks``, ``backward_tasks``
+#: and ``weight_tasks`` append them
+_SERIAL_PARTS = {
+    "F": ("attn_f", "dispatch_f", "mlp_f", "combine_f"),
+    "B": ("combine_b", "mlp_b", "dispatch_b", "attn_b"),
+    "BW": ("combine_b", "mlp_b", "mlp_w", "dispatch_b", "attn_b", "attn_w"),
+    "W": ("mlp_w", "attn_w"),
+}
+
+
+#: ``serial_time`` of every kind of op on some layers, shared by every cost model, keyed
+#: by the identities of the layers (hashing their values would cost as much as adding
+#: them up; a search's cost models share the LayerCosts objects of each kind of layer).
+#: Each entry keeps its layers, so no id in a key can pass to another object while the
+#: key is kept.
+_SERIAL: dict[tuple, tuple[dict[str, float], tuple[LayerCosts, ...]]] = {}
+SERIAL_KEPT = 1 << 16
+
+
+#: the compute parts of one op of a layer (``forward_tasks`` and ``backward_tasks`` put
+#: these on the compute stream; the all-to-alls go beside them)
+COMPUTE_PARTS = {"F": ("attn_f", "mlp_f"), "B": ("attn_b", "mlp_b"), "BW": ("attn_b", "mlp_b", "attn_w", "mlp_w")}
+
+
+def _serial(layers: tuple[LayerCosts, ...]) -> dict:
+    """Per kind of op (F, B, W, BW), ``serial_time`` on these layers, and per kind of
+    op with compute parts, ("compute", kind): their summed compute, layer by layer and
+    part by part. A search asks for all of them of most stages (their bounds' fill and
+    drain, the pairs' floors, their step's overheads)."""
+    key = tuple(map(id, layers))
+    hit = _SERIAL.get(key)
+    if hit is None:
+        times: dict = {kind: serial_time(kind, layers) for kind in _SERIAL_PARTS}
+        for kind, parts in COMPUTE_PARTS.items():
+            times["compute", kind] = sum(getattr(c, part) for c in layers for part in parts)
+        hit = _SERIAL[key] = (times, layers)
+        if len(_SERIAL) > SERIAL_KEPT:
+            del _SERIAL[next(iter(_SERIAL))]  # the oldest: a bounded memory
+    return hit[0]
+
+
+def serial_times(tasks: list[Task]) -> list[tuple[float, float]]:
+    """(start, end) of tasks that run one after another in list order, as ``run_streams``
+    times such a chain: each starts when the one before ends and lasts its work."""
+    t = 0.0
+    out = []
+    for task in tasks:
+        if task.work > 0:
+            out.append((t, t + task.work))
+            t += task.work
+        else:
+            out.append((t, t))
+    return out
+
+
+def serial_time(kind: str, layers: tuple[LayerCosts, ...]) -> float:
+    """How long a lone op lasts when its parts run one after another (``lone_plan``
+    without ``split``): their sum, added in the order ``run_streams`` advances its clock
+    through them (so the same float), without building the tasks. Forwards run the
+    layers first to last, the others last to first."""
+    t = 0.0
+    names = _SERIAL_PARTS[kind]
+    for c in layers if kind == "F" else reversed(layers):
+        for name in names:
+            work = getattr(c, name)
+            if work > 0:
+                t += work
+    return t
 
 
 @dataclass(frozen=True)
@@ -362,7 +458,26 @@ class ComponentCosts:
     # The CostModel protocol ---------------------------------------------------------
 
     def op_time(self, op: Op, stage: int) -> float:
-        return self._plan((op.kind, stage))[0]
+        key = (op.kind, stage)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[0]
+        if self.lone_overlap and op.kind != "W":  # half micro-batches overlap: simulated
+            return self._plan(key)[0]
+        # parts one after another: the sum of their times, kept apart from the plan, which
+        # only a simulation asks for (``inside``)
+        return self._serial_times(stage)[op.kind]
+
+    def compute_time(self, kind: str, stage: int) -> float:
+        """Seconds of compute in one op (F, B or the fused BW) on one stage: its compute
+        parts one after another at full rate, the least an item holding it lasts."""
+        return self._serial_times(stage)["compute", kind]
+
+    def _serial_times(self, stage: int) -> dict:
+        times = self._cache.get(("serial", stage))
+        if times is None:
+            times = self._cache["serial", stage] = _serial(self.layers(stage))
+        return times
 
     def pair_time(self, pair: Pair, f_stage: int, b_stage: int) -> float:
         return self._plan(("pair", f_stage, b_stage, pair.backward.kind))[0]
@@ -417,7 +532,10 @@ class ComponentCosts:
         else:
             kind, stage = key
             tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
-        times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
+        if key[0] != "pair" and not (self.lone_overlap and key[0] != "W"):
+            times = serial_times(tasks)
+        else:
+            times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
         kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
         parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
         tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)

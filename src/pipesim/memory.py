@@ -18,6 +18,7 @@ M_W), so ``w_share = 32h / (34h + 5as)``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,8 +113,7 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     report's ``timeline`` is empty, and each rank is a sort and a sum."""
     pl = schedule.placement
     params, grads, opt = [], [], []
-    for r in range(schedule.pp):
-        held = [pl.model_stage(r, c) for c in range(pl.chunks) if _holds(pl, r, c)]
+    for held in _held(pl.pp, pl.chunks, pl.routes):
         sizes = [model.stage_bytes(s) for s in held]
         params.append(sum(x[0] for x in sizes))
         grads.append(sum(x[1] for x in sizes))
@@ -134,5 +134,13 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 
 
-def _holds(pl, rank: int, chunk: int) -> bool:
-    return any((rank, chunk) in route for route in pl.routes)
+@functools.lru_cache(maxsize=256)
+def _held(pp: int, chunks: int, routes: tuple) -> tuple[tuple[int, ...], ...]:
+    """Per rank, the model stages of the chunks some route passes through, chunk by
+    chunk: the same for every schedule of a placement's routes (the planner measures
+    hundreds), so worked out once."""
+    first: dict[tuple[int, int], int] = {}  # (rank, chunk) -> its stage on the first route through it
+    for route in routes:
+        for s, pos in enumerate(route):
+            first.setdefault(pos, s)
+    return tuple(tuple(first[(r, c)] for c in range(chunks) if (r, c) in first) for r in range(pp))

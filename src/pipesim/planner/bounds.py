@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..components import COMPUTE_PARTS
 from ..ir import Op, Pair, Placement
 from .footprint import memory_model
 from .layout import Layout
@@ -13,8 +14,10 @@ from .specs import Model, Training
 
 
 def _ends(f, shapes: list[Shape], arg) -> tuple:
-    """f at the first and last sample point (the same when M is simulated itself)."""
-    return f(shapes[0], arg), f(shapes[-1], arg)
+    """f at the first and last sample point (the same when M is simulated itself: then
+    computed once)."""
+    first = f(shapes[0], arg)
+    return first, (first if len(shapes) == 1 else f(shapes[-1], arg))
 
 
 def affine(a: float, b: float, k: float) -> float:
@@ -77,20 +80,16 @@ def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[lis
 SLACK = 1e-9
 
 
-#: the compute parts of one op of a layer (``components.forward_tasks`` and
-#: ``backward_tasks`` put these on the compute stream; the all-to-alls go beside them)
-COMPUTE_PARTS = {"F": ("attn_f", "mlp_f"), "B": ("attn_b", "mlp_b"), "BW": ("attn_b", "mlp_b", "attn_w", "mlp_w")}
-
-
 def compute_floor(costs, kind: str, stage: int) -> float | None:
     """Seconds of compute in one op (F, B or the fused BW) on one stage of a component
-    cost model, or None for another cost model. An item holding the op lasts at least
-    that: its compute stream runs the op's compute parts one after another at no more
-    than full rate (``components.run_streams``), an overlapped pair's parts too."""
-    layers = getattr(costs, "layers", None)
-    if layers is None or kind not in COMPUTE_PARTS:
+    cost model (``ComponentCosts.compute_time``), or None for another cost model. An item
+    holding the op lasts at least that: its compute stream runs the op's compute parts
+    one after another at no more than full rate (``components.run_streams``), an
+    overlapped pair's parts too."""
+    compute = getattr(costs, "compute_time", None)
+    if compute is None or kind not in COMPUTE_PARTS:
         return None
-    return sum(getattr(c, part) for c in layers(stage) for part in COMPUTE_PARTS[kind])
+    return compute(kind, stage)
 
 
 def work_floor(shapes: list[Shape], k: float, costs, times: dict, floors: dict) -> tuple[list[float], list[float]] | None:

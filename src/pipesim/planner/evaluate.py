@@ -63,6 +63,17 @@ class Shared:
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
         self.budgets: dict[tuple, float] = {}  # usable bytes per (layout, recomputation)
+        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
+
+    def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
+        """What the search reads of a placement (shared among every schedule, micro-batch
+        count and layout that has it), worked out once: the stages each rank holds
+        (``Placement.held``) and runs (``bounds.rank_stages``). Kept by identity, the
+        placement kept with them so its id stays its own."""
+        hit = self.placements.get(id(pl))
+        if hit is None:
+            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))))
+        return hit[1], hit[2]
 
     def budget(self, lay: Layout, recompute: str) -> float:
         """The bytes a rank can fill (``usable_for``), computed once per layout and
@@ -194,7 +205,7 @@ def prepare(
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []
-    held = pl.held()
+    held = shared.placement(pl)[0]
     for evened in splits:
         model = shared.cost_model(lay, stages, cand.recompute, held, evened)
         if model[0] in tried:
@@ -243,7 +254,12 @@ def _within_memory(
             f"({opts['activation_bytes'] / GB:.1f} GB) in {budget / GB:.0f} GB usable",
             static_gb=static / GB,
         )
-    one = max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(rank_stages(pl)) if held)
+    runs = shared.placement(pl)[1]
+    one = _memo(  # the same for every schedule of this placement and cost model
+        memo,
+        ("one", runs),
+        lambda: max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(runs) if held),
+    )
     if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
         return Result(
             cand,

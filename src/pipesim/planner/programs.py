@@ -10,7 +10,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..ir import KINDS, Schedule
-from ..schedules import REGISTRY, build
+from ..schedules import REGISTRY, build, cache
 from ..schedules.classic import smallest_group
 from ..simulate import Program, compile
 
@@ -36,7 +36,10 @@ class ProgramCache:
         if hit is not None:
             self.kept.move_to_end(key)
             return hit
-        s = build(name, pp, M, **options)
+        if _searched_for_costs(name, pp, M, options):
+            s = cache.for_costs(name, pp, M, options, lambda: build(name, pp, M, **options))
+        else:
+            s = build(name, pp, M, **options)
         s = Schedule(s.name, s.pp, s.microbatches, s.placement, s.table, s.info)
         entry = self.kept[key] = [s, None, None, 0]
         self._grow(entry, _nbytes(s.table))
@@ -64,6 +67,16 @@ class ProgramCache:
         return e[2]
 
 
+def _searched_for_costs(name: str, pp: int, M: int, options: dict) -> bool:
+    """Whether the family searches its order for the candidate's own costs (zb-auto's
+    heuristic, deterministic unless ``exact`` runs CP-SAT against the clock): such an
+    order is kept on disk by its options (``cache.for_costs``), the planner asking for
+    the same few dozen on every run of a search."""
+    fam = REGISTRY[name]
+    searched = not fam.periodic and {"f", "b", "w"} <= fam.options.keys() and not options.get("exact", False)
+    return searched and fam.check(pp, M, **options) is None  # what build refuses, it refuses itself
+
+
 def _nbytes(x) -> int:
     """The bytes of the arrays an object holds (a program's, a shape's, a rank table's;
     a broadcast column holds one number), and a few hundred for the rest."""
@@ -88,6 +101,11 @@ class Shape:
     rows: np.ndarray  # int64, ranks + 1
     u: np.ndarray  # int64, rows x columns
     v: np.ndarray  # int64, rows x columns
+    # what ``activation_peaks`` reads for every memory model, worked out once a shape:
+    row_cols: np.ndarray  # int64, rows x columns: each row's column stages (-1 pads)
+    used: tuple[int, ...]  # the stages that occur, ascending
+    has: np.ndarray  # the ranks with rows
+    has_rows: np.ndarray  # where each of those ranks' rows start
 
 
 def shape(s: Schedule) -> Shape:
@@ -138,29 +156,28 @@ def shape(s: Schedule) -> Shape:
     u = (before(start_u + end_u) + start_u)[fwd]
     v = before(end_v)[fwd]
     rows = np.searchsorted(fwd, t.offsets).astype(np.int64)
-    return Shape(counts, cols, rows, u, v)
+    row_rank = np.repeat(np.arange(pp), np.diff(rows))
+    has = np.flatnonzero(np.diff(rows) > 0)
+    used = tuple(np.unique(cols[cols >= 0]).tolist())
+    return Shape(counts, cols, rows, u, v, cols[row_rank], used, has, rows[has])
 
 
 def activation_peaks(sh: Shape, mm) -> list[float]:
     """Per rank, the most activation bytes live at once (summed stage by stage in
     ascending order, as a plain sum over the rank's stages would)."""
     w = mm.w_share
-    pp, K = sh.cols.shape
     # per cell, its stage's bytes (0 where no stage): a table lookup, the table holding
     # only the stages that occur (an empty column's -1 reads the appended 0)
-    used = np.unique(sh.cols[sh.cols >= 0])
-    table = np.zeros(int(used[-1]) + 2 if len(used) else 1, np.float64)
-    for x in used.tolist():
+    table = np.zeros(sh.used[-1] + 2 if sh.used else 1, np.float64)
+    for x in sh.used:
         table[x] = mm.activation_bytes(x)
-    size = table[sh.cols].reshape(pp, K)
-    row_rank = np.repeat(np.arange(pp), np.diff(sh.rows))
-    total = np.zeros(len(row_rank))
-    for j in range(K):
-        total = total + size[row_rank, j] * (sh.u[:, j] + w * sh.v[:, j])
-    out = [0.0] * pp
-    has = np.flatnonzero(np.diff(sh.rows) > 0)
-    if len(has):
-        for r, x in zip(has.tolist(), np.maximum.reduceat(total, sh.rows[has]).tolist()):
+    live = table[sh.row_cols] * (sh.u + w * sh.v)  # per row and column, bytes
+    total = np.zeros(len(live))
+    for j in range(live.shape[1]):  # column by column: the rank's stages in ascending order
+        total = total + live[:, j]
+    out = [0.0] * sh.cols.shape[0]
+    if len(sh.has):
+        for r, x in zip(sh.has.tolist(), np.maximum.reduceat(total, sh.has_rows).tolist()):
             out[r] = x
     return out
 

@@ -4,6 +4,7 @@ over what each rank holds."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -61,24 +62,34 @@ def balanced_partition(
     reason) and the middle ones share the rest evenly. The end sizes chosen minimise the
     busiest rank's work, a rank holding the stages ``ranks`` lists (one stage each by
     default; DualPipe's rank 0 holds both ends). Then, unless ``even_out`` is off, single
-    layers move to even out the ranks (``_even_out_ranks``)."""
+    layers move to even out the ranks (``_even_out_ranks``).
+
+    A search asks for the same split many times: layouts whose layers cost the same, and
+    each placement with and without the moves. The splits are kept by their inputs (a few
+    thousand; they are small), so each is worked out once."""
     n = len(layer_work)
     if stages > n:
         raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {n}")
-    if stages <= 2:
-        options = [[k, n - k] for k in range(1, n)] if stages == 2 else [[n]]
-    else:
-        top = min(n - stages + 2, -(-n // stages) + 1)  # an end stage never needs more than the mean
-        ends = [(a, b) for a in range(1, top + 1) for b in range(1, top + 1) if n - a - b >= stages - 2]
-        middle = {k: [len(r) for r in partition(k, stages - 2)] for k in {n - a - b for a, b in ends}}  # by layers shared
-        options = [[a, *middle[n - a - b], b] for a, b in ends]
-    groups = ranks or tuple((s,) for s in range(stages))
+    groups = tuple(map(tuple, ranks)) if ranks else tuple((s,) for s in range(stages))
+    args = (tuple(layer_work), first, last, stages, groups)
+    return ranges_of(_evened(*args) if even_out else _end_sizes(*args))
+
+
+@lru_cache(maxsize=4096)
+def _evened(layer_work: tuple[float, ...], first: float, last: float, stages: int, groups) -> tuple[int, ...]:
+    """``_end_sizes`` with single layers moved to even out the ranks."""
+    return tuple(_even_out_ranks(list(_end_sizes(layer_work, first, last, stages, groups)), layer_work, first, last, groups))
+
+
+@lru_cache(maxsize=4096)
+def _end_sizes(layer_work: tuple[float, ...], first: float, last: float, stages: int, groups) -> tuple[int, ...]:
+    """The layers per stage with the end stages' sizes that load the busiest rank least
+    and the middle stages even (``balanced_partition``)."""
+    options, starts, ends = _options(len(layer_work), stages)
     # every option at once (a deep model on few stages has thousands): stage loads from
     # prefix sums, rank loads through which stages each rank holds
-    sizes_of = np.array(options)
     prefix = np.concatenate(([0.0], np.cumsum(layer_work)))
-    ends = np.cumsum(sizes_of, axis=1)
-    loads = prefix[ends] - prefix[ends - sizes_of]
+    loads = prefix[ends] - prefix[starts]
     loads[:, 0] += first
     loads[:, -1] += last
     holds = np.zeros((stages, len(groups)))
@@ -97,8 +108,27 @@ def balanced_partition(
     keep = np.ones(len(options), dtype=bool)
     for key in (rank_loads.max(axis=1), loads.max(axis=1), np.square(rank_loads).sum(axis=1) / scale):
         keep &= key <= key[keep].min() + TIE * scale
-    sizes = options[int(np.flatnonzero(keep)[0])]
-    return ranges_of(_even_out_ranks(sizes, layer_work, first, last, groups) if even_out else sizes)
+    return options[int(np.flatnonzero(keep)[0])]
+
+
+@lru_cache(maxsize=256)
+def _options(n: int, stages: int) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray]:
+    """The splits ``_end_sizes`` chooses among for n layers on ``stages`` stages (the end
+    stages' sizes, the middle even), and per split and stage the first layer and the one
+    past the last: the same for every layout of a model."""
+    if stages <= 2:
+        options = [(k, n - k) for k in range(1, n)] if stages == 2 else [(n,)]
+    else:
+        top = min(n - stages + 2, -(-n // stages) + 1)  # an end stage never needs more than the mean
+        ends = [(a, b) for a in range(1, top + 1) for b in range(1, top + 1) if n - a - b >= stages - 2]
+        middle = {k: [len(r) for r in partition(k, stages - 2)] for k in {n - a - b for a, b in ends}}  # by layers shared
+        options = [(a, *middle[n - a - b], b) for a, b in ends]
+    sizes = np.array(options)
+    stops = np.cumsum(sizes, axis=1)
+    starts = stops - sizes
+    for a in (starts, stops):
+        a.setflags(write=False)  # shared by every call: read only
+    return tuple(options), starts, stops
 
 
 def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, groups) -> list[int]:
@@ -117,10 +147,7 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     if k < 2:
         return sizes
     eps = TIE * (sum(layer_work) + first + last)  # equal loads stay equal under rounding
-    held_by: list[list[int]] = [[] for _ in range(k)]
-    for r, g in enumerate(groups):
-        for st in g:
-            held_by[st].append(r)
+    moves = _moves(tuple(map(tuple, groups)), k)
     starts = [0]
     for n in sizes[:-1]:
         starts.append(starts[-1] + n)
@@ -129,7 +156,7 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     stage[-1] += last
     load = [sum(stage[st] for st in g) for g in groups]
     for _ in range(k * len(layer_work)):  # far more moves than a split takes: a guard against a hang
-        move = _better_move(sizes, starts, load, layer_work, groups, held_by, eps)
+        move = _better_move(sizes, starts, load, layer_work, moves, eps)
         if move is None:
             break
         st, to, moved = move
@@ -144,25 +171,42 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     return sizes
 
 
-def _better_move(sizes, starts, load, layer_work, groups, held_by, eps: float):
-    """The first single-layer move that lowers the busiest rank's load, or keeps it and
-    lowers the sum of squared rank loads: (from stage, to stage, new loads of the ranks it
-    changes), or None."""
+@lru_cache(maxsize=256)
+def _moves(
+    groups: tuple[tuple[int, ...], ...], k: int
+) -> tuple[tuple[int, int, tuple[tuple[int, int], ...], tuple[int, ...]], ...]:
+    """Each single-layer move between neighbouring stages, in the order ``_better_move``
+    tries them: (from stage, to stage, the ranks holding either with how many more of
+    their stages gain the layer than lose it, the other ranks), the same for every split
+    of a placement."""
+    held_by: list[list[int]] = [[] for _ in range(k)]
+    for r, g in enumerate(groups):
+        for st in g:
+            held_by[st].append(r)
+    out = []
+    for st in range(k):
+        for to in (st - 1, st + 1):
+            if 0 <= to < k:
+                gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
+                out.append((st, to, tuple(gain.items()), tuple(q for q in range(len(groups)) if q not in gain)))
+    return tuple(out)
+
+
+def _better_move(sizes, starts, load, layer_work, moves, eps: float):
+    """The first single-layer move (of ``_moves``) that lowers the busiest rank's load, or
+    keeps it and lowers the sum of squared rank loads: (from stage, to stage, new loads of
+    the ranks it changes), or None."""
     top = max(load)
-    for st in range(len(sizes)):
+    for st, to, gain, others in moves:
         if sizes[st] == 1:
             continue
-        for to in (st - 1, st + 1):
-            if not 0 <= to < len(sizes):
-                continue
-            gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
-            x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
-            moved = {q: load[q] + x * d for q, d in gain.items()}
-            peak = max(moved.values())
-            if peak > top + eps:
-                continue
-            new_top = max(peak, max((v for q, v in enumerate(load) if q not in moved), default=-math.inf))
-            squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
-            if new_top < top - eps or squares < -eps * top:
-                return st, to, moved
+        x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
+        moved = {q: load[q] + x * d for q, d in gain}
+        peak = max(moved.values())
+        if peak > top + eps:
+            continue
+        new_top = max(peak, max((load[q] for q in others), default=-math.inf))
+        squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
+        if new_top < top - eps or squares < -eps * top:
+            return st, to, moved
     return None

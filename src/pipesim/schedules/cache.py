@@ -155,6 +155,34 @@ def store(s: Schedule) -> None:
     write(_stem(s.name, s.pp, s.microbatches), _encode(s))
 
 
+def for_costs(name: str, pp: int, microbatches: int, options: dict, search: Callable[[], Schedule]) -> Schedule:
+    """A schedule searched for the given costs (zb-auto's per-stage F/B/W, latency and
+    memory limit), kept on disk under a digest of every option's exact value (``repr``
+    of a float round-trips) and of the builder's own code (``schedules/zb_auto.py``, on
+    top of the version key): a search of the same model on the same cluster asks for the
+    same ones again. Only deterministic searches belong here (not a time-limited
+    CP-SAT run): the caller says which. The order and placement are kept; the search's
+    report (``info``) is not, so a read schedule has none."""
+    digest = hashlib.sha256(_builder_code() + repr(sorted(options.items())).encode()).hexdigest()[:16]
+    stem = f"{_stem(name, pp, microbatches)}-{digest}"
+    d = read(stem)
+    try:
+        hit = None if d is None else _decode(d, name, pp, microbatches)
+    except Exception:  # from another format, or ops the schedule cannot hold: search again
+        hit = None
+    if hit is not None:
+        return hit
+    s = search()
+    write(stem, _encode(s))
+    return s
+
+
+@functools.cache
+def _builder_code() -> bytes:
+    """The code of the builder whose orders ``for_costs`` keeps (read once a process)."""
+    return (Path(__file__).resolve().parent / "zb_auto.py").read_bytes()
+
+
 def cached(name: str) -> Callable[[Callable[[int, int], Schedule]], Callable[[int, int], Schedule]]:
     """Decorate a searching builder of (pp, microbatches): search once, then read the file."""
 

@@ -58,7 +58,11 @@ def zb_h2(pp: int, microbatches: int) -> Schedule:
         from ..autoschedule.waves import warmups, wave_schedule
 
         prob = Problem.of(Placement.flat(pp, microbatches), Costs(), memory_limit=2 * pp)
-        return wave_schedule(prob, warmups(prob, 2.0), 0.0).schedule("zb-h2")
+        plan = wave_schedule(prob, warmups(prob, 2.0), 0.0)
+        # as arrays: the planner builds it on every run, and an Op per op cost ten times
+        # the construction (its kinds F, B, W are ir.KINDS' first three)
+        rows = [np.array([op[:3] for op in ops], np.int32).reshape(-1, 3).T for ops in plan.ranks]
+        return Schedule("zb-h2", pp, microbatches, prob.placement, RankTable.stack(rows))
     return zb_h2_searched(pp, microbatches)
 
 

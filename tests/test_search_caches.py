@@ -1,0 +1,203 @@
+"""The caches the planner's search shares between candidates: each must answer what a
+fresh computation answers, and inputs that differ in any one field must not share an
+answer (a key that forgot a field would hand the first caller's answer to the second)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pipesim.components import ComponentCosts, LayerCosts, lone_plan, run_streams, serial_time, serial_times
+from pipesim.ir import Op
+from pipesim.planner import split
+from pipesim.planner.split import balanced_partition
+
+
+def _layers(rng: random.Random, n: int) -> tuple[LayerCosts, ...]:
+    def t():
+        return rng.choice([0, 0.0, rng.random() * 1e-3, rng.randint(1, 5), rng.random()])
+
+    return tuple(LayerCosts(t(), t(), t(), t(), *[rng.choice([None, 0.0, rng.random()]) for _ in range(6)]) for _ in range(n))
+
+
+@pytest.mark.parametrize("kind", ["F", "B", "W", "BW"])
+def test_a_lone_op_part_after_part_is_timed_as_the_two_streams_time_it(kind):
+    """A lone op without half micro-batches runs its parts one after another: each part's
+    start and end, and the op's length, are the same floats ``run_streams`` gives, for any
+    layers and SM share."""
+    rng = random.Random(kind)
+    for _ in range(300):
+        layers = _layers(rng, rng.randint(1, 12))
+        tasks, orders = lone_plan(Op(kind, 0, 0), layers, split=False)
+        streams = run_streams(tasks, orders, rng.choice([0.0, 20 / 132, 0.5]))
+        assert serial_times(tasks) == streams
+        assert serial_time(kind, layers) == max(b for _, b in streams)
+
+
+def test_op_times_are_kept_by_kind_and_stage():
+    """A cost model keeps each op's time by its kind and stage, and cost models share them
+    by kind and layers: stages holding other layers, and other kinds of op on the same
+    layers, get their own; a lone op that overlaps half micro-batches is simulated, not
+    summed."""
+    a = (LayerCosts(attn_f=1, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
+    b = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)
+    model = ComponentCosts((b, a))
+    assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25
+    assert model.op_time(Op("F", 0, 0), 1) == 1 + 0.5 + 2 + 0.25  # other layers, other stage
+    assert model.op_time(Op("B", 0, 0), 1) == 0.25 + 2 + 0.5 + 1  # other kind, same layers
+    assert model.op_time(Op("W", 0, 0), 1) == 2 + 1
+    assert model.op_time(Op("BW", 0, 0), 1) == 0.25 + 2 + 2 + 0.5 + 1 + 1
+    assert model.op_time(Op("F", 0, 0), 0) == 3 + 0.5 + 2 + 0.25  # read back
+    # kept beside them, each op's compute alone (the floor of a pair holding it)
+    assert model.compute_time("F", 1) == 1 + 2 and model.compute_time("F", 0) == 3 + 2
+    assert model.compute_time("B", 1) == 1 + 2 and model.compute_time("BW", 1) == 1 + 2 + 1 + 2
+    # times shared between cost models: by the layers, not the stage's index
+    assert ComponentCosts((a,)).op_time(Op("F", 0, 0), 0) == 1 + 0.5 + 2 + 0.25
+    twin = (LayerCosts(attn_f=3, mlp_f=2, dispatch_f=0.5, combine_f=0.25),)  # b's values, another object
+    assert ComponentCosts((twin, a)).op_time(Op("B", 0, 0), 0) == 0.25 + 2 + 0.5 + 3
+    split_halves = ComponentCosts((a,), lone_overlap=True, comm_sms=0)
+    assert split_halves.op_time(Op("F", 0, 0), 0) < 1 + 0.5 + 2 + 0.25  # halves hide communication
+
+
+def test_kept_splits_answer_what_a_fresh_split_answers():
+    """Each call after the first differs from the one it is checked against in one input
+    (layer times, the first and last stage's extra work, the stage count, which stages
+    each rank holds, evening out or not) and gets the split a cleared cache computes for
+    it; the inputs are chosen so those splits differ."""
+    work = (2.0, 3.0, 1.0, 2.0, 1.0, 3.0, 1.0, 3.0, 5.0, 1.0, 1.0, 1.0)
+    base = (work, 0.0, 0.5, 4, None, True)
+    loop = ((0, 3), (1, 2))
+    calls = [
+        base,
+        (work[::-1], 0.0, 0.5, 4, None, True),
+        (work, 1.0, 0.5, 4, None, True),
+        (work, 0.0, 0.0, 4, None, True),
+        (work, 0.0, 0.5, 3, None, True),
+        (work, 0.0, 0.5, 4, loop, True),
+        (work, 0.0, 0.5, 4, loop, False),  # against the call before it
+    ]
+
+    def sizes(call):
+        return [len(r) for r in balanced_partition(*call)]
+
+    def fresh(call):
+        for f in (split._end_sizes, split._evened, split._options, split._moves):
+            f.cache_clear()
+        return sizes(call)
+
+    answers = [fresh(call) for call in calls]
+    assert all(x != answers[0] for x in answers[1:-1]) and answers[-1] != answers[-2], answers
+    assert [sizes(call) for call in calls] == answers  # one cache, filled in this order
+    assert [sizes(call) for call in reversed(calls)] == answers[::-1]  # and read back
+
+
+@pytest.mark.parametrize(
+    ("name", "pp", "M", "options"),
+    [
+        ("1f1b", 4, 12, {}),
+        ("interleaved-1f1b", 4, 16, {"chunks": 2}),
+        ("zb-h2", 4, 12, {}),
+        ("dualpipev", 4, 16, {}),
+        ("chimera", 4, 8, {}),
+        ("zb-v", 3, 9, {}),
+    ],
+)
+def test_activation_peaks_from_the_order_are_the_simulated_peaks(name, pp, M, options):
+    """What a shape keeps once for every memory model (each row's stages, the ranks with
+    rows) gives each rank's activation peak as ``pipesim.memory`` measures it on the
+    simulated timeline, for stages of unequal sizes and any W share."""
+    from pipesim import build, simulate
+    from pipesim.costs import Costs
+    from pipesim.memory import MemoryModel, memory
+    from pipesim.planner.programs import activation_peaks, shape
+
+    s = build(name, pp, M, **options)
+    sh = shape(s)
+    tl = simulate(s, Costs(f=1.0, b=1.3, w=0.7))
+    rng = random.Random(name)
+    for _ in range(5):
+        sizes = tuple(rng.choice([1e5, 3e5, 7e5]) for _ in range(s.placement.stages))
+        mm = MemoryModel(params=1.0, activation=sizes, w_share=rng.random())
+        assert activation_peaks(sh, mm) == pytest.approx(memory(s, tl, mm, curves=False).activation_peak, rel=1e-12)
+
+
+def test_stages_held_per_placement_are_kept_by_its_routes():
+    """``memory`` reads each rank's held stages from a table kept by (pp, chunks,
+    routes): placements of every shape, one after another in one cache, get what
+    ``Placement.model_stage`` says of each chunk a route passes through."""
+    from pipesim import build
+    from pipesim.memory import _held
+
+    seen = set()
+    for name, pp, M, options in [
+        ("1f1b", 4, 8, {}),
+        ("interleaved-1f1b", 4, 8, {"chunks": 2}),
+        ("dualpipe", 4, 8, {}),
+        ("dualpipev", 4, 8, {}),
+        ("chimera", 4, 8, {}),
+        ("zb-v", 4, 8, {}),
+        ("1f1b", 2, 4, {}),
+    ]:
+        pl = build(name, pp, M, **options).placement
+        want = tuple(
+            tuple(pl.model_stage(r, c) for c in range(pl.chunks) if any((r, c) in route for route in pl.routes))
+            for r in range(pp)
+        )
+        assert _held(pl.pp, pl.chunks, pl.routes) == want, name
+        seen.add(want)
+    assert len(seen) >= 5  # the placements do hold different stages
+
+
+def test_a_search_reads_each_placement_once_by_identity():
+    """``Shared.placement`` keeps, per placement object, the stages each rank holds and
+    runs: placements of several shapes and sizes asked in turn (and again) each get
+    their own, and a placement whose micro-batches use one of two routes runs fewer
+    stages than it holds."""
+    from pipesim.planner.bounds import rank_stages
+    from pipesim.planner.evaluate import Shared
+    from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+    from pipesim.schedules import REGISTRY
+
+    shared = Shared(load_model("llama3-8b"), load_cluster("h100", None), load_training(None, base=model_training("llama3-8b")))
+    placements = [
+        REGISTRY[name].placement_of(pp, M, **options)
+        for name, pp, M, options in [
+            ("1f1b", 4, 8, {}),
+            ("1f1b", 2, 8, {}),
+            ("interleaved-1f1b", 4, 8, {"chunks": 2}),
+            ("zb-v", 4, 8, {}),
+            ("dualpipe", 4, 8, {}),
+            ("dualpipe", 4, 1, {}),  # one micro-batch: one of the two routes
+        ]
+    ]
+    want = [(pl.held(), tuple(map(frozenset, rank_stages(pl)))) for pl in placements]
+    assert [shared.placement(pl) for pl in placements + placements[::-1]] == want + want[::-1]
+    held, runs = want[-1]
+    assert sum(map(len, runs)) < sum(map(len, held))
+
+
+def test_a_search_collects_cycles_less_often_and_restores_the_pace(monkeypatch):
+    """The search runs the cycle collector at a slower pace (its caches are long-lived)
+    and gives the caller's thresholds back, also when it fails."""
+    import gc
+
+    from pipesim.errors import PipesimError
+    from pipesim.planner import search as search_mod
+    from pipesim.planner.specs import Training, load_cluster, load_model
+
+    seen = []
+    real = search_mod._search
+    monkeypatch.setattr(search_mod, "_search", lambda *a: seen.append(gc.get_threshold()) or real(*a))
+    old = gc.get_threshold()
+    try:
+        gc.set_threshold(500, 7, 9)
+        m, c = load_model("llama3-8b"), load_cluster("h100", gpus=8)
+        t = Training(seq=1024, global_batch=32, recompute="selective")
+        assert search_mod.search(m, c, t, pins=search_mod.Pins(pp=2, tp=2)).best is not None
+        assert seen[-1] == (20 * 700, 7, 9) and gc.get_threshold() == (500, 7, 9)
+        with pytest.raises(PipesimError):
+            search_mod.search(m, c, t, pins=search_mod.Pins(pp=3))  # 8 GPUs: no pp of 3
+        assert gc.get_threshold() == (500, 7, 9)
+    finally:
+        gc.set_threshold(*old)
