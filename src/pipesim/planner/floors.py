@@ -87,9 +87,18 @@ def layer_kernels(m: Model, layer: int, t: Training, local_experts: int = 1) -> 
     backward = forward
     if m.is_moe_layer(layer) and t.moe_expert_gemms == "per_expert":
         more = 2 * (max(1, local_experts) - 1)  # the two multiplies, one launch per expert
-        casts = 2 * 3 * max(1, local_experts) if t.precision == "fp8" and t.fp8_scaling == "tensor" else 0
+        casts = expert_casts(m, layer, t, local_experts)
         forward, backward, weighted = forward + more + casts, backward + more + casts, weighted + more
     return forward, backward, weighted
+
+
+def expert_casts(m: Model, layer: int, t: Training, local_experts: int) -> int:
+    """Quantization kernels a forward (and an input gradient) of an MoE layer launches for
+    its experts one by one: Transformer Engine's per-tensor current scaling quantizes each
+    local expert's slice of the two expert multiplies' inputs (forward) or output gradients
+    (input gradient) with an amax, a scale and a cast kernel."""
+    per_expert = m.is_moe_layer(layer) and t.moe_expert_gemms == "per_expert"
+    return 2 * 3 * max(1, local_experts) if per_expert and t.precision == "fp8" and t.fp8_scaling == "tensor" else 0
 
 
 def host_floor(t: Training, kernels: int) -> float:
@@ -104,8 +113,11 @@ def floored(seconds: float, kernels: int, t: Training) -> float:
     return max(seconds, kernels * kernel_floor(t), host_floor(t, kernels))
 
 
-def issue_floor(t: Training, share: float) -> float:
+def issue_floor(t: Training, share: float, casts: int = 0) -> float:
     """Seconds ``share`` of one MoE layer's passes (forward, input and weight gradient of
     a micro-batch, shared by their kernels) take at least when issued op by op:
-    ``moe_layer_issue_ms``, none under CUDA graphs."""
-    return 0.0 if t.cuda_graphs else share * t.moe_layer_issue_ms * 1e-3
+    ``moe_layer_issue_ms``, measured in BF16, plus the host's issue of the ``casts``
+    per-expert FP8 quantization kernels the pass adds; none under CUDA graphs."""
+    if t.cuda_graphs or not t.moe_layer_issue_ms:
+        return 0.0
+    return share * t.moe_layer_issue_ms * 1e-3 + casts * t.host_us_per_kernel * 1e-6

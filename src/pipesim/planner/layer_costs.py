@@ -19,7 +19,7 @@ from .compute import (
     mla_up_shapes,
     mlp_gemms,
 )
-from .floors import floored, issue_floor, layer_kernels
+from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
@@ -79,7 +79,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
     if recompute == "full":  # the recomputed forward communicates again
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
-    comm = (dispatch + combine, dispatch_b + combine_b, 0.0)
+    comm = (dispatch + combine, dispatch_b + combine_b)
     attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
         m, layer, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
     )
@@ -123,20 +123,34 @@ def _floored(m: Model, layer: int, t: Training, lay: Layout, recompute: str, com
     """Each pass of the layer (forward, input gradient, weight gradient) at least its
     kernels' launch floors and the host's time to issue them (``floors``), the attention
     and MLP halves scaled up together where a floor binds; a full-recompute backward
-    launches the forward's kernels again. An MoE layer's passes also take at least their
-    share (by kernels) of ``moe_layer_issue_ms``, less the all-to-alls and tensor-parallel
-    collectives the pass waits for (``comm``: the GPU is busy with them meanwhile)."""
+    launches the forward's kernels again.
+
+    An MoE layer's forward, and its backward (input and weight gradient, which Megatron
+    runs as one autograd pass), also take at least their share (by kernels) of
+    ``moe_layer_issue_ms`` and the issue of the per-expert FP8 casts they add, less the
+    all-to-alls and tensor-parallel collectives they wait for (``comm``: the GPU is busy
+    with them meanwhile)."""
     local = m.moe.experts // max(1, lay.ep) if m.is_moe_layer(layer) else 1
     kf, kb, kw = layer_kernels(m, layer, t, local)
     if recompute in ("full", "op"):  # op reruns every kernel but the cached multiplies and attention
         kb += kf
-    issue = [issue_floor(t, k / (kf + kb + kw)) - x if m.is_moe_layer(layer) else 0.0 for k, x in zip((kf, kb, kw), comm)]
     out = []
-    for a, b, k, least in ((af, mf, kf, issue[0]), (ab, mb, kb, issue[1]), (aw, mw, kw, issue[2])):
+    for a, b, k in ((af, mf, kf), (ab, mb, kb), (aw, mw, kw)):
         total = a + b
-        need = max(floored(total, k, t), least)
+        need = floored(total, k, t)
         scale = need / total if total > 0 else 1.0
         out += [a * scale, b * scale] if total > 0 else [need / 2, need / 2]
+    if not m.is_moe_layer(layer):
+        return tuple(out)
+    cf = expert_casts(m, layer, t, local)
+    cb = cf * (2 if recompute in ("full", "op") else 1)
+    bf16 = (kf - cf, kb - cb + kw)  # the floor was measured in BF16: shared by its kernels
+    least = [issue_floor(t, k / sum(bf16), n) - x for k, n, x in zip(bf16, (cf, cb), comm)]
+    forward, backward = sum(out[:2]), sum(out[2:])
+    if least[0] > forward > 0:
+        out[:2] = [x * least[0] / forward for x in out[:2]]
+    if least[1] > backward > 0:
+        out[2:] = [x * least[1] / backward for x in out[2:]]
     return tuple(out)
 
 
