@@ -139,7 +139,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "(an unfused add into the accumulated gradients)",
         ),
         ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
-        ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),
+        ("not modelled", "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts"),
     ]
     return rows + layout_assumptions(plan) + search_assumptions(plan)
 
