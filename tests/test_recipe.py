@@ -73,6 +73,11 @@ MEGATRON_FLAGS = {
     "--cp-comm-type",
     "--hierarchical-context-parallel-sizes",
     "--expert-tensor-parallel-size",
+    # the MoE dispatcher and grouped experts: TransformerConfig's moe_token_dispatcher_type,
+    # moe_flex_dispatcher_backend and moe_grouped_gemm (Megatron-LM d98e8a6)
+    "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend",
+    "--moe-grouped-gemm",
 }
 
 

@@ -45,6 +45,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             f"a kernel at least kernel_floor_us {t.kernel_floor_us:g} us, a layer's pass at least its kernels times "
             f"host_us_per_kernel {t.host_us_per_kernel:g} us" + (" (one graph launch under cuda_graphs)" if t.cuda_graphs else ""),
         ),
+        *moe_issue_assumptions(plan),
         (
             "stragglers",
             f"a step runs at the slowest of its {c.gpus} GPUs: speeds spread by gpu_speed_sd {c.gpu_speed_sd:g} "
@@ -107,8 +108,13 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ),
         (
             "all-to-all",
-            "a token crosses the network once per destination node (node-limited routing caps them), then NVLink; the "
-            "slower link sets the time; overlapped only inside DualPipe's F&B pairs, whose all-to-all kernels "
+            (
+                "each of a token's top-k copies goes straight to its expert's GPU, over the network where that GPU is "
+                "in another node (moe_dispatcher = alltoall: Megatron's NCCL all-to-all dispatcher)"
+                if t.moe_dispatcher == "alltoall"
+                else "a token crosses the network once per destination node (node-limited routing caps them), then NVLink"
+            )
+            + "; the slower link sets the time; overlapped only inside DualPipe's F&B pairs, whose all-to-all kernels "
             + (
                 f"hold {t.comm_sms} of the {c.sms} SMs for the whole pair (DeepSeek-V3 section 3.2.2; its training "
                 "profile's pair within 1%)"
@@ -133,7 +139,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "(an unfused add into the accumulated gradients)",
         ),
         ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
-        ("not modelled", "load imbalance between experts, stragglers and jitter, kernel launch gaps, data loading, restarts"),
+        ("not modelled", "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts"),
     ]
     return rows + layout_assumptions(plan) + search_assumptions(plan)
 
@@ -153,3 +159,28 @@ def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def moe_issue_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """How an MoE model's expert kernels are launched and issued (floors.py)."""
+    t = plan.training
+    if plan.model.moe is None:
+        return []
+    kernels = (
+        "one multiply per local expert (Transformer Engine's GroupedLinear on Hopper)"
+        + (
+            ", each expert's operands quantized by their own amax, scale and cast kernels"
+            if t.precision == "fp8" and t.fp8_scaling == "tensor"
+            else ""
+        )
+        if t.moe_expert_gemms == "per_expert"
+        else "one grouped kernel per expert multiply"
+    )
+    issue = (
+        f"; an MoE layer at least moe_layer_issue_ms {t.moe_layer_issue_ms:g} ms a micro-batch, forward and backward, "
+        "however few its tokens: issued op by op (Megatron-LM's moe_perf benchmark at Qwen3-30B-A3B's layer on H100, "
+        "marin-community/marin#3666)"
+        if t.moe_layer_issue_ms and not t.cuda_graphs
+        else ""
+    )
+    return [("MoE kernels", kernels + issue)]

@@ -17,6 +17,30 @@ Two floors, both fields of ``Training`` so each framework states its own:
 A layer's kernels are counted from its structure (``layer_kernels``), the same kernels the
 estimate prices: the multiplies, attention, norms, activation, residual adds, rotary and
 routing, fused or as PyTorch's eager ops.
+
+An MoE layer as Megatron-Core issues it has two more terms, both fields of ``Training``:
+
+- ``moe_expert_gemms = "per_expert"``: its grouped experts (``--moe-grouped-gemm``,
+  ``TEGroupedMLP``) run through Transformer Engine's ``GroupedLinear``, which on Hopper
+  launches one cuBLASLt multiply per local expert over a pool of streams
+  (``nvte_multi_stream_cublas_gemm``, TE 2.7 common/gemm/cublaslt_gemm.cu) and, under
+  per-tensor current scaling, quantizes each expert's slice on its own: an amax, a scale
+  and a cast kernel (``split_quantize`` -> ``Float8CurrentScalingQuantizer::quantize``).
+  The kernel count then grows with the local experts (``layer_kernels``).
+- ``moe_layer_issue_ms``: the least time one MoE layer takes, forward and backward of a
+  micro-batch, when it is issued op by op (``issue_floor``). Megatron-LM's own MoE-layer
+  benchmark (tests/functional_tests/test_cases/common/moe_perf, which runs a dummy multiply
+  first so that the host's launches before the layer are hidden), run on 8 H100 at
+  Qwen3-30B-A3B's MoE layer (128 experts, top 8, hidden 2048, expert width 768, 16 local
+  experts at EP8) by marin-community/marin#3666 (2026-03-14), takes 12.41 ms at 4,096
+  tokens a GPU and 12.42 ms at 8,192 (DeepEP dispatch, BF16): twice the tokens, the same
+  time, so neither the GPU's work nor the tokens set it; at Qwen3-235B-A22B's (hidden 4096,
+  width 1536: four times the expert FLOPs) 11.75 ms. NVIDIA's own baselines of that
+  benchmark at a few large experts (its baseline.json: Mixtral-like 8 experts, DeepSeek-
+  like 32) are the GPU's work: they measure 0.77-0.96x of pipesim's price for it, the
+  Qwen3 ones 3.9x, 2.0x at twice the tokens and 1.4x (benchmarks/moe_layer.py). Measured in
+  BF16: per-tensor FP8 adds the issue of its per-expert casts. Under CUDA graphs the layer
+  is one launch and no such floor holds.
 """
 
 from __future__ import annotations
@@ -29,9 +53,9 @@ def kernel_floor(t: Training) -> float:
     return t.kernel_floor_us * 1e-6
 
 
-def layer_kernels(m: Model, layer: int, t: Training) -> tuple[int, int, int]:
+def layer_kernels(m: Model, layer: int, t: Training, local_experts: int = 1) -> tuple[int, int, int]:
     """(forward, input-gradient, weight-gradient) kernels one layer launches per
-    micro-batch on one GPU.
+    micro-batch on one GPU (holding ``local_experts`` of an MoE layer's experts).
 
     Forward, fused: two norms, the QKV and output projections, attention (one flash
     kernel, or baddbmm, softmax, dropout and bmm unfused), rotary (if any), two residual
@@ -41,7 +65,12 @@ def layer_kernels(m: Model, layer: int, t: Training) -> tuple[int, int, int]:
     (cast, pow, mean, rsqrt, multiply, weight), rotary 4 for each of q and k, repeat_kv 2,
     the attention output's transpose 1, SwiGLU 2. The input gradient runs about one
     kernel per forward kernel (two for attention's backward and each weighted multiply's
-    input gradient are the same count); the weight gradient one per weighted multiply."""
+    input gradient are the same count); the weight gradient one per weighted multiply.
+    With ``moe_expert_gemms = "per_expert"`` each of the two expert multiplies is one
+    kernel per local expert in every pass, and under per-tensor FP8 the forward quantizes
+    each expert's two inputs and the input gradient its two output gradients, three
+    kernels each (the forward's cast also writes the transposed copy the weight gradient
+    reads)."""
     eager = not t.fused_elementwise
     norm = 6 if eager else 1
     attention = 1 if t.flash_attention else 4
@@ -57,7 +86,21 @@ def layer_kernels(m: Model, layer: int, t: Training) -> tuple[int, int, int]:
             forward, weighted = forward + 3, weighted + 2
     if eager and m.activation == "swiglu":
         forward += 1
-    return forward, forward, weighted
+    backward = forward
+    if m.is_moe_layer(layer) and t.moe_expert_gemms == "per_expert":
+        more = 2 * (max(1, local_experts) - 1)  # the two multiplies, one launch per expert
+        casts = expert_casts(m, layer, t, local_experts)
+        forward, backward, weighted = forward + more + casts, backward + more + casts, weighted + more
+    return forward, backward, weighted
+
+
+def expert_casts(m: Model, layer: int, t: Training, local_experts: int) -> int:
+    """Quantization kernels a forward (and an input gradient) of an MoE layer launches for
+    its experts one by one: Transformer Engine's per-tensor current scaling quantizes each
+    local expert's slice of the two expert multiplies' inputs (forward) or output gradients
+    (input gradient) with an amax, a scale and a cast kernel."""
+    per_expert = m.is_moe_layer(layer) and t.moe_expert_gemms == "per_expert"
+    return 2 * 3 * max(1, local_experts) if per_expert and t.precision == "fp8" and t.fp8_scaling == "tensor" else 0
 
 
 def host_floor(t: Training, kernels: int) -> float:
@@ -70,3 +113,13 @@ def floored(seconds: float, kernels: int, t: Training) -> float:
     """A pass of ``kernels`` kernels costs at least each kernel's floor and at least the
     host's time to issue them."""
     return max(seconds, kernels * kernel_floor(t), host_floor(t, kernels))
+
+
+def issue_floor(t: Training, share: float, casts: int = 0) -> float:
+    """Seconds ``share`` of one MoE layer's passes (forward, input and weight gradient of
+    a micro-batch, shared by their kernels) take at least when issued op by op:
+    ``moe_layer_issue_ms``, measured in BF16, plus the host's issue of the ``casts``
+    per-expert FP8 quantization kernels the pass adds; none under CUDA graphs."""
+    if t.cuda_graphs or not t.moe_layer_issue_ms:
+        return 0.0
+    return share * t.moe_layer_issue_ms * 1e-3 + casts * t.host_us_per_kernel * 1e-6

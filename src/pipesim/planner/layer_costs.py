@@ -19,7 +19,7 @@ from .compute import (
     mla_up_shapes,
     mlp_gemms,
 )
-from .floors import floored, layer_kernels
+from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
@@ -79,7 +79,10 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
     if recompute == "full":  # the recomputed forward communicates again
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
-    attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(m, layer, t, recompute, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w)
+    comm = (dispatch + combine, dispatch_b + combine_b)
+    attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
+        m, layer, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
+    )
     return LayerCosts(
         attn_f=attn_f,
         mlp_f=mlp_fwd,
@@ -116,12 +119,19 @@ def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layou
     return 2 * copies * m.hidden * 2 * 2 / hbm_rate(c, t)  # sort and unsort, each reads and writes 2-byte elements
 
 
-def _floored(m: Model, layer: int, t: Training, recompute: str, af, mf, ab, mb, aw, mw):
+def _floored(m: Model, layer: int, t: Training, lay: Layout, recompute: str, comm, af, mf, ab, mb, aw, mw):
     """Each pass of the layer (forward, input gradient, weight gradient) at least its
     kernels' launch floors and the host's time to issue them (``floors``), the attention
     and MLP halves scaled up together where a floor binds; a full-recompute backward
-    launches the forward's kernels again."""
-    kf, kb, kw = layer_kernels(m, layer, t)
+    launches the forward's kernels again.
+
+    An MoE layer's forward, and its backward (input and weight gradient, which Megatron
+    runs as one autograd pass), also take at least their share (by kernels) of
+    ``moe_layer_issue_ms`` and the issue of the per-expert FP8 casts they add, less the
+    all-to-alls and tensor-parallel collectives they wait for (``comm``: the GPU is busy
+    with them meanwhile)."""
+    local = m.moe.experts // max(1, lay.ep) if m.is_moe_layer(layer) else 1
+    kf, kb, kw = layer_kernels(m, layer, t, local)
     if recompute in ("full", "op"):  # op reruns every kernel but the cached multiplies and attention
         kb += kf
     out = []
@@ -130,6 +140,17 @@ def _floored(m: Model, layer: int, t: Training, recompute: str, af, mf, ab, mb, 
         need = floored(total, k, t)
         scale = need / total if total > 0 else 1.0
         out += [a * scale, b * scale] if total > 0 else [need / 2, need / 2]
+    if not m.is_moe_layer(layer):
+        return tuple(out)
+    cf = expert_casts(m, layer, t, local)
+    cb = cf * (2 if recompute in ("full", "op") else 1)
+    bf16 = (kf - cf, kb - cb + kw)  # the floor was measured in BF16: shared by its kernels
+    least = [issue_floor(t, k / sum(bf16), n) - x for k, n, x in zip(bf16, (cf, cb), comm)]
+    forward, backward = sum(out[:2]), sum(out[2:])
+    if least[0] > forward > 0:
+        out[:2] = [x * least[0] / forward for x in out[:2]]
+    if least[1] > backward > 0:
+        out[2:] = [x * least[1] / backward for x in out[2:]]
     return tuple(out)
 
 

@@ -15,6 +15,7 @@ from .collectives import a2a_size
 from .naming import COMBINED
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
+from .specs import Training
 
 
 def megatron_layout(parts: list[Part]) -> str:
@@ -62,12 +63,15 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         if t.cp_comm == "a2a+p2p":
             a = a2a_size(m, plan.cluster, lay)
             flags.append(f"--hierarchical-context-parallel-sizes {a} {lay.cp // a}")
+    notes = []
     if m.moe:
         # Megatron's expert tensor parallelism defaults to --tensor-model-parallel-size:
         # say it whenever it differs, as the folding the plan assumed needs
         flags.append(f"--expert-model-parallel-size {lay.ep}")
         if lay.etp != lay.tp:
             flags.append(f"--expert-tensor-parallel-size {lay.etp}")
+        flags += moe_flags(t)
+        notes += moe_notes(t)
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
@@ -79,7 +83,6 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if group is not None:
         flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
-    notes = []
     if name in COMBINED:
         flags.append("--overlap-moe-expert-parallel-comm")
         if getattr(cand, "delay_wgrad", False):
@@ -87,3 +90,32 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         else:
             notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
     return {"runs": True, "flags": flags, "notes": notes}
+
+
+def moe_flags(t: Training) -> list[str]:
+    """The token dispatcher the plan priced (``moe_dispatcher``) and the grouped experts:
+    ``alltoall`` is Megatron's NCCL all-to-all dispatcher, ``deepep`` its flex dispatcher
+    on DeepEP (Megatron-Core up to 0.15 spells the backend ``--moe-enable-deepep``)."""
+    dispatch = {
+        "alltoall": ["--moe-token-dispatcher-type alltoall"],
+        "deepep": ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"],
+    }[t.moe_dispatcher]
+    return [*dispatch, "--moe-grouped-gemm"]
+
+
+def moe_notes(t: Training) -> list[str]:
+    """What the plan assumed of the experts' kernels and the MoE layer's issue that no
+    flag above sets."""
+    notes = []
+    if t.moe_expert_gemms == "grouped":
+        notes.append(
+            "the plan priced each expert multiply as one grouped kernel; Megatron-Core's --moe-grouped-gemm on Hopper "
+            "runs Transformer Engine's one multiply per local expert (moe_expert_gemms = per_expert)"
+        )
+    if t.moe_layer_issue_ms and not t.cuda_graphs:
+        notes.append(
+            f"the plan prices each MoE layer issued op by op, at least {t.moe_layer_issue_ms:g} ms a micro-batch "
+            "(moe_layer_issue_ms, no CUDA graphs); --cuda-graph-impl transformer_engine with --cuda-graph-modules "
+            "attn moe (static shapes: --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity) captures it"
+        )
+    return notes

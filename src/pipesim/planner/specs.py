@@ -71,6 +71,7 @@ BOUNDS = {
     "loss_backward_copies": (0, 16),
     "kernel_floor_us": (0, 1e6),
     "host_us_per_kernel": (0, 1e6),
+    "moe_layer_issue_ms": (0, 1e6),
 }
 
 
@@ -170,6 +171,10 @@ class Cluster:
 
 #: how FP8 operands are scaled (``Training.fp8_scaling``)
 FP8_SCALINGS = ("block", "tensor")
+
+
+#: how an MoE layer's expert multiplies are launched (``Training.moe_expert_gemms``)
+MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 
 
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
@@ -289,6 +294,18 @@ class Training:
     # --moe-enable-deepep); "alltoall" sends each of its top_k copies to its expert's GPU
     # (an NCCL all-to-all: Megatron-Core's default --moe-token-dispatcher-type alltoall)
     moe_dispatcher: str = "deepep"
+    # --- an MoE layer as its framework issues it (floors.py, layer_costs.py) --------------
+    # the expert multiplies' kernels: "grouped", one grouped kernel per multiply (DeepGEMM,
+    # CUTLASS grouped GEMMs, torch._grouped_mm); "per_expert", one cuBLASLt multiply per
+    # local expert, as Transformer Engine's GroupedLinear runs Megatron-Core's
+    # --moe-grouped-gemm experts on Hopper, and under per-tensor FP8 each expert's operand
+    # quantized by its own kernels
+    moe_expert_gemms: str = "grouped"
+    # the least time one MoE layer takes, forward and backward of one micro-batch, when the
+    # framework issues it op by op (no CUDA graphs): its host-side issue and
+    # synchronisation, which neither the GPU's work nor the tokens set; 0: none.
+    # floors.py names the measurement
+    moe_layer_issue_ms: float = 0.0
 
 
 # --------------------------------------------------------------------------------------
@@ -502,6 +519,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
     if t.moe_dispatcher not in ("deepep", "alltoall"):
         raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
+    if t.moe_expert_gemms not in MOE_EXPERT_GEMMS:
+        raise PipesimError(f'{where}: moe_expert_gemms must be "grouped" or "per_expert", got {t.moe_expert_gemms!r}')
     if t.fsdp_reshard not in ("default", "always", "never"):
         raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):

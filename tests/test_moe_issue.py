@@ -1,0 +1,117 @@
+"""Megatron-Core's MoE layer as it issues: Transformer Engine's per-expert launches on
+Hopper, the layer's issue floor, and the recipe flags for the dispatcher the plan priced."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipesim.errors import PipesimError
+from pipesim.planner.floors import layer_kernels
+from pipesim.planner.layer_costs import layer_costs
+from pipesim.planner.layout import Layout
+from pipesim.planner.megatron_flags import moe_flags, moe_notes
+from pipesim.planner.specs import load_cluster, load_training, model_from_table
+
+QWEN3_30B = {
+    "name": "qwen3-30b-a3b",
+    "layers": 48,
+    "hidden": 2048,
+    "heads": 32,
+    "vocab": 151936,
+    "attention": {"kv_heads": 4, "head_dim": 128},
+    "mlp": {"dense_layers": 0},
+    "moe": {"experts": 128, "expert_ffn": 768, "top_k": 8},
+}
+
+
+@pytest.fixture
+def qwen():
+    return model_from_table(QWEN3_30B, "test")
+
+
+def test_per_expert_launches_grow_with_local_experts(qwen):
+    """TE's GroupedLinear on Hopper: one cuBLASLt multiply per local expert for each of the
+    two expert multiplies in every pass; under per-tensor FP8 an amax, a scale and a cast
+    kernel per expert for each of the two forward inputs and the two output gradients."""
+    grouped = layer_kernels(qwen, 0, load_training(), 16)
+    bf16 = layer_kernels(qwen, 0, load_training(moe_expert_gemms="per_expert"), 16)
+    assert [p - g for p, g in zip(bf16, grouped)] == [30, 30, 30]  # 2 x (16 - 1) in each pass
+    fp8 = layer_kernels(qwen, 0, load_training(moe_expert_gemms="per_expert", precision="fp8", fp8_scaling="tensor"), 16)
+    assert [p - b for p, b in zip(fp8, bf16)] == [96, 96, 0]  # 2 operands x 3 kernels x 16 experts
+    assert layer_kernels(qwen, 0, load_training(moe_expert_gemms="per_expert"), 1) == grouped
+    dense = replace(qwen, dense_layers=1, dense_ffn=6144)
+    assert layer_kernels(dense, 0, load_training(moe_expert_gemms="per_expert"), 16) == layer_kernels(
+        dense, 0, load_training(), 16
+    )
+
+
+def _pass_times(lc):
+    """(forward, input gradient, weight gradient) of a layer with the collectives it waits for."""
+    return (
+        lc.attn_f + lc.mlp_f + lc.dispatch_f + lc.combine_f,
+        lc.attn_b + lc.mlp_b + lc.dispatch_b + lc.combine_b,
+        lc.attn_w + lc.mlp_w,
+    )
+
+
+def test_the_issue_floor_holds_and_ignores_the_tokens(qwen):
+    """An MoE layer issued op by op takes at least moe_layer_issue_ms whatever its tokens:
+    Megatron's benchmark times Qwen3-30B-A3B's layer at 12.41 ms for 4,096 tokens a GPU and
+    12.42 ms for 8,192. Shared over the passes by kernels, all-to-alls counted in."""
+    c = load_cluster("h100").resized(8)
+    t = load_training(seq=4096, precision="bf16", moe_dispatcher="deepep", moe_expert_gemms="per_expert", moe_layer_issue_ms=12.4)
+    small, large = (layer_costs(qwen, 0, c, t, Layout(pp=1, dp=8, ep=8, micro_batch=mb), "none") for mb in (1, 2))
+    assert sum(_pass_times(small)) == pytest.approx(12.4e-3)  # the GPU's work is under the floor
+    # twice the tokens: twice the GPU's work, about the same time (a pass whose work passes
+    # its share of the floor sets its own time)
+    work = [
+        sum(
+            _pass_times(
+                layer_costs(qwen, 0, c, replace(t, moe_layer_issue_ms=0.0), Layout(pp=1, dp=8, ep=8, micro_batch=mb), "none")
+            )
+        )
+        for mb in (1, 2)
+    ]
+    assert work[1] > 1.8 * work[0]
+    assert 12.4e-3 <= sum(_pass_times(large)) < 1.1 * 12.4e-3
+    kf, kb, kw = layer_kernels(qwen, 0, t, 16)
+    assert _pass_times(small)[0] == pytest.approx(12.4e-3 * kf / (kf + kb + kw))
+    # measured in BF16: per-tensor FP8 adds the issue of its per-expert casts, 96 a pass at
+    # 3.3 us each, to the forward and the backward
+    fp8 = replace(t, precision="fp8", fp8_scaling="tensor")
+    assert sum(_pass_times(layer_costs(qwen, 0, c, fp8, Layout(pp=1, dp=8, ep=8), "none"))) == pytest.approx(
+        12.4e-3 + 2 * 96 * 3.3e-6
+    )
+    off = layer_costs(qwen, 0, c, replace(t, moe_layer_issue_ms=0.0), Layout(pp=1, dp=8, ep=8), "none")
+    assert sum(_pass_times(off)) < 6e-3  # the same layer's GPU work: a third of the measured layer
+    graphs = layer_costs(qwen, 0, c, replace(t, cuda_graphs=True), Layout(pp=1, dp=8, ep=8), "none")
+    assert sum(_pass_times(graphs)) <= sum(_pass_times(off))  # one graph launch: no issue floor
+    big = layer_costs(qwen, 0, c, t, Layout(pp=1, dp=8, ep=8, micro_batch=16), "none")
+    assert sum(_pass_times(big)) > 12.4e-3 * 1.5  # enough work and the GPU sets the time again
+
+
+def test_the_issue_floor_leaves_dense_layers_alone(qwen):
+    dense = replace(qwen, dense_layers=qwen.layers, dense_ffn=6144, moe=None)
+    c = load_cluster("h100").resized(8)
+    lay = Layout(pp=1, dp=8)
+    on, off = (layer_costs(dense, 0, c, load_training(moe_layer_issue_ms=x), lay, "none") for x in (50.0, 0.0))
+    assert on == off
+
+
+def test_bad_values_are_refused_in_one_line():
+    with pytest.raises(PipesimError, match='moe_expert_gemms must be "grouped" or "per_expert"'):
+        load_training(moe_expert_gemms="looped")
+    with pytest.raises(PipesimError, match="moe_layer_issue_ms"):
+        load_training(moe_layer_issue_ms=-1)
+
+
+def test_recipe_names_the_dispatcher_the_plan_priced():
+    assert moe_flags(load_training(moe_dispatcher="alltoall")) == ["--moe-token-dispatcher-type alltoall", "--moe-grouped-gemm"]
+    deepep = moe_flags(load_training(moe_dispatcher="deepep"))
+    assert deepep[:2] == ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+    issued = moe_notes(load_training(moe_expert_gemms="per_expert", moe_layer_issue_ms=12.4))
+    assert len(issued) == 1 and "12.4 ms" in issued[0] and "--cuda-graph-impl transformer_engine" in issued[0]
+    assert moe_notes(load_training(moe_expert_gemms="per_expert", moe_layer_issue_ms=12.4, cuda_graphs=True)) == []
+    assert "per_expert" in moe_notes(load_training())[0]  # grouped kernels are not what Megatron runs on Hopper
