@@ -35,20 +35,37 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
   output's gradient (``pp_keeps_outputs``);
 - context parallelism's attention backward: the whole sequence's keys and values gathered
   (torchtitan's default rotate method, ``allgather``), fp32 gradient accumulators and the
-  ring's dk/dv buffers (``torch_context_parallel``).
+  ring's dk/dv buffers (``torch_context_parallel``);
+- FSDP2's collectives on their own CUDA streams, whose freed blocks the caching allocator
+  reuses only there: two layers' flat all-gather outputs, one layer's fp32 reduce-scatter
+  input and the fp32 gradient shards, reserved beside the default stream's memory
+  (``fsdp_stream_pools``);
+- torch.compile around each block only (apply_compile): the final norm runs eager, with
+  the eager RMSNorm's fp32 copies (``final_norm_eager``).
+
+Not modelled: the 405B rows' Float8 all-gather (llama3_405b.toml at 9dec370 sets
+``enable_fsdp_float8_all_gather``): a stage kept gathered would hold its Float8 weights in
+one byte rather than two, about 6 GiB less on every 405B row; pipesim's stage bytes take
+one width for all of a stage's parameters.
 
 pipesim's peak is the largest over the ranks of each rank's own: its parameters, gradients
 and optimizer states plus its activation peak over the schedule (the head's saved loss on
 the last stage), its backward transient (the loss's on the rank of the last stage, one
 recomputed layer's on the others), FSDP's gathered parameters and the framework's
-buffers above (``device_memory``), over (1 - allocator_fragmentation) for what the
+buffers and FSDP's stream pools above (``device_memory``), over (1 - allocator_fragmentation) for what the
 allocator reserves beyond what it hands out.
 """
 
 from __future__ import annotations
 
 from pipesim.memory import memory
-from pipesim.planner.device_memory import backward_transient, fsdp_gathered, pipeline_buffers, stranded_logits
+from pipesim.planner.device_memory import (
+    backward_transient,
+    fsdp_gathered,
+    fsdp_stream_pools,
+    pipeline_buffers,
+    stranded_logits,
+)
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Training, load_cluster, load_model
@@ -96,6 +113,8 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "pp_keeps_outputs": True,  # torch.distributed.pipelining
             "torch_context_parallel": True,  # torch's context_parallel ...
             "cp_comm": "all_gather",  # ... with context_parallel_rotate_method = "allgather"
+            "fsdp_stream_pools": True,  # FSDP2's collectives on their own CUDA streams
+            "final_norm_eager": True,  # apply_compile wraps the blocks, not the final norm
             **fields,
         }
     )
@@ -125,6 +144,7 @@ def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedu
             "activations": mem.activation_peak[r] / GIB,
             "transient": backward_transient(m, t, lay, recompute, last_stage=last) / GIB,
             "gathered": fsdp_gathered(m, t, lay) / GIB,
+            "pools": fsdp_stream_pools(m, t, lay, sum(sum(mm.params_at(st)) for st in held[r])) / GIB,
             "framework": (pipeline_buffers(m, t, lay, M, last, recv) + (stranded_logits(m, t, lay) if last else 0.0)) / GIB,
         }
         part["reserved"] = sum(part.values()) / (1 - t.allocator_fragmentation)
@@ -135,16 +155,17 @@ def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedu
 def main() -> None:
     print("## Peak memory per GPU: torchtitan's published max reserved against pipesim\n")
     print(
-        "| run | AC | published (GiB) | static | activations | transient | FSDP gathered | framework | pipesim reserved (GiB) | error |"
+        "| run | AC | published (GiB) | static | activations | transient | FSDP gathered | FSDP streams | framework "
+        "| pipesim reserved (GiB) | error |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     errors = []
     for name, model, pub, lay, tf, rc, schedule, M in rows():
         p = predict(model, lay, tf, rc, schedule, M)
         errors.append(p["reserved"] / pub - 1)
         print(
             f"| {name} | {rc} | {pub:.1f} | {p['static']:.1f} | {p['activations']:.1f} | {p['transient']:.1f} | "
-            f"{p['gathered']:.1f} | {p['framework']:.1f} | {p['reserved']:.1f} | {errors[-1]:+.1%} |"
+            f"{p['gathered']:.1f} | {p['pools']:.1f} | {p['framework']:.1f} | {p['reserved']:.1f} | {errors[-1]:+.1%} |"
         )
     inside = sum(abs(e) <= 0.10 for e in errors)
     mean = sum(map(abs, errors)) / len(errors)

@@ -74,6 +74,8 @@ torchtitan's selective modes (its ``activation_checkpoint.selective_ac_option``)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import PipesimError
 from .specs import Model, Training
 
@@ -218,7 +220,7 @@ def _op_saved(m: Model, layer: int, t: Training, tp: int, hid: float) -> dict[st
     if m.is_moe_layer(layer) or m.attention.kind == "mla" or not t.flash_attention or block_fp8:
         raise PipesimError(
             "recompute 'op' is torchtitan's selective op checkpointing of a dense Llama block in bf16 or tensorwise "
-            "fp8 (fp8_scaling = \"tensor\") with flash attention; use none, selective, full or every-N for this "
+            'fp8 (fp8_scaling = "tensor") with flash attention; use none, selective, full or every-N for this '
             "model and training"
         )
     d = m.attention.head_dim or m.hidden // m.heads
@@ -256,7 +258,9 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
     """Bytes per token the last stage keeps for the final norm, output layer and loss."""
     hid = m.hidden / tp if t.sequence_parallel and tp > 1 else m.hidden
     fp32_loss = t.logit_bytes > 10  # see Training.logit_bytes: 10 is a fused bf16 loss
-    return _prefixed("final norm", _norm(t, False, hid, BF16, _gathered(m, t, hid))) | {
+    # torchtitan compiles each block, not the final norm (Training.final_norm_eager)
+    tn = replace(t, norm_kernel="eager") if t.final_norm_eager else t
+    return _prefixed("final norm", _norm(tn, False, hid, BF16, _gathered(m, t, hid))) | {
         "loss softmax": (FP32 if fp32_loss else BF16) * m.vocab / tp,
         "targets": INDEX,
     }

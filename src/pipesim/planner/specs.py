@@ -289,6 +289,17 @@ class Training:
     # --moe-enable-deepep); "alltoall" sends each of its top_k copies to its expert's GPU
     # (an NCCL all-to-all: Megatron-Core's default --moe-token-dispatcher-type alltoall)
     moe_dispatcher: str = "deepep"
+    # --- torchtitan's peak memory, round two (device_memory.py; benchmarks/peak_memory.py)
+    # FSDP2 allocates its collectives' buffers on its own CUDA streams, and the caching
+    # allocator reuses a freed block only for the stream it was allocated on: the
+    # all-gather copy-in stream keeps two layers' flat gathered buffers, the reduce-scatter
+    # stream one layer's reduce-dtype input and every gradient shard, reserved beside what
+    # the default stream's tensors can use (device_memory.fsdp_stream_pools)
+    fsdp_stream_pools: bool = False
+    # torch.compile wraps each transformer block only (torchtitan's apply_compile): the
+    # final norm runs eager and keeps the eager RMSNorm's fp32 copies, whatever the
+    # blocks' kernels (activations.head_saved)
+    final_norm_eager: bool = False
 
 
 # --------------------------------------------------------------------------------------
