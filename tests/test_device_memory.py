@@ -156,3 +156,9 @@ def test_fsdp_side_stream_pools_are_their_own_line():
     params = 32 * layer + 2 * 128256 * 4096  # the blocks' multiplies and the untied embedding and head
     pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), lay, "full").held)[key]
     assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * params / 8)
+    # the recomputed layer's fp32 reduce-scatter copy is that stream's input: not counted twice
+    from pipesim.planner.device_memory import backward_transient
+
+    lay = Layout(1, 8, micro_batch=1)
+    off, on = (backward_transient(m, replace(t, fsdp_stream_pools=p), lay, "full", False) for p in (False, True))
+    assert off - on == pytest.approx(4 * layer)

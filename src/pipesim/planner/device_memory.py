@@ -148,8 +148,9 @@ def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> fl
     if layer and t.zero == 3:
         # a stage kept gathered accumulates each bf16 gradient into its unsharded
         # reduce-dtype buffer, counted with the gradients (FSDP2's
-        # accumulate_unsharded_grad_if_needed): no second copy for a reduce-scatter
-        reduce_copy = 0.0 if keeps_gathered(t, lay) else t.grad_reduce_bytes
+        # accumulate_unsharded_grad_if_needed): no second copy for a reduce-scatter;
+        # with fsdp_stream_pools the copy is the reduce-scatter stream's input, counted there
+        reduce_copy = 0.0 if keeps_gathered(t, lay) or t.fsdp_stream_pools else t.grad_reduce_bytes
         layer += (BF16 + reduce_copy) * _layer_params(m, lay)
     return max(layer, loss_transient(m, local, lay) if last_stage else 0.0)
 
