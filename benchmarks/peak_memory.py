@@ -43,10 +43,11 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
 - torch.compile around each block only (apply_compile): the final norm runs eager, with
   the eager RMSNorm's fp32 copies (``final_norm_eager``).
 
-Not modelled: the 405B rows' Float8 all-gather (llama3_405b.toml at 9dec370 sets
-``enable_fsdp_float8_all_gather``): a stage kept gathered would hold its Float8 weights in
-one byte rather than two, about 6 GiB less on every 405B row; pipesim's stage bytes take
-one width for all of a stage's parameters.
+The 405B rows run Float8 linears with FSDP's float8 all-gather, as llama3_405b.toml at
+9dec370 sets (``enable_fsdp_float8_all_gather``): a stage kept gathered holds its blocks'
+weights in one byte (``fsdp_float8_all_gather``). The other Float8 rows' configs at that
+commit do not turn Float8 on; how their command lines did is not published: they run
+without it (under FSDP without pipelining it moves only two layers' gathered weights).
 
 pipesim's peak is the largest over the ranks of each rank's own: its parameters, gradients
 and optimizer states plus its activation peak over the schedule (the head's saved loss on
@@ -83,17 +84,22 @@ def rows():
         lay = dict(dp=dp, micro_batch=2)
         yield f"8B FSDP{dp}", "llama3-8b", eager, lay, dict(seq=8192, fused_elementwise=False), "op", "1f1b", 1
         yield f"8B FSDP{dp} + compile", "llama3-8b", compiled, lay, dict(seq=8192), "op", "1f1b", 1
+    f8 = dict(precision="fp8", fp8_scaling="tensor")  # Tables 2, 4, 5 and 6: torchao's Float8 linears
     for cp, pub in zip((1, 2, 4, 8), (83.9, 84.2, 84.0, 84.5)):  # Table 2: FSDP x CP on 8 GPUs, local batch 1
         lay = dict(dp=8 // cp, cp=cp, micro_batch=1)
-        yield f"8B FSDP{8 // cp} CP{cp} s{32 * cp}K", "llama3-8b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 1
+        yield f"8B FSDP{8 // cp} CP{cp} s{32 * cp}K", "llama3-8b", pub, lay, dict(seq=32768 * cp, **f8), "full", "1f1b", 1
     for name, pub in (("", 71.9), (" AsyncTP", 67.6)):  # Table 4: local batch 16
-        yield f"70B FSDP32 TP8{name}", "llama3-70b", pub, dict(dp=32, tp=8, micro_batch=16), dict(seq=8192), "full", "1f1b", 1
+        lay = dict(dp=32, tp=8, micro_batch=16)
+        yield f"70B FSDP32 TP8{name}", "llama3-70b", pub, lay, dict(seq=8192, **f8), "full", "1f1b", 1
+    # the 405B rows: llama3_405b.toml at 9dec370 turns on enable_fsdp_float8_all_gather
+    f8 = dict(f8, fsdp_float8_all_gather=True)
     for schedule, pub in (("1f1b", 82.5), ("interleaved-1f1b", 72.7)):  # Table 5: local batch 32 as 8 micro-batches
         lay = dict(dp=8, tp=8, pp=8, micro_batch=4)
-        yield f"405B FSDP8 TP8 PP8 {schedule}", "llama3-405b", pub, lay, dict(seq=8192), "full", schedule, 8
+        yield f"405B FSDP8 TP8 PP8 {schedule}", "llama3-405b", pub, lay, dict(seq=8192, **f8), "full", schedule, 8
     for cp, pub in zip((1, 2, 4, 8), (75.3, 75.9, 77.1, 84.9)):  # Table 6: 1F1B, local batch 8
         lay = dict(dp=8 // cp, cp=cp, tp=8, pp=8, micro_batch=1)
-        yield f"405B FSDP{8 // cp} TP8 PP8 CP{cp} s{32 * cp}K", "llama3-405b", pub, lay, dict(seq=32768 * cp), "full", "1f1b", 8
+        name = f"405B FSDP{8 // cp} TP8 PP8 CP{cp} s{32 * cp}K"
+        yield name, "llama3-405b", pub, lay, dict(seq=32768 * cp, **f8), "full", "1f1b", 8
 
 
 def torchtitan_training(fields: dict, tp: int) -> Training:

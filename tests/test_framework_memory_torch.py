@@ -10,6 +10,7 @@ run, never from the formula under test.
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 import pytest
 
@@ -307,3 +308,80 @@ def test_fsdp2_side_stream_buffers(fake_group, monkeypatch, dp):
     # gradients already, only the buffers stay
     kept = Training(zero=3, grad_reduce_bytes=4, fsdp_stream_pools=True)
     assert fsdp_stream_pools(m, kept, Layout(1, dp), n) == pytest.approx(measured - sum(seen["scatter_out"]), rel=1e-9)
+
+
+class _OneByteWeight(torch.Tensor if torch else object):
+    """A weight whose FSDP2 all-gather carries its float8 cast, as torchao's
+    WeightWithDynamicFloat8CastTensor does (fsdp_pre_all_gather hands over the float8
+    data, fsdp_post_all_gather keeps the gathered bytes): every op but the all-gather
+    sees the fp32 tensor inside."""
+
+    @staticmethod
+    def __new__(cls, t):
+        return torch.Tensor._make_wrapper_subclass(cls, t.size(), strides=t.stride(), dtype=t.dtype, device=t.device)
+
+    def __init__(self, t):
+        self._t = t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        inner = lambda x: x._t if isinstance(x, _OneByteWeight) else x  # noqa: E731
+        out = func(*tree_map(inner, args), **tree_map(inner, kwargs or {}))
+        kept = ("detach", "alias", "view", "as_strided", "slice", "split", "chunk", "_to_copy", "new_zeros", "clone")
+        if func.__name__.startswith(kept):  # FSDP2 shards and pads the weight with these
+            wrap = lambda x: _OneByteWeight(x) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x  # noqa: E731
+            return tree_map(wrap, out)
+        return out
+
+    def __tensor_flatten__(self):
+        return ["_t"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return _OneByteWeight(inner["_t"])
+
+    def fsdp_pre_all_gather(self, mesh):
+        return (self._t.to(torch.float8_e4m3fn),), None
+
+    def fsdp_post_all_gather(self, outputs, metadata, param_dtype, *, out=None):
+        if out is None:
+            return outputs[0], outputs
+        return None
+
+
+def test_fsdp2_float8_all_gather_keeps_one_byte_gathered(fake_group):
+    """A stage FSDP2 keeps gathered (reshard_after_forward=False, torchtitan under
+    pipeline parallelism) whose linears all-gather their float8 cast holds one byte per
+    gathered element, where the bf16 all-gather holds two: the difference between the
+    two runs is what fsdp_float8_all_gather takes off the stage's parameter bytes."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from pipesim.planner.footprint import memory_model
+
+    dp, h, kv, f = 8, 32, 16, 96
+    mesh = fake_group(dp)
+
+    def gathered_bytes(one_byte: bool) -> int:
+        torch.manual_seed(0)
+        block = _LlamaLinears(h, kv, f)
+        if one_byte:
+            for mod in block.children():
+                mod.weight = torch.nn.Parameter(_OneByteWeight(mod.weight.detach()))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+        if one_byte:  # the forward upcasts the gathered float8 weights itself
+            block.forward = lambda x: sum(
+                (x @ mod.weight.to(x.dtype).t()).sum() for mod in block.children() if mod.in_features == h
+            )
+        block(torch.randn(2, 8, h, dtype=torch.bfloat16))
+        return sum(p.untyped_storage().nbytes() for p in block.parameters())
+
+    bf16, fp8 = gathered_bytes(False), gathered_bytes(True)
+    assert bf16 == 2 * fp8  # every weight gathered, two bytes then one
+    m = Model("linears", 1, h, 4, V, Attention(kv_heads=2), 1, f)
+    t = Training(zero=3, precision="fp8", fp8_scaling="tensor", fsdp_reshard="never")
+    lay = Layout(1, dp)
+    off, on = (memory_model(m, replace(t, fsdp_float8_all_gather=x), lay, 1, "full").stage_bytes(0)[0] for x in (False, True))
+    assert off - on == bf16 - fp8

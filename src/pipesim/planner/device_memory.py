@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
+from .footprint import float8_gathered
 from .layout import keeps_gathered
 from .params import attention_params, embedding_params, mlp_params
 
@@ -91,7 +92,12 @@ def fsdp_gathered(m, t, lay) -> float:
     """Bytes of gathered parameters FSDP holds beyond its shards (see the module docstring)."""
     if t.zero != 3 or keeps_gathered(t, lay):
         return 0.0
-    return t.param_bytes * (embedding_params(m) / lay.tp + 2 * _layer_params(m, lay))
+    return t.param_bytes * embedding_params(m) / lay.tp + 2 * _gathered_width(t) * _layer_params(m, lay)
+
+
+def _gathered_width(t) -> float:
+    """Bytes an element of a block's gathered weights: one under FSDP's float8 all-gather."""
+    return 1.0 if float8_gathered(t) else t.param_bytes
 
 
 def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
@@ -105,7 +111,8 @@ def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
     compiled-autograd era of PyTorch 2.6, torchtitan's runs at torch 1963fc8):
 
     - ``foreach_all_gather`` allocates each group's flat output, the whole layer in the
-      all-gather dtype, under the all-gather copy-in stream, freed after its copy-out;
+      all-gather dtype (one byte under ``fsdp_float8_all_gather``), under the all-gather
+      copy-in stream, freed after its copy-out;
       the previous all-gather's result stays referenced until the next one's copy-in
       waits on it: two layers' buffers in that stream's pool;
     - ``foreach_reduce`` allocates the reduce-scatter input, the layer's gradients in
@@ -122,7 +129,7 @@ def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
     if t.zero != 3 or not t.fsdp_stream_pools:
         return 0.0
     layer = _layer_params(m, lay)
-    gathered = 2 * t.param_bytes * layer
+    gathered = 2 * _gathered_width(t) * layer
     shards = t.grad_reduce_bytes * rank_params / lay.size("cpdp") if t.zero_grad_frees else 0.0
     return gathered + t.grad_reduce_bytes * layer + shards
 

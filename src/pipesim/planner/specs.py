@@ -300,6 +300,10 @@ class Training:
     # final norm runs eager and keeps the eager RMSNorm's fp32 copies, whatever the
     # blocks' kernels (activations.head_saved)
     final_norm_eager: bool = False
+    # torchao's Float8 linears all-gathered in float8 by FSDP2 (torchtitan's
+    # float8.enable_fsdp_float8_all_gather): their gathered weights hold one byte an
+    # element, the norms, embedding and output head param_bytes (footprint.py)
+    fsdp_float8_all_gather: bool = False
 
 
 # --------------------------------------------------------------------------------------
