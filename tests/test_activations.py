@@ -64,13 +64,28 @@ def test_a_recompute_mode_outside_the_forms_is_one_line(bad):
 
 def test_op_checkpointing_is_for_dense_bf16_blocks():
     """torchtitan's op policy names aten.mm and the flash kernels: an MoE layer, MLA or
-    float8's _scaled_mm is not what it was written for, and says so."""
+    block-scaled FP8 (DeepSeek's, not torchtitan's) is not what it was written for, and
+    says so."""
     from pipesim.errors import PipesimError
 
     with pytest.raises(PipesimError, match="op"):
         layer_saved(load_model("deepseek-v3"), 5, Training(seq=4096), recompute="op")
     with pytest.raises(PipesimError, match="op"):
-        layer_saved(load_model("llama3-8b"), 0, Training(seq=4096, precision="fp8"), recompute="op")
+        layer_saved(load_model("llama3-8b"), 0, Training(seq=4096, precision="fp8", fp8_scaling="block"), recompute="op")
+
+
+def test_op_checkpointing_under_tensorwise_float8_keeps_the_bf16_set():
+    """torchao's Float8Linear runs torch.mm on Float8Tensor arguments: the policy sees
+    aten.mm and caches every other multiply's bf16 output, as in bf16 training. Nothing
+    of the set shrinks to FP8 bytes (under none, a linear's saved input does)."""
+    m = load_model("llama3-8b")
+    bf16 = layer_saved(m, 0, Training(seq=4096), recompute="op")
+    fp8 = layer_saved(m, 0, Training(seq=4096, precision="fp8", fp8_scaling="tensor"), recompute="op")
+    assert fp8 == bf16
+    # the four cached multiplies are wq, wv, w1, w2: q (4096), v (1024), gate and down outputs
+    assert bf16["q projection output"] == 2 * 4096 and bf16["v projection output"] == 2 * 1024
+    assert bf16["gate projection output"] == 2 * 14336 and bf16["down projection output"] == 2 * 4096
+    assert "k projection output" not in bf16 and "up projection output" not in bf16
 
 
 def test_checkpointing_prices_what_it_runs_again():

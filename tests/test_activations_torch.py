@@ -8,6 +8,8 @@ parameters and buffers left out. The expected number comes from that run; pipesi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -101,6 +103,20 @@ def test_head(fp32_loss):
     m = llama_model()
     t = Training(seq=S, logit_bytes=52 if fp32_loss else 10)
     within(head_activation(m, t, Layout(1, 1, micro_batch=B)), run(Head(H, m.vocab, fp32_loss), (B, S, H)))
+
+
+def test_final_norm_runs_eager_under_compiled_blocks():
+    """torchtitan's apply_compile (9dec370) compiles each block, not the final norm: the
+    head keeps the eager RMSNorm's fp32 input copy and bf16 normalised value where the
+    fused norm keeps its input. The difference PyTorch measures between the two heads
+    is what final_norm_eager adds to the fused blocks' head."""
+    m = llama_model()
+    t = Training(seq=S, logit_bytes=52)
+    lay = Layout(1, 1, micro_batch=B)
+    eager, fused = (run(Head(H, m.vocab, True, fused_norm=f), (B, S, H)) for f in (False, True))
+    added = head_activation(m, replace(t, final_norm_eager=True), lay) - head_activation(m, t, lay)
+    assert added > 0
+    within(added, eager - fused, 0.01)
 
 
 def test_full_recompute_transient_is_one_layer_kept_whole():

@@ -136,3 +136,29 @@ def test_transients_per_stage_and_fsdp_accumulation():
     layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336  # wq, wk, wv, wo; w1, w2, w3
     kept, regathered = (backward_transient(m, replace(t, fsdp_reshard=r), lay, "full", False) for r in ("never", "always"))
     assert regathered - kept == pytest.approx(4 * layer)
+
+
+def test_fsdp_side_stream_pools_are_their_own_line():
+    """With fsdp_stream_pools, what FSDP2's side streams keep reserved is its own line of
+    what the card loses: for Llama 3 8B on FSDP8, two layers' bf16 all-gather outputs, one
+    layer's fp32 reduce-scatter input and the fp32 gradient shards of the whole model (8.03e9
+    parameters over 8). Off, or without ZeRO-3, no such line."""
+    from pipesim.planner.device_memory import usable_for
+    from pipesim.planner.specs import load_model
+
+    m, c = load_model("llama3-8b"), load_cluster("h100")
+    t = replace(load_training(), seq=8192, global_batch=16, zero=3, grad_reduce_bytes=4, zero_grad_frees=True)
+    lay = Layout(1, 8, micro_batch=2)
+    key = "FSDP's side-stream pools (all-gather outputs, reduce-scatter input, gradient shards)"
+    assert key not in dict(usable_for(m, c, t, lay, "full").held)
+    assert key not in dict(usable_for(m, c, replace(t, zero=1, fsdp_stream_pools=True), lay, "full").held)
+    layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    params = 32 * layer + 2 * 128256 * 4096  # the blocks' multiplies and the untied embedding and head
+    pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), lay, "full").held)[key]
+    assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * params / 8)
+    # the recomputed layer's fp32 reduce-scatter copy is that stream's input: not counted twice
+    from pipesim.planner.device_memory import backward_transient
+
+    lay = Layout(1, 8, micro_batch=1)
+    off, on = (backward_transient(m, replace(t, fsdp_stream_pools=p), lay, "full", False) for p in (False, True))
+    assert off - on == pytest.approx(4 * layer)

@@ -10,6 +10,7 @@ run, never from the formula under test.
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 import pytest
 
@@ -241,3 +242,146 @@ def test_context_parallel_gathers_every_ranks_keys_and_values(fake_group, cp):
     grown = [cp_attention_transient(m, t, Layout(1, 1, cp=c)) for c in (cp, cp + 1)]
     assert grown[1] - grown[0] == gathered / cp  # one more rank's keys and values
     assert cp_attention_transient(m, Training(seq=tokens), Layout(1, 1, cp=cp)) == 0.0
+
+
+class _LlamaLinears(torch.nn.Module if torch else object):
+    """A Llama block's seven multiplies (wq, wk, wv, wo; w1, w3, w2) in fp32, as torchtitan
+    builds its model before FSDP2 casts the all-gather to bf16; the forward touches each
+    weight so that each gets a gradient."""
+
+    def __init__(self, h, kv, f):
+        super().__init__()
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.wq, self.wk, self.wv, self.wo = lin(h, h), lin(h, kv), lin(h, kv), lin(h, h)
+        self.w1, self.w3, self.w2 = lin(h, f), lin(h, f), lin(f, h)
+
+    def forward(self, x):
+        kv = (self.wk(x) * self.wv(x)).sum(-1, keepdim=True)
+        x = x + self.wo(self.wq(x) * kv)
+        return x + self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+@pytest.mark.parametrize("dp", [2, 8])
+def test_fsdp2_side_stream_buffers(fake_group, monkeypatch, dp):
+    """FSDP2's collectives' buffers, recorded as fully_shard hands them to its all-gather
+    and reduce-scatter (a fake process group on the CPU): each layer's flat all-gather
+    output holds the layer in the all-gather dtype (bf16), each reduce-scatter input the
+    layer's gradients in the reduce dtype (fp32), and the outputs, the gradient shards,
+    1/dp of the model in fp32. What ``fsdp_stream_pools`` keeps on the side streams is
+    two of the first, one of the second and all of the third."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from pipesim.planner.device_memory import fsdp_stream_pools
+
+    seen = {"gather": [], "scatter_in": [], "scatter_out": []}
+    gather, scatter = dist.all_gather_single, dist.reduce_scatter_single
+
+    def record_gather(output, input, *a, **kw):
+        seen["gather"].append(output.nbytes)
+        return gather(output, input, *a, **kw)
+
+    def record_scatter(output, input, *a, **kw):
+        seen["scatter_in"].append(input.nbytes)
+        seen["scatter_out"].append(output.nbytes)
+        return scatter(output, input, *a, **kw)
+
+    monkeypatch.setattr(dist, "all_gather_single", record_gather)
+    monkeypatch.setattr(dist, "reduce_scatter_single", record_scatter)
+    mesh = fake_group(dp)
+    h, kv, f, layers = 32, 16, 96, 3
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_LlamaLinears(h, kv, f) for _ in range(layers)))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model:
+        fully_shard(block, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    model(torch.randn(2, 8, h)).sum().backward()
+    assert seen["gather"] and seen["scatter_in"]
+    measured = 2 * max(seen["gather"]) + max(seen["scatter_in"]) + sum(seen["scatter_out"])
+
+    m = Model("linears", layers, h, 4, V, Attention(kv_heads=2), layers, f)  # kv: 2 heads of 8
+    n = sum(p.numel() for p in model.parameters())
+    t = Training(zero=3, grad_reduce_bytes=4, zero_grad_frees=True, fsdp_stream_pools=True)
+    assert fsdp_stream_pools(m, t, Layout(1, dp), n) == pytest.approx(measured, rel=1e-9)
+    assert fsdp_stream_pools(m, Training(zero=3), Layout(1, dp), n) == 0.0
+    # gradients kept through the run (no zero_grad_frees): the shards are the static
+    # gradients already, only the buffers stay
+    kept = Training(zero=3, grad_reduce_bytes=4, fsdp_stream_pools=True)
+    assert fsdp_stream_pools(m, kept, Layout(1, dp), n) == pytest.approx(measured - sum(seen["scatter_out"]), rel=1e-9)
+
+
+class _OneByteWeight(torch.Tensor if torch else object):
+    """A weight whose FSDP2 all-gather carries its float8 cast, as torchao's
+    WeightWithDynamicFloat8CastTensor does (fsdp_pre_all_gather hands over the float8
+    data, fsdp_post_all_gather keeps the gathered bytes): every op but the all-gather
+    sees the fp32 tensor inside."""
+
+    @staticmethod
+    def __new__(cls, t):
+        return torch.Tensor._make_wrapper_subclass(cls, t.size(), strides=t.stride(), dtype=t.dtype, device=t.device)
+
+    def __init__(self, t):
+        self._t = t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        inner = lambda x: x._t if isinstance(x, _OneByteWeight) else x  # noqa: E731
+        out = func(*tree_map(inner, args), **tree_map(inner, kwargs or {}))
+        kept = ("detach", "alias", "view", "as_strided", "slice", "split", "chunk", "_to_copy", "new_zeros", "clone")
+        if func.__name__.startswith(kept):  # FSDP2 shards and pads the weight with these
+            wrap = lambda x: _OneByteWeight(x) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x  # noqa: E731
+            return tree_map(wrap, out)
+        return out
+
+    def __tensor_flatten__(self):
+        return ["_t"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return _OneByteWeight(inner["_t"])
+
+    def fsdp_pre_all_gather(self, mesh):
+        return (self._t.to(torch.float8_e4m3fn),), None
+
+    def fsdp_post_all_gather(self, outputs, metadata, param_dtype, *, out=None):
+        if out is None:
+            return outputs[0], outputs
+        return None
+
+
+def test_fsdp2_float8_all_gather_keeps_one_byte_gathered(fake_group):
+    """A stage FSDP2 keeps gathered (reshard_after_forward=False, torchtitan under
+    pipeline parallelism) whose linears all-gather their float8 cast holds one byte per
+    gathered element, where the bf16 all-gather holds two: the difference between the
+    two runs is what fsdp_float8_all_gather takes off the stage's parameter bytes."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from pipesim.planner.footprint import memory_model
+
+    dp, h, kv, f = 8, 32, 16, 96
+    mesh = fake_group(dp)
+
+    def gathered_bytes(one_byte: bool) -> int:
+        torch.manual_seed(0)
+        block = _LlamaLinears(h, kv, f)
+        if one_byte:
+            for mod in block.children():
+                mod.weight = torch.nn.Parameter(_OneByteWeight(mod.weight.detach()))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+        if one_byte:  # the forward upcasts the gathered float8 weights itself
+            block.forward = lambda x: sum(
+                (x @ mod.weight.to(x.dtype).t()).sum() for mod in block.children() if mod.in_features == h
+            )
+        block(torch.randn(2, 8, h, dtype=torch.bfloat16))
+        return sum(p.untyped_storage().nbytes() for p in block.parameters())
+
+    bf16, fp8 = gathered_bytes(False), gathered_bytes(True)
+    assert bf16 == 2 * fp8  # every weight gathered, two bytes then one
+    m = Model("linears", 1, h, 4, V, Attention(kv_heads=2), 1, f)
+    t = Training(zero=3, precision="fp8", fp8_scaling="tensor", fsdp_reshard="never")
+    lay = Layout(1, dp)
+    off, on = (memory_model(m, replace(t, fsdp_float8_all_gather=x), lay, 1, "full").stage_bytes(0)[0] for x in (False, True))
+    assert off - on == bf16 - fp8

@@ -294,11 +294,12 @@ class LlamaBlock(nn.Module):
 class Head(nn.Module):
     """Final RMSNorm, output projection and cross-entropy; ``fp32_loss`` upcasts the
     logits first (torchtitan's ``cross_entropy(pred.float())``), else the loss runs in
-    bf16 (a fused loss keeps one bf16 copy of the softmax)."""
+    bf16 (a fused loss keeps one bf16 copy of the softmax). ``fused_norm`` false: the
+    eager RMSNorm torchtitan's final norm runs as (it compiles the blocks only)."""
 
-    def __init__(self, h, vocab, fp32_loss=True):
+    def __init__(self, h, vocab, fp32_loss=True, fused_norm=True):
         super().__init__()
-        self.norm = Norm(h, True)
+        self.norm = Norm(h, fused_norm)
         self.out = nn.Linear(h, vocab, bias=False, dtype=DT)
         self.fp32 = fp32_loss
 

@@ -58,13 +58,23 @@ torchtitan's selective modes (its ``activation_checkpoint.selective_ac_option``)
   commit docs/performance.md measured): every other matrix multiply of the forward, the
   first, third, ... (wq, wv, w1 and w2 of a Llama block: q, v, the gate and the down
   projection's output), and flash attention's outputs (output, fp32 logsumexp); the
-  checkpoint keeps its input besides. Under float8 the multiplies are ``_scaled_mm``,
-  which the list does not name (its abs and max are): not modelled;
+  checkpoint keeps its input besides. Under torchao's tensorwise Float8 (``fp8_scaling =
+  "tensor"``) the set is the same: Float8Linear's forward calls ``torch.mm`` on its
+  Float8Tensor arguments (torchao eab345c, float8_linear.py,
+  ``manual_float8_matmul_with_args_in_float8``), which the policy's dispatch mode sees
+  as ``aten.mm`` before the subclass turns it into ``_scaled_mm``, and whose output is
+  bf16. The list's ``abs`` and ``max`` (for each cast's amax) are left out: keeping
+  every cast's ``abs`` would add over 30 GB to Llama 3 8B's compiled Float8 rows, whose
+  published memory equals the bf16 rows' within 0.2 GiB (torchtitan
+  benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3). Block-scaled FP8 is
+  not torchtitan's and is refused;
 - ``every-N``: a full checkpoint around every Nth block (torchtitan counts blocks from one,
   so the second, fourth, ... for N = 2) and nothing around the others (``layer_mode``).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ..errors import PipesimError
 from .specs import Model, Training
@@ -206,10 +216,12 @@ def _matmul_outputs(m: Model, t: Training, tp: int) -> list[tuple[str, float]]:
 def _op_saved(m: Model, layer: int, t: Training, tp: int, hid: float) -> dict[str, float]:
     """torchtitan's selective op checkpointing: its input, every other multiply's output,
     flash attention's output and logsumexp (see the module docstring)."""
-    if m.is_moe_layer(layer) or m.attention.kind == "mla" or not t.flash_attention or t.precision == "fp8":
+    block_fp8 = t.precision == "fp8" and t.fp8_scaling != "tensor"
+    if m.is_moe_layer(layer) or m.attention.kind == "mla" or not t.flash_attention or block_fp8:
         raise PipesimError(
-            "recompute 'op' is torchtitan's selective op checkpointing of a dense Llama block in bf16 with flash "
-            "attention; use none, selective, full or every-N for this model and training"
+            "recompute 'op' is torchtitan's selective op checkpointing of a dense Llama block in bf16 or tensorwise "
+            'fp8 (fp8_scaling = "tensor") with flash attention; use none, selective, full or every-N for this '
+            "model and training"
         )
     d = m.attention.head_dim or m.hidden // m.heads
     kept = dict(_matmul_outputs(m, t, tp)[0::2])  # the first, third, ... multiply of the forward
@@ -246,7 +258,9 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
     """Bytes per token the last stage keeps for the final norm, output layer and loss."""
     hid = m.hidden / tp if t.sequence_parallel and tp > 1 else m.hidden
     fp32_loss = t.logit_bytes > 10  # see Training.logit_bytes: 10 is a fused bf16 loss
-    return _prefixed("final norm", _norm(t, False, hid, BF16, _gathered(m, t, hid))) | {
+    # torchtitan compiles each block, not the final norm (Training.final_norm_eager)
+    tn = replace(t, norm_kernel="eager") if t.final_norm_eager else t
+    return _prefixed("final norm", _norm(tn, False, hid, BF16, _gathered(m, t, hid))) | {
         "loss softmax": (FP32 if fp32_loss else BF16) * m.vocab / tp,
         "targets": INDEX,
     }

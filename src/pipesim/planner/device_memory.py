@@ -27,6 +27,10 @@ activations; each part held back below is a field of the cluster or training fil
   of the training file: the bf16 logits' block the loss's backward cannot reuse
   (``stranded_logits``), and torch.distributed.pipelining's kept outputs and receive
   buffers (``pipeline_buffers``);
+- what FSDP2's own CUDA streams keep cached (``fsdp_stream_pools``): its collectives'
+  buffers are allocated on side streams, and the caching allocator reuses a freed
+  block only for the stream that allocated it, so those blocks stay reserved beside
+  everything the default stream's tensors can reuse;
 - the caching allocator's fragmentation (``allocator_fragmentation``, a share of what is
   left): memory reserved in cached blocks that no request fits. A PyTorch OOM report on
   an 80 GB card shows 1.83 GiB reserved but unallocated beside 75.31 GiB allocated
@@ -38,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
+from .footprint import float8_gathered
 from .layout import keeps_gathered
 from .params import attention_params, embedding_params, mlp_params
 
@@ -87,7 +92,58 @@ def fsdp_gathered(m, t, lay) -> float:
     """Bytes of gathered parameters FSDP holds beyond its shards (see the module docstring)."""
     if t.zero != 3 or keeps_gathered(t, lay):
         return 0.0
-    return t.param_bytes * (embedding_params(m) / lay.tp + 2 * _layer_params(m, lay))
+    return t.param_bytes * embedding_params(m) / lay.tp + 2 * _gathered_width(t) * _layer_params(m, lay)
+
+
+def _gathered_width(t) -> float:
+    """Bytes an element of a block's gathered weights: one under FSDP's float8 all-gather."""
+    return 1.0 if float8_gathered(t) else t.param_bytes
+
+
+def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
+    """Bytes FSDP2 (ZeRO-3, ``Training.fsdp_stream_pools``) keeps reserved on its side
+    streams, for a rank holding ``rank_params`` parameters (its stages', on this GPU).
+
+    PyTorch's caching allocator knows a block only by the stream that allocated it and
+    reuses it only there (Tensor.record_stream's docstring; c10/cuda/CUDACachingAllocator
+    matches a free block's stream before its size). FSDP2's collectives, as the runs of
+    late 2024 had them (torch/distributed/_composable/fsdp/_fsdp_collectives.py, the
+    compiled-autograd era of PyTorch 2.6, torchtitan's runs at torch 1963fc8):
+
+    - ``foreach_all_gather`` allocates each group's flat output, the whole layer in the
+      all-gather dtype (one byte under ``fsdp_float8_all_gather``), under the all-gather
+      copy-in stream, freed after its copy-out;
+      the previous all-gather's result stays referenced until the next one's copy-in
+      waits on it: two layers' buffers in that stream's pool;
+    - ``foreach_reduce`` allocates the reduce-scatter input, the layer's gradients in
+      the reduce dtype, and its output, the layer's gradient shard, under the
+      reduce-scatter stream; each input is freed before the next layer's is made, the
+      shards become the parameters' ``.grad`` until ``zero_grad`` frees them into that
+      pool, where the next backward finds them again. With gradients kept through the
+      run (no ``zero_grad_frees``) the shards are the gradients counted with the
+      static bytes, and only the input is added.
+
+    Measured on the CPU (tests/test_framework_memory_torch.py): the flat all-gather
+    output, the reduce-scatter input and the gradient shards FSDP2 hands its collectives,
+    in the bytes this counts."""
+    if t.zero != 3 or not t.fsdp_stream_pools:
+        return 0.0
+    layer = _layer_params(m, lay)
+    gathered = 2 * _gathered_width(t) * layer
+    shards = t.grad_reduce_bytes * rank_params / lay.size("cpdp") if t.zero_grad_frees else 0.0
+    return gathered + t.grad_reduce_bytes * layer + shards
+
+
+def rank_params(m, lay) -> float:
+    """Parameters one GPU holds when the layers split evenly over the pipeline ranks (the
+    planner's view before a stage split; experts over ep * etp)."""
+    dense = experts = 0.0
+    for i in range(m.layers):
+        d, e = mlp_params(m, i)
+        dense += attention_params(m) + d
+        experts += e
+    dense += embedding_params(m)
+    return (dense / lay.tp + experts / (getattr(lay, "ep", 1) * getattr(lay, "etp", 1))) / lay.pp
 
 
 def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> float:
@@ -99,8 +155,9 @@ def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> fl
     if layer and t.zero == 3:
         # a stage kept gathered accumulates each bf16 gradient into its unsharded
         # reduce-dtype buffer, counted with the gradients (FSDP2's
-        # accumulate_unsharded_grad_if_needed): no second copy for a reduce-scatter
-        reduce_copy = 0.0 if keeps_gathered(t, lay) else t.grad_reduce_bytes
+        # accumulate_unsharded_grad_if_needed): no second copy for a reduce-scatter;
+        # with fsdp_stream_pools the copy is the reduce-scatter stream's input, counted there
+        reduce_copy = 0.0 if keeps_gathered(t, lay) or t.fsdp_stream_pools else t.grad_reduce_bytes
         layer += (BF16 + reduce_copy) * _layer_params(m, lay)
     return max(layer, loss_transient(m, local, lay) if last_stage else 0.0)
 
@@ -158,10 +215,11 @@ def usable_for(m, c, t, lay, recompute: str) -> Usable:
     what the framework keeps beside them (the last stage's, whose loss they are)."""
     microbatches = max(1, t.global_batch // (lay.dp * lay.micro_batch))
     kept = stranded_logits(m, t, lay) + pipeline_buffers(m, t, lay, microbatches)
-    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept)
+    pools = fsdp_stream_pools(m, t, lay, rank_params(m, lay))
+    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept, pools)
 
 
-def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0) -> Usable:
+def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0, pools: float = 0.0) -> Usable:
     """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
     capacity = c.hbm_gb * 1e9
     groups = communicators(lay)
@@ -173,6 +231,8 @@ def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float
     ]
     if kept:
         held.append(("framework buffers (stranded logits, pipeline outputs and receive buffers)", kept))
+    if pools:
+        held.append(("FSDP's side-stream pools (all-gather outputs, reduce-scatter input, gradient shards)", pools))
     rest = capacity - sum(b for _, b in held)
     held.append(
         (f"allocator fragmentation ({t.allocator_fragmentation:.1%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from ..costs import PerStage, at_stage
 from ..memory import MemoryModel
 from . import activations
 from .layout import Layout, keeps_gathered
@@ -31,6 +32,27 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
         experts += m.mtp_layers * e / (lay.ep * lay.etp)
     return dense, experts
+
+
+def float8_gathered(t: Training) -> bool:
+    """Whether FSDP2 all-gathers the Float8 linears in one byte (``fsdp_float8_all_gather``
+    with tensorwise FP8 and ZeRO-3): torchao's WeightWithDynamicFloat8CastTensor hands
+    FSDP2 the float8 cast of its shard in ``fsdp_pre_all_gather`` and wraps the gathered
+    bytes in ``fsdp_post_all_gather`` (torchao eab345c, float8/fsdp_utils.py), so the
+    gathered weight is that one byte an element, no bf16 copy beside it."""
+    return t.fsdp_float8_all_gather and t.precision == "fp8" and t.zero == 3
+
+
+@dataclass(frozen=True)
+class Float8GatheredMemory(MemoryModel):
+    """A stage FSDP keeps gathered whose Float8 linears it gathered in one byte: each
+    stage's ``float8_params`` of its parameters hold one byte, not ``param_bytes``."""
+
+    float8_params: PerStage = 0.0
+
+    def stage_bytes(self, stage: int) -> tuple[float, float, float]:
+        p, g, o = super().stage_bytes(stage)
+        return p - (self.param_bytes - 1) * at_stage(self.float8_params, stage, "memory sizes"), g, o
 
 
 def memory_model(
@@ -78,7 +100,7 @@ def memory_model(
     # at the activations' peak (the forward's end and the loss's backward). A stage kept
     # gathered accumulates unsharded gradients from its first backward on: counted.
     grad_bytes = 0.0 if sharded and t.zero_grad_frees else t.grad_bytes
-    return MemoryModel(
+    fields = dict(
         params=tuple(params),
         expert_params=tuple(experts),
         expert_dp=lay.edp,
@@ -96,3 +118,7 @@ def memory_model(
         zero=1 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
     )
+    if keeps_gathered(t, lay) and float8_gathered(t):  # torchao converts the blocks' dense linears
+        linears = [sum(attention_params(m) + mlp_params(m, i)[0] for i in rng) / lay.tp for rng in parts]
+        return Float8GatheredMemory(**fields, float8_params=tuple(linears))
+    return MemoryModel(**fields)

@@ -306,6 +306,21 @@ class Training:
     # synchronisation, which neither the GPU's work nor the tokens set; 0: none.
     # floors.py names the measurement
     moe_layer_issue_ms: float = 0.0
+    # --- torchtitan's peak memory, round two (device_memory.py; benchmarks/peak_memory.py)
+    # FSDP2 allocates its collectives' buffers on its own CUDA streams, and the caching
+    # allocator reuses a freed block only for the stream it was allocated on: the
+    # all-gather copy-in stream keeps two layers' flat gathered buffers, the reduce-scatter
+    # stream one layer's reduce-dtype input and every gradient shard, reserved beside what
+    # the default stream's tensors can use (device_memory.fsdp_stream_pools)
+    fsdp_stream_pools: bool = False
+    # torch.compile wraps each transformer block only (torchtitan's apply_compile): the
+    # final norm runs eager and keeps the eager RMSNorm's fp32 copies, whatever the
+    # blocks' kernels (activations.head_saved)
+    final_norm_eager: bool = False
+    # torchao's Float8 linears all-gathered in float8 by FSDP2 (torchtitan's
+    # float8.enable_fsdp_float8_all_gather): their gathered weights hold one byte an
+    # element, the norms, embedding and output head param_bytes (footprint.py)
+    fsdp_float8_all_gather: bool = False
 
 
 # --------------------------------------------------------------------------------------
