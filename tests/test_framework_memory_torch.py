@@ -195,29 +195,76 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     assert pipesim(fsdp_fp32_shards=True, zero_grad_frees=True) == params + states
 
 
-def test_pipeline_last_stage_keeps_every_output(tmp_path):
-    """torch.distributed.pipelining's last stage keeps each micro-batch's output until the
-    next step starts: after a step of M micro-batches it holds M outputs, what
-    ``pipeline_buffers`` counts on the last stage (with its receive buffers apart)."""
+@pytest.fixture
+def one_rank_pipeline():
+    """``run(widths, M, mb)``: one step of ScheduleInterleaved1F1B over linear stages of
+    those output widths (the first takes H), all on one gloo rank (a world of one),
+    with M micro-batches of mb sequences; returns the stages."""
     from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        M, mb = 4, 2
-        stages = [PipelineStage(torch.nn.Linear(H, V if i else H).to(DT), i, 2, torch.device("cpu")) for i in range(2)]
+
+    def run(widths: list[int], M: int, mb: int) -> list:
+        ins = [H, *widths[:-1]]
+        dev = torch.device("cpu")
+        stages = [PipelineStage(torch.nn.Linear(i, o).to(DT), s, len(widths), dev) for s, (i, o) in enumerate(zip(ins, widths))]
         sched = ScheduleInterleaved1F1B(stages, M, loss_fn=lambda y, t: y.float().pow(2).mean())
-        x = torch.randn(M * mb, S, H, dtype=DT)
-        sched.step(x, target=torch.zeros(M * mb), losses=[])
-        kept = stages[-1].output_chunks
-        measured = sum(o.untyped_storage().nbytes() for o in kept)
-    finally:
-        dist.destroy_process_group()
+        sched.step(torch.randn(M * mb, S, H, dtype=DT), target=torch.zeros(M * mb), losses=[])
+        return stages
+
+    yield run
+    dist.destroy_process_group()
+
+
+def test_pipeline_last_stage_keeps_every_output(one_rank_pipeline):
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output until the
+    next step starts: after a step of M micro-batches it holds M outputs, what
+    ``pipeline_buffers`` counts on the last stage (with its receive buffers apart)."""
+    M, mb = 4, 2
+    kept = one_rank_pipeline([H, V], M, mb)[-1].output_chunks
+    measured = sum(o.untyped_storage().nbytes() for o in kept)
     assert len(kept) == M
     lay = Layout(2, 1, micro_batch=mb)
     t = Training(seq=S, pp_keeps_outputs=True)
     outputs = pipeline_buffers(_model(), t, lay, M, last_stage=True, recv_sets=0)
     assert outputs == measured
+
+
+def test_pipeline_stage_kept_its_input_gradients(one_rank_pipeline, monkeypatch):
+    """torch.distributed.pipelining's stage_backward reads each micro-batch's input
+    gradient off the receive buffer's ``.grad``. torch 2.13 then sets it to None
+    (pytorch/pytorch#164329, October 2025); torch 1963fc8, torchtitan's published runs,
+    left it there until the next step's clear_runtime_states. With that one assignment
+    undone, a middle stage ends a step of M micro-batches holding M input gradients of
+    its input's size: what ``pp_keeps_input_grads`` adds to ``pipeline_buffers``, per
+    stage that receives an input."""
+    import torch.distributed.pipelining.stage as stage_py
+
+    today = stage_py.stage_backward
+
+    def as_in_1963fc8(stage_output, output_grads, input_values, *args, **kwargs):
+        grads = today(stage_output, output_grads, input_values, *args, **kwargs)
+        for value, grad in zip(input_values, grads):
+            if isinstance(value, torch.Tensor) and grad is not None:
+                value.grad = grad
+        return grads
+
+    def input_grads(stage) -> list:
+        return [a.buffer.grad for recv in stage.args_recv_info.values() for a in recv if not a.is_root_arg]
+
+    M, mb = 4, 2
+    assert all(g is None for g in input_grads(one_rank_pipeline([H, H, H], M, mb)[1]))  # torch 2.13 frees them
+    monkeypatch.setattr(stage_py, "stage_backward", as_in_1963fc8)
+    kept = input_grads(one_rank_pipeline([H, H, H], M, mb)[1])  # the middle stage
+    assert len(kept) == M and all(g is not None for g in kept)
+    measured = sum(g.untyped_storage().nbytes() for g in kept)
+    assert measured == M * mb * S * H * 2  # one bf16 input's size each, from torch
+    lay = Layout(3, 1, micro_batch=mb)
+    off, on = (pipeline_buffers(_model(), Training(seq=S, pp_keeps_input_grads=x), lay, M) for x in (False, True))
+    assert on - off == measured
+    both = pipeline_buffers(_model(), Training(seq=S, pp_keeps_input_grads=True), lay, M, input_stages=2)
+    assert both - off == 2 * measured  # a rank holding two such stages (interleaved)
 
 
 @pytest.mark.parametrize("cp", [2, 4])
