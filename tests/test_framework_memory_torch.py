@@ -432,3 +432,72 @@ def test_fsdp2_float8_all_gather_keeps_one_byte_gathered(fake_group):
     lay = Layout(1, dp)
     off, on = (memory_model(m, replace(t, fsdp_float8_all_gather=x), lay, 1, "full").stage_bytes(0)[0] for x in (False, True))
     assert off - on == bf16 - fp8
+
+
+def _compiled_saved_bytes(block, x) -> int:
+    """Bytes of the tensors the forward graph torch.compile makes for ``block`` hands to
+    its backward: AOTAutograd with inductor's partitioner (min-cut rematerialization,
+    what ``torch.compile``'s default backend runs), the compilers themselves left out."""
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    saved = []
+
+    def forward_compiler(gm, inputs):
+        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        saved.extend(v.meta["val"] for v in outputs[1:])  # the block's one output, then what backward gets
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(
+        fw_compiler=forward_compiler,
+        bw_compiler=lambda gm, inputs: make_boxed_func(gm.forward),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+    torch._dynamo.reset()
+    torch.compile(block, backend=backend, fullgraph=True, dynamic=False)(x).sum().backward()
+    # the generator's state, saved for a rerun of a random op, has a size the graph does
+    # not know (an unbacked symbol): bytes, not per token; counted out here
+    sized = [t for t in saved if not isinstance(t.numel(), torch.SymInt)]
+    assert all(t.dtype == torch.uint8 for t in saved if isinstance(t.numel(), torch.SymInt))
+    return sum(t.numel() * t.element_size() for t in sized)
+
+
+def test_compiled_block_under_full_checkpointing_saves_its_input():
+    """torchtitan's full activation checkpointing under torch.compile (apply_ac wraps each
+    block in checkpoint_wrapper, apply_compile compiles the wrapped block): the compiled
+    forward hands its backward the block's input and nothing per token beyond it, what
+    pipesim's ``full`` keeps. The parameters and the RNG state (flash attention's, saved
+    for the rerun) do not grow with the tokens; two sequence lengths' difference leaves
+    the per-token bytes, from torch."""
+    from torch.utils.checkpoint import checkpoint
+
+    heads, kv, f = 4, 2, 64
+    d = H // heads
+    F = torch.nn.functional
+
+    class Block(torch.nn.Module):  # a Llama block as torchtitan's: RMSNorm, GQA, SDPA, SwiGLU
+        def __init__(self):
+            super().__init__()
+            lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+            self.attention_norm, self.ffn_norm = torch.nn.RMSNorm(H), torch.nn.RMSNorm(H)
+            self.wq, self.wk, self.wv, self.wo = lin(H, H), lin(H, kv * d), lin(H, kv * d), lin(H, H)
+            self.w1, self.w3, self.w2 = lin(H, f), lin(H, f), lin(f, H)
+
+        def inner(self, x):
+            b, s, _ = x.shape
+            h = self.attention_norm(x)
+            q = self.wq(h).view(b, s, heads, d).transpose(1, 2)
+            k, v = (w(h).view(b, s, kv, d).repeat_interleave(heads // kv, 2).transpose(1, 2) for w in (self.wk, self.wv))
+            x = x + self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, H))
+            g = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(g)) * self.w3(g))
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False, preserve_rng_state=False)
+
+    torch.manual_seed(0)
+    block = Block().to(DT)
+    short, long = (_compiled_saved_bytes(block, torch.randn(B, s, H, dtype=DT, requires_grad=True)) for s in (S, 2 * S))
+    per_token = (long - short) / (B * S)
+    assert per_token == 2 * H  # the bf16 input alone, from torch
+    assert sum(layer_saved(_model(), 0, Training(seq=S), 1, "full").values()) == per_token
