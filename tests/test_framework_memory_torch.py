@@ -145,6 +145,22 @@ def test_block_projections_keep_the_gathered_norm_output(fake_group):
     assert layer_saved(_model(), 0, t, tp)["attention norm output"] * B * S == measured
 
 
+def _stage_bytes_for(n: int, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """pipesim's (parameter, gradient, optimizer) bytes for a stage of ``n`` parameters
+    under ``t`` and ``lay``: memory_model's per-parameter bytes and sharding applied to n."""
+    mm = memory_model(_model(), t, lay, 1, "full")  # one stage: bytes per parameter only
+    sized = MemoryModel(
+        params=(n,),
+        activation=(0.0,),
+        param_bytes=mm.param_bytes,
+        grad_bytes=mm.grad_bytes,
+        optimizer_bytes=mm.optimizer_bytes,
+        zero=mm.zero,
+        dp=mm.dp,
+    )
+    return sized.stage_bytes(0)
+
+
 def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     """fully_shard with a bf16 MixedPrecisionPolicy over an fp32 model, after one AdamW
     step: the rank holds fp32 parameter shards, fp32 gradient shards and two fp32 moments,
@@ -172,18 +188,7 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     measured = params + grads + states
 
     def pipesim(**kw) -> float:
-        t = Training(zero=3, **kw)
-        mm = memory_model(_model(), t, Layout(1, dp), 1, "full")
-        sized = MemoryModel(
-            params=(n,),
-            activation=(0.0,),
-            param_bytes=mm.param_bytes,
-            grad_bytes=mm.grad_bytes,
-            optimizer_bytes=mm.optimizer_bytes,
-            zero=mm.zero,
-            dp=mm.dp,
-        )
-        return sum(sized.stage_bytes(0))
+        return sum(_stage_bytes_for(n, Training(zero=3, **kw), Layout(1, dp)))
 
     assert pipesim(fsdp_fp32_shards=True) == measured
     assert pipesim() == measured * 18 / 16
@@ -215,6 +220,42 @@ def one_rank_pipeline():
 
     yield run
     dist.destroy_process_group()
+
+
+def test_fsdp2_stage_under_pipelining_holds_bf16_weights_and_fp32_gradients_whole(fake_group):
+    """FSDP2 as torchtitan applies it under pipeline parallelism (reshard_after_forward
+    False on every block and the root) and as torch.distributed.pipelining drives it for
+    every backward but the step's last (set_reshard_after_backward(False),
+    set_requires_gradient_sync(False), stage.py's backward_maybe_with_nosync): after two
+    micro-batches the rank holds every weight gathered in bf16 and every gradient
+    gathered in the fp32 reduce dtype, no bf16 gradient beside it and no shard yet. What
+    pipesim's stage kept gathered holds: param_bytes and grad_bytes per parameter, whole."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dp = 8
+    mesh = fake_group(dp)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_LlamaLinears(H, 16, 96) for _ in range(2)))
+    n = sum(p.numel() for p in model.parameters())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model:
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    model.set_is_last_backward(False)
+    model.set_reshard_after_backward(False)
+    model.set_requires_gradient_sync(False)
+    for _ in range(2):
+        model(torch.randn(2, 8, H)).sum().backward()
+    states = fully_shard.state(model)._state_ctx.all_states
+    held = [fp for st in states if st._fsdp_param_group for fp in st._fsdp_param_group.fsdp_params]
+    assert all(fp.unsharded_param.grad is None for fp in held)  # no bf16 gradient kept
+    assert all(p.grad is None for p in model.parameters())  # no shard before the last backward
+    weights = sum(fp.unsharded_param.untyped_storage().nbytes() for fp in held)
+    grads = sum(fp.unsharded_accumulated_grad.untyped_storage().nbytes() for fp in held)
+    assert (weights, grads) == (2 * n, 4 * n)  # from torch
+    t = Training(zero=3, grad_reduce_bytes=4, fsdp_fp32_shards=True, zero_grad_frees=True)
+    p, g, _ = _stage_bytes_for(n, t, Layout(2, dp))  # pipeline parallel: the stage kept gathered
+    assert (p, g) == (weights, grads)
 
 
 def test_pipeline_last_stage_keeps_every_output(one_rank_pipeline):
