@@ -32,7 +32,9 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
   only asks for larger fp32 blocks (``loss_frees_logits``);
 - torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
   step ends, and every stage a receive buffer per micro-batch for its input and its
-  output's gradient (``pp_keeps_outputs``);
+  output's gradient (``pp_keeps_outputs``); and, before pytorch/pytorch#164329 (October
+  2025), every stage but the first each micro-batch's input gradient, left on the receive
+  buffer until the next step (``pp_keeps_input_grads``);
 - context parallelism's attention backward: the whole sequence's keys and values gathered
   (torchtitan's default rotate method, ``allgather``), fp32 gradient accumulators and the
   ring's dk/dv buffers (``torch_context_parallel``);
@@ -121,6 +123,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "cp_comm": "all_gather",  # ... with context_parallel_rotate_method = "allgather"
             "fsdp_stream_pools": True,  # FSDP2's collectives on their own CUDA streams
             "final_norm_eager": True,  # apply_compile wraps the blocks, not the final norm
+            "pp_keeps_input_grads": True,  # pipelining's stage_backward at torch 1963fc8
             **fields,
         }
     )
@@ -145,13 +148,15 @@ def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedu
     for r in range(s.pp):
         last = stages - 1 in held[r]
         recv = sum((st > 0) + (st < stages - 1) for st in held[r])
+        inputs = sum(st > 0 for st in held[r])
+        kept = pipeline_buffers(m, t, lay, M, last, recv, inputs) + (stranded_logits(m, t, lay) if last else 0.0)
         part = {
             "static": mem.static[r] / GIB,
             "activations": mem.activation_peak[r] / GIB,
             "transient": backward_transient(m, t, lay, recompute, last_stage=last) / GIB,
             "gathered": fsdp_gathered(m, t, lay) / GIB,
             "pools": fsdp_stream_pools(m, t, lay, sum(sum(mm.params_at(st)) for st in held[r])) / GIB,
-            "framework": (pipeline_buffers(m, t, lay, M, last, recv) + (stranded_logits(m, t, lay) if last else 0.0)) / GIB,
+            "framework": kept / GIB,
         }
         part["reserved"] = sum(part.values()) / (1 - t.allocator_fragmentation)
         ranks.append(part)

@@ -145,6 +145,22 @@ def test_block_projections_keep_the_gathered_norm_output(fake_group):
     assert layer_saved(_model(), 0, t, tp)["attention norm output"] * B * S == measured
 
 
+def _stage_bytes_for(n: int, t: Training, lay: Layout) -> tuple[float, float, float]:
+    """pipesim's (parameter, gradient, optimizer) bytes for a stage of ``n`` parameters
+    under ``t`` and ``lay``: memory_model's per-parameter bytes and sharding applied to n."""
+    mm = memory_model(_model(), t, lay, 1, "full")  # one stage: bytes per parameter only
+    sized = MemoryModel(
+        params=(n,),
+        activation=(0.0,),
+        param_bytes=mm.param_bytes,
+        grad_bytes=mm.grad_bytes,
+        optimizer_bytes=mm.optimizer_bytes,
+        zero=mm.zero,
+        dp=mm.dp,
+    )
+    return sized.stage_bytes(0)
+
+
 def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     """fully_shard with a bf16 MixedPrecisionPolicy over an fp32 model, after one AdamW
     step: the rank holds fp32 parameter shards, fp32 gradient shards and two fp32 moments,
@@ -172,18 +188,7 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     measured = params + grads + states
 
     def pipesim(**kw) -> float:
-        t = Training(zero=3, **kw)
-        mm = memory_model(_model(), t, Layout(1, dp), 1, "full")
-        sized = MemoryModel(
-            params=(n,),
-            activation=(0.0,),
-            param_bytes=mm.param_bytes,
-            grad_bytes=mm.grad_bytes,
-            optimizer_bytes=mm.optimizer_bytes,
-            zero=mm.zero,
-            dp=mm.dp,
-        )
-        return sum(sized.stage_bytes(0))
+        return sum(_stage_bytes_for(n, Training(zero=3, **kw), Layout(1, dp)))
 
     assert pipesim(fsdp_fp32_shards=True) == measured
     assert pipesim() == measured * 18 / 16
@@ -195,29 +200,112 @@ def test_fsdp2_shards_are_fp32_with_no_bf16_copy(fake_group):
     assert pipesim(fsdp_fp32_shards=True, zero_grad_frees=True) == params + states
 
 
-def test_pipeline_last_stage_keeps_every_output(tmp_path):
-    """torch.distributed.pipelining's last stage keeps each micro-batch's output until the
-    next step starts: after a step of M micro-batches it holds M outputs, what
-    ``pipeline_buffers`` counts on the last stage (with its receive buffers apart)."""
+@pytest.fixture
+def one_rank_pipeline():
+    """``run(widths, M, mb)``: one step of ScheduleInterleaved1F1B over linear stages of
+    those output widths (the first takes H), all on one gloo rank (a world of one),
+    with M micro-batches of mb sequences; returns the stages."""
     from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        M, mb = 4, 2
-        stages = [PipelineStage(torch.nn.Linear(H, V if i else H).to(DT), i, 2, torch.device("cpu")) for i in range(2)]
+
+    def run(widths: list[int], M: int, mb: int) -> list:
+        ins = [H, *widths[:-1]]
+        dev = torch.device("cpu")
+        stages = [PipelineStage(torch.nn.Linear(i, o).to(DT), s, len(widths), dev) for s, (i, o) in enumerate(zip(ins, widths))]
         sched = ScheduleInterleaved1F1B(stages, M, loss_fn=lambda y, t: y.float().pow(2).mean())
-        x = torch.randn(M * mb, S, H, dtype=DT)
-        sched.step(x, target=torch.zeros(M * mb), losses=[])
-        kept = stages[-1].output_chunks
-        measured = sum(o.untyped_storage().nbytes() for o in kept)
-    finally:
-        dist.destroy_process_group()
+        sched.step(torch.randn(M * mb, S, H, dtype=DT), target=torch.zeros(M * mb), losses=[])
+        return stages
+
+    yield run
+    dist.destroy_process_group()
+
+
+def test_fsdp2_stage_under_pipelining_holds_bf16_weights_and_fp32_gradients_whole(fake_group):
+    """FSDP2 as torchtitan applies it under pipeline parallelism (reshard_after_forward
+    False on every block and the root) and as torch.distributed.pipelining drives it for
+    every backward but the step's last (set_reshard_after_backward(False),
+    set_requires_gradient_sync(False), stage.py's backward_maybe_with_nosync): after two
+    micro-batches the rank holds every weight gathered in bf16 and every gradient
+    gathered in the fp32 reduce dtype, no bf16 gradient beside it and no shard yet. What
+    pipesim's stage kept gathered holds: param_bytes and grad_bytes per parameter, whole."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dp = 8
+    mesh = fake_group(dp)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_LlamaLinears(H, 16, 96) for _ in range(2)))
+    n = sum(p.numel() for p in model.parameters())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model:
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    model.set_is_last_backward(False)
+    model.set_reshard_after_backward(False)
+    model.set_requires_gradient_sync(False)
+    for _ in range(2):
+        model(torch.randn(2, 8, H)).sum().backward()
+    states = fully_shard.state(model)._state_ctx.all_states
+    held = [fp for st in states if st._fsdp_param_group for fp in st._fsdp_param_group.fsdp_params]
+    assert all(fp.unsharded_param.grad is None for fp in held)  # no bf16 gradient kept
+    assert all(p.grad is None for p in model.parameters())  # no shard before the last backward
+    weights = sum(fp.unsharded_param.untyped_storage().nbytes() for fp in held)
+    grads = sum(fp.unsharded_accumulated_grad.untyped_storage().nbytes() for fp in held)
+    assert (weights, grads) == (2 * n, 4 * n)  # from torch
+    t = Training(zero=3, grad_reduce_bytes=4, fsdp_fp32_shards=True, zero_grad_frees=True)
+    p, g, _ = _stage_bytes_for(n, t, Layout(2, dp))  # pipeline parallel: the stage kept gathered
+    assert (p, g) == (weights, grads)
+
+
+def test_pipeline_last_stage_keeps_every_output(one_rank_pipeline):
+    """torch.distributed.pipelining's last stage keeps each micro-batch's output until the
+    next step starts: after a step of M micro-batches it holds M outputs, what
+    ``pipeline_buffers`` counts on the last stage (with its receive buffers apart)."""
+    M, mb = 4, 2
+    kept = one_rank_pipeline([H, V], M, mb)[-1].output_chunks
+    measured = sum(o.untyped_storage().nbytes() for o in kept)
     assert len(kept) == M
     lay = Layout(2, 1, micro_batch=mb)
     t = Training(seq=S, pp_keeps_outputs=True)
     outputs = pipeline_buffers(_model(), t, lay, M, last_stage=True, recv_sets=0)
     assert outputs == measured
+
+
+def test_pipeline_stage_kept_its_input_gradients(one_rank_pipeline, monkeypatch):
+    """torch.distributed.pipelining's stage_backward reads each micro-batch's input
+    gradient off the receive buffer's ``.grad``. torch 2.13 then sets it to None
+    (pytorch/pytorch#164329, October 2025); torch 1963fc8, torchtitan's published runs,
+    left it there until the next step's clear_runtime_states. With that one assignment
+    undone, a middle stage ends a step of M micro-batches holding M input gradients of
+    its input's size: what ``pp_keeps_input_grads`` adds to ``pipeline_buffers``, per
+    stage that receives an input."""
+    import torch.distributed.pipelining.stage as stage_py
+
+    today = stage_py.stage_backward
+
+    def as_in_1963fc8(stage_output, output_grads, input_values, *args, **kwargs):
+        grads = today(stage_output, output_grads, input_values, *args, **kwargs)
+        for value, grad in zip(input_values, grads):
+            if isinstance(value, torch.Tensor) and grad is not None:
+                value.grad = grad
+        return grads
+
+    def input_grads(stage) -> list:
+        return [a.buffer.grad for recv in stage.args_recv_info.values() for a in recv if not a.is_root_arg]
+
+    M, mb = 4, 2
+    assert all(g is None for g in input_grads(one_rank_pipeline([H, H, H], M, mb)[1]))  # torch 2.13 frees them
+    monkeypatch.setattr(stage_py, "stage_backward", as_in_1963fc8)
+    kept = input_grads(one_rank_pipeline([H, H, H], M, mb)[1])  # the middle stage
+    assert len(kept) == M and all(g is not None for g in kept)
+    measured = sum(g.untyped_storage().nbytes() for g in kept)
+    assert measured == M * mb * S * H * 2  # one bf16 input's size each, from torch
+    lay = Layout(3, 1, micro_batch=mb)
+    off, on = (pipeline_buffers(_model(), Training(seq=S, pp_keeps_input_grads=x), lay, M) for x in (False, True))
+    assert on - off == measured
+    both = pipeline_buffers(_model(), Training(seq=S, pp_keeps_input_grads=True), lay, M, input_stages=2)
+    assert both - off == 2 * measured  # a rank holding two such stages (interleaved)
 
 
 @pytest.mark.parametrize("cp", [2, 4])
@@ -385,3 +473,72 @@ def test_fsdp2_float8_all_gather_keeps_one_byte_gathered(fake_group):
     lay = Layout(1, dp)
     off, on = (memory_model(m, replace(t, fsdp_float8_all_gather=x), lay, 1, "full").stage_bytes(0)[0] for x in (False, True))
     assert off - on == bf16 - fp8
+
+
+def _compiled_saved_bytes(block, x) -> int:
+    """Bytes of the tensors the forward graph torch.compile makes for ``block`` hands to
+    its backward: AOTAutograd with inductor's partitioner (min-cut rematerialization,
+    what ``torch.compile``'s default backend runs), the compilers themselves left out."""
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    saved = []
+
+    def forward_compiler(gm, inputs):
+        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        saved.extend(v.meta["val"] for v in outputs[1:])  # the block's one output, then what backward gets
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(
+        fw_compiler=forward_compiler,
+        bw_compiler=lambda gm, inputs: make_boxed_func(gm.forward),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+    torch._dynamo.reset()
+    torch.compile(block, backend=backend, fullgraph=True, dynamic=False)(x).sum().backward()
+    # the generator's state, saved for a rerun of a random op, has a size the graph does
+    # not know (an unbacked symbol): bytes, not per token; counted out here
+    sized = [t for t in saved if not isinstance(t.numel(), torch.SymInt)]
+    assert all(t.dtype == torch.uint8 for t in saved if isinstance(t.numel(), torch.SymInt))
+    return sum(t.numel() * t.element_size() for t in sized)
+
+
+def test_compiled_block_under_full_checkpointing_saves_its_input():
+    """torchtitan's full activation checkpointing under torch.compile (apply_ac wraps each
+    block in checkpoint_wrapper, apply_compile compiles the wrapped block): the compiled
+    forward hands its backward the block's input and nothing per token beyond it, what
+    pipesim's ``full`` keeps. The parameters and the RNG state (flash attention's, saved
+    for the rerun) do not grow with the tokens; two sequence lengths' difference leaves
+    the per-token bytes, from torch."""
+    from torch.utils.checkpoint import checkpoint
+
+    heads, kv, f = 4, 2, 64
+    d = H // heads
+    F = torch.nn.functional
+
+    class Block(torch.nn.Module):  # a Llama block as torchtitan's: RMSNorm, GQA, SDPA, SwiGLU
+        def __init__(self):
+            super().__init__()
+            lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+            self.attention_norm, self.ffn_norm = torch.nn.RMSNorm(H), torch.nn.RMSNorm(H)
+            self.wq, self.wk, self.wv, self.wo = lin(H, H), lin(H, kv * d), lin(H, kv * d), lin(H, H)
+            self.w1, self.w3, self.w2 = lin(H, f), lin(H, f), lin(f, H)
+
+        def inner(self, x):
+            b, s, _ = x.shape
+            h = self.attention_norm(x)
+            q = self.wq(h).view(b, s, heads, d).transpose(1, 2)
+            k, v = (w(h).view(b, s, kv, d).repeat_interleave(heads // kv, 2).transpose(1, 2) for w in (self.wk, self.wv))
+            x = x + self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, H))
+            g = self.ffn_norm(x)
+            return x + self.w2(F.silu(self.w1(g)) * self.w3(g))
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False, preserve_rng_state=False)
+
+    torch.manual_seed(0)
+    block = Block().to(DT)
+    short, long = (_compiled_saved_bytes(block, torch.randn(B, s, H, dtype=DT, requires_grad=True)) for s in (S, 2 * S))
+    per_token = (long - short) / (B * S)
+    assert per_token == 2 * H  # the bf16 input alone, from torch
+    assert sum(layer_saved(_model(), 0, Training(seq=S), 1, "full").values()) == per_token

@@ -187,7 +187,7 @@ def stranded_logits(m, t, lay) -> float:
     return _logits(m, t, lay)
 
 
-def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv_sets: int = 2) -> float:
+def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv_sets: int = 2, input_stages: int = 1) -> float:
     """What torch.distributed.pipelining holds besides the stages' saved tensors
     (``Training.pp_keeps_outputs``; stage.py at PyTorch 1963fc8, the commit torchtitan's
     published runs used, and today):
@@ -202,12 +202,17 @@ def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv
       tensor parallelism (torchtitan's blocks return local Shard(1) tensors).
       ``recv_sets`` counts the (stage, direction) pairs a rank holds: 2 for a middle
       stage; the in-flight micro-batches' buffers are the first layer's input, counted
-      already, and the stage outputs the pipeline keeps for them offset that."""
-    if not t.pp_keeps_outputs or lay.pp == 1:
+      already, and the stage outputs the pipeline keeps for them offset that;
+    - with ``Training.pp_keeps_input_grads``, each micro-batch's gradient of a stage's
+      input, the stage boundary's size, left as the receive buffer's ``.grad`` until the
+      next step's ``clear_runtime_states``: ``input_stages`` counts the stages a rank
+      holds that receive an input (every stage but the first)."""
+    if lay.pp == 1:
         return 0.0
     shard = lay.tp if t.sequence_parallel and lay.tp > 1 else 1
     boundary = BF16 * m.hidden / shard * lay.tokens(t.seq)
-    return microbatches * ((_logits(m, t, lay) if last_stage else 0.0) + recv_sets * boundary)
+    kept = ((_logits(m, t, lay) if last_stage else 0.0) + recv_sets * boundary) if t.pp_keeps_outputs else 0.0
+    return microbatches * (kept + (input_stages * boundary if t.pp_keeps_input_grads else 0.0))
 
 
 def usable_for(m, c, t, lay, recompute: str) -> Usable:

@@ -321,6 +321,12 @@ class Training:
     # float8.enable_fsdp_float8_all_gather): their gathered weights hold one byte an
     # element, the norms, embedding and output head param_bytes (footprint.py)
     fsdp_float8_all_gather: bool = False
+    # torch.distributed.pipelining before pytorch/pytorch#164329 (October 2025; torchtitan's
+    # published runs used torch 1963fc8, December 2024): stage_backward takes each
+    # micro-batch's input gradient from the receive buffer's ``.grad`` and leaves it
+    # there, so a stage holds every micro-batch's input gradient until the next step's
+    # clear_runtime_states (device_memory.pipeline_buffers); false: freed once sent
+    pp_keeps_input_grads: bool = False
 
 
 # --------------------------------------------------------------------------------------
