@@ -72,3 +72,31 @@ def test_the_benchmark_answers_every_case_it_is_asked_for(capsys):
     rows = [line for line in out.splitlines() if line.startswith("| 6.2B")]
     assert len(rows) == 6  # three step rows and three stage rows
     assert "3 cases. Step time: mean |err|" in out
+
+
+def test_the_layer_times_are_table_4_and_their_own_model():
+    """Korthikanti et al.'s Table 4 prints a combined column (forward + backward): each
+    transcribed row must add up to it. The 22B model of their Table 3 has 64 heads of 96,
+    and its layer 12 h^2 parameters times 48 layers plus a 51200 vocabulary round to 22B."""
+    layers = tomllib.loads((BENCH.parent / "data" / "layer_times_a100.toml").read_text())
+    combined = {
+        "no recompute": 19.6,
+        "sequence parallel": 19.0,
+        "full recompute": 27.2,
+        "selective recompute": 20.9,
+        "selective + sequence parallel": 20.3,
+    }
+    assert [r["name"] for r in layers["rows"]] == list(combined)
+    for r in layers["rows"]:
+        assert math.isclose(r["forward_ms"] + r["backward_ms"], combined[r["name"]]), r["name"]
+    m = layers["model"]
+    assert m["hidden"] / m["heads"] == 96
+    assert round((12 * m["layers"] * m["hidden"] ** 2 + m["vocab"] * m["hidden"]) / 1e9) == 22
+
+
+def test_the_benchmark_sets_the_recomputed_attention_beside_the_paper(capsys):
+    assert _bench().main([]) == 0
+    out = capsys.readouterr().out.split("## One layer")[1]
+    assert len([line for line in out.splitlines() if line.startswith("| ") and "ms" not in line]) == 5
+    deltas = re.findall(r"measured (\d+\.\d) ms, pipesim (\d+\.\d+) ms", out)
+    assert [d[0] for d in deltas] == ["1.3", "1.3"] and all(0 < float(d[1]) < 5 for d in deltas)
