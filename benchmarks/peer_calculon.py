@@ -2,6 +2,7 @@
 
     python benchmarks/peer_calculon.py --calculon-src /tmp/calculon
     python benchmarks/peer_calculon.py --calculon-src /tmp/calculon --terms 175B
+    python benchmarks/peer_calculon.py --switches      # pipesim's open assumptions, each flipped
     python benchmarks/peer_calculon.py                 # no Calculon: pipesim vs measured only
 
 The runs (22B, 175B, 530B and 1T GPT on A100, each with full recomputation and with selective
@@ -27,7 +28,7 @@ import logging
 import sys
 import tomllib
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipesim.planner.calibrate import check_layout, evaluate_layout
@@ -236,9 +237,56 @@ def print_terms(name: str, done: dict, rows: list[dict]) -> None:
             print(f"| {key} | {'' if a is None else fmt.format(a)} | {'' if b is None else fmt.format(b)} | {ratio} |")
 
 
+#: pipesim's assumptions these runs leave open, each flipped alone by --switches: (label,
+#: cluster fields, training fields, what the evidence says)
+SWITCHES = (
+    (
+        "fused accumulation",
+        {},
+        {"grad_accumulation_bytes": 0, "wgrad_fp32_accumulate": True},
+        "Megatron-LM's gradient_accumulation_fusion (Feb 2022) ran only with fp32 accumulation, forced on for bf16; "
+        "the paper does not name fp16 or bf16",
+    ),
+    ("no straggler", {"gpu_speed_sd": 0.0}, {}, "every GPU at the median speed, as Calculon has them"),
+    (
+        "tp overlapped",
+        {},
+        {"tp_overlap": True},
+        "pipesim's overlap of every tensor-parallel collective; the 2022 code overlaps the backward's only "
+        "(mpu/layers.py, async all-reduce / all-gather and reduce-scatter beside the gradient multiplies)",
+    ),
+)
+
+
+def print_switches(common: dict, rows: list[dict]) -> None:
+    """pipesim's error on every run with each open assumption flipped alone."""
+    print("\n## pipesim with one assumption flipped (error against measured)\n")
+    print("| run | mode | as set | " + " | ".join(label for label, *_ in SWITCHES) + " |")
+    print("|---|---|---|" + "---|" * len(SWITCHES))
+    errors: dict[str, list[float]] = {"as set": [], **{label: [] for label, *_ in SWITCHES}}
+    for row in rows:
+        for mode in MODES:
+            measured = row["measured_s"][mode]
+            m, c, t = specs(common, row, mode)
+            steps = {"as set": evaluate_layout(m, c, t, dict(row["layout"])).step_time}
+            for label, cf, tf, _ in SWITCHES:
+                steps[label] = evaluate_layout(m, replace(c, **cf), replace(t, **tf), dict(row["layout"])).step_time
+            cells = []
+            for key, step in steps.items():
+                errors[key].append(step / measured - 1)
+                cells.append(f"{step / measured - 1:+.1%}")
+            print(f"| {row['name']} | {mode} | " + " | ".join(cells) + " |")
+    print()
+    for key, e in errors.items():
+        print(f"{key}: {summary(e)}")
+    for label, _, _, why in SWITCHES:
+        print(f"- {label}: {why}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calculon-src", type=Path, help="a checkout of calculon-ai/calculon (outside this repository)")
+    ap.add_argument("--switches", action="store_true", help="also print pipesim with each open assumption flipped alone")
     ap.add_argument("--terms", metavar="RUN", help="print the term-by-term comparison for this run (22B, 175B, 530B or 1T)")
     args = ap.parse_args(argv)
     common, rows = load_rows()
@@ -251,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     done = print_table(common, rows, calc, args.calculon_src)
     if args.terms:
         print_terms(args.terms, done, rows)
+    if args.switches:
+        print_switches(common, rows)
     return 0
 
 
