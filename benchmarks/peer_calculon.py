@@ -39,6 +39,7 @@ from pipesim.planner.stragglers import slowest_share
 DATA = Path(__file__).parent / "data" / "korthikanti.toml"
 MODES = ("full", "seqsel")
 GIB = 2**30
+SYSTEM = "systems/a100_80g.json"  # Calculon's A100 80 GB, the system its Table 5 validation runs on
 
 
 def load_rows(path: Path = DATA) -> tuple[dict, list[dict]]:
@@ -59,16 +60,19 @@ def specs(common: dict, row: dict, mode: str):
 # ---- Calculon, from a checkout ------------------------------------------------------------
 
 
-def load_calculon(src: Path | None):
+def load_calculon(src: Path | None, needed: tuple[str, ...] = ()):
     """(Calculon's ``Llm`` and ``System`` classes and its JSON reader, None) from the
     checkout, or (None, why not). Its package ``__init__`` also imports its command-line tools,
     which need pandas and psutil; the model itself needs only numpy, so the package is set up
-    with just the modules the model needs."""
+    with just the modules the model needs. ``needed``: the files under the checkout the runs read."""
     if src is None:
         return None, "no --calculon-src given"
     src = Path(src)
     if not (src / "calculon" / "llm" / "llm.py").is_file():
         return None, f"{src} is not a Calculon checkout (no calculon/llm/llm.py)"
+    missing = [name for name in needed if not (src / name).is_file()]
+    if missing:
+        return None, f"{src} lacks {missing[0]} (a Calculon checkout older or newer than its validation files)"
     saved = {k: v for k, v in sys.modules.items() if k == "calculon" or k.startswith("calculon.")}
     try:
         pkg = types.ModuleType("calculon")
@@ -94,7 +98,7 @@ def run_calculon(calc, src: Path, row: dict, mode: str) -> dict:
     Llm, System, read = calc
     app = Llm.Application(read(str(src / row["calculon"]["model"])))
     exe = Llm.Execution.from_json(read(str(src / row["calculon"]["exe"].format(mode=mode))))
-    syst = System(read(str(src / "systems" / "a100_80g.json")))
+    syst = System(read(str(src / SYSTEM)))
     model = Llm(app, logging.getLogger("calculon"))
     model.compile(syst, exe)
     model.run(syst)
@@ -293,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [r["name"] for r in rows]
     if args.terms is not None and args.terms not in names:
         ap.error(f"--terms {args.terms!r}: expected one of {', '.join(names)}")
-    calc, why = load_calculon(args.calculon_src)
+    needed = [SYSTEM] + [r["calculon"][k].format(mode=mode) for r in rows for k in ("model", "exe") for mode in MODES]
+    calc, why = load_calculon(args.calculon_src, tuple(dict.fromkeys(needed)))
     if calc is None:
         print(f"Calculon not available ({why}): printing pipesim against the measured times only.\n")
     done = print_table(common, rows, calc, args.calculon_src)

@@ -86,6 +86,13 @@ def test_a_directory_that_is_not_calculon_is_named(bench, tmp_path):
     )
 
 
+def test_a_checkout_without_the_run_files_is_named(bench, tmp_path):
+    (tmp_path / "calculon" / "llm").mkdir(parents=True)
+    (tmp_path / "calculon" / "llm" / "llm.py").write_text("")
+    text = _main(bench, ["--calculon-src", str(tmp_path)])
+    assert text.splitlines()[0].startswith(f"Calculon not available ({tmp_path} lacks systems/a100_80g.json ")
+
+
 def test_a_checkout_that_fails_to_import_leaves_nothing_behind(bench, tmp_path):
     (tmp_path / "calculon" / "llm").mkdir(parents=True)
     (tmp_path / "calculon" / "util.py").write_text("raise ImportError('needs something missing')\n")
