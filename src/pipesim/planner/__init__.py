@@ -1,6 +1,6 @@
 """The planner: from a model and a cluster to a pipeline strategy and its cost.
 
-specs.py (TOML specs and presets) -> layout.py (one candidate's parallel degrees) ->
+specs.py (TOML specs and presets; training.py, the run's fields) -> layout.py (one candidate's parallel degrees) ->
 params.py, compute.py, collectives.py (parameters, kernel times, communication) ->
 layer_costs.py, split.py, stages.py, step.py, footprint.py (each layer's costs, the stage
 split, the step's ends, bytes held) -> candidates.py, programs.py, bounds.py, evaluate.py

@@ -1,0 +1,169 @@
+"""The run's fields: the training set-up and every assumption the estimate rests on.
+
+``Training`` is what a training file (``--training``), a model preset's ``[training]``
+table and the plan's flags fill; ``specs.load_training`` reads and checks it. Each field
+says which module reads it and the public source of its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: how FP8 operands are scaled (``Training.fp8_scaling``)
+FP8_SCALINGS = ("block", "tensor")
+
+
+#: how an MoE layer's expert multiplies are launched (``Training.moe_expert_gemms``)
+MOE_EXPERT_GEMMS = ("grouped", "per_expert")
+
+
+#: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
+CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
+
+
+@dataclass(frozen=True)
+class Training:
+    """The run, and every assumption the estimate rests on."""
+
+    seq: int = 4096  # tokens per sequence
+    global_batch: int = 1024  # sequences per step
+    precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
+    # how FP8 operands are scaled (compute.py): "block" as DeepSeek-V3 trains (1x128 and
+    # 128x128 tiles, its DeepGEMM kernels), "tensor" one scale per tensor (Transformer
+    # Engine's current or delayed scaling, as Megatron-Bridge's fp8_cs recipe; torchao's
+    # tensorwise Float8, as torchtitan's Float8 rows)
+    fp8_scaling: str = "block"
+    zero: int = 1  # ZeRO stage over the data-parallel ranks
+    recompute: str = "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
+    tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
+    compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
+    attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
+    comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
+    comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
+    param_bytes: float = 2  # weights (bf16)
+    grad_bytes: float = 4  # gradient accumulation (fp32)
+    optimizer_bytes: float = 12  # fp32 master weights and Adam moments
+    allocator_fragmentation: float = 0.024  # share of free device memory the caching allocator strands (device_memory.py)
+    dp_overlap: float = 0.8  # share of the data-parallel gradient sync hidden behind backward
+    p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
+    p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
+    micro_batch_sizes: tuple[int, ...] = (1, 2)  # sequences per micro-batch, searched
+    hbm_efficiency: float = 0.8  # share of HBM bandwidth memory-bound kernels reach
+    flash_attention: bool = True  # false: unfused attention (scores go through HBM)
+    sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
+    tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
+    grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
+    fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    # the norms' kernel where it differs from the rest, for what they keep (activations.py):
+    # "fused" (input and rstd; torchtitan's norm_type = "fused_rmsnorm"), "eager" (fp32
+    # copies), "auto" as fused_elementwise
+    norm_kernel: str = "auto"
+    grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
+    stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
+    # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
+    # read for the softmax and the loss, their gradient written and read, 2 bytes each);
+    # Megatron-LM 2021 without --fp16-lm-cross-entropy (its default) upcasts the logits and
+    # runs its vocab-parallel loss as eager fp32 ops (gpt_model.py ``output.float()``,
+    # mpu/cross_entropy.py): forward cast 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8; backward
+    # mul_ 8 and the cast back 4+2: 52
+    logit_bytes: float = 10
+    # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
+    # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
+    # a one-byte keep mask per element of each block's output forward and reads it backward
+    # (Megatron-LM 2021 transformer.py, bias_dropout_add_fused_train, a TorchScript kernel)
+    hidden_dropout: bool = False
+    # the small-kernel regime (floors.py names the measurements): a kernel takes at least
+    # kernel_floor_us on the GPU; the host issues each of a layer's kernels in
+    # host_us_per_kernel (eager PyTorch), or a whole layer as one graph launch when the
+    # framework captures it with CUDA graphs
+    kernel_floor_us: float = 3.4
+    # an MoE layer's weighted combine keeps each expert copy's output for the gate's
+    # gradient (Megatron-Core, TransformerEngine's fused unpermute); activations.py
+    moe_combine_keeps_outputs: bool = True
+    # fp32 logit-sized tensors the loss's backward holds at once besides the softmax it saved
+    # (activations.loss_transient): 0 for a loss that writes its gradient in place
+    # (Megatron's vocab-parallel cross-entropy), 2 for PyTorch's F.cross_entropy on upcast
+    # logits (torchtitan), 3 for it under DTensor's loss_parallel (tensor parallelism)
+    loss_backward_copies: float = 0
+    host_us_per_kernel: float = 3.3
+    cuda_graphs: bool = False
+    # context parallelism's exchange of keys and values (Megatron-Core --cp-comm-type):
+    # "p2p" a ring overlapped with blockwise attention, "all_gather" of K/V before the
+    # attention (Llama 3), "a2a" all-to-all over heads (DeepSpeed-Ulysses), "a2a+p2p"
+    # all-to-all inside the NVLink domain and the ring between domains
+    cp_comm: str = "p2p"
+    # ZeRO-3 (FSDP) and the micro-batches: "default" frees each stage's gathered parameters
+    # after every forward without pipeline parallelism and keeps them through the step with
+    # it (torchtitan's fsdp_reshard_after_forward), "always" frees them, "never" keeps them
+    fsdp_reshard: str = "default"
+    # --- what PyTorch's own parallelism (DTensor, FSDP2, torch.distributed.pipelining;
+    # torchtitan) keeps beyond Megatron-LM's (activations.py, device_memory.py, footprint.py)
+    # tensor parallelism's column-parallel multiplies keep their sequence-gathered input:
+    # DTensor's all-gather (PrepareModuleInput, ColwiseParallel(input_layouts=Shard(1)))
+    # makes a replicated tensor that autograd saves; false: Megatron-LM's sequence
+    # parallelism keeps the shard and gathers it again in the backward
+    sp_saves_gathered: bool = False
+    # FSDP2 keeps each parameter's shard in its fp32 dtype and the optimizer steps it in
+    # place: no bf16 shard beside the fp32 one (optimizer_bytes holds that fp32 copy)
+    fsdp_fp32_shards: bool = False
+    # the loss frees the bf16 logits between its forward and its backward (torchtitan's
+    # train.py ``del pred``); the caching allocator keeps their block, which none of the
+    # backward's fp32 logit-sized requests fits (device_memory.stranded_logits)
+    loss_frees_logits: bool = False
+    # the pipeline keeps, on the last stage, every micro-batch's output until the step
+    # ends, and on every stage a receive buffer per micro-batch for its input and its
+    # output's gradient (torch.distributed.pipelining; device_memory.pipeline_buffers)
+    pp_keeps_outputs: bool = False
+    # context parallelism as PyTorch's context_parallel runs it (torchtitan): attention on
+    # keys and values repeated to every query head, its backward accumulating the
+    # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient)
+    torch_context_parallel: bool = False
+    # the optimizer's zero_grad(set_to_none=True) frees the gradients after each step
+    # (PyTorch's default; torchtitan): FSDP's gradient shards, made as each layer's
+    # reduce-scatter ends, are absent at the activations' peak (footprint.py); false:
+    # a gradient buffer kept through the run (Megatron-LM's DDP)
+    zero_grad_frees: bool = False
+    # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
+    # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
+    # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
+    # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
+    wgrad_fp32_accumulate: bool = False
+    # how an MoE layer's token copies reach their experts (collectives.moe_comm): "deepep"
+    # sends a token once to each NVLink domain holding one of its experts and forwards it
+    # there over NVLink (DeepSeek's DeepEP; Megatron-Core --moe-token-dispatcher-type flex
+    # --moe-enable-deepep); "alltoall" sends each of its top_k copies to its expert's GPU
+    # (an NCCL all-to-all: Megatron-Core's default --moe-token-dispatcher-type alltoall)
+    moe_dispatcher: str = "deepep"
+    # --- an MoE layer as its framework issues it (floors.py, layer_costs.py) --------------
+    # the expert multiplies' kernels: "grouped", one grouped kernel per multiply (DeepGEMM,
+    # CUTLASS grouped GEMMs, torch._grouped_mm); "per_expert", one cuBLASLt multiply per
+    # local expert, as Transformer Engine's GroupedLinear runs Megatron-Core's
+    # --moe-grouped-gemm experts on Hopper, and under per-tensor FP8 each expert's operand
+    # quantized by its own kernels
+    moe_expert_gemms: str = "grouped"
+    # the least time one MoE layer takes, forward and backward of one micro-batch, when the
+    # framework issues it op by op (no CUDA graphs): its host-side issue and
+    # synchronisation, which neither the GPU's work nor the tokens set; 0: none.
+    # floors.py names the measurement
+    moe_layer_issue_ms: float = 0.0
+    # --- torchtitan's peak memory, round two (device_memory.py; benchmarks/peak_memory.py)
+    # FSDP2 allocates its collectives' buffers on its own CUDA streams, and the caching
+    # allocator reuses a freed block only for the stream it was allocated on: the
+    # all-gather copy-in stream keeps two layers' flat gathered buffers, the reduce-scatter
+    # stream one layer's reduce-dtype input and every gradient shard, reserved beside what
+    # the default stream's tensors can use (device_memory.fsdp_stream_pools)
+    fsdp_stream_pools: bool = False
+    # torch.compile wraps each transformer block only (torchtitan's apply_compile): the
+    # final norm runs eager and keeps the eager RMSNorm's fp32 copies, whatever the
+    # blocks' kernels (activations.head_saved)
+    final_norm_eager: bool = False
+    # torchao's Float8 linears all-gathered in float8 by FSDP2 (torchtitan's
+    # float8.enable_fsdp_float8_all_gather): their gathered weights hold one byte an
+    # element, the norms, embedding and output head param_bytes (footprint.py)
+    fsdp_float8_all_gather: bool = False
+    # torch.distributed.pipelining before pytorch/pytorch#164329 (October 2025; torchtitan's
+    # published runs used torch 1963fc8, December 2024): stage_backward takes each
+    # micro-batch's input gradient from the receive buffer's ``.grad`` and leaves it
+    # there, so a stage holds every micro-batch's input gradient until the next step's
+    # clear_runtime_states (device_memory.pipeline_buffers); false: freed once sent
+    pp_keeps_input_grads: bool = False
