@@ -35,12 +35,8 @@ class Index:
         # flat by s * M + i: the latency of a forward's input from stage s - 1 and of a
         # backward's from stage s + 1 (0 on the same rank, and at either end)
         rank_of, comm = self.rank_of, prob.comm
-        self.f_lat = [
-            0.0 if s == 0 or rank_of[i][s - 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)
-        ]
-        self.b_lat = [
-            0.0 if s == S - 1 or rank_of[i][s + 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)
-        ]
+        self.f_lat = [0.0 if s == 0 or rank_of[i][s - 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)]
+        self.b_lat = [0.0 if s == S - 1 or rank_of[i][s + 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)]
 
 
 def asap(index: Index, orders: Order) -> Plan | None:
