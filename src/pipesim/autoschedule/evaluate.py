@@ -8,6 +8,7 @@ they come from another rank). The tests check it against ``simulate``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 
@@ -41,6 +42,22 @@ class Index:
 
 def asap(index: Index, orders: Order) -> Plan | None:
     """Times of ``orders`` (None if they deadlock)."""
+    got = timed(index, orders)
+    return None if got is None else got[0]
+
+
+class Timed(tuple):
+    """A timed order as ``timed`` returns it: (plan, the end of each F and B by
+    ``stage * M + mb``, Bs after the Fs), the state a re-timing resumes from."""
+
+
+def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0, since: int = 0) -> Timed | None:
+    """``asap``, with the ends table beside the plan. Given ``base``, the timing of
+    orders that differ from these only on ``rank`` from position ``since`` on, only what
+    can have changed is timed again: an op that started before the end of ``rank``'s op
+    ``since - 1`` in ``base`` depends on nothing after it there (what it waits for ends no
+    later than it starts), so it keeps its time, and the ops after it are resumed from
+    there as the full pass would have timed them."""
     prob = index.prob
     S, M = index.S, index.M
     stage, f_lat, b_lat = index.stage, index.f_lat, index.b_lat
@@ -48,10 +65,27 @@ def asap(index: Index, orders: Order) -> Plan | None:
     last = S - 1
     n = len(orders)
     SM = S * M
-    done = [-1.0] * (2 * SM)  # end of F (0..SM-1) and B (SM..2SM-1); -1 when not yet
-    free = [0.0] * n
-    ptr = [0] * n
-    out: list[list[tuple[int, int, int, float, float]]] = [[] for _ in range(n)]
+    out: list[list[tuple[int, int, int, float, float]]]
+    if base is None:
+        done = [-1.0] * (2 * SM)  # end of F (0..SM-1) and B (SM..2SM-1); -1 when not yet
+        free = [0.0] * n
+        ptr = [0] * n
+        out = [[] for _ in range(n)]
+    else:
+        plan, kept = base
+        after = plan.ranks[rank][since - 1][4] if since else 0.0
+        ptr = [bisect_left(ops, after, key=_start) for ops in plan.ranks]
+        free = [ops[k - 1][4] if k else 0.0 for ops, k in zip(plan.ranks, ptr)]
+        out = [list(ops[:k]) for ops, k in zip(plan.ranks, ptr)]
+        # the ends of what keeps its time: base's, less what is timed again, or (where
+        # fewer ops keep their time than not) those ops' own
+        again = sum(len(ops) for ops in plan.ranks) - 2 * sum(ptr)
+        done = list(kept) if again < 0 else [-1.0] * (2 * SM)
+        for r, ops in enumerate(plan.ranks):
+            stage_r = stage[r]
+            for kind, c, i, _, end in ops[ptr[r] :] if again < 0 else ops[: ptr[r]]:
+                if kind != 2:
+                    done[(SM if kind == B else 0) + stage_r[c][i] * M + i] = -1.0 if again < 0 else end
     parked: dict[int, list[int]] = {}
     ready = deque(range(n))
     while ready:
@@ -105,7 +139,11 @@ def asap(index: Index, orders: Order) -> Plan | None:
         free[r] = t_free
     if any(ptr[r] < len(orders[r]) for r in range(n)):
         return None
-    return Plan(prob, tuple(tuple(x) for x in out), "asap")
+    return Timed((Plan(prob, tuple(tuple(x) for x in out), "asap"), done))
+
+
+def _start(op: tuple[int, int, int, float, float]) -> float:
+    return op[3]
 
 
 def orders_of(plan: Plan) -> list[list[tuple[int, int, int]]]:
