@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipesim import Costs, Placement, build, simulate, summarize, validate
-from pipesim.autoschedule.evaluate import Index, asap, orders_of
+from pipesim.autoschedule.evaluate import Index, asap, orders_of, timed
 from pipesim.autoschedule.greedy import POLICIES, list_schedule
 from pipesim.autoschedule.polish import fits, polish, span_key
 from pipesim.autoschedule.problem import B, F, Problem
@@ -54,6 +54,43 @@ def test_fast_model_reports_a_deadlock():
     bad = orders(s)
     bad[1] = bad[1][1:] + bad[1][:1]  # rank 1 wants F0.1 before F0.0 ... and B before its F
     assert asap(Index(Problem.of(s.placement, Costs(), split=False)), bad) is None
+
+
+@given(
+    st.sampled_from(["1f1b", "zb-h1", "zb-h2", "zb-v", "interleaved-1f1b"]),
+    st.integers(2, 5),
+    st.integers(2, 8),
+    cost,
+    st.sampled_from([0.0, 0.5, 1.7]),
+    st.sampled_from([0, 0.2]),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=4),
+)
+def test_retiming_from_a_base_equals_timing_in_full(name, pp, M, f, w, c, moves):
+    """``timed`` resumed from the timing of an order that differs on one rank from a
+    position on (polish's trials: one op moved earlier) gives the full pass's plan and
+    ends table exactly, deadlock included, and so does a chain of such re-timings.
+    Zero-length Ws put ops on the boundary time itself."""
+    s = build(name, pp, M, **({"chunks": 2} if name == "interleaved-1f1b" else {}))
+    split = any(op.kind == "W" for ops in s.ranks for op in ops)
+    index = Index(Problem.of(s.placement, Costs(f=f, b=2 * f, w=w, comm=c), split=split))
+    cur = orders(s)
+    base = timed(index, cur)
+    assert base is not None
+    for rank, a, b in moves:
+        r = rank % pp
+        seq = cur[r]
+        p = 1 + a % (len(seq) - 1)
+        q = b % p
+        trial = [list(x) for x in cur]
+        trial[r] = seq[:q] + [seq[p]] + seq[q:p] + seq[p + 1 :]
+        full = timed(index, trial)
+        again = timed(index, trial, base, r, q)
+        if full is None:
+            assert again is None
+            continue
+        assert again is not None
+        assert again[0].ranks == full[0].ranks and again[1] == full[1]
+        cur, base = trial, again
 
 
 @given(

@@ -75,21 +75,29 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
     pp, S, M, C = pl.pp, pl.stages, pl.microbatches, pl.chunks
     split = prob.split
     comm = prob.comm
+    costs = (prob.f, prob.b, prob.w)
+    fcost, wcost = prob.f, prob.w
     wmem = prob.w_memory if split else 1.0
     bfree = 1.0 - wmem if split else 1.0
     limit = INF if prob.memory_limit is None else prob.memory_limit + EPS
+    fill, late_first, banker, b_first = pol.fill, pol.late_first, pol.banker, pol.b_first
+    unblock, w_first = pol.unblock, pol.w_first
 
     # slots[r][c]: the (mb, stage) passing through (rank r, chunk c), in micro-batch order
     slots: list[list[list[tuple[int, int]]]] = [[[] for _ in range(C)] for _ in range(pp)]
-    where = [[(0, 0)] * S for _ in range(M)]  # (rank, chunk) of each (mb, stage)
+    rank_of = [[0] * S for _ in range(M)]  # rank of each (mb, stage)
     visits = [[0] * M for _ in range(pp)]  # forwards mb runs on rank r
     left = [0.0] * pp  # work not yet started, per rank
     for i in range(M):
         for s, (r, c) in enumerate(pl.routes[pl.route_of[i]]):
             slots[r][c].append((i, s))
-            where[i][s] = (r, c)
+            rank_of[i][s] = r
             visits[r][i] += 1
             left[r] += prob.f[s] + prob.b[s] + (prob.w[s] if split else 0.0)
+    # the P2P latency an input of (mb, stage) pays from the stage before / after it
+    lat_prev = [[0.0 if s == 0 or rank_of[i][s - 1] == rank_of[i][s] else comm for s in range(S)] for i in range(M)]
+    lat_next = [[0.0 if s == S - 1 or rank_of[i][s + 1] == rank_of[i][s] else comm for s in range(S)] for i in range(M)]
+    chunks = range(C)
     fend = [[INF] * S for _ in range(M)]
     bend = [[INF] * S for _ in range(M)]
     fptr = [[0] * C for _ in range(pp)]
@@ -103,14 +111,95 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
     remaining = M * S * (3 if split else 2)
     heap = [(0.0, r) for r in range(pp)]
     first = [INF] * pp  # start of each rank's first op
-    over = False
-
-    def arrival(r_from: int, r_to: int, end: float) -> float:
-        return end + comm if r_from != r_to else end
-
-    def start(r: int, t: float, kind: int, c: int, i: int, s: int) -> None:
-        nonlocal remaining, over
-        d = prob.cost(kind, s)
+    push, pop = heapq.heappush, heapq.heappop
+    last_idle = None  # the (time, rank) just popped that started nothing
+    while heap:
+        entry = pop(heap)
+        if entry == last_idle:
+            continue  # the same wake-up again, with nothing changed since: the same nothing
+        t, r = entry
+        if free[r] > t + EPS:
+            continue
+        if free[r] > t:
+            t = free[r]
+        # what could run next on rank r, and when its input arrives
+        best_b = None  # (key, c, i, s)
+        next_b = INF
+        best_f = None
+        next_f = INF
+        blocked = False
+        slots_r, fptr_r, bptr_r, wq_r = slots[r], fptr[r], bptr[r], wq[r]
+        for c in chunks:
+            k = bptr_r[c]
+            if k < fptr_r[c]:
+                i, s = slots_r[c][k]
+                a = fend[i][s] if s == S - 1 else bend[i][s + 1] + lat_next[i][s]
+                if a <= t + EPS:
+                    if best_b is None or (-s, i) < best_b[0]:
+                        best_b = ((-s, i), c, i, s)
+                elif a < next_b:
+                    next_b = a
+        # A micro-batch entering the rank must leave room for the forwards it still owes
+        # here, unless a pending W or a ready B (whose W follows) can free it later.
+        relief = bool(wq_r) or best_b is not None
+        live_r, fdone_r = live[r], fdone[r]
+        for c in chunks:
+            sl = slots_r[c]
+            k = fptr_r[c]
+            if k >= len(sl):
+                continue
+            i, s = sl[k]
+            a = 0.0 if s == 0 else fend[i][s - 1] + lat_prev[i][s]
+            need = 1.0
+            if not fdone_r[i]:
+                owed = reserved[r] + visits[r][i] - 1
+                need += owed if banker else (0 if relief else min(owed, 1))
+            fits = live_r + need <= limit
+            if a <= t + EPS:
+                if fits:
+                    key = (-s if late_first else s, i)
+                    if best_f is None or key < best_f[0]:
+                        best_f = (key, c, i, s)
+                else:
+                    blocked = True
+            else:
+                if a < next_f:
+                    next_f = a
+                # a forward due before a W could finish, and short of memory
+                if unblock and not fits and wq_r and a <= t + wcost[wq_r[0][2]] + EPS:
+                    blocked = True
+        # the op to start: (kind, chunk, mb, stage), or None to wait
+        if w_first and wq_r and best_b is None:
+            kind, (c, i, s) = W, wq_r.popleft()
+        elif best_f is not None and not b_first:
+            kind, c, i, s = F, *best_f[1:]
+        elif unblock and blocked and best_f is None and wq_r:
+            # free memory for a forward that waits for it, ahead of a backward
+            kind, (c, i, s) = W, wq_r.popleft()
+        elif best_b is not None:
+            kind, c, i, s = B, *best_b[1:]
+        else:
+            kind = None
+            if best_f is not None:
+                _, c, i, s = best_f
+                d = fcost[s]
+                if t + d <= next_b + fill * d + EPS:
+                    kind = F
+            if kind is None and wq_r:
+                c, i, s = wq_r[0]
+                d = wcost[s]
+                # a W is forced when a forward waits for the memory it frees
+                if t + d <= next_b + fill * d + EPS or (blocked and best_f is None and next_b == INF):
+                    wq_r.popleft()
+                    kind = W
+        if kind is None:
+            last_idle = entry
+            wake = next_b if next_b < next_f else next_f
+            if wake < INF:
+                push(heap, (wake, r))
+            continue
+        last_idle = None
+        d = costs[kind][s]
         end = t + d
         out[r].append((kind, c, i, t, end))
         free[r] = end
@@ -118,118 +207,34 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
             first[r] = t
         left[r] -= d
         if end - first[r] + left[r] > bound:
-            over = True  # the rest of the rank's work comes after this op
+            return None  # the rest of the rank's work comes after this op: past the bound
         remaining -= 1
-        heapq.heappush(heap, (end, r))
+        push(heap, (end, r))
         if kind == F:
             fend[i][s] = end
-            fptr[r][c] += 1
+            fptr_r[c] += 1
             live[r] += 1
-            if fdone[r][i] == 0:
+            if fdone_r[i] == 0:
                 reserved[r] += visits[r][i] - 1
             else:
                 reserved[r] -= 1
-            fdone[r][i] += 1
+            fdone_r[i] += 1
             if s + 1 < S:
-                r2 = where[i][s + 1][0]
+                r2 = rank_of[i][s + 1]
                 if r2 != r:
-                    heapq.heappush(heap, (end + comm, r2))
+                    push(heap, (end + comm, r2))
         elif kind == B:
             bend[i][s] = end
-            bptr[r][c] += 1
+            bptr_r[c] += 1
             live[r] -= bfree
             if split:
-                wq[r].append((c, i, s))
+                wq_r.append((c, i, s))
             if s > 0:
-                r2 = where[i][s - 1][0]
+                r2 = rank_of[i][s - 1]
                 if r2 != r:
-                    heapq.heappush(heap, (end + comm, r2))
+                    push(heap, (end + comm, r2))
         else:
             live[r] -= wmem
-
-    while heap and not over:
-        t, r = heapq.heappop(heap)
-        if free[r] > t + EPS:
-            continue
-        t = max(t, free[r])
-        # what could run next on rank r, and when its input arrives
-        best_b = None  # (arrival, -stage, c, i, s)
-        next_b = INF
-        best_f = None
-        next_f = INF
-        blocked = False
-        for c in range(C):
-            k = bptr[r][c]
-            if k < fptr[r][c]:
-                i, s = slots[r][c][k]
-                a = fend[i][s] if s == S - 1 else arrival(where[i][s + 1][0], r, bend[i][s + 1])
-                if a <= t + EPS:
-                    key = (-s, i)
-                    if best_b is None or key < best_b[0]:
-                        best_b = (key, c, i, s)
-                else:
-                    next_b = min(next_b, a)
-        # A micro-batch entering the rank must leave room for the forwards it still owes
-        # here, unless a pending W or a ready B (whose W follows) can free it later.
-        relief = bool(wq[r]) or best_b is not None
-        for c in range(C):
-            sl = slots[r][c]
-            k = fptr[r][c]
-            if k >= len(sl):
-                continue
-            i, s = sl[k]
-            a = 0.0 if s == 0 else arrival(where[i][s - 1][0], r, fend[i][s - 1])
-            need = 1.0
-            if not fdone[r][i]:
-                owed = reserved[r] + visits[r][i] - 1
-                need += owed if pol.banker else (0 if relief else min(owed, 1))
-            fits = live[r] + need <= limit
-            if a <= t + EPS:
-                if fits:
-                    key = (-s if pol.late_first else s, i)
-                    if best_f is None or key < best_f[0]:
-                        best_f = (key, c, i, s)
-                else:
-                    blocked = True
-            else:
-                next_f = min(next_f, a)
-                # a forward due before a W could finish, and short of memory
-                if pol.unblock and not fits and wq[r] and a <= t + prob.w[wq[r][0][2]] + EPS:
-                    blocked = True
-        if pol.w_first and wq[r] and best_b is None:
-            c, i, s = wq[r].popleft()
-            start(r, t, W, c, i, s)
-            continue
-        if best_f is not None and not pol.b_first:
-            _, c, i, s = best_f
-            start(r, t, F, c, i, s)
-            continue
-        if pol.unblock and blocked and best_f is None and wq[r]:
-            # free memory for a forward that waits for it, ahead of a backward
-            c, i, s = wq[r].popleft()
-            start(r, t, W, c, i, s)
-            continue
-        if best_b is not None:
-            _, c, i, s = best_b
-            start(r, t, B, c, i, s)
-            continue
-        if best_f is not None:
-            _, c, i, s = best_f
-            d = prob.f[s]
-            if t + d <= next_b + pol.fill * d + EPS:
-                start(r, t, F, c, i, s)
-                continue
-        if wq[r]:
-            c, i, s = wq[r][0]
-            d = prob.w[s]
-            # a W is forced when a forward waits for the memory it frees
-            if t + d <= next_b + pol.fill * d + EPS or (blocked and best_f is None and next_b == INF):
-                wq[r].popleft()
-                start(r, t, W, c, i, s)
-                continue
-        wake = min(next_b, next_f)
-        if wake < INF:
-            heapq.heappush(heap, (wake, r))
-    if remaining or over:
+    if remaining:
         return None
     return Plan(prob, tuple(tuple(o) for o in out), f"greedy({pol})", seconds=time.perf_counter() - t0)

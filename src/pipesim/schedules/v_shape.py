@@ -243,10 +243,15 @@ def _v(name: str, pp: int, M: int, limit: int, blocks: tuple[Block, ...], key=ma
         if plan.span <= span_lb + 1e-9 and makespan_key(plan)[0] <= makespan_lb + 1e-9:
             return plan.schedule(name)
     plans += _block_plans(index, pp, M, blocks, _variants(pp, M))
+    # A list schedule stops once a rank's span is sure to pass the best key's first term
+    # (makespan or longest span, each at least any rank's span) so far: it could not be
+    # the best. The margin keeps rounding in the key from ever calling such a one a tie.
+    bound = min((key(plan)[0] for plan in plans), default=math.inf) + 1e-6
     for pol in V_POLICIES:
-        plan = list_schedule(prob, pol)
+        plan = list_schedule(prob, pol, bound)
         if plan is not None:
             plans.append(plan)
+            bound = min(bound, key(plan)[0] + 1e-6)
     if not plans:  # cannot happen for limit >= 2: the banker policies always finish
         raise PipesimError(f"{name}: no schedule fits {limit} activations per rank at pp={pp}, M={M}")
     best = min(plans, key=key)
