@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 
-from .problem import B, F, Plan, Problem
+from .problem import B, F, Plan, Problem, input_latencies
 
 Order = Sequence[Sequence[tuple[int, int, int]]]  # per rank: (kind, chunk, mb)
 
@@ -33,11 +33,10 @@ class Index:
             for s, (r, c) in enumerate(pl.routes[pl.route_of[i]]):
                 self.stage[r][c][i] = s
                 self.rank_of[i][s] = r
-        # flat by s * M + i: the latency of a forward's input from stage s - 1 and of a
-        # backward's from stage s + 1 (0 on the same rank, and at either end)
-        rank_of, comm = self.rank_of, prob.comm
-        self.f_lat = [0.0 if s == 0 or rank_of[i][s - 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)]
-        self.b_lat = [0.0 if s == S - 1 or rank_of[i][s + 1] == rank_of[i][s] else comm for s in range(S) for i in range(M)]
+        # input_latencies', flat by s * M + i as the timing loop indexes them
+        prev, after = input_latencies(prob, self.rank_of)
+        self.f_lat = [prev[i][s] for s in range(S) for i in range(M)]
+        self.b_lat = [after[i][s] for s in range(S) for i in range(M)]
 
 
 def asap(index: Index, orders: Order) -> Plan | None:

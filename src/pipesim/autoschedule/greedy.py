@@ -35,7 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from .problem import B, F, Plan, Problem, W
+from .problem import B, F, Plan, Problem, W, input_latencies
 
 INF = math.inf
 EPS = 1e-9
@@ -95,8 +95,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
             visits[r][i] += 1
             left[r] += prob.f[s] + prob.b[s] + (prob.w[s] if split else 0.0)
     # the P2P latency an input of (mb, stage) pays from the stage before / after it
-    lat_prev = [[0.0 if s == 0 or rank_of[i][s - 1] == rank_of[i][s] else comm for s in range(S)] for i in range(M)]
-    lat_next = [[0.0 if s == S - 1 or rank_of[i][s + 1] == rank_of[i][s] else comm for s in range(S)] for i in range(M)]
+    lat_prev, lat_next = input_latencies(prob, rank_of)
     chunks = range(C)
     fend = [[INF] * S for _ in range(M)]
     bend = [[INF] * S for _ in range(M)]

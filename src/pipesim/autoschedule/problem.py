@@ -63,6 +63,16 @@ class Problem:
         return total
 
 
+
+def input_latencies(prob: Problem, rank_of: list[list[int]]) -> tuple[list[list[float]], list[list[float]]]:
+    """The P2P latency the input of each (mb, stage) pays, by ``[mb][stage]`` (``rank_of``
+    gives each one's rank): a forward's from stage s - 1 and a backward's from s + 1; none
+    from the same rank, none at either end."""
+    S, comm = prob.placement.stages, prob.comm
+    prev = [[0.0 if s == 0 or row[s - 1] == row[s] else comm for s in range(S)] for row in rank_of]
+    after = [[0.0 if s == S - 1 or row[s + 1] == row[s] else comm for s in range(S)] for row in rank_of]
+    return prev, after
+
 @dataclass(frozen=True)
 class Plan:
     """A searched schedule: per rank, (kind, chunk, mb, start, end) in execution order,
