@@ -152,3 +152,18 @@ def test_recipes_ask_for_what_was_priced(mode):
     assert any("tp_overlap = none" in x for x in mg["notes"]) == (mode == "none")
     assert any("enable_async_tensor_parallel" in x for x in tt["notes"]) == (mode == "all")
     assert any("no backward-only" in x for x in tt["notes"]) == (mode == "backward")
+
+
+def test_the_assumptions_line_names_the_mode():
+    from pipesim.planner.assumptions import assumptions
+    from pipesim.planner.search import Plan
+
+    def line(**kw) -> str:
+        plan = Plan(load_model("llama3-8b"), load_cluster("h100", 16), load_training(**kw))
+        return dict(assumptions(plan))["tensor parallelism"]
+
+    assert "exposed (tp_overlap = none" in line(tp_overlap="none")
+    assert "hidden under their own weight- and input-gradient multiplies" in line(tp_overlap="backward")
+    assert "overlapped with the multiplies around it (tp_overlap = all" in line()
+    assert "gathers each column-parallel multiply's input again" in line()
+    assert "again" not in line(sp_saves_gathered=True) and "again" not in line(sequence_parallel=False)
