@@ -167,3 +167,23 @@ def test_the_assumptions_line_names_the_mode():
     assert "overlapped with the multiplies around it (tp_overlap = all" in line()
     assert "gathers each column-parallel multiply's input again" in line()
     assert "again" not in line(sp_saves_gathered=True) and "again" not in line(sequence_parallel=False)
+
+
+def test_plan_flag_sets_the_mode(capsys):
+    """``pipesim plan --tp-overlap backward`` prices the backward's collectives only, and
+    its Megatron-LM recipe then asks for no userbuffers overlap; a wrong mode is argparse's
+    one line."""
+    import json
+
+    argv = "plan --model llama3-8b --cluster h100 --gpus 16 --tp 8 --pp 2 --schedules 1f1b --json".split()
+    assert main([*argv, "--tp-overlap", "backward"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "tp_overlap = backward" in out["assumptions"]["tensor parallelism"]
+    assert "--tp-comm-overlap" not in out["recipe"]["megatron"]["flags"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "tp_overlap = all" in out["assumptions"]["tensor parallelism"]
+    assert "--tp-comm-overlap" in out["recipe"]["megatron"]["flags"]
+    assert main([*argv, "--tp-overlap", "half"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp-overlap: invalid choice: 'half'" in err and err.count("\n") == 1
