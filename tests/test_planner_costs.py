@@ -512,6 +512,7 @@ def test_report_states_the_new_terms():
     assert rows["gradient accumulation"].startswith("6 bytes a parameter a micro-batch")
     assert "same number of layers on every stage" in rows["stage imbalance"]
     assert "one network interface per member" in rows["data parallelism"]
+    assert "6.6 us a collective" in rows["collectives"] and "network_alltoall_share 0.92" in rows["collectives"]
     assert "hold 20 of the 132 SMs for the whole pair" in rows["all-to-all"]
     assert rows["stage_split"] == "even" and rows["fused_elementwise"] == "False"
 

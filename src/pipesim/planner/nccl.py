@@ -13,7 +13,10 @@ ring, 0.6 us a step on NVLink, 2.7 us a step over the network (the cluster's
 receive to every peer; NCCL's tuning model does not price it, so each peer costs a step
 of its link: 6.6 + 7 x 0.6 = 10.8 us on 8 GPUs of a node, as measured (10.6 us for 128 B
 on 8 H20s: deepseek-ai/DeepEP issue #303), and 6.6 + 7 x 0.6 + 56 x 2.7 = 162 us for 64
-GPUs on 8 nodes (``benchmarks/collectives.py`` holds it against NVIDIA/nccl issue #1531).
+GPUs on 8 nodes (``benchmarks/collectives.py`` holds it against NVIDIA/nccl issue #1531:
+321.6 us priced, 337.8 measured for 8 MiB). It overstates the one small all-to-all
+measured wholly over the network: 47 us priced against 30 measured for 16 ranks on two
+DGX H100 with NVLink off (deepseek-ai/DeepEP issue #3).
 
 Bandwidth (beta). The cluster's ``nvlink_gbps`` is already what NCCL reaches on NVLink
 (the presets give it so: 360 of H100's 450 GB/s line rate, as NCCL's developers quote
