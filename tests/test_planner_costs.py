@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+import test_nccl
 import test_planner
 from pipesim.cli import main
 from pipesim.components import ComponentCosts, LayerCosts
@@ -30,7 +31,9 @@ TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
 GPU = Cluster(
     "t", "X", gpus=16, gpus_per_node=8, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10,
     sms=4, hbm_tbps=1.0, gemm_efficiency=0.5, fp8_gemm_efficiency=0.25, gpu_speed_sd=0.0,
+    **test_nccl.BANDWIDTH_ONLY,
 )  # fmt: skip
+# (and bandwidth-only collectives: NCCL's latencies and network shares are tests/test_nccl.py's)
 # the rooflines by hand, without the small-kernel floors (tests/test_floors.py) and the
 # slowest-GPU share (tests/test_stragglers.py), which would hide them at these sizes
 T = Training(seq=32, global_batch=16, hbm_efficiency=0.5, kernel_floor_us=0, host_us_per_kernel=0)
@@ -349,7 +352,8 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     costs = component_costs(TINY, c, t, lay, 1, "none")
     pl = Placement.standard("flat", 1, 1)
     comm, opt = step_overhead(c, t, lay, pl, mm, costs, 1)
-    assert comm == pytest.approx(1 / 2 * n * 2 / 100e9 + 1 / 2 * n * 2 / 100e9)
+    # each collective also pays NCCL's latency: 6.6 us and one 0.6 us NVLink step (2 ranks)
+    assert comm == pytest.approx(1 / 2 * n * 2 / 100e9 + 1 / 2 * n * 2 / 100e9 + 2 * (6.6 + 0.6) * 1e-6)
     assert opt == pytest.approx(n / 2 * 30 / (3.35e12 * 0.5))
     # with the whole windows usable, only what exceeds them shows
     t2 = Training(seq=32, global_batch=2, dp_overlap=1.0, hbm_efficiency=0.5, zero=1)
@@ -366,7 +370,7 @@ def test_zero3_gathers_and_copies_per_micro_batch_by_hand():
     n * 2 bytes cross NVLink at 100 GB/s each time) and reduce-scatters its gradients
     (the same bytes); each gather's output is copied into the parameters on the compute
     stream, n * (2 + 2) bytes at 3.35 TB/s x 0.5."""
-    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)
+    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=1, dp=2)
     n = 4 * (12288 + 3 * 64 * 128 + 128) + 2 * 100 * 64
@@ -511,6 +515,7 @@ def test_report_states_the_new_terms():
     assert rows["gradient accumulation"].startswith("6 bytes a parameter a micro-batch")
     assert "same number of layers on every stage" in rows["stage imbalance"]
     assert "one network interface per member" in rows["data parallelism"]
+    assert "6.6 us a collective" in rows["collectives"] and "network_alltoall_share 0.92" in rows["collectives"]
     assert "hold 20 of the 132 SMs for the whole pair" in rows["all-to-all"]
     assert rows["stage_split"] == "even" and rows["fused_elementwise"] == "False"
 
@@ -523,7 +528,7 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     parameters, and the gradients it accumulates unsharded until the last backward, are
     then held whole (ZeRO-1's bytes). fsdp_reshard = "always" regathers
     for every micro-batch's forward and backward, as without pipeline parallelism."""
-    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)
+    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     pl = Placement.standard("flat", 2, 1)
@@ -553,7 +558,7 @@ def test_fsdp_with_pipeline_parallelism_reduce_scatter_is_exposed():
     gather hides behind the first forward, leaving its copy-out (n x 4 bytes at 3.35 TB/s
     x 0.5). Without pipeline parallelism (pp1, M micro-batches) the gradients reduce behind
     each micro-batch's backward and hide there."""
-    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)  # fmt: skip
+    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
     t = Training(seq=32, global_batch=6, dp_overlap=1.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     mm = memory_model(TINY, t, lay, 2, "none")

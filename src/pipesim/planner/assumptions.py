@@ -37,7 +37,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     )
     rows += [
         ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
-        ("links", f"NVLink {c.nvlink_gbps:g} GB/s, network {c.network_gbps:g} GB/s per GPU, one way, achieved"),
+        ("links", f"NVLink {c.nvlink_gbps:g} GB/s as NCCL reaches it, network {c.network_gbps:g} GB/s line rate, per GPU, one way"),
+        (
+            "collectives",
+            f"NCCL's alpha-beta: {c.nccl_base_us:g} us a collective and {c.nvlink_hop_us:g} us a ring step or peer on "
+            f"NVLink, {c.network_hop_us:g} us over the network (its tuning model's LL ring latencies); the network at "
+            f"network_share {c.network_share:g} of line rate for rings and send/recv, network_alltoall_share "
+            f"{c.network_alltoall_share:g} for an all-to-all (nccl.py names the measurements)",
+        ),
         (
             "usable memory",
             (held_text(plan, plan.best) + "; " if plan.best else "")

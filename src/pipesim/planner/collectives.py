@@ -3,7 +3,8 @@ pipeline transfers, data-parallel rings and the tied embedding's all-reduce, in 
 
 from __future__ import annotations
 
-from .layout import Layout, span
+from . import nccl
+from .layout import Layout, Span, span
 from .params import attention_dims
 from .specs import Cluster, Model, Training
 
@@ -25,9 +26,12 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
       8-GPU nodes that is 6 copies a token on the network against DeepEP's 2.7.
 
     Inside one domain both send every copy over NVLink. The network and NVLink parts run
-    at once, so the slower one sets the time. With expert tensor parallelism the etp
-    GPUs of an expert shard then all-gather the copies they received (and reduce-scatter
-    the outputs: the same bytes), on their own ring. Dispatch is FP8 under DeepSeek's
+    at once, so the slower one sets the time. NCCL's all-to-all (``alltoall``) pays its
+    latency and reaches ``network_alltoall_share`` of the network's line rate
+    (``nccl.py``); DeepEP's own kernels are priced at line rate, without it. With expert
+    tensor parallelism the etp GPUs of an expert shard then all-gather the copies they
+    received (and reduce-scatter the outputs: the same bytes), on their own ring, each an
+    NCCL ring collective. Dispatch is FP8 under DeepSeek's
     block-scaled FP8 training (its DeepEP dispatch sends FP8 tokens); Megatron-Core's
     all-to-all dispatcher under Transformer Engine's per-tensor FP8 sends BF16, as does
     everything else.
@@ -51,12 +55,18 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
         nvlink = e.top_k * (1 - 1 / min(where.per_domain, lay.ep))
     else:
         network, nvlink = 0.0, e.top_k * (1 - 1 / lay.ep)
-    gather = (lay.etp - 1) * e.top_k / ring_bandwidth(c, lay, "etp") if lay.etp > 1 else 0.0
+    etp = lay.span("etp", c.domain)
+    nccl_a2a = t.moe_dispatcher == "alltoall" and lay.ep > 1
 
     def seconds(width: float) -> float:
         per_token = h * width
-        a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
-        return a2a + tokens * per_token * gather
+        if nccl_a2a:
+            a2a = nccl.alltoall_transfer(c, tokens * network * per_token, tokens * nvlink * per_token)
+            a2a += nccl.alltoall_latency(c, lay.ep, lay.ep if where.inside else where.per_domain)
+        else:
+            a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
+        # the etp shards all-gather the e.top_k copies a token sends (each shard's copies)
+        return a2a + nccl.ring_seconds(c, "all_gather", lay.etp * tokens * e.top_k * per_token, lay.etp, etp)
 
     dispatch = seconds(1 if t.precision == "fp8" and t.fp8_scaling == "block" else 2)
     combine = seconds(2)
@@ -66,11 +76,15 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
 def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     """Seconds of one ring all-reduce of a micro-batch's hidden states over tp GPUs (or,
     with sequence parallelism, the all-gather and reduce-scatter that replace it: the
-    same bytes), on NVLink while the tensor group stays inside a domain."""
+    same bytes, two collectives' latencies), on NVLink while the tensor group stays
+    inside a domain."""
     if lay.tp <= 1:
         return 0.0
     size = lay.tokens(t.seq) * m.hidden * 2
-    return 2 * (lay.tp - 1) / lay.tp * size / ring_bandwidth(c, lay, "tp")
+    where = lay.span("tp", c.domain)
+    if t.sequence_parallel:
+        return sum(nccl.ring_seconds(c, kind, size, lay.tp, where) for kind in ("all_gather", "reduce_scatter"))
+    return nccl.ring_seconds(c, "all_reduce", size, lay.tp, where)
 
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
@@ -83,26 +97,25 @@ def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     the engine takes one transfer time for all ranks). Without sequence parallelism every
     shard needs the whole tensor, so the receiving shards all-gather it over NVLink
     (Megatron-LM 2021's scatter/gather optimisation, DeepSpeed's partitioned pipeline
-    buffers); under it the shard is what the next stage consumes."""
+    buffers); under it the shard is what the next stage consumes. The send pays
+    ``Training.p2p_latency_us`` and crosses the network at ``network_share`` of its line
+    rate; the gather is an NCCL all-gather (``nccl.py``)."""
     full = lay.tokens(t.seq) * m.hidden * 2
-    gather = 0.0 if t.sequence_parallel else (lay.tp - 1) / lay.tp * full / (c.nvlink_gbps * 1e9)
-    link = c.nvlink_gbps if lay.span("pp", c.domain).inside else c.network_gbps
-    return t.p2p_latency_us * 1e-6 + full / lay.tp / (link * 1e9) + gather
+    gather = 0.0 if t.sequence_parallel else nccl.ring_seconds(c, "all_gather", full, lay.tp, lay.span("tp", c.domain))
+    rate = nccl.p2p_rate(c, lay.span("pp", c.domain).inside)
+    return t.p2p_latency_us * 1e-6 + full / lay.tp / rate + gather
 
 
 def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:
-    """Bytes per second of a ring collective over the groups of dimension ``group``
-    (``Layout.stride`` says where members sit). Inside an NVLink domain: NVLink. Across
-    domains NCCL runs one ring per network interface (its channels), each crossing every
-    domain boundary once, so a group with k members in a domain drives k interfaces at
-    once: k times a GPU's network bandwidth, at most NVLink's (DGX A100's 8 x 200 Gb/s
-    give the ~190 GB/s bus bandwidth nccl-tests show across nodes for 8 GPUs a node); a
-    group with one member a domain has its own link only. The slowest link sets a ring's
-    pace, so k is the fewest members the worst-placed group has in a domain it touches."""
-    where = lay.span(group, c.domain)
-    if where.inside:
-        return c.nvlink_gbps * 1e9
-    return min(c.nvlink_gbps, where.per_domain * c.network_gbps) * 1e9
+    """Bus bytes per second of a ring collective over the groups of dimension ``group``
+    (``Layout.stride`` says where members sit; ``nccl.ring_rate``)."""
+    return nccl.ring_rate(c, lay.span(group, c.domain))
+
+
+def ring_seconds(c: Cluster, lay: Layout, group: str, kind: str, nbytes: float) -> float:
+    """Seconds of one NCCL ring collective ``kind`` on a buffer of ``nbytes`` over the
+    groups of dimension ``group`` (``nccl.ring_seconds``)."""
+    return nccl.ring_seconds(c, kind, nbytes, lay.size(group), lay.span(group, c.domain))
 
 
 def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
@@ -114,8 +127,8 @@ def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float
     unless the whole pipeline shares a node; nothing without pp > 1 or tied embeddings."""
     if not m.tied_embeddings or lay.pp < 2:
         return 0.0
-    bw = (c.nvlink_gbps if lay.span("pp", c.domain).inside else c.network_gbps) * 1e9
-    return m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes / bw
+    ends = Span(True, 2, 1) if lay.span("pp", c.domain).inside else Span(False, 1, 2)
+    return nccl.ring_seconds(c, "all_reduce", m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes, 2, ends)
 
 
 def kv_width(m: Model) -> float:
@@ -145,14 +158,9 @@ def alltoall_seconds(c: Cluster, lay: Layout, n: int, per_rank: float) -> float:
     """Seconds of an all-to-all in which each of ``n`` ranks, ``lay.tp`` apart (a context
     group), sends ``per_rank`` bytes spread evenly over the others: on NVLink inside a
     domain; across domains the share bound for other domains leaves on the GPU's own
-    network link while the rest crosses NVLink, at once."""
-    if n <= 1:
-        return 0.0
+    network link while the rest crosses NVLink, at once (``nccl.alltoall_seconds``)."""
     where = span(n, lay.tp, c.domain)
-    if where.inside:
-        return per_rank / (c.nvlink_gbps * 1e9)
-    away = 1 - (where.per_domain - 1) / (n - 1)
-    return max(per_rank * away / (c.network_gbps * 1e9), per_rank * (1 - away) / (c.nvlink_gbps * 1e9))
+    return nccl.alltoall_seconds(c, n, n if where.inside else where.per_domain, per_rank)
 
 
 def ring_exposed(kv_bytes: float, n: int, link: float, core_f: float, core_b: float, latency: float = 0.0) -> tuple[float, float]:
@@ -189,15 +197,14 @@ def cp_exchange(m: Model, c: Cluster, t: Training, lay: Layout, core_f: float, c
     kv_bytes = tokens * kv_width(m) / lay.tp * 2
     scheme = t.cp_comm
     if scheme == "all_gather":
-        x = (lay.cp - 1) * kv_bytes / ring_bandwidth(c, lay, "cp")
+        x = ring_seconds(c, lay, "cp", "all_gather", lay.cp * kv_bytes)
         return x, x
     qk, v = attention_dims(m)
     qo_bytes = tokens * m.heads * (qk + v) / lay.tp * 2  # queries and the attention output
     a = lay.cp if scheme == "a2a" else a2a_size(m, c, lay) if scheme == "a2a+p2p" else 1
     ulysses = alltoall_seconds(c, lay, a, (a - 1) / a * (qo_bytes + kv_bytes)) if a > 1 else 0.0
     rest = lay.cp // a
-    inside = span(rest, lay.tp * a, c.domain).inside
-    link = (c.nvlink_gbps if inside else c.network_gbps) * 1e9
+    link = nccl.p2p_rate(c, span(rest, lay.tp * a, c.domain).inside)
     # after the all-to-all a rank holds a times the tokens of 1/a of the heads: the same
     # key/value bytes per ring step
     f, b = ring_exposed(kv_bytes, rest, link, core_f, core_b, t.p2p_latency_us * 1e-6)

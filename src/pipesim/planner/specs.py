@@ -69,6 +69,11 @@ BOUNDS = {
     "grad_bytes": (0, 64),
     "optimizer_bytes": (0, 64),
     "p2p_latency_us": (0, 1e9),
+    "nccl_base_us": (0, 1e6),
+    "nvlink_hop_us": (0, 1e6),
+    "network_hop_us": (0, 1e6),
+    "network_share": (0, 1),
+    "network_alltoall_share": (0, 1),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
     "loss_backward_copies": (0, 16),
@@ -128,8 +133,8 @@ class Cluster:
     bf16_tflops: float  # dense peak per GPU
     fp8_tflops: float  # dense peak per GPU (0: no FP8)
     hbm_gb: float  # device memory in decimal GB; a cluster file gives memory_mib, from which this is set
-    nvlink_gbps: float  # achieved per GPU, one direction, inside a node
-    network_gbps: float  # achieved per GPU, one direction, between nodes
+    nvlink_gbps: float  # what NCCL reaches per GPU, one direction, inside an NVLink domain
+    network_gbps: float  # the NIC's line rate per GPU, one direction, between domains
     sms: int = 132
     hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
     gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
@@ -145,6 +150,15 @@ class Cluster:
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)
     gpu_speed_sd: float = 0.012  # spread of one SKU's GPU speeds, a share of the median (stragglers.py; 0: all equal)
+    # NCCL's collectives by message size (nccl.py names the sources): a collective's base
+    # latency and one hop a ring step or all-to-all peer (NCCL's LL ring constants, us), and
+    # the share of network_gbps NCCL reaches on large rings and send/recv, and on an
+    # all-to-all. Latencies 0 and shares 1: bandwidth only
+    nccl_base_us: float = 6.6
+    nvlink_hop_us: float = 0.6
+    network_hop_us: float = 2.7
+    network_share: float = 0.96
+    network_alltoall_share: float = 0.92
     # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
     # nodes (compute trays) hold 4; network_gbps is the link between domains
     nvlink_domain: int = 0
@@ -314,6 +328,10 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
             f"{where}: hbm_gb is ambiguous (an '80 GB' card holds 80 GiB, 85.5e9 bytes); give memory_mib as "
             "nvidia-smi --query-gpu=memory.total reports it, e.g. memory_mib = 81559 for an H100 80GB"
         )
+    for key in ("network_share", "network_alltoall_share"):  # shares NCCL reaches of line rate (nccl.py)
+        value = data.get(key, 1) if isinstance(data, dict) else 1
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 1:
+            raise PipesimError(f"{where}: {key} must be above 0 and at most 1 (a share of line rate), got {value}")
     required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
     c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
     c = replace(c, hbm_gb=c.memory_mib * MIB / 1e9)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..components import ComponentCosts
 from ..ir import Op
 from ..memory import MemoryModel
-from .collectives import ring_bandwidth
+from .collectives import ring_seconds
 from .compute import hbm_rate
 from .layout import Layout, keeps_gathered
 from .specs import Cluster, Training
@@ -24,7 +24,9 @@ def step_overhead(
 
     Gradients are reduce-scattered (ZeRO >= 1) or all-reduced over their replicas (dense
     parameters over dp, experts over dp / ep) at ``grad_reduce_bytes`` per element; with
-    ZeRO >= 1 the updated bf16 parameters are all-gathered back. Bucketed, the reduction
+    ZeRO >= 1 the updated bf16 parameters are all-gathered back, each an NCCL ring
+    collective (``nccl.py``: its latency is counted once, not per bucket; beside these
+    buffers it is small). Bucketed, the reduction
     overlaps the last micro-batch's backward on the rank and the gather the next step's
     first forward, so only what exceeds those windows shows (``dp_overlap`` of the window
     is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
@@ -59,10 +61,8 @@ def step_overhead(
             copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
             for n, group in ((dense, "cpdp"), (experts, "edp")):
                 replicas = lay.size(group)
-                ring = (replicas - 1) / replicas * n / ring_bandwidth(c, lay, group)
-                reduce = ring * t.grad_reduce_bytes * (1 if t.zero >= 1 else 2)
-                grads += reduce
-                gather += ring * t.param_bytes if t.zero >= 1 else 0.0
+                grads += ring_seconds(c, lay, group, "reduce_scatter" if t.zero >= 1 else "all_reduce", n * t.grad_reduce_bytes)
+                gather += ring_seconds(c, lay, group, "all_gather", n * t.param_bytes) if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward

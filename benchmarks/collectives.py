@@ -1,0 +1,95 @@
+"""NCCL's collectives as measured in public, beside pipesim's price for them (planner/
+nccl.py), printed as a Markdown table.
+
+    python benchmarks/collectives.py
+
+Each row is one published nccl-tests (or DeepEP baseline) figure: the collective, the
+GPUs and how they sit, the link that sets the pace, the message size, the measured bus
+bandwidth (nccl-tests' busbw: the bytes a rank moves over the link, per second) or time,
+and its source. pipesim prices the same collective on the preset of that hardware with
+its default constants (NCCL's LL ring latencies, the network shares). Rows marked "(in
+sample)" are the measurements a default was read from; the others were not used to set
+anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipesim.planner import nccl
+from pipesim.planner.layout import Span
+from pipesim.planner.specs import load_cluster
+
+A100, H100, H800 = load_cluster("a100"), load_cluster("h100"), load_cluster("h800-2048")
+#: GH200 nodes of 4 on HPE Slingshot (200 Gb/s, 25 GB/s a GPU): the row's own links
+GH200 = replace(H100, name="gh200", gpu="GH200", gpus_per_node=4, network_gbps=25)
+BIG = 8 * 2**30  # "large": 8 GiB, where latency is under 0.1%
+
+
+def ring_busbw(c, kind: str, n: int, where: Span, size: float = BIG) -> float:
+    """nccl-tests' bus bandwidth of a ring collective: its bus bytes over pipesim's time."""
+    return nccl.RING_PASSES[kind] * (n - 1) / n * size / nccl.ring_seconds(c, kind, size, n, where)
+
+
+def a2a_time(c, n: int, near: int, size: float) -> float:
+    """pipesim's time (s) for nccl-tests' alltoall of ``size`` bytes a rank (1/n to each rank)."""
+    return nccl.alltoall_seconds(c, n, near, size * (n - 1) / n)
+
+
+def a2a_busbw(c, n: int, near: int, size: float = BIG) -> float:
+    return size * (n - 1) / n / a2a_time(c, n, near, size)
+
+
+# (collective, GPUs, link, message, measured, unit, pipesim's figure on a cluster made by k, source)
+ROWS = [
+    ("all-reduce", "16 A100 (2 DGX A100)", "8 x 200 Gb/s IB", "large", 192, "GB/s",
+     lambda k: ring_busbw(k(A100), "all_reduce", 16, Span(False, 8, 2)), "NVIDIA/nccl #812 (quoted in #1576) (in sample)"),
+    ("all-gather (ring)", "8 H100 (one node)", "NVLink 4", "large", 370, "GB/s",
+     lambda k: ring_busbw(k(H100), "all_gather", 8, Span(True, 8, 1)), "NVIDIA/nccl-tests #212 (sjeaugey: NCCL_ALGO=RING)"),
+    ("all-to-all", "4 H100 (one node)", "NVLink 4", "500 MiB", 1174.14, "us",
+     lambda k: a2a_time(k(H100), 4, 4, 524288000), "NVIDIA/nccl #2169 (Ring, Simple)"),
+    ("all-to-all", "8 H20 (one node)", "NVLink 4", "128 B", 10.59, "us",
+     lambda k: a2a_time(k(H100), 8, 8, 128), "deepseek-ai/DeepEP #303"),
+    ("all-to-all", "16 H100 (2 DGX H100), NVLink off", "400 Gb/s", "large", 46, "GB/s",
+     lambda k: a2a_busbw(k(H100), 16, 1), "deepseek-ai/DeepEP #3 (in sample)"),
+    ("all-to-all", "16 H100 (2 DGX H100), NVLink off", "400 Gb/s", "small", 30, "us",
+     lambda k: a2a_time(k(H100), 16, 1, 16), "deepseek-ai/DeepEP #3"),
+    ("all-to-all", "one CX-7 NIC", "400 Gb/s", "large", 48.5, "GB/s",
+     lambda k: a2a_busbw(k(H100), 16, 1), "NVIDIA/nccl-tests #267 (AddyLaddy: 'up to 48-49')"),
+    ("all-to-all", "64 H800 (8 nodes; NICs as the preset's 400 Gb/s)", "8 x 400 Gb/s IB", "8 MiB", 337.8, "us",
+     lambda k: a2a_time(k(H800), 64, 8, 8388608), "NVIDIA/nccl #1531"),
+    ("all-to-all", "16 A100 (2 Selene DGX A100, 2020)", "8 x 200 Gb/s IB", "large", 25, "GB/s",
+     lambda k: a2a_busbw(k(A100), 16, 8), "NVIDIA/nccl-tests PR #59 ('closer to 25 GB/s')"),
+    ("send/recv", "32 GH200 (8 nodes)", "200 Gb/s Slingshot", "512 MiB", 24.2, "GB/s",
+     lambda k: nccl.p2p_rate(k(GH200), inside=False), "NVIDIA/nccl #1272 (NCCL_NCHANNELS_PER_NET_PEER=4)"),
+]  # fmt: skip
+
+
+def bandwidth_only(c):
+    """The cluster with NCCL's terms switched off: what pipesim priced before them."""
+    return replace(c, nccl_base_us=0, nvlink_hop_us=0, network_hop_us=0, network_share=1, network_alltoall_share=1)
+
+
+def summary(errors: list[float]) -> str:
+    return f"mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, bias {sum(errors) / len(errors):+.1%}"
+
+
+def main() -> None:
+    print("| collective | GPUs | link | message | measured | pipesim | error | bandwidth only | error | source |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
+    now, before = [], []
+    for what, gpus, link, size, measured, unit, price, source in ROWS:
+        scale = 1e-9 if unit == "GB/s" else 1e6
+        p, b = price(lambda c: c) * scale, price(bandwidth_only) * scale
+        if "in sample" not in source:
+            now.append(p / measured - 1)
+            before.append(b / measured - 1)
+        print(
+            f"| {what} | {gpus} | {link} | {size} | {measured:g} {unit} | {p:.4g} {unit} | {p / measured - 1:+.1%} "
+            f"| {b:.4g} {unit} | {b / measured - 1:+.1%} | {source} |"
+        )
+    print(f"\nThe {len(now)} rows not used to set a default: pipesim {summary(now)}; bandwidth only {summary(before)}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""NCCL's collectives by message size (planner/nccl.py): latency that dominates small
+messages and fades beside large ones, the network's measured shares, rings inside a
+domain against across, each value worked by hand from the stated constants (NCCL's LL
+ring latencies 6.6 us base, 0.6 us an NVLink step, 2.7 us a network step; shares 0.96 and
+0.92 of the network's line rate), and the cluster file's checks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.errors import PipesimError
+from pipesim.planner import nccl
+from pipesim.planner.collectives import moe_comm, p2p_seconds, tp_allreduce
+from pipesim.planner.layout import Layout, Span
+from pipesim.planner.specs import Attention, Cluster, Model, MoE, Training, cluster_from_table, load_cluster
+
+#: the cluster fields that switch NCCL's terms off: bandwidth-only collectives, for the
+#: tests that work bandwidth arithmetic by hand
+BANDWIDTH_ONLY = dict(nccl_base_us=0, nvlink_hop_us=0, network_hop_us=0, network_share=1, network_alltoall_share=1)
+
+# 8 GPUs a node, NVLink 100 GB/s (as NCCL reaches it), network 10 GB/s line rate, the defaults otherwise
+C = Cluster("t", "X", gpus=64, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10)  # fmt: skip
+INSIDE = Span(True, 8, 1)
+
+
+def test_defaults_are_nccls_ll_ring_constants_and_the_measured_shares():
+    assert (C.nccl_base_us, C.nvlink_hop_us, C.network_hop_us) == (6.6, 0.6, 2.7)
+    assert (C.network_share, C.network_alltoall_share) == (0.96, 0.92)
+
+
+def test_latency_dominates_small_messages_and_fades_beside_large_ones():
+    """An 8-GPU all-reduce inside a node: 14 ring steps, 6.6 + 14 x 0.6 = 15 us, then
+    2 x 7/8 of the buffer at 100 GB/s. 8 KB: 15 us + 0.14 us; 1 GB: 17.5 ms + 15 us."""
+    small, large = 8192, 1e9
+    assert nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * small / 100e9)
+    assert nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * large / 100e9)
+    # the latency is 99% of the small one and under 0.1% of the large one
+    assert 15e-6 / nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) > 0.99
+    assert 15e-6 / nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) < 1e-3
+    # bandwidth-only pricing (the switch) leaves the small one at 0.14 us
+    bare = replace(C, **BANDWIDTH_ONLY)
+    assert nccl.ring_seconds(bare, "all_reduce", small, 8, INSIDE) == pytest.approx(1.75 * small / 100e9)
+
+
+def test_all_gather_and_reduce_scatter_take_one_pass():
+    """n - 1 steps: 6.6 + 7 x 0.6 = 10.8 us, and 7/8 of the gathered buffer."""
+    assert nccl.ring_latency(C, "all_gather", 8, 1) == pytest.approx(10.8e-6)
+    assert nccl.ring_seconds(C, "reduce_scatter", 8e6, 8, INSIDE) == pytest.approx(10.8e-6 + 7e6 / 100e9)
+    assert nccl.ring_seconds(C, "all_gather", 8e6, 1, INSIDE) == 0.0  # one rank: nothing to do
+
+
+def test_a_ring_across_domains_against_inside_one():
+    """16 ranks, 8 a node on 2 nodes: of the all-reduce's 30 steps 2 cross the network
+    (6.6 + 28 x 0.6 + 2 x 2.7 = 28.8 us), and the ring runs at 8 NICs x 10 GB/s x 0.96 =
+    76.8 GB/s instead of NVLink's 100. With one rank a node (16 nodes) every step crosses
+    (6.6 + 30 x 2.7 = 87.6 us) at one NIC's 9.6 GB/s."""
+    two_nodes = Span(False, 8, 2)
+    assert nccl.ring_rate(C, two_nodes) == pytest.approx(76.8e9)
+    assert nccl.ring_rate(C, INSIDE) == pytest.approx(100e9)
+    assert nccl.ring_latency(C, "all_reduce", 16, 2) == pytest.approx(28.8e-6)
+    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, two_nodes) == pytest.approx(28.8e-6 + 2 * 15 / 16 * 1e8 / 76.8e9)
+    spread = Span(False, 1, 16)
+    assert nccl.ring_latency(C, "all_reduce", 16, 16) == pytest.approx(87.6e-6)
+    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, spread) == pytest.approx(87.6e-6 + 2 * 15 / 16 * 1e8 / 9.6e9)
+    # across is slower than inside for the same 8 ranks' worth of steps
+    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, two_nodes) > nccl.ring_seconds(C, "all_reduce", 1e8, 16, Span(True, 16, 1))
+    # the ring is capped at NVLink's pace however many NICs a node gives it
+    assert nccl.ring_rate(replace(C, network_gbps=50), two_nodes) == pytest.approx(100e9)
+
+
+def test_network_all_to_all_reaches_the_measured_share():
+    """Each of 16 ranks (8 a node) sends 150 MB spread over the 15 others: 8/15 of it
+    leaves the node at 10 GB/s x 0.92 (DeepEP issue #3: 46 of 50 GB/s), 7/15 over NVLink;
+    latency 6.6 + 7 x 0.6 + 8 x 2.7 = 32.4 us. With every rank in its own node (one NIC,
+    nothing over NVLink) the bus bandwidth it shows is 9.2 GB/s: 0.92 of line rate."""
+    t = nccl.alltoall_seconds(C, 16, 8, 150e6)
+    assert t == pytest.approx(32.4e-6 + 150e6 * 8 / 15 / 9.2e9)
+    assert nccl.alltoall_latency(C, 16, 8) == pytest.approx(32.4e-6)
+    big = 1e10
+    busbw = big / nccl.alltoall_seconds(C, 16, 1, big)
+    assert busbw == pytest.approx(9.2e9, rel=1e-4)
+    # inside a node: NVLink only, 6.6 + 7 x 0.6 = 10.8 us
+    assert nccl.alltoall_seconds(C, 8, 8, 7e6) == pytest.approx(10.8e-6 + 7e6 / 100e9)
+    assert nccl.alltoall_seconds(C, 1, 1, 7e6) == 0.0
+
+
+def test_send_recv_over_the_network_at_its_share():
+    assert nccl.p2p_rate(C, inside=False) == pytest.approx(9.6e9)
+    assert nccl.p2p_rate(C, inside=True) == pytest.approx(100e9)
+
+
+TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), dense_layers=2, dense_ffn=128)  # fmt: skip
+
+
+def test_the_planners_collectives_pay_it():
+    """tp4 inside a node, 64 tokens of hidden 64 (8192 bytes): 6.6 + 6 x 0.6 = 10.2 us
+    and 2 x 3/4 x 8192 B at 100 GB/s. Under sequence parallelism the all-gather and the
+    reduce-scatter each pay 6.6 + 3 x 0.6 = 8.4 us. A stage-to-stage send across nodes
+    (pp2 on 1-GPU nodes) moves 8192 B at 9.6 GB/s after p2p_latency_us."""
+    t = Training(seq=64, global_batch=16, sequence_parallel=False, p2p_latency_us=10)
+    lay = Layout(pp=1, dp=1, tp=4)
+    assert tp_allreduce(TINY, C, t, lay) == pytest.approx(10.2e-6 + 1.5 * 8192 / 100e9)
+    sp = replace(t, sequence_parallel=True)
+    assert tp_allreduce(TINY, C, sp, lay) == pytest.approx(2 * 8.4e-6 + 1.5 * 8192 / 100e9)
+    one_a_node = replace(C, gpus=2, gpus_per_node=1)
+    assert p2p_seconds(TINY, one_a_node, sp, Layout(pp=2, dp=1)) == pytest.approx(10e-6 + 8192 / 9.6e9)
+
+
+def test_megatrons_all_to_all_dispatcher_pays_ncclS_terms_and_deepep_does_not():
+    """ep16 over two 8-GPU nodes, top-2 of 16 experts, 64 tokens of hidden 64: every copy
+    goes to its expert's GPU, 8/16 of them across the network, 7/16 over NVLink, 2 bytes
+    an element. NCCL's all-to-all: the network's 2 x 8/16 x 64 x 128 B at 9.2 GB/s and its
+    latency 6.6 + 7 x 0.6 + 8 x 2.7 = 32.4 us. DeepEP's kernels: at line rate, no latency."""
+    moe = replace(TINY, dense_layers=0, moe=MoE(experts=16, expert_ffn=32, top_k=2))
+    t = Training(seq=64, global_batch=16, moe_dispatcher="alltoall")
+    lay = Layout(pp=1, dp=16, ep=16)
+    assert lay.expert_tokens(64) == 64
+    net = 64 * 2 * 8 / 16 * 64 * 2
+    dispatch = moe_comm(moe, C, t, lay)[0]
+    assert dispatch == pytest.approx(net / 9.2e9 + 32.4e-6)
+    assert moe_comm(moe, replace(C, **BANDWIDTH_ONLY), t, lay)[0] == pytest.approx(net / 10e9)
+
+
+def test_cluster_file_checks_the_terms(tmp_path, capsys):
+    base = dict(
+        name="x",
+        gpu="X",
+        gpus=8,
+        gpus_per_node=8,
+        bf16_tflops=100,
+        fp8_tflops=0,
+        memory_mib=81559,
+        nvlink_gbps=100,
+        network_gbps=10,
+    )
+    assert cluster_from_table({**base, "network_share": 1.0}, "c").network_share == 1.0
+    assert cluster_from_table({**base, "nccl_base_us": 0}, "c").nccl_base_us == 0.0
+    for key, bad in (
+        ("network_share", 0),
+        ("network_share", 1.5),
+        ("network_alltoall_share", 0),
+        ("network_alltoall_share", -0.1),
+    ):
+        with pytest.raises(PipesimError, match=rf"{key} must be above 0 and at most 1"):
+            cluster_from_table({**base, key: bad}, "c")
+    for key in ("nccl_base_us", "nvlink_hop_us", "network_hop_us"):
+        with pytest.raises(PipesimError, match=rf"{key} must be"):
+            cluster_from_table({**base, key: -1}, "c")
+    f = tmp_path / "c.toml"
+    f.write_text("\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in {**base, "network_share": 2}.items()))
+    assert main(["plan", "--model", "llama3-8b", "--cluster", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "network_share" in err[0] and "at most 1" in err[0]
+
+
+def test_the_presets_load_with_the_defaults():
+    c = load_cluster("h100")
+    assert (c.network_share, c.network_alltoall_share, c.nccl_base_us) == (0.96, 0.92, 6.6)
