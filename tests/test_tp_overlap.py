@@ -24,10 +24,23 @@ LAY = Layout(pp=1, dp=1, tp=8)
 T = Training(seq=4096, global_batch=8, kernel_floor_us=0, host_us_per_kernel=0)
 
 
-def _ar(t: Training = T, lay: Layout = LAY, m=M, c=C) -> float:
-    """One ring all-reduce of a micro-batch's hidden states over tp, by hand: 2 (tp - 1) / tp
-    of tokens x hidden x 2 bytes at NVLink's rate (an all-gather or a reduce-scatter is half)."""
-    return 2 * (lay.tp - 1) / lay.tp * lay.tokens(t.seq) * m.hidden * 2 / (c.nvlink_gbps * 1e9)
+def _ring(passes: int, c=C, lay: Layout = LAY) -> float:
+    """One ring collective of a micro-batch's hidden states (4096 tokens x 4096 x 2 bytes)
+    over tp8 inside a node, by hand as NCCL's tuning model prices it (nccl.py): the base
+    latency and a hop per ring step (the h100 preset's 6.6 and 0.6 us), then ``passes``
+    x 7/8 of the buffer at NVLink's rate. An all-reduce makes 2 passes, an all-gather or
+    a reduce-scatter 1."""
+    size = lay.tokens(T.seq) * M.hidden * 2
+    steps = passes * (lay.tp - 1)
+    return (c.nccl_base_us + steps * c.nvlink_hop_us) * 1e-6 + passes * (lay.tp - 1) / lay.tp * size / (c.nvlink_gbps * 1e9)
+
+
+def _ar(c=C) -> float:
+    return _ring(2, c)
+
+
+def _ag(c=C) -> float:
+    return _ring(1, c)
 
 
 def _backward(mode: str, **kw) -> float:
@@ -59,37 +72,36 @@ def test_a_tiny_weight_gradient_hides_almost_nothing():
     none, backward = (layer_costs(M, 0, slow, replace(t, tp_overlap=x), LAY, "none") for x in ("none", "backward"))
     w_qkv = gemms(slow, t, attention_shapes(M, t, LAY)[:1])[2]
     w_fc1 = gemms(slow, t, mlp_shapes(M, 0, t, LAY)[:1])[2]
-    assert none.dispatch_b == none.combine_b == pytest.approx(_ar(t, c=slow))
+    assert none.dispatch_b == none.combine_b == pytest.approx(_ar(slow))
     assert backward.dispatch_b == pytest.approx(none.dispatch_b - w_qkv)
     assert backward.combine_b == pytest.approx(none.combine_b - w_fc1)
     assert backward.backward_comm == pytest.approx(none.backward_comm, rel=1e-3)
 
 
 def test_one_layer_half_by_hand():
-    """Stated numbers, tp8 of 4096 tokens x 4096 hidden on the H100 preset's 360 GB/s
-    NVLink: an all-reduce is 2 x 7/8 x 32 MiB / 360 GB/s = 163.1 us, an all-gather or
-    reduce-scatter 81.6 us; the collectives hold 20 of the 132 SMs (share 0.1515). With
-    sequence parallelism (Megatron's, the input's shard kept) the half's backward
-    all-gathers the row-parallel multiply's output gradient (81.6, exposed), re-gathers
-    the column-parallel multiply's input beside its 40 us input-gradient multiply (that
-    multiply ends 81.6 - 40 = 41.6 us late) and reduce-scatters its input gradient beside
-    its 100 us weight-gradient multiply, which slowed to 0.848 of its rate for 81.6 us
-    ends 0.1515 x 81.6 = 12.4 us late: 135.5 us. With DTensor's gathered input no
-    re-gather: 94.0. Without sequence parallelism the all-reduce beside the 100 us
-    multiply: 63.1 us. In "none" all of it, 244.7 us."""
-    ar = 2 * 7 / 8 * 4096 * 4096 * 2 / 360e9
-    assert _ar() == pytest.approx(ar) and ar == pytest.approx(163.1e-6, rel=1e-3)
+    """Stated numbers, tp8 of 4096 tokens x 4096 hidden in one H100 node: an all-gather
+    or a reduce-scatter is 6.6 + 7 x 0.6 = 10.8 us of latency and 7/8 x 32 MiB at 360 GB/s
+    = 81.6 us, 92.4 us in all; an all-reduce 15.0 + 163.1 = 178.1 us. The collectives hold
+    20 of the 132 SMs (share 0.1515). With sequence parallelism (Megatron's, the input's
+    shard kept) the half's backward all-gathers the row-parallel multiply's output
+    gradient (92.4, exposed), re-gathers the column-parallel multiply's input beside its
+    40 us input-gradient multiply (that multiply ends 92.4 - 40 = 52.4 us late) and
+    reduce-scatters its input gradient beside its 100 us weight-gradient multiply, which,
+    slowed to 0.848 of its rate for 92.4 us, ends 0.1515 x 92.4 = 14.0 us late: 158.7 us.
+    With DTensor's gathered input no re-gather: 106.3. Without sequence parallelism the
+    all-reduce beside the 100 us multiply: 78.1 us. In "none" all of it, 277.1 us."""
+    assert _ag() == pytest.approx(92.36e-6, rel=1e-3) and _ar() == pytest.approx(178.1e-6, rel=1e-3)
     back = replace(T, tp_overlap="backward")
     assert back.comm_sms == 20 and C.sms == 132
-    assert column_exposed(M, C, back, LAY, 40e-6, 100e-6) == pytest.approx(135.5e-6, rel=1e-3)
-    assert column_exposed(M, C, replace(back, sp_saves_gathered=True), LAY, 40e-6, 100e-6) == pytest.approx(94.0e-6, rel=1e-3)
-    assert column_exposed(M, C, replace(back, sequence_parallel=False), LAY, 40e-6, 100e-6) == pytest.approx(63.1e-6, rel=1e-3)
+    assert column_exposed(M, C, back, LAY, 40e-6, 100e-6) == pytest.approx(158.7e-6, rel=1e-3)
+    assert column_exposed(M, C, replace(back, sp_saves_gathered=True), LAY, 40e-6, 100e-6) == pytest.approx(106.3e-6, rel=1e-3)
+    assert column_exposed(M, C, replace(back, sequence_parallel=False), LAY, 40e-6, 100e-6) == pytest.approx(78.1e-6, rel=1e-3)
     none = replace(T, tp_overlap="none")
-    assert column_exposed(M, C, none, LAY, 40e-6, 100e-6) == pytest.approx(244.7e-6, rel=1e-3)
+    assert column_exposed(M, C, none, LAY, 40e-6, 100e-6) == pytest.approx(277.1e-6, rel=1e-3)
     # multiplies far longer than their collectives: each collective costs its SMs' share
-    assert column_exposed(M, C, back, LAY, 1.0, 1.0) == pytest.approx(ar / 2 + 2 * 20 / 132 * ar / 2)
+    assert column_exposed(M, C, back, LAY, 1.0, 1.0) == pytest.approx(_ag() + 2 * 20 / 132 * _ag())
     # and with no SMs held, nothing
-    assert column_exposed(M, C, replace(back, comm_sms=0), LAY, 1.0, 1.0) == pytest.approx(ar / 2)
+    assert column_exposed(M, C, replace(back, comm_sms=0), LAY, 1.0, 1.0) == pytest.approx(_ag())
 
 
 def test_sequence_parallel_backward_regathers_the_kept_shard():
@@ -100,10 +112,10 @@ def test_sequence_parallel_backward_regathers_the_kept_shard():
     DTensor keeps the gathered input and does not."""
     none = replace(T, tp_overlap="none")
     kept = layer_costs(M, 0, C, none, LAY, "none")
-    assert kept.dispatch_b == kept.combine_b == pytest.approx(1.5 * _ar())
+    assert kept.dispatch_b == kept.combine_b == pytest.approx(3 * _ag())
     gathered = layer_costs(M, 0, C, replace(none, sp_saves_gathered=True), LAY, "none")
-    assert gathered.dispatch_b == gathered.combine_b == pytest.approx(_ar())
-    assert kept.dispatch_f == gathered.dispatch_f == pytest.approx(_ar())  # the forward's are unchanged
+    assert gathered.dispatch_b == gathered.combine_b == pytest.approx(2 * _ag())
+    assert kept.dispatch_f == gathered.dispatch_f == pytest.approx(2 * _ag())  # the forward's are unchanged
 
 
 def test_head_backward_hides_under_its_own_multiplies():

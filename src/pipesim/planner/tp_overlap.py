@@ -75,7 +75,9 @@ def column_exposed(
     a column-parallel multiply whose input- and weight-gradient multiplies take
     ``dgrad`` and ``wgrad`` seconds and, with ``row_parallel``, of the row-parallel
     multiply after it."""
-    ar = tp_allreduce(m, c, t, lay)  # an all-reduce; an all-gather or a reduce-scatter is half of it
+    # an all-reduce, or with sequence parallelism an all-gather and a reduce-scatter of the
+    # same buffer, latencies and passes alike (collectives.tp_allreduce): each half of it
+    ar = tp_allreduce(m, c, t, lay)
     if not t.sequence_parallel:
         row, gather, reduce = 0.0, 0.0, ar
     else:
