@@ -253,11 +253,17 @@ SWITCHES = (
     ),
     ("no straggler", {"gpu_speed_sd": 0.0}, {}, "every GPU at the median speed, as Calculon has them"),
     (
-        "tp overlapped",
+        "tp exposed",
         {},
-        {"tp_overlap": True},
-        "pipesim's overlap of every tensor-parallel collective; the 2022 code overlaps the backward's only "
-        "(mpu/layers.py, async all-reduce / all-gather and reduce-scatter beside the gradient multiplies)",
+        {"tp_overlap": "none"},
+        "every tensor-parallel collective waited for (Megatron-LM before 6e1bde1e0f, Sep 2021); the rows' code "
+        "overlaps the backward's (tp_overlap = backward: mpu/layers.py at 9aad9203aa)",
+    ),
+    (
+        "tp all overlapped",
+        {},
+        {"tp_overlap": "all"},
+        "every tensor-parallel collective under the multiplies (Megatron-Core's --tp-comm-overlap, which came after the paper)",
     ),
 )
 

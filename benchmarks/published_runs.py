@@ -122,13 +122,16 @@ def whole_run(row: dict, m, c, t, lay: dict) -> tuple[float, float, float]:
     return (ramp_hours + steady_hours) / t.tokens * 1e12, ramp_hours, steady.step_time
 
 
-def layout_text(r) -> str:
+def layout_text(r, t=None) -> str:
+    """The layout a row ran, and with tensor parallelism which of its collectives overlap
+    (``tp_overlap``, when the row's training ``t`` is given)."""
     c = r.candidate
     lay = c.layout
     parts = [f"tp{lay.tp}", f"pp{lay.pp}"] + ([f"cp{lay.cp}"] if lay.cp > 1 else []) + [f"dp{lay.dp}"]
     parts += ([f"ep{lay.ep}"] if lay.ep > 1 else []) + ([f"etp{lay.etp}"] if lay.etp > 1 else [])
     sched = c.schedule + (f" v{c.chunks}" if c.chunks else "")
-    return f"{' '.join(parts)} mb{lay.micro_batch} M{c.microbatches}, {sched}, {c.recompute}"
+    overlap = f", tp overlap {t.tp_overlap}" if t is not None and lay.tp > 1 else ""
+    return f"{' '.join(parts)} mb{lay.micro_batch} M{c.microbatches}, {sched}, {c.recompute}{overlap}"
 
 
 def run_row(row: dict) -> dict:
@@ -197,7 +200,7 @@ def print_rows(done: list[dict]) -> None:
         fits = "yes" if r.fits else f"no ({r.memory_gb:.0f} GB)"
         star = " *" if rec["row"].get("unknown_hardware") else ""
         print(
-            f"| {rec['row']['name']}{star} | {layout_text(r)} | {fits} | {rec['pub']:.2f} | {rec['pred']:.2f} | "
+            f"| {rec['row']['name']}{star} | {layout_text(r, rec['specs'][2])} | {fits} | {rec['pub']:.2f} | {rec['pred']:.2f} | "
             f"{rec['error']:+.1%} | {metric_text(rec)} | {r.mfu:.1%} |"
         )
     counted = [rec for rec in done if not rec["row"].get("unknown_hardware")]

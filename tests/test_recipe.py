@@ -54,6 +54,7 @@ MEGATRON_FLAGS = {
     "--pipeline-model-parallel-size",
     "--pipeline-model-parallel-layout",
     "--sequence-parallel",
+    "--tp-comm-overlap",  # ModelParallelConfig.tp_comm_overlap, not in arguments.py's exclude list
     "--expert-model-parallel-size",
     "--mtp-num-layers",
     "--micro-batch-size",
@@ -263,6 +264,7 @@ def test_megatron_flags_for_llama_like_plans():
         assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS
         assert "--sequence-parallel" in flags and "--tensor-model-parallel-size 8" in flags
         assert not any(f.startswith(("--expert-model-parallel-size", "--mtp-num-layers")) for f in flags)
+        assert "--tp-comm-overlap" in flags  # the default tp_overlap = "all" priced it
     layouts = [f.split(" ", 1)[1].strip('"') for f in inter["flags"] if "layout" in f]
     assert megatron_layout_ok(layouts[0], 126, 0, 16)  # 4 ranks x 4 virtual stages
     assert not zb["runs"] and "no zb-h1" in zb["why"]

@@ -13,6 +13,17 @@ from .parallelism import domain_text, layout_assumptions
 from .results import Plan
 from .specs import Training
 
+#: the tensor-parallel line's last words, per ``Training.tp_overlap`` (tp_overlap.py)
+TP_OVERLAP_TEXT = {
+    "none": "exposed (tp_overlap = none: Megatron-LM before September 2021, DeepSpeed's forks, torchtitan without AsyncTP)",
+    "backward": "the backward's column-parallel collectives (the input gradient's all-reduce or reduce-scatter, the "
+    "saved input's re-gather) hidden under their own weight- and input-gradient multiplies up to those multiplies' "
+    "time, which run slower by comm_sms of the SMs meanwhile, the rest exposed (tp_overlap = backward: Megatron-LM "
+    "and Transformer Engine without --tp-comm-overlap)",
+    "all": "overlapped with the multiplies around it (tp_overlap = all: Megatron-Core's --tp-comm-overlap, torchtitan's "
+    "AsyncTP; an MoE model's only as far as tp_overlap = backward hides them)",
+}
+
 
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
     t, c = plan.training, plan.cluster
@@ -111,7 +122,13 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "an all-reduce (or, with sequence parallelism, all-gather + reduce-scatter) of the hidden states after "
             "attention and after the MLP, forward and backward, and at the model's ends (the embedding's lookup forward, the "
             "head's input gradient backward; with sequence parallelism both ways at both), over NVLink; "
-            + ("overlapped with the multiplies around it" if t.tp_overlap else "exposed"),
+            + (
+                "the backward gathers each column-parallel multiply's input again from the shard the forward kept "
+                "(sp_saves_gathered = false, Megatron-LM's sequence parallelism); "
+                if t.sequence_parallel and not t.sp_saves_gathered
+                else ""
+            )
+            + TP_OVERLAP_TEXT[t.tp_overlap],
         ),
         (
             "all-to-all",

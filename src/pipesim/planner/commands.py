@@ -23,7 +23,7 @@ from .device_memory import usable_for
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep
 from .search import search
-from .specs import CP_COMMS, load_cluster, load_model, load_training, model_published, model_training
+from .specs import CP_COMMS, TP_OVERLAPS, load_cluster, load_model, load_training, model_published, model_training
 from .stages import component_costs, stage_parts
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
@@ -95,6 +95,12 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
     g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
     g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
+    g.add_argument(
+        "--tp-overlap",
+        choices=TP_OVERLAPS,
+        help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default) "
+        "or all (--tp-comm-overlap, AsyncTP; the default)",
+    )
 
 
 def specs_from(args: argparse.Namespace):
@@ -110,6 +116,7 @@ def specs_from(args: argparse.Namespace):
         recompute=args.recompute,
         tokens=args.tokens,
         cp_comm=args.cp_comm,
+        tp_overlap=args.tp_overlap,
     )
     if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
         raise PipesimError(

@@ -23,6 +23,7 @@ from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
+from .tp_overlap import column_exposed, layer_backward
 
 
 def _op_recomputed_share(m: Model) -> tuple[float, float]:
@@ -69,14 +70,19 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         a, f = _op_recomputed_share(m)
         attn_b += ew_attn + a * proj_f
         mlp_bwd += ew_mlp + f * mlp_f
+    # tensor parallelism: forward, an all-reduce (or all-gather and reduce-scatter) around
+    # attention and around the MLP; backward, what of theirs the multiplies beside them
+    # leave exposed (tp_overlap.py)
+    tp_attn_b, tp_mlp_b = layer_backward(m, layer, c, t, lay)
     if m.is_moe_layer(layer):
-        # attention's tensor-parallel all-gather and reduce-scatter (the MoE block's
-        # tokens stay sequence-sharded into the all-to-all), then the dispatch
+        # attention's collectives (the MoE block's tokens stay sequence-sharded into the
+        # all-to-all), then the dispatch
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
         tp = tp_allreduce(m, c, t, lay)
-        dispatch, dispatch_b = dispatch + tp, dispatch_b + tp
-    else:  # tensor parallelism: an all-reduce after attention and after the MLP
-        dispatch = combine = dispatch_b = combine_b = tp_allreduce(m, c, t, lay)
+        dispatch, dispatch_b = dispatch + tp, dispatch_b + tp_attn_b
+    else:
+        dispatch = combine = tp_allreduce(m, c, t, lay)
+        dispatch_b, combine_b = tp_attn_b, tp_mlp_b
     if recompute == "full":  # the recomputed forward communicates again
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
     comm = (dispatch + combine, dispatch_b + combine_b)
@@ -177,12 +183,16 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     projection's input gradient is all-reduced backward (Megatron-LM 2021's
     ``parallel_lm_logits``: ``copy_to_tensor_model_parallel_region``, identity forward);
     with sequence parallelism its input is all-gathered forward and the gradient
-    reduce-scattered backward, and the norm runs on 1/tp of the tokens (without it, on
-    all of them on every tensor rank)."""
+    reduce-scattered backward (the input gathered again for the weight gradient where the
+    forward kept its shard), and the norm runs on 1/tp of the tokens (without it, on all
+    of them on every tensor rank). The projection is a column-parallel multiply
+    (Megatron-Core's output_layer), its backward collectives hidden as a layer's
+    (``tp_overlap.column_exposed``)."""
     T, h = lay.tokens(t.seq), m.hidden
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
     norm = T * 2 * 2 * h * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
     loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
+    back = column_exposed(m, c, t, lay, b, w, row_parallel=False) if lay.tp > 1 else 0.0  # under the multiplies alone
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     ar = tp_allreduce(m, c, t, lay)
     return LayerCosts(
@@ -193,7 +203,7 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
         mlp_b=b + loss / 2,
         mlp_w=w,
         dispatch_f=ar if t.sequence_parallel else 0.0,
-        dispatch_b=ar,
+        dispatch_b=back,
     )
 
 

@@ -56,14 +56,16 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
     if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
+    notes = []
     if lay.tp > 1:
         flags.append("--sequence-parallel")
+        flags += tp_overlap_flags(t)
+        notes += tp_overlap_notes(t)
     if lay.cp > 1:
         flags += [f"--context-parallel-size {lay.cp}", f"--cp-comm-type {t.cp_comm}"]
         if t.cp_comm == "a2a+p2p":
             a = a2a_size(m, plan.cluster, lay)
             flags.append(f"--hierarchical-context-parallel-sizes {a} {lay.cp // a}")
-    notes = []
     if m.moe:
         # Megatron's expert tensor parallelism defaults to --tensor-model-parallel-size:
         # say it whenever it differs, as the folding the plan assumed needs
@@ -90,6 +92,25 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         else:
             notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
     return {"runs": True, "flags": flags, "notes": notes}
+
+
+def tp_overlap_flags(t: Training) -> list[str]:
+    """Megatron-Core's userbuffers overlap of every tensor-parallel collective with its
+    multiply (the ModelParallelConfig field tp_comm_overlap; it needs --sequence-parallel
+    and Transformer Engine) where the plan priced it (``tp_overlap = "all"``); without it
+    Megatron runs the backward's asynchronously (``"backward"``)."""
+    return ["--tp-comm-overlap"] if t.tp_overlap == "all" else []
+
+
+def tp_overlap_notes(t: Training) -> list[str]:
+    """What the plan assumed of the tensor-parallel collectives that no flag sets."""
+    if t.tp_overlap != "none":
+        return []
+    return [
+        "the plan priced every tensor-parallel collective exposed (tp_overlap = none); Megatron-LM runs the backward's "
+        "asynchronously beside their multiplies whatever its flags, so its backward will be shorter than priced "
+        "(tp_overlap = backward prices that)"
+    ]
 
 
 def moe_flags(t: Training) -> list[str]:

@@ -17,7 +17,7 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 
 # the run's fields live in training.py; specs is where callers import them from
-from .training import CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, Training  # noqa: F401
+from .training import CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, TP_OVERLAPS, Training  # noqa: F401
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -383,6 +383,13 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         data.pop("name", None)
         table.update(data)
     table.update({k: v for k, v in overrides.items() if v is not None})
+    overlap = table.get("tp_overlap", Training.tp_overlap)
+    if isinstance(overlap, bool):  # the files written when it was a switch
+        table["tp_overlap"] = "all" if overlap else "none"
+    elif overlap not in TP_OVERLAPS:
+        raise PipesimError(
+            f"{where}: tp_overlap must be one of {', '.join(TP_OVERLAPS)} (true: all, false: none), got {overlap!r}"
+        )
     t = _fill(Training, table, where)
     if t.precision not in ("bf16", "fp8"):
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')

@@ -10,6 +10,7 @@ from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs,
 from .layout import Layout
 from .specs import Cluster, Model, Training
 from .split import balanced_partition, partition, work
+from .tp_overlap import splits_lone_ops
 
 
 # One search asks for the same layer's costs under one layout many times over: for each
@@ -86,16 +87,17 @@ def component_costs(
         if not t.p2p_overlap and stages > 1:
             row.append(blocking_p2p(s, stages, p2p_seconds(m, c, t, lay)))
         stage_layers.append(tuple(row))
-    # Tensor-parallel collectives overlap with the multiplies around them when the run
-    # overlaps them (Megatron-Core and TransformerEngine chunk them so; ``tp_overlap``),
-    # modelled by splitting a lone op's micro-batch in two; expert all-to-alls overlap
-    # only inside overlapped pairs. Blocking transfers sit on the ranks' compute streams
+    # Every tensor-parallel collective overlaps the multiplies around it when the run
+    # chunks them so (``tp_overlap = "all"``: Megatron-Core's userbuffers, AsyncTP),
+    # modelled by splitting a lone op's micro-batch in two; "backward" hides the
+    # backward's asynchronous ones inside the layer's costs (tp_overlap.py); expert
+    # all-to-alls overlap only inside overlapped pairs. Blocking transfers sit on the ranks' compute streams
     # instead of the edges between them.
     return ComponentCosts(
         tuple(stage_layers),
         p2p=p2p_seconds(m, c, t, lay) if t.p2p_overlap else 0.0,
         comm_sms=t.comm_sms,
         total_sms=c.sms,
-        lone_overlap=m.moe is None and t.tp_overlap,
+        lone_overlap=splits_lone_ops(m, t),
         held_in_pairs=t.comm_held_in_pairs,
     )

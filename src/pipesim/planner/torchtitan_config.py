@@ -21,7 +21,7 @@ from functools import cache
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
-from .specs import Model, load_model
+from .specs import Model, Training, load_model
 
 
 def csv_name(r: Result) -> str:
@@ -93,6 +93,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if lay.pp > 1:
         par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
     par["tensor_parallel_degree"] = lay.tp
+    if lay.tp > 1:
+        notes += tp_overlap_notes(t)
     if t.zero == 0:
         par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
     else:
@@ -133,6 +135,25 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "command_line": flags,
         "notes": notes,
     }
+
+
+def tp_overlap_notes(t: Training) -> list[str]:
+    """How torchtitan runs the tensor-parallel collectives the plan priced
+    (``tp_overlap``): DTensor waits for each, AsyncTP (compiled) overlaps them all; no
+    setting hides only the backward's."""
+    if t.tp_overlap == "all":
+        return [
+            "the plan overlaps every tensor-parallel collective (tp_overlap = all): turn on AsyncTP, "
+            "config.compile.enable = True and config.compile.enable_async_tensor_parallel = True (before torchtitan "
+            "#4045, 2026-08-12: parallelism.enable_async_tensor_parallel, with torch.compile on); without it DTensor "
+            "waits for each (price that with tp_overlap = none)"
+        ]
+    if t.tp_overlap == "backward":
+        return [
+            "torchtitan has no backward-only tensor-parallel overlap (tp_overlap = backward): DTensor waits for each "
+            "collective (tp_overlap = none), AsyncTP overlaps them all (tp_overlap = all)"
+        ]
+    return []
 
 
 #: the model presets' full configurations in torchtitan (config_registry.py of each model)

@@ -17,6 +17,10 @@ FP8_SCALINGS = ("block", "tensor")
 MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 
 
+#: how a run's tensor-parallel collectives overlap its multiplies (``Training.tp_overlap``)
+TP_OVERLAPS = ("none", "backward", "all")
+
+
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
@@ -51,7 +55,19 @@ class Training:
     hbm_efficiency: float = 0.8  # share of HBM bandwidth memory-bound kernels reach
     flash_attention: bool = True  # false: unfused attention (scores go through HBM)
     sequence_parallel: bool = True  # tensor-parallel runs shard norms and dropout over the sequence
-    tp_overlap: bool = True  # tensor-parallel collectives overlap compute (Megatron-Core, AsyncTP); false: exposed
+    # which tensor-parallel collectives run beside a multiply (tp_overlap.py):
+    # "backward": a column-parallel multiply's backward runs its input gradient's
+    # all-reduce (with sequence parallelism: the re-gather of its saved input shard, then
+    # the input gradient's reduce-scatter) asynchronously beside its own input- and
+    # weight-gradient multiplies, the rest exposed: Megatron-LM since 6e1bde1e0f (Sep 2021)
+    # and Transformer Engine's Linear, with no flag; "all": every collective chunked under
+    # the multiplies (Megatron-Core's --tp-comm-overlap userbuffers, torchtitan's AsyncTP);
+    # "none": all exposed (Megatron-LM before that commit, DeepSpeed's forks, DTensor's
+    # synchronous tensor parallelism in torchtitan). A training file's true and false
+    # read as "all" and "none". The default is the one both printed recipes can ask for
+    # (megatron_flags.py adds --tp-comm-overlap, torchtitan_config.py names AsyncTP);
+    # torchtitan has no "backward"
+    tp_overlap: str = "all"
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
     # the norms' kernel where it differs from the rest, for what they keep (activations.py):

@@ -1,0 +1,118 @@
+"""Tensor parallelism's collectives in a layer's backward, and how many of their seconds
+the multiplies beside them hide (``Training.tp_overlap``).
+
+Each half of a transformer block (attention, MLP) is a column-parallel multiply (QKV,
+FC1) that reads the block's input, then a row-parallel one (the output projection, FC2).
+Backward, per half, on its tensor group:
+
+- without sequence parallelism: the column-parallel multiply's input gradient is
+  all-reduced (the row-parallel one's backward is the identity);
+- with it: the row-parallel multiply's output gradient is all-gathered first; the
+  column-parallel multiply's input gradient is reduce-scattered, and where the forward
+  kept only its input's sequence shard (Megatron-LM and Transformer Engine;
+  ``Training.sp_saves_gathered`` false) the backward all-gathers that shard again for
+  the weight gradient.
+
+How the frameworks run them (``tp_overlap``):
+
+- ``"backward"``: the column-parallel multiply's backward launches its collectives
+  asynchronously: the re-gather of the input before the input-gradient multiply and
+  waited for after it, the all-reduce or reduce-scatter of the input gradient after it
+  and waited for after the weight-gradient multiply (``beside``). Megatron-LM since 6e1bde1e0f
+  ("allreduce overlap with wgrad gemm", 2 Sep 2021, mpu/layers.py
+  ColumnParallelLinearWithAsyncAllreduce, on by default); the re-gather and the
+  reduce-scatter since its sequence parallelism (9aad9203aa, May 2022: mpu/layers.py
+  LinearWithGradAccumulationAndAsyncCommunication.backward), today
+  megatron/core/tensor_parallel/layers.py; Transformer Engine's ``_Linear.backward``
+  (transformer_engine/pytorch/module/linear.py: ``gather_along_first_dim(...,
+  async_op=True)`` when ``backward_input_needs_gather``, then the dgrad's
+  ``reduce_scatter_along_first_dim`` or ``allreduce`` with ``async_op=True``, each
+  waited for after the next multiply; layernorm_linear.py the same). So each hides
+  under its multiply up to that multiply's time; the row-parallel all-gather, and
+  every forward collective, stay exposed. A collective beside a multiply holds some of
+  its SMs (``Training.comm_sms``), so what it hides still costs that share of its time.
+- ``"all"``: every collective chunked under the multiplies (Megatron-Core's
+  --tp-comm-overlap userbuffers, torchtitan's AsyncTP). A dense model's lone ops then
+  split their micro-batch in two (``ComponentCosts.lone_overlap``, stages.py) with the
+  collectives counted in full here. An MoE model's lone ops do not split (their expert
+  all-to-alls overlap only in pairs), so its layers hide at least what ``"backward"``
+  hides.
+- ``"none"``: every collective exposed.
+
+MLA attention (DeepSeek-V3) is left exposed: Megatron-Core runs its down-projections
+duplicated on the sequence shard and gathers the latent explicitly
+(multi_latent_attention.py, ``parallel_mode = 'duplicated'``), not the column-parallel
+pattern above.
+
+A split B and W (Zero Bubble, --delay-wgrad-compute) runs the weight-gradient multiply
+later, so the reduction waits exposed in B there; the hidden seconds are taken off B
+whatever the schedule (the fused BW of 1F1B and interleaved 1F1B, which Megatron runs by
+default, is exact; a split one has the right sum with B short by the hidden part).
+"""
+
+from __future__ import annotations
+
+from .collectives import tp_allreduce
+from .compute import attention_shapes, gemms, mlp_shapes
+from .layout import Layout
+from .specs import Cluster, Model, Training
+
+
+def hides_backward(m: Model, t: Training) -> bool:
+    """Whether a layer's backward collectives hide under their multiplies (see above)."""
+    return t.tp_overlap == "backward" or (t.tp_overlap == "all" and m.moe is not None)
+
+
+def splits_lone_ops(m: Model, t: Training) -> bool:
+    """Whether lone ops split their micro-batch in two to overlap every collective."""
+    return t.tp_overlap == "all" and m.moe is None
+
+
+def column_exposed(
+    m: Model, c: Cluster, t: Training, lay: Layout, dgrad: float, wgrad: float, row_parallel: bool = True
+) -> float:
+    """Exposed seconds of one half's backward collectives for one micro-batch: those of
+    a column-parallel multiply whose input- and weight-gradient multiplies take
+    ``dgrad`` and ``wgrad`` seconds and, with ``row_parallel``, of the row-parallel
+    multiply after it."""
+    # an all-reduce, or with sequence parallelism an all-gather and a reduce-scatter of the
+    # same buffer, latencies and passes alike (collectives.tp_allreduce): each half of it
+    ar = tp_allreduce(m, c, t, lay)
+    if not t.sequence_parallel:
+        row, gather, reduce = 0.0, 0.0, ar
+    else:
+        row = ar / 2 if row_parallel else 0.0
+        gather = 0.0 if t.sp_saves_gathered else ar / 2
+        reduce = ar / 2
+    if not hides_backward(m, t):
+        return row + gather + reduce
+    return row + beside(gather, dgrad, t.comm_sms / c.sms) + beside(reduce, wgrad, t.comm_sms / c.sms)
+
+
+def beside(comm: float, gemm: float, share: float) -> float:
+    """Seconds a collective of ``comm`` adds to a multiply of ``gemm`` it runs beside,
+    when its kernels hold ``share`` of the SMs meanwhile (``Training.comm_sms``, as the
+    component model slows compute beside communication, components.run_streams): the
+    multiply runs at 1 - share while the collective lasts, so a long multiply ends
+    share x comm later, a short one leaves the collective's rest exposed."""
+    if comm <= 0:
+        return 0.0
+    return max(share * comm, comm - gemm)
+
+
+def layer_backward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+    """Exposed seconds of the (attention, MLP) halves' tensor-parallel collectives in one
+    layer's backward, for one micro-batch. An MoE layer's MLP has none (its tokens stay
+    sequence-sharded into the all-to-all); MLA's attention pays an all-reduce's bytes,
+    exposed."""
+    if lay.tp <= 1:
+        return 0.0, 0.0
+    if m.attention.kind == "mla":
+        attn = tp_allreduce(m, c, t, lay)
+    else:
+        _, dgrad, wgrad = gemms(c, t, attention_shapes(m, t, lay)[:1])  # the fused QKV multiply
+        attn = column_exposed(m, c, t, lay, dgrad, wgrad)
+    if m.is_moe_layer(layer):
+        return attn, 0.0
+    _, dgrad, wgrad = gemms(c, t, mlp_shapes(m, layer, t, lay)[:1])  # FC1 (SwiGLU: gate and up together)
+    return attn, column_exposed(m, c, t, lay, dgrad, wgrad)
