@@ -66,7 +66,7 @@ class LayerCosts:
         return self.dispatch_b + self.combine_b
 
     def scaled(self, k: float) -> LayerCosts:
-        """Every part times ``k`` (a half micro-batch: 0.5; a chunk of k layers: k)."""
+        """Every part times ``k`` (half a micro-batch: 0.5; a chunk of k times the layers: k)."""
         return LayerCosts(**{f.name: getattr(self, f.name) * k for f in fields(self)})
 
 
