@@ -142,7 +142,8 @@ def test_fsdp_side_stream_pools_are_their_own_line():
     """With fsdp_stream_pools, what FSDP2's side streams keep reserved is its own line of
     what the card loses: for Llama 3 8B on FSDP8, two layers' bf16 all-gather outputs, one
     layer's fp32 reduce-scatter input and the fp32 gradient shards of the whole model (8.03e9
-    parameters over 8). Off, or without ZeRO-3, no such line."""
+    parameters over 8); under pipeline parallelism the shards of what the last stage's rank
+    holds, its layers and the output head. Off, or without ZeRO-3, no such line."""
     from pipesim.planner.device_memory import usable_for
     from pipesim.planner.specs import load_model
 
@@ -153,9 +154,16 @@ def test_fsdp_side_stream_pools_are_their_own_line():
     assert key not in dict(usable_for(m, c, t, lay, "full").held)
     assert key not in dict(usable_for(m, c, replace(t, zero=1, fsdp_stream_pools=True), lay, "full").held)
     layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
-    params = 32 * layer + 2 * 128256 * 4096  # the blocks' multiplies and the untied embedding and head
+    block = layer + 2 * 4096  # and its two RMSNorm weights
+    # the blocks and the untied embedding and head (the final norm's 4096 are not counted)
+    params = 32 * block + 2 * 128256 * 4096
     pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), lay, "full").held)[key]
     assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * params / 8)
+    # pp4 x dp8: the last rank's 8 blocks and the output head, its gradient shards over 8
+    # (2.27e9 parameters, where the model over 4 is 2.01e9)
+    last = 8 * block + 128256 * 4096
+    pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), Layout(4, 8, micro_batch=2), "full").held)[key]
+    assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * last / 8)
     # the recomputed layer's fp32 reduce-scatter copy is that stream's input: not counted twice
     from pipesim.planner.device_memory import backward_transient
 

@@ -42,9 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
-from .footprint import float8_gathered
+from .footprint import float8_gathered, stage_params
 from .layout import keeps_gathered
 from .params import attention_params, embedding_params, mlp_params
+from .split import partition
 
 MIB = 2**20
 BF16 = 2  # bytes of a gathered gradient before its reduce dtype
@@ -135,15 +136,16 @@ def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
 
 
 def rank_params(m, lay) -> float:
-    """Parameters one GPU holds when the layers split evenly over the pipeline ranks (the
-    planner's view before a stage split; experts over ep * etp)."""
-    dense = experts = 0.0
-    for i in range(m.layers):
-        d, e = mlp_params(m, i)
-        dense += attention_params(m) + d
-        experts += e
-    dense += embedding_params(m)
-    return (dense / lay.tp + experts / (getattr(lay, "ep", 1) * getattr(lay, "etp", 1))) / lay.pp
+    """Parameters the GPU holding the last pipeline stage keeps, the rank ``usable_for``
+    budgets (its loss's transient and buffers are counted there too): that stage's
+    layers of an even split over the pp ranks with their norms, the output head (its own
+    copy of a tied one when the embedding is on another rank) and the MTP modules, as
+    the memory model counts a stage (``footprint.stage_params``; experts over ep * etp).
+    Not the model over pp, which no rank holds: Llama 3 8B at pp8 keeps 1.40e9 on the
+    last rank, 0.87e9 on a middle one, against 1.00e9 for the model over 8. With several
+    stages a rank (chunks) the last rank holds about as many layers, its stages' together."""
+    last = partition(m.layers, lay.pp)[-1]
+    return sum(stage_params(m, last, True, lay.pp == 1, lay))
 
 
 def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> float:
