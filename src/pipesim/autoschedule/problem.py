@@ -114,12 +114,16 @@ class Plan:
             out.append(peak)
         return out
 
+    def kind_codes(self) -> np.ndarray:
+        """The plan's kinds (F, B, W) as indices into ``ir.KINDS``: B is the fused BW
+        where the backward is not split."""
+        return np.array([KINDS.index("F"), KINDS.index("B" if self.problem.split else "BW"), KINDS.index("W")], np.int8)
+
     def schedule(self, name: str) -> Schedule:
         """The order as a schedule, in the array form (``RankTable``): a searched order
         has up to hundreds of thousands of ops, and an Op object each cost more than the
         rest of turning it into a program."""
-        # the plan's kinds (F, B, W) as indices into ir.KINDS; B is the fused BW unsplit
-        code = np.array([KINDS.index("F"), KINDS.index("B" if self.problem.split else "BW"), KINDS.index("W")], np.int8)
+        code = self.kind_codes()
         rows = []
         for ops in self.ranks:
             cols = np.array([op[:3] for op in ops], np.int32).reshape(len(ops), 3)
