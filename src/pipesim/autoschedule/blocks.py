@@ -205,13 +205,13 @@ def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: 
             # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
             # moves, which sometimes squeeze better
             ready = max(ready, end[(kind, S - 1 - s, i)])
-        if with_ws and kind == F:
+        if with_ws and kind == F and ready < t0:
             # an F fits at t when every slot from t to t0 stays under the bound: the
-            # slots that allow it are a run ending at t0, found in one pass back
-            lo, mem = t0, prof[r]
-            while lo > ready and mem[lo - 1] + 1 <= bound:
-                lo -= 1
-            ready = lo
+            # slots that allow it are a run ending at t0, back to the last slot at the
+            # bound (the memory never passes it with the Ws placed: it starts within it,
+            # an F moves only where it stays so and a W only lowers it)
+            back = prof[r][t0 - 1 : ready - 1 if ready else None : -1]
+            ready = t0 - back.index(bound) if bound in back else ready
         for t in range(ready, t0):
             if t in o:
                 continue
@@ -219,7 +219,7 @@ def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: 
                 step = 1 if kind == F else -1 if kind == W else 0
                 if step:
                     pr = prof[r]
-                    pr[t:t0] = [x + step for x in pr[t:t0]]
+                    pr[t:t0] = map(step.__add__, pr[t:t0])
                 del o[t0]
                 o[t] = (kind, s, i)
                 at = t
