@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim import Costs, Placement, build, simulate, summarize, validate
 from pipesim.autoschedule.evaluate import Index, asap, orders_of, timed
-from pipesim.autoschedule.greedy import POLICIES, list_schedule
+from pipesim.autoschedule.greedy import POLICIES, Policy, list_schedule
 from pipesim.autoschedule.polish import fits, polish, span_key
 from pipesim.autoschedule.problem import B, F, Problem
 from pipesim.autoschedule.waves import warmups, wave_schedule
@@ -142,3 +144,34 @@ def test_tight_memory_still_schedules(limit):
     assert plan is not None and max(plan.peak_memory()) <= limit
     rep = summarize(plan.schedule("x"), simulate(plan.schedule("x")))
     assert max(rep.peak_activations) == 1
+
+
+@settings(max_examples=200)
+@given(
+    st.sampled_from(["flat", "v", "dual"]),
+    st.integers(1, 6),
+    st.integers(1, 16),
+    st.lists(st.floats(0.25, 3.0), min_size=3, max_size=3),
+    st.sampled_from([0, 0.3]),
+    st.sampled_from([None, 1, 2.5, 6, 13]),
+    st.sampled_from([1.0, 0.4, 0.0]),
+    st.sampled_from(POLICIES + (Policy(unblock=True), Policy(w_first=True), Policy(banker=True, b_first=False, unblock=True))),
+    st.sampled_from([math.inf, 12.0, 30.0]),
+)
+def test_the_compiled_list_scheduler_equals_the_python_one(kind, pp, M, fbw, c, limit, wmem, pol, bound):
+    """The list scheduler's C loop (``_engine.c``) places every op where its Python loop
+    does, at the same times to the bit, and gives up (None) where it does: stuck under
+    the memory limit or cut by the bound."""
+    if kind == "dual":
+        pp, M = 2 * ((pp + 1) // 2), 2 * ((pp + 1) // 2) * (1 + M % 3)
+    pl = {"flat": Placement.flat, "v": Placement.v, "dual": Placement.dual}[kind](pp, M)
+    f, b, w = fbw
+    costs = Costs(f=[f * (1 + 0.1 * s) for s in range(pl.stages)], b=b, w=w, comm=c)
+    prob = Problem.of(pl, costs, split=kind != "dual", memory_limit=limit, w_memory=wmem)
+    fast = list_schedule(prob, pol, bound)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("PIPESIM_KERNEL", "python")
+        slow = list_schedule(prob, pol, bound)
+    assert (fast is None) == (slow is None)
+    if fast is not None:
+        assert fast.ranks == slow.ranks

@@ -2,6 +2,7 @@
  * back to the same loops in Python without a compiler). Item i's predecessors are
  * dep[dep_ptr[i] .. dep_ptr[i+1]), and the item before it on its rank; items are stored
  * rank after rank, rank r's at offsets[r] .. offsets[r+1]. */
+#include <math.h>
 #include <stdint.h>
 
 /* The walk: each rank runs its items in order until its head waits for an item not yet
@@ -64,4 +65,205 @@ void pipesim_times(int64_t n, const int32_t *order, const uint8_t *first, const 
         start[i] = s;
         end[i] = s + duration[i];
     }
+}
+
+/* The list scheduler of pipesim/autoschedule/greedy.py (``list_schedule``), step for step
+ * and float for float: the same wake-ups popped in the same order (a heap of (time,
+ * rank)), the same choices, the same sums. See there for what each step means. Integer
+ * parameters ip: pp, S, M, C, split, late_first, banker, b_first, unblock, w_first,
+ * heap capacity; double parameters dp: comm, w memory, B's free share, limit (+ EPS),
+ * fill, bound. Slots of (rank, chunk) k are slot_i/slot_s[slot_off[k] .. slot_off[k+1]);
+ * per (mb, stage) tables are mb * S + stage; per (rank, mb) ones rank * M + mb. Rank r
+ * writes its ops at out_off[r] on, out_n[r] of them. Returns 0 when every op was placed,
+ * 1 for none (stuck, or cut by the bound), 2 when the heap ran out of room. */
+#define LS_EPS 1e-9
+
+static int ls_less(double ta, int32_t ra, double tb, int32_t rb) { return ta < tb || (ta == tb && ra < rb); }
+
+static int ls_push(double *ht, int32_t *hr, int64_t *n, int64_t cap, double t, int32_t r) {
+    if (*n >= cap) return 0;
+    int64_t k = (*n)++;
+    while (k > 0) {
+        int64_t p = (k - 1) / 2;
+        if (!ls_less(t, r, ht[p], hr[p])) break;
+        ht[k] = ht[p];
+        hr[k] = hr[p];
+        k = p;
+    }
+    ht[k] = t;
+    hr[k] = r;
+    return 1;
+}
+
+static void ls_pop(double *ht, int32_t *hr, int64_t *n, double *t, int32_t *r) {
+    *t = ht[0];
+    *r = hr[0];
+    int64_t last = --(*n);
+    double lt = ht[last];
+    int32_t lr = hr[last];
+    int64_t k = 0;
+    for (;;) {
+        int64_t c = 2 * k + 1;
+        if (c >= last) break;
+        if (c + 1 < last && ls_less(ht[c + 1], hr[c + 1], ht[c], hr[c])) c++;
+        if (!ls_less(ht[c], hr[c], lt, lr)) break;
+        ht[k] = ht[c];
+        hr[k] = hr[c];
+        k = c;
+    }
+    if (last > 0) {
+        ht[k] = lt;
+        hr[k] = lr;
+    }
+}
+
+int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double *fcost, const double *bcost,
+                              const double *wcost, const int64_t *slot_off, const int32_t *slot_i,
+                              const int32_t *slot_s, const int32_t *rank_of, const int32_t *visits, double *left,
+                              const double *lat_prev, const double *lat_next, const int64_t *out_off,
+                              int32_t *out_kind, int32_t *out_c, int32_t *out_i, double *out_t, double *out_end,
+                              int64_t *out_n, int32_t *wq, int64_t *wq_head, int64_t *wq_tail, double *ht,
+                              int32_t *hr, double *fend, double *bend, int64_t *fptr, int64_t *bptr, double *live,
+                              int64_t *reserved, int32_t *fdone, double *freet, double *first) {
+    const int64_t pp = ip[0], S = ip[1], M = ip[2], C = ip[3], split = ip[4];
+    const int64_t late_first = ip[5], banker = ip[6], b_first = ip[7], unblock = ip[8], w_first = ip[9];
+    const int64_t cap = ip[10];
+    const double comm = dp[0], wmem = dp[1], bfree = dp[2], limit = dp[3], fill = dp[4], bound = dp[5];
+    const double INF = INFINITY;
+    int64_t remaining = M * S * (split ? 3 : 2), n = 0;
+    for (int32_t r = 0; r < pp; r++) ls_push(ht, hr, &n, cap, 0.0, r);
+    int has_idle = 0;
+    double idle_t = 0.0;
+    int32_t idle_r = -1;
+    while (n > 0) {
+        double t;
+        int32_t r;
+        ls_pop(ht, hr, &n, &t, &r);
+        const double popped = t; /* the wake-up as pushed: what an idle rank remembers */
+        if (has_idle && t == idle_t && r == idle_r) continue;
+        if (freet[r] > t + LS_EPS) continue;
+        if (freet[r] > t) t = freet[r];
+        int64_t bb_c = -1, bb_i = 0, bb_s = 0, bf_c = -1, bf_i = 0, bf_s = 0, bf_key = 0;
+        double next_b = INF, next_f = INF;
+        int blocked = 0;
+        for (int64_t c = 0; c < C; c++) {
+            int64_t k = bptr[r * C + c];
+            if (k < fptr[r * C + c]) {
+                int64_t at = slot_off[r * C + c] + k;
+                int64_t i = slot_i[at], s = slot_s[at];
+                double a = s == S - 1 ? fend[i * S + s] : bend[i * S + s + 1] + lat_next[i * S + s];
+                if (a <= t + LS_EPS) {
+                    if (bb_c < 0 || -s < -bb_s || (-s == -bb_s && i < bb_i)) {
+                        bb_c = c;
+                        bb_i = i;
+                        bb_s = s;
+                    }
+                } else if (a < next_b) {
+                    next_b = a;
+                }
+            }
+        }
+        int64_t wq_len = wq_tail[r] - wq_head[r];
+        int relief = wq_len > 0 || bb_c >= 0;
+        double live_r = live[r];
+        for (int64_t c = 0; c < C; c++) {
+            int64_t k = fptr[r * C + c];
+            if (k >= slot_off[r * C + c + 1] - slot_off[r * C + c]) continue;
+            int64_t at = slot_off[r * C + c] + k;
+            int64_t i = slot_i[at], s = slot_s[at];
+            double a = s == 0 ? 0.0 : fend[i * S + s - 1] + lat_prev[i * S + s];
+            double need = 1.0;
+            if (!fdone[r * M + i]) {
+                int64_t owed = reserved[r] + visits[r * M + i] - 1;
+                need += (double)(banker ? owed : (relief ? 0 : (owed < 1 ? owed : 1)));
+            }
+            int fits = live_r + need <= limit;
+            if (a <= t + LS_EPS) {
+                if (fits) {
+                    int64_t key = late_first ? -s : s;
+                    if (bf_c < 0 || key < bf_key || (key == bf_key && i < bf_i)) {
+                        bf_c = c;
+                        bf_i = i;
+                        bf_s = s;
+                        bf_key = key;
+                    }
+                } else {
+                    blocked = 1;
+                }
+            } else {
+                if (a < next_f) next_f = a;
+                if (unblock && !fits && wq_len > 0 && a <= t + wcost[wq[3 * wq_head[r] + 2]] + LS_EPS) blocked = 1;
+            }
+        }
+        int kind = -1; /* 0 F, 1 B, 2 W */
+        int64_t c = 0, i = 0, s = 0;
+        if (w_first && wq_len > 0 && bb_c < 0) {
+            kind = 2;
+        } else if (bf_c >= 0 && !b_first) {
+            kind = 0, c = bf_c, i = bf_i, s = bf_s;
+        } else if (unblock && blocked && bf_c < 0 && wq_len > 0) {
+            kind = 2;
+        } else if (bb_c >= 0) {
+            kind = 1, c = bb_c, i = bb_i, s = bb_s;
+        } else {
+            if (bf_c >= 0) {
+                double d = fcost[bf_s];
+                if (t + d <= next_b + fill * d + LS_EPS) kind = 0, c = bf_c, i = bf_i, s = bf_s;
+            }
+            if (kind < 0 && wq_len > 0) {
+                double d = wcost[wq[3 * wq_head[r] + 2]];
+                if (t + d <= next_b + fill * d + LS_EPS || (blocked && bf_c < 0 && next_b == INF)) kind = 2;
+            }
+        }
+        if (kind == 2) { /* the rank's oldest pending W */
+            int64_t h = wq_head[r]++;
+            c = wq[3 * h], i = wq[3 * h + 1], s = wq[3 * h + 2];
+        }
+        if (kind < 0) {
+            has_idle = 1, idle_t = popped, idle_r = r;
+            double wake = next_b < next_f ? next_b : next_f;
+            if (wake < INF && !ls_push(ht, hr, &n, cap, wake, r)) return 2;
+            continue;
+        }
+        has_idle = 0;
+        double d = kind == 0 ? fcost[s] : kind == 1 ? bcost[s] : wcost[s];
+        double end = t + d;
+        int64_t o = out_off[r] + out_n[r]++;
+        out_kind[o] = kind, out_c[o] = (int32_t)c, out_i[o] = (int32_t)i, out_t[o] = t, out_end[o] = end;
+        freet[r] = end;
+        if (t < first[r]) first[r] = t;
+        left[r] -= d;
+        if (end - first[r] + left[r] > bound) return 1;
+        remaining--;
+        if (!ls_push(ht, hr, &n, cap, end, r)) return 2;
+        if (kind == 0) {
+            fend[i * S + s] = end;
+            fptr[r * C + c]++;
+            live[r] += 1;
+            if (fdone[r * M + i] == 0)
+                reserved[r] += visits[r * M + i] - 1;
+            else
+                reserved[r] -= 1;
+            fdone[r * M + i]++;
+            if (s + 1 < S) {
+                int32_t r2 = rank_of[i * S + s + 1];
+                if (r2 != r && !ls_push(ht, hr, &n, cap, end + comm, r2)) return 2;
+            }
+        } else if (kind == 1) {
+            bend[i * S + s] = end;
+            bptr[r * C + c]++;
+            live[r] -= bfree;
+            if (split) {
+                int64_t q = wq_tail[r]++;
+                wq[3 * q] = (int32_t)c, wq[3 * q + 1] = (int32_t)i, wq[3 * q + 2] = (int32_t)s;
+            }
+            if (s > 0) {
+                int32_t r2 = rank_of[i * S + s - 1];
+                if (r2 != r && !ls_push(ht, hr, &n, cap, end + comm, r2)) return 2;
+            }
+        } else {
+            live[r] -= wmem;
+        }
+    }
+    return remaining ? 1 : 0;
 }

@@ -1,5 +1,6 @@
-"""The engine's two loops (the walk that orders a program, the pass that times it), in C
-when a compiler is at hand and in plain Python otherwise; both give the same answers.
+"""The engine's two loops (the walk that orders a program, the pass that times it), and
+the list scheduler's (``autoschedule.greedy``), in C when a compiler is at hand and in
+plain Python otherwise; both give the same answers.
 
 ``_engine.c`` is compiled once, at first use, into the user's cache directory
 (``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the source's hash and the
@@ -64,6 +65,8 @@ def _build() -> ctypes.CDLL | None:
     dll.pipesim_walk.argtypes = [ctypes.c_int64] + [p] * 9
     dll.pipesim_times.restype = None
     dll.pipesim_times.argtypes = [ctypes.c_int64] + [p] * 8
+    dll.pipesim_list_schedule.restype = ctypes.c_int64
+    dll.pipesim_list_schedule.argtypes = [p] * 34
     return dll
 
 

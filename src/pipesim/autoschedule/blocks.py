@@ -118,22 +118,29 @@ def _profile(
     """``_memory``, and beside it the Ws pending after each slot. With ``settle`` (the
     previous profiles and the last slot that changed), stop at the first slot from there
     on whose state is the previous one: every later slot is then as before."""
-    prof, pend = [], []
+    prof: list[int] = []
+    pend: list[int] = []
+    add, add_pending, get = prof.append, pend.append, occ.get
+    # without ``settle``, a first slot to compare from that no slot reaches
+    old, old_pending, check = settle if settle is not None else ((), (), horizon)
     for t in range(start, horizon):
-        op = occ.get(t)
+        op = get(t)
         if op is None:
             if implicit_w and pending:
                 live -= 1
                 pending -= 1
-        elif op[0] == F:
-            live += 1
-        elif op[0] == B and implicit_w:
-            pending += 1
-        elif op[0] == W:
-            live -= 1
-        prof.append(live)
-        pend.append(pending)
-        if settle is not None and t >= settle[2] and live == settle[0][t] and pending == settle[1][t]:
+        else:
+            kind = op[0]
+            if kind == F:
+                live += 1
+            elif kind == B:
+                if implicit_w:
+                    pending += 1
+            elif kind == W:
+                live -= 1
+        add(live)
+        add_pending(pending)
+        if t >= check and live == old[t] and pending == old_pending[t]:
             break
     return prof, pend
 
@@ -152,7 +159,6 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     earlier raises memory by one over the slots it skips and moving a W earlier lowers
     it, so a range check suffices; without them (cool-down only) the memory from the
     new slot on is recomputed."""
-    S = 2 * pp
     horizon = max(max(o) for o in occ if o) + 2
     # the memory after each slot and (without the Ws) the Ws pending after it: the state
     # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
@@ -161,61 +167,78 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     # trial there need not check the slots it leaves as they were
     within = [max(p, default=0) <= bound for p in prof]
     ops = sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items())
-    end: dict[tuple[int, int, int], int] = {}
+    # an op that stays where it is ends in the slot after its own: every op's end so, and
+    # those the pass moves overwritten as it goes (an op reads only the ends of ops before
+    # it in slot order, which the pass has then been through)
+    end: dict[tuple[int, int, int], int] = {op: t + 1 for t, _, op in ops}
     last_w: dict[int, int] = {}
-    phase = "warm-up"
+    # the phases, by position in slot order: the warm-up until the first backward of stage
+    # 0, the cool-down from the first forward of the last micro-batch (chunk 0) after it;
+    # the steady state between them moves nothing (nor the warm-up without the Ws)
+    steady = next((n for n, (_, _, (kind, s, _)) in enumerate(ops) if kind == B and s == 0), len(ops))
+    cool = next(
+        (n for n in range(steady, len(ops)) if ops[n][2][0] == F and ops[n][2][1] < pp and ops[n][2][2] == M - 1), len(ops)
+    )
+    state = (occ, prof, pend, within, end, last_w)
+    if with_ws:
+        _moves(pp, ops[:steady], state, bound, horizon, True, paired)
+        # the steady state's Ws stay where they are: each rank's last before the cool-down
+        last_w.update({r: t + 1 for t, r, (kind, _, _) in ops[steady:cool] if kind == W})
+    _moves(pp, ops[cool:], state, bound, horizon, with_ws, paired)
+
+
+def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: bool, paired: bool) -> None:
+    """``_reorder``'s moves of ``ops`` (a warm-up or cool-down, in slot order): each into
+    the earliest free slot its inputs and the memory bound allow."""
+    occ, prof, pend, within, end, last_w = state
+    S = 2 * pp
     for t0, r, (kind, s, i) in ops:
         o = occ[r]
-        if phase == "warm-up" and kind == B and s == 0:
-            phase = "steady"
-        if phase == "steady" and kind == F and s < pp and i == M - 1:
-            phase = "cool-down"
         at = t0
-        if phase == "cool-down" or (phase == "warm-up" and with_ws):
-            ready = _input_end(end, S, kind, s, i)
-            if paired and kind == W:
-                ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
-            elif i > 0:
-                ready = max(ready, end[(kind, s, i - 1)])
-            if paired and (kind == F and s >= pp or kind == B and s < pp):
-                # also keep a rank's two passes of one micro-batch in V order (F of
-                # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
-                # moves, which sometimes squeeze better
-                ready = max(ready, end[(kind, S - 1 - s, i)])
-            if with_ws and kind == F:
-                # an F fits at t when every slot from t to t0 stays under the bound: the
-                # slots that allow it are a run ending at t0, found in one pass back
-                lo, mem = t0, prof[r]
-                while lo > ready and mem[lo - 1] + 1 <= bound:
-                    lo -= 1
-                ready = lo
-            for t in range(ready, t0):
-                if t in o:
-                    continue
-                if with_ws:
-                    step = 1 if kind == F else -1 if kind == W else 0
-                    if step:
-                        for x in range(t, t0):
-                            prof[r][x] += step
-                    del o[t0]
-                    o[t] = (kind, s, i)
-                    at = t
-                    break
+        ready = _input_end(end, S, kind, s, i)
+        if paired and kind == W:
+            ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
+        elif i > 0:
+            ready = max(ready, end[(kind, s, i - 1)])
+        if paired and (kind == F and s >= pp or kind == B and s < pp):
+            # also keep a rank's two passes of one micro-batch in V order (F of
+            # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
+            # moves, which sometimes squeeze better
+            ready = max(ready, end[(kind, S - 1 - s, i)])
+        if with_ws and kind == F and ready < t0:
+            # an F fits at t when every slot from t to t0 stays under the bound: the
+            # slots that allow it are a run ending at t0, back to the last slot at the
+            # bound (the memory never passes it with the Ws placed: it starts within it,
+            # an F moves only where it stays so and a W only lowers it)
+            back = prof[r][t0 - 1 : ready - 1 if ready else None : -1]
+            ready = t0 - back.index(bound) if bound in back else ready
+        for t in range(ready, t0):
+            if t in o:
+                continue
+            if with_ws:
+                step = 1 if kind == F else -1 if kind == W else 0
+                if step:
+                    pr = prof[r]
+                    pr[t:t0] = map(step.__add__, pr[t:t0])
                 del o[t0]
                 o[t] = (kind, s, i)
-                before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
-                tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
-                n = t + len(tail)
-                if max(tail, default=0) <= bound and (
-                    within[r] or (max(prof[r][:t], default=0) <= bound and max(prof[r][n:], default=0) <= bound)
-                ):
-                    prof[r][t:n] = tail
-                    pend[r][t:n] = waiting
-                    within[r] = True
-                    at = t
-                    break
-                del o[t]
-                o[t0] = (kind, s, i)
+                at = t
+                break
+            del o[t0]
+            o[t] = (kind, s, i)
+            before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
+            tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
+            n = t + len(tail)
+            if max(tail, default=0) <= bound and (
+                within[r] or (max(prof[r][:t], default=0) <= bound and max(prof[r][n:], default=0) <= bound)
+            ):
+                prof[r][t:n] = tail
+                pend[r][t:n] = waiting
+                within[r] = True
+                at = t
+                break
+            del o[t]
+            o[t0] = (kind, s, i)
         end[(kind, s, i)] = at + 1
         if kind == W:
             last_w[r] = at + 1

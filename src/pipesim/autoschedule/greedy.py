@@ -35,6 +35,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
+from .. import kernel
 from .problem import B, F, Plan, Problem, W, input_latencies
 
 INF = math.inf
@@ -96,6 +99,10 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
             left[r] += prob.f[s] + prob.b[s] + (prob.w[s] if split else 0.0)
     # the P2P latency an input of (mb, stage) pays from the stage before / after it
     lat_prev, lat_next = input_latencies(prob, rank_of)
+    lib = kernel.compiled()
+    if lib is not None:
+        plan = _compiled(lib, prob, pol, bound, slots, rank_of, visits, left, lat_prev, lat_next)
+        return None if plan is None else Plan(prob, plan, f"greedy({pol})", seconds=time.perf_counter() - t0)
     chunks = range(C)
     fend = [[INF] * S for _ in range(M)]
     bend = [[INF] * S for _ in range(M)]
@@ -237,3 +244,66 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
     if remaining:
         return None
     return Plan(prob, tuple(tuple(o) for o in out), f"greedy({pol})", seconds=time.perf_counter() - t0)
+
+
+def _compiled(lib, prob: Problem, pol: Policy, bound: float, slots, rank_of, visits, left, lat_prev, lat_next):
+    """``list_schedule``'s loop in C (``kernel``, ``_engine.c``): the same steps on the
+    same tables, as arrays. Per rank its ops (kind, chunk, mb, start, end), or None."""
+    pl = prob.placement
+    pp, S, M, C = pl.pp, pl.stages, pl.microbatches, pl.chunks
+    split = prob.split
+    per_rank = [sum(len(x) for x in slots[r]) for r in range(pp)]  # (mb, stage) slots of each rank
+    slot_off = np.zeros(pp * C + 1, np.int64)
+    np.cumsum([len(x) for row in slots for x in row], out=slot_off[1:])
+    flat = [p for row in slots for x in row for p in x]
+    slot_i = np.array([i for i, _ in flat], np.int32)
+    slot_s = np.array([s for _, s in flat], np.int32)
+    rank_start = np.zeros(pp + 1, np.int64)
+    np.cumsum(per_rank, out=rank_start[1:])
+    out_off = rank_start[:-1] * (3 if split else 2)
+    total = int(rank_start[-1]) * (3 if split else 2)
+    wmem = prob.w_memory if split else 1.0
+    limit = INF if prob.memory_limit is None else prob.memory_limit + EPS
+    dp = np.array([prob.comm, wmem, 1.0 - wmem if split else 1.0, limit, pol.fill, bound], np.float64)
+    flags = (split, pol.late_first, pol.banker, pol.b_first, pol.unblock, pol.w_first)
+    costs = [np.array(x, np.float64) for x in (prob.f, prob.b, prob.w)]
+    tables = (
+        slot_off,
+        slot_i,
+        slot_s,
+        np.array(rank_of, np.int32).reshape(-1),
+        np.array(visits, np.int32).reshape(-1),
+        None,  # each rank's work left: the loop takes it down, so a fresh copy each try
+        np.array(lat_prev, np.float64).reshape(-1),
+        np.array(lat_next, np.float64).reshape(-1),
+        out_off,
+    )
+    cap = 4 * total + pp + 16  # wake-ups waiting at once: each op pushes at most two, an idle rank one
+    while True:
+        out = [np.empty(total, t) for t in (np.int32, np.int32, np.int32, np.float64, np.float64)]
+        out_n = np.zeros(pp, np.int64)
+        wq = np.empty(3 * max(1, int(rank_start[-1])), np.int32)
+        wq_head, wq_tail = rank_start[:-1].copy(), rank_start[:-1].copy()
+        heap = (np.empty(cap, np.float64), np.empty(cap, np.int32))
+        state = (
+            np.full(M * S, INF),
+            np.full(M * S, INF),
+            np.zeros(pp * C, np.int64),
+            np.zeros(pp * C, np.int64),
+            np.zeros(pp),
+            np.zeros(pp, np.int64),
+            np.zeros(pp * M, np.int32),
+            np.zeros(pp),
+            np.full(pp, INF),
+        )
+        ip = np.array([pp, S, M, C, *map(int, flags), cap], np.int64)
+        work = (*tables[:5], np.array(left, np.float64), *tables[6:])
+        arrays = (ip, dp, *costs, *work, *out, out_n, wq, wq_head, wq_tail, *heap, *state)
+        code = lib.pipesim_list_schedule(*(a.ctypes.data for a in arrays))
+        if code != 2:
+            break
+        cap *= 2  # the heap ran out of room: again, with twice as much
+    if code:
+        return None
+    cols = [x.tolist() for x in out]
+    return tuple(tuple(zip(*(col[a : a + k] for col in cols))) for a, k in zip(out_off.tolist(), out_n.tolist()))

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..costs import Costs
 from ..errors import PipesimError
-from ..ir import Op, Placement, Schedule
+from ..ir import KINDS, Op, Placement, RankTable, Schedule
 
 F, B, W = 0, 1, 2
 KIND = ("F", "B", "W")
@@ -63,7 +65,6 @@ class Problem:
         return total
 
 
-
 def input_latencies(prob: Problem, rank_of: list[list[int]]) -> tuple[list[list[float]], list[list[float]]]:
     """The P2P latency the input of each (mb, stage) pays, by ``[mb][stage]`` (``rank_of``
     gives each one's rank): a forward's from stage s - 1 and a backward's from s + 1; none
@@ -72,6 +73,7 @@ def input_latencies(prob: Problem, rank_of: list[list[int]]) -> tuple[list[list[
     prev = [[0.0 if s == 0 or row[s - 1] == row[s] else comm for s in range(S)] for row in rank_of]
     after = [[0.0 if s == S - 1 or row[s + 1] == row[s] else comm for s in range(S)] for row in rank_of]
     return prev, after
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -112,12 +114,22 @@ class Plan:
             out.append(peak)
         return out
 
+    def kind_codes(self) -> np.ndarray:
+        """The plan's kinds (F, B, W) as indices into ``ir.KINDS``: B is the fused BW
+        where the backward is not split."""
+        return np.array([KINDS.index("F"), KINDS.index("B" if self.problem.split else "BW"), KINDS.index("W")], np.int8)
+
     def schedule(self, name: str) -> Schedule:
-        bkind = "B" if self.problem.split else "BW"
-        kinds = ("F", bkind, "W")
-        ranks = tuple(tuple(Op(kinds[k], c, i) for k, c, i, _, _ in ops) for ops in self.ranks)
+        """The order as a schedule, in the array form (``RankTable``): a searched order
+        has up to hundreds of thousands of ops, and an Op object each cost more than the
+        rest of turning it into a program."""
+        code = self.kind_codes()
+        rows = []
+        for ops in self.ranks:
+            cols = np.array([op[:3] for op in ops], np.int32).reshape(len(ops), 3)
+            rows.append((code[cols[:, 0]], cols[:, 1], cols[:, 2]))
         pl = self.problem.placement
-        return Schedule(name, pl.pp, pl.microbatches, pl, ranks)
+        return Schedule(name, pl.pp, pl.microbatches, pl, RankTable.stack(rows))
 
 
 def check_memory_limit(limit: float | None, needed: int, what: str) -> None:

@@ -22,8 +22,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from ..inputs import parse_json, read_text
-from ..ir import KINDS, Op, Placement, Schedule
+from ..ir import KINDS, Placement, RankTable, Schedule
 
 #: the modules whose code decides a searched order
 _SEARCH_CODE = ("autoschedule", "schedules/v_shape.py", "schedules/zero_bubble.py", "schedules/chimera.py", "schedules/cache.py")
@@ -87,7 +89,11 @@ def decode_triples(texts: list[str], kinds: int, chunks: int, microbatches: int)
 
 
 def _encode(s: Schedule) -> dict:
-    ranks = encode_triples([(KINDS.index(it.kind), it.chunk, it.mb) for it in items] for items in s.ranks)
+    t = s.table  # read off the arrays: no Op object per op
+    if (t.kind2 >= 0).any():
+        raise ValueError("a searched order of lone ops was expected, not pairs")
+    flat = np.column_stack([t.kind, t.chunk, t.mb]).astype(np.int64)
+    ranks = [" ".join(map(str, flat[a:b].ravel().tolist())) for a, b in zip(t.offsets[:-1].tolist(), t.offsets[1:].tolist())]
     head = {"schedule": s.name, "pp": s.pp, "microbatches": s.microbatches}
     return {**head, "placement": s.placement.to_dict(), "ranks": ranks}
 
@@ -97,16 +103,22 @@ def _decode(d: dict, name: str, pp: int, M: int) -> Schedule | None:
     if head != (name, pp, M):
         return None
     placement = Placement.from_dict(d["placement"], pp, M)
-    ops: dict[tuple[int, int, int], Op] = {}  # Ops are immutable: one object per (kind, chunk, mb)
+    return Schedule(name, pp, M, placement, decode_table(d["ranks"], len(KINDS), placement.chunks, M))
 
-    def op(key: tuple[int, int, int]) -> Op:
-        hit = ops.get(key)
-        if hit is None:
-            hit = ops[key] = Op(KINDS[key[0]], key[1], key[2])
-        return hit
 
-    ranks = decode_triples(d["ranks"], len(KINDS), placement.chunks, M)
-    return Schedule(name, pp, M, placement, tuple(tuple(map(op, r)) for r in ranks))
+def decode_table(texts: list[str], kinds: int, chunks: int, microbatches: int) -> RankTable:
+    """``encode_triples``'s ranks as a ``RankTable`` (no Op object per op; its rows are
+    made when asked for); ValueError for a torn string or a triple out of range."""
+    rows = []
+    for text in texts:
+        flat = np.array(list(map(int, text.split())), np.int64)
+        if len(flat) % 3:
+            raise ValueError("torn triples")
+        ops = flat.reshape(-1, 3)
+        if len(ops) and not (ops.min() >= 0 and (ops.max(axis=0) < (kinds, chunks, microbatches)).all()):
+            raise ValueError("an op out of range")
+        rows.append((ops[:, 0], ops[:, 1], ops[:, 2]))
+    return RankTable.stack(rows)
 
 
 def read(stem: str) -> dict | None:

@@ -31,6 +31,7 @@ import math
 
 import numpy as np
 
+from ..autoschedule import repeat
 from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap, orders_of
 from ..autoschedule.greedy import Policy, list_schedule
@@ -103,11 +104,14 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
 
 
 #: sizes up to which the blocks' orders are kept for the process (pp x M = 4096, the
-#: planner's largest V): ZB-V, V-Half and V-Min at one size share most of their blocks
+#: planner's largest V): ZB-V, V-Half and V-Min at one size share most of their blocks.
+#: 64 of them: a planner run asks for up to 16 a size (four blocks, four variants each)
+#: at four or five sizes, and 32 dropped some before their second use (68 built, 80
+#: asked for, in a cold plan of Llama 3 405B on b200), for about 9 MB more
 KEEP_OPS = 6 * 4096
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def _block_orders(pp: int, M: int, block: Block, paired: bool, squeeze: bool):
     orders = block_orders(pp, M, block, paired, squeeze)
     return None if orders is None else tuple(tuple(seq) for seq in orders)
@@ -146,47 +150,13 @@ def repeats(name: str, pp: int, M: int) -> bool:
     return M > short(pp) and not (name == "v-min" and pp in V_MIN_SEARCHED_PP)
 
 
-def _steady(ops) -> tuple[int, int]:
-    """(first, last) index of the longest run of ops j whose op j + PERIOD is the same
-    pass one micro-batch and PERIOD slots later."""
-    best, first = (0, -1), None
-    for j in range(len(ops) - PERIOD):
-        a, b = ops[j], ops[j + PERIOD]
-        if a[0] == b[0] and a[1] == b[1] and b[2] == a[2] + 1 and abs(b[3] - a[3] - PERIOD) < 1e-9:
-            first = j if first is None else first
-            if j - first > best[1] - best[0]:
-                best = (first, j)
-        else:
-            first = None
-    return best
-
-
 def repeat_steady_state(plan: Plan, microbatches: int) -> RankTable | None:
     """``plan``'s orders (unit costs) for more micro-batches: at one time T inside every
     rank's steady state, the period just before T runs again, one micro-batch later each
     time, and every op after T moves up by as many micro-batches. None when the ranks
     share no steady window (two periods either side of T) to cut at."""
     k = microbatches - plan.problem.placement.microbatches
-    lo, hi = -math.inf, math.inf
-    for ops in plan.ranks:
-        a, b = _steady(ops)
-        if b - a < 4 * PERIOD:
-            return None
-        lo, hi = max(lo, ops[a + 2 * PERIOD][3]), min(hi, ops[b - 2 * PERIOD][3])
-    if lo > hi:
-        return None
-    cut = (lo + hi) / 2
-    rows = []
-    for ops in plan.ranks:
-        seq = np.array([op[:3] for op in ops], dtype=np.int32)
-        p = int(np.searchsorted(np.array([op[3] for op in ops]), cut - 1e-9))
-        period = np.tile(seq[p - PERIOD : p], (k, 1))
-        period[:, 2] += np.repeat(np.arange(1, k + 1, dtype=np.int32), PERIOD)
-        after = seq[p:].copy()
-        after[:, 2] += k
-        full = np.concatenate([seq[:p], period, after])
-        rows.append((full[:, 0], full[:, 1], full[:, 2]))
-    return RankTable.stack(rows)
+    return repeat.repeat_steady_state(plan, k, PERIOD, 1, margin=2)
 
 
 def _variants(pp: int, M: int) -> bool:
