@@ -81,6 +81,11 @@ FP8_WGRAD_SHARE = 0.5
 FP32_ACCUMULATE_WGRAD_SHARE = 0.94
 
 
+#: bytes a weight-gradient multiply moves per weight element when it accumulates into an
+#: fp32 main_grad: it reads the running sum and writes it back (4 + 4)
+FP32_ACCUMULATOR_BYTES = 8
+
+
 def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
     if t.compute_efficiency:
         return t.compute_efficiency
@@ -151,12 +156,27 @@ def gemm_fbw(
     c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1
 ) -> tuple[float, float, float]:
     """(forward, input gradient, weight gradient) of a multiply of m tokens by a k x n
-    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n. A BF16 weight
-    gradient accumulated into fp32 (``t.wgrad_fp32_accumulate``) runs at
-    ``FP32_ACCUMULATE_WGRAD_SHARE`` of the rate."""
+    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n.
+
+    A BF16 weight gradient accumulated into fp32 (``t.wgrad_fp32_accumulate``): a single
+    multiply runs at ``FP32_ACCUMULATE_WGRAD_SHARE`` of the rate; a grouped one (``count``
+    experts, each reducing over only its own m tokens) also reads and writes every expert's
+    fp32 sum (``FP32_ACCUMULATOR_BYTES`` a weight) at HBM bandwidth after its loop, so the
+    fewer tokens an expert gets, the more of its time that takes. Evidence: the measured
+    grouped-multiply table of MooreThreads/SimuMax (configs/system/b200_bf16_ceperm.json,
+    commit 4dcaae51, TransformerEngine 2.11 GroupedLinear with an fp32 main_grad, 20 expert
+    shapes of DeepSeek-V2 and V3 at 128-9832 tokens an expert): the weight gradient takes
+    0.36-0.91 of the time of the forward's and input gradient's rate, falling with the
+    tokens per expert (0.36 at 128, 0.65 at 1024, 0.91 at 9832), where one share (0.94)
+    prices all of them 29% fast at the median and 62% at 128 tokens; the loop at the forward's
+    rate plus the sum's bytes at 0.8 of 8 TB/s puts them 19% slow at the median (4-5% on
+    DeepSeek-V3's EP8 shapes), 22% mean absolute, and keeps the trend (test_b200_preset.py)."""
     w = gemm(c, t, k, n, m, fp8, count)
     if t.wgrad_fp32_accumulate and not runs_fp8(c, t, fp8):
-        w /= FP32_ACCUMULATE_WGRAD_SHARE
+        if count > 1:
+            w += count * k * n * FP32_ACCUMULATOR_BYTES / hbm_rate(c, t)
+        else:
+            w /= FP32_ACCUMULATE_WGRAD_SHARE
     return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), w
 
 

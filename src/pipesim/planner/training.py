@@ -142,7 +142,7 @@ class Training:
     # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
     # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
     # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
-    # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
+    # forward's rate, grouped expert ones pay the fp32 sum's HBM traffic (compute.gemm_fbw); false: the multiply writes a plain bf16 gradient (torchtitan)
     wgrad_fp32_accumulate: bool = False
     # how an MoE layer's token copies reach their experts (collectives.moe_comm): "deepep"
     # sends a token once to each NVLink domain holding one of its experts and forwards it
