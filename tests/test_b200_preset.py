@@ -126,23 +126,31 @@ SIMUMAX_B200_GROUPED = [
 
 
 @pytest.mark.parametrize("experts, tokens, out, inp, fwd, dgrad, wgrad", SIMUMAX_B200_GROUPED)
-def test_a_grouped_weight_gradient_pays_its_fp32_sums_as_measured(experts, tokens, out, inp, fwd, dgrad, wgrad):
-    """The grouped weight gradient is within 10% of its measured time, at 1024 tokens an
-    expert (0.63 of the forward's rate) and at 128 (0.37): the fp32 sums of every expert's
-    weights read and written at HBM bandwidth after the loop. One share for all of them
-    (FP32_ACCUMULATE_WGRAD_SHARE, the single multiplies' median) made it a third to 80% fast."""
+def test_grouped_expert_multiplies_cost_what_was_measured(experts, tokens, out, inp, fwd, dgrad, wgrad):
+    """Each pass of the grouped multiply within 15% of its measured time, and the three
+    together within 10%, at 1024 tokens an expert and at 128 (where the weights are read
+    for few tokens: the measured forward is 0.21 of peak, the weight gradient 0.08). The
+    roofline's longer-of-the-two and the single multiplies' flat share made the 128-token
+    passes 35-62% fast and the 1024-token weight gradient 38% fast."""
     c, t = load_cluster("b200"), load_training(wgrad_fp32_accumulate=True)
     flops = 2 * experts * tokens * out * inp
-    real = _measured(flops, wgrad)
-    _, _, w = gemm_fbw(c, t, tokens, out, inp, fp8=False, count=experts)
-    assert w == pytest.approx(real, rel=0.10)
-    one_share = gemm(c, t, inp, out, tokens, fp8=False, count=experts) / FP32_ACCUMULATE_WGRAD_SHARE
-    assert one_share < 0.7 * real
-    # a single multiply keeps the measured share: the sums are the same bytes, but its
-    # reduction over all 4096 tokens hides them (SIMUMAX_B200 above)
-    assert gemm_fbw(c, t, TOKENS, out, inp, fp8=False)[2] == pytest.approx(
-        gemm(c, t, inp, out, TOKENS, fp8=False) / FP32_ACCUMULATE_WGRAD_SHARE
-    )
+    real = [_measured(flops, share) for share in (fwd, dgrad, wgrad)]
+    priced = gemm_fbw(c, t, tokens, out, inp, fp8=False, count=experts)
+    for p, r in zip(priced, real):
+        assert p == pytest.approx(r, rel=0.15)
+    assert sum(priced) == pytest.approx(sum(real), rel=0.10)
+
+
+def test_a_single_multiply_keeps_the_roofline_and_the_flat_share():
+    """The grouped form is for experts: one multiply of 4096 tokens (the dense table above)
+    is still the longer of its loop and its bytes, its weight gradient at the share."""
+    c, t = load_cluster("b200"), load_training(wgrad_fp32_accumulate=True)
+    f, _, w = gemm_fbw(c, t, TOKENS, 4096, 7168, fp8=False)
+    by_hand = 2 * TOKENS * 4096 * 7168 / (2250e12 * 0.5 * (1024 / 1036))  # 32 x 32 tiles in 7 waves of 148
+    assert f == pytest.approx(by_hand, rel=1e-9)
+    # the weight gradient's 7168 x 4096 output: 56 x 32 tiles in 13 waves of 148
+    w_by_hand = 2 * TOKENS * 4096 * 7168 / (2250e12 * 0.5 * (1792 / 1924)) / FP32_ACCUMULATE_WGRAD_SHARE
+    assert w == pytest.approx(w_by_hand, rel=1e-9)
 
 
 def test_without_fp32_accumulation_a_grouped_weight_gradient_is_a_plain_multiply():
