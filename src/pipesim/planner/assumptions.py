@@ -162,7 +162,16 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             else f"{t.grad_accumulation_bytes:g} bytes a parameter a micro-batch at HBM bandwidth on the W part "
             "(an unfused add into the accumulated gradients)",
         ),
-        ("optimizer", "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"),
+        (
+            "optimizer",
+            "Adam step over the local shard: gradients, master weights and moments read and written at HBM bandwidth"
+            + (
+                "; with Megatron-LM's passes (optimizer_step = megatron): the gradient buffer zeroed, NaN-checked and "
+                "scaled by 1/dp, the shard's gradients clipped, the bf16 weights copied from the fp32 masters"
+                if t.optimizer_step == "megatron"
+                else ""
+            ),
+        ),
         ("not modelled", "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts"),
     ]
     return rows + layout_assumptions(plan) + search_assumptions(plan)

@@ -81,6 +81,12 @@ FP8_WGRAD_SHARE = 0.5
 FP32_ACCUMULATE_WGRAD_SHARE = 0.94
 
 
+#: bytes a weight-gradient multiply moves per weight element when it accumulates into an
+#: fp32 main_grad: it reads the running sum and writes it back (4 + 4), in place of the
+#: bf16 gradient (2) ``gemm`` counts
+FP32_ACCUMULATOR_BYTES = 8
+
+
 def gemm_efficiency(c: Cluster, t: Training, fp8: bool) -> float:
     if t.compute_efficiency:
         return t.compute_efficiency
@@ -121,8 +127,26 @@ def gemm(
     waves = tiles / (math.ceil(tiles / c.sms) * c.sms)
     width = 1 if low else 2
     flops = 2 * m * n * k / (peak * waves) * (1 if low else tile_fill_factor(c, peak, k))
-    seconds = count * max(flops, (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t))
+    moved = (width * (m * k + k * n) + 2 * m * n) / hbm_rate(c, t)
+    # a grouped BF16 multiply streams each expert's weights for its few tokens: the
+    # bytes add to the loop rather than hide under it (``grouped_bf16``)
+    seconds = count * (flops + moved if grouped_bf16(count, low) else max(flops, moved))
     return max(seconds, kernel_floor(t)) if floor else seconds
+
+
+def grouped_bf16(count: float, low: bool) -> bool:
+    """Whether a multiply is priced as a grouped BF16 expert kernel: its time the loop's
+    plus its bytes' at HBM bandwidth, not the longer of the two.
+
+    Evidence: MooreThreads/SimuMax's measured B200 grouped-multiply table
+    (configs/system/b200_bf16_ceperm.json, commit 4dcaae51; TransformerEngine 2.11
+    GroupedLinear, bf16) over its 20 expert shapes of DeepSeek-V2 and V3 (20-256 experts,
+    128-9832 tokens an expert): for the forward and the input gradient the sum is 4.3% slow
+    at the median (13.7% mean absolute), the longer of the two 24% fast (28%), 45-70%
+    fast at 128-256 tokens an expert, where each expert's weights are read for few
+    tokens. Single multiplies keep the roofline (the dense table, test_b200_preset.py);
+    FP8 grouped multiplies (DeepGEMM) have no such table here."""
+    return count > 1 and not low
 
 
 def tile_fill_factor(c: Cluster, peak: float, k: float) -> float:
@@ -151,12 +175,24 @@ def gemm_fbw(
     c: Cluster, t: Training, m: float, n: float, k: float, fp8: bool | None = None, count: float = 1
 ) -> tuple[float, float, float]:
     """(forward, input gradient, weight gradient) of a multiply of m tokens by a k x n
-    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n. A BF16 weight
-    gradient accumulated into fp32 (``t.wgrad_fp32_accumulate``) runs at
-    ``FP32_ACCUMULATE_WGRAD_SHARE`` of the rate."""
+    weight: dX = dY W^T is m x n by n x k, dW = X^T dY is k x m by m x n.
+
+    A BF16 weight gradient accumulated into fp32 (``t.wgrad_fp32_accumulate``): a single
+    multiply runs at ``FP32_ACCUMULATE_WGRAD_SHARE`` of the rate; a grouped one (``count``
+    experts, each reducing over only its own m tokens) moves every expert's fp32 sum
+    (``FP32_ACCUMULATOR_BYTES`` a weight) in place of a bf16 gradient, added to its loop
+    like its other bytes (``grouped_bf16``), so the fewer tokens an expert gets, the more
+    of its time that takes. Evidence: the same measured grouped table (fp32 main_grad):
+    the weight gradient runs at 0.36-0.91 of the forward's and input gradient's rate,
+    falling with the tokens per expert (0.36 at 128, 0.65 at 1024, 0.91 at 9832); priced so
+    it is 7.9% slow at the median, 9.0% mean absolute, where the single multiplies' share
+    (0.94) made them 29% fast at the median and 62% at 128 tokens (test_b200_preset.py)."""
     w = gemm(c, t, k, n, m, fp8, count)
     if t.wgrad_fp32_accumulate and not runs_fp8(c, t, fp8):
-        w /= FP32_ACCUMULATE_WGRAD_SHARE
+        if grouped_bf16(count, False):
+            w += count * k * n * (FP32_ACCUMULATOR_BYTES - 2) / hbm_rate(c, t)
+        else:
+            w /= FP32_ACCUMULATE_WGRAD_SHARE
     return gemm(c, t, m, n, k, fp8, count), gemm(c, t, m, k, n, fp8, count), w
 
 

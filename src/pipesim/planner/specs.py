@@ -17,7 +17,7 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 
 # the run's fields live in training.py; specs is where callers import them from
-from .training import CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, TP_OVERLAPS, Training  # noqa: F401
+from .training import CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, OPTIMIZER_STEPS, TP_OVERLAPS, Training  # noqa: F401
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -406,6 +406,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.optimizer_step not in OPTIMIZER_STEPS:
+        raise PipesimError(f'{where}: optimizer_step must be "adam" or "megatron", got {t.optimizer_step!r}')
     if t.moe_dispatcher not in ("deepep", "alltoall"):
         raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
     if t.moe_expert_gemms not in MOE_EXPERT_GEMMS:

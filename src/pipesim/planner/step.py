@@ -17,6 +17,38 @@ def per_microbatch(t: Training, lay: Layout) -> bool:
     return t.zero >= 3 and not keeps_gathered(t, lay)
 
 
+#: bytes of an fp32 master weight the copy into the bf16 parameters reads
+FP32 = 4
+
+
+def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scaled: bool) -> float:
+    """Seconds of the memory-bound passes at a step's end over a rank's ``local``
+    parameters and the ``shard`` of them its optimizer updates, at HBM bandwidth.
+
+    ``"adam"``: the fused Adam update reads the gradient and reads and writes the master
+    weights and moments, and the bf16 weights are written.
+
+    ``"megatron"`` (Megatron-LM's DistributedDataParallel and DistributedOptimizer, the
+    defaults of its pretraining scripts): besides that update, over the whole gradient
+    buffer ``zero_grad_buffer`` zeroes it at the step's start (write), the NaN check
+    (``check_for_nan_in_grad``, on unless ``--no-check-for-nan-in-loss-and-grad``) takes
+    each bucket's norm (read) and, with more than one data-parallel replica and no
+    ``--average-in-collective``, ``start_grad_sync`` scales it by 1/dp in place (read and
+    write; experts' buckets too); over the shard, the clipping (``--clip-grad``) takes the
+    norm of the fp32 gradients (read) and scales them when it exceeds the limit (read and
+    write; early in training it does), and the bf16 parameters are copied from the fp32
+    master weights (read the master, write the parameter) rather than written by the
+    update (megatron/core/distributed/param_and_grad_buffer.py, megatron/core/optimizer/
+    distrib_optimizer.py and clip_grads.py)."""
+    g = t.grad_bytes
+    adam = shard * (g + 2 * t.optimizer_bytes + t.param_bytes)
+    if t.optimizer_step == "adam":
+        return adam / hbm_rate(c, t)
+    buffer = local * (g + g + (2 * g if scaled else 0.0))  # zero, NaN-check norm, 1/dp scale
+    extra = shard * (g + 2 * g + FP32)  # clipping norm and scale, the master read for the copy
+    return (adam + buffer + extra) / hbm_rate(c, t)
+
+
 def step_overhead(
     c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
 ) -> tuple[float, float]:
@@ -64,7 +96,7 @@ def step_overhead(
                 grads += ring_seconds(c, lay, group, "reduce_scatter" if t.zero >= 1 else "all_reduce", n * t.grad_reduce_bytes)
                 gather += ring_seconds(c, lay, group, "all_gather", n * t.param_bytes) if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
-                opt += n / shard * (t.grad_bytes + 2 * t.optimizer_bytes + t.param_bytes) / hbm_rate(c, t)
+                opt += optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
             # under pipelining the gradients wait for one exposed reduce-scatter a stage
             # (REDUCE_GRAD) after the last backward; without it each micro-batch's

@@ -20,6 +20,9 @@ MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 #: how a run's tensor-parallel collectives overlap its multiplies (``Training.tp_overlap``)
 TP_OVERLAPS = ("none", "backward", "all")
 
+#: what the optimizer step runs besides the collectives (step.optimizer_seconds)
+OPTIMIZER_STEPS = ("adam", "megatron")
+
 
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -139,10 +142,16 @@ class Training:
     # reduce-scatter ends, are absent at the activations' peak (footprint.py); false:
     # a gradient buffer kept through the run (Megatron-LM's DDP)
     zero_grad_frees: bool = False
+    # the memory-bound passes of a step's end (step.optimizer_seconds): "adam" only the
+    # fused Adam update and the bf16 weights it writes; "megatron" also Megatron-LM's
+    # passes over the gradient buffer and the optimizer shard: zeroing the buffer, the
+    # NaN check's norm and the 1/dp scaling before the reduction, the clipping norm and
+    # scale, and the copy of the fp32 master weights into the bf16 parameters
+    optimizer_step: str = "adam"
     # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
     # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
     # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
-    # forward's rate; false: the multiply writes a plain bf16 gradient (torchtitan)
+    # forward's rate, grouped expert ones pay the fp32 sum's HBM traffic (compute.gemm_fbw); false: the multiply writes a plain bf16 gradient (torchtitan)
     wgrad_fp32_accumulate: bool = False
     # how an MoE layer's token copies reach their experts (collectives.moe_comm): "deepep"
     # sends a token once to each NVLink domain holding one of its experts and forwards it
