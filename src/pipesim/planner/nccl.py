@@ -36,7 +36,7 @@ Protocols. NCCL runs a ring collective under one of three protocols and its tune
 (``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime`` in tuning.cc) predicts each one's
 time as its latency plus the bytes at its bandwidth, then takes the fastest. Each
 protocol has its own base latency, hop latencies and share of the ring's bus bandwidth
-(tuning.cc's ring rows; ``PROTOCOLS`` below): LL (8-byte lines, half of each a flag)
+(tuning.cc's Ring rows; ``protocols`` below): LL (8-byte lines, half of each a flag)
 reaches half of it, LL128 (120 bytes of data in each 128-byte line) 0.92 of it, Simple
 all of it. So LL wins small messages, LL128 mid-sized ones and Simple large ones; for a
 ring of 8 GPUs on NVLink at 360 GB/s the all-reduce crosses from LL to LL128 near 5.9 MB
@@ -44,7 +44,9 @@ and from LL128 to Simple near 37 MB. LL's latencies are the cluster's fields (a 
 file may give its own); LL128's and Simple's are tuning.cc's. Left out of the tuner's
 model: LL's absolute bandwidth cap (``llMaxBws``, per GPU generation), the Tree, NVLS,
 CollNet and PAT algorithms, the extra network latency it adds with one GPU a node or for
-Simple's flush, and the 1.4x "plateau" of a multi-node Simple all-reduce. An all-to-all
+Simple's flush, its floor of 1 us (3 us for Simple) on every step of a multi-node ring
+for the network's posting overhead, and the 1.4x "plateau" of a multi-node Simple
+all-reduce. An all-to-all
 is NCCL's send/recv, which the tuner does not price: it keeps LL's latencies above.
 
 ``nccl_protocols = false`` prices every ring at LL's latency with the large-message
