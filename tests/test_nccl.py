@@ -1,8 +1,10 @@
 """NCCL's collectives by message size (planner/nccl.py): latency that dominates small
-messages and fades beside large ones, the network's measured shares, rings inside a
-domain against across, each value worked by hand from the stated constants (NCCL's LL
-ring latencies 6.6 us base, 0.6 us an NVLink step, 2.7 us a network step; shares 0.96 and
-0.92 of the network's line rate), and the cluster file's checks."""
+messages and fades beside large ones, the protocol NCCL's tuner would pick, the network's
+measured shares, rings inside a domain against across, each value worked by hand from the
+stated constants (NVIDIA/nccl src/graph/tuning.cc's ring rows: LL 6.6 us base, 0.6 us an
+NVLink step, 2.7 us a network step, half the bus bandwidth; LL128 14, 1.9, 4.0 us and 0.92
+of it; Simple 8.4, 3.4, 14 us and all of it; shares 0.96 and 0.92 of the network's line
+rate), and the cluster file's checks."""
 
 from __future__ import annotations
 
@@ -19,52 +21,90 @@ from pipesim.planner.specs import Attention, Cluster, Model, MoE, Training, clus
 
 #: the cluster fields that switch NCCL's terms off: bandwidth-only collectives, for the
 #: tests that work bandwidth arithmetic by hand
-BANDWIDTH_ONLY = dict(nccl_base_us=0, nvlink_hop_us=0, network_hop_us=0, network_share=1, network_alltoall_share=1)
+BANDWIDTH_ONLY = dict(nccl_base_us=0, nvlink_hop_us=0, network_hop_us=0, network_share=1, network_alltoall_share=1, nccl_protocols=False)  # fmt: skip
 
 # 8 GPUs a node, NVLink 100 GB/s (as NCCL reaches it), network 10 GB/s line rate, the defaults otherwise
 C = Cluster("t", "X", gpus=64, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10)  # fmt: skip
 INSIDE = Span(True, 8, 1)
+LL = nccl.protocols(C)[0]
 
 
-def test_defaults_are_nccls_ll_ring_constants_and_the_measured_shares():
+def test_defaults_are_nccls_ring_constants_and_the_measured_shares():
     assert (C.nccl_base_us, C.nvlink_hop_us, C.network_hop_us) == (6.6, 0.6, 2.7)
     assert (C.network_share, C.network_alltoall_share) == (0.96, 0.92)
+    assert [(p.name, p.base_us, p.nvlink_hop_us, p.network_hop_us, p.share) for p in nccl.protocols(C)] == [
+        ("LL", 6.6, 0.6, 2.7, 0.5),
+        ("LL128", 14.0, 1.9, 4.0, 0.92),
+        ("Simple", 8.4, 3.4, 14.0, 1.0),
+    ]
+    # switched off: LL's latencies at the full bandwidth, alone
+    assert [(p.name, p.share) for p in nccl.protocols(replace(C, nccl_protocols=False))] == [("LL", 1.0)]
 
 
 def test_latency_dominates_small_messages_and_fades_beside_large_ones():
-    """An 8-GPU all-reduce inside a node: 14 ring steps, 6.6 + 14 x 0.6 = 15 us, then
-    2 x 7/8 of the buffer at 100 GB/s. 8 KB: 15 us + 0.14 us; 1 GB: 17.5 ms + 15 us."""
+    """An 8-GPU all-reduce inside a node: 14 ring steps, then 2 x 7/8 of the buffer.
+    8 KB goes by LL: 6.6 + 14 x 0.6 = 15 us, and 14,336 B at half of 100 GB/s, 0.29 us.
+    1 GB goes by Simple: 8.4 + 14 x 3.4 = 56 us and 1.75 GB at 100 GB/s, 17.5 ms."""
     small, large = 8192, 1e9
-    assert nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * small / 100e9)
-    assert nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * large / 100e9)
-    # the latency is 99% of the small one and under 0.1% of the large one
-    assert 15e-6 / nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) > 0.99
-    assert 15e-6 / nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) < 1e-3
+    assert nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * small / 50e9)
+    assert nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) == pytest.approx(56e-6 + 1.75 * large / 100e9)
+    # the latency is 98% of the small one and under 0.4% of the large one
+    assert 15e-6 / nccl.ring_seconds(C, "all_reduce", small, 8, INSIDE) > 0.98
+    assert 56e-6 / nccl.ring_seconds(C, "all_reduce", large, 8, INSIDE) < 4e-3
+    # the lower envelope (protocols off): LL's 15 us with the full bandwidth
+    envelope = replace(C, nccl_protocols=False)
+    assert nccl.ring_seconds(envelope, "all_reduce", large, 8, INSIDE) == pytest.approx(15e-6 + 1.75 * large / 100e9)
     # bandwidth-only pricing (the switch) leaves the small one at 0.14 us
     bare = replace(C, **BANDWIDTH_ONLY)
     assert nccl.ring_seconds(bare, "all_reduce", small, 8, INSIDE) == pytest.approx(1.75 * small / 100e9)
 
 
+def test_the_fastest_protocol_wins_ll_then_ll128_then_simple():
+    """The same all-reduce (8 GPUs, 100 GB/s, bus bytes 1.75 x the buffer) under each
+    protocol: LL 15 us + B / 50 GB/s, LL128 14 + 14 x 1.9 = 40.6 us + B / 92 GB/s, Simple
+    56 us + B / 100 GB/s. LL128 overtakes LL at a 1.60 MB buffer (25.6 us = 1.75 S x
+    (1/50 - 1/92) / GB/s) and Simple overtakes LL128 at 10.1 MB (15.4 us = 1.75 S x
+    (1/92 - 1/100) / GB/s). 1 MB: LL; 4 MB: LL128; 32 MB: Simple."""
+    t = nccl.ring_times(C, "all_reduce", 1e6, 8, INSIDE)
+    assert t == pytest.approx({"LL": 15e-6 + 35e-6, "LL128": 40.6e-6 + 1.75e6 / 92e9, "Simple": 56e-6 + 17.5e-6})
+    assert min(t, key=t.get) == "LL"
+    t = nccl.ring_times(C, "all_reduce", 4e6, 8, INSIDE)
+    assert t["LL128"] == pytest.approx(40.6e-6 + 7e6 / 92e9)  # 116.7 us, against LL's 155 and Simple's 126
+    assert min(t, key=t.get) == "LL128"
+    assert nccl.ring_seconds(C, "all_reduce", 4e6, 8, INSIDE) == pytest.approx(40.6e-6 + 7e6 / 92e9)
+    t = nccl.ring_times(C, "all_reduce", 32e6, 8, INSIDE)
+    assert min(t, key=t.get) == "Simple"
+    assert nccl.ring_seconds(C, "all_reduce", 32e6, 8, INSIDE) == pytest.approx(56e-6 + 56e6 / 100e9)
+    # the crossovers sit where worked above
+    for size, fastest in ((1.55e6, "LL"), (1.65e6, "LL128"), (9.9e6, "LL128"), (10.3e6, "Simple")):
+        t = nccl.ring_times(C, "all_reduce", size, 8, INSIDE)
+        assert min(t, key=t.get) == fastest, size
+
+
 def test_all_gather_and_reduce_scatter_take_one_pass():
-    """n - 1 steps: 6.6 + 7 x 0.6 = 10.8 us, and 7/8 of the gathered buffer."""
-    assert nccl.ring_latency(C, "all_gather", 8, 1) == pytest.approx(10.8e-6)
-    assert nccl.ring_seconds(C, "reduce_scatter", 8e6, 8, INSIDE) == pytest.approx(10.8e-6 + 7e6 / 100e9)
+    """n - 1 steps: 6.6 + 7 x 0.6 = 10.8 us under LL, 8.4 + 7 x 3.4 = 32.2 us under Simple,
+    and 7/8 of the gathered buffer: 8 MB goes by Simple (32.2 + 70 = 102.2 us, against
+    LL128's 14 + 7 x 1.9 + 76.1 = 103.4 and LL's 10.8 + 140 = 150.8)."""
+    assert nccl.ring_latency(LL, "all_gather", 8, 1) == pytest.approx(10.8e-6)
+    assert nccl.ring_latency(nccl.SIMPLE, "all_gather", 8, 1) == pytest.approx(32.2e-6)
+    assert nccl.ring_seconds(C, "reduce_scatter", 8e6, 8, INSIDE) == pytest.approx(32.2e-6 + 7e6 / 100e9)
     assert nccl.ring_seconds(C, "all_gather", 8e6, 1, INSIDE) == 0.0  # one rank: nothing to do
 
 
 def test_a_ring_across_domains_against_inside_one():
     """16 ranks, 8 a node on 2 nodes: of the all-reduce's 30 steps 2 cross the network
-    (6.6 + 28 x 0.6 + 2 x 2.7 = 28.8 us), and the ring runs at 8 NICs x 10 GB/s x 0.96 =
-    76.8 GB/s instead of NVLink's 100. With one rank a node (16 nodes) every step crosses
-    (6.6 + 30 x 2.7 = 87.6 us) at one NIC's 9.6 GB/s."""
+    (LL: 6.6 + 28 x 0.6 + 2 x 2.7 = 28.8 us; Simple: 8.4 + 28 x 3.4 + 2 x 14 = 131.6 us),
+    and the ring runs at 8 NICs x 10 GB/s x 0.96 = 76.8 GB/s instead of NVLink's 100. With
+    one rank a node (16 nodes) every step crosses (LL: 6.6 + 30 x 2.7 = 87.6 us; Simple:
+    8.4 + 30 x 14 = 428.4 us) at one NIC's 9.6 GB/s. 100 MB goes by Simple."""
     two_nodes = Span(False, 8, 2)
     assert nccl.ring_rate(C, two_nodes) == pytest.approx(76.8e9)
     assert nccl.ring_rate(C, INSIDE) == pytest.approx(100e9)
-    assert nccl.ring_latency(C, "all_reduce", 16, 2) == pytest.approx(28.8e-6)
-    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, two_nodes) == pytest.approx(28.8e-6 + 2 * 15 / 16 * 1e8 / 76.8e9)
+    assert nccl.ring_latency(LL, "all_reduce", 16, 2) == pytest.approx(28.8e-6)
+    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, two_nodes) == pytest.approx(131.6e-6 + 2 * 15 / 16 * 1e8 / 76.8e9)
     spread = Span(False, 1, 16)
-    assert nccl.ring_latency(C, "all_reduce", 16, 16) == pytest.approx(87.6e-6)
-    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, spread) == pytest.approx(87.6e-6 + 2 * 15 / 16 * 1e8 / 9.6e9)
+    assert nccl.ring_latency(LL, "all_reduce", 16, 16) == pytest.approx(87.6e-6)
+    assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, spread) == pytest.approx(428.4e-6 + 2 * 15 / 16 * 1e8 / 9.6e9)
     # across is slower than inside for the same 8 ranks' worth of steps
     assert nccl.ring_seconds(C, "all_reduce", 1e8, 16, two_nodes) > nccl.ring_seconds(C, "all_reduce", 1e8, 16, Span(True, 16, 1))
     # the ring is capped at NVLink's pace however many NICs a node gives it
@@ -96,15 +136,15 @@ TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attentio
 
 
 def test_the_planners_collectives_pay_it():
-    """tp4 inside a node, 64 tokens of hidden 64 (8192 bytes): 6.6 + 6 x 0.6 = 10.2 us
-    and 2 x 3/4 x 8192 B at 100 GB/s. Under sequence parallelism the all-gather and the
-    reduce-scatter each pay 6.6 + 3 x 0.6 = 8.4 us. A stage-to-stage send across nodes
+    """tp4 inside a node, 64 tokens of hidden 64 (8192 bytes), small enough for LL:
+    6.6 + 6 x 0.6 = 10.2 us and 2 x 3/4 x 8192 B at half of 100 GB/s. Under sequence
+    parallelism the all-gather and the reduce-scatter each pay 6.6 + 3 x 0.6 = 8.4 us. A stage-to-stage send across nodes
     (pp2 on 1-GPU nodes) moves 8192 B at 9.6 GB/s after p2p_latency_us."""
     t = Training(seq=64, global_batch=16, sequence_parallel=False, p2p_latency_us=10)
     lay = Layout(pp=1, dp=1, tp=4)
-    assert tp_allreduce(TINY, C, t, lay) == pytest.approx(10.2e-6 + 1.5 * 8192 / 100e9)
+    assert tp_allreduce(TINY, C, t, lay) == pytest.approx(10.2e-6 + 1.5 * 8192 / 50e9)
     sp = replace(t, sequence_parallel=True)
-    assert tp_allreduce(TINY, C, sp, lay) == pytest.approx(2 * 8.4e-6 + 1.5 * 8192 / 100e9)
+    assert tp_allreduce(TINY, C, sp, lay) == pytest.approx(2 * 8.4e-6 + 1.5 * 8192 / 50e9)
     one_a_node = replace(C, gpus=2, gpus_per_node=1)
     assert p2p_seconds(TINY, one_a_node, sp, Layout(pp=2, dp=1)) == pytest.approx(10e-6 + 8192 / 9.6e9)
 
@@ -138,6 +178,9 @@ def test_cluster_file_checks_the_terms(tmp_path, capsys):
     )
     assert cluster_from_table({**base, "network_share": 1.0}, "c").network_share == 1.0
     assert cluster_from_table({**base, "nccl_base_us": 0}, "c").nccl_base_us == 0.0
+    assert cluster_from_table({**base, "nccl_protocols": False}, "c").nccl_protocols is False
+    with pytest.raises(PipesimError, match="nccl_protocols.*true or false"):
+        cluster_from_table({**base, "nccl_protocols": "yes"}, "c")
     for key, bad in (
         ("network_share", 0),
         ("network_share", 1.5),

@@ -352,8 +352,9 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     costs = component_costs(TINY, c, t, lay, 1, "none")
     pl = Placement.standard("flat", 1, 1)
     comm, opt = step_overhead(c, t, lay, pl, mm, costs, 1)
-    # each collective also pays NCCL's latency: 6.6 us and one 0.6 us NVLink step (2 ranks)
-    assert comm == pytest.approx(1 / 2 * n * 2 / 100e9 + 1 / 2 * n * 2 / 100e9 + 2 * (6.6 + 0.6) * 1e-6)
+    # 347 KB go by NCCL's LL protocol: each collective pays its latency, 6.6 us and one
+    # 0.6 us NVLink step (2 ranks), and moves at half NVLink's rate (planner/nccl.py)
+    assert comm == pytest.approx(1 / 2 * n * 2 / 50e9 + 1 / 2 * n * 2 / 50e9 + 2 * (6.6 + 0.6) * 1e-6)
     assert opt == pytest.approx(n / 2 * 30 / (3.35e12 * 0.5))
     # with the whole windows usable, only what exceeds them shows
     t2 = Training(seq=32, global_batch=2, dp_overlap=1.0, hbm_efficiency=0.5, zero=1)

@@ -26,13 +26,17 @@ T = Training(seq=4096, global_batch=8, kernel_floor_us=0, host_us_per_kernel=0)
 
 def _ring(passes: int, c=C, lay: Layout = LAY) -> float:
     """One ring collective of a micro-batch's hidden states (4096 tokens x 4096 x 2 bytes)
-    over tp8 inside a node, by hand as NCCL's tuning model prices it (nccl.py): the base
-    latency and a hop per ring step (the h100 preset's 6.6 and 0.6 us), then ``passes``
-    x 7/8 of the buffer at NVLink's rate. An all-reduce makes 2 passes, an all-gather or
-    a reduce-scatter 1."""
+    over tp8 inside a node, by hand as NCCL's tuning model prices it (nccl.py): under
+    each protocol the base latency and a hop per ring step, then ``passes`` x 7/8 of the
+    buffer at its share of NVLink's rate, the fastest protocol taken (LL: the h100
+    preset's 6.6 and 0.6 us, half the rate; LL128: 14 and 1.9 us, 0.92 of it; Simple: 8.4
+    and 3.4 us, all of it). An all-reduce makes 2 passes, an all-gather or a
+    reduce-scatter 1."""
     size = lay.tokens(T.seq) * M.hidden * 2
     steps = passes * (lay.tp - 1)
-    return (c.nccl_base_us + steps * c.nvlink_hop_us) * 1e-6 + passes * (lay.tp - 1) / lay.tp * size / (c.nvlink_gbps * 1e9)
+    bus = passes * (lay.tp - 1) / lay.tp * size
+    ring = ((c.nccl_base_us, c.nvlink_hop_us, 0.5), (14.0, 1.9, 0.92), (8.4, 3.4, 1.0))
+    return min((base + steps * hop) * 1e-6 + bus / (c.nvlink_gbps * 1e9 * share) for base, hop, share in ring)
 
 
 def _ar(c=C) -> float:
@@ -80,24 +84,26 @@ def test_a_tiny_weight_gradient_hides_almost_nothing():
 
 def test_one_layer_half_by_hand():
     """Stated numbers, tp8 of 4096 tokens x 4096 hidden in one H100 node: an all-gather
-    or a reduce-scatter is 6.6 + 7 x 0.6 = 10.8 us of latency and 7/8 x 32 MiB at 360 GB/s
-    = 81.6 us, 92.4 us in all; an all-reduce 15.0 + 163.1 = 178.1 us. The collectives hold
-    20 of the 132 SMs (share 0.1515). With sequence parallelism (Megatron's, the input's
-    shard kept) the half's backward all-gathers the row-parallel multiply's output
-    gradient (92.4, exposed), re-gathers the column-parallel multiply's input beside its
-    40 us input-gradient multiply (that multiply ends 92.4 - 40 = 52.4 us late) and
+    or a reduce-scatter goes by Simple, 8.4 + 7 x 3.4 = 32.2 us of latency and 7/8 x 32 MiB
+    at 360 GB/s = 81.6 us, 113.8 us in all (LL128: 27.3 + 88.6; LL: 10.8 + 163.1); an
+    all-reduce by LL128, 14 + 14 x 1.9 = 40.6 us and 2 x 7/8 x 32 MiB at 0.92 x 360 GB/s
+    = 177.3 us, 217.9 us (Simple: 56 + 163.1). The collectives hold 20 of the 132 SMs
+    (share 0.1515). With sequence parallelism (Megatron's, the input's shard kept) the
+    half's backward all-gathers the row-parallel multiply's output gradient (113.8,
+    exposed), re-gathers the column-parallel multiply's input beside its 40 us
+    input-gradient multiply (that multiply ends 113.8 - 40 = 73.8 us late) and
     reduce-scatters its input gradient beside its 100 us weight-gradient multiply, which,
-    slowed to 0.848 of its rate for 92.4 us, ends 0.1515 x 92.4 = 14.0 us late: 158.7 us.
-    With DTensor's gathered input no re-gather: 106.3. Without sequence parallelism the
-    all-reduce beside the 100 us multiply: 78.1 us. In "none" all of it, 277.1 us."""
-    assert _ag() == pytest.approx(92.36e-6, rel=1e-3) and _ar() == pytest.approx(178.1e-6, rel=1e-3)
+    slowed to 0.848 of its rate for 113.8 us, ends 0.1515 x 113.8 = 17.2 us late: 204.8
+    us. With DTensor's gathered input no re-gather: 131.0. Without sequence parallelism
+    the all-reduce beside the 100 us multiply: 117.9 us. In "none" all of it, 341.3 us."""
+    assert _ag() == pytest.approx(113.76e-6, rel=1e-3) and _ar() == pytest.approx(217.9e-6, rel=1e-3)
     back = replace(T, tp_overlap="backward")
     assert back.comm_sms == 20 and C.sms == 132
-    assert column_exposed(M, C, back, LAY, 40e-6, 100e-6) == pytest.approx(158.7e-6, rel=1e-3)
-    assert column_exposed(M, C, replace(back, sp_saves_gathered=True), LAY, 40e-6, 100e-6) == pytest.approx(106.3e-6, rel=1e-3)
-    assert column_exposed(M, C, replace(back, sequence_parallel=False), LAY, 40e-6, 100e-6) == pytest.approx(78.1e-6, rel=1e-3)
+    assert column_exposed(M, C, back, LAY, 40e-6, 100e-6) == pytest.approx(204.8e-6, rel=1e-3)
+    assert column_exposed(M, C, replace(back, sp_saves_gathered=True), LAY, 40e-6, 100e-6) == pytest.approx(131.0e-6, rel=1e-3)
+    assert column_exposed(M, C, replace(back, sequence_parallel=False), LAY, 40e-6, 100e-6) == pytest.approx(117.9e-6, rel=1e-3)
     none = replace(T, tp_overlap="none")
-    assert column_exposed(M, C, none, LAY, 40e-6, 100e-6) == pytest.approx(277.1e-6, rel=1e-3)
+    assert column_exposed(M, C, none, LAY, 40e-6, 100e-6) == pytest.approx(341.3e-6, rel=1e-3)
     # multiplies far longer than their collectives: each collective costs its SMs' share
     assert column_exposed(M, C, back, LAY, 1.0, 1.0) == pytest.approx(_ag() + 2 * 20 / 132 * _ag())
     # and with no SMs held, nothing

@@ -41,7 +41,9 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "collectives",
             f"NCCL's alpha-beta: {c.nccl_base_us:g} us a collective and {c.nvlink_hop_us:g} us a ring step or peer on "
-            f"NVLink, {c.network_hop_us:g} us over the network (its tuning model's LL ring latencies); the network at "
+            f"NVLink, {c.network_hop_us:g} us over the network (its tuning model's LL ring latencies)"
+            + ("; rings at the fastest of LL, LL128 and Simple, each its own latencies and bandwidth" * c.nccl_protocols)
+            + "; the network at "
             f"network_share {c.network_share:g} of line rate for rings and send/recv, network_alltoall_share "
             f"{c.network_alltoall_share:g} for an all-to-all (nccl.py names the measurements)",
         ),

@@ -32,13 +32,31 @@ which NCCL reaches:
   crosses the network); NCCL's developers expect "up to 48-49 GB/s" of a CX-7 NIC
   (NVIDIA/nccl-tests issue #267).
 
-The form is the lower envelope of NCCL's protocols: LL's latency with the large-message
-bandwidth, so a mid-sized message (where NCCL switches to LL128 or Simple, with higher
-latency per step) is priced a little fast. Zero latencies and shares of 1 give the
-bandwidth-only model pipesim had before.
+Protocols. NCCL runs a ring collective under one of three protocols and its tuner
+(``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime`` in tuning.cc) predicts each one's
+time as its latency plus the bytes at its bandwidth, then takes the fastest. Each
+protocol has its own base latency, hop latencies and share of the ring's bus bandwidth
+(tuning.cc's Ring rows; ``protocols`` below): LL (8-byte lines, half of each a flag)
+reaches half of it, LL128 (120 bytes of data in each 128-byte line) 0.92 of it, Simple
+all of it. So LL wins small messages, LL128 mid-sized ones and Simple large ones; for a
+ring of 8 GPUs on NVLink at 360 GB/s the all-reduce crosses from LL to LL128 near 5.9 MB
+and from LL128 to Simple near 37 MB. LL's latencies are the cluster's fields (a cluster
+file may give its own); LL128's and Simple's are tuning.cc's. Left out of the tuner's
+model: LL's absolute bandwidth cap (``llMaxBws``, per GPU generation), the Tree, NVLS,
+CollNet and PAT algorithms, the extra network latency it adds with one GPU a node or for
+Simple's flush, its floor of 1 us (3 us for Simple) on every step of a multi-node ring
+for the network's posting overhead, and the 1.4x "plateau" of a multi-node Simple
+all-reduce. An all-to-all
+is NCCL's send/recv, which the tuner does not price: it keeps LL's latencies above.
+
+``nccl_protocols = false`` prices every ring at LL's latency with the large-message
+bandwidth (the lower envelope of the three, pipesim's model before); with it, zero
+latencies and shares of 1 give the bandwidth-only model pipesim had before NCCL's terms.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .layout import Span
 from .specs import Cluster
@@ -58,28 +76,70 @@ def ring_rate(c: Cluster, where: Span) -> float:
     return min(c.nvlink_gbps, where.per_domain * c.network_gbps * c.network_share) * 1e9
 
 
-def ring_latency(c: Cluster, kind: str, n: int, domains: int) -> float:
-    """Seconds of fixed cost of one ring collective ``kind`` over ``n`` ranks in
-    ``domains`` NVLink domains: the base latency and one hop a ring step, the steps that
-    cross a domain boundary at the network's hop latency (tuning.cc's ring model)."""
+@dataclass(frozen=True)
+class Protocol:
+    """One of NCCL's protocols as its tuner prices a ring: base latency, latency of a
+    ring step on NVLink and over the network (us), and the share of the ring's bus
+    bandwidth it reaches."""
+
+    name: str
+    base_us: float
+    nvlink_hop_us: float
+    network_hop_us: float
+    share: float
+
+
+#: LL's share of the ring's bus bandwidth (tuning.cc: ``busBw * .5`` for Ring/LL); its
+#: latencies are the cluster's (defaults: tuning.cc's Ring/LL 6.6, 0.6 and 2.7 us)
+LL_SHARE = 0.5
+#: NVIDIA/nccl src/graph/tuning.cc at commit 5067397c, the default tuner constants' Ring
+#: column: baseLatencies, hwLatencies[NVLINK] and hwLatencies[NET], and the bandwidth
+#: factor the tuner applies (LL128: ``busBw * 0.92``, the 120 of 128 bytes a line carries;
+#: Simple: none)
+LL128 = Protocol("LL128", 14.0, 1.9, 4.0, 0.92)
+SIMPLE = Protocol("Simple", 8.4, 3.4, 14.0, 1.0)
+
+
+def protocols(c: Cluster) -> tuple[Protocol, ...]:
+    """The protocols a ring collective may run under on cluster ``c``: LL at the
+    cluster's latencies, LL128 and Simple at tuning.cc's; with ``nccl_protocols`` off,
+    LL's latencies alone at the full bandwidth (the lower envelope)."""
+    if not c.nccl_protocols:
+        return (Protocol("LL", c.nccl_base_us, c.nvlink_hop_us, c.network_hop_us, 1.0),)
+    return (Protocol("LL", c.nccl_base_us, c.nvlink_hop_us, c.network_hop_us, LL_SHARE), LL128, SIMPLE)
+
+
+def ring_latency(p: Protocol, kind: str, n: int, domains: int) -> float:
+    """Seconds of fixed cost of one ring collective ``kind`` under protocol ``p`` over
+    ``n`` ranks in ``domains`` NVLink domains: the base latency and one hop a ring step,
+    the steps that cross a domain boundary at the network's hop latency (tuning.cc's
+    ring model)."""
     if n <= 1:
         return 0.0
     passes = RING_PASSES[kind]
     network = passes * (domains - 1)
     nvlink = passes * (n - 1) - network
-    return (c.nccl_base_us + nvlink * c.nvlink_hop_us + network * c.network_hop_us) * 1e-6
+    return (p.base_us + nvlink * p.nvlink_hop_us + network * p.network_hop_us) * 1e-6
+
+
+def ring_times(c: Cluster, kind: str, nbytes: float, n: int, where: Span) -> dict[str, float]:
+    """Seconds of one ring collective ``kind`` over ``n`` ranks placed as ``where`` on a
+    buffer of ``nbytes`` under each protocol, by name: its latency, then (n - 1)/n of
+    the buffer each pass at its share of the ring's bus bandwidth."""
+    domains = 1 if where.inside else where.domains
+    bus = RING_PASSES[kind] * (n - 1) / n * nbytes
+    rate = ring_rate(c, where)
+    return {p.name: ring_latency(p, kind, n, domains) + bus / (rate * p.share) for p in protocols(c)}
 
 
 def ring_seconds(c: Cluster, kind: str, nbytes: float, n: int, where: Span) -> float:
     """Seconds of one ring collective ``kind`` over ``n`` ranks placed as ``where`` on a
     buffer of ``nbytes`` (the whole buffer: an all-reduce's input, an all-gather's
-    output, a reduce-scatter's input): the latency, then (n - 1)/n of the buffer each
-    pass at the ring's bus bandwidth. Nothing for one rank or an empty buffer."""
+    output, a reduce-scatter's input) under the fastest protocol, as NCCL's tuner picks
+    it. Nothing for one rank or an empty buffer."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    domains = 1 if where.inside else where.domains
-    bus = RING_PASSES[kind] * (n - 1) / n * nbytes
-    return ring_latency(c, kind, n, domains) + bus / ring_rate(c, where)
+    return min(ring_times(c, kind, nbytes, n, where).values())
 
 
 def alltoall_latency(c: Cluster, n: int, per_domain: int) -> float:

@@ -153,12 +153,16 @@ class Cluster:
     # NCCL's collectives by message size (nccl.py names the sources): a collective's base
     # latency and one hop a ring step or all-to-all peer (NCCL's LL ring constants, us), and
     # the share of network_gbps NCCL reaches on large rings and send/recv, and on an
-    # all-to-all. Latencies 0 and shares 1: bandwidth only
+    # all-to-all. Latencies 0, shares 1 and nccl_protocols false: bandwidth only
     nccl_base_us: float = 6.6
     nvlink_hop_us: float = 0.6
     network_hop_us: float = 2.7
     network_share: float = 0.96
     network_alltoall_share: float = 0.92
+    # price each ring collective under NCCL's LL, LL128 and Simple protocols (tuning.cc's
+    # latencies and bandwidth shares, nccl.py) and take the fastest, as NCCL's tuner does;
+    # false: LL's latencies with the full bandwidth (the lower envelope)
+    nccl_protocols: bool = True
     # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
     # nodes (compute trays) hold 4; network_gbps is the link between domains
     nvlink_domain: int = 0
