@@ -57,6 +57,15 @@ def test_megatron_bridge_drops_the_nan_norm_and_the_scaling_pass():
     assert optimizer_seconds(c, t, 8e9, 1e9, scaled=True) == pytest.approx((1e9 * 46 + 8e9 * 4) / HBM)
 
 
+def test_a_bf16_buffer_is_cast_to_fp32_over_the_shard():
+    """Megatron-Core without grad_reduce_in_fp32: a 2-byte buffer, zeroed (2), NaN-normed (2)
+    and scaled (2 + 2); over the shard the cast (2 + 4), the clipping (12), Adam (4 + 24 + 2)
+    and the master read (4): 52."""
+    c = load_cluster("b200")
+    t = load_training(optimizer_step="megatron", grad_bytes=2)
+    assert optimizer_seconds(c, t, 8e9, 1e9, scaled=True) == pytest.approx((1e9 * 52 + 8e9 * 8) / HBM)
+
+
 @pytest.mark.parametrize(
     "frees, scaled, buffer_bytes",
     [(False, True, 2 + 4), (False, False, 2), (True, True, 4), (True, False, 0)],

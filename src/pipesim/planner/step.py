@@ -39,7 +39,8 @@ def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scale
     (``--clip-grad``) takes the norm of the fp32 gradients (read) and scales them when it
     exceeds the limit (read and write; early in training it does), and the bf16
     parameters are copied from the fp32 master weights (read the master, write the
-    parameter) rather than written by the update (megatron/core/distributed/
+    parameter) rather than written by the update; a bf16 buffer (no ``grad_reduce_in_fp32``,
+    ``grad_bytes`` 2) is cast to fp32 over the shard first (megatron/core/distributed/
     param_and_grad_buffer.py, megatron/core/optimizer/distrib_optimizer.py and clip_grads.py).
 
     ``"megatron-fp16"`` (Megatron-LM's Float16OptimizerWithFloat16Params, megatron/
@@ -56,15 +57,17 @@ def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scale
     update = 2 * t.optimizer_bytes + t.param_bytes  # Adam's master and moments, the weight written
     if t.optimizer_step == "adam":
         return shard * (g + update) / hbm_rate(c, t)
+    fp16 = t.optimizer_step == "megatron-fp16"
     zero = 0.0 if t.zero_grad_frees else g
+    nan = g if t.grad_nan_check and not fp16 else 0.0
     scale = 2 * g if scaled and not t.average_in_collective else 0.0
-    if t.optimizer_step == "megatron-fp16":
-        # cast to fp32, unscale, clipping norm and scale, Adam's fp32 gradient read, master read for the copy
-        main = g + FP32 + 2 * FP32 + 3 * FP32 + FP32 + FP32
-        return (local * (zero + scale) + shard * (main + update)) / hbm_rate(c, t)
-    nan = g if t.grad_nan_check else 0.0
-    extra = g + 2 * g + FP32  # clipping norm and scale, the master read for the copy
-    return (local * (zero + nan + scale) + shard * (g + update + extra)) / hbm_rate(c, t)
+    # the optimizer's .float() of a narrower gradient writes an fp32 copy; of an fp32 buffer
+    # it is the buffer itself (distrib_optimizer's and optimizer.py's _copy_model_grads_to_main_grads)
+    cast = g + FP32 if g < FP32 else 0.0
+    unscale = 2 * FP32 if fp16 else 0.0
+    # clipping norm and scale, Adam's read of the fp32 gradient, the master read for the copy
+    main = cast + unscale + 3 * FP32 + FP32 + FP32
+    return (local * (zero + nan + scale) + shard * (main + update)) / hbm_rate(c, t)
 
 
 def step_overhead(
