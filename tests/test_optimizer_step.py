@@ -49,6 +49,37 @@ def test_the_switch_moves_a_megatron_step_by_its_bytes():
     assert mega.step_time - adam.step_time == pytest.approx(adam.dp_sync * 24 / 30, rel=0.01)
 
 
+def test_megatron_bridge_drops_the_nan_norm_and_the_scaling_pass():
+    """Megatron-Bridge's performance configs: no NaN check, 1/dp in the collective. Over the
+    buffer only the zeroing (4) is left; the shard pays its 30 + 16."""
+    c = load_cluster("b200")
+    t = load_training(optimizer_step="megatron", grad_nan_check=False, average_in_collective=True)
+    assert optimizer_seconds(c, t, 8e9, 1e9, scaled=True) == pytest.approx((1e9 * 46 + 8e9 * 4) / HBM)
+
+
+def test_a_bf16_buffer_is_cast_to_fp32_over_the_shard():
+    """Megatron-Core without grad_reduce_in_fp32: a 2-byte buffer, zeroed (2), NaN-normed (2)
+    and scaled (2 + 2); over the shard the cast (2 + 4), the clipping (12), Adam (4 + 24 + 2)
+    and the master read (4): 52."""
+    c = load_cluster("b200")
+    t = load_training(optimizer_step="megatron", grad_bytes=2)
+    assert optimizer_seconds(c, t, 8e9, 1e9, scaled=True) == pytest.approx((1e9 * 52 + 8e9 * 8) / HBM)
+
+
+@pytest.mark.parametrize(
+    "frees, scaled, buffer_bytes",
+    [(False, True, 2 + 4), (False, False, 2), (True, True, 4), (True, False, 0)],
+)
+def test_megatron_fp16_counts_the_loss_scaling_passes(frees, scaled, buffer_bytes):
+    """fp16 gradients (2 bytes) and weights: over the shard the cast to fp32 (2 + 4), the
+    unscale (4 + 4), the clipping norm and scale (4 + 4 + 4), Adam (4 + 24) and the fp16
+    copy from the master (4 + 2): 60 a parameter; over the local gradients the zeroing (2,
+    none when zero_grad frees them) and the 1/dp scaling (2 + 2, only with replicas)."""
+    c = load_cluster("b200")
+    t = load_training(optimizer_step="megatron-fp16", grad_bytes=2, zero_grad_frees=frees)
+    assert optimizer_seconds(c, t, 8e9, 1e9, scaled) == pytest.approx((1e9 * 60 + 8e9 * buffer_bytes) / HBM)
+
+
 def test_an_unknown_optimizer_step_is_one_line():
-    with pytest.raises(PipesimError, match='optimizer_step must be "adam" or "megatron", got \'deepspeed\''):
+    with pytest.raises(PipesimError, match="optimizer_step must be one of adam, megatron, megatron-fp16, got 'deepspeed'"):
         load_training(optimizer_step="deepspeed")

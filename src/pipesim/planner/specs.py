@@ -411,7 +411,7 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
     if t.optimizer_step not in OPTIMIZER_STEPS:
-        raise PipesimError(f'{where}: optimizer_step must be "adam" or "megatron", got {t.optimizer_step!r}')
+        raise PipesimError(f"{where}: optimizer_step must be one of {', '.join(OPTIMIZER_STEPS)}, got {t.optimizer_step!r}")
     if t.moe_dispatcher not in ("deepep", "alltoall"):
         raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
     if t.moe_expert_gemms not in MOE_EXPERT_GEMMS:

@@ -31,22 +31,43 @@ def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scale
     ``"megatron"`` (Megatron-LM's DistributedDataParallel and DistributedOptimizer, the
     defaults of its pretraining scripts): besides that update, over the whole gradient
     buffer ``zero_grad_buffer`` zeroes it at the step's start (write), the NaN check
-    (``check_for_nan_in_grad``, on unless ``--no-check-for-nan-in-loss-and-grad``) takes
-    each bucket's norm (read) and, with more than one data-parallel replica and no
-    ``--average-in-collective``, ``start_grad_sync`` scales it by 1/dp in place (read and
-    write; experts' buckets too); over the shard, the clipping (``--clip-grad``) takes the
-    norm of the fp32 gradients (read) and scales them when it exceeds the limit (read and
-    write; early in training it does), and the bf16 parameters are copied from the fp32
-    master weights (read the master, write the parameter) rather than written by the
-    update (megatron/core/distributed/param_and_grad_buffer.py, megatron/core/optimizer/
-    distrib_optimizer.py and clip_grads.py)."""
+    (``check_for_nan_in_grad``, ``grad_nan_check``; since b1116a0c80 of Sep 2023 an
+    assertion on the clipping norm, a pass of its own over each bucket since d66807759c
+    of Dec 2023) takes each bucket's norm (read) and, with more than one data-parallel
+    replica and no ``--average-in-collective``, ``start_grad_sync`` scales it by 1/dp in
+    place (read and write; experts' buckets too); over the shard, the clipping
+    (``--clip-grad``) takes the norm of the fp32 gradients (read) and scales them when it
+    exceeds the limit (read and write; early in training it does), and the bf16
+    parameters are copied from the fp32 master weights (read the master, write the
+    parameter) rather than written by the update; a bf16 buffer (no ``grad_reduce_in_fp32``,
+    ``grad_bytes`` 2) is cast to fp32 over the shard first (megatron/core/distributed/
+    param_and_grad_buffer.py, megatron/core/optimizer/distrib_optimizer.py and clip_grads.py).
+
+    ``"megatron-fp16"`` (Megatron-LM's Float16OptimizerWithFloat16Params, megatron/
+    optimizer/optimizer.py at de7dc40f88 of Aug 2021 and after): the 1/dp scaling of the
+    fp16 gradients as above (the zeroing only with a kept buffer: 2021's DDP had none,
+    its ``zero_grad(set_to_none=True)`` frees them, ``zero_grad_frees``), then over the
+    shard ``_copy_model_grads_to_main_grads`` casts them to fp32 (read, write 4 bytes),
+    ``_unscale_main_grads_and_check_for_nan`` divides out the loss scale and flags
+    overflow (read and write), ``clip_grad_norm_fp32`` takes the norm and scales (the
+    default --clip-grad 1.0), Adam updates from the fp32 gradient, and
+    ``_copy_main_params_to_model_params`` writes the fp16 weights from the masters. No NaN
+    norm: before Dec 2023 that check rode on the clipping norm."""
     g = t.grad_bytes
-    adam = shard * (g + 2 * t.optimizer_bytes + t.param_bytes)
+    update = 2 * t.optimizer_bytes + t.param_bytes  # Adam's master and moments, the weight written
     if t.optimizer_step == "adam":
-        return adam / hbm_rate(c, t)
-    buffer = local * (g + g + (2 * g if scaled else 0.0))  # zero, NaN-check norm, 1/dp scale
-    extra = shard * (g + 2 * g + FP32)  # clipping norm and scale, the master read for the copy
-    return (adam + buffer + extra) / hbm_rate(c, t)
+        return shard * (g + update) / hbm_rate(c, t)
+    fp16 = t.optimizer_step == "megatron-fp16"
+    zero = 0.0 if t.zero_grad_frees else g
+    nan = g if t.grad_nan_check and not fp16 else 0.0
+    scale = 2 * g if scaled and not t.average_in_collective else 0.0
+    # the optimizer's .float() of a narrower gradient writes an fp32 copy; of an fp32 buffer
+    # it is the buffer itself (distrib_optimizer's and optimizer.py's _copy_model_grads_to_main_grads)
+    cast = g + FP32 if g < FP32 else 0.0
+    unscale = 2 * FP32 if fp16 else 0.0
+    # clipping norm and scale, Adam's read of the fp32 gradient, the master read for the copy
+    main = cast + unscale + 3 * FP32 + FP32 + FP32
+    return (local * (zero + nan + scale) + shard * (main + update)) / hbm_rate(c, t)
 
 
 def step_overhead(

@@ -21,7 +21,7 @@ MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 TP_OVERLAPS = ("none", "backward", "all")
 
 #: what the optimizer step runs besides the collectives (step.optimizer_seconds)
-OPTIMIZER_STEPS = ("adam", "megatron")
+OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
 
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
@@ -146,8 +146,18 @@ class Training:
     # fused Adam update and the bf16 weights it writes; "megatron" also Megatron-LM's
     # passes over the gradient buffer and the optimizer shard: zeroing the buffer, the
     # NaN check's norm and the 1/dp scaling before the reduction, the clipping norm and
-    # scale, and the copy of the fp32 master weights into the bf16 parameters
+    # scale, and the copy of the fp32 master weights into the bf16 parameters;
+    # "megatron-fp16" Megatron-LM's fp16 optimizer with loss scaling (2021 to 2023:
+    # Float16OptimizerWithFloat16Params, no distributed optimizer): the gradients' copy
+    # into fp32 ones, their unscaling and overflow check, the clipping, the master copy
     optimizer_step: str = "adam"
+    # "megatron" only: Megatron-Core's check_for_nan_in_grad, a norm of every gradient
+    # bucket before its reduction (on in Megatron-LM's scripts; Megatron-Bridge's
+    # performance configs turn it off)
+    grad_nan_check: bool = True
+    # Megatron-Core's --average-in-collective: the 1/dp scaling rides in the reduction
+    # (NCCL's average) instead of a pass over the buffer before it (Megatron-Bridge's recipes)
+    average_in_collective: bool = False
     # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
     # (Megatron-LM's gradient_accumulation_fusion, its default with TransformerEngine):
     # BF16 weight gradients then run at compute.FP32_ACCUMULATE_WGRAD_SHARE of the
