@@ -3,8 +3,10 @@ implementations and papers) is a copy of shared/reference, so the suite runs any
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import json
 import os
 import sys
@@ -46,6 +48,14 @@ def _orders_cache(tmp_path_factory):
     in a temporary one (subprocesses inherit it)."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     yield
+
+
+def printed(main, argv: list[str]) -> tuple[object, str]:
+    """What a script's ``main(argv)`` returns and what it prints (stdout)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = main(argv)
+    return result, out.getvalue()
 
 
 def load_script(path: Path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_script
+from conftest import load_script, printed
 
 BENCH = Path(__file__).parent.parent / "benchmarks" / "peer_calculon.py"
 
@@ -24,10 +24,7 @@ def bench():
 
 
 def _main(bench, argv):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        bench.main(argv)
-    return out.getvalue()
+    return printed(bench.main, argv)[1]
 
 
 def test_the_data_file_holds_four_models_in_both_modes(bench):

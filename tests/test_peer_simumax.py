@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_script
+from conftest import load_script, printed
 
 BENCH = Path(__file__).parent.parent / "benchmarks" / "peer_simumax.py"
 
@@ -22,10 +22,9 @@ def bench():
 
 
 def _main(bench, argv):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert bench.main(argv) == 0
-    return out.getvalue()
+    code, text = printed(bench.main, argv)
+    assert code == 0
+    return text
 
 
 def test_without_simumax_one_line_says_so_and_pipesims_terms_stand_alone(bench):
