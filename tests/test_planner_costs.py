@@ -23,7 +23,7 @@ from pipesim.planner.params import attention_params, embedding_params, layer_par
 from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
 from pipesim.planner.split import balanced_partition
 from pipesim.planner.stages import component_costs, stage_parts
-from pipesim.planner.step import step_overhead
+from pipesim.planner.step import exposed, step_overhead
 
 # test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
 TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
@@ -363,6 +363,34 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     fwd = costs.op_time(Op("F", 0, 0), 0)
     half = 1 / 2 * n * 2 / 100e9
     assert comm2 == pytest.approx(max(0.0, half - bwd) + max(0.0, half - fwd))
+
+
+def test_a_collective_beside_compute_slows_it_or_outlasts_it():
+    """Compute keeping 0.8 of its speed while a collective runs: a 1 s collective beside
+    2 s of compute lets 0.8 s of the work through, the other 1.2 s run after it (2.2 s,
+    0.2 shown); a 3 s collective outlasts the 2.5 s the slowed compute needs (3 s, 1
+    shown); at 2.5 s both readings give 0.5. Rate 1 hides all that fits, rate 0 none."""
+    assert exposed(1.0, 2.0, 0.8) == pytest.approx(0.2)
+    assert exposed(3.0, 2.0, 0.8) == pytest.approx(1.0)
+    assert exposed(2.5, 2.0, 0.8) == pytest.approx(0.5)
+    assert exposed(1.0, 2.0, 1.0) == 0.0 and exposed(3.0, 2.0, 1.0) == pytest.approx(1.0)
+    assert exposed(1.0, 2.0, 0.0) == pytest.approx(1.0)
+    assert exposed(0.0, 2.0, 0.8) == 0.0
+
+
+def test_data_parallel_sync_slows_the_compute_it_hides_behind():
+    """The ZeRO-1 step of the test above with dp_overlap 0.84 on a slow GPU (so both
+    collectives are far shorter than their windows): each shows 0.16 of itself, what the
+    slowed backward and forward lose while it runs (arXiv 2507.03114's 18.9% slowdown)."""
+    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
+    t = Training(seq=32, global_batch=2, dp_overlap=0.84, hbm_efficiency=0.5, zero=1)
+    lay = Layout(pp=1, dp=2)
+    mm = memory_model(TINY, t, lay, 1, "none")
+    costs = component_costs(TINY, c, t, lay, 1, "none")
+    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 1)
+    half = 1 / 2 * sum(mm.params_at(0)) * 2 / 100e9
+    assert costs.op_time(Op("F", 0, 0), 0) > half
+    assert comm == pytest.approx(2 * 0.16 * half)
 
 
 def test_zero3_gathers_and_copies_per_micro_batch_by_hand():

@@ -21,6 +21,23 @@ def per_microbatch(t: Training, lay: Layout) -> bool:
 FP32 = 4
 
 
+def exposed(comm: float, window: float, rate: float) -> float:
+    """Seconds a collective of ``comm`` seconds adds to ``window`` seconds of compute it
+    runs beside, when the compute keeps ``rate`` of its speed while the collective runs.
+
+    Both streams start together. If the collective outlasts the compute slowed to
+    ``rate`` (comm >= window / rate), the pass takes the collective's time and shows
+    comm - window; otherwise the compute finishes rate * comm of its work during the
+    collective and the rest at full speed, so the pass shows (1 - rate) * comm. The two
+    meet at comm = window / rate; rate 1 is perfect overlap, rate 0 none. Measured on
+    A100, H100, MI250 and MI210 with GPT and Llama layers, compute beside a collective
+    took 18.9% longer on average (at most 40%): Lee et al., "Characterizing
+    Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning:
+    Performance and Power Implications", arXiv 2507.03114, 2025 (``dp_overlap`` 0.84,
+    1 / 1.189)."""
+    return max(comm - window, (1.0 - rate) * comm, 0.0)
+
+
 def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scaled: bool) -> float:
     """Seconds of the memory-bound passes at a step's end over a rank's ``local``
     parameters and the ``shard`` of them its optimizer updates, at HBM bandwidth.
@@ -81,8 +98,8 @@ def step_overhead(
     collective (``nccl.py``: its latency is counted once, not per bucket; beside these
     buffers it is small). Bucketed, the reduction
     overlaps the last micro-batch's backward on the rank and the gather the next step's
-    first forward, so only what exceeds those windows shows (``dp_overlap`` of the window
-    is usable: the collectives slow the kernels they overlap). ZeRO-3 gathers parameters
+    first forward; what shows is ``exposed``'s: what outlasts the window, and while it
+    runs the compute beside it keeps ``dp_overlap`` of its speed. ZeRO-3 gathers parameters
     for every micro-batch's forward and backward and reduces its gradients, each behind
     that micro-batch's forward (the first gather) and backward (the second, and the
     reduction); each gather's output is then copied into the unsharded parameters on the
@@ -105,6 +122,7 @@ def step_overhead(
     weights and moments (its shard, under ZeRO) and writes the bf16 weights, at HBM
     bandwidth, after everything else."""
     worst_comm = worst_opt = 0.0
+    r = t.dp_overlap
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
@@ -122,15 +140,15 @@ def step_overhead(
             # under pipelining the gradients wait for one exposed reduce-scatter a stage
             # (REDUCE_GRAD) after the last backward; without it each micro-batch's
             # reduction shares its backward's window with the second gather
-            exposed = grads if lay.pp > 1 else 0.0
+            after_last = grads if lay.pp > 1 else 0.0
             behind_bwd = 0.0 if lay.pp > 1 else grads
-            per_mb = max(0.0, gather - t.dp_overlap * fwd) + max(0.0, gather + behind_bwd - t.dp_overlap * bwd) + 2 * copy_out
-            comm = exposed + per_mb * microbatches
+            per_mb = exposed(gather, fwd, r) + exposed(gather + behind_bwd, bwd, r) + 2 * copy_out
+            comm = after_last + per_mb * microbatches
         elif t.zero >= 3 and lay.pp > 1:  # kept gathered, once a step before the first forward; REDUCE_GRAD exposed
-            comm = grads + (max(0.0, gather - t.dp_overlap * fwd) + copy_out)
+            comm = grads + exposed(gather, fwd, r) + copy_out
         elif t.zero >= 3:  # kept gathered without pp (fsdp_reshard = "never")
-            comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd) + copy_out
+            comm = exposed(grads, bwd, r) + exposed(gather, fwd, r) + copy_out
         else:
-            comm = max(0.0, grads - t.dp_overlap * bwd) + max(0.0, gather - t.dp_overlap * fwd)
+            comm = exposed(grads, bwd, r) + exposed(gather, fwd, r)
         worst_comm, worst_opt = max(worst_comm, comm), max(worst_opt, opt)
     return worst_comm, worst_opt
