@@ -7,15 +7,19 @@ Each row is one published nccl-tests (or DeepEP baseline) figure: the collective
 GPUs and how they sit, the link that sets the pace, the message size, the measured bus
 bandwidth (nccl-tests' busbw: the bytes a rank moves over the link, per second) or time,
 and its source. pipesim prices the same collective on the preset of that hardware with
-its default constants (a ring at the fastest of NCCL's LL, LL128 and Simple protocols,
-each at tuning.cc's latencies and share of bandwidth; an all-to-all at LL's latencies; the
-network shares). Beside it, the lower envelope pipesim used before (LL's latencies at the
-full bandwidth) and bandwidth only. Rows marked "(in sample)" are the measurements a
-default was read from; the others were not used to set anything.
+its default constants (NCCL's tuning model, planner/nccl.py: a ring at the fastest of
+NCCL's LL, LL128 and Simple protocols, each at tuning.cc's latencies and share of
+bandwidth, with its terms between nodes; an all-reduce at the faster of that and NCCL's
+Tree; an all-to-all at LL's latencies; the network shares). Beside it, the same with the
+ring alone (``nccl_algorithms = ["ring"]``), the lower envelope pipesim used before (LL's
+latencies at the full bandwidth) and bandwidth only. Rows marked "(in sample)" are the
+measurements a default was read from; the others were not used to set anything. The
+Tree's and the terms between nodes are tuning.cc's own numbers, and the hosts' CPU
+vendor (AMD EPYC on DGX A100 and ND96asr_v4) a data-sheet fact: none was read off a row.
 
-The second table holds mid-sized messages (256 KiB - 64 MiB), where the protocol NCCL
-picks (LL, LL128, Simple) matters most; none of them set anything either, and the summary
-gives their errors apart from the rest.
+The second table holds mid-sized messages (256 KiB - 64 MiB), where the algorithm and
+protocol NCCL picks matter most; none of them set anything either, and the summary gives
+their errors apart from the rest. Its last column names pipesim's pick.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ BIG = 8 * 2**30  # "large": 8 GiB, where latency is under 0.1%
 
 def ring_busbw(c, kind: str, n: int, where: Span, size: float = BIG) -> float:
     """nccl-tests' bus bandwidth of a ring collective: its bus bytes over pipesim's time."""
-    return nccl.RING_PASSES[kind] * (n - 1) / n * size / nccl.ring_seconds(c, kind, size, n, where)
+    return nccl.RING_PASSES[kind] * (n - 1) / n * size / nccl.collective_seconds(c, kind, size, n, where)
 
 
 def a2a_time(c, n: int, near: int, size: float) -> float:
@@ -71,9 +75,9 @@ ROWS = [
 ]  # fmt: skip
 
 
-def ring_time(c, kind: str, n: int, where: Span, size: float) -> float:
-    """pipesim's time (s) for nccl-tests' ring collective ``kind`` of ``size`` bytes."""
-    return nccl.ring_seconds(c, kind, size, n, where)
+def collective_time(c, kind: str, n: int, where: Span, size: float) -> float:
+    """pipesim's time (s) for nccl-tests' collective ``kind`` of ``size`` bytes."""
+    return nccl.collective_seconds(c, kind, size, n, where)
 
 
 #: two Azure ND96asr_v4 VMs: 8 A100 40 GB each on NVLink 3, each GPU with its own 200 Gb/s
@@ -84,18 +88,20 @@ NDV4_SOURCE = "Azure HPC blog 'Running GPU Enabled HPC Applications on Azure Mac
 
 # Mid-sized messages: all_reduce_perf out-of-place times (us) from the post's table (16
 # ranks, 8 a VM; 187.7 GB/s bus bandwidth at 8 GiB). The post sets no NCCL_ALGO or
-# NCCL_PROTO, so NCCL chose between Ring and Tree itself while pipesim prices a ring: part
-# of any gap may be that choice. The sizes span pipesim's LL, LL128 and Simple ranges.
+# NCCL_PROTO, so NCCL chose between Ring and Tree itself, as pipesim now does by NCCL's
+# tuning model. The sizes span its Tree, Ring, LL and LL128 choices.
+MID_MEASURED = (
+    ("256 KiB", 2**18, 68.98),
+    ("1 MiB", 2**20, 96.57),
+    ("4 MiB", 2**22, 147.0),
+    ("16 MiB", 2**24, 332.4),
+    ("64 MiB", 2**26, 947.8),
+)
+MID_SIZES = {label: size for label, size, _ in MID_MEASURED}
 MID_ROWS = [
     ("all-reduce", "16 A100 (2 ND96asr_v4)", "8 x 200 Gb/s IB", label, measured, "us",
-     lambda k, size=size: ring_time(k(A100), "all_reduce", 16, NDV4_2, size), NDV4_SOURCE)
-    for label, size, measured in (
-        ("256 KiB", 2**18, 68.98),
-        ("1 MiB", 2**20, 96.57),
-        ("4 MiB", 2**22, 147.0),
-        ("16 MiB", 2**24, 332.4),
-        ("64 MiB", 2**26, 947.8),
-    )
+     lambda k, size=size: collective_time(k(A100), "all_reduce", 16, NDV4_2, size), NDV4_SOURCE)
+    for label, size, measured in MID_MEASURED
 ]  # fmt: skip
 
 
@@ -103,6 +109,11 @@ def envelope(c):
     """The cluster with NCCL's protocols switched off: LL's latencies at the full
     bandwidth, what pipesim priced before them."""
     return replace(c, nccl_protocols=False)
+
+
+def ring_only(c):
+    """The cluster with NCCL's Tree switched off: every all-reduce a ring."""
+    return replace(c, nccl_algorithms=("ring",))
 
 
 def bandwidth_only(c):
@@ -114,16 +125,20 @@ def summary(errors: list[float]) -> str:
     return f"mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, bias {sum(errors) / len(errors):+.1%}"
 
 
-MODELS = (lambda c: c, envelope, bandwidth_only)
+MODELS = (lambda c: c, ring_only, envelope, bandwidth_only)
+MODEL_NAMES = ("pipesim", "Ring only", "LL envelope", "bandwidth only")
 
 
-def print_table(rows) -> list[list[float]]:
-    """Print one Markdown table of ``rows``; return each model's relative errors on the
+def print_table(rows, picks=None) -> list[list[float]]:
+    """Print one Markdown table of ``rows`` (with pipesim's pick of algorithm and protocol
+    for each row, by ``picks``, where given); return each model's relative errors on the
     rows not used to set a default."""
-    print("| collective | GPUs | link | message | measured | pipesim | error | LL envelope | error | bandwidth only | error | source |")  # fmt: skip
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    heads = " | ".join(f"{name} | error" for name in MODEL_NAMES)
+    print(f"| collective | GPUs | link | message | measured | {heads} | source |" + (" pipesim picks |" if picks else ""))
+    print("|---|---|---|---|---:|" + "---:|---:|" * len(MODELS) + "---|" + ("---|" if picks else ""))
     errors: list[list[float]] = [[] for _ in MODELS]
-    for what, gpus, link, size, measured, unit, price, source in rows:
+    for row in rows:
+        what, gpus, link, size, measured, unit, price, source = row
         scale = 1e-9 if unit == "GB/s" else 1e6
         cells = []
         for k, errs in zip(MODELS, errors):
@@ -131,19 +146,25 @@ def print_table(rows) -> list[list[float]]:
             cells.append(f"{p:.4g} {unit} | {p / measured - 1:+.1%}")
             if "in sample" not in source:
                 errs.append(p / measured - 1)
-        print(f"| {what} | {gpus} | {link} | {size} | {measured:g} {unit} | {' | '.join(cells)} | {source} |")
+        pick = f" {picks(row)} |" if picks else ""
+        print(f"| {what} | {gpus} | {link} | {size} | {measured:g} {unit} | {' | '.join(cells)} | {source} |{pick}")
     return errors
 
 
+def mid_pick(row) -> str:
+    """The algorithm and protocol pipesim prices a mid-sized row's all-reduce under."""
+    t = nccl.times(A100, "all_reduce", MID_SIZES[row[3]], 16, NDV4_2)
+    return min(t, key=t.get)
+
+
 def main() -> None:
-    now, before, bare = (summary(e) for e in print_table(ROWS))
+    results = [summary(e) for e in print_table(ROWS)]
     n = sum("in sample" not in row[-1] for row in ROWS)
-    print(f"\nThe {n} rows not used to set a default: pipesim {now}; LL envelope {before}; bandwidth only {bare}.\n")
-    mid = print_table(MID_ROWS)
-    now, before, bare = (summary(e) for e in mid)
-    print(
-        f"\nThe {len(mid[0])} mid-sized rows (none used to set a default): pipesim {now}; LL envelope {before}; bandwidth only {bare}."
-    )
+    line = "; ".join(f"{name} {r}" for name, r in zip(MODEL_NAMES, results))
+    print(f"\nThe {n} rows not used to set a default: {line}.\n")
+    results = [summary(e) for e in print_table(MID_ROWS, mid_pick)]
+    line = "; ".join(f"{name} {r}" for name, r in zip(MODEL_NAMES, results))
+    print(f"\nThe {len(MID_ROWS)} mid-sized rows (none used to set a default): {line}.")
 
 
 if __name__ == "__main__":

@@ -545,6 +545,14 @@ def test_report_states_the_new_terms():
     assert "same number of layers on every stage" in rows["stage imbalance"]
     assert "one network interface per member" in rows["data parallelism"]
     assert "6.6 us a collective" in rows["collectives"] and "network_alltoall_share 0.92" in rows["collectives"]
+    # NCCL's algorithms and its terms between nodes, for the cluster's (Intel) hosts
+    assert "faster of Ring and Tree" in rows["collectives"] and "at least 1 us (3 under Simple: intel" in rows["collectives"]
+    ring_only = replace(c, nccl_algorithms=("ring",), host_cpu="amd")
+    rows = dict(assumptions(replace(plan, cluster=ring_only)))
+    assert "Ring only" in rows["collectives"] and "at least 2 us (6 under Simple: amd" in rows["collectives"]
+    assert "LL at most 22.5 GB/s on two nodes" in rows["collectives"]
+    rows = dict(assumptions(replace(plan, cluster=replace(c, nccl_protocols=False))))
+    assert "Tree" not in rows["collectives"] and "between nodes" not in rows["collectives"]
     assert "hold 20 of the 132 SMs for the whole pair" in rows["all-to-all"]
     assert rows["stage_split"] == "even" and rows["fused_elementwise"] == "False"
 

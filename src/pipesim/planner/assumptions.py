@@ -9,9 +9,10 @@ from dataclasses import fields
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
 from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, gemm_efficiency
 from .memory_lines import held_text
+from .nccl import HOSTS
 from .parallelism import domain_text, layout_assumptions
 from .results import Plan
-from .specs import Training
+from .specs import Cluster, Training
 
 #: the tensor-parallel line's last words, per ``Training.tp_overlap`` (tp_overlap.py)
 TP_OVERLAP_TEXT = {
@@ -23,6 +24,20 @@ TP_OVERLAP_TEXT = {
     "all": "overlapped with the multiplies around it (tp_overlap = all: Megatron-Core's --tp-comm-overlap, torchtitan's "
     "AsyncTP; an MoE model's only as far as tp_overlap = backward hides them)",
 }
+
+
+def nccl_between_nodes_text(c: Cluster) -> str:
+    """The collectives line's words for NCCL's algorithms and its tuning model's terms
+    between nodes (nccl.py), empty where NCCL's protocols are switched off."""
+    if not c.nccl_protocols:
+        return ""
+    posting, two, more = HOSTS[c.host_cpu]
+    tree = "; all-reduces at the faster of Ring and Tree by size" if "tree" in c.nccl_algorithms else "; Ring only"
+    return (
+        f"{tree} (nccl_algorithms); between nodes a ring step at least {posting:g} us ({posting * 3:g} under Simple: "
+        f"{c.host_cpu} hosts' network posting), LL at most {two:g} GB/s on two nodes and {more:g} on more, "
+        "a Simple all-reduce ring's latency x1.4 (NCCL's tuning.cc)"
+    )
 
 
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
@@ -43,6 +58,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             f"NCCL's alpha-beta: {c.nccl_base_us:g} us a collective and {c.nvlink_hop_us:g} us a ring step or peer on "
             f"NVLink, {c.network_hop_us:g} us over the network (its tuning model's LL ring latencies)"
             + ("; rings at the fastest of LL, LL128 and Simple, each its own latencies and bandwidth" * c.nccl_protocols)
+            + nccl_between_nodes_text(c)
             + "; the network at "
             f"network_share {c.network_share:g} of line rate for rings and send/recv, network_alltoall_share "
             f"{c.network_alltoall_share:g} for an all-to-all (nccl.py names the measurements)",

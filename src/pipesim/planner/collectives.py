@@ -66,7 +66,7 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
         else:
             a2a = tokens * max(network * per_token / (c.network_gbps * 1e9), nvlink * per_token / (c.nvlink_gbps * 1e9))
         # the etp shards all-gather the e.top_k copies a token sends (each shard's copies)
-        return a2a + nccl.ring_seconds(c, "all_gather", lay.etp * tokens * e.top_k * per_token, lay.etp, etp)
+        return a2a + nccl.collective_seconds(c, "all_gather", lay.etp * tokens * e.top_k * per_token, lay.etp, etp)
 
     dispatch = seconds(1 if t.precision == "fp8" and t.fp8_scaling == "block" else 2)
     combine = seconds(2)
@@ -74,7 +74,7 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
 
 
 def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
-    """Seconds of one ring all-reduce of a micro-batch's hidden states over tp GPUs (or,
+    """Seconds of one NCCL all-reduce of a micro-batch's hidden states over tp GPUs (or,
     with sequence parallelism, the all-gather and reduce-scatter that replace it: the
     same bytes, two collectives' latencies), on NVLink while the tensor group stays
     inside a domain."""
@@ -83,8 +83,8 @@ def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     size = lay.tokens(t.seq) * m.hidden * 2
     where = lay.span("tp", c.domain)
     if t.sequence_parallel:
-        return sum(nccl.ring_seconds(c, kind, size, lay.tp, where) for kind in ("all_gather", "reduce_scatter"))
-    return nccl.ring_seconds(c, "all_reduce", size, lay.tp, where)
+        return sum(nccl.collective_seconds(c, kind, size, lay.tp, where) for kind in ("all_gather", "reduce_scatter"))
+    return nccl.collective_seconds(c, "all_reduce", size, lay.tp, where)
 
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
@@ -101,7 +101,7 @@ def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
     ``Training.p2p_latency_us`` and crosses the network at ``network_share`` of its line
     rate; the gather is an NCCL all-gather (``nccl.py``)."""
     full = lay.tokens(t.seq) * m.hidden * 2
-    gather = 0.0 if t.sequence_parallel else nccl.ring_seconds(c, "all_gather", full, lay.tp, lay.span("tp", c.domain))
+    gather = 0.0 if t.sequence_parallel else nccl.collective_seconds(c, "all_gather", full, lay.tp, lay.span("tp", c.domain))
     rate = nccl.p2p_rate(c, lay.span("pp", c.domain).inside)
     return t.p2p_latency_us * 1e-6 + full / lay.tp / rate + gather
 
@@ -113,9 +113,10 @@ def ring_bandwidth(c: Cluster, lay: Layout, group: str) -> float:
 
 
 def ring_seconds(c: Cluster, lay: Layout, group: str, kind: str, nbytes: float) -> float:
-    """Seconds of one NCCL ring collective ``kind`` on a buffer of ``nbytes`` over the
-    groups of dimension ``group`` (``nccl.ring_seconds``)."""
-    return nccl.ring_seconds(c, kind, nbytes, lay.size(group), lay.span(group, c.domain))
+    """Seconds of one NCCL collective ``kind`` (a ring collective's name) on a buffer of
+    ``nbytes`` over the groups of dimension ``group``: an all-reduce at the faster of
+    Ring and Tree where the cluster allows the tree (``nccl.collective_seconds``)."""
+    return nccl.collective_seconds(c, kind, nbytes, lay.size(group), lay.span(group, c.domain))
 
 
 def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
@@ -128,7 +129,7 @@ def tied_embedding_sync(m: Model, c: Cluster, t: Training, lay: Layout) -> float
     if not m.tied_embeddings or lay.pp < 2:
         return 0.0
     ends = Span(True, 2, 1) if lay.span("pp", c.domain).inside else Span(False, 1, 2)
-    return nccl.ring_seconds(c, "all_reduce", m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes, 2, ends)
+    return nccl.collective_seconds(c, "all_reduce", m.vocab * m.hidden / lay.tp * t.grad_reduce_bytes, 2, ends)
 
 
 def kv_width(m: Model) -> float:

@@ -27,6 +27,11 @@ PRESETS = Path(__file__).parent / "presets"
 #: models have about 130 layers (Llama 3 405B: 126).
 MAX_MODEL_LAYERS = min(MAX_LAYERS, 1_000)
 
+#: the host CPUs NCCL's tuner tells apart (planner/nccl.py HOSTS) and the all-reduce
+#: algorithms pipesim prices of NCCL's (its NCCL_ALGO names)
+HOST_CPUS = ("intel", "amd", "arm")
+NCCL_ALGORITHMS = ("ring", "tree")
+
 #: The accepted range of each numeric field (smallest, largest); others take 0 to
 #: MAX_COUNT (whole numbers) or 0 to 1e18. Past these no real model or cluster lies, and
 #: the estimate's products would overflow or its loops over layers and GPUs never end.
@@ -163,6 +168,12 @@ class Cluster:
     # latencies and bandwidth shares, nccl.py) and take the fastest, as NCCL's tuner does;
     # false: LL's latencies with the full bandwidth (the lower envelope)
     nccl_protocols: bool = True
+    # the algorithms NCCL's tuner weighs for an all-reduce, as NCCL_ALGO names them: the
+    # faster of Ring and Tree by message size (nccl.py); ["ring"]: the ring alone
+    nccl_algorithms: tuple[str, ...] = ("ring", "tree")
+    # the nodes' host CPU, one of HOST_CPUS: sets NCCL's network posting overhead and LL's
+    # bandwidth cap between nodes (tuning.cc, nccl.py); "arm" (Grace) prices as "intel"
+    host_cpu: str = "intel"
     # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
     # nodes (compute trays) hold 4; network_gbps is the link between domains
     nvlink_domain: int = 0
@@ -337,7 +348,11 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1 (a share of line rate), got {value}")
     required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
+    if isinstance(data, dict) and "nccl_algorithms" in data:
+        data = {**data, "nccl_algorithms": _nccl_algorithms(data["nccl_algorithms"], where)}
     c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
+    if c.host_cpu not in HOST_CPUS:
+        raise PipesimError(f"{where}: host_cpu must be one of {', '.join(map(repr, HOST_CPUS))}, got {c.host_cpu!r}")
     c = replace(c, hbm_gb=c.memory_mib * MIB / 1e9)
     for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps", "hbm_tbps"):
         if getattr(c, key) <= 0:
@@ -353,6 +368,18 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
             f"and divide the cluster's {c.gpus} GPUs"
         )
     return c.resized(gpus) if gpus is not None else c
+
+
+def _nccl_algorithms(value, where: str) -> tuple[str, ...]:
+    """A cluster file's ``nccl_algorithms``: a list of NCCL_ALGO names pipesim prices,
+    the ring among them (NCCL's only one here for all-gathers and reduce-scatters)."""
+    ok = isinstance(value, list) and all(isinstance(x, str) and x.lower() in NCCL_ALGORITHMS for x in value)
+    if not ok or "ring" not in [x.lower() for x in value]:
+        raise PipesimError(
+            f'{where}: nccl_algorithms must be a list of {" and ".join(map(repr, NCCL_ALGORITHMS))} holding "ring" '
+            f'(e.g. ["ring", "tree"], or ["ring"] for the ring alone), got {value!r}'
+        )
+    return tuple(dict.fromkeys(x.lower() for x in value))
 
 
 def model_training(name_or_path: str) -> dict:
