@@ -127,7 +127,10 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
     checked = 0
     for cand in cands:
         p = evaluate_mod.prepare(m, c, t, cand)
-        if isinstance(p, evaluate_mod.Result) or evaluate_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None:
+        if (
+            isinstance(p, evaluate_mod.Result)
+            or evaluate_mod.sample_points(cand.schedule, cand.layout.pp, cand.microbatches) is None
+        ):
             continue
         fast = evaluate_mod.finish(m, c, t, p)
         monkeypatch.setattr(evaluate_mod, "sample_points", lambda name, pp, M, options=None: None)
@@ -235,6 +238,32 @@ def test_memory_overhead_of_two_copies_is_smaller_for_moe(capsys):
         assert per_param[0] == pytest.approx(per_param[1], rel=0.05)
     assert moe["extra_copy_share_of_hbm"] < dense["extra_copy_share_of_hbm"] / 3
     assert moe["stage_parameters_per_gpu"] < moe["stage_parameters"] / 20  # experts sharded 64 ways
+
+
+def test_memory_takes_the_folded_and_context_parallel_layouts_plan_takes(capsys):
+    """Qwen3-235B's Megatron layout (TP2 PP8 EP32 on 256 GPUs: attention dp16, experts
+    folded over tp x dp = 32 GPUs, edp 1) is answered, not refused for ep not dividing dp;
+    a cp2 rank keeps half the tokens of a sequence, so each layer's activations per
+    micro-batch halve; what cannot hold together is refused in one line, exit 2."""
+    main(["memory", "--model", "deepseek-v3", "--gpus", "256", "--tp", "2", "--pp", "8", "--ep", "32", "-s", "1f1b", "--json"])
+    folded = json.loads(capsys.readouterr().out)
+    assert folded["layout"]["dp"] == 16 and folded["layout"]["ep"] == 32 and folded["layout"]["edp"] == 1
+    base = ["memory", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "-s", "1f1b", "--seq", "16384", "--json"]
+    main(base)
+    one = json.loads(capsys.readouterr().out)
+    main([*base, "--cp", "2"])
+    two = json.loads(capsys.readouterr().out)
+    assert two["layout"]["cp"] == 2 and two["layout"]["dp"] == one["layout"]["dp"] // 2
+    for a, b in zip(one["activations_per_layer"], two["activations_per_layer"]):
+        assert b["bytes"] == pytest.approx(a["bytes"] / 2)
+    for argv, needle in (
+        (["--model", "deepseek-v3", "--gpus", "256", "--tp", "2", "--pp", "8", "--ep", "64"], "must divide tp x cp x dp = 32"),
+        (["--model", "llama3-70b", "--gpus", "64", "--pp", "4", "--cp", "4", "--seq", "4100"], "divisible by 2 x cp = 8"),
+        (["--model", "llama3-70b", "--pp", "4", "--etp", "2"], "has no experts"),
+    ):
+        assert main(["memory", *argv]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

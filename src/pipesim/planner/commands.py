@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from ..costfile import load_cost_file
 from ..errors import PipesimError
@@ -21,7 +21,7 @@ from .activations import head_activation, head_saved, layer_activation, layer_sa
 from .candidates import Pins
 from .device_memory import usable_for
 from .footprint import memory_model, stage_params
-from .layout import Layout, default_ep
+from .layout import Layout, default_ep, layout_problem
 from .search import search
 from .specs import CP_COMMS, TP_OVERLAPS, load_cluster, load_model, load_training, model_published, model_training
 from .stages import component_costs, stage_parts
@@ -66,9 +66,19 @@ def add_commands(command) -> None:
     add_specs(c, cluster_default="h100")
     c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
     c.add_argument("--schedule", "-s", default="dualpipe", help="schedule (default dualpipe), set beside 1f1b")
-    c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp)")
+    c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp / cp)")
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shards (default 1)")
     c.add_argument("--ep", type=positive_int, help="expert-parallel degree (MoE; default min(64, dp, experts))")
+    c.add_argument(
+        "--cp", type=positive_int, default=1, help="context-parallel ranks (each holds 1/cp of every sequence; default 1)"
+    )
+    c.add_argument(
+        "--etp",
+        type=positive_int,
+        default=1,
+        help="expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)",
+    )
+    c.add_argument("--micro-batch-size", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
     c.add_argument(
         "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
     )
@@ -170,9 +180,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_text_atomic(out, text)
         best = plan.best
         summary = (
-            f"{best.candidate.label} on {layout_text(best, plan)}: {best.step_time:.2f} s per step"
-            if best
-            else "nothing fits"
+            f"{best.candidate.label} on {layout_text(best, plan)}: {best.step_time:.2f} s per step" if best else "nothing fits"
         )
         print(f"wrote {out}: {summary}", file=sys.stderr)
     else:
@@ -243,16 +251,17 @@ class ProgressLine:
 
 def cmd_memory(args: argparse.Namespace) -> int:
     model, cluster, training = specs_from(args)
-    pp, tp = args.pp, args.tp
-    if cluster.gpus % (pp * tp):
-        raise PipesimError(f"--pp {pp} x --tp {tp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
-    dp = args.dp or cluster.gpus // (pp * tp)
+    pp, tp, cp = args.pp, args.tp, args.cp
+    if cluster.gpus % (pp * tp * cp):
+        raise PipesimError(f"--pp {pp} x --tp {tp} x --cp {cp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
+    dp = args.dp or cluster.gpus // (pp * tp * cp)
+    # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
+    # folding), so ep need not divide dp: layout_problem states what must hold
     ep = args.ep or default_ep(model, dp)
-    if model.moe and (dp % ep or model.moe.experts % ep):
-        raise PipesimError(f"--ep {ep} must divide dp={dp} and the {model.moe.experts} experts")
-    if not model.moe and args.ep:
-        raise PipesimError(f"{model.name} has no experts; drop --ep")
-    lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep)
+    lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=args.micro_batch_size, cp=cp, etp=args.etp)
+    refused = layout_problem(model, training, lay)
+    if refused:
+        raise PipesimError(refused)
     M = args.microbatches or 4 * pp
     work(pp, M, 2)  # two chunks: the schedule set beside 1f1b may be a V
     recompute = "selective" if training.recompute == "auto" else training.recompute
@@ -264,7 +273,16 @@ def cmd_memory(args: argparse.Namespace) -> int:
     data = {
         "model": model.name,
         "cluster": cluster.name,
-        "layout": {"pp": pp, "dp": dp, "tp": tp, "ep": ep},
+        "layout": {
+            "pp": pp,
+            "dp": dp,
+            "tp": tp,
+            "ep": ep,
+            "cp": cp,
+            "etp": lay.etp,
+            "edp": lay.edp,
+            "micro_batch": lay.micro_batch,
+        },
         "microbatches": M,
         "recompute": recompute,
         "schedules": rows,
@@ -280,9 +298,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(
-        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), pp{pp} x dp{dp}"
-        + (f" x tp{tp}" if tp > 1 else "")
-        + (f", ep{ep}" if ep > 1 else "")
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), {lay}"
+        + (f", {lay.micro_batch} sequences a micro-batch" if lay.micro_batch > 1 else "")
         + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
     )
     for r in rows:
@@ -319,7 +336,10 @@ def _usable_dict(u) -> dict:
 
 def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
     """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE) and for
-    the output head, tensor by tensor."""
+    the output head, tensor by tensor (a context-parallel rank's 1/cp of each sequence,
+    as the planner's footprint counts it)."""
+    if lay.cp > 1:
+        training = replace(training, seq=training.seq // lay.cp)
     tokens = lay.micro_batch * training.seq
     kinds = {model.is_moe_layer(i): i for i in range(model.layers)}
     rows = []
@@ -336,7 +356,9 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
             }
         )
     head = head_saved(model, training, lay.tp)
-    rows.append({"layer": "head", "bytes": head_activation(model, training, lay), "tensors": {k: v * tokens for k, v in head.items()}})
+    rows.append(
+        {"layer": "head", "bytes": head_activation(model, training, lay), "tensors": {k: v * tokens for k, v in head.items()}}
+    )
     return rows
 
 
