@@ -402,7 +402,7 @@ COUNT_FLAGS = {
         "--measured-step",
         "--tokens",
     ],  # fmt: skip
-    "memory": ["--pp", "--tp", "--dp", "--ep", "-m", "--gpus", "--seq"],
+    "memory": ["--pp", "--tp", "--dp", "--ep", "--cp", "--etp", "--micro-batch-size", "-m", "--gpus", "--seq"],
     "import": ["--pp", "-m", "--stages-per-rank"],
 }
 
@@ -487,7 +487,7 @@ def case(pick: Pick) -> Case:
                 argv.append("--json")
         else:
             argv += ["--pp", pick.one(["1", "2", "4"] if pick.chance(0.8) else NUMBERS)]
-            for flag in ("--tp", "--ep", "--dp", "-m"):
+            for flag in ("--tp", "--ep", "--dp", "--cp", "--etp", "--micro-batch-size", "-m"):
                 if pick.chance(0.15):
                     argv += [flag, num(pick, NUMBERS[:8])]
             if pick.chance(0.3):
