@@ -6,12 +6,14 @@ term's formula; benchmarks/attention_grid.py holds it to SimuMax's measured kern
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script, printed
 from pipesim.planner.assumptions import assumptions
 from pipesim.planner.compute import FLASH_BACKWARD_TILE_ROWS, attention_core, attention_grid_fill
 from pipesim.planner.layout import Layout
@@ -162,3 +164,40 @@ def test_a_training_file_turns_it_on_and_off(tmp_path):
     # forward: 8 heads x 16 blocks of 256 rows on 148 SMs keep 8 x 34,816 / (148 x 4096) of them busy
     assert times["true"][0] / times["false"][0] == pytest.approx(148 * 4096 / (8 * 34816))
     assert times["true"][1] > times["false"][1]
+
+
+BENCH = ROOT / "benchmarks" / "attention_grid.py"
+
+
+def _system(tmp_path: Path, name: str, tflops: float, shapes: dict) -> None:
+    """A SimuMax-style system file holding only the attention tables (made up here)."""
+    op = {k: {"tflops": tflops, "accurate_efficient_factor": shapes} for k in ("sdp_fwd", "sdp_bwd")}
+    path = tmp_path / "configs" / "system" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"accelerator": {"op": op}}))
+
+
+def test_the_benchmark_without_simumax_says_so_in_one_line():
+    code, text = printed(load_script(BENCH).main, [])
+    assert code == 0 and text.strip().splitlines() == [
+        "SimuMax's measured attention tables not available (no --simumax-src given): nothing to compare."
+    ]
+
+
+def test_the_benchmark_turns_simumax_efficiencies_back_into_measured_times(tmp_path):
+    key = "batch=1, seq_len=4096, head_num={h}, kv_head_num=1, qk_head_dim=128, v_head_dim=128, qkv_contiguous={c}"
+    shapes = {key.format(h=8, c=True): 0.5, key.format(h=8, c=False): 0.1, key.format(h=64, c=True): 1.0}
+    _system(tmp_path, "b200_bf16_ceperm.json", 2250, shapes)
+    _system(tmp_path, "a100_pcie.json", 312, shapes)
+    code, text = printed(load_script(BENCH).main, ["--simumax-src", str(tmp_path)])
+    assert code == 0
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 4096 |")]
+    assert len(rows) == 4  # two shapes a device; the non-contiguous layout is not the training's
+    # SimuMax's convention: forward 2 b s^2 h (qk + v) FLOPs at efficiency x peak; backward 5/2 of them
+    fwd_us = 2 * 4096**2 * 8 * 256 / (0.5 * 2250e12) * 1e6
+    b200_8 = next(r for r in rows if r[1] == "8")
+    assert float(b200_8[4]) == pytest.approx(fwd_us, abs=0.5)
+    assert float(b200_8[8]) == pytest.approx(2.5 * fwd_us, abs=0.5)
+    # the largest grid there runs at twice the rate per head: 8 heads are at 0.50 of its rate
+    assert b200_8[7].startswith("0.50 / ")
+    assert "b200 forward, grid term on: 2 shapes" in text and "a100 backward, grid term off: 2 shapes" in text
