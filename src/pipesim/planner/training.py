@@ -49,7 +49,7 @@ class Training:
     # heads a GPU, micro-batch 1, short or context-parallel sequences; compute.attention_grid_fill,
     # held to SimuMax's measured kernels by benchmarks/attention_grid.py); false: every shape
     # at attention_efficiency
-    attention_waves: bool = False
+    attention_waves: bool = True
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
     comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
     param_bytes: float = 2  # weights (bf16)
