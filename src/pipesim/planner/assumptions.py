@@ -7,7 +7,14 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
-from .compute import BACKWARD_SCORE_BYTES, FLASH_BACKWARD_SHARE, FORWARD_SCORE_BYTES, FP8_WGRAD_SHARE, gemm_efficiency
+from .compute import (
+    BACKWARD_SCORE_BYTES,
+    FLASH_BACKWARD_SHARE,
+    FLASH_BACKWARD_TILE_ROWS,
+    FORWARD_SCORE_BYTES,
+    FP8_WGRAD_SHARE,
+    gemm_efficiency,
+)
 from .memory_lines import held_text
 from .nccl import HOSTS
 from .parallelism import domain_text, layout_assumptions
@@ -106,7 +113,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "attention",
             f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
-            f"rate; unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
+            + (
+                f"rate, each times the share of the {c.sms} SMs its causal grid keeps busy ({c.attention_tile_rows}-row query "
+                f"blocks forward, {FLASH_BACKWARD_TILE_ROWS}-row key blocks backward, a block per head and sequence: "
+                "attention_waves); "
+                if t.attention_waves
+                else "rate; "
+            )
+            + f"unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
             f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)",
         ),
         (

@@ -14,6 +14,7 @@ embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwid
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .floors import kernel_floor
@@ -61,6 +62,12 @@ TILE = 128
 #: the backward of fused attention runs at this share of its forward's FLOP rate
 #: (FlashAttention-2: 73% vs 63% of A100 peak; FlashAttention-3: about 75% vs 55% on H100)
 FLASH_BACKWARD_SHARE = 0.75
+
+
+#: key rows a thread block of fused attention's backward holds (its grid runs over key
+#: blocks): FlashAttention-2's sm80 backward (kBlockN 128 for head dims up to 128),
+#: FlashAttention-3's on Hopper and FlashAttention-4's on Blackwell (n_block_size 128)
+FLASH_BACKWARD_TILE_ROWS = 128
 
 
 #: block-scaled FP8 weight-gradient multiplies (both operands scaled along the token
@@ -286,7 +293,8 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
 
     Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
     per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
-    (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate; nothing
+    (it recomputes the scores) at ``FLASH_BACKWARD_SHARE`` of the forward's rate, each
+    times the share of the SMs its grid keeps busy (``attention_grid_fill``); nothing
     goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
     twice that backward (four multiplies), and each score element moves
     ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
@@ -299,13 +307,59 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     T, heads = lay.tokens(t.seq), m.heads / lay.tp
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
-        return f, 2.5 * f / FLASH_BACKWARD_SHARE
+        forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows)
+        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS)
+        return f / forward, 2.5 * f / FLASH_BACKWARD_SHARE / backward
     per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
     # each product is one batched kernel over the micro-batch's heads: one launch floor
     batched = [per_seq * gemm(c, t, rows, n, k, fp8=False, floor=False) for n, k in ((t.seq, qk), (v, t.seq))]
     products = sum(max(x, kernel_floor(t)) for x in batched)
     scores = T * heads * t.seq / hbm_rate(c, t)
     return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
+
+
+def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows: int) -> float:
+    """The share of the GPU a causal fused-attention kernel can keep busy: 1 when its grid
+    is large, less when few thread blocks share out the SMs (``t.attention_waves``).
+
+    FlashAttention launches one thread block per (block of ``rows`` query rows, head,
+    sequence) forward (flash_fwd_launch_template.h: grid(num_m_block, b, h)), one per key
+    block backward, and a block runs on one SM. Under the causal mask block i of m reads
+    the keys up to its last row, so the blocks' work is a staircase up to the whole
+    sequence. The share is the total work over the SMs' time to the earliest end any
+    schedule of the blocks could reach (``causal_grid_span``). Tensor parallelism (few
+    heads a GPU), micro-batch 1 and short or context-parallel sequences (seq / cp rows a
+    GPU, taken as one causal sequence) shrink the grid; large grids keep
+    ``attention_efficiency``, the term only lowers it. Evidence: MooreThreads/SimuMax's
+    measured TransformerEngine attention on B200 and A100, which
+    benchmarks/attention_grid.py prints beside it."""
+    if not t.attention_waves:
+        return 1.0
+    seq = t.seq / lay.cp
+    copies = lay.micro_batch * math.ceil(heads)
+    m = math.ceil(seq / rows)
+    work = copies * (rows * (m - 1) * m / 2 + seq)  # keys read, a row of each block: sum of min(seq, (i + 1) rows)
+    span = causal_grid_span(seq, rows, copies, c.sms)
+    return 1.0 if work >= c.sms * span else work / (c.sms * span)
+
+
+@functools.lru_cache(maxsize=4096)
+def causal_grid_span(seq: float, rows: int, copies: int, sms: int) -> float:
+    """The longest any SM must work (in keys read per query row) when ``copies`` causal
+    sequences of ``seq`` rows are cut into blocks of ``rows`` and shared out over ``sms``:
+    whatever the schedule, some SM holds k + 1 of the k x sms + 1 largest blocks, for
+    every k (k = 0: the longest block; whole waves of equal blocks, NVIDIA's wave
+    quantization, when a sequence fits one block). The total work over the SMs is the
+    other bound ``attention_grid_fill`` takes. So the fill is the most a schedule can
+    reach: a longest-first one (FlashAttention-3 and -4's SingleTileLPTScheduler) reaches
+    it on the smallest and the largest grids and comes within 15% between, at two to
+    four blocks an SM (tests/test_attention_grid.py)."""
+    m = math.ceil(seq / rows)
+    longest = 0.0
+    for k in range(math.ceil(copies * m / sms)):
+        block = m - 1 - k * sms // copies  # the (k x sms + 1)-th largest block's index
+        longest = max(longest, (k + 1) * min(seq, (block + 1) * rows))
+    return longest
 
 
 def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float]:

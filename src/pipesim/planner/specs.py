@@ -67,6 +67,7 @@ BOUNDS = {
     "fp8_gemm_efficiency": (0.01, 1),
     "fp8_tensor_gemm_efficiency": (0.01, 1),
     "gemm_tile_fill_us": (0, 1e3),
+    "attention_tile_rows": (1, 1_000_000),
     "attention_efficiency": (0.01, 1),
     "hbm_efficiency": (0.01, 1),
     "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency
@@ -151,6 +152,11 @@ class Cluster:
     # epilogue), us; gemm_efficiency is then the share a tile's k loop runs at (compute.py
     # names the measurement). 0: every shape at gemm_efficiency
     gemm_tile_fill_us: float = 0.0
+    # query rows one thread block of the fused attention forward holds (compute.attention_grid_fill):
+    # 128 in FlashAttention-2 on Ampere (kBlockM, flash_fwd_launch_template.h) and
+    # FlashAttention-3 on Hopper; Blackwell's kernels hold two 128-row query tiles a block
+    # (FlashAttention-4's flash_fwd_sm100.py, q_stage 2; CUTLASS example 77_blackwell_fmha)
+    attention_tile_rows: int = 128
     memory_mib: float = 0.0  # device memory as nvidia-smi reports it (memory.total, MiB)
     cuda_context_mib: float = 723  # held by the CUDA context (device_memory.py gives the source)
     nccl_mib_per_group: float = 688  # NCCL buffers per communicator a rank uses (device_memory.py)

@@ -45,6 +45,11 @@ class Training:
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
+    # fused attention's share falls where its grid of thread blocks cannot fill the SMs (few
+    # heads a GPU, micro-batch 1, short or context-parallel sequences; compute.attention_grid_fill,
+    # held to SimuMax's measured kernels by benchmarks/attention_grid.py); false: every shape
+    # at attention_efficiency
+    attention_waves: bool = True
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
     comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
     param_bytes: float = 2  # weights (bf16)
