@@ -298,7 +298,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(
-        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), {lay}"
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), pp{pp} x dp{dp}"
+        + (f" x tp{tp}" if tp > 1 else "")
+        + (f" x cp{cp}" if cp > 1 else "")
+        + (f", ep{ep}" if ep > 1 else "")
+        + (f" x etp{lay.etp}" if lay.etp > 1 else "")
         + (f", {lay.micro_batch} sequences a micro-batch" if lay.micro_batch > 1 else "")
         + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
     )
