@@ -25,7 +25,8 @@ The third holds NCCL all-to-alls across 2 to 16 nodes (benchmarks/data/nccl_allt
 with sources), each beside pipesim's price and the rate at each GPU's NIC that the figure
 implies (nccl-tests' busbw falls with the nodes by construction: the NIC carries (ranks -
 gpus a node) / (ranks - 1) of its bus bytes), so that a NIC rate falling with the nodes
-would show. Rows the source calls a fault are printed and not scored.
+would show. Rows the source calls a fault are printed and not scored. Its 2-node DeepEP
+rows and its 8-node H800 row repeat the first table's, as the anchors of the span.
 """
 
 from __future__ import annotations
