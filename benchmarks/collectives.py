@@ -20,11 +20,20 @@ vendor (AMD EPYC on DGX A100 and ND96asr_v4) a data-sheet fact: none was read of
 The second table holds mid-sized messages (256 KiB - 64 MiB), where the algorithm and
 protocol NCCL picks matter most; none of them set anything either, and the summary gives
 their errors apart from the rest. Its last column names pipesim's pick.
+
+The third holds NCCL all-to-alls across 2 to 16 nodes (benchmarks/data/nccl_alltoall.toml,
+with sources), each beside pipesim's price and the rate at each GPU's NIC that the figure
+implies (nccl-tests' busbw falls with the nodes by construction: the NIC carries (ranks -
+gpus a node) / (ranks - 1) of its bus bytes), so that a NIC rate falling with the nodes
+would show. Rows the source calls a fault are printed and not scored. Its 2-node DeepEP
+rows and its 8-node H800 row repeat the first table's, as the anchors of the span.
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
+from pathlib import Path
 
 from pipesim.planner import nccl
 from pipesim.planner.layout import Span
@@ -157,6 +166,81 @@ def mid_pick(row) -> str:
     return min(t, key=t.get)
 
 
+SPAN_DATA = Path(__file__).parent / "data" / "nccl_alltoall.toml"
+
+
+def span_rows() -> list[dict]:
+    return tomllib.loads(SPAN_DATA.read_text())["row"]
+
+
+def span_cluster(row: dict):
+    """The row's preset with its NICs: network_gbps (GB/s a GPU) from the row's Gb/s."""
+    c = load_cluster(row["preset"])
+    return c if c.network_gbps * 8 == row["nic_gbps"] else replace(c, network_gbps=row["nic_gbps"] / 8)
+
+
+def span_near(row: dict) -> int:
+    """The ranks a rank reaches without its NIC, itself included: its node's, or only
+    itself where the run switched NVLink off."""
+    return row["gpus_per_node"] if row["nvlink"] else 1
+
+
+def nic_rate(row: dict, busbw: float) -> float:
+    """The rate at each GPU's NIC (GB/s) that an all-to-all's busbw implies: its share
+    (ranks - near) / (ranks - 1) of the bus bytes crosses the network."""
+    n = row["nodes"] * row["gpus_per_node"]
+    return busbw * (n - span_near(row)) / (n - 1)
+
+
+def span_busbw(row: dict) -> float:
+    """pipesim's nccl-tests busbw (GB/s) for the row's all-to-all."""
+    return a2a_busbw(span_cluster(row), row["nodes"] * row["gpus_per_node"], span_near(row), row["size"] or BIG) * 1e-9
+
+
+def span_price(row: dict) -> float:
+    """pipesim's figure for the row, in the row's unit (us where it gives a time, else busbw GB/s)."""
+    if "time_us" in row:
+        return a2a_time(span_cluster(row), row["nodes"] * row["gpus_per_node"], span_near(row), row["size"]) * 1e6
+    return span_busbw(row)
+
+
+def print_span_table(rows: list[dict]) -> list[float]:
+    """Print the all-to-alls by node span; return pipesim's errors on the out-of-sample rows."""
+    print("| GPUs | nodes | fabric | message | measured | pipesim | error | NIC rate: measured | pipesim | role | source |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---|---|")
+    errors = []
+    for row in rows:
+        unit = "us" if "time_us" in row else "GB/s"
+        measured = row["time_us"] if unit == "us" else row["busbw"]
+        price = span_price(row)
+        error = price / measured - 1
+        # the NIC rate nccl-tests' busbw implies, the row's and pipesim's at its size
+        rates = (
+            f"{nic_rate(row, row['busbw']):.1f} GB/s | {nic_rate(row, span_busbw(row)):.1f} GB/s" if "busbw" in row else "- | -"
+        )
+        size = f"{row['size'] / 2**20:g} MiB" if row["size"] >= 2**20 else (f"{row['size']} B" if row["size"] else "large")
+        role = row["role"].replace("_", " ") + (f" ({row['why']})" if row["role"] == "excluded" else "")
+        gpus = f"{row['nodes'] * row['gpus_per_node']} {row['gpu']}" + ("" if row["nvlink"] else ", NVLink off")
+        cells = f"{measured:g} {unit} | {price:.4g} {unit} | {error:+.1%}"
+        print(f"| {gpus} | {row['nodes']} | {row['fabric']} | {size} | {cells} | {rates} | {role} | {row['source']} |")
+        if row["role"] == "out_of_sample":
+            errors.append(error)
+    return errors
+
+
+def span_trend(rows: list[dict]) -> str:
+    """The NIC rate each scored busbw row implies, grouped by message size, in order of
+    the nodes spanned: whether it falls as the group spans more nodes."""
+    groups: dict[str, list[str]] = {}
+    for row in sorted(rows, key=lambda r: r["nodes"]):
+        if "busbw" in row and row["role"] != "excluded":
+            label = f"{row['size'] / 2**20:g} MiB" if row["size"] else "large"
+            groups.setdefault(label, []).append(
+                f"{row['nodes']} nodes {nic_rate(row, row['busbw']):.1f} GB/s ({row['gpu']}, {row['net']})"
+            )
+    return "; ".join(f"{label}: {', '.join(items)}" for label, items in groups.items())
+
+
 def main() -> None:
     results = [summary(e) for e in print_table(ROWS)]
     n = sum("in sample" not in row[-1] for row in ROWS)
@@ -164,7 +248,11 @@ def main() -> None:
     print(f"\nThe {n} rows not used to set a default: {line}.\n")
     results = [summary(e) for e in print_table(MID_ROWS, mid_pick)]
     line = "; ".join(f"{name} {r}" for name, r in zip(MODEL_NAMES, results))
-    print(f"\nThe {len(MID_ROWS)} mid-sized rows (none used to set a default): {line}.")
+    print(f"\nThe {len(MID_ROWS)} mid-sized rows (none used to set a default): {line}.\n")
+    rows = span_rows()
+    errors = print_span_table(rows)
+    print(f"\nThe {len(errors)} all-to-alls across nodes not used to set a default: pipesim {summary(errors)}.")
+    print(f"NIC rate the measured busbw implies, by nodes spanned: {span_trend(rows)}.")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,25 @@ which NCCL reaches:
   crosses the network); NCCL's developers expect "up to 48-49 GB/s" of a CX-7 NIC
   (NVIDIA/nccl-tests issue #267).
 
+The all-to-all share does not fall with the nodes the group spans, as NCCL's code and the
+measurements have it. NCCL's all-to-all is one send/recv pair a peer. Its p2p plan
+(src/graph/paths.cc at 5067397c, ``ncclTopoGetNchannels`` and
+``ncclTopoComputeP2pChannels``) gives a remote peer enough channels for the GPU's NICs
+(one a NIC at least, ``NCCL_P2P_PER_CHANNEL_NET_BW`` 14 GB/s a channel), then, across
+nodes, halves that until every peer of the group fits one round of its p2p channels at 8
+peers a channel (``NCCL_MAX_DEV_WORK_P2P_PER_BATCH``; src/enqueue.cc runs a round's peers
+together). A larger group gets fewer channels a peer and as many more peers in flight, so
+the NIC stays fed up to 8 x the p2p channels ranks; what the halving slows is one
+send/recv to a single peer (32 GH200 on 8 nodes until ``NCCL_NCHANNELS_PER_NET_PEER=4``,
+NVIDIA/nccl issue #1272). Measured (``benchmarks/collectives.py``'s table by node span),
+the NIC rate a large all-to-all implies is 46 GB/s on 2 nodes over InfiniBand, 41.7 and
+45.4 on 4 and 8 nodes over AWS EFA, and at 64 MiB 34.9 and 35.9 on 4 and 8 (EFA); the
+drops reported past a few nodes are the fabric's (adaptive routing: NVIDIA/nccl issue
+#780) or faults (#1792, #2409). At 64 MiB this price gives the EFA rows 14-23% more bus
+bandwidth than measured, a shortfall by message size rather than by span; the one
+InfiniBand row of that kind (64 H800, 8 MiB, NVIDIA/nccl issue #1531) is within 5%, so
+none is priced.
+
 Protocols. NCCL runs a ring collective under one of three protocols and its tuner
 (``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime`` in tuning.cc) predicts each one's
 time as its latency plus the bytes at its bandwidth, then takes the fastest. Each
