@@ -335,9 +335,13 @@ def main() -> None:
     print(f"| transfers free | {free:.3f} |")
     print(f"| (M-1) x slowest stage + every stage once (1F1B, transfers free) | {ideal:.3f} |")
     print(f"| blocking transfers of {p2p * 1e3:.3f} ms (pipesim's p2p_seconds) | {base:.3f} |")
-    print(f"| pipesim's own price of the blocking transfers: 4 per slot on a middle stage x (M + S - 1) | {4 * p2p * (M + lay.pp - 1):.3f} |")
+    print(
+        f"| pipesim's own price of the blocking transfers: 4 per slot on a middle stage x (M + S - 1) | {4 * p2p * (M + lay.pp - 1):.3f} |"
+    )
     print()
-    print("| item | code | on in MT-NLG's run? | per micro-batch (ms) F / B / transfer | per step end (ms) | s per step | share of the gap | priced by pipesim |")
+    print(
+        "| item | code | on in MT-NLG's run? | per micro-batch (ms) F / B / transfer | per step end (ms) | s per step | share of the gap | priced by pipesim |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     proven = conditional = 0.0
     listed = items(m, c, t, lay)
@@ -374,6 +378,7 @@ def priced_alone(progs, f, b, p2p: float, base: float, it: Item) -> float:
     """Seconds ``it`` adds to the replayed step on its own."""
     f2, b2 = with_item(f, b, it)
     return replay(progs, f2, b2, p2p + it.transfer) - base + it.end
+
 
 if __name__ == "__main__":
     main()
