@@ -255,6 +255,7 @@ def items(m, c, t, lay) -> list[Item]:
             "ZeRO stage 1 without legacy_stage1 (the default from v0.4.0, May 2021): contiguous_gradients "
             "forced off, so reduce_ipg_grads takes buffered_reduce_fallback",
             end=ring_seconds(c, lay, "cpdp", "all_reduce", stage_params * t.grad_reduce_bytes) - grads_rs,
+            priced=t.zero1_allreduce,  # the rows pin zero1_allreduce (training.py)
         ),
         Item(
             "ZeRO-1 bucket copies: flatten, divide by dp, copy back; the partition's flat copy",
