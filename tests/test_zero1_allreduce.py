@@ -46,5 +46,7 @@ def test_zero1_allreduce_prices_an_all_reduce_and_the_gather_back():
 
 
 def test_zero1_allreduce_needs_zero_1():
-    with pytest.raises(PipesimError, match="zero1_allreduce is DeepSpeed's ZeRO stage 1 reduction; it needs zero = 1, got zero = 2"):
+    with pytest.raises(
+        PipesimError, match="zero1_allreduce is DeepSpeed's ZeRO stage 1 reduction; it needs zero = 1, got zero = 2"
+    ):
         load_training(zero=2, zero1_allreduce=True)
