@@ -181,7 +181,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
         (
             "data parallelism",
-            "gradients reduce-scattered (ZeRO >= 1) or all-reduced, parameters all-gathered back, behind the last backward "
+            (
+                "gradients all-reduced (DeepSpeed's ZeRO stage 1 of v0.4-v0.5: zero1_allreduce) and their partition stepped"
+                if t.zero1_allreduce
+                else "gradients reduce-scattered (ZeRO >= 1) or all-reduced"
+            )
+            + ", parameters all-gathered back, behind the last backward "
             f"and the first forward, the compute beside them at {t.dp_overlap:g} of its speed (dp_overlap; 18.9% slower on "
             "average, arXiv 2507.03114); ZeRO-3 per micro-batch, or with pipeline parallelism "
             "once a step per stage, its parameters kept gathered from the first forward to the last backward (fsdp_reshard "

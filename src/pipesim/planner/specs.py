@@ -453,6 +453,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
+    if t.zero1_allreduce and t.zero != 1:
+        raise PipesimError(f"{where}: zero1_allreduce is DeepSpeed's ZeRO stage 1 reduction; it needs zero = 1, got zero = {t.zero}")
     for key in ("seq", "global_batch"):
         if getattr(t, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")

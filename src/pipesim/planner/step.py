@@ -132,7 +132,8 @@ def step_overhead(
             copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
             for n, group in ((dense, "cpdp"), (experts, "edp")):
                 replicas = lay.size(group)
-                grads += ring_seconds(c, lay, group, "reduce_scatter" if t.zero >= 1 else "all_reduce", n * t.grad_reduce_bytes)
+                reduce = "reduce_scatter" if t.zero >= 1 and not t.zero1_allreduce else "all_reduce"
+                grads += ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
                 gather += ring_seconds(c, lay, group, "all_gather", n * t.param_bytes) if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)

@@ -156,6 +156,13 @@ class Training:
     # Float16OptimizerWithFloat16Params, no distributed optimizer): the gradients' copy
     # into fp32 ones, their unscaling and overflow check, the clipping, the master copy
     optimizer_step: str = "adam"
+    # ZeRO stage 1 all-reduces every gradient instead of reduce-scattering it: DeepSpeed's
+    # stage 1 from v0.4.0 (May 2021, "ZeRO stage 1 refresh") to v0.5.x runs on stage2.py's
+    # optimizer with contiguous_gradients forced off (runtime/engine.py at v0.5.8,
+    # 9aa288d7, lines 1357-1359), so reduce_ipg_grads takes buffered_reduce_fallback's
+    # all_reduce over the data-parallel group (zero/stage2.py lines 1179-1194, 1306-1326);
+    # the optimizer then steps its own partition and all-gathers the parameters back
+    zero1_allreduce: bool = False
     # "megatron" only: Megatron-Core's check_for_nan_in_grad, a norm of every gradient
     # bucket before its reduction (on in Megatron-LM's scripts; Megatron-Bridge's
     # performance configs turn it off)
