@@ -11,7 +11,9 @@ warm-up, over a grid of sequence lengths and head counts. It then prints the sam
 as benchmarks/attention_grid.py: each shape's measured microseconds beside pipesim's
 ``attention_core`` on the preset (default h200) with the grid term (``attention_waves``)
 off and on, and the measured rate as a share of the largest grid's at that sequence length
-("rel") beside the share of the SMs the grid term keeps busy ("fill"). Measured and
+("rel") beside the share of the SMs the grid term keeps busy ("fill"), first with the
+blocks handed out in launch order as FlashAttention-2 runs them (``attention_block_order =
+"launch"``), then longest first (the term's default, FlashAttention-3/-4). Measured and
 predicted in the same run; nothing is fitted. Without PyTorch or a CUDA GPU it says so in
 one line.
 """
@@ -88,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# Causal flash attention on {name.name} ({name.multi_processor_count} SMs, torch {torch.__version__}) beside pipesim (us)"
     )
-    attention_grid.print_device(args.preset, measured_rows(torch))
+    rows = measured_rows(torch)
+    # PyTorch's flash backend is FlashAttention-2's kernel: no tile scheduler, blocks in
+    # launch order; the longest-first bound (FlashAttention-3/-4) printed after it
+    attention_grid.print_device(args.preset, rows, attention_block_order="launch")
+    attention_grid.print_device(args.preset, rows)
     return 0
 
 

@@ -85,13 +85,15 @@ def relative_rates(rows: list[dict], key: str) -> list[float]:
     return [rate(r) / rate(groups[(r["s"], r["qk"], r["v"])]) for r in rows]
 
 
-def pipesim_row(cluster, r: dict) -> dict:
-    """pipesim's (forward, backward) seconds with the grid term off and on, and its fills."""
+def pipesim_row(cluster, r: dict, **training) -> dict:
+    """pipesim's (forward, backward) seconds with the grid term off and on, and its fills
+    (``training``: more training-file fields, e.g. the kernel's attention_block_order)."""
     m, lay = shape_model(r), Layout(pp=1, dp=1, micro_batch=r["b"])
-    on = load_training(base={"seq": r["s"], "attention_waves": True})
+    on = load_training(base={"seq": r["s"], "attention_waves": True, **training})
     off = replace(on, attention_waves=False)
     fills = [
-        attention_grid_fill(cluster, on, lay, r["h"], rows) for rows in (cluster.attention_tile_rows, FLASH_BACKWARD_TILE_ROWS)
+        attention_grid_fill(cluster, on, lay, r["h"], cluster.attention_tile_rows),
+        attention_grid_fill(cluster, on, lay, r["h"], FLASH_BACKWARD_TILE_ROWS, backward=True),
     ]
     return {"off": attention_core(m, cluster, off, lay), "on": attention_core(m, cluster, on, lay), "fill": fills}
 
@@ -106,7 +108,7 @@ def summary(errors: list[float]) -> str:
     return f"bias {mean:+.1%}, mean |err| {sum(map(abs, errors)) / len(errors):.1%}, worst {worst:+.1%}"
 
 
-def print_device(preset: str, rows: list[dict]) -> dict:
+def print_device(preset: str, rows: list[dict], **training) -> dict:
     c = load_cluster(preset)
     print(
         f"\n## {preset}: {c.sms} SMs, forward blocks of {c.attention_tile_rows} query rows, backward of {FLASH_BACKWARD_TILE_ROWS} key rows\n"
@@ -119,7 +121,7 @@ def print_device(preset: str, rows: list[dict]) -> dict:
     within = {"F": 0, "B": 0}
     rel = {"F": relative_rates(rows, "fwd"), "B": relative_rates(rows, "bwd")}
     for n, r in enumerate(rows):
-        p = pipesim_row(c, r)
+        p = pipesim_row(c, r, **training)
         cells = []
         for i, name in enumerate(("F", "B")):
             real, off, on, fill = r[("fwd", "bwd")[i]], p["off"][i], p["on"][i], p["fill"][i]

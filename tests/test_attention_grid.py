@@ -116,6 +116,34 @@ def test_longest_first_scheduling_comes_close_to_the_grid_term_and_never_beats_i
     assert worst >= 0.85
 
 
+def test_launch_order_hands_each_block_to_the_first_free_sm():
+    """FlashAttention-2 (attention_block_order = "launch"): 384 tokens in 128-row blocks
+    reading 128, 256 and 384 keys, on 2 SMs: the first two blocks start together, the
+    third goes to the SM free first (at 128) and ends at 512, where longest first ends at
+    384; 768 keys of work over 2 x 512 is a fill of 0.75 against 1. The backward's key
+    blocks come largest first (384, 256, 128): 384 and 256 start together, 128 follows
+    256, and the span is 384 again."""
+    c = replace(H100, sms=2)
+    lay = Layout(pp=1, dp=1)
+    lpt = load_training(base={"seq": 384})
+    launch = replace(lpt, attention_block_order="launch")
+    assert attention_grid_fill(c, lpt, lay, 1, 128) == pytest.approx(1.0)
+    assert attention_grid_fill(c, launch, lay, 1, 128) == pytest.approx(768 / (2 * 512))
+    assert attention_grid_fill(c, launch, lay, 1, 128, backward=True) == pytest.approx(1.0)
+
+
+def test_launch_order_never_beats_longest_first():
+    lay = Layout(pp=1, dp=1)
+    for seq in (256, 1024, 4096, 8192):
+        for copies in (1, 2, 4, 8, 16, 32, 64, 128):
+            lpt = load_training(base={"seq": seq})
+            launch = replace(lpt, attention_block_order="launch")
+            for backward in (False, True):
+                assert attention_grid_fill(H100, launch, lay, copies, 128, backward) <= attention_grid_fill(
+                    H100, lpt, lay, copies, 128, backward
+                ) + 1e-12
+
+
 def test_context_parallelism_shrinks_the_grid():
     # 8192 tokens over cp 8: 1024 rows a GPU, 8 blocks a head
     assert forward(H100, 16, 8192, cp=8) > forward(H100, 16, 8192, cp=8, waves=False)
@@ -143,6 +171,7 @@ def test_the_assumptions_say_it_and_the_switch_removes_it():
         ),
         ("c.toml", (CLUSTERS / "h100.toml").read_text() + "attention_tile_rows = 1.5\n", "attention_tile_rows"),
         ("t.toml", 'seq = 1024\nglobal_batch = 64\nattention_waves = "yes"\n', "attention_waves"),
+        ("t.toml", 'seq = 1024\nglobal_batch = 64\nattention_block_order = "lpt"\n', 'attention_block_order must be "longest-first"'),
     ],
 )
 def test_bad_values_are_one_line_exit_2(capsys, tmp_path, monkeypatch, name, text, needle):

@@ -58,8 +58,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         + " on large matrix multiplies",
     )
     rows += [
-        ("gpu", f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s"),
-        ("links", f"NVLink {c.nvlink_gbps:g} GB/s as NCCL reaches it, network {c.network_gbps:g} GB/s line rate, per GPU, one way"),
+        (
+            "gpu",
+            f"{c.gpu}: {c.bf16_tflops:g} BF16 / {c.fp8_tflops:g} FP8 dense TFLOP/s, {c.hbm_gb:.3g} GB at {c.hbm_tbps:g} TB/s",
+        ),
+        (
+            "links",
+            f"NVLink {c.nvlink_gbps:g} GB/s as NCCL reaches it, network {c.network_gbps:g} GB/s line rate, per GPU, one way",
+        ),
         (
             "collectives",
             f"NCCL's alpha-beta: {c.nccl_base_us:g} us a collective and {c.nvlink_hop_us:g} us a ring step or peer on "
@@ -86,7 +92,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "small kernels",
             f"a kernel at least kernel_floor_us {t.kernel_floor_us:g} us, a layer's pass at least its kernels times "
-            f"host_us_per_kernel {t.host_us_per_kernel:g} us" + (" (one graph launch under cuda_graphs)" if t.cuda_graphs else ""),
+            f"host_us_per_kernel {t.host_us_per_kernel:g} us"
+            + (" (one graph launch under cuda_graphs)" if t.cuda_graphs else ""),
         ),
         *moe_issue_assumptions(plan),
         (
@@ -115,8 +122,9 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             f"flash: forward at attention_efficiency of BF16 peak, backward 2.5x the FLOPs at {FLASH_BACKWARD_SHARE:g} of that "
             + (
                 f"rate, each times the share of the {c.sms} SMs its causal grid keeps busy ({c.attention_tile_rows}-row query "
-                f"blocks forward, {FLASH_BACKWARD_TILE_ROWS}-row key blocks backward, a block per head and sequence: "
-                "attention_waves); "
+                f"blocks forward, {FLASH_BACKWARD_TILE_ROWS}-row key blocks backward, a block per head and sequence, "
+                + ("handed out in launch order (FlashAttention-2)" if t.attention_block_order == "launch" else "longest first")
+                + ": attention_waves, attention_block_order); "
                 if t.attention_waves
                 else "rate; "
             )
@@ -210,7 +218,10 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else ""
             ),
         ),
-        ("not modelled", "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts"),
+        (
+            "not modelled",
+            "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts",
+        ),
     ]
     return rows + layout_assumptions(plan) + search_assumptions(plan)
 

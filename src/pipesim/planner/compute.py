@@ -15,6 +15,7 @@ embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwid
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 
 from .floors import kernel_floor
@@ -308,7 +309,7 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows)
-        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS)
+        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS, backward=True)
         return f / forward, 2.5 * f / FLASH_BACKWARD_SHARE / backward
     per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
     # each product is one batched kernel over the micro-batch's heads: one launch floor
@@ -318,7 +319,7 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
 
 
-def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows: int) -> float:
+def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows: int, backward: bool = False) -> float:
     """The share of the GPU a causal fused-attention kernel can keep busy: 1 when its grid
     is large, less when few thread blocks share out the SMs (``t.attention_waves``).
 
@@ -327,7 +328,11 @@ def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows
     block backward, and a block runs on one SM. Under the causal mask block i of m reads
     the keys up to its last row, so the blocks' work is a staircase up to the whole
     sequence. The share is the total work over the SMs' time to the earliest end any
-    schedule of the blocks could reach (``causal_grid_span``). Tensor parallelism (few
+    schedule of the blocks could reach (``causal_grid_span``), or, with
+    ``t.attention_block_order = "launch"`` (FlashAttention-2: flash_fwd_kernel.h takes
+    m_block = blockIdx.x, no tile scheduler), the span of the blocks handed out in launch
+    order, each to the first SM free (``launch_grid_span``; the forward's blocks grow along
+    a sequence, the backward's key blocks shrink). Tensor parallelism (few
     heads a GPU), micro-batch 1 and short or context-parallel sequences (seq / cp rows a
     GPU, taken as one causal sequence) shrink the grid; large grids keep
     ``attention_efficiency``, the term only lowers it. Evidence: MooreThreads/SimuMax's
@@ -339,8 +344,29 @@ def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows
     copies = lay.micro_batch * math.ceil(heads)
     m = math.ceil(seq / rows)
     work = copies * (rows * (m - 1) * m / 2 + seq)  # keys read, a row of each block: sum of min(seq, (i + 1) rows)
-    span = causal_grid_span(seq, rows, copies, c.sms)
+    if t.attention_block_order == "launch":
+        span = launch_grid_span(seq, rows, copies, c.sms, not backward)
+    else:
+        span = causal_grid_span(seq, rows, copies, c.sms)
     return 1.0 if work >= c.sms * span else work / (c.sms * span)
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool) -> float:
+    """The longest any SM works (in keys read per query row) when ``copies`` causal
+    sequences of ``seq`` rows, cut into blocks of ``rows``, are handed out in launch order
+    (a sequence's blocks one after another, growing or shrinking along it), each to the
+    first SM to come free: the greedy list schedule of a kernel without a tile scheduler.
+    Never shorter than ``causal_grid_span``, the least any order allows."""
+    m = math.ceil(seq / rows)
+    sizes = [min(seq, (i + 1) * rows) for i in range(m)]
+    if not growing:
+        sizes.reverse()
+    free = [0.0] * min(sms, copies * m)
+    for _ in range(copies):
+        for size in sizes:
+            heapq.heapreplace(free, free[0] + size)
+    return max(free)
 
 
 @functools.lru_cache(maxsize=4096)

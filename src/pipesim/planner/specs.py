@@ -17,7 +17,7 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 
 # the run's fields live in training.py; specs is where callers import them from
-from .training import CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, OPTIMIZER_STEPS, TP_OVERLAPS, Training  # noqa: F401
+from .training import ATTENTION_BLOCK_ORDERS, CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, OPTIMIZER_STEPS, TP_OVERLAPS, Training  # noqa: F401
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -451,10 +451,17 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: moe_expert_gemms must be "grouped" or "per_expert", got {t.moe_expert_gemms!r}')
     if t.fsdp_reshard not in ("default", "always", "never"):
         raise PipesimError(f'{where}: fsdp_reshard must be "default", "always" or "never", got {t.fsdp_reshard!r}')
+    if t.attention_block_order not in ATTENTION_BLOCK_ORDERS:
+        raise PipesimError(
+            f'{where}: attention_block_order must be "longest-first" (FlashAttention-3/-4) or "launch" (FlashAttention-2, '
+            f"PyTorch's SDPA), got {t.attention_block_order!r}"
+        )
     if t.zero not in (0, 1, 2, 3):
         raise PipesimError(f"{where}: zero must be 0, 1, 2 or 3, got {t.zero}")
     if t.zero1_allreduce and t.zero != 1:
-        raise PipesimError(f"{where}: zero1_allreduce is DeepSpeed's ZeRO stage 1 reduction; it needs zero = 1, got zero = {t.zero}")
+        raise PipesimError(
+            f"{where}: zero1_allreduce is DeepSpeed's ZeRO stage 1 reduction; it needs zero = 1, got zero = {t.zero}"
+        )
     for key in ("seq", "global_batch"):
         if getattr(t, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(t, key)}")

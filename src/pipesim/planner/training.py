@@ -26,6 +26,7 @@ OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
+ATTENTION_BLOCK_ORDERS = ("longest-first", "launch")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ class Training:
     # tensorwise Float8, as torchtitan's Float8 rows)
     fp8_scaling: str = "block"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
-    recompute: str = "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
+    recompute: str = (
+        "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
+    )
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
@@ -50,6 +53,11 @@ class Training:
     # held to SimuMax's measured kernels by benchmarks/attention_grid.py); false: every shape
     # at attention_efficiency
     attention_waves: bool = True
+    # how the kernel hands its blocks to the SMs: "longest-first" (FlashAttention-3 and -4's
+    # tile schedulers; the least time any order allows) or "launch" (FlashAttention-2, PyTorch's
+    # SDPA flash backend: blocks in launch order, each SM taking the next as it frees;
+    # measured on an H200 by benchmarks/attention_gpu.py)
+    attention_block_order: str = "longest-first"
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
     comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
     param_bytes: float = 2  # weights (bf16)
