@@ -20,20 +20,20 @@ one line.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention_grid  # noqa: E402
+from gpu_timing import cuda_torch, preset_args, seconds  # noqa: E402
 
 SEQS = (1024, 2048, 4096, 8192)
 HEADS = (1, 2, 4, 8, 16, 32, 64, 128)
 HEAD_DIM = 128
 
 
-def time_attention(torch, b: int, h: int, s: int, warmup: int = 3, iters: int = 10) -> tuple[float, float]:
+def time_attention(torch, b: int, h: int, s: int) -> tuple[float, float]:
     """(forward, backward) seconds of causal flash attention on [b, h, s, HEAD_DIM]."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -48,20 +48,9 @@ def time_attention(torch, b: int, h: int, s: int, warmup: int = 3, iters: int = 
     def both():
         sdpa(q, k, v, is_causal=True).backward(grad)
 
-    def seconds(fn) -> float:
-        for _ in range(warmup):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        f = seconds(forward)
-        fb = seconds(both)
+        f = seconds(torch, forward)
+        fb = seconds(torch, both)
     return f, max(fb - f, 0.0)
 
 
@@ -75,16 +64,9 @@ def measured_rows(torch) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="h200", help="the cluster preset to price the shapes on (default h200)")
-    args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed (pip install 'pipesim[torch]'): nothing to measure.")
-        return 0
-    if not torch.cuda.is_available():
-        print("no CUDA GPU here: this benchmark times attention kernels on one; nothing to measure.")
+    args = preset_args(__doc__, argv)
+    torch = cuda_torch()
+    if torch is None:
         return 0
     name = torch.cuda.get_device_properties(0)
     print(

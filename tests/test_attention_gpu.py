@@ -1,5 +1,6 @@
-"""benchmarks/attention_gpu.py times attention on a CUDA GPU; on a machine without one
-(CI, this project's 2-core box) it must say so in one line and exit 0, not fail."""
+"""benchmarks/attention_gpu.py and gemm_gpu.py time kernels on a CUDA GPU; on a machine
+without one (CI, this project's 2-core box) each must say so in one line and exit 0, not
+fail."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def test_without_a_gpu_it_says_so_in_one_line(capsys, monkeypatch):
+@pytest.mark.parametrize("script", ["attention_gpu", "gemm_gpu"])
+def test_without_a_gpu_it_says_so_in_one_line(capsys, monkeypatch, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: the benchmark would time it")
     monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("attention_gpu", BENCH / "attention_gpu.py")
+    spec = importlib.util.spec_from_file_location(script, BENCH / f"{script}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["attention_gpu"] = mod
+    sys.modules[script] = mod
     spec.loader.exec_module(mod)
     assert mod.main([]) == 0
     out = capsys.readouterr().out
