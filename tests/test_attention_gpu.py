@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-@pytest.mark.parametrize("script", ["attention_gpu", "gemm_gpu"])
+@pytest.mark.parametrize("script", ["attention_gpu", "gemm_gpu", "layer_gpu"])
 def test_without_a_gpu_it_says_so_in_one_line(capsys, monkeypatch, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
