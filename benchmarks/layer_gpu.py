@@ -13,8 +13,10 @@ backward (the backward is their difference) with CUDA events after warm-up, for 
 and 70B shapes at 8,192 tokens, one and two sequences. Beside it: pipesim's
 ``layer_costs`` for the same layer on the preset (default h200) with the training file
 torchtitan's rows use (eager element-wise kernels, FlashAttention-2's block order, its
-0.37 attention share), forward ``attn_f + mlp_f`` and backward the rest. Measured and
-predicted in the same run; nothing is fitted. Without PyTorch or a CUDA GPU it says so in
+0.37 attention share), forward ``attn_f + mlp_f`` and backward the rest; then, for one
+sequence, each forward kernel timed alone on the layer's tensors beside pipesim's part
+(projections, attention core, MLP multiplies, each block's element-wise kernels). Measured
+and predicted in the same run; nothing is fitted. Without PyTorch or a CUDA GPU it says so in
 one line.
 """
 
@@ -51,6 +53,26 @@ def llama_layer(torch, h: int, heads: int, kv: int, ffn: int, seq: int, device: 
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
         return torch.view_as_real(xc * freqs_cis.view(1, seq, 1, d // 2)).flatten(3).type_as(x)
 
+    def parts(x):
+        """The forward's kernels one by one on the layer's tensors (name, thunk)."""
+        b = x.shape[0]
+        xn = attn_norm(x)
+        q, k, v = wq(xn).view(b, seq, heads, d), wk(xn).view(b, seq, kv, d), wv(xn).view(b, seq, kv, d)
+        qt, kt, vt = rotary(q).transpose(1, 2), rotary(k).transpose(1, 2), v.transpose(1, 2)
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(b, seq, h)
+        g = w1(xn)
+        return (
+            ("norm", "ew_attn", lambda: attn_norm(x)),
+            ("q, k, v, out multiplies", "proj", lambda: (wq(xn), wk(xn), wv(xn), wo(o))),
+            ("rotary", "ew_attn", lambda: (rotary(q), rotary(k))),
+            ("attention", "core", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)),
+            ("residual add", "ew_attn", lambda: x + o),
+            ("norm", "ew_mlp", lambda: mlp_norm(x)),
+            ("w1, w3, w2 multiplies", "mlp", lambda: (w1(xn), w3(xn), w2(g))),
+            ("silu(w1 x) * w3 x", "ew_mlp", lambda: F.silu(g) * g),
+            ("residual add", "ew_mlp", lambda: x + o),
+        )
+
     def block(x):  # [b, s, h]
         b = x.shape[0]
         xn = attn_norm(x)
@@ -64,6 +86,7 @@ def llama_layer(torch, h: int, heads: int, kv: int, ffn: int, seq: int, device: 
         xn = mlp_norm(x)
         return x + w2(F.silu(w1(xn)) * w3(xn))
 
+    block.parts = parts
     return block
 
 
@@ -107,7 +130,42 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{len(errors)} passes: bias {mean:+.1%}, mean |err| {sum(map(abs, errors)) / len(errors):.1%}, worst {max(errors, key=abs):+.1%}"
     )
+    print_parts(torch, c)
     return 0
+
+
+def print_parts(torch, c) -> None:
+    """The forward of one sequence split into its kernels, each timed alone on the layer's
+    tensors, beside pipesim's parts: the projections, the attention core, the multiplies of
+    the MLP and each block's element-wise kernels."""
+    from pipesim.planner.compute import attention_core, attention_gemms, elementwise_bytes, hbm_rate, mlp_gemms
+
+    print("\n| model | part | measured ms | pipesim part | pipesim ms |")
+    print("|---|---|---:|---|---:|")
+    for name, seq, mb in CASES:
+        if mb != 1:
+            continue
+        m = load_model(name)
+        block = llama_layer(torch, m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq)
+        x = torch.randn(mb, seq, m.hidden, device="cuda", dtype=torch.bfloat16)
+        t = load_training(base={"seq": seq, **TITAN})
+        lay = Layout(pp=1, dp=1, micro_batch=mb)
+        ew_attn, ew_mlp = (b / hbm_rate(c, t) for b in elementwise_bytes(m, m.layers // 2, t, lay))
+        priced = {
+            "proj": attention_gemms(m, c, t, lay)[0],
+            "core": attention_core(m, c, t, lay)[0],
+            "mlp": mlp_gemms(m, m.layers // 2, c, t, lay)[0],
+            "ew_attn": ew_attn,
+            "ew_mlp": ew_mlp,
+        }
+        measured: dict = {}
+        with torch.no_grad():
+            for part, group, fn in block.parts(x):
+                ms = seconds(torch, fn) * 1e3
+                measured[group] = measured.get(group, 0.0) + ms
+                print(f"| {name} | {part} | {ms:.3f} | {group} | |")
+        for group, sec in priced.items():
+            print(f"| {name} | all of {group} | {measured[group]:.3f} | {group} | {sec * 1e3:.3f} |")
 
 
 if __name__ == "__main__":
