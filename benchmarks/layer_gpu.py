@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         b = seconds(torch, both) - f
         t = load_training(base={"seq": seq, **TITAN})
         lc = layer_costs(m, m.layers // 2, c, t, Layout(pp=1, dp=1, micro_batch=mb), "none")
-        pf = lc.attn_f + lc.mlp_f
-        pb = lc.attn_b + lc.attn_w + lc.mlp_b + lc.mlp_w
+        pf = lc.forward_compute
+        pb = lc.backward_compute + lc.weight_compute
         errors += [pf / f - 1, pb / b - 1]
         print(
             f"| {name} | {mb} x {seq} | {f * 1e3:.2f} | {pf * 1e3:.2f} | {pf / f - 1:+.1%} | {b * 1e3:.2f} | {pb * 1e3:.2f} | {pb / b - 1:+.1%} |"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from ..costfile import load_cost_file
 from ..errors import PipesimError
@@ -21,7 +21,7 @@ from .activations import head_activation, head_saved, layer_activation, layer_sa
 from .candidates import Pins
 from .device_memory import usable_for
 from .footprint import memory_model, stage_params
-from .layout import Layout, default_ep, layout_problem
+from .layout import Layout, default_ep, layout_problem, local_training
 from .search import search
 from .specs import CP_COMMS, TP_OVERLAPS, load_cluster, load_model, load_training, model_published, model_training
 from .stages import component_costs, stage_parts
@@ -342,8 +342,7 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
     """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE) and for
     the output head, tensor by tensor (a context-parallel rank's 1/cp of each sequence,
     as the planner's footprint counts it)."""
-    if lay.cp > 1:
-        training = replace(training, seq=training.seq // lay.cp)
+    training = local_training(training, lay)
     tokens = lay.micro_batch * training.seq
     kinds = {model.is_moe_layer(i): i for i in range(model.layers)}
     rows = []

@@ -39,11 +39,11 @@ activations; each part held back below is a field of the cluster or training fil
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
 from .footprint import float8_gathered, stage_params
-from .layout import keeps_gathered
+from .layout import keeps_gathered, local_training
 from .params import attention_params, embedding_params, mlp_params
 from .split import partition
 
@@ -152,7 +152,7 @@ def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> fl
     """The larger of the loss's backward (on the last stage only) and one recomputed
     layer's with its attention's context-parallel buffers and its FSDP gradient buffers
     (on the local sequence of a context-parallel rank)."""
-    local = replace(t, seq=t.seq // lay.cp) if getattr(lay, "cp", 1) > 1 else t
+    local = local_training(t, lay)
     layer = recompute_transient(m, local, lay, recompute) + cp_attention_transient(m, local, lay)
     if layer and t.zero == 3:
         # a stage kept gathered accumulates each bf16 gradient into its unsharded

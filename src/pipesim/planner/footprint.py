@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..costs import PerStage, at_stage
 from ..memory import MemoryModel
 from . import activations
-from .layout import Layout, keeps_gathered
+from .layout import Layout, keeps_gathered, local_training
 from .params import attention_params, mlp_params
 from .specs import Model, Training
 from .split import partition
@@ -60,10 +60,8 @@ def memory_model(
 ) -> MemoryModel:
     """Bytes per stage; ``parts`` the stages' layers (``stage_parts``; default an even split)."""
     parts = parts or partition(m.layers, stages)
-    # context parallelism: a GPU keeps the activations of its 1/cp of each sequence,
-    # as a run on sequences cp times shorter would (``layer_activation`` is handed the
-    # local length and must not divide by cp again)
-    local = replace(t, seq=t.seq // lay.cp) if lay.cp > 1 else t
+    # context parallelism: a GPU keeps the activations of its 1/cp of each sequence
+    local = local_training(t, lay)
     params, experts, acts, shares = [], [], [], []
     by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
 

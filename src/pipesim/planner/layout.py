@@ -20,7 +20,7 @@ from them; this is the planner's equivalent, without processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -144,6 +144,15 @@ def default_ep(m: Model, dp: int) -> int:
     """The expert-parallel degree ``memory`` and ``compare --model`` assume when none is
     given: experts spread over up to 64 data-parallel GPUs (DeepSeek-V3's ep64)."""
     return min(64, dp, m.moe.experts) if m.moe else 1
+
+
+def local_training(t: Training, lay) -> Training:
+    """The training a context-parallel rank sees: its 1/cp of each sequence, as a run on
+    sequences cp times shorter would (the activation and transient formulas are handed the
+    local length and must not divide by cp again). ``lay`` may be any layout-like object;
+    one without ``cp`` has none."""
+    cp = getattr(lay, "cp", 1)
+    return replace(t, seq=t.seq // cp) if cp > 1 else t
 
 
 def keeps_gathered(t: Training, lay: Layout) -> bool:
