@@ -370,8 +370,9 @@ def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows
     m_block = blockIdx.x, no tile scheduler), the span of the blocks handed out in launch
     order, each to the first SM free (``launch_grid_span``; the forward's blocks grow along
     a sequence, the backward's key blocks shrink). Tensor parallelism (few
-    heads a GPU), micro-batch 1 and short or context-parallel sequences (seq / cp rows a
-    GPU, taken as one causal sequence) shrink the grid; large grids keep
+    heads a GPU), micro-batch 1 and short sequences (seq / cp rows taken as one causal
+    kernel if called for a context rank; the estimate prices a context rank's kernels one
+    by one, ``cp_attention_core``) shrink the grid; large grids keep
     ``attention_efficiency``, the term only lowers it. Evidence: MooreThreads/SimuMax's
     measured TransformerEngine attention on B200 and A100, which
     benchmarks/attention_grid.py prints beside it."""
