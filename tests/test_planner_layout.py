@@ -88,13 +88,15 @@ def test_context_parallel_attention_and_all_gather_by_hand():
     """cp2 on 64-token sequences: a rank holds 32 tokens of each and 1/2 of the causal
     work: 32 x 4 heads x 64 x (16 + 16) FLOPs at 50 TFLOP/s. Llama 3's all-gather: each
     rank receives the other's K and V, 32 tokens x 2 kv heads x 32 x 2 bytes, over NVLink
-    (the cp group sits in one 4-GPU node)."""
+    (the cp group sits in one 4-GPU node); backward Transformer Engine's all-gather scheme
+    gathers them again and reduce-scatters their gradients, the same bytes."""
     lay = Layout(pp=1, dp=1, cp=2)
     f, _ = attention_core(TINY, GPU, T, lay)
     assert f == pytest.approx(32 * 4 * 64 * 32 / 50e12)
     gather = replace(T, cp_comm="all_gather")
     x_f, x_b = cp_exchange(TINY, GPU, gather, lay, f, 2.5 * f)
-    assert x_f == x_b == pytest.approx(32 * 2 * 32 * 2 / 100e9)
+    assert x_f == pytest.approx(32 * 2 * 32 * 2 / 100e9)
+    assert x_b == pytest.approx(2 * 32 * 2 * 32 * 2 / 100e9)
     # the same group spread over nodes (tp4 puts cp ranks 4 apart): the network's pace
     wide = Layout(pp=1, dp=1, tp=4, cp=2)
     assert cp_exchange(TINY, GPU, gather, wide, f, f)[0] == pytest.approx(32 * 2 * 32 / 4 * 2 / 10e9)

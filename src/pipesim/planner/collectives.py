@@ -155,6 +155,14 @@ def a2a_size(m: Model, c: Cluster, lay: Layout) -> int:
     return a
 
 
+def a2a_ranks(m: Model, c: Cluster, t: Training, lay: Layout) -> int:
+    """Ranks of a context group's all-to-all: all cp for ``a2a`` (Ulysses), ``a2a_size``
+    for ``a2a+p2p``, 1 (none) for the ring and the all-gather and for PyTorch's ring."""
+    if lay.cp <= 1 or t.torch_context_parallel:
+        return 1
+    return lay.cp if t.cp_comm == "a2a" else a2a_size(m, c, lay) if t.cp_comm == "a2a+p2p" else 1
+
+
 def alltoall_seconds(c: Cluster, lay: Layout, n: int, per_rank: float) -> float:
     """Seconds of an all-to-all in which each of ``n`` ranks, ``lay.tp`` apart (a context
     group), sends ``per_rank`` bytes spread evenly over the others: on NVLink inside a
@@ -178,6 +186,28 @@ def ring_exposed(kv_bytes: float, n: int, link: float, core_f: float, core_b: fl
     return (n - 1) * max(0.0, latency + step - core_f / n), (n - 1) * max(0.0, latency + 2 * step - core_b / n)
 
 
+def torch_ring_exposed(
+    kv_bytes: float, n: int, link: float, gather: float | None, core_f: float, core_b: float, latency: float
+) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of PyTorch's ring (torch/distributed/tensor/
+    experimental/_attention.py at 0123248a, ``_templated_ring_attention`` and its backward;
+    ``cp_steps`` says what was taken as unchanged since December 2024). With the allgather
+    rotation (``gather``: its seconds; torchtitan's default) the keys and values are
+    gathered once, issued before step 0's attention and waited for after it, forward and
+    again backward; with the alltoall rotation they pass round the ring as in
+    ``ring_exposed``. The backward passes each step's dk, dv accumulators on in fp32 (twice
+    the bf16 bytes), waited for after the next step's attention, the last after the loop."""
+    dkv = 2 * kv_bytes / link
+    if gather is not None:
+        forward = max(0.0, gather - core_f / n)
+        backward = max(0.0, gather - core_b / n) + (n - 1) * max(0.0, latency + dkv - core_b / n)
+    else:
+        step = kv_bytes / link
+        forward = (n - 1) * max(0.0, latency + step - core_f / n)
+        backward = (n - 1) * max(0.0, latency + step + dkv - core_b / n)
+    return forward, backward + latency + dkv
+
+
 def cp_exchange(m: Model, c: Cluster, t: Training, lay: Layout, core_f: float, core_b: float) -> tuple[float, float]:
     """Exposed seconds (forward, backward) of context parallelism's key/value exchange in
     one attention layer for one micro-batch (``Training.cp_comm``; core_f, core_b: the
@@ -186,27 +216,34 @@ def cp_exchange(m: Model, c: Cluster, t: Training, lay: Layout, core_f: float, c
     - ``p2p``: a ring overlapped with blockwise attention (``ring_exposed``), on NVLink
       while the context group stays in a domain, else at the network's pace (the hop
       that leaves a domain sets the step);
-    - ``all_gather``: keys and values all-gathered before attention and their gradients
-      reduce-scattered after its backward, exposed (Llama 3: small with few kv heads);
+    - ``all_gather``: keys and values all-gathered before attention, and backward gathered
+      again and their gradients reduce-scattered after it (Transformer Engine 2.7's
+      ``AttnFuncWithCPAndKVAllGather``), exposed (Llama 3: small with few kv heads);
     - ``a2a``: DeepSpeed-Ulysses, an all-to-all of q, k, v from sequence to head shards
       before attention and of its output back, forward and backward, exposed;
     - ``a2a+p2p``: the all-to-all inside a domain over ``a2a_size`` ranks, then a ring
-      over the cp / a2a_size groups."""
+      over the cp / a2a_size groups;
+    - PyTorch's ring (``Training.torch_context_parallel``): ``torch_ring_exposed``, with
+      ``all_gather`` its allgather rotation and ``p2p`` its alltoall one."""
     if lay.cp <= 1:
         return 0.0, 0.0
     tokens = lay.tokens(t.seq)
     kv_bytes = tokens * kv_width(m) / lay.tp * 2
     scheme = t.cp_comm
-    if scheme == "all_gather":
-        x = ring_seconds(c, lay, "cp", "all_gather", lay.cp * kv_bytes)
-        return x, x
+    latency = t.p2p_latency_us * 1e-6
+    gather = ring_seconds(c, lay, "cp", "all_gather", lay.cp * kv_bytes) if scheme == "all_gather" else None
+    if t.torch_context_parallel:
+        link = nccl.p2p_rate(c, span(lay.cp, lay.tp, c.domain).inside)
+        return torch_ring_exposed(kv_bytes, lay.cp, link, gather, core_f, core_b, latency)
+    if gather is not None:
+        return gather, gather + ring_seconds(c, lay, "cp", "reduce_scatter", lay.cp * kv_bytes)
     qk, v = attention_dims(m)
     qo_bytes = tokens * m.heads * (qk + v) / lay.tp * 2  # queries and the attention output
-    a = lay.cp if scheme == "a2a" else a2a_size(m, c, lay) if scheme == "a2a+p2p" else 1
+    a = a2a_ranks(m, c, t, lay)
     ulysses = alltoall_seconds(c, lay, a, (a - 1) / a * (qo_bytes + kv_bytes)) if a > 1 else 0.0
     rest = lay.cp // a
     link = nccl.p2p_rate(c, span(rest, lay.tp * a, c.domain).inside)
     # after the all-to-all a rank holds a times the tokens of 1/a of the heads: the same
     # key/value bytes per ring step
-    f, b = ring_exposed(kv_bytes, rest, link, core_f, core_b, t.p2p_latency_us * 1e-6)
+    f, b = ring_exposed(kv_bytes, rest, link, core_f, core_b, latency)
     return ulysses + f, ulysses + b

@@ -18,6 +18,8 @@ import functools
 import heapq
 import math
 
+from .collectives import a2a_ranks
+from .cp_steps import attention_steps, grid_fill
 from .floors import kernel_floor
 from .layout import Layout
 from .params import attention_dims, attention_params, mlp_params
@@ -303,9 +305,12 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
 
     Under context parallelism a GPU holds 1/cp of each sequence's queries and, with the
     causal load balancing (each rank takes chunks i and 2cp-1-i of 2cp), 1/cp of the
-    causal work: its tokens against the whole sequence's keys, half of them masked."""
+    causal work: its tokens against the whole sequence's keys, half of them masked. Fused,
+    it runs that as its scheme's kernels (``cp_attention_core``); unfused, as one."""
     qk, v = attention_dims(m)
     T, heads = lay.tokens(t.seq), m.heads / lay.tp
+    if t.flash_attention and lay.cp > 1:
+        return cp_attention_core(m, c, t, lay)
     if t.flash_attention:
         f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
         forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows)
@@ -317,6 +322,38 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     products = sum(max(x, kernel_floor(t)) for x in batched)
     scores = T * heads * t.seq / hbm_rate(c, t)
     return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
+
+
+def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+    """(forward, backward) seconds of a context rank's fused attention as its scheme
+    launches it (``cp_steps.attention_steps``: the ring's per-step sub-blocks, the
+    all-gather's two chunks, Ulysses' whole sequence on 1/cp of the heads): each kernel's
+    FLOPs at ``attention_efficiency`` (backward 2.5 times them at ``FLASH_BACKWARD_SHARE``)
+    over its own grid's fill (``cp_steps.grid_fill``, kernels run at once sharing a grid),
+    a step at its slowest kind of rank. Per-step grids are smaller than the rank's whole
+    share, so few heads a GPU and short sequences lose more."""
+    qk, v = attention_dims(m)
+    rate = c.bf16_tflops * 1e12 * t.attention_efficiency
+    a2a = a2a_ranks(m, c, t, lay)
+    out = []
+    for backward in (False, True):
+        steps, share = attention_steps(t, lay, a2a, backward)
+        heads = m.heads / lay.tp * share
+        copies = lay.micro_batch * math.ceil(heads)
+        tile = FLASH_BACKWARD_TILE_ROWS if backward else c.attention_tile_rows
+        speed = rate * FLASH_BACKWARD_SHARE / 2.5 if backward else rate
+        seconds = 0.0
+        for step in steps:
+            times = []
+            for kernels in step.variants:
+                flops = sum(2 * k.pairs() for k in kernels) * (qk + v) * heads * lay.micro_batch
+                sizes = tuple(x for k in kernels for x in k.blocks(tile, backward))
+                launch = t.attention_block_order == "launch"
+                fill = grid_fill(sizes, copies * step.together, c.sms, launch) if t.attention_waves else 1.0
+                times.append(flops / (speed * fill))
+            seconds += max(times)
+        out.append(seconds)
+    return out[0], out[1]
 
 
 def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows: int, backward: bool = False) -> float:
@@ -333,8 +370,9 @@ def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows
     m_block = blockIdx.x, no tile scheduler), the span of the blocks handed out in launch
     order, each to the first SM free (``launch_grid_span``; the forward's blocks grow along
     a sequence, the backward's key blocks shrink). Tensor parallelism (few
-    heads a GPU), micro-batch 1 and short or context-parallel sequences (seq / cp rows a
-    GPU, taken as one causal sequence) shrink the grid; large grids keep
+    heads a GPU), micro-batch 1 and short sequences (seq / cp rows taken as one causal
+    kernel if called for a context rank; the estimate prices a context rank's kernels one
+    by one, ``cp_attention_core``) shrink the grid; large grids keep
     ``attention_efficiency``, the term only lowers it. Evidence: MooreThreads/SimuMax's
     measured TransformerEngine attention on B200 and A100, which
     benchmarks/attention_grid.py prints beside it."""

@@ -16,7 +16,9 @@ Two floors, both fields of ``Training`` so each framework states its own:
 
 A layer's kernels are counted from its structure (``layer_kernels``), the same kernels the
 estimate prices: the multiplies, attention, norms, activation, residual adds, rotary and
-routing, fused or as PyTorch's eager ops.
+routing, fused or as PyTorch's eager ops. Context parallelism adds its scheme's launches,
+counted from Transformer Engine's and PyTorch's source (``cp_steps.extra_kernels``): at cp 8
+TE's ring launches 37 more kernels forward and 40 backward per layer.
 
 An MoE layer as Megatron-Core issues it has two more terms, both fields of ``Training``:
 

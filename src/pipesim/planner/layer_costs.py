@@ -19,6 +19,7 @@ from .compute import (
     mla_up_shapes,
     mlp_gemms,
 )
+from .cp_steps import extra_kernels, pass_bytes
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -42,7 +43,9 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         layer_mode(recompute, layer)  # a malformed every-N is one line naming the form
         n = int(recompute.removeprefix("every-"))
         none, full = (layer_costs(m, layer, c, t, lay, rc) for rc in ("none", "full"))
-        return LayerCosts(**{f.name: getattr(none, f.name) + (getattr(full, f.name) - getattr(none, f.name)) / n for f in fields(LayerCosts)})
+        return LayerCosts(
+            **{f.name: getattr(none, f.name) + (getattr(full, f.name) - getattr(none, f.name)) / n for f in fields(LayerCosts)}
+        )
     proj_f, proj_b, proj_w = attention_gemms(m, c, t, lay)
     mlp_f, mlp_b, mlp_w = mlp_gemms(m, layer, c, t, lay)
     dense, experts = mlp_params(m, layer)
@@ -50,11 +53,13 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / (lay.ep * lay.etp))
     core_f, core_b = attention_core(m, c, t, lay)
     cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
+    # and the merges and accumulations between its per-step kernels (cp_steps.pass_bytes)
+    merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay))
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
-    attn_f = proj_f + core_f + ew_attn + cp_f
+    attn_f = proj_f + core_f + ew_attn + cp_f + merge_f
     regroup = local_sort_seconds(m, layer, c, t, lay)
     mlp_fwd = mlp_f + ew_mlp + regroup
-    attn_b = proj_b + core_b + 2 * ew_attn + cp_b
+    attn_b = proj_b + core_b + 2 * ew_attn + cp_b + merge_b
     mlp_bwd = mlp_b + 2 * ew_mlp + regroup
     if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
         mask = lay.tokens(t.seq) * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
@@ -87,7 +92,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
     comm = (dispatch + combine, dispatch_b + combine_b)
     attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
-        m, layer, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
+        m, layer, c, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
     )
     return LayerCosts(
         attn_f=attn_f,
@@ -125,11 +130,12 @@ def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layou
     return 2 * copies * m.hidden * 2 * 2 / hbm_rate(c, t)  # sort and unsort, each reads and writes 2-byte elements
 
 
-def _floored(m: Model, layer: int, t: Training, lay: Layout, recompute: str, comm, af, mf, ab, mb, aw, mw):
+def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompute: str, comm, af, mf, ab, mb, aw, mw):
     """Each pass of the layer (forward, input gradient, weight gradient) at least its
     kernels' launch floors and the host's time to issue them (``floors``), the attention
     and MLP halves scaled up together where a floor binds; a full-recompute backward
-    launches the forward's kernels again.
+    launches the forward's kernels again. Context parallelism adds its scheme's launches
+    (``cp_steps.extra_kernels``).
 
     An MoE layer's forward, and its backward (input and weight gradient, which Megatron
     runs as one autograd pass), also take at least their share (by kernels) of
@@ -138,6 +144,8 @@ def _floored(m: Model, layer: int, t: Training, lay: Layout, recompute: str, com
     with them meanwhile)."""
     local = m.moe.experts // max(1, lay.ep) if m.is_moe_layer(layer) else 1
     kf, kb, kw = layer_kernels(m, layer, t, local)
+    ring_f, ring_b = extra_kernels(m, c, t, lay)
+    kf, kb = kf + ring_f, kb + ring_b
     if recompute in ("full", "op"):  # op reruns every kernel but the cached multiplies and attention
         kb += kf
     out = []

@@ -443,6 +443,11 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
+    if t.torch_context_parallel and t.cp_comm not in ("p2p", "all_gather"):
+        raise PipesimError(
+            f"{where}: torch_context_parallel runs PyTorch's ring, whose keys and values pass round it (cp_comm = p2p) "
+            f"or are all-gathered (all_gather); got cp_comm = {t.cp_comm!r}"
+        )
     if t.optimizer_step not in OPTIMIZER_STEPS:
         raise PipesimError(f"{where}: optimizer_step must be one of {', '.join(OPTIMIZER_STEPS)}, got {t.optimizer_step!r}")
     if t.moe_dispatcher not in ("deepep", "alltoall"):

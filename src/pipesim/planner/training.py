@@ -148,7 +148,10 @@ class Training:
     pp_keeps_outputs: bool = False
     # context parallelism as PyTorch's context_parallel runs it (torchtitan): attention on
     # keys and values repeated to every query head, its backward accumulating the
-    # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient)
+    # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient);
+    # its cp steps of SDPA, fp32 merges and accumulations (cp_steps.py) and what its
+    # exchange leaves exposed (collectives.torch_ring_exposed). cp_comm p2p or all_gather
+    # (its alltoall or allgather rotation); false: Transformer Engine's schemes
     torch_context_parallel: bool = False
     # the optimizer's zero_grad(set_to_none=True) frees the gradients after each step
     # (PyTorch's default; torchtitan): FSDP's gradient shards, made as each layer's
