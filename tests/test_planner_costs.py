@@ -87,7 +87,9 @@ def test_eager_kernels_by_hand():
     Backward (tests/test_eager_bytes.py counts it in torch): the norm 40h, autograd's sums
     of the residual stream's gradients 3h, of the fp32 upcast's 6h and of the separate
     projections' input gradients (wq, wk, wv: 6h; w1, w3: 3h); rotary 10 (q + kv) = 960,
-    repeat_kv's sums 192, SwiGLU 9 ffn = 1152."""
+    repeat_kv's sums 192, SwiGLU 9 ffn = 1152. With torchtitan's fused RMSNorm
+    (norm_kernel = "fused") the norm is 2h forward, 3h backward, and its upcast's sum
+    goes."""
     eager = replace(T, fused_elementwise=False)
     attn, mlp = elementwise_bytes(TINY, 0, eager, Layout(pp=1, dp=16))
     assert attn == pytest.approx(32 * 2 * (21 * 64 + 960 + 192))
@@ -95,6 +97,9 @@ def test_eager_kernels_by_hand():
     attn_b, mlp_b = elementwise_bytes(TINY, 0, eager, Layout(pp=1, dp=16), backward=True)
     assert attn_b == pytest.approx(32 * 2 * (55 * 64 + 960 + 192))
     assert mlp_b == pytest.approx(32 * 2 * (52 * 64 + 1152))
+    norm = replace(eager, norm_kernel="fused")
+    assert elementwise_bytes(TINY, 0, norm, Layout(pp=1, dp=16))[1] == pytest.approx(32 * 2 * (5 * 64 + 640))
+    assert elementwise_bytes(TINY, 0, norm, Layout(pp=1, dp=16), backward=True)[1] == pytest.approx(32 * 2 * (9 * 64 + 1152))
 
 
 def test_unfused_attention_by_hand():

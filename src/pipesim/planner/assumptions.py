@@ -145,6 +145,11 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 "gradient sums; rotary 10 per element each way; SwiGLU 5 ffn forward, 9 backward)"
             )
             + (
+                "; the norms torchtitan's fused_rmsnorm kernel (2h forward, 3h backward: norm_kernel)"
+                if t.norm_kernel == "fused" and not t.fused_elementwise
+                else ""
+            )
+            + (
                 "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"
                 if t.hidden_dropout
                 else ""

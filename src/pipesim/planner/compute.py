@@ -427,15 +427,20 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     seq, heads, dim] already (attention.cu). SwiGLU's SiLU and multiply are two kernels (5
     ffn) and their backward three (two multiplies and silu_backward: 9 ffn). wq, wk and wv
     (and w1 and w3) are separate multiplies of the same normalised input, so autograd
-    adds their input gradients: 2 (and 1) sums of 3h, on all the tokens."""
+    adds their input gradients: 2 (and 1) sums of 3h, on all the tokens. ``norm_kernel``
+    sets the norms apart: "fused" among eager ops is torchtitan's ``fused_rmsnorm``
+    (models/norms.py: one Triton kernel each way, 2h and 3h), "eager" among fused ones
+    the fp32 chain."""
     h, tp, a = m.hidden, lay.tp, m.attention
     qk, v = attention_dims(m)
     seq_share = 1 / tp if t.sequence_parallel else 1.0
     eager = not t.fused_elementwise and a.kind == "gqa"
+    fused_norm = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
+    eager_norm = not fused_norm and a.kind == "gqa"
     hs = h * seq_share
-    norm = (18 * hs, 40 * hs) if eager else (2 * hs, 3 * hs)
+    norm = (18 * hs, 40 * hs) if eager_norm else (2 * hs, 3 * hs)
     # the residual stream's two gradients; an eager norm's fp32 upcast has two as well
-    sums = 3 * hs + (6 * hs if eager else 0.0)
+    sums = 3 * hs + (6 * hs if eager_norm else 0.0)
     fp8 = 1.5 if t.precision == "fp8" else 0.0
     # hidden dropout's backward multiplies the gradient by its mask (the mask's own bytes
     # are layer_costs')
