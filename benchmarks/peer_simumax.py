@@ -82,9 +82,9 @@ def pipesim_terms(data: dict, case: dict) -> tuple[dict, float, float]:
         _add(terms, TERMS[0], *attention_gemms(m, c, t, lay))
         _add(terms, TERMS[1], *attention_core(m, c, t, lay))
         _add(terms, TERMS[2], *mlp_gemms(m, layer, c, t, lay))
-        attn, mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
+        fwd, bwd = (sum(elementwise_bytes(m, layer, t, lay, backward=b)) / hbm_rate(c, t) for b in (False, True))
         sort = local_sort_seconds(m, layer, c, t, lay)
-        _add(terms, TERMS[3], attn + mlp + sort, 2 * (attn + mlp) + sort)
+        _add(terms, TERMS[3], fwd + sort, bwd + sort)
         lc = layer_costs(m, layer, c, t, lay, "none")
         comm_f, comm_b = lc.dispatch_f + lc.combine_f, lc.dispatch_b + lc.combine_b
         if m.is_moe_layer(layer):

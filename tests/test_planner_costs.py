@@ -54,10 +54,16 @@ def test_gemm_is_a_roofline_with_wave_quantization():
 
 def test_memory_bound_kernels_by_hand():
     """Per token, in 2-byte elements: norm + residual add 5h = 320; rotary on q and k,
-    2 x (4 + 2) heads x 16 = 192; SwiGLU 3 x 128 = 384. 32 tokens."""
+    2 x (4 + 2) heads x 16 = 192; SwiGLU 3 x 128 = 384. 32 tokens. Backward: the norm
+    reads the input and the gradient and writes one (3h), the residual stream's two
+    gradients are added (3h): 384; rotary rotates the gradient back (192); SwiGLU reads
+    the gradient and gate and up and writes both gradients (5 x 128 = 640)."""
     attn, mlp = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=16))
     assert attn == pytest.approx(32 * 2 * (320 + 192))
     assert mlp == pytest.approx(32 * 2 * (320 + 384))
+    attn_b, mlp_b = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=16), backward=True)
+    assert attn_b == pytest.approx(32 * 2 * (384 + 192))
+    assert mlp_b == pytest.approx(32 * 2 * (384 + 640))
     # sequence parallelism over tp=2 halves the norm and residual work and shards the rest
     attn2, mlp2 = elementwise_bytes(TINY, 0, T, Layout(pp=1, dp=8, tp=2))
     assert attn2 == pytest.approx(32 * 2 * (160 + 96))
@@ -68,7 +74,7 @@ def test_memory_bound_kernels_by_hand():
     lc = layer_costs(TINY, 0, GPU, T, Layout(pp=1, dp=16), "none")
     up, down = gemm(GPU, T, 32, 256, 64), gemm(GPU, T, 32, 64, 128)
     assert lc.mlp_f == pytest.approx(up + down + mlp / 0.5e12)
-    assert lc.mlp_b == pytest.approx(gemm(GPU, T, 32, 64, 256) + gemm(GPU, T, 32, 128, 64) + 2 * mlp / 0.5e12)
+    assert lc.mlp_b == pytest.approx(gemm(GPU, T, 32, 64, 256) + gemm(GPU, T, 32, 128, 64) + mlp_b / 0.5e12)
 
 
 def test_eager_kernels_by_hand():
@@ -76,12 +82,24 @@ def test_eager_kernels_by_hand():
     q 4 x 16 = 64, kv 2 x 16 = 32, ffn 128): each block's fp32 RMSNorm chain, x.float() 1+2,
     pow 2+2, mean 2, x * rsqrt 2+2, type_as 2+1, * weight 1+1 = 18h, and the residual add
     3h; rotary on q and k, float 1+2, complex multiply 2+2, type_as 2+1 = 10 (q + kv) = 960;
-    the output made contiguous 2q = 128; repeat_kv of k and v 2 (kv + q) = 192; SwiGLU's
-    SiLU 1+1 and multiply 2+1 = 5 ffn = 640. 32 tokens."""
+    repeat_kv of k and v 2 (kv + q) = 192; SwiGLU's SiLU 1+1 and multiply 2+1 = 5 ffn =
+    640 (the output's .contiguous() copies nothing after flash attention). 32 tokens.
+    Backward (tests/test_eager_bytes.py counts it in torch): the norm 40h, autograd's sums
+    of the residual stream's gradients 3h, of the fp32 upcast's 6h and of the separate
+    projections' input gradients (wq, wk, wv: 6h; w1, w3: 3h); rotary 10 (q + kv) = 960,
+    repeat_kv's sums 192, SwiGLU 9 ffn = 1152. With torchtitan's fused RMSNorm
+    (norm_kernel = "fused") the norm is 2h forward, 3h backward, and its upcast's sum
+    goes."""
     eager = replace(T, fused_elementwise=False)
     attn, mlp = elementwise_bytes(TINY, 0, eager, Layout(pp=1, dp=16))
-    assert attn == pytest.approx(32 * 2 * (21 * 64 + 960 + 128 + 192))
+    assert attn == pytest.approx(32 * 2 * (21 * 64 + 960 + 192))
     assert mlp == pytest.approx(32 * 2 * (21 * 64 + 640))
+    attn_b, mlp_b = elementwise_bytes(TINY, 0, eager, Layout(pp=1, dp=16), backward=True)
+    assert attn_b == pytest.approx(32 * 2 * (55 * 64 + 960 + 192))
+    assert mlp_b == pytest.approx(32 * 2 * (52 * 64 + 1152))
+    norm = replace(eager, norm_kernel="fused")
+    assert elementwise_bytes(TINY, 0, norm, Layout(pp=1, dp=16))[1] == pytest.approx(32 * 2 * (5 * 64 + 640))
+    assert elementwise_bytes(TINY, 0, norm, Layout(pp=1, dp=16), backward=True)[1] == pytest.approx(32 * 2 * (9 * 64 + 1152))
 
 
 def test_unfused_attention_by_hand():
@@ -172,15 +190,16 @@ def test_vocabulary_parallel_ends_communicate_as_megatron():
 def test_hidden_dropout_mask_by_hand():
     """Megatron-LM's hidden dropout (fused into the bias-dropout-add): a one-byte mask per
     element of each block's output, written forward and read backward; 32 tokens of hidden
-    64 at 0.5 TB/s. A full recomputation writes it again; sequence parallelism shards it."""
+    64 at 0.5 TB/s; the backward also multiplies the gradient by it (read 2 bytes, write
+    2). A full recomputation writes it again; sequence parallelism shards it."""
     lay, drop = Layout(pp=1, dp=16), replace(T, hidden_dropout=True)
     mask = 32 * 64 / 0.5e12
     plain, more = layer_costs(TINY, 0, GPU, T, lay, "none"), layer_costs(TINY, 0, GPU, drop, lay, "none")
-    for field in ("attn_f", "mlp_f", "attn_b", "mlp_b"):
-        assert getattr(more, field) - getattr(plain, field) == pytest.approx(mask), field
+    for field, extra in (("attn_f", mask), ("mlp_f", mask), ("attn_b", 5 * mask), ("mlp_b", 5 * mask)):
+        assert getattr(more, field) - getattr(plain, field) == pytest.approx(extra), field
     assert (more.attn_w, more.mlp_w) == (plain.attn_w, plain.mlp_w)
     full = layer_costs(TINY, 0, GPU, drop, lay, "full").attn_b - layer_costs(TINY, 0, GPU, T, lay, "full").attn_b
-    assert full == pytest.approx(2 * mask)
+    assert full == pytest.approx(6 * mask)
     tp2 = Layout(pp=1, dp=8, tp=2)
     sp = layer_costs(TINY, 0, GPU, replace(drop, sequence_parallel=True), tp2, "none").attn_f
     assert sp - layer_costs(TINY, 0, GPU, replace(T, sequence_parallel=True), tp2, "none").attn_f == pytest.approx(mask / 2)

@@ -22,6 +22,7 @@ Recomputation: ``selective`` checkpoints the attention core, ``full`` the whole 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -371,14 +372,20 @@ class SACMeter:
         return create_selective_checkpoint_contexts(policy)
 
 
+def _unmarked(label):
+    return contextlib.nullcontext()
+
+
 class TitanBlock(nn.Module):
     """torchtitan's eager TransformerBlock (llama/model.py): RMSNorm in fp32, separate wq,
     wk and wv, complex rotary, repeat_kv, SDPA, wo; w2(silu(w1 x) * w3 x). ``ac`` is
-    torchtitan's mode for this block: "none", "full" or "op" (selective op)."""
+    torchtitan's mode for this block: "none", "full" or "op" (selective op). ``mark`` is
+    a context manager factory each named part of the block runs under (torch_bytes.py
+    labels the kernels by it); by default it does nothing."""
 
     def __init__(self, h, heads, kv_heads, ffn, ac="none", meter: SACMeter | None = None):
         super().__init__()
-        self.ac, self.meter = ac, meter
+        self.ac, self.meter, self.mark = ac, meter, _unmarked
         self.heads, self.kv, self.d = heads, kv_heads, h // heads
         self.n1, self.n2 = EagerRMSNorm(h), EagerRMSNorm(h)
         self.wq = nn.Linear(h, heads * self.d, bias=False, dtype=DT)
@@ -397,19 +404,34 @@ class TitanBlock(nn.Module):
 
     def attention(self, xn):
         b, s, _ = xn.shape
-        q = self.rotate(self.wq(xn).view(b, s, self.heads, self.d))
-        k = self.rotate(self.wk(xn).view(b, s, self.kv, self.d))
+        q, k = self.wq(xn).view(b, s, self.heads, self.d), self.wk(xn).view(b, s, self.kv, self.d)
+        with self.mark("rotary"):
+            q, k = self.rotate(q), self.rotate(k)
         v = self.wv(xn).view(b, s, self.kv, self.d)
         rep = self.heads // self.kv
-        k = k[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
-        v = v[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+        if rep > 1:  # repeat_kv returns k and v untouched when there is nothing to repeat
+            with self.mark("repeat_kv"):
+                k = k[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
+                v = v[:, :, :, None].expand(b, s, self.kv, rep, self.d).reshape(b, s, self.heads, self.d)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+        with self.mark("attention output"):  # torchtitan's .transpose(1, 2).contiguous()
+            o = o.transpose(1, 2).contiguous().view(b, s, -1)
+        return self.wo(o)
 
     def layer(self, x):
-        x = x + self.attention(self.n1(x))
-        y = self.n2(x)
-        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+        with self.mark("norm"):
+            y = self.n1(x)
+        a = self.attention(y)
+        with self.mark("residual"):
+            x = x + a
+        with self.mark("norm"):
+            y = self.n2(x)
+        g, u = self.w1(y), self.w3(y)
+        with self.mark("swiglu"):
+            y = F.silu(g) * u
+        y = self.w2(y)
+        with self.mark("residual"):
+            return x + y
 
     def forward(self, x):
         if self.ac == "full":

@@ -134,11 +134,20 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "memory-bound kernels",
             "norms, residual adds, rotary, activations, MoE routing permutes and FP8 casts priced by their bytes at "
-            "hbm_efficiency of HBM bandwidth (backward twice the forward's bytes), "
+            "hbm_efficiency of HBM bandwidth, "
             + (
-                "as fused kernels"
+                "as fused kernels (backward from what TransformerEngine's and Megatron-Core's kernels read and "
+                "write: norm 3h against 2h forward, SwiGLU 5 ffn against 3, rotary as forward, the residual "
+                "stream's gradients added; routing and FP8 casts twice their forward)"
                 if t.fused_elementwise
-                else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code)"
+                else "as PyTorch's eager ops (fp32 RMSNorm chain, complex rotary, repeat_kv copies: torchtitan's model code), "
+                "forward and backward as counted op by op in torch (norm 18h forward, 40h backward plus autograd's "
+                "gradient sums; rotary 10 per element each way; SwiGLU 5 ffn forward, 9 backward)"
+            )
+            + (
+                "; the norms torchtitan's fused_rmsnorm kernel (2h forward, 3h backward: norm_kernel)"
+                if t.norm_kernel == "fused" and not t.fused_elementwise
+                else ""
             )
             + (
                 "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"

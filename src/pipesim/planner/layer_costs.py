@@ -56,11 +56,12 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     # and the merges and accumulations between its per-step kernels (cp_steps.pass_bytes)
     merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay))
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
+    ew_attn_b, ew_mlp_b = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay, backward=True))
     attn_f = proj_f + core_f + ew_attn + cp_f + merge_f
     regroup = local_sort_seconds(m, layer, c, t, lay)
     mlp_fwd = mlp_f + ew_mlp + regroup
-    attn_b = proj_b + core_b + 2 * ew_attn + cp_b + merge_b
-    mlp_bwd = mlp_b + 2 * ew_mlp + regroup
+    attn_b = proj_b + core_b + ew_attn_b + cp_b + merge_b
+    mlp_bwd = mlp_b + ew_mlp_b + regroup
     if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward
         mask = lay.tokens(t.seq) * m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
         attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + mask, mlp_fwd + mask, attn_b + mask, mlp_bwd + mask
