@@ -142,6 +142,23 @@ def test_extrapolated_candidates_equal_full_simulation(monkeypatch):
     assert checked >= 5  # every periodic family that fits (the searched ones are simulated whole)
 
 
+def test_extrapolation_waits_for_the_steady_pace():
+    """Llama 3 70B's interleaved 1F1B (v2) on pp2 x tp8 at M=128: its ranks' work differs
+    (the embedding on one, the head on the other), and it reaches its steady pace per
+    period only from M=16 on, after the sample points 8 and 12; the line through them put
+    the step 2.3% fast with a negative bubble (sampled then at 8 and 12; now from 4 on,
+    walking on until a third point continues the line). The extrapolation must equal the full
+    simulation."""
+    m, c, t = load_model("llama3-70b"), load_cluster("h100", gpus=64), load_training()
+    cand = candidates_mod.Candidate(Layout(pp=2, dp=4, tp=8, micro_batch=2), "interleaved-1f1b", 2, "selective", 128)
+    assert evaluate_mod.sample_points(cand.schedule, 2, 128, {"chunks": 2}) == (4, 8)
+    fast = evaluate_mod.evaluate(m, c, t, cand)
+    full = evaluate_mod.evaluate(m, c, t, cand, evaluate_mod.Shared(m, c, t, exhaustive=True))
+    assert full.bubble > 0
+    for field in ("step_time", "bubble", "compute_utilization", "exposed_comm", "memory_gb"):
+        assert getattr(fast, field) == pytest.approx(getattr(full, field), rel=1e-9, abs=1e-9), field
+
+
 def test_combined_1f1b_gets_megatrons_smallest_group(monkeypatch):
     """DeepSeek-V3's M=60 at pp8: interleaved-1f1b-overlap's default group (pp) refuses it,
     so the candidate is built with g=10, the smallest Megatron takes, and simulated whole;

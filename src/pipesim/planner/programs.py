@@ -183,17 +183,18 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
 
 
 def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tuple[int, int] | None:
-    """Two micro-batch counts past warm-up (from 2pp on a periodic schedule repeats itself
-    every 2pp micro-batches under equal stage costs; the end stages' embedding and head
-    make the warm-up last up to a period longer, so sampling starts at 4pp), congruent to
-    M modulo 2pp so the schedule's constraints still hold, from which M's totals follow
-    affinely; None when M must be simulated itself: the schedule is searched rather than
-    periodic, it is built with a Megatron group size (its order repeats every g
-    micro-batches, not 2pp), or M is as cheap."""
+    """Two micro-batch counts a period apart past warm-up (from 2pp on a periodic schedule
+    repeats itself every 2pp micro-batches under equal stage costs), congruent to M modulo
+    2pp so the schedule's constraints still hold, from which M's totals follow affinely
+    once a third point a period on continues their line (``evaluate.extrapolated``: the
+    end stages' embedding and head make the pipeline reach its steady pace later, by how
+    much depends on the costs); None when M must be simulated itself: the schedule is
+    searched rather than periodic, it is built with a Megatron group size (its order
+    repeats every g micro-batches, not 2pp), or M is as cheap."""
     if not REGISTRY[name].periodic or "group_size" in (options or {}):
         return None
     q = 2 * pp
-    m1 = 2 * q + (M - q) % q
+    m1 = q + (M - q) % q
     return (m1, m1 + q) if M > m1 + 2 * q else None
 
 
