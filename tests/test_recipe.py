@@ -5,6 +5,7 @@ layout the planner could recommend and the test runs in milliseconds."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tomllib
@@ -162,7 +163,7 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
             assert not tt["runs"] and "two copies" in tt["why"]
             continue
         old = tomllib.loads(tt["toml"])
-        assert set(old) == {"parallelism", "training"}
+        assert set(old) <= {"parallelism", "training", "activation_checkpoint"}
         assert set(old["parallelism"]) <= OLD_TORCHTITAN_PARALLELISM
         assert set(old["training"]) <= OLD_TORCHTITAN_TRAINING
         assert old["training"]["global_batch_size"] == plan.training.global_batch
@@ -188,6 +189,41 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         for flag in tt["command_line"].split():
             if flag.startswith("--"):
                 assert flag.removeprefix("--parallelism.") in TORCHTITAN_PARALLELISM
+
+
+# torchtitan's activation checkpointing, read at b5bcd76 (torchtitan/distributed/
+# activation_checkpoint.py: ActivationCheckpointingConfig is SelectiveAC.Config, FullAC.Config,
+# MemoryBudgetAC.Config or None) and, for the TOML form, at 9810191bb^ (job_config.py's
+# ActivationCheckpoint: mode none/full/selective, selective_ac_option "op" or N)
+TORCHTITAN_AC = {"none": "None", "full": "FullAC.Config()", "op": "SelectiveAC.Config()"}
+OLD_TORCHTITAN_AC = {"none": {"mode": "none"}, "full": {"mode": "full"}, "op": {"mode": "selective", "selective_ac_option": "op"}}
+
+
+@pytest.mark.parametrize("recompute", ["none", "full", "op", "selective", "every-2"])
+def test_torchtitan_recipe_sets_the_plans_activation_checkpointing(recompute):
+    # the base configurations set their own (llama3_405b: FullAC; the Trainer's default is
+    # SelectiveAC), so a recipe that says nothing runs another recomputation than planned
+    m, c = load_model("llama3-405b"), load_cluster("h100", 512)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, recompute, 64), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    code = tt["python"]
+    ast.parse(code)
+    lines = [x.strip() for x in code.splitlines()]
+    old = tomllib.loads(tt["toml"])
+    if recompute in TORCHTITAN_AC:
+        assert f"config.activation_checkpoint = {TORCHTITAN_AC[recompute]}" in lines
+        policy = TORCHTITAN_AC[recompute].removesuffix(".Config()")
+        if policy != "None":
+            assert f"from torchtitan.distributed.activation_checkpoint import {policy}" in lines
+        assert old["activation_checkpoint"] == OLD_TORCHTITAN_AC[recompute]
+    else:  # no torchtitan policy matches: nothing set, and a note says so
+        assert not any(x.startswith("config.activation_checkpoint") for x in lines)
+        assert any("activation_checkpoint" in n for n in tt["notes"])
+        if recompute == "every-2":
+            assert old["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+        else:
+            assert "activation_checkpoint" not in old
 
 
 def test_torchtitan_names_the_class_or_the_csv():

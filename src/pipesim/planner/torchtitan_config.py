@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
+from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from .plan_stages import Part, built_order, placement_of
@@ -119,6 +120,9 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
             "train without MTP there, or use Megatron-LM"
         )
+    ac = activation_checkpoint(cand.recompute)
+    if ac.note:
+        notes.append(ac.note)
     training = {
         "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
         "num_tokens_per_train_step": t.global_batch * t.seq,
@@ -129,8 +133,9 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "runs": True,
         "parallelism": par,
         "training": training,
-        "python": torchtitan_python(plan, par, training),
-        "toml": torchtitan_toml(plan, r, par, lay),
+        "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
+        "python": torchtitan_python(plan, par, training, ac),
+        "toml": torchtitan_toml(plan, r, par, lay, ac),
         "toml_versions": TORCHTITAN_TOML_VERSIONS,
         "command_line": flags,
         "notes": notes,
@@ -168,7 +173,7 @@ TORCHTITAN_BASES = {
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
-    "[parallelism] and [training] names; from #2386 on, a configuration is a Python function returning "
+    "[parallelism], [training] and [activation_checkpoint] names; from #2386 on, a configuration is a Python function returning "
     "Trainer.Config, run with --module and --config"
 )
 
@@ -188,13 +193,60 @@ def _preset_model(name: str) -> Model:
     return load_model(name)
 
 
-def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
+class Checkpointing(NamedTuple):
+    """The plan's recomputation in torchtitan: the Python value of
+    ``Trainer.Config.activation_checkpoint`` (None where no policy matches), the
+    ``[activation_checkpoint]`` table of the old TOML form (None likewise), and a note
+    where the two forms differ from the plan or from each other."""
+
+    python: str | None
+    toml: dict | None
+    note: str | None = None
+
+
+def activation_checkpoint(recompute: str) -> Checkpointing:
+    """torchtitan's activation checkpointing for the plan's ``recompute``. The names were
+    read at b5bcd76: torchtitan/distributed/activation_checkpoint.py, whose policy
+    classes (#3674, 2026-06-15) are FullAC, SelectiveAC (per-op: pipesim's ``op``) and
+    MemoryBudgetAC, or None for none; the Trainer's default is SelectiveAC, and a model's
+    config_registry may set another (llama3_405b: FullAC), so the recipe always says it.
+    Before #2386 the TOML's [activation_checkpoint] ``mode`` was none, full or selective
+    with ``selective_ac_option`` "op" or N (a full checkpoint every Nth layer)."""
+    if recompute == "none":
+        return Checkpointing("None", {"mode": "none"})
+    if recompute == "full":
+        return Checkpointing("FullAC.Config()", {"mode": "full"})
+    if recompute == "op":
+        return Checkpointing("SelectiveAC.Config()", {"mode": "selective", "selective_ac_option": "op"})
+    if recompute.startswith("every-"):
+        n = recompute.removeprefix("every-")
+        return Checkpointing(
+            None,
+            {"mode": "selective", "selective_ac_option": n},
+            f"the plan checkpoints every {n}th layer, which torchtitan's TOML form took as selective_ac_option = "
+            f'"{n}" and its policy classes (#3674, 2026-06-15) no longer offer: set config.activation_checkpoint '
+            "yourself (FullAC.Config() checkpoints every layer)",
+        )
+    return Checkpointing(
+        None,
+        None,
+        "the plan recomputes selectively as Megatron-LM does (the attention core's inner state), which no "
+        "torchtitan policy does: its SelectiveAC is per-op checkpointing (pipesim's recompute = \"op\" in a "
+        "--training file prices it), and the base configuration's own activation_checkpoint stays in place; "
+        "plan with --recompute none or full, or that training file, for a setting torchtitan runs as priced",
+    )
+
+
+def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
-    here the model's own full configuration with the plan's parallelism and batch."""
+    here the model's own full configuration with the plan's parallelism, batch and
+    activation checkpointing."""
     module, base = torchtitan_base(plan.model)
+    policy = (ac.python or "").removesuffix(".Config()")
     lines = [
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
         "from torchtitan.config import ParallelismConfig",
+        *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
         f"from {module} import {base}",
         "",
         "",
@@ -211,11 +263,13 @@ def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
             lines.append(f"        {k}={v!r},")
     lines.append("    )")
     lines += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
+    if ac.python:
+        lines.append(f"    config.activation_checkpoint = {ac.python}")
     lines.append("    return config")
     return "\n".join(lines) + "\n"
 
 
-def torchtitan_toml(plan: Plan, r: Result, par: dict, lay) -> str:
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) -> str:
     """The same settings in the TOML job file of torchtitan before #2386, whose names
     differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
     data-parallel rank (``local_batch_size``) instead of token counts, and the context
@@ -228,6 +282,8 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay) -> str:
     training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
     toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+    if ac.toml:
+        toml += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(v)}" for k, v in ac.toml.items()]
     return "\n".join(toml) + "\n"
 
 
