@@ -255,6 +255,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if cluster.gpus % (pp * tp * cp):
         raise PipesimError(f"--pp {pp} x --tp {tp} x --cp {cp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
     dp = args.dp or cluster.gpus // (pp * tp * cp)
+    if pp * tp * cp * dp != cluster.gpus:  # as plan's pins: the layout is the whole cluster
+        raise PipesimError(
+            f"--pp {pp} x --tp {tp} x --cp {cp} x --dp {dp} = {pp * tp * cp * dp} GPUs, but {cluster.name} has "
+            f"{cluster.gpus}: give --gpus {pp * tp * cp * dp} or --dp {cluster.gpus // (pp * tp * cp)}"
+        )
     # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
     # folding), so ep need not divide dp: layout_problem states what must hold
     ep = args.ep or default_ep(model, dp)
@@ -320,6 +325,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
             f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
         )
+    if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
+        return 0
     if model.moe and ep > 1:
         out.print(
             f"Why it is small for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU keeps "
