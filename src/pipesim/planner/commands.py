@@ -23,7 +23,16 @@ from .device_memory import usable_for
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
 from .search import search
-from .specs import CP_COMMS, TP_OVERLAPS, load_cluster, load_model, load_training, model_published, model_training
+from .specs import (
+    CP_COMMS,
+    TP_OVERLAPS,
+    load_cluster,
+    load_model,
+    load_training,
+    model_published,
+    model_training,
+    preset_names,
+)
 from .stages import component_costs, stage_parts
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
@@ -89,12 +98,14 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     c.add_argument(
         "--model",
         required=True,
-        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b), a TOML file or a HuggingFace config.json (or its folder)",
+        help=f"a model preset ({', '.join(preset_names('model'))}), a TOML file or a HuggingFace config.json (or its folder)",
     )
+    # the presets as shipped, so that a new one (gb200-nvl72, gb300-nvl72) is offered where it is asked for
+    clusters = ", ".join(preset_names("cluster"))
     if cluster_default:
-        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset or TOML file (default {cluster_default})")
+        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset ({clusters}) or TOML file (default {cluster_default})")
     else:
-        c.add_argument("--cluster", required=True, help="a cluster preset (h800-2048, h100, h200, a100, b200) or TOML file")
+        c.add_argument("--cluster", required=True, help=f"a cluster preset ({clusters}) or TOML file")
     c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
     g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
     g.add_argument("--training", metavar="FILE.toml", help="training spec file")
