@@ -80,6 +80,10 @@ MEGATRON_FLAGS = {
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
     "--moe-grouped-gemm",
+    # ZeRO-3: Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp and arguments.py's
+    # --data-parallel-sharding-strategy, choices no_shard, optim, optim_grads, optim_grads_params)
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
 }
 
 
@@ -304,6 +308,22 @@ def test_megatron_flags_for_llama_like_plans():
     layouts = [f.split(" ", 1)[1].strip('"') for f in inter["flags"] if "layout" in f]
     assert megatron_layout_ok(layouts[0], 126, 0, 16)  # 4 ranks x 4 virtual stages
     assert not zb["runs"] and "no zb-h1" in zb["why"]
+
+
+@pytest.mark.parametrize("zero", [1, 3])
+def test_zero_3_recipes_shard_the_parameters(zero):
+    # Megatron's distributed optimizer alone shards optimizer states and gradients (ZeRO-1/2):
+    # a ZeRO-3 plan needs Megatron-FSDP sharding parameters too; torchtitan's FSDP is ZeRO-3
+    m, c = load_model("llama3-70b"), load_cluster("h100", 64)
+    plan = Plan(m, c, load_training(seq=8192, global_batch=2048, zero=zero))
+    plan.results.append(Result(Candidate(Layout(pp=2, dp=4, tp=8), "1f1b", None, "full", 512), True, step_time=1.0))
+    d = recipe(plan)
+    flags = d["megatron"]["flags"]
+    assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS
+    fsdp = {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"}
+    assert (fsdp <= set(flags)) == (zero == 3) and "--use-distributed-optimizer" in flags
+    said = [n for n in d["torchtitan"]["notes"] if "with FSDP (ZeRO-3), where the plan assumed" in n]
+    assert said == ([] if zero == 3 else [said[0]]) and (zero == 3 or "ZeRO-1" in said[0])
 
 
 def test_plan_layout_flag_gives_the_runner_ups_recipe(capsys):

@@ -79,6 +79,11 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
     if t.zero >= 1:
         flags.append("--use-distributed-optimizer")
+    if t.zero == 3:
+        # the distributed optimizer shards optimizer states and gradients only; parameters too
+        # is Megatron-FSDP (arguments.py at d98e8a6: --use-megatron-fsdp, version 1 by default,
+        # which keeps the distributed optimizer, with the default sharding optim_grads_params)
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
     if cand.recompute == "selective":
         flags.append("--recompute-granularity selective")
     elif cand.recompute == "full":

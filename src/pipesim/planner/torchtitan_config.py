@@ -102,7 +102,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         par["data_parallel_shard_degree"] = lay.dp
         if t.fsdp_reshard != "default":
             par["fsdp_reshard_after_forward"] = t.fsdp_reshard
-        notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
+        if t.zero != 3:
+            notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
     if lay.cp > 1:
         par["context_parallel_degree"] = lay.cp
         par["context_parallel_load_balancer"] = "headtail"
