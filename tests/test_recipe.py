@@ -326,6 +326,20 @@ def test_zero_3_recipes_shard_the_parameters(zero):
     assert said == ([] if zero == 3 else [said[0]]) and (zero == 3 or "ZeRO-1" in said[0])
 
 
+@pytest.mark.parametrize("cp_comm, rotate", [("p2p", "alltoall"), ("all_gather", "allgather"), ("a2a", None), ("a2a+p2p", None)])
+def test_old_torchtitan_rotate_method_is_the_ring_for_p2p_and_nothing_for_ulysses(cp_comm, rotate):
+    # PyTorch's "alltoall" rotate method passes each key/value chunk to rank + 1 (a ring,
+    # _AllToAllRotater's permute_tensor), "allgather" gathers them all: neither splits heads
+    m, c = load_model("llama3-8b"), load_cluster("h100", 64)
+    plan = Plan(m, c, load_training(seq=65536, global_batch=64, cp_comm=cp_comm))
+    plan.results.append(Result(Candidate(Layout(pp=1, dp=8, tp=2, cp=4), "1f1b", None, "full", 8), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    assert tomllib.loads(tt["toml"])["parallelism"].get("context_parallel_rotate_method") == rotate
+    said = " ".join(tt["notes"])
+    assert ("all-gathers keys and values" in said) == (cp_comm != "all_gather")
+    assert ("neither form splits heads" in said) == (rotate is None)
+
+
 def test_plan_layout_flag_gives_the_runner_ups_recipe(capsys):
     argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--schedules", "1f1b,zb-v", "--json"]
     assert main([*argv, "--layout", "2"]) == 0

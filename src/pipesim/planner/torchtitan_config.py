@@ -111,6 +111,12 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             notes.append(
                 f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
                 f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
+                + (
+                    '; the TOML form below passes them in a ring (context_parallel_rotate_method = "alltoall", '
+                    "which torchtitan took until #3666, 2026-06-14)"
+                    if t.cp_comm in ROTATE_METHODS
+                    else " (neither form splits heads over the context ranks)"
+                )
             )
     if m.moe:
         par["expert_parallel_degree"] = lay.ep
@@ -169,6 +175,14 @@ TORCHTITAN_BASES = {
     "llama3-405b": ("torchtitan.models.llama3.config_registry", "llama3_405b"),
     "deepseek-v3": ("torchtitan.models.deepseek_v3.config_registry", "deepseek_v3_671b"),
 }
+
+
+#: the old form's ``context_parallel_rotate_method`` for each cp_comm it can run. PyTorch's
+#: context_parallel (torch 2.13, distributed/tensor/experimental/_context_parallel/
+#: _attention.py) takes "allgather" (_AllGatherRotater: every rank's keys and values
+#: gathered) or "alltoall" (_AllToAllRotater: permute_tensor to rank + 1, a ring passing
+#: one chunk a step, overlapped with the next block: pipesim's p2p); neither is Ulysses' a2a.
+ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
 
 
 #: which torchtitan versions read the TOML form
@@ -278,8 +292,9 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) ->
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
     old["pipeline_parallel_microbatch_size"] = lay.micro_batch
-    if lay.cp > 1:
-        old["context_parallel_rotate_method"] = "alltoall" if t.cp_comm == "a2a" else "allgather"
+    rotate = ROTATE_METHODS.get(t.cp_comm)
+    if lay.cp > 1 and rotate:
+        old["context_parallel_rotate_method"] = rotate
     training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
     toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
