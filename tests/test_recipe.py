@@ -9,6 +9,7 @@ import ast
 import json
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -396,3 +397,17 @@ def test_export_refuses_costs_a_schedule_is_not_built_with(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--f orders zb-auto" in err and "drop it" in err
     assert not out.exists()
+
+
+def test_a_model_torchtitan_has_no_configuration_for_says_what_to_import():
+    # Qwen3-32B from its config.json matches no preset: the import is a placeholder, and the
+    # recipe says what it must give rather than leaving an ImportError to explain it
+    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "qwen3-32b.json"), False), ("llama3-405b", True)):
+        m, c = load_model(model), load_cluster("h100", 512)
+        plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+        plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, "full", 128), True, step_time=1.0))
+        code = recipe(plan)["torchtitan"]["python"]
+        ast.parse(code)
+        said = [x for x in code.splitlines() if x.startswith("# your_configs.your_base_config: yours to write")]
+        assert ("from your_configs import your_base_config" in code) == (not own) == bool(said)
+        assert own or m.name in said[0]

@@ -185,6 +185,10 @@ TORCHTITAN_BASES = {
 ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
 
 
+#: the import a recipe names when no torchtitan configuration matches the model
+PLACEHOLDER = ("your_configs", "your_base_config")
+
+
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
@@ -200,7 +204,7 @@ def torchtitan_base(m: Model) -> tuple[str, str]:
     for preset, where in TORCHTITAN_BASES.items():
         if replace(_preset_model(preset), name=m.name) == m:
             return where
-    return "your_configs", "your_base_config"
+    return PLACEHOLDER
 
 
 @cache
@@ -262,6 +266,12 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
         "from torchtitan.config import ParallelismConfig",
         *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
+        # no torchtitan configuration of its own matches the model: say what the import must give
+        *(
+            [f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} (its model_spec, data, optimizer)"]
+            if module == PLACEHOLDER[0]
+            else []
+        ),
         f"from {module} import {base}",
         "",
         "",
