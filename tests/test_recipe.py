@@ -411,3 +411,28 @@ def test_a_model_torchtitan_has_no_configuration_for_says_what_to_import():
         said = [x for x in code.splitlines() if x.startswith("# your_configs.your_base_config: yours to write")]
         assert ("from your_configs import your_base_config" in code) == (not own) == bool(said)
         assert own or m.name in said[0]
+
+
+@pytest.mark.parametrize("schedule, pp", [("1f1b-overlap", 1), ("1f1b", 1), ("1f1b", 8)])
+def test_torchtitan_without_a_pipeline_accumulates_micro_batches(schedule, pp):
+    # torchtitan before #2386 ran global / (local_batch_size x dp) accumulation steps of
+    # local_batch_size sequences each (train.py); a pipeline's step is one forward of all M
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    plan = Plan(m, c, load_training(seq=4096, global_batch=15360))
+    dp = 2048 // pp
+    M = 15360 // dp
+    plan.results.append(Result(Candidate(Layout(pp=pp, dp=dp, ep=64), schedule, None, "full", M), True, step_time=1.0))
+    d = recipe(plan)
+    tt = d["torchtitan"]
+    old = tomllib.loads(tt["toml"])
+    assert old["training"]["local_batch_size"] == (1 if pp == 1 else M)
+    assert old["training"]["global_batch_size"] // (old["training"]["local_batch_size"] * dp) == (M if pp == 1 else 1)
+    said = " ".join(tt["notes"])
+    if pp == 1:  # no schedule, CSV or pipeline notes for a pipeline torchtitan does not build
+        assert tt["parallelism"]["pipeline_parallel_degree"] == 1
+        assert not {"pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "num_pp_microbatches"} & set(tt["parallelism"])
+        assert d["schedule_csv"] is None and "pipeline_parallel_microbatch_size" not in old["parallelism"]
+        assert "refuses pipeline parallelism with MTP" not in said
+        assert ("one after another" in said) == (schedule == "1f1b-overlap")
+    else:
+        assert tt["parallelism"]["num_pp_microbatches"] == M and "refuses pipeline parallelism with MTP" in said

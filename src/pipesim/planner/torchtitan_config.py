@@ -20,6 +20,7 @@ from functools import cache
 from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
+from .naming import COMBINED
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
 from .specs import Model, Training, load_model
@@ -66,33 +67,19 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
             "(DualPipeV is DualPipe on one copy)",
         }
-    order = built_order(r)
-    theirs = torch_class_of(order) if order is not None else None  # the PyTorch class that runs it, if any
-    exact = torchtitan_class(order, theirs) if theirs else None
-    if exact:
-        name, csv = exact, None
-    else:
-        name = placing_class(pl, lay.pp, cand.microbatches)
-        csv = csv_name(r)
-        if order is None:
-            who = f"{cand.schedule}'s order is built from this plan's costs"
-        elif theirs:
-            who = f"{cand.schedule} is PyTorch's {theirs} on one stage per rank, which torchtitan does not build"
-        else:
-            who = f"no PyTorch schedule class runs {cand.schedule}'s order"
-        notes.append(
-            f"{who}: the CSV carries it, and the schedule name {name} only places the stages "
-            f"(write the CSV with: {export_command(r)})"
-        )
-    par: dict = {
-        "pipeline_parallel_degree": lay.pp,
-        "pipeline_parallel_schedule": name,
-    }
-    if csv:
-        par["pipeline_parallel_schedule_csv"] = csv
-    par["num_pp_microbatches"] = cand.microbatches
     if lay.pp > 1:
-        par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
+        par = _pipeline(r, parts, notes)
+    else:
+        # no pipeline: torchtitan ignores its pipeline settings and runs the micro-batches as
+        # gradient accumulation (num_tokens_per_train_step over the tokens a step of the data
+        # parallel ranks takes), one after another, so no pair of them overlaps
+        par = {"pipeline_parallel_degree": 1}
+        if cand.schedule in COMBINED:
+            notes.append(
+                f"without pipeline parallelism torchtitan runs the {cand.microbatches} micro-batches one after another "
+                f"(gradient accumulation): {cand.schedule}'s overlap of one micro-batch's forward with another's backward "
+                "is not there, so its all-to-all stays exposed"
+            )
     par["tensor_parallel_degree"] = lay.tp
     if lay.tp > 1:
         notes += tp_overlap_notes(t)
@@ -122,7 +109,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         par["expert_parallel_degree"] = lay.ep
         if lay.etp > 1:
             return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
-    if m.mtp_layers:
+    if m.mtp_layers and lay.pp > 1:
         notes.append(
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
             "train without MTP there, or use Megatron-LM"
@@ -147,6 +134,41 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "command_line": flags,
         "notes": notes,
     }
+
+
+def _pipeline(r: Result, parts: list[Part], notes: list[str]) -> dict:
+    """torchtitan's pipeline settings for a plan with pp > 1: the schedule class that runs
+    its order, or the CSV that carries it, the micro-batches and the split; notes say why a
+    CSV is needed."""
+    cand, lay = r.candidate, r.candidate.layout
+    pl = placement_of(r)
+    order = built_order(r)
+    theirs = torch_class_of(order) if order is not None else None  # the PyTorch class that runs it, if any
+    exact = torchtitan_class(order, theirs) if theirs else None
+    if exact:
+        name, csv = exact, None
+    else:
+        name = placing_class(pl, lay.pp, cand.microbatches)
+        csv = csv_name(r)
+        if order is None:
+            who = f"{cand.schedule}'s order is built from this plan's costs"
+        elif theirs:
+            who = f"{cand.schedule} is PyTorch's {theirs} on one stage per rank, which torchtitan does not build"
+        else:
+            who = f"no PyTorch schedule class runs {cand.schedule}'s order"
+        notes.append(
+            f"{who}: the CSV carries it, and the schedule name {name} only places the stages "
+            f"(write the CSV with: {export_command(r)})"
+        )
+    par: dict = {
+        "pipeline_parallel_degree": lay.pp,
+        "pipeline_parallel_schedule": name,
+    }
+    if csv:
+        par["pipeline_parallel_schedule_csv"] = csv
+    par["num_pp_microbatches"] = cand.microbatches
+    par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
+    return par
 
 
 def tp_overlap_notes(t: Training) -> list[str]:
@@ -301,11 +323,16 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) ->
     exchange chosen by ``context_parallel_rotate_method``."""
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
-    old["pipeline_parallel_microbatch_size"] = lay.micro_batch
+    if lay.pp > 1:
+        old["pipeline_parallel_microbatch_size"] = lay.micro_batch
     rotate = ROTATE_METHODS.get(t.cp_comm)
     if lay.cp > 1 and rotate:
         old["context_parallel_rotate_method"] = rotate
-    training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
+    # local_batch_size is one forward's batch per data-parallel rank, and the gradient
+    # accumulation steps global / (local x dp) (train.py before #2386); with a pipeline that
+    # forward is the step's M micro-batches, without one it is a single micro-batch
+    local = t.global_batch // lay.dp if lay.pp > 1 else lay.micro_batch
+    training = {"local_batch_size": local, "global_batch_size": t.global_batch, "seq_len": t.seq}
     toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
     if ac.toml:
