@@ -22,3 +22,14 @@ def test_help_names_every_preset(command, capsys):
         listed = re.search(re.escape(flag) + r" a \w+ preset \(([^)]*)\)", text).group(1).split(", ")
         assert sorted(listed) == sorted(p.stem for p in (PRESETS / kind).glob("*.toml"))
     assert "gb200-nvl72" in text and "gb300-nvl72" in text
+
+
+def test_schedules_help_says_what_the_default_search_covers(capsys):
+    # zb-auto is searched by default (it was recommended on 1M GPUs), so the help must not exclude it
+    from pipesim.planner.candidates import NO_PINS, schedule_variants
+
+    assert "zb-auto" in {name for name, _ in schedule_variants(None, NO_PINS)}
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "but zb-auto" not in text and "default: every schedule" in text

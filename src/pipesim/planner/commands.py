@@ -41,7 +41,10 @@ GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
 def add_commands(command) -> None:
     c = command("plan", cmd_plan, "recommend a pipeline strategy for a model on a cluster, as a Markdown report")
     add_specs(c)
-    c.add_argument("--schedules", help="search only these (comma-separated; default: every schedule but zb-auto)")
+    c.add_argument(
+        "--schedules",
+        help="search only these (comma-separated; default: every schedule of 'pipesim schedules' the planner can build)",
+    )
     c.add_argument("--compare", metavar="A,B", help="GPU-hours per million tokens that B recovers against A (e.g. 1f1b,dualpipe)")
     c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
     c.add_argument(
