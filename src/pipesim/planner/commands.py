@@ -22,6 +22,7 @@ from .candidates import Pins
 from .device_memory import usable_for
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
+from .naming import layout_text
 from .search import search
 from .specs import (
     CP_COMMS,
@@ -152,7 +153,6 @@ def specs_from(args: argparse.Namespace):
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from . import report
-    from .naming import layout_text
     from .plan_stages import pick
 
     model, cluster, training = specs_from(args)
@@ -252,7 +252,7 @@ class ProgressLine:
         line = (
             f"pipesim plan: {'searched' if final else 'searching'} {plan.considered} candidates, "
             f"{len(plan.results)} simulated that fit, {plan.skipped} skipped by bound"
-            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {best.candidate.layout})" if best else "")
+            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {layout_text(best, plan)})" if best else "")
             + f"; {now - self.start:.0f} s"
         )
         if self.tty:
