@@ -436,3 +436,14 @@ def test_torchtitan_without_a_pipeline_accumulates_micro_batches(schedule, pp):
         assert ("one after another" in said) == (schedule == "1f1b-overlap")
     else:
         assert tt["parallelism"]["num_pp_microbatches"] == M and "refuses pipeline parallelism with MTP" in said
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev", "zb-h1"])
+def test_megatron_refusal_is_one_plain_sentence(schedule):
+    # "Megatron-LM has no DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it schedule: ..." read as nonsense
+    plan = plan_with("deepseek-v3", "h800-2048", 2048, [(16, 128, 1, 64, schedule, None, 120)])
+    why = recipe(plan)["megatron"]["why"]
+    shown = {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}.get(schedule, schedule)
+    assert why.startswith(f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)")
+    assert "runs it schedule" not in why and not why.endswith(".")
+    assert ("runs it" in why) == (schedule != "zb-h1")

@@ -35,11 +35,16 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     name = cand.schedule
     pl = placement_of(r)
     if name not in ("1f1b", "interleaved-1f1b", *COMBINED):
-        what = {
-            "dualpipe": "DualPipe (two model copies, bidirectional); run it with DeepSeek's deepseek-ai/DualPipe",
-            "dualpipev": "DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it",
-        }.get(name, name)
-        return {"runs": False, "why": f"Megatron-LM has no {what} schedule: it runs 1F1B, interleaved 1F1B and combined 1F1B"}
+        # where else it runs, after the sentence rather than inside it
+        shown, elsewhere = {
+            "dualpipe": ("DualPipe", "DeepSeek's deepseek-ai/DualPipe runs it (two model copies, bidirectional)"),
+            "dualpipev": ("DualPipeV", "PyTorch's ScheduleDualPipeV (torchtitan) runs it"),
+        }.get(name, (name, ""))
+        return {
+            "runs": False,
+            "why": f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)"
+            + (f"; {elsewhere}" if elsewhere else ""),
+        }
     group = r.group_size  # Megatron's group where its default of pp refuses M (search.megatron_group)
     if name.startswith("interleaved") and cand.microbatches % lay.pp and group is None:
         return {
