@@ -91,6 +91,9 @@ def add_commands(command) -> None:
         default=1,
         help="expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)",
     )
+    c.add_argument(
+        "--chunks", type=positive_int, help="chunks per rank of the schedule set beside 1f1b (interleaved: virtual stages)"
+    )
     c.add_argument("--micro-batch-size", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
     c.add_argument(
         "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
@@ -282,9 +285,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if refused:
         raise PipesimError(refused)
     M = args.microbatches or 4 * pp
-    work(pp, M, 2)  # two chunks: the schedule set beside 1f1b may be a V
+    work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
-    rows = [_memory_row(model, cluster, training, lay, name, M, recompute) for name in dict.fromkeys(("1f1b", args.schedule))]
+    # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
+    second = family(args.schedule).name
+    if second == "1f1b" and args.chunks:
+        build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
+    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
+    rows = [_memory_row(model, cluster, training, lay, name, M, recompute, **opts) for name, opts in options]
     extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
@@ -386,8 +394,12 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
     return rows
 
 
-def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
-    s = build(name, lay.pp, M)
+def _chunks(chunks: int | None) -> dict:
+    return {} if chunks is None else {"chunks": chunks}
+
+
+def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
+    s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
     parts = stage_parts(model, cluster, training, lay, stages, recompute, s.placement.held())  # as the planner splits
     mm = memory_model(model, training, lay, stages, recompute, parts)
@@ -399,7 +411,9 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     held = [pl.model_stage(worst, ch) for ch in range(pl.chunks)]
     n = sum(sum(mm.params_at(st)) for st in held)
     return {
-        "schedule": name,
+        # an interleaved placement's chunks per rank, as the plan writes them (v=4)
+        "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
+        "chunks": s.placement.chunks,
         "copies": copies,
         "params_per_copy": n / copies,
         "weights_gb": mem.params[worst] / GIB,
