@@ -182,6 +182,9 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         parts = par["module_fqns_per_model_part"]
         assert len(parts) == len(stage_split(plan, r))
         assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+        # torchtitan's models named the head "output" until #2937 (2026-04-27), after its TOML days
+        old_parts = old["parallelism"]["module_fqns_per_model_part"]
+        assert old_parts[-1][-2:] == ["norm", "output"] and old_parts[:-1] == parts[:-1] and old_parts[-1][:-1] == parts[-1][:-1]
         assert [x for p in parts for x in p if x.startswith("layers.")] == [f"layers.{i}" for i in range(plan.model.layers)]
         # the CSV is needed exactly when no PyTorch class runs the order: ZB-H1 (PyTorch's
         # InterleavedZeroBubble on one stage per rank), and ZB-V below M = 2pp - 1, where

@@ -207,6 +207,12 @@ TORCHTITAN_BASES = {
 ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
 
 
+#: the output head's module name in torchtitan's models before #2937 (2026-04-27), and so in
+#: every version that read TOML job files (its llama3, qwen3, deepseek_v3 model.py at
+#: 9810191bb^: ``self.output``; pipeline_parallel.py splits on "norm", "output")
+OLD_HEAD = "output"
+
+
 #: the import a recipe names when no torchtitan configuration matches the model
 PLACEHOLDER = ("your_configs", "your_base_config")
 
@@ -323,6 +329,8 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) ->
     exchange chosen by ``context_parallel_rotate_method``."""
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
+    if "module_fqns_per_model_part" in old:  # the output head was "output" until #2937 (2026-04-27) named it lm_head
+        old["module_fqns_per_model_part"] = [[OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]]
     if lay.pp > 1:
         old["pipeline_parallel_microbatch_size"] = lay.micro_batch
     rotate = ROTATE_METHODS.get(t.cp_comm)
