@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.cli import main
+from pipesim.errors import PipesimError
 from pipesim.planner.params import active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
@@ -139,7 +140,6 @@ def edited(name: str, **changes) -> dict:
     [
         (edited("llama-3.1-8b", model_type="gemma2"), "model_type 'gemma2' is not a family pipesim reads; supported: llama, "),
         (edited("llama-3.1-8b", model_type=...), "no model_type is not a family pipesim reads"),
-        (edited("llama-3.1-8b", num_key_value_heads=...), "missing field 'num_key_value_heads'"),
         (edited("llama-3.1-8b", intermediate_size=...), "missing field 'intermediate_size'"),
         (edited("mixtral-8x7b-v0.1", num_local_experts=...), "missing field 'num_local_experts'"),
         (edited("qwen3-32b", head_dim=...), "missing field 'head_dim'"),
@@ -218,3 +218,19 @@ def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
     with tempfile.TemporaryDirectory(prefix="pipesim-hf-") as d:
         r = run_case(c, Path(d), timeout=30)
     assert verdict(c, r) is None, (changes, r.rc, r.err[:300], r.detail)
+
+
+@pytest.mark.parametrize("missing", [..., None])
+def test_absent_or_null_fields_take_the_family_classes_defaults(tmp_path, missing):
+    # transformers' LlamaConfig, MistralConfig, Qwen2Config ...: num_key_value_heads None is
+    # num_attention_heads ("for backward compatibility"), head_dim None is hidden / heads
+    f = tmp_path / "llama-7b.json"
+    config = edited("llama-3.1-8b", num_key_value_heads=missing)
+    config.pop("head_dim", None)
+    f.write_text(json.dumps(config if missing is ... else {**config, "head_dim": None}))
+    m = load_model(str(f))
+    assert m.attention.kv_heads == m.heads == 32 and m.attention.head_dim == 4096 // 32
+    # Qwen3 gives head_dim always (Qwen3-32B: 128, not 5120 / 64); a null one is refused, not guessed
+    f.write_text(json.dumps(edited("qwen3-32b", head_dim=None)))
+    with pytest.raises(PipesimError, match="head_dim must be a whole number"):
+        load_model(str(f))

@@ -5,9 +5,11 @@ layout the planner could recommend and the test runs in milliseconds."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +81,10 @@ MEGATRON_FLAGS = {
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
     "--moe-grouped-gemm",
+    # ZeRO-3: Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp and arguments.py's
+    # --data-parallel-sharding-strategy, choices no_shard, optim, optim_grads, optim_grads_params)
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
 }
 
 
@@ -162,7 +168,7 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
             assert not tt["runs"] and "two copies" in tt["why"]
             continue
         old = tomllib.loads(tt["toml"])
-        assert set(old) == {"parallelism", "training"}
+        assert set(old) <= {"parallelism", "training", "activation_checkpoint"}
         assert set(old["parallelism"]) <= OLD_TORCHTITAN_PARALLELISM
         assert set(old["training"]) <= OLD_TORCHTITAN_TRAINING
         assert old["training"]["global_batch_size"] == plan.training.global_batch
@@ -176,6 +182,9 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         parts = par["module_fqns_per_model_part"]
         assert len(parts) == len(stage_split(plan, r))
         assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+        # torchtitan's models named the head "output" until #2937 (2026-04-27), after its TOML days
+        old_parts = old["parallelism"]["module_fqns_per_model_part"]
+        assert old_parts[-1][-2:] == ["norm", "output"] and old_parts[:-1] == parts[:-1] and old_parts[-1][:-1] == parts[-1][:-1]
         assert [x for p in parts for x in p if x.startswith("layers.")] == [f"layers.{i}" for i in range(plan.model.layers)]
         # the CSV is needed exactly when no PyTorch class runs the order: ZB-H1 (PyTorch's
         # InterleavedZeroBubble on one stage per rank), and ZB-V below M = 2pp - 1, where
@@ -188,6 +197,41 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         for flag in tt["command_line"].split():
             if flag.startswith("--"):
                 assert flag.removeprefix("--parallelism.") in TORCHTITAN_PARALLELISM
+
+
+# torchtitan's activation checkpointing, read at b5bcd76 (torchtitan/distributed/
+# activation_checkpoint.py: ActivationCheckpointingConfig is SelectiveAC.Config, FullAC.Config,
+# MemoryBudgetAC.Config or None) and, for the TOML form, at 9810191bb^ (job_config.py's
+# ActivationCheckpoint: mode none/full/selective, selective_ac_option "op" or N)
+TORCHTITAN_AC = {"none": "None", "full": "FullAC.Config()", "op": "SelectiveAC.Config()"}
+OLD_TORCHTITAN_AC = {"none": {"mode": "none"}, "full": {"mode": "full"}, "op": {"mode": "selective", "selective_ac_option": "op"}}
+
+
+@pytest.mark.parametrize("recompute", ["none", "full", "op", "selective", "every-2"])
+def test_torchtitan_recipe_sets_the_plans_activation_checkpointing(recompute):
+    # the base configurations set their own (llama3_405b: FullAC; the Trainer's default is
+    # SelectiveAC), so a recipe that says nothing runs another recomputation than planned
+    m, c = load_model("llama3-405b"), load_cluster("h100", 512)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, recompute, 64), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    code = tt["python"]
+    ast.parse(code)
+    lines = [x.strip() for x in code.splitlines()]
+    old = tomllib.loads(tt["toml"])
+    if recompute in TORCHTITAN_AC:
+        assert f"config.activation_checkpoint = {TORCHTITAN_AC[recompute]}" in lines
+        policy = TORCHTITAN_AC[recompute].removesuffix(".Config()")
+        if policy != "None":
+            assert f"from torchtitan.distributed.activation_checkpoint import {policy}" in lines
+        assert old["activation_checkpoint"] == OLD_TORCHTITAN_AC[recompute]
+    else:  # no torchtitan policy matches: nothing set, and a note says so
+        assert not any(x.startswith("config.activation_checkpoint") for x in lines)
+        assert any("activation_checkpoint" in n for n in tt["notes"])
+        if recompute == "every-2":
+            assert old["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+        else:
+            assert "activation_checkpoint" not in old
 
 
 def test_torchtitan_names_the_class_or_the_csv():
@@ -270,6 +314,36 @@ def test_megatron_flags_for_llama_like_plans():
     assert not zb["runs"] and "no zb-h1" in zb["why"]
 
 
+@pytest.mark.parametrize("zero", [1, 3])
+def test_zero_3_recipes_shard_the_parameters(zero):
+    # Megatron's distributed optimizer alone shards optimizer states and gradients (ZeRO-1/2):
+    # a ZeRO-3 plan needs Megatron-FSDP sharding parameters too; torchtitan's FSDP is ZeRO-3
+    m, c = load_model("llama3-70b"), load_cluster("h100", 64)
+    plan = Plan(m, c, load_training(seq=8192, global_batch=2048, zero=zero))
+    plan.results.append(Result(Candidate(Layout(pp=2, dp=4, tp=8), "1f1b", None, "full", 512), True, step_time=1.0))
+    d = recipe(plan)
+    flags = d["megatron"]["flags"]
+    assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS
+    fsdp = {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"}
+    assert (fsdp <= set(flags)) == (zero == 3) and "--use-distributed-optimizer" in flags
+    said = [n for n in d["torchtitan"]["notes"] if "with FSDP (ZeRO-3), where the plan assumed" in n]
+    assert said == ([] if zero == 3 else [said[0]]) and (zero == 3 or "ZeRO-1" in said[0])
+
+
+@pytest.mark.parametrize("cp_comm, rotate", [("p2p", "alltoall"), ("all_gather", "allgather"), ("a2a", None), ("a2a+p2p", None)])
+def test_old_torchtitan_rotate_method_is_the_ring_for_p2p_and_nothing_for_ulysses(cp_comm, rotate):
+    # PyTorch's "alltoall" rotate method passes each key/value chunk to rank + 1 (a ring,
+    # _AllToAllRotater's permute_tensor), "allgather" gathers them all: neither splits heads
+    m, c = load_model("llama3-8b"), load_cluster("h100", 64)
+    plan = Plan(m, c, load_training(seq=65536, global_batch=64, cp_comm=cp_comm))
+    plan.results.append(Result(Candidate(Layout(pp=1, dp=8, tp=2, cp=4), "1f1b", None, "full", 8), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    assert tomllib.loads(tt["toml"])["parallelism"].get("context_parallel_rotate_method") == rotate
+    said = " ".join(tt["notes"])
+    assert ("all-gathers keys and values" in said) == (cp_comm != "all_gather")
+    assert ("neither form splits heads" in said) == (rotate is None)
+
+
 def test_plan_layout_flag_gives_the_runner_ups_recipe(capsys):
     argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--schedules", "1f1b,zb-v", "--json"]
     assert main([*argv, "--layout", "2"]) == 0
@@ -326,3 +400,53 @@ def test_export_refuses_costs_a_schedule_is_not_built_with(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--f orders zb-auto" in err and "drop it" in err
     assert not out.exists()
+
+
+def test_a_model_torchtitan_has_no_configuration_for_says_what_to_import():
+    # Qwen3-32B from its config.json matches no preset: the import is a placeholder, and the
+    # recipe says what it must give rather than leaving an ImportError to explain it
+    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "qwen3-32b.json"), False), ("llama3-405b", True)):
+        m, c = load_model(model), load_cluster("h100", 512)
+        plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+        plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, "full", 128), True, step_time=1.0))
+        code = recipe(plan)["torchtitan"]["python"]
+        ast.parse(code)
+        said = [x for x in code.splitlines() if x.startswith("# your_configs.your_base_config: yours to write")]
+        assert ("from your_configs import your_base_config" in code) == (not own) == bool(said)
+        assert own or m.name in said[0]
+
+
+@pytest.mark.parametrize("schedule, pp", [("1f1b-overlap", 1), ("1f1b", 1), ("1f1b", 8)])
+def test_torchtitan_without_a_pipeline_accumulates_micro_batches(schedule, pp):
+    # torchtitan before #2386 ran global / (local_batch_size x dp) accumulation steps of
+    # local_batch_size sequences each (train.py); a pipeline's step is one forward of all M
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    plan = Plan(m, c, load_training(seq=4096, global_batch=15360))
+    dp = 2048 // pp
+    M = 15360 // dp
+    plan.results.append(Result(Candidate(Layout(pp=pp, dp=dp, ep=64), schedule, None, "full", M), True, step_time=1.0))
+    d = recipe(plan)
+    tt = d["torchtitan"]
+    old = tomllib.loads(tt["toml"])
+    assert old["training"]["local_batch_size"] == (1 if pp == 1 else M)
+    assert old["training"]["global_batch_size"] // (old["training"]["local_batch_size"] * dp) == (M if pp == 1 else 1)
+    said = " ".join(tt["notes"])
+    if pp == 1:  # no schedule, CSV or pipeline notes for a pipeline torchtitan does not build
+        assert tt["parallelism"]["pipeline_parallel_degree"] == 1
+        assert not {"pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "num_pp_microbatches"} & set(tt["parallelism"])
+        assert d["schedule_csv"] is None and "pipeline_parallel_microbatch_size" not in old["parallelism"]
+        assert "refuses pipeline parallelism with MTP" not in said
+        assert ("one after another" in said) == (schedule == "1f1b-overlap")
+    else:
+        assert tt["parallelism"]["num_pp_microbatches"] == M and "refuses pipeline parallelism with MTP" in said
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev", "zb-h1"])
+def test_megatron_refusal_is_one_plain_sentence(schedule):
+    # "Megatron-LM has no DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it schedule: ..." read as nonsense
+    plan = plan_with("deepseek-v3", "h800-2048", 2048, [(16, 128, 1, 64, schedule, None, 120)])
+    why = recipe(plan)["megatron"]["why"]
+    shown = {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}.get(schedule, schedule)
+    assert why.startswith(f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)")
+    assert "runs it schedule" not in why and not why.endswith(".")
+    assert ("runs it" in why) == (schedule != "zb-h1")

@@ -36,6 +36,17 @@ def advice(plan: Plan) -> list[str]:
             out.append("DualPipeV folds the model into a V on each rank: DualPipe's overlap with one copy of the parameters.")
         if m.moe:
             out.append(combined_advice(plan))
+    elif plan.searched and not set(DUAL_FAMILY) & set(plan.searched):  # --schedules left them out: no verdict
+        out.append(
+            "DualPipe and DualPipeV were not searched (--schedules): "
+            + (
+                "a dense model has no expert all-to-all for them to hide."
+                if m.moe is None
+                else "add them to see whether hiding the expert all-to-all pays here."
+            )
+        )
+        if m.moe:
+            out.append(combined_advice(plan))
     else:
         why = []
         if m.moe is None:
@@ -67,10 +78,11 @@ def advice(plan: Plan) -> list[str]:
         out.append(note)
     if best.candidate.layout.pp == 1:
         out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
-    head = usable_gb(plan, best) - best.memory_gb
-    if head < 0.05 * c.hbm_gb:
+    usable = usable_gb(plan, best)
+    if usable - best.memory_gb < 0.05 * c.hbm_gb:  # measured against what the card leaves usable, as the fit was
         out.append(
-            f"Memory is tight: {best.memory_gb:.1f} GB of {c.hbm_gb:.0f} GB per GPU; fragmentation or a larger micro-batch may not fit."
+            f"Memory is tight: {best.memory_gb:.1f} GB of the {usable:.1f} GB usable per GPU (the card's {c.hbm_gb:.3g} GB); "
+            "fragmentation or a larger micro-batch may not fit."
         )
     return out
 
@@ -92,6 +104,8 @@ def combined_advice(plan: Plan) -> str:
         return line + "."
     head += ", as DualPipe does, with one copy of the parameters"
     found = [r for r in plan.results if r.candidate.schedule in COMBINED]
+    if plan.searched and not set(COMBINED) & set(plan.searched):
+        return f"{head}; it was not searched (--schedules)."
     if not found:
         return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]

@@ -151,6 +151,14 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
         refused = fold_problem(Layout(pp=1, dp=pins.dp, tp=pins.tp, cp=cp, ep=pins.ep or 1, etp=pins.etp or 1))
         if refused:
             raise PipesimError(refused)
+    elif pins.ep or pins.etp:  # a stage's tp x cp x dp is g / pp whatever splits it: the fold must divide that
+        fold, stage = (pins.ep or 1) * (pins.etp or 1), g // (pins.pp or 1)
+        if stage % fold:
+            where = f"{g} GPUs / --pp {pins.pp}" if pins.pp else f"at most the cluster's {g}"
+            raise PipesimError(
+                f"--etp {pins.etp or 1} x --ep {pins.ep or 1} = {fold} must divide a pipeline stage's tp x cp x dp GPUs "
+                f"({stage}: {where}); the experts fold over them (etp x ep x edp = tp x cp x dp)"
+            )
     mb, M = pins.micro_batch, pins.microbatches
     for flag, v in (("--micro-batch-size", mb), ("--microbatches", M)):
         if v and t.global_batch % v:

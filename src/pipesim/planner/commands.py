@@ -22,8 +22,18 @@ from .candidates import Pins
 from .device_memory import usable_for
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
+from .naming import layout_text
 from .search import search
-from .specs import CP_COMMS, TP_OVERLAPS, load_cluster, load_model, load_training, model_published, model_training
+from .specs import (
+    CP_COMMS,
+    TP_OVERLAPS,
+    load_cluster,
+    load_model,
+    load_training,
+    model_published,
+    model_training,
+    preset_names,
+)
 from .stages import component_costs, stage_parts
 
 GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
@@ -32,7 +42,10 @@ GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
 def add_commands(command) -> None:
     c = command("plan", cmd_plan, "recommend a pipeline strategy for a model on a cluster, as a Markdown report")
     add_specs(c)
-    c.add_argument("--schedules", help="search only these (comma-separated; default: every schedule but zb-auto)")
+    c.add_argument(
+        "--schedules",
+        help="search only these (comma-separated; default: every schedule of 'pipesim schedules' the planner can build)",
+    )
     c.add_argument("--compare", metavar="A,B", help="GPU-hours per million tokens that B recovers against A (e.g. 1f1b,dualpipe)")
     c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
     c.add_argument(
@@ -78,6 +91,9 @@ def add_commands(command) -> None:
         default=1,
         help="expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)",
     )
+    c.add_argument(
+        "--chunks", type=positive_int, help="chunks per rank of the schedule set beside 1f1b (interleaved: virtual stages)"
+    )
     c.add_argument("--micro-batch-size", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
     c.add_argument(
         "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
@@ -89,12 +105,14 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     c.add_argument(
         "--model",
         required=True,
-        help="a model preset (deepseek-v3, llama3-70b, llama3-405b, llama3-8b, mixtral-8x22b), a TOML file or a HuggingFace config.json (or its folder)",
+        help=f"a model preset ({', '.join(preset_names('model'))}), a TOML file or a HuggingFace config.json (or its folder)",
     )
+    # the presets as shipped, so that a new one (gb200-nvl72, gb300-nvl72) is offered where it is asked for
+    clusters = ", ".join(preset_names("cluster"))
     if cluster_default:
-        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset or TOML file (default {cluster_default})")
+        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset ({clusters}) or TOML file (default {cluster_default})")
     else:
-        c.add_argument("--cluster", required=True, help="a cluster preset (h800-2048, h100, h200, a100, b200) or TOML file")
+        c.add_argument("--cluster", required=True, help=f"a cluster preset ({clusters}) or TOML file")
     c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
     g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
     g.add_argument("--training", metavar="FILE.toml", help="training spec file")
@@ -138,7 +156,6 @@ def specs_from(args: argparse.Namespace):
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from . import report
-    from .naming import layout_text
     from .plan_stages import pick
 
     model, cluster, training = specs_from(args)
@@ -238,7 +255,7 @@ class ProgressLine:
         line = (
             f"pipesim plan: {'searched' if final else 'searching'} {plan.considered} candidates, "
             f"{len(plan.results)} simulated that fit, {plan.skipped} skipped by bound"
-            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {best.candidate.layout})" if best else "")
+            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {layout_text(best, plan)})" if best else "")
             + f"; {now - self.start:.0f} s"
         )
         if self.tty:
@@ -255,6 +272,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if cluster.gpus % (pp * tp * cp):
         raise PipesimError(f"--pp {pp} x --tp {tp} x --cp {cp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
     dp = args.dp or cluster.gpus // (pp * tp * cp)
+    if pp * tp * cp * dp != cluster.gpus:  # as plan's pins: the layout is the whole cluster
+        raise PipesimError(
+            f"--pp {pp} x --tp {tp} x --cp {cp} x --dp {dp} = {pp * tp * cp * dp} GPUs, but {cluster.name} has "
+            f"{cluster.gpus}: give --gpus {pp * tp * cp * dp} or --dp {cluster.gpus // (pp * tp * cp)}"
+        )
     # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
     # folding), so ep need not divide dp: layout_problem states what must hold
     ep = args.ep or default_ep(model, dp)
@@ -263,9 +285,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if refused:
         raise PipesimError(refused)
     M = args.microbatches or 4 * pp
-    work(pp, M, 2)  # two chunks: the schedule set beside 1f1b may be a V
+    work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
-    rows = [_memory_row(model, cluster, training, lay, name, M, recompute) for name in dict.fromkeys(("1f1b", args.schedule))]
+    # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
+    second = family(args.schedule).name
+    if second == "1f1b" and args.chunks:
+        build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
+    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
+    rows = [_memory_row(model, cluster, training, lay, name, M, recompute, **opts) for name, opts in options]
     extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
@@ -320,6 +347,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
             f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
         )
+    if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
+        return 0
     if model.moe and ep > 1:
         out.print(
             f"Why it is small for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU keeps "
@@ -365,8 +394,12 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
     return rows
 
 
-def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str) -> dict:
-    s = build(name, lay.pp, M)
+def _chunks(chunks: int | None) -> dict:
+    return {} if chunks is None else {"chunks": chunks}
+
+
+def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
+    s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
     parts = stage_parts(model, cluster, training, lay, stages, recompute, s.placement.held())  # as the planner splits
     mm = memory_model(model, training, lay, stages, recompute, parts)
@@ -378,7 +411,9 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     held = [pl.model_stage(worst, ch) for ch in range(pl.chunks)]
     n = sum(sum(mm.params_at(st)) for st in held)
     return {
-        "schedule": name,
+        # an interleaved placement's chunks per rank, as the plan writes them (v=4)
+        "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
+        "chunks": s.placement.chunks,
         "copies": copies,
         "params_per_copy": n / copies,
         "weights_gb": mem.params[worst] / GIB,

@@ -95,10 +95,11 @@ def _common(f: _Fields) -> dict:
 
 def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
     """Grouped-query attention. Llama, Mistral and Qwen2 derive the head size as
-    hidden / heads unless ``head_dim`` is given; Qwen3 always gives it (Qwen3-32B:
+    hidden / heads unless ``head_dim`` is given (a null one too: configs saved by newer
+    transformers write it out); Qwen3 always gives it (Qwen3-32B:
     128, not 5120 / 64 = 80), so its readers require it."""
     out = _common(f)
-    if head_dim_given or "head_dim" in f.config:
+    if head_dim_given or f.config.get("head_dim") is not None:  # null: derived, as their classes do
         head_dim = f.int("head_dim")
     elif out["hidden"] % out["heads"]:
         raise PipesimError(
@@ -106,7 +107,10 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
         )
     else:
         head_dim = out["hidden"] // out["heads"]
-    out["attention"] = {"kind": "gqa", "kv_heads": f.int("num_key_value_heads"), "head_dim": head_dim}
+    # num_key_value_heads absent or null is multi-head attention: every family's class sets
+    # it to num_attention_heads then ("for backward compatibility": Llama 1/2-era configs)
+    kv = f.get("num_key_value_heads", out["heads"], lo=1)
+    out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
     return out
 
 

@@ -35,11 +35,16 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     name = cand.schedule
     pl = placement_of(r)
     if name not in ("1f1b", "interleaved-1f1b", *COMBINED):
-        what = {
-            "dualpipe": "DualPipe (two model copies, bidirectional); run it with DeepSeek's deepseek-ai/DualPipe",
-            "dualpipev": "DualPipeV; PyTorch's ScheduleDualPipeV (torchtitan) runs it",
-        }.get(name, name)
-        return {"runs": False, "why": f"Megatron-LM has no {what} schedule: it runs 1F1B, interleaved 1F1B and combined 1F1B"}
+        # where else it runs, after the sentence rather than inside it
+        shown, elsewhere = {
+            "dualpipe": ("DualPipe", "DeepSeek's deepseek-ai/DualPipe runs it (two model copies, bidirectional)"),
+            "dualpipev": ("DualPipeV", "PyTorch's ScheduleDualPipeV (torchtitan) runs it"),
+        }.get(name, (name, ""))
+        return {
+            "runs": False,
+            "why": f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)"
+            + (f"; {elsewhere}" if elsewhere else ""),
+        }
     group = r.group_size  # Megatron's group where its default of pp refuses M (search.megatron_group)
     if name.startswith("interleaved") and cand.microbatches % lay.pp and group is None:
         return {
@@ -79,6 +84,11 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
     if t.zero >= 1:
         flags.append("--use-distributed-optimizer")
+    if t.zero == 3:
+        # the distributed optimizer shards optimizer states and gradients only; parameters too
+        # is Megatron-FSDP (arguments.py at d98e8a6: --use-megatron-fsdp, version 1 by default,
+        # which keeps the distributed optimizer, with the default sharding optim_grads_params)
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
     if cand.recompute == "selective":
         flags.append("--recompute-granularity selective")
     elif cand.recompute == "full":

@@ -8,6 +8,7 @@ the whole run, why each other schedule family lost (verdicts.py), advice in plai
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from . import recipe
@@ -141,6 +142,11 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | N
     return d
 
 
+def _three_figures(x: float) -> str:
+    """``x`` to three significant figures in plain decimals (0.00206, 0.0000433, 12.3)."""
+    return f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else "0"
+
+
 def compare_dict(plan: Plan, a: str, b: str) -> dict:
     ra, rb = plan.best_of(a), plan.best_of(b)
     out = {"baseline": a, "candidate": b, a: result_row(ra, plan) if ra else None, b: result_row(rb, plan) if rb else None}
@@ -215,10 +221,14 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         lines += [f"## {b} against {a}", ""]
         if "gpu_hours_recovered_per_million_tokens" in d:
             ra, rb = plan.best_of(a), plan.best_of(b)
+            saved = d["gpu_hours_recovered_per_million_tokens"]
+            # three significant figures: on fast clusters a million tokens costs hundredths of
+            # a GPU-hour, and a fixed three decimals read 0.002 (or -0.000 for a loss)
+            verb = "recovers" if saved >= 0 else "costs"
             lines.append(
                 f"Best {a}: {layout_text(ra, plan)}, {ra.step_time:.2f} s per step. Best {b}: {layout_text(rb, plan)}, "
-                f"{rb.step_time:.2f} s per step. {b} recovers **{d['gpu_hours_recovered_per_million_tokens']:.3f} GPU-hours per "
-                f"million tokens** ({fmt_hours(d['gpu_hours_recovered_per_million_tokens'] * t.tokens / 1e6)} over the run)."
+                f"{rb.step_time:.2f} s per step. {b} {verb} **{_three_figures(abs(saved))} GPU-hours per million tokens** "
+                f"({abs(saved) * 1e6 / ra.gpu_hours_per_t:.1%} of {a}'s; {fmt_hours(abs(saved) * t.tokens / 1e6)} over the run)."
             )
         else:
             missing = a if d[a] is None else b

@@ -211,6 +211,11 @@ class Cluster:
 # loading
 
 
+def preset_names(kind: str) -> list[str]:
+    """The shipped presets of a kind ("model" or "cluster"): the files in presets/<kind>s/."""
+    return sorted(x.stem for x in (PRESETS / f"{kind}s").glob("*.toml"))
+
+
 def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
     """The TOML table of a file path, or of a preset in presets/<kind>s/; a model may
     also be a HuggingFace config.json, read into the same table by ``hf_config``."""
@@ -220,7 +225,7 @@ def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
     if p.suffix != ".toml" and not p.exists():
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
         if not p.exists():
-            names = sorted(x.stem for x in (PRESETS / f"{kind}s").glob("*.toml"))
+            names = preset_names(kind)
             hint = did_you_mean(name_or_path, names)
             files = "a TOML file, a HuggingFace config.json" if kind == "model" else "a TOML file"
             raise PipesimError(f"unknown {kind} {name_or_path!r}{hint}: give {files} or one of {', '.join(names)}")

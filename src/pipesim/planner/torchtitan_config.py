@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
+from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
+from .naming import COMBINED
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
 from .specs import Model, Training, load_model
@@ -65,6 +67,81 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"{cand.schedule} keeps two copies of the model; torch.distributed.pipelining holds each stage once "
             "(DualPipeV is DualPipe on one copy)",
         }
+    if lay.pp > 1:
+        par = _pipeline(r, parts, notes)
+    else:
+        # no pipeline: torchtitan ignores its pipeline settings and runs the micro-batches as
+        # gradient accumulation (num_tokens_per_train_step over the tokens a step of the data
+        # parallel ranks takes), one after another, so no pair of them overlaps
+        par = {"pipeline_parallel_degree": 1}
+        if cand.schedule in COMBINED:
+            notes.append(
+                f"without pipeline parallelism torchtitan runs the {cand.microbatches} micro-batches one after another "
+                f"(gradient accumulation): {cand.schedule}'s overlap of one micro-batch's forward with another's backward "
+                "is not there, so its all-to-all stays exposed"
+            )
+    par["tensor_parallel_degree"] = lay.tp
+    if lay.tp > 1:
+        notes += tp_overlap_notes(t)
+    if t.zero == 0:
+        par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
+    else:
+        par["data_parallel_shard_degree"] = lay.dp
+        if t.fsdp_reshard != "default":
+            par["fsdp_reshard_after_forward"] = t.fsdp_reshard
+        if t.zero != 3:
+            notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
+    if lay.cp > 1:
+        par["context_parallel_degree"] = lay.cp
+        par["context_parallel_load_balancer"] = "headtail"
+        if t.cp_comm != "all_gather":
+            notes.append(
+                f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
+                f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
+                + (
+                    '; the TOML form below passes them in a ring (context_parallel_rotate_method = "alltoall", '
+                    "which torchtitan took until #3666, 2026-06-14)"
+                    if t.cp_comm in ROTATE_METHODS
+                    else " (neither form splits heads over the context ranks)"
+                )
+            )
+    if m.moe:
+        par["expert_parallel_degree"] = lay.ep
+        if lay.etp > 1:
+            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
+    if m.mtp_layers and lay.pp > 1:
+        notes.append(
+            "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
+            "train without MTP there, or use Megatron-LM"
+        )
+    ac = activation_checkpoint(cand.recompute)
+    if ac.note:
+        notes.append(ac.note)
+    training = {
+        "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
+        "num_tokens_per_train_step": t.global_batch * t.seq,
+        "max_context_length": t.seq,
+    }
+    flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    return {
+        "runs": True,
+        "parallelism": par,
+        "training": training,
+        "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
+        "python": torchtitan_python(plan, par, training, ac),
+        "toml": torchtitan_toml(plan, r, par, lay, ac),
+        "toml_versions": TORCHTITAN_TOML_VERSIONS,
+        "command_line": flags,
+        "notes": notes,
+    }
+
+
+def _pipeline(r: Result, parts: list[Part], notes: list[str]) -> dict:
+    """torchtitan's pipeline settings for a plan with pp > 1: the schedule class that runs
+    its order, or the CSV that carries it, the micro-batches and the split; notes say why a
+    CSV is needed."""
+    cand, lay = r.candidate, r.candidate.layout
+    pl = placement_of(r)
     order = built_order(r)
     theirs = torch_class_of(order) if order is not None else None  # the PyTorch class that runs it, if any
     exact = torchtitan_class(order, theirs) if theirs else None
@@ -90,51 +167,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if csv:
         par["pipeline_parallel_schedule_csv"] = csv
     par["num_pp_microbatches"] = cand.microbatches
-    if lay.pp > 1:
-        par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
-    par["tensor_parallel_degree"] = lay.tp
-    if lay.tp > 1:
-        notes += tp_overlap_notes(t)
-    if t.zero == 0:
-        par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
-    else:
-        par["data_parallel_shard_degree"] = lay.dp
-        if t.fsdp_reshard != "default":
-            par["fsdp_reshard_after_forward"] = t.fsdp_reshard
-        notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
-    if lay.cp > 1:
-        par["context_parallel_degree"] = lay.cp
-        par["context_parallel_load_balancer"] = "headtail"
-        if t.cp_comm != "all_gather":
-            notes.append(
-                f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
-                f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
-            )
-    if m.moe:
-        par["expert_parallel_degree"] = lay.ep
-        if lay.etp > 1:
-            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
-    if m.mtp_layers:
-        notes.append(
-            "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
-            "train without MTP there, or use Megatron-LM"
-        )
-    training = {
-        "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
-        "num_tokens_per_train_step": t.global_batch * t.seq,
-        "max_context_length": t.seq,
-    }
-    flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
-    return {
-        "runs": True,
-        "parallelism": par,
-        "training": training,
-        "python": torchtitan_python(plan, par, training),
-        "toml": torchtitan_toml(plan, r, par, lay),
-        "toml_versions": TORCHTITAN_TOML_VERSIONS,
-        "command_line": flags,
-        "notes": notes,
-    }
+    par["module_fqns_per_model_part"] = [_fqns(p) for p in parts]
+    return par
 
 
 def tp_overlap_notes(t: Training) -> list[str]:
@@ -165,10 +199,28 @@ TORCHTITAN_BASES = {
 }
 
 
+#: the old form's ``context_parallel_rotate_method`` for each cp_comm it can run. PyTorch's
+#: context_parallel (torch 2.13, distributed/tensor/experimental/_context_parallel/
+#: _attention.py) takes "allgather" (_AllGatherRotater: every rank's keys and values
+#: gathered) or "alltoall" (_AllToAllRotater: permute_tensor to rank + 1, a ring passing
+#: one chunk a step, overlapped with the next block: pipesim's p2p); neither is Ulysses' a2a.
+ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
+
+
+#: the output head's module name in torchtitan's models before #2937 (2026-04-27), and so in
+#: every version that read TOML job files (its llama3, qwen3, deepseek_v3 model.py at
+#: 9810191bb^: ``self.output``; pipeline_parallel.py splits on "norm", "output")
+OLD_HEAD = "output"
+
+
+#: the import a recipe names when no torchtitan configuration matches the model
+PLACEHOLDER = ("your_configs", "your_base_config")
+
+
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
-    "[parallelism] and [training] names; from #2386 on, a configuration is a Python function returning "
+    "[parallelism], [training] and [activation_checkpoint] names; from #2386 on, a configuration is a Python function returning "
     "Trainer.Config, run with --module and --config"
 )
 
@@ -180,7 +232,7 @@ def torchtitan_base(m: Model) -> tuple[str, str]:
     for preset, where in TORCHTITAN_BASES.items():
         if replace(_preset_model(preset), name=m.name) == m:
             return where
-    return "your_configs", "your_base_config"
+    return PLACEHOLDER
 
 
 @cache
@@ -188,13 +240,66 @@ def _preset_model(name: str) -> Model:
     return load_model(name)
 
 
-def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
+class Checkpointing(NamedTuple):
+    """The plan's recomputation in torchtitan: the Python value of
+    ``Trainer.Config.activation_checkpoint`` (None where no policy matches), the
+    ``[activation_checkpoint]`` table of the old TOML form (None likewise), and a note
+    where the two forms differ from the plan or from each other."""
+
+    python: str | None
+    toml: dict | None
+    note: str | None = None
+
+
+def activation_checkpoint(recompute: str) -> Checkpointing:
+    """torchtitan's activation checkpointing for the plan's ``recompute``. The names were
+    read at b5bcd76: torchtitan/distributed/activation_checkpoint.py, whose policy
+    classes (#3674, 2026-06-15) are FullAC, SelectiveAC (per-op: pipesim's ``op``) and
+    MemoryBudgetAC, or None for none; the Trainer's default is SelectiveAC, and a model's
+    config_registry may set another (llama3_405b: FullAC), so the recipe always says it.
+    Before #2386 the TOML's [activation_checkpoint] ``mode`` was none, full or selective
+    with ``selective_ac_option`` "op" or N (a full checkpoint every Nth layer)."""
+    if recompute == "none":
+        return Checkpointing("None", {"mode": "none"})
+    if recompute == "full":
+        return Checkpointing("FullAC.Config()", {"mode": "full"})
+    if recompute == "op":
+        return Checkpointing("SelectiveAC.Config()", {"mode": "selective", "selective_ac_option": "op"})
+    if recompute.startswith("every-"):
+        n = recompute.removeprefix("every-")
+        return Checkpointing(
+            None,
+            {"mode": "selective", "selective_ac_option": n},
+            f"the plan checkpoints every {n}th layer, which torchtitan's TOML form took as selective_ac_option = "
+            f'"{n}" and its policy classes (#3674, 2026-06-15) no longer offer: set config.activation_checkpoint '
+            "yourself (FullAC.Config() checkpoints every layer)",
+        )
+    return Checkpointing(
+        None,
+        None,
+        "the plan recomputes selectively as Megatron-LM does (the attention core's inner state), which no "
+        "torchtitan policy does: its SelectiveAC is per-op checkpointing (pipesim's recompute = \"op\" in a "
+        "--training file prices it), and the base configuration's own activation_checkpoint stays in place; "
+        "plan with --recompute none or full, or that training file, for a setting torchtitan runs as priced",
+    )
+
+
+def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
-    here the model's own full configuration with the plan's parallelism and batch."""
+    here the model's own full configuration with the plan's parallelism, batch and
+    activation checkpointing."""
     module, base = torchtitan_base(plan.model)
+    policy = (ac.python or "").removesuffix(".Config()")
     lines = [
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
         "from torchtitan.config import ParallelismConfig",
+        *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
+        # no torchtitan configuration of its own matches the model: say what the import must give
+        *(
+            [f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} (its model_spec, data, optimizer)"]
+            if module == PLACEHOLDER[0]
+            else []
+        ),
         f"from {module} import {base}",
         "",
         "",
@@ -211,23 +316,35 @@ def torchtitan_python(plan: Plan, par: dict, training: dict) -> str:
             lines.append(f"        {k}={v!r},")
     lines.append("    )")
     lines += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
+    if ac.python:
+        lines.append(f"    config.activation_checkpoint = {ac.python}")
     lines.append("    return config")
     return "\n".join(lines) + "\n"
 
 
-def torchtitan_toml(plan: Plan, r: Result, par: dict, lay) -> str:
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) -> str:
     """The same settings in the TOML job file of torchtitan before #2386, whose names
     differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
     data-parallel rank (``local_batch_size``) instead of token counts, and the context
     exchange chosen by ``context_parallel_rotate_method``."""
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
-    old["pipeline_parallel_microbatch_size"] = lay.micro_batch
-    if lay.cp > 1:
-        old["context_parallel_rotate_method"] = "alltoall" if t.cp_comm == "a2a" else "allgather"
-    training = {"local_batch_size": t.global_batch // lay.dp, "global_batch_size": t.global_batch, "seq_len": t.seq}
+    if "module_fqns_per_model_part" in old:  # the output head was "output" until #2937 (2026-04-27) named it lm_head
+        old["module_fqns_per_model_part"] = [[OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]]
+    if lay.pp > 1:
+        old["pipeline_parallel_microbatch_size"] = lay.micro_batch
+    rotate = ROTATE_METHODS.get(t.cp_comm)
+    if lay.cp > 1 and rotate:
+        old["context_parallel_rotate_method"] = rotate
+    # local_batch_size is one forward's batch per data-parallel rank, and the gradient
+    # accumulation steps global / (local x dp) (train.py before #2386); with a pipeline that
+    # forward is the step's M micro-batches, without one it is a single micro-batch
+    local = t.global_batch // lay.dp if lay.pp > 1 else lay.micro_batch
+    training = {"local_batch_size": local, "global_batch_size": t.global_batch, "seq_len": t.seq}
     toml = ["[parallelism]"] + [f"{k} = {_toml_value(v)}" for k, v in old.items()] + [""]
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+    if ac.toml:
+        toml += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(v)}" for k, v in ac.toml.items()]
     return "\n".join(toml) + "\n"
 
 
