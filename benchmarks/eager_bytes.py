@@ -8,7 +8,7 @@ torchtitan 9dec370 wrote it) at the model's real width, in bf16 on the CPU, forw
 backward under a TorchDispatchMode (tests/torch_bytes.py): every memory-bound aten op's
 inputs and outputs, matrix multiplies and attention left out, views moving nothing, per
 token from a batch of two sequences less a batch of one. pipesim's side is
-``compute.elementwise_terms`` (``fused_elementwise = false``, one GPU, no sequence
+``elementwise.elementwise_terms`` (``fused_elementwise = false``, one GPU, no sequence
 parallelism). Needs torch (pip install 'pipesim[torch]'); about 2 GB of memory.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from pipesim.planner.compute import elementwise_terms  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, Training, load_model  # noqa: E402
 

@@ -138,7 +138,8 @@ def print_parts(torch, c) -> None:
     """The forward of one sequence split into its kernels, each timed alone on the layer's
     tensors, beside pipesim's parts: the projections, the attention core, the multiplies of
     the MLP and each block's element-wise kernels."""
-    from pipesim.planner.compute import attention_core, attention_gemms, elementwise_bytes, hbm_rate, mlp_gemms
+    from pipesim.planner.compute import attention_core, attention_gemms, hbm_rate, mlp_gemms
+    from pipesim.planner.elementwise import elementwise_bytes
 
     print("\n| model | part | measured ms | pipesim part | pipesim ms |")
     print("|---|---|---:|---|---:|")

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from pipesim.planner.calibrate import check_layout, evaluate_layout
 from pipesim.planner.collectives import moe_comm
-from pipesim.planner.compute import attention_core, attention_gemms, elementwise_bytes, hbm_rate, mlp_gemms
+from pipesim.planner.compute import attention_core, attention_gemms, hbm_rate, mlp_gemms
+from pipesim.planner.elementwise import elementwise_bytes
 from pipesim.planner.layer_costs import embedding_costs, head_costs, layer_costs, local_sort_seconds
 from pipesim.planner.specs import load_cluster, load_training
 

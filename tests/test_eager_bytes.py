@@ -6,7 +6,7 @@ tests/torch_bytes.py runs torchtitan's eager Llama block (tests/torch_blocks.py
 a TorchDispatchMode in bf16 on the CPU and adds up, per token and per part of the block,
 the bytes each memory-bound aten op reads and writes (matrix multiplies and attention
 left to the rest of pipesim, views moving nothing). The expected numbers come from that
-run; ``compute.elementwise_terms`` and ``elementwise_bytes`` for the same shape must be
+run; ``elementwise.elementwise_terms`` and ``elementwise_bytes`` for the same shape must be
 within 5% of them, term by term and in total, forward and backward.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipesim.planner.compute import elementwise_bytes, elementwise_terms  # noqa: E402
+from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, Training  # noqa: E402
 from torch_bytes import count_block, per_token  # noqa: E402

@@ -15,7 +15,8 @@ from pipesim.errors import PipesimError
 from pipesim.ir import Op, Pair, Placement
 from pipesim.planner import calibrate
 from pipesim.planner.collectives import p2p_seconds, ring_bandwidth, tied_embedding_sync, tp_allreduce
-from pipesim.planner.compute import accumulation_seconds, attention_core, elementwise_bytes, gemm
+from pipesim.planner.compute import accumulation_seconds, attention_core, gemm
+from pipesim.planner.elementwise import elementwise_bytes
 from pipesim.planner.footprint import memory_model, stage_params
 from pipesim.planner.layer_costs import embedding_costs, head_costs, layer_costs
 from pipesim.planner.layout import Layout

@@ -12,7 +12,6 @@ from .compute import (
     accumulation_seconds,
     attention_core,
     attention_gemms,
-    elementwise_bytes,
     gemm_fbw,
     gemms,
     hbm_rate,
@@ -20,6 +19,7 @@ from .compute import (
     mlp_gemms,
 )
 from .cp_steps import extra_kernels, pass_bytes
+from .elementwise import elementwise_bytes
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -120,7 +120,7 @@ def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layou
     capacity-padded buffer under token dropping, ``sort_chunks_by_idxs`` without), each a
     read and a write of every received copy, and their gradients the same backward. The
     first permutation (a token to its top_k copies, before the all-to-all) is the routing
-    ``compute.elementwise_bytes`` counts; DeepEP's dispatch (``moe_dispatcher = "deepep"``)
+    ``elementwise.elementwise_bytes`` counts; DeepEP's dispatch (``moe_dispatcher = "deepep"``)
     hands over the tokens for one permutation into expert order, which that also counts.
     Balanced routing: a GPU receives the copies it sends, times the etp shards that
     gather them."""

@@ -1,0 +1,111 @@
+"""The memory-bound kernels of a layer (norms, residual adds, rotary, activations, MoE
+routing, FP8 casts): the bytes each moves forward and backward, fused or as PyTorch's
+eager ops run them. ``layer_costs`` prices them at ``compute.hbm_rate``."""
+
+from __future__ import annotations
+
+from .layout import Layout
+from .params import attention_dims
+from .specs import Model, Training
+
+
+def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[str, str, float, float]]:
+    """The memory-bound kernels of one layer as (block, term, forward, backward) rows, block
+    "attention" or "mlp", in elements of 2 bytes per token (``elementwise_bytes`` sums
+    them for a micro-batch).
+
+    Fused kernels, per token: a norm reads and writes the hidden state (2h) and its
+    backward reads the input and the gradient and writes a gradient (3h: TransformerEngine's
+    rmsnorm_bwd_kernels.cuh, torchtitan's ``_rms_norm_bwd_kernel_sm``); a residual add reads
+    two and writes one (3h), its backward hands the gradient on untouched (hidden dropout's
+    multiplies it by the mask: 2h), but where the
+    residual stream also feeds the norm autograd adds the two gradients (3h: "gradient
+    sums"); with sequence parallelism these run on 1/tp of the tokens. Rotary embeddings
+    read and write the rotated parts of q and k, forward and backward alike
+    (TransformerEngine's fused_rope_backward_kernel rotates the gradient back; a model with
+    learned or ALiBi positions has none). SwiGLU reads gate and up and writes their product
+    (3 ffn); its backward reads the gradient and both inputs and writes both gradients (5
+    ffn: Megatron-Core's ``swiglu_back``, TransformerEngine's ``nvte_dswiglu``). GELU reads
+    and writes (2 ffn), its backward reads the gradient and the input and writes one (3
+    ffn: ``bias_gelu_back``, ``nvte_dgelu``). MoE: the router's softmax and top-k read
+    and write the expert scores, the permute copies each token to its top_k slots and the
+    un-permute sums them back ((1 + top_k) h each way). Under FP8 each multiply's input is
+    cast (read 2 bytes, write 1 and a scale: 1.5 elements). The routing and the casts'
+    backward is taken as twice their forward (not counted kernel by kernel).
+
+    Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
+    as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
+    models/norms.py at 9dec370), counted op by op under a TorchDispatchMode
+    (tests/torch_bytes.py, held by tests/test_eager_bytes.py): RMSNorm upcasts to fp32 and
+    runs pow, mean, multiply, downcast and the weight's multiply (18h forward); its
+    backward is thirteen kernels, mostly fp32 (40h), and autograd adds the two fp32
+    gradients of the upcast input (6h). Rotary upcasts q and k, multiplies them as complex
+    numbers and downcasts (10 per element), and its backward does the same to the
+    gradient (10). Grouped-query attention copies k and v out to every query head
+    (``repeat_kv``: read kv, write q-sized, each), and its backward sums the copies back
+    (the same bytes). The attention output's ``.transpose(1, 2).contiguous()`` moves
+    nothing: PyTorch's flash and memory-efficient kernels write their output as [batch,
+    seq, heads, dim] already (attention.cu). SwiGLU's SiLU and multiply are two kernels (5
+    ffn) and their backward three (two multiplies and silu_backward: 9 ffn). wq, wk and wv
+    (and w1 and w3) are separate multiplies of the same normalised input, so autograd
+    adds their input gradients: 2 (and 1) sums of 3h, on all the tokens. ``norm_kernel``
+    sets the norms apart: "fused" among eager ops is torchtitan's ``fused_rmsnorm``
+    (models/norms.py: one Triton kernel each way, 2h and 3h), "eager" among fused ones
+    the fp32 chain."""
+    h, tp, a = m.hidden, lay.tp, m.attention
+    qk, v = attention_dims(m)
+    seq_share = 1 / tp if t.sequence_parallel else 1.0
+    eager = not t.fused_elementwise and a.kind == "gqa"
+    fused_norm = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
+    eager_norm = not fused_norm and a.kind == "gqa"
+    hs = h * seq_share
+    norm = (18 * hs, 40 * hs) if eager_norm else (2 * hs, 3 * hs)
+    # the residual stream's two gradients; an eager norm's fp32 upcast has two as well
+    sums = 3 * hs + (6 * hs if eager_norm else 0.0)
+    fp8 = 1.5 if t.precision == "fp8" else 0.0
+    # hidden dropout's backward multiplies the gradient by its mask (the mask's own bytes
+    # are layer_costs')
+    residual = ("residual", 3 * hs, 2 * hs if t.hidden_dropout else 0.0)
+    attn = [("norm", *norm), residual]
+    if a.kind == "mla":
+        rotary = 2 * (m.heads / tp + 1) * a.qk_rope_dim
+        attn.append(("rotary", rotary, rotary))
+        cast_attn = fp8 * (h + a.q_lora_rank + a.kv_lora_rank + m.heads * v / tp)
+        attn_sums = sums
+    else:
+        q, kv = m.heads * qk / tp, (a.kv_heads or m.heads) * qk / tp
+        rotary = (10 if eager else 2) * (q + kv) if m.rotary else 0.0
+        attn.append(("rotary", rotary, rotary))
+        if eager and kv < q:
+            attn.append(("repeat_kv", 2 * (kv + q), 2 * (kv + q)))
+        cast_attn = fp8 * (h + m.heads * v / tp)
+        attn_sums = sums + (2 * 3 * h if eager else 0.0)  # wq, wk, wv's input gradients
+    attn += [("gradient sums", 0.0, attn_sums), ("fp8 casts", cast_attn, 2 * cast_attn)]
+    mlp = [("norm", *norm), residual]
+    if m.is_moe_layer(layer):
+        e = m.moe  # per token a GPU routes, 1/tp of its tokens (``Layout.expert_tokens``)
+        f = e.expert_ffn * (e.top_k + e.shared_experts) / tp
+        routing = (2 * e.experts + 2 * (1 + e.top_k) * h) / tp
+        cast_mlp = fp8 * (h * (1 + e.shared_experts) / tp + f)
+        mlp += [("swiglu", 3 * f, 5 * f), ("routing", routing, 2 * routing), ("gradient sums", 0.0, sums)]
+    else:
+        f = m.dense_ffn / tp
+        if m.activation == "swiglu":
+            mlp.append(("swiglu", 5 * f, 9 * f) if eager else ("swiglu", 3 * f, 5 * f))
+        else:
+            mlp.append(("gelu", 2 * f, 3 * f))
+        cast_mlp = fp8 * (h + f)
+        mlp.append(("gradient sums", 0.0, sums + (3 * h if eager else 0.0)))  # w1 and w3's input gradients
+    mlp.append(("fp8 casts", cast_mlp, 2 * cast_mlp))
+    return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+
+
+def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout, backward: bool = False) -> tuple[float, float]:
+    """Bytes the memory-bound kernels of (attention block, MLP block) move for one
+    micro-batch, forward or ``backward`` (``elementwise_terms``)."""
+    T = lay.tokens(t.seq)
+    col = 3 if backward else 2
+    per_block = {"attention": 0.0, "mlp": 0.0}
+    for row in elementwise_terms(m, layer, t, lay):
+        per_block[row[0]] += row[col]
+    return T * 2 * per_block["attention"], T * 2 * per_block["mlp"]
