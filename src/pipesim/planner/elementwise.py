@@ -43,15 +43,20 @@ def fp8_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tuple[floa
     bytes per token that torchao's tensorwise Float8Linear (``fp8_casts = "torchao"``)
     moves to make its FP8 operands, as torchtitan at 9dec370 ran it under torch.compile
     (torchao eab345c, float8/float8_linear.py, tensorwise path): forward each multiply's
-    input is cast (``TORCHAO_CAST_BYTES``; wq, wk and wv, or w1 and w3, share one, as
-    ``compute.attention_shapes`` fuses them) and each weight (``TORCHAO_WEIGHT_CAST_BYTES``),
+    input is cast (``TORCHAO_CAST_BYTES``; wq, wk and wv, or w1 and w3, cast the same
+    tensor alike, which the partitioner's common-subexpression pass merges into one,
+    torch/_functorch/partitioners.py ``fx_graph_cse``, as ``compute.attention_shapes``
+    fuses them) and each weight (``TORCHAO_WEIGHT_CAST_BYTES``),
     every micro-batch, the output projection's input first read for its amax
     (``AMAX_READ_BYTES``); backward each output gradient is cast once
     (``NoopFwToFloat8BwDynamic``) and both multiplies take the forward's fp8 tensors
     (``manual_float8_matmul_with_args_in_float8`` saves them). With FSDP's float8
-    all-gather (``fsdp_float8_all_gather``) the weight arrives in fp8, cast on its shard
-    before the gather, and only its transposed copy is made, backward
-    (``FP8_TRANSPOSE_BYTES``)."""
+    all-gather (``fsdp_float8_all_gather``) the weight arrives in fp8 and only its
+    transposed copy is made, backward (``FP8_TRANSPOSE_BYTES``); the cast of each fp32
+    shard before its gather (fsdp_utils.py ``fsdp_pre_all_gather``, 1/dp of the weight) is
+    left out, as is the bf16 cast it replaces. Tensor parallelism is priced as one GPU's
+    multiplies: torchao's Float8ColwiseParallel casts the sequence shard before its
+    all-gather, which is not modelled."""
     T = lay.tokens(t.seq)
     gathered = float8_gathered(t)
     out = []
