@@ -49,8 +49,9 @@ class Training:
     # "transformer_engine", a cast fused into the producer forward and TE's cast-transpose
     # of both weight-gradient operands backward (Megatron-Bridge's fp8_cs; DeepSeek-V3's
     # block-scaled casts are priced alike); "torchao", torchao's tensorwise Float8Linear
-    # under torch.compile (torchtitan's Float8 rows): each input, weight and output
-    # gradient cast once, in both layouts, the weights every micro-batch
+    # under torch.compile (torchtitan's Float8 rows; without fused_elementwise priced the
+    # same): each input, weight and output gradient cast once, in both layouts, the
+    # weights every micro-batch
     fp8_casts: str = "transformer_engine"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
     recompute: str = (
