@@ -119,7 +119,11 @@ def two_pass_norm(h: float, seq_share: float) -> tuple[float, float]:
     for the weight and bias gradients' partial sums, ``cuComputeGradGammaBeta`` over 16
     rows of those (no per-token bytes), then ``cuComputeGradInput``, which reads the input,
     the gradient and the statistics again and writes the input gradient: 2h + 4 + 3h + 4.
-    TransformerEngine's and apex's persistent kernels do it in one pass (3h)."""
+    TransformerEngine's and apex's persistent kernels do it in one pass (3h). The second
+    read of a row is taken from cache: with 16 blocks of 128 threads resident on each of
+    an A100's 108 SMs, the rows in flight (1728 x 2h bytes) fit its 40 MB L2 up to h of
+    about 11,600; wider rows may be read from HBM again (up to 3h forward and 7h
+    backward), which is not priced."""
     return (2 * h + 4) * seq_share, (5 * h + 8) * seq_share
 
 
@@ -130,9 +134,11 @@ def megatron_jit_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[t
     elements of 2 bytes:
 
     - the QKV projection adds its bias after the multiply (``ColumnParallelLinear`` without
-      skip_bias_add: F.linear's matmul then add on a 3-D input, ``output + bias`` at
-      9aad9203aa): read and write the q, k and v outputs forward; backward autograd (or
-      ``grad_output.sum(dim=0)``) reads their gradient once to sum the bias gradient;
+      skip_bias_add: F.linear on a 3-D input, ``output + bias`` at 9aad9203aa): read and
+      write the q, k and v outputs forward (where PyTorch folds it into addmm, the bias is
+      copied into the output and the multiply reads it back: the same bytes); backward
+      autograd (or ``grad_output.sum(dim=0)``) reads their gradient once to sum the bias
+      gradient;
     - bias-dropout-add and bias-GELU are TorchScript kernels whose bias is an input of full
       size (``attention_bias.expand_as(residual)``) or returned as the whole gradient
       (``GeLUFunction.backward``: ``return tmp, tmp``): autograd sums that gradient over
