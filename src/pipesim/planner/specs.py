@@ -17,7 +17,17 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 
 # the run's fields live in training.py; specs is where callers import them from
-from .training import ATTENTION_BLOCK_ORDERS, CP_COMMS, FP8_SCALINGS, MOE_EXPERT_GEMMS, OPTIMIZER_STEPS, TP_OVERLAPS, Training  # noqa: F401
+from .training import (  # noqa: F401
+    ATTENTION_BLOCK_ORDERS,
+    CP_COMMS,
+    FP8_SCALINGS,
+    FUSED_KERNELS,
+    MOE_EXPERT_GEMMS,
+    NORM_KERNELS,
+    OPTIMIZER_STEPS,
+    TP_OVERLAPS,
+    Training,
+)
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -442,8 +452,18 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
             f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
             f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
         )
-    if t.norm_kernel not in ("auto", "fused", "eager"):
-        raise PipesimError(f'{where}: norm_kernel must be "auto", "fused" or "eager", got {t.norm_kernel!r}')
+    if t.norm_kernel not in NORM_KERNELS:
+        raise PipesimError(f"{where}: norm_kernel must be one of {', '.join(NORM_KERNELS)}, got {t.norm_kernel!r}")
+    if t.fused_kernels not in FUSED_KERNELS:
+        raise PipesimError(
+            f'{where}: fused_kernels must be "te" (TransformerEngine, Megatron-Core) or "megatron-jit" '
+            f"(Megatron-LM 2021-22's TorchScript kernels), got {t.fused_kernels!r}"
+        )
+    if t.fused_kernels != "te" and not t.fused_elementwise:
+        raise PipesimError(
+            f"{where}: fused_kernels = {t.fused_kernels!r} names fused kernels, but fused_elementwise = false runs "
+            'PyTorch\'s eager ops; set fused_elementwise = true or leave fused_kernels at "te"'
+        )
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:
