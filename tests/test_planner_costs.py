@@ -107,15 +107,18 @@ def test_unfused_attention_by_hand():
     """Megatron-LM 2021's attention: per head, the 32 x 32 score square by a 16-wide
     multiply (QK^T: 1 tile on 4 SMs, memory-bound, 2 x (32 x 16 + 16 x 32) + 2 x 32 x 32 =
     4096 bytes) and back (PV: 2 x (32 x 32 + 32 x 16) + 2 x 32 x 16 = 4096 bytes), 4 heads,
-    at 0.5 TB/s; between them the fused softmax (read 2, write 2) and dropout (read 2,
-    write 2 and a 1-byte mask) move 9 bytes per score forward; backward the four multiplies
-    and 11 bytes (dropout's gradient 2 + 1 + 2, the softmax's 2 + 2 + 2)."""
+    at 0.5 TB/s; between them the causal fused softmax (scaled_upper_triang_masked_softmax:
+    row i reads its i + 1 unmasked scores, half the square but for the diagonal's 1/s, and
+    writes the whole row: 1 + 2 a score) and dropout (read 2, write 2 and a 1-byte mask)
+    move 8 bytes per score forward; backward the four multiplies and 9 bytes (dropout's
+    gradient 2 + 1 + 2, the softmax's gradient and saved output read below the diagonal,
+    1 + 1, the whole row written, 2)."""
     t = replace(T, flash_attention=False)
     f, b = attention_core(TINY, GPU, t, Layout(pp=1, dp=16))
     products = 4 * 2 * 4096 / 0.5e12
     scores = 32 * 4 * 32 / 0.5e12  # elements, per byte
-    assert f == pytest.approx(products + 9 * scores)
-    assert b == pytest.approx(2 * products + 11 * scores)
+    assert f == pytest.approx(products + (1 + 2 + 5) * scores)
+    assert b == pytest.approx(2 * products + (5 + 1 + 1 + 2) * scores)
 
 
 def test_data_parallel_rings_across_nodes_by_hand():

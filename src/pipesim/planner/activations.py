@@ -78,6 +78,7 @@ from dataclasses import replace
 
 from ..errors import PipesimError
 from .specs import Model, Training
+from .training import norm_fused
 
 #: bytes of a bf16 element, an fp32 one, an int64 index and a bool mask
 BF16, FP32, INDEX, MASK = 2, 4, 8, 1
@@ -87,8 +88,7 @@ def _norm(t: Training, layernorm: bool, hidden: float, out_width: float, out_hid
     """A norm's saved tensors and the following multiply's input (the norm's output),
     ``out_hidden`` wide where that differs from the norm's own ``hidden`` (``_gathered``)."""
     stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
-    fused = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
-    if fused or layernorm:
+    if norm_fused(t) or layernorm:
         kept = {"input": BF16 * hidden, "stats": stats}
     else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
         kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}

@@ -46,16 +46,22 @@ def model_flops_per_token(m: Model, seq: int) -> float:
     return 3 * forward
 
 
-#: bytes an unfused attention moves per score element besides its two multiplies' own
-#: reads and writes, in fp16, as Megatron-LM 2021's ParallelAttention runs it (baddbmm,
-#: FusedScaleMaskSoftmax, dropout, bmm): forward the fused softmax reads and writes the
-#: scores (4) and the dropout reads them and writes them and a one-byte mask (5) ...
-FORWARD_SCORE_BYTES = 9
+#: bytes an unfused attention moves per element of the score square besides its two
+#: multiplies' own reads and writes, in fp16, as Megatron-LM 2021's ParallelAttention runs
+#: it (baddbmm, FusedScaleMaskSoftmax, dropout, bmm; the same in Megatron-LM 2022 and
+#: Megatron-DeepSpeed's forks). A causal mask takes the fused
+#: scaled_upper_triang_masked_softmax kernel (megatron/fused_kernels/
+#: scaled_upper_triang_masked_softmax.h at de7dc40f88): row i reads only its i + 1 unmasked
+#: scores and writes the whole row, zeros past the diagonal. Forward it reads half the
+#: square and writes all of it (1 + 2) and torch's dropout reads the probabilities and
+#: writes them and a one-byte mask (5) ...
+FORWARD_SCORE_BYTES = 8
 
 
 #: ... backward the dropout's gradient reads the gradient and the mask and writes (5) and
-#: the softmax's reads the gradient and its saved output and writes (6)
-BACKWARD_SCORE_BYTES = 11
+#: the softmax's backward reads the gradient and its saved output below the diagonal and
+#: writes the whole row, in place (1 + 1 + 2)
+BACKWARD_SCORE_BYTES = 9
 
 
 #: output tile of a matrix-multiply kernel (rows x columns), for wave quantization

@@ -9,6 +9,7 @@ from .footprint import float8_gathered
 from .layout import Layout
 from .params import attention_dims
 from .specs import Model, Training
+from .training import norm_fused
 
 #: bytes torchao's tensorwise cast moves per element of an activation or output gradient
 #: under torch.compile (torchao eab345c, float8/roofline_utils.py,
@@ -117,15 +118,19 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     adds their input gradients: 2 (and 1) sums of 3h, on all the tokens. ``norm_kernel``
     sets the norms apart: "fused" among eager ops is torchtitan's ``fused_rmsnorm``
     (models/norms.py: one Triton kernel each way, 2h and 3h), "eager" among fused ones
-    the fp32 chain."""
+    the fp32 chain, and "two-pass" Megatron-LM's LayerNorm (``megatron_jit_terms``).
+
+    ``fused_kernels = "megatron-jit"``: the GPT layer as Megatron-LM 2021-22 and
+    Megatron-DeepSpeed ran it, its extra passes in ``megatron_jit_terms``."""
     h, tp, a = m.hidden, lay.tp, m.attention
     qk, v = attention_dims(m)
     seq_share = 1 / tp if t.sequence_parallel else 1.0
     eager = not t.fused_elementwise and a.kind == "gqa"
-    fused_norm = t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel == "fused"
-    eager_norm = not fused_norm and a.kind == "gqa"
+    eager_norm = not norm_fused(t) and a.kind == "gqa"
     hs = h * seq_share
     norm = (18 * hs, 40 * hs) if eager_norm else (2 * hs, 3 * hs)
+    if t.norm_kernel == "two-pass":
+        norm = two_pass_norm(h, seq_share)
     # the residual stream's two gradients; an eager norm's fp32 upcast has two as well
     sums = 3 * hs + (6 * hs if eager_norm else 0.0)
     fp8 = 1.5 if t.precision == "fp8" else 0.0
@@ -165,7 +170,73 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
         cast_mlp = fp8 * (h + f)
         mlp.append(("gradient sums", 0.0, sums + (3 * h if eager else 0.0)))  # w1 and w3's input gradients
     mlp.append(("fp8 casts", *(casts[2:] if casts else (cast_mlp, 2 * cast_mlp))))
-    return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+    rows = [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+    return rows + (megatron_jit_terms(m, layer, t, lay) if t.fused_kernels == "megatron-jit" else [])
+
+
+def two_pass_norm(h: float, seq_share: float) -> tuple[float, float]:
+    """(forward, backward) elements of 2 bytes per token of Megatron-LM's fused LayerNorm
+    (megatron/fused_kernels/layer_norm_cuda_kernel.cu, taken from apex; the same file at
+    Megatron-LM de7dc40f88 and 9aad9203aa, bigscience-workshop/Megatron-DeepSpeed 497aa1bf,
+    microsoft/Megatron-DeepSpeed b56b50bb and 87476ced), on the tokens it runs on.
+
+    Forward, ``cuApplyLayerNorm``: a thread block a row reads it (Welford), reads it again
+    from cache to write the output, and writes the row's fp32 mean and inverse deviation:
+    2h + 4. Backward, ``HostLayerNormGradient`` launches ``cuComputePartGradGammaBeta``,
+    which reads the whole input and output gradient (and each row's two fp32 statistics)
+    for the weight and bias gradients' partial sums, ``cuComputeGradGammaBeta`` over 16
+    rows of those (no per-token bytes), then ``cuComputeGradInput``, which reads the input,
+    the gradient and the statistics again and writes the input gradient: 2h + 4 + 3h + 4.
+    TransformerEngine's and apex's persistent kernels do it in one pass (3h). The second
+    read of a row is taken from cache: with 16 blocks of 128 threads resident on each of
+    an A100's 108 SMs, the rows in flight (1728 x 2h bytes) fit its 40 MB L2 up to h of
+    about 11,600; wider rows may be read from HBM again (up to 3h forward and 7h
+    backward), which is not priced."""
+    return (2 * h + 4) * seq_share, (5 * h + 8) * seq_share
+
+
+def megatron_jit_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[str, str, float, float]]:
+    """What Megatron-LM 2021-22's GPT layer moves besides ``elementwise_terms``' fused rows
+    (megatron/model/transformer.py, fused_bias_gelu.py and mpu/layers.py at de7dc40f88, SC21's
+    launch commit, and 9aad9203aa; the same code in Megatron-DeepSpeed's forks), per token in
+    elements of 2 bytes:
+
+    - the QKV projection adds its bias after the multiply (``ColumnParallelLinear`` without
+      skip_bias_add: F.linear on a 3-D input, ``output + bias`` at 9aad9203aa): read and
+      write the q, k and v outputs forward (where PyTorch folds it into addmm, the bias is
+      copied into the output and the multiply reads it back: the same bytes); backward
+      autograd (or ``grad_output.sum(dim=0)``) reads their gradient once to sum the bias
+      gradient;
+    - bias-dropout-add and bias-GELU are TorchScript kernels whose bias is an input of full
+      size (``attention_bias.expand_as(residual)``) or returned as the whole gradient
+      (``GeLUFunction.backward``: ``return tmp, tmp``): autograd sums that gradient over
+      the tokens in a pass of its own, h for each block's output bias (on the tokens the
+      add runs on) and ffn for FC1's; the kernels themselves move what the fused rows count
+      (bias-GELU 2 ffn forward, ``bias_gelu_back`` reads the gradient and the input and
+      writes one, 3 ffn; bias-dropout-add reads two and writes one, its backward multiplies
+      by the one-byte mask);
+    - the unfused attention's layout: ``context_layer.permute(2, 0, 1, 3).contiguous()``
+      copies the attention output (read and write heads * v / tp) forward; backward, the
+      q, k and v gradients are joined by ``torch.split``'s backward, a ``cat`` into the
+      projection's output gradient (read and write q, k and v). The q, k and v views and
+      the permuted gradient go to the batched multiplies as strided views, no copy.
+
+    The score-sized softmax and dropout are ``compute.attention_core``'s."""
+    a = m.attention
+    if a.kind == "mla":  # the 2021 layer has none; nothing to add
+        return []
+    qk, v = attention_dims(m)
+    hs = m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0)
+    kv_heads = a.kv_heads or m.heads
+    qkv = (m.heads * qk + kv_heads * qk + kv_heads * v) / lay.tp
+    context = m.heads * v / lay.tp
+    rows = [
+        ("attention", "qkv bias", 2 * qkv, 0.0),
+        ("attention", "layout copies", 2 * context, 2 * qkv),
+        ("attention", "bias gradients", 0.0, qkv + hs),
+    ]
+    ffn = m.dense_ffn / lay.tp if not m.is_moe_layer(layer) and m.activation == "gelu" else 0.0
+    return rows + [("mlp", "bias gradients", 0.0, ffn + hs)]
 
 
 def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout, backward: bool = False) -> tuple[float, float]:

@@ -22,7 +22,9 @@ from .training import (  # noqa: F401
     CP_COMMS,
     FP8_CASTS,
     FP8_SCALINGS,
+    FUSED_KERNELS,
     MOE_EXPERT_GEMMS,
+    NORM_KERNELS,
     OPTIMIZER_STEPS,
     TP_OVERLAPS,
     Training,
@@ -455,8 +457,18 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
             f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "
             f"(a full checkpoint every Nth layer, N >= 1) or auto, got {t.recompute!r}"
         )
-    if t.norm_kernel not in ("auto", "fused", "eager"):
-        raise PipesimError(f'{where}: norm_kernel must be "auto", "fused" or "eager", got {t.norm_kernel!r}')
+    if t.norm_kernel not in NORM_KERNELS:
+        raise PipesimError(f"{where}: norm_kernel must be one of {', '.join(NORM_KERNELS)}, got {t.norm_kernel!r}")
+    if t.fused_kernels not in FUSED_KERNELS:
+        raise PipesimError(
+            f'{where}: fused_kernels must be "te" (TransformerEngine, Megatron-Core) or "megatron-jit" '
+            f"(Megatron-LM 2021-22's TorchScript kernels), got {t.fused_kernels!r}"
+        )
+    if t.fused_kernels != "te" and not t.fused_elementwise:
+        raise PipesimError(
+            f"{where}: fused_kernels = {t.fused_kernels!r} names fused kernels, but fused_elementwise = false runs "
+            'PyTorch\'s eager ops; set fused_elementwise = true or leave fused_kernels at "te"'
+        )
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
     if t.cp_comm not in CP_COMMS:

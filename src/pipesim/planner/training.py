@@ -24,6 +24,10 @@ MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 #: how a run's tensor-parallel collectives overlap its multiplies (``Training.tp_overlap``)
 TP_OVERLAPS = ("none", "backward", "all")
 
+#: the norms' kernels (``Training.norm_kernel``) and the layer's fused kernels (``Training.fused_kernels``)
+NORM_KERNELS = ("auto", "fused", "eager", "two-pass")
+FUSED_KERNELS = ("te", "megatron-jit")
+
 #: what the optimizer step runs besides the collectives (step.optimizer_seconds)
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
@@ -98,10 +102,20 @@ class Training:
     tp_overlap: str = "all"
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
-    # the norms' kernel where it differs from the rest, for what they keep (activations.py):
-    # "fused" (input and rstd; torchtitan's norm_type = "fused_rmsnorm"), "eager" (fp32
-    # copies), "auto" as fused_elementwise
+    # the norms' kernel where it differs from the rest, for what they keep (activations.py)
+    # and move (elementwise.py): "fused" (input and rstd; torchtitan's norm_type =
+    # "fused_rmsnorm"), "eager" (fp32 copies), "two-pass" (Megatron-LM's
+    # megatron/fused_kernels/layer_norm_cuda_kernel.cu, from apex, as Megatron-LM 2021,
+    # Megatron-DeepSpeed and Megatron-LM 2022 without apex's persistent kernel ran it: keeps
+    # what "fused" keeps, its backward reads the input and the gradient twice), "auto" as
+    # fused_elementwise
     norm_kernel: str = "auto"
+    # whose fused kernels the layer runs where fused_elementwise (elementwise.py): "te"
+    # TransformerEngine's and Megatron-Core's; "megatron-jit" Megatron-LM 2021-22's GPT
+    # layer (and Megatron-DeepSpeed's): TorchScript bias-GELU and bias-dropout-add whose
+    # bias gradients autograd sums in passes of their own, the QKV bias added after its
+    # multiply, and the unfused attention's layout copies
+    fused_kernels: str = "te"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
     # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
@@ -241,3 +255,9 @@ class Training:
     # there, so a stage holds every micro-batch's input gradient until the next step's
     # clear_runtime_states (device_memory.pipeline_buffers); false: freed once sent
     pp_keeps_input_grads: bool = False
+
+
+def norm_fused(t: Training) -> bool:
+    """Whether the norms run as fused kernels, keeping their input and statistics (one
+    kernel a pass, or Megatron's two-pass backward), not PyTorch's eager fp32 chain."""
+    return t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel != "eager"
