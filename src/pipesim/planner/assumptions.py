@@ -15,6 +15,7 @@ from .compute import (
     FP8_WGRAD_SHARE,
     gemm_efficiency,
 )
+from .footprint import float8_gathered
 from .memory_lines import held_text
 from .nccl import HOSTS
 from .parallelism import domain_text, layout_assumptions
@@ -152,6 +153,17 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             + (
                 "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"
                 if t.hidden_dropout
+                else ""
+            )
+            + (
+                "; FP8 casts as torchao's Float8Linear makes them under torch.compile (fp8_casts): each input, weight "
+                "and output gradient cast once into both layouts, 5 bytes an element (7 for a weight), "
+                + (
+                    "the weights gathered by FSDP in float8 and only transposed each backward"
+                    if float8_gathered(t)
+                    else "the weights every micro-batch"
+                )
+                if t.precision == "fp8" and t.fp8_casts == "torchao"
                 else ""
             ),
         ),

@@ -275,11 +275,14 @@ def gemms(c: Cluster, t: Training, shapes) -> tuple[float, float, float]:
     scaling re-quantizes them along the other axis; per-tensor scaling writes the
     transposed copy Hopper's FP8 multiplies need, Transformer Engine's cast-transpose).
     Block-scaled weight gradients run at ``FP8_WGRAD_SHARE`` of the forward's rate; with
-    one scale per tensor the weight gradient is an ordinary FP8 multiply at the forward's."""
+    one scale per tensor the weight gradient is an ordinary FP8 multiply at the forward's.
+    torchao's Float8Linear (``fp8_casts = "torchao"``) casts no operand here: its casts
+    write both layouts at once (``elementwise.fp8_cast_terms``)."""
     f, b, w = _sum3(gemm_fbw(c, t, tok, out, k, count=n) for tok, out, k, n in shapes)
     if t.precision == "fp8":
         share = FP8_WGRAD_SHARE if t.fp8_scaling == "block" else 1.0
-        w = w / share + sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes) / hbm_rate(c, t)
+        casts = 0.0 if t.fp8_casts == "torchao" else sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes)
+        w = w / share + casts / hbm_rate(c, t)
     return f, b, w
 
 

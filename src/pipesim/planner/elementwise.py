@@ -4,10 +4,75 @@ eager ops run them. ``layer_costs`` prices them at ``compute.hbm_rate``."""
 
 from __future__ import annotations
 
+from .compute import attention_shapes, mlp_shapes
+from .footprint import float8_gathered
 from .layout import Layout
 from .params import attention_dims
 from .specs import Model, Training
 from .training import norm_fused
+
+#: bytes torchao's tensorwise cast moves per element of an activation or output gradient
+#: under torch.compile (torchao eab345c, float8/roofline_utils.py,
+#: get_tensor_memory_traffic_bytes, dynamic scaling, fuse_with_prev, with
+#: model_torch_compile_limitations): the amax's first stage rides in the kernel that
+#: produced the tensor; the cast reads it in bf16 (2) and writes it in fp8 twice, row-major
+#: and column-major (1 + 1: torch._scaled_mm takes its first operand row-major and its
+#: second column-major, float8_ops.py preprocess_addmm, and the weight-gradient multiply
+#: takes both tensors the other way round), and Inductor's kernel reads its own fp8 output
+#: back for the transposed copy (1: pytorch/pytorch#130015, open at torch 1963fc8)
+TORCHAO_CAST_BYTES = 5
+
+
+#: ... and per element of a weight cast from bf16: its amax reads it first (2), the
+#: producer being FSDP's all-gather, no Inductor kernel (fuse_with_prev=False)
+TORCHAO_WEIGHT_CAST_BYTES = TORCHAO_CAST_BYTES + 2
+
+
+#: bytes per element of the amax read of an activation whose producer is no Inductor
+#: kernel: the attention kernel's output, the output projection's input
+AMAX_READ_BYTES = 2
+
+
+#: bytes per element of the transposed copy of a weight FSDP gathered in float8 (read 1,
+#: write 1): the input-gradient multiply takes it as its second operand row-major, which
+#: preprocess_addmm copies with ``b.t().contiguous().t()`` (torchao eab345c, float8_ops.py)
+FP8_TRANSPOSE_BYTES = 2
+
+
+def fp8_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float, float, float]:
+    """(attention forward, attention backward, MLP forward, MLP backward) elements of 2
+    bytes per token that torchao's tensorwise Float8Linear (``fp8_casts = "torchao"``)
+    moves to make its FP8 operands, as torchtitan at 9dec370 ran it under torch.compile
+    (torchao eab345c, float8/float8_linear.py, tensorwise path): forward each multiply's
+    input is cast (``TORCHAO_CAST_BYTES``; wq, wk and wv, or w1 and w3, cast the same
+    tensor alike, which the partitioner's common-subexpression pass merges into one,
+    torch/_functorch/partitioners.py ``fx_graph_cse``, as ``compute.attention_shapes``
+    fuses them) and each weight (``TORCHAO_WEIGHT_CAST_BYTES``),
+    every micro-batch, the output projection's input first read for its amax
+    (``AMAX_READ_BYTES``); backward each output gradient is cast once
+    (``NoopFwToFloat8BwDynamic``) and both multiplies take the forward's fp8 tensors
+    (``manual_float8_matmul_with_args_in_float8`` saves them). With FSDP's float8
+    all-gather (``fsdp_float8_all_gather``) the weight arrives in fp8 and only its
+    transposed copy is made, backward (``FP8_TRANSPOSE_BYTES``); the cast of each fp32
+    shard before its gather (fsdp_utils.py ``fsdp_pre_all_gather``, 1/dp of the weight) is
+    left out, as is the bf16 cast it replaces. Tensor parallelism is priced as one GPU's
+    multiplies: torchao's Float8ColwiseParallel casts the sequence shard before its
+    all-gather, which is not modelled."""
+    T = lay.tokens(t.seq)
+    gathered = float8_gathered(t)
+    out = []
+    for shapes in (attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)):
+        forward = sum(c * tok * k * TORCHAO_CAST_BYTES for tok, _, k, c in shapes)
+        backward = sum(c * tok * n * TORCHAO_CAST_BYTES for tok, n, _, c in shapes)
+        weights = sum(c * n * k for _, n, k, c in shapes)
+        if gathered:
+            backward += weights * FP8_TRANSPOSE_BYTES
+        else:
+            forward += weights * TORCHAO_WEIGHT_CAST_BYTES
+        out += [forward / (2 * T), backward / (2 * T)]
+    tok, _, k, c = attention_shapes(m, t, lay)[-1]  # the output projection
+    out[0] += c * tok * k * AMAX_READ_BYTES / (2 * T)
+    return out[0], out[1], out[2], out[3]
 
 
 def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[str, str, float, float]]:
@@ -32,7 +97,8 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     and write the expert scores, the permute copies each token to its top_k slots and the
     un-permute sums them back ((1 + top_k) h each way). Under FP8 each multiply's input is
     cast (read 2 bytes, write 1 and a scale: 1.5 elements). The routing and the casts'
-    backward is taken as twice their forward (not counted kernel by kernel).
+    backward is taken as twice their forward (not counted kernel by kernel). torchao's
+    casts (``fp8_casts = "torchao"``) are counted tensor by tensor (``fp8_cast_terms``).
 
     Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
     as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
@@ -85,7 +151,9 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
             attn.append(("repeat_kv", 2 * (kv + q), 2 * (kv + q)))
         cast_attn = fp8 * (h + m.heads * v / tp)
         attn_sums = sums + (2 * 3 * h if eager else 0.0)  # wq, wk, wv's input gradients
-    attn += [("gradient sums", 0.0, attn_sums), ("fp8 casts", cast_attn, 2 * cast_attn)]
+    casts = fp8_cast_terms(m, layer, t, lay) if fp8 and t.fp8_casts == "torchao" else None
+    attn_casts = casts[:2] if casts else (cast_attn, 2 * cast_attn)
+    attn += [("gradient sums", 0.0, attn_sums), ("fp8 casts", *attn_casts)]
     mlp = [("norm", *norm), residual]
     if m.is_moe_layer(layer):
         e = m.moe  # per token a GPU routes, 1/tp of its tokens (``Layout.expert_tokens``)
@@ -101,7 +169,7 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
             mlp.append(("gelu", 2 * f, 3 * f))
         cast_mlp = fp8 * (h + f)
         mlp.append(("gradient sums", 0.0, sums + (3 * h if eager else 0.0)))  # w1 and w3's input gradients
-    mlp.append(("fp8 casts", cast_mlp, 2 * cast_mlp))
+    mlp.append(("fp8 casts", *(casts[2:] if casts else (cast_mlp, 2 * cast_mlp))))
     rows = [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
     return rows + (megatron_jit_terms(m, layer, t, lay) if t.fused_kernels == "megatron-jit" else [])
 

@@ -45,14 +45,24 @@ def float8_gathered(t: Training) -> bool:
 
 @dataclass(frozen=True)
 class Float8GatheredMemory(MemoryModel):
-    """A stage FSDP keeps gathered whose Float8 linears it gathered in one byte: each
-    stage's ``float8_params`` of its parameters hold one byte, not ``param_bytes``."""
+    """A stage whose Float8 linears FSDP gathers in one byte: each stage's
+    ``float8_params`` of its parameters (what step.py's all-gather moves in one byte), and,
+    where FSDP keeps the stage gathered (``kept_gathered``), held in one byte, not
+    ``param_bytes``."""
 
     float8_params: PerStage = 0.0
+    kept_gathered: bool = True
 
     def stage_bytes(self, stage: int) -> tuple[float, float, float]:
         p, g, o = super().stage_bytes(stage)
+        if not self.kept_gathered:
+            return p, g, o
         return p - (self.param_bytes - 1) * at_stage(self.float8_params, stage, "memory sizes"), g, o
+
+
+def float8_params_at(mm: MemoryModel, stage: int) -> float:
+    """Parameters of a stage FSDP all-gathers in float8 (0 unless ``float8_gathered``)."""
+    return at_stage(mm.float8_params, stage, "memory sizes") if isinstance(mm, Float8GatheredMemory) else 0.0
 
 
 def memory_model(
@@ -116,7 +126,7 @@ def memory_model(
         zero=1 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
     )
-    if keeps_gathered(t, lay) and float8_gathered(t):  # torchao converts the blocks' dense linears
+    if float8_gathered(t):  # torchao converts the blocks' dense linears
         linears = [sum(attention_params(m) + mlp_params(m, i)[0] for i in rng) / lay.tp for rng in parts]
-        return Float8GatheredMemory(**fields, float8_params=tuple(linears))
+        return Float8GatheredMemory(**fields, float8_params=tuple(linears), kept_gathered=keeps_gathered(t, lay))
     return MemoryModel(**fields)

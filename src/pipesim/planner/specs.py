@@ -20,6 +20,7 @@ from . import hf_config
 from .training import (  # noqa: F401
     ATTENTION_BLOCK_ORDERS,
     CP_COMMS,
+    FP8_CASTS,
     FP8_SCALINGS,
     FUSED_KERNELS,
     MOE_EXPERT_GEMMS,
@@ -447,6 +448,10 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f'{where}: precision must be "bf16" or "fp8", got {t.precision!r}')
     if t.fp8_scaling not in FP8_SCALINGS:
         raise PipesimError(f'{where}: fp8_scaling must be "block" or "tensor", got {t.fp8_scaling!r}')
+    if t.fp8_casts not in FP8_CASTS:
+        raise PipesimError(f'{where}: fp8_casts must be "transformer_engine" or "torchao", got {t.fp8_casts!r}')
+    if t.precision == "fp8" and t.fp8_casts == "torchao" and t.fp8_scaling != "tensor":
+        raise PipesimError(f'{where}: fp8_casts = "torchao" is torchao\'s tensorwise Float8: set fp8_scaling = "tensor"')
     if t.recompute not in ("none", "selective", "full", "auto", "op") and not _every_n(t.recompute):
         raise PipesimError(
             f"{where}: recompute must be none, selective, full, op (torchtitan's selective op), every-N "

@@ -7,6 +7,7 @@ from ..ir import Op
 from ..memory import MemoryModel
 from .collectives import ring_seconds
 from .compute import hbm_rate
+from .footprint import float8_params_at
 from .layout import Layout, keeps_gathered
 from .specs import Cluster, Training
 
@@ -104,8 +105,10 @@ def step_overhead(
     that micro-batch's forward (the first gather) and backward (the second, and the
     reduction); each gather's output is then copied into the unsharded parameters on the
     compute stream (FSDP2's ``foreach_all_gather_copy_out``: read and write the
-    parameter bytes), which nothing hides. Under pipeline parallelism FSDP keeps a stage's
-    parameters gathered from its first forward to its last backward instead
+    parameter bytes), which nothing hides; torchao's Float8 linears gathered in float8
+    (``fsdp_float8_all_gather``) move one byte an element in both. Under pipeline
+    parallelism FSDP keeps a stage's parameters gathered from its first forward to its
+    last backward instead
     (``keeps_gathered``: torchtitan's default with PP, reshard_after_forward off): one
     gather and one copy-out per step, behind the first micro-batch's forward.
 
@@ -129,14 +132,19 @@ def step_overhead(
         grads = gather = opt = copy_out = 0.0
         for st in held:
             dense, experts = mm.params_at(st)
-            copy_out += (dense + experts) * 2 * t.param_bytes / hbm_rate(c, t)
-            for n, group in ((dense, "cpdp"), (experts, "edp")):
+            f8 = float8_params_at(mm, st)  # gathered in one byte (fsdp_float8_all_gather)
+            copy_out += ((dense + experts - f8) * t.param_bytes + f8) * 2 / hbm_rate(c, t)
+            for n, group, one_byte in ((dense, "cpdp", f8), (experts, "edp", 0.0)):
                 replicas = lay.size(group)
                 reduce = "reduce_scatter" if t.zero >= 1 and not t.zero1_allreduce else "all_reduce"
                 grads += ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
-                gather += ring_seconds(c, lay, group, "all_gather", n * t.param_bytes) if t.zero >= 1 else 0.0
+                gathered = (n - one_byte) * t.param_bytes + one_byte
+                gather += ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
                 opt += optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)
+                # precompute_float8_dynamic_scale_for_fsdp: the amax of every float8 shard once
+                # a step (torch._foreach_norm over the fp32 shards; torchao eab345c fsdp_utils.py)
+                opt += one_byte / shard * FP32 / hbm_rate(c, t)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
             # under pipelining the gradients wait for one exposed reduce-scatter a stage
             # (REDUCE_GRAD) after the last backward; without it each micro-batch's

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 FP8_SCALINGS = ("block", "tensor")
 
 
+#: whose kernels make a multiply's FP8 operands (``Training.fp8_casts``)
+FP8_CASTS = ("transformer_engine", "torchao")
+
+
 #: how an MoE layer's expert multiplies are launched (``Training.moe_expert_gemms``)
 MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 
@@ -45,6 +49,14 @@ class Training:
     # Engine's current or delayed scaling, as Megatron-Bridge's fp8_cs recipe; torchao's
     # tensorwise Float8, as torchtitan's Float8 rows)
     fp8_scaling: str = "block"
+    # whose kernels make the FP8 operands (elementwise.fp8_cast_terms, compute.gemms):
+    # "transformer_engine", a cast fused into the producer forward and TE's cast-transpose
+    # of both weight-gradient operands backward (Megatron-Bridge's fp8_cs; DeepSeek-V3's
+    # block-scaled casts are priced alike); "torchao", torchao's tensorwise Float8Linear
+    # under torch.compile (torchtitan's Float8 rows; without fused_elementwise priced the
+    # same): each input, weight and output gradient cast once, in both layouts, the
+    # weights every micro-batch
+    fp8_casts: str = "transformer_engine"
     zero: int = 1  # ZeRO stage over the data-parallel ranks
     recompute: str = (
         "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
@@ -230,8 +242,12 @@ class Training:
     # blocks' kernels (activations.head_saved)
     final_norm_eager: bool = False
     # torchao's Float8 linears all-gathered in float8 by FSDP2 (torchtitan's
-    # float8.enable_fsdp_float8_all_gather): their gathered weights hold one byte an
-    # element, the norms, embedding and output head param_bytes (footprint.py)
+    # float8.enable_fsdp_float8_all_gather, with precompute_float8_dynamic_scale_for_fsdp
+    # as docs/float8.md at 9dec370 runs them together): their gathered weights hold one
+    # byte an element, the norms, embedding and output head param_bytes (footprint.py);
+    # their all-gather and copy-out move one byte an element (step.py), the weights' amax
+    # is taken once a step over the shards, and no micro-batch casts a weight again
+    # (elementwise.fp8_cast_terms)
     fsdp_float8_all_gather: bool = False
     # torch.distributed.pipelining before pytorch/pytorch#164329 (October 2025; torchtitan's
     # published runs used torch 1963fc8, December 2024): stage_backward takes each

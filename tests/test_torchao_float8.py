@@ -1,0 +1,118 @@
+"""torchao's tensorwise Float8 linears as torchtitan ran them (``fp8_casts = "torchao"``,
+``fsdp_float8_all_gather``): the bytes of their casts and of FSDP's float8 all-gather,
+worked by hand from what torchao eab345c's kernels read and write.
+
+The model is test_planner.py's tiny GQA model: hidden 64, 4 heads of 16, 2 KV heads,
+SwiGLU FFN 128. Its multiplies: wq, wk, wv on the attention norm's output (outputs 64 +
+32 + 32 = 128), wo on the attention's output (64 -> 64), w1 and w3 on the MLP norm's
+output (128 + 128 = 256), w2 on SwiGLU's output (128 -> 64). One micro-batch of 32 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import test_nccl
+from pipesim.errors import PipesimError
+from pipesim.ir import Placement
+from pipesim.planner.compute import gemm_fbw, gemms, hbm_rate, mlp_shapes
+from pipesim.planner.elementwise import elementwise_terms
+from pipesim.planner.footprint import memory_model
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import Cluster, Training, load_cluster, load_training
+from pipesim.planner.stages import component_costs
+from pipesim.planner.step import step_overhead
+from test_planner_costs import TINY
+
+TORCHAO = Training(seq=32, precision="fp8", fp8_scaling="tensor", fp8_casts="torchao")
+LAY = Layout(pp=1, dp=1)
+T = 32  # tokens of the micro-batch
+
+
+def cast_rows(t: Training) -> dict[str, tuple[float, float]]:
+    """The "fp8 casts" rows (forward, backward) by block, in bytes for the micro-batch."""
+    return {b: (f * 2 * T, w * 2 * T) for b, term, f, w in elementwise_terms(TINY, 0, t, LAY) if term == "fp8 casts"}
+
+
+def test_torchao_casts_by_hand():
+    """Each cast under torch.compile (torchao roofline_utils.py): read bf16 2, write fp8
+    row-major 1 and column-major 1, Inductor's re-read of its own fp8 output 1: 5 bytes an
+    element, the amax riding in the producer; a weight's amax reads it first: 7. The
+    attention's output comes from no Inductor kernel: its amax reads it (2)."""
+    rows = cast_rows(TORCHAO)
+    attn_forward = (
+        T * 64 * 5  # the attention norm's output, cast once for wq, wk and wv
+        + T * 64 * 5  # the attention's output, wo's input
+        + T * 64 * 2  # ... read first for its amax
+        + (128 * 64 + 64 * 64) * 7  # the weights of wq, wk, wv and wo, every micro-batch
+    )
+    attn_backward = T * 128 * 5 + T * 64 * 5  # the gradients of q, k, v and of wo's output
+    mlp_forward = T * 64 * 5 + T * 128 * 5 + (256 * 64 + 64 * 128) * 7
+    mlp_backward = T * 256 * 5 + T * 64 * 5  # the gradients of w1 and w3's outputs and of w2's
+    assert rows["attention"] == pytest.approx((attn_forward, attn_backward))
+    assert rows["mlp"] == pytest.approx((mlp_forward, mlp_backward))
+    assert (attn_forward, mlp_forward) == (110592, 202752)
+
+
+def test_float8_all_gather_moves_the_weight_casts_out_of_the_micro_batch():
+    """With FSDP's float8 all-gather the weights arrive in fp8: no micro-batch casts them,
+    and the input-gradient multiply copies each to the other layout in the backward (read
+    1, write 1: preprocess_addmm's ``b.t().contiguous().t()``)."""
+    rows = cast_rows(replace(TORCHAO, zero=3, fsdp_float8_all_gather=True))
+    assert rows["attention"] == pytest.approx((T * 64 * 5 * 2 + T * 64 * 2, T * 128 * 5 + T * 64 * 5 + (128 * 64 + 64 * 64) * 2))
+    assert rows["mlp"] == pytest.approx((T * 64 * 5 + T * 128 * 5, T * 256 * 5 + T * 64 * 5 + (256 * 64 + 64 * 128) * 2))
+    # without ZeRO-3 there is no FSDP all-gather: the weights are cast every micro-batch
+    assert cast_rows(replace(TORCHAO, fsdp_float8_all_gather=True)) == cast_rows(TORCHAO)
+
+
+def test_transformer_engine_casts_stay_as_they_were():
+    """The default (Transformer Engine's kernels): 1.5 elements per multiply input forward
+    (read 2, write 1 and a scale), twice that backward, and the weight gradient's two
+    operands cast again (3 bytes an element) in the multiplies' time; torchao's casts
+    leave the weight gradient a bare FP8 multiply."""
+    te = replace(TORCHAO, fp8_casts="transformer_engine")
+    rows = cast_rows(te)
+    assert rows["attention"] == pytest.approx((T * 1.5 * (64 + 64) * 2, T * 3 * (64 + 64) * 2))
+    assert rows["mlp"] == pytest.approx((T * 1.5 * (64 + 128) * 2, T * 3 * (64 + 128) * 2))
+    c = load_cluster("h100")
+    shapes = mlp_shapes(TINY, 0, te, LAY)
+    bare = sum(gemm_fbw(c, te, tok, n, k, count=cnt)[2] for tok, n, k, cnt in shapes)
+    assert gemms(c, TORCHAO, shapes)[2] == pytest.approx(bare)
+    operands = (T * (256 + 64) + T * (64 + 128)) * 3
+    assert gemms(c, te, shapes)[2] == pytest.approx(bare + operands / hbm_rate(c, te))
+
+
+def test_float8_all_gather_by_hand():
+    """ZeRO-3 on pp1 dp2, nothing hidden, 3 micro-batches (test_planner_costs's
+    test_zero3_gathers_and_copies_per_micro_batch_by_hand with Float8 linears gathered in
+    float8): the blocks' linears move one byte an element in each gather and in its
+    copy-out, the norms, embedding and head two; the weights' amax is taken once a step
+    over each rank's fp32 shard (precompute_float8_dynamic_scale_for_fsdp)."""
+    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
+    lay = Layout(pp=1, dp=2)
+    bf16_gather = replace(TORCHAO, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
+    t = replace(bf16_gather, fsdp_float8_all_gather=True)
+    linears = 4 * (12288 + 3 * 64 * 128)  # wq, wk, wv, wo, w1, w2, w3 of 4 layers
+    rest = 4 * 128 + 2 * 100 * 64  # the norms, the embedding and the head
+    pl = Placement.standard("flat", 1, 1)
+    results = {}
+    for run in (bf16_gather, t):
+        mm = memory_model(TINY, run, lay, 1, "none")
+        results[run.fsdp_float8_all_gather] = step_overhead(c, run, lay, pl, mm, component_costs(TINY, c, run, lay, 1, "none"), 3)
+    comm, opt = results[True]
+    gathered = linears * 1 + rest * 2
+    ring = 1 / 2 * gathered / 100e9
+    reduce = 1 / 2 * (linears + rest) * 2 / 100e9  # the gradients stay bf16
+    copy = gathered * 2 / (3.35e12 * 0.5)
+    assert comm == pytest.approx(3 * (ring + ring + reduce + 2 * copy))
+    assert opt - results[False][1] == pytest.approx(linears / 2 * 4 / (3.35e12 * 0.5))
+
+
+def test_fp8_casts_is_checked():
+    with pytest.raises(PipesimError, match=r'fp8_casts must be "transformer_engine" or "torchao", got \'te\''):
+        load_training(fp8_casts="te")
+    with pytest.raises(PipesimError, match=r'fp8_casts = "torchao" is torchao\'s tensorwise Float8: set fp8_scaling = "tensor"'):
+        load_training(precision="fp8", fp8_casts="torchao")
+    assert load_training(precision="fp8", fp8_scaling="tensor", fp8_casts="torchao").fp8_casts == "torchao"
