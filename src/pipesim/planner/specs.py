@@ -199,9 +199,11 @@ class Cluster:
         if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
             raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node, got {gpus}")
         if self.nvlink_domain and gpus % self.nvlink_domain:
+            d = self.nvlink_domain
+            near = [n * d for n in (gpus // d, gpus // d + 1) if n]  # the multiples on either side
             raise PipesimError(
-                f"--gpus {gpus} on {self.name}: give a multiple of its {self.nvlink_domain}-GPU NVLink domain "
-                f"(e.g. {max(1, gpus // self.nvlink_domain) * self.nvlink_domain})"
+                f"--gpus {gpus} on {self.name}: give a multiple of its {d}-GPU NVLink domain "
+                f"(e.g. {' or '.join(map(str, near))})"
             )
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
         return replace(self, name=name, gpus=gpus)
