@@ -47,11 +47,27 @@ def nccl_between_nodes_text(c: Cluster) -> str:
     )
 
 
+def field_text(value: object) -> str:
+    """A training field as the training file writes it: true/false, lists comma-separated,
+    whole numbers with thousands separators (tokens: 1,000,000,000,000, not 1000000000000.0)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ", ".join(map(field_text, value))
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
     t, c = plan.training, plan.cluster
-    rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
+    rows = [(f.name, field_text(getattr(t, f.name))) for f in fields(Training)]
+    if t.recompute == "auto" and plan.best is not None:  # the search's pick, as the recommendation runs it
+        rows[rows.index(("recompute", "auto"))] = ("recompute", f"auto: the plan chose {plan.best.candidate.recompute}")
     bf16, fp8 = gemm_efficiency(c, t, False), gemm_efficiency(c, t, True)
-    rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
+    rows[rows.index(("compute_efficiency", field_text(t.compute_efficiency)))] = (
         "compute_efficiency",
         f"{bf16:g} of BF16 peak"
         + (f", {fp8:g} of FP8 peak ({t.fp8_scaling}-scaled)" if c.fp8_tflops else "")
