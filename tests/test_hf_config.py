@@ -156,6 +156,16 @@ def edited(name: str, **changes) -> dict:
         (edited("deepseek-v3", moe_layer_freq=2), "moe_layer_freq 2 interleaves dense and MoE layers"),
         (edited("llama-3.1-8b", num_attention_heads=30), "hidden_size 4096 is not a multiple of num_attention_heads 30"),
         ([1, 2], "a HuggingFace config is a JSON object, got list"),
+        # what the model file's checks refuse, refused under the config's own keys
+        (edited("llama-3.1-8b", num_key_value_heads=5), "num_key_value_heads 5 must divide num_attention_heads 32 (1, 2, 4, 8, 16, 32)"),
+        (edited("mixtral-8x7b-v0.1", num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_local_experts 8"),
+        (edited("qwen3-30b-a3b", num_experts_per_tok=200), "num_experts_per_tok 200 exceeds num_experts 128"),
+        (edited("llama-3.1-8b", hidden_size=10_000_001), "hidden_size must be a whole number from 1 to 10,000,000"),
+        (edited("deepseek-v3", num_nextn_predict_layers=5000), "num_nextn_predict_layers must be a whole number from 0 to 1,000"),
+        # odd values no model has: more groups reached than there are, no MoE layer left
+        (edited("deepseek-v3", topk_group=9), "topk_group 9 exceeds n_group 8"),
+        (edited("qwen3-30b-a3b", mlp_only_layers=list(range(48))), "leaves none of its 48 layers an MoE layer; for the dense model it describes give model_type 'qwen3'"),
+        (edited("deepseek-v2", first_k_dense_replace=60), "first_k_dense_replace 60 leaves none of its 60 layers an MoE layer"),
     ],
 )
 def test_bad_configs_are_one_line(config, needle, tmp_path, capsys):
@@ -218,6 +228,12 @@ def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
     with tempfile.TemporaryDirectory(prefix="pipesim-hf-") as d:
         r = run_case(c, Path(d), timeout=30)
     assert verdict(c, r) is None, (changes, r.rc, r.err[:300], r.detail)
+    # a refusal names the config's keys, not the model file's fields they become
+    assert not [w for w in MODEL_FILE_WORDS if r.rc == 2 and w in r.err], (changes, r.err)
+
+
+#: words of the model file's refusals (specs.py) that a config.json user never wrote
+MODEL_FILE_WORDS = ("kv_heads", "top_k", "[moe]", "[attention]", "[mlp]", "dense_ffn", "expert_ffn", "dense_layers", "mtp_layers")
 
 
 @pytest.mark.parametrize("missing", [..., None])

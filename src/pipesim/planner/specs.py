@@ -222,7 +222,7 @@ def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
     """The TOML table of a file path, or of a preset in presets/<kind>s/; a model may
     also be a HuggingFace config.json, read into the same table by ``hf_config``."""
     if kind == "model" and hf_config.is_hf_config(name_or_path):
-        return hf_config.model_table(name_or_path), name_or_path
+        return hf_config.model_table(name_or_path, BOUNDS), name_or_path
     p = Path(name_or_path)
     if p.suffix != ".toml" and not p.exists():
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
