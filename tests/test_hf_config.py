@@ -250,3 +250,19 @@ def test_absent_or_null_fields_take_the_family_classes_defaults(tmp_path, missin
     f.write_text(json.dumps(edited("qwen3-32b", head_dim=None)))
     with pytest.raises(PipesimError, match="head_dim must be a whole number"):
         load_model(str(f))
+
+
+def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsys):
+    """Mistral 7B v0.1 attends over 4096 tokens; pipesim prices full attention, and says so
+    where the sequence is longer than the window. Qwen's window applies only with
+    use_sliding_window (false in every Qwen config here)."""
+    assert load_model(str(HF / "mistral-7b-v0.1.json")).sliding_window == 4096
+    assert load_model(str(HF / "qwen2.5-72b-instruct.json")).sliding_window == 0  # 131072 given, not used
+    assert load_model(str(HF / "mixtral-8x7b-v0.1.json")).sliding_window == 0  # null
+    rows = {}
+    for seq in (4096, 8192):
+        argv = ["plan", "--model", str(HF / "mistral-7b-v0.1.json"), "--cluster", "h100", "--gpus", "8", "--seq", str(seq)]
+        assert main([*argv, "--json"]) == 0
+        rows[seq] = json.loads(capsys.readouterr().out)["assumptions"].get("sliding window")
+    assert rows[4096] is None
+    assert "4,096-token window (sliding_window), priced here as full causal attention over all 8,192 tokens" in rows[8192]

@@ -248,7 +248,22 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts",
         ),
     ]
-    return rows + layout_assumptions(plan) + search_assumptions(plan)
+    return rows + window_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
+
+
+def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """A sliding-window model planned over longer sequences than its window: the attention
+    priced is the full causal one, more than the window's."""
+    w, seq = plan.model.sliding_window, plan.training.seq
+    if not w or seq <= w:
+        return []
+    return [
+        (
+            "sliding window",
+            f"{plan.model.name} attends over a {w:,}-token window (sliding_window), priced here as full causal attention "
+            f"over all {seq:,} tokens: its attention time is the whole sequence's, more than the window's",
+        )
+    ]
 
 
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:

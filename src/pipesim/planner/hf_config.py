@@ -12,8 +12,9 @@ DeepseekV3Config published with the weights.
 Left out on purpose, each far below the published precision of the parameter counts:
 Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's per-head q/k norms, the
 MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate and DeepSeek-V3's
-per-expert routing bias. Mistral's sliding window (4096 in Mistral 7B v0.1) is not
-modelled: attention is priced over the whole sequence.
+per-expert routing bias. A sliding window (``sliding_window``: 4096 in Mistral 7B v0.1;
+Qwen's only with ``use_sliding_window``) is read and carried, but attention is priced over
+the whole sequence; the report's assumptions say so where the sequence is longer.
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
             f"({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
         )
     out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
+    # Mistral and Mixtral attend over sliding_window tokens when it is set (null: the whole
+    # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window
+    if f.flag("use_sliding_window", True):
+        window = f.get("sliding_window", 0)
+        if window:
+            out["sliding_window"] = window
     return out
 
 

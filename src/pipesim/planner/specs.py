@@ -125,6 +125,9 @@ class Model:
     activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
     mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
     rotary: bool = True  # rotary position embeddings on q and k; false: learned or ALiBi positions (GPT, BLOOM)
+    # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence). Priced as
+    # full attention all the same; the report's assumptions say so where --seq is longer
+    sliding_window: int = 0
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
