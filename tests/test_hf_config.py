@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from pipesim.cli import main
 from pipesim.errors import PipesimError
-from pipesim.planner.params import active_params, total_params
+from pipesim.planner.params import active_params, published_active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -40,10 +40,12 @@ PUBLISHED = [
     ("qwen3-32b", "32.8", None, "Qwen3-32B model card: 32.8B"),
     ("qwen3-30b-a3b", "30.5", "3.3 cut", "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
     ("qwen3-235b-a22b", "235", "22", "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    # DeepSeek's activated counts leave the input embedding out (params.published_active_params):
+    # V2 20.85B, V3 36.62B (README_WEIGHTS.md: 36.7B). V2-Lite's is 2.451B, which DeepSeek
+    # print as 2.4B, cut where V2's and V3's are rounded: the one row at the rounding edge
     ("deepseek-v2", "236", "21", "DeepSeek-V2, arXiv 2405.04434: 236B total, 21B activated"),
-    # V3's 37B activated (arXiv 2412.19437) is the leading digits of 37.55B; DeepSeek's
-    # README_WEIGHTS.md gives 36.7B, a count its config's shapes do not reproduce
-    ("deepseek-v3", "671", "37 cut", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
+    ("deepseek-v3", "671", "37", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
+    ("deepseek-v2-lite", "15.7", "2.4 cut", "DeepSeek-V2, arXiv 2405.04434, appendix B: 15.7B total, 2.4B activated"),
 ]
 
 
@@ -63,7 +65,31 @@ def test_parameter_counts_are_the_published_ones(name, total, active, source):
     m = load_model(str(HF / f"{name}.json"))
     assert shown(total_params(m), total) == total, source
     if active:
-        assert shown(active_params(m), active) == active, source
+        assert shown(published_active_params(m), active) == active, source
+
+
+def test_the_report_prints_each_makers_active_count(capsys):
+    """The plan gives the active count as the maker counts it, to three figures; the cost
+    arithmetic keeps every parameter a token passes through (active_params)."""
+    counts = {
+        name: (round(active_params(m) / 1e9, 2), round(published_active_params(m) / 1e9, 2))
+        for name in ("deepseek-v2-lite", "deepseek-v2", "deepseek-v3", "mixtral-8x7b-v0.1", "qwen3-30b-a3b")
+        for m in [load_model(str(HF / f"{name}.json"))]
+    }
+    assert counts == {
+        "deepseek-v2-lite": (2.66, 2.45),
+        "deepseek-v2": (21.38, 20.85),
+        "deepseek-v3": (37.55, 36.62),
+        "mixtral-8x7b-v0.1": (12.88, 12.88),
+        "qwen3-30b-a3b": (3.35, 3.35),
+    }
+    argv = ["plan", "--model", str(HF / "deepseek-v2-lite.json"), "--cluster", "h100", "--gpus", "16"]
+    assert main(argv) == 0
+    head = capsys.readouterr().out.splitlines()[2]
+    assert head.startswith("deepseek-v2-lite: 15.7B parameters (2.45B active per token), 27 layers.")
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (round(d["parameters"] / 1e9, 2), round(d["active_parameters"] / 1e9, 2)) == (15.71, 2.45)
 
 
 def test_dense_counts_are_the_checkpoints_weights():

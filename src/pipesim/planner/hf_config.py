@@ -263,6 +263,7 @@ def _deepseek(f: _Fields) -> dict:
         out["moe"]["max_nodes"] = reach
     # multi-token prediction modules (V3: 1), trained with the model, on the last stage
     out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
+    out["active_counts_embedding"] = False  # DeepSeek's activated counts leave the input embedding out
     return out
 
 

@@ -128,6 +128,10 @@ class Model:
     # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence). Priced as
     # full attention all the same; the report's assumptions say so where --seq is longer
     sliding_window: int = 0
+    # whether the maker's published "activated parameters" count the input embedding, a row
+    # lookup with no multiply (params.published_active_params): Mistral's and Qwen's do,
+    # DeepSeek's do not (only without it do V2's 21B and V3's 37B come out)
+    active_counts_embedding: bool = True
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
