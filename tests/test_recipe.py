@@ -403,9 +403,9 @@ def test_export_refuses_costs_a_schedule_is_not_built_with(tmp_path, capsys):
 
 
 def test_a_model_torchtitan_has_no_configuration_for_says_what_to_import():
-    # Qwen3-32B from its config.json matches no preset: the import is a placeholder, and the
-    # recipe says what it must give rather than leaving an ImportError to explain it
-    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "qwen3-32b.json"), False), ("llama3-405b", True)):
+    # Mistral 7B from its config.json matches no torchtitan configuration: the import is a
+    # placeholder, and the recipe says what it must give rather than leaving an ImportError
+    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "mistral-7b-v0.1.json"), False), ("llama3-405b", True)):
         m, c = load_model(model), load_cluster("h100", 512)
         plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
         plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, "full", 128), True, step_time=1.0))
@@ -450,3 +450,24 @@ def test_megatron_refusal_is_one_plain_sentence(schedule):
     assert why.startswith(f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)")
     assert "runs it schedule" not in why and not why.endswith(".")
     assert ("runs it" in why) == (schedule != "zb-h1")
+
+
+# torchtitan's Qwen3 configuration functions, read at b5bcd76: torchtitan/models/qwen3/
+# config_registry.py defines qwen3_0_6b, qwen3_1_7b, qwen3_14b, qwen3_30b_a3b and qwen3_32b;
+# its model registry (models/qwen3/__init__.py) also has "4B", "8B" and "235B-A22B"
+@pytest.mark.parametrize(
+    "config, line",
+    [
+        ("qwen3-32b", "from torchtitan.models.qwen3.config_registry import qwen3_32b"),
+        ("qwen3-30b-a3b", "from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b"),
+        ("qwen3-235b-a22b", 'its model_spec is torchtitan.models.qwen3.model_registry("235B-A22B"))'),
+    ],
+)
+def test_qwen3_from_a_config_uses_torchtitans_own_configuration(config, line):
+    m, c = load_model(str(Path(__file__).parent / "data" / "hf" / f"{config}.json")), load_cluster("h100", 512)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    plan.results.append(Result(Candidate(Layout(pp=8, dp=64, tp=1, ep=8 if m.moe else 1), "1f1b", None, "full", 128), True, step_time=1.0))
+    code = recipe(plan)["torchtitan"]["python"]
+    ast.parse(code)
+    assert line in code
+    assert ("your_configs" in code) == (config == "qwen3-235b-a22b")

@@ -225,14 +225,43 @@ TORCHTITAN_TOML_VERSIONS = (
 )
 
 
-def torchtitan_base(m: Model) -> tuple[str, str]:
-    """(module, function) of torchtitan's own full configuration for this model: the
-    preset's, matched by shape (a model read from a config.json has its own name), or a
-    placeholder to fill in."""
-    for preset, where in TORCHTITAN_BASES.items():
+#: torchtitan's Qwen3 flavours by shape (torchtitan/models/qwen3/__init__.py at b5bcd76:
+#: qwen3_configs), (layers, hidden, heads, kv heads, head size, vocabulary, tied embeddings,
+#: dense width or (experts, expert width, top-k)) -> (flavour, its config_registry.py
+#: function, None where the registry has the flavour but no configuration function)
+QWEN3_FLAVOURS = {
+    (28, 1024, 16, 8, 128, 151936, True, 3072): ("0.6B", "qwen3_0_6b"),
+    (28, 2048, 16, 8, 128, 151936, True, 6144): ("1.7B", "qwen3_1_7b"),
+    (36, 2560, 32, 8, 128, 151936, True, 9728): ("4B", None),
+    (36, 4096, 32, 8, 128, 151936, False, 12288): ("8B", None),
+    (40, 5120, 40, 8, 128, 151936, False, 17408): ("14B", "qwen3_14b"),
+    (64, 5120, 64, 8, 128, 151936, False, 25600): ("32B", "qwen3_32b"),
+    (48, 2048, 32, 4, 128, 151936, False, (128, 768, 8)): ("30B-A3B", "qwen3_30b_a3b"),
+    (94, 4096, 64, 4, 128, 151936, False, (128, 1536, 8)): ("235B-A22B", None),
+}
+
+
+def _qwen3_shape(m: Model) -> tuple:
+    a, e = m.attention, m.moe
+    mlp = (e.experts, e.expert_ffn, e.top_k) if e and not e.shared_experts and not m.dense_layers else m.dense_ffn
+    return (m.layers, m.hidden, m.heads, a.kv_heads or m.heads, a.head_dim, m.vocab, m.tied_embeddings, mlp)
+
+
+def torchtitan_base(m: Model) -> tuple[str, str, str]:
+    """(module, function, hint) of torchtitan's own full configuration for this model:
+    the preset's or a Qwen3 flavour's, matched by shape (a model read from a config.json
+    has its own name), or a placeholder to fill in, with a hint naming torchtitan's model
+    spec where it has the model but no configuration function for it."""
+    for preset, (module, base) in TORCHTITAN_BASES.items():
         if replace(_preset_model(preset), name=m.name) == m:
-            return where
-    return PLACEHOLDER
+            return module, base, ""
+    if m.attention.kind == "gqa" and not m.mtp_layers and m.rotary and m.activation == "swiglu":
+        flavour, base = QWEN3_FLAVOURS.get(_qwen3_shape(m), (None, None))
+        if base:
+            return "torchtitan.models.qwen3.config_registry", base, ""
+        if flavour:
+            return (*PLACEHOLDER, f'its model_spec is torchtitan.models.qwen3.model_registry("{flavour}")')
+    return (*PLACEHOLDER, "")
 
 
 @cache
@@ -288,7 +317,7 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
     here the model's own full configuration with the plan's parallelism, batch and
     activation checkpointing."""
-    module, base = torchtitan_base(plan.model)
+    module, base, hint = torchtitan_base(plan.model)
     policy = (ac.python or "").removesuffix(".Config()")
     lines = [
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
@@ -296,7 +325,10 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
         *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
         # no torchtitan configuration of its own matches the model: say what the import must give
         *(
-            [f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} (its model_spec, data, optimizer)"]
+            [
+                f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} "
+                f"(its model_spec, data, optimizer{'; ' + hint if hint else ''})"
+            ]
             if module == PLACEHOLDER[0]
             else []
         ),
