@@ -107,8 +107,12 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             )
     if m.moe:
         par["expert_parallel_degree"] = lay.ep
-        if lay.etp > 1:
-            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
+        if lay.etp > 1 and lay.etp != lay.tp:
+            return {
+                "runs": False,
+                "why": f"torchtitan split experts tp ways or not at all (expert_tensor_parallel_degree = tp or 1, {ETP_VERSIONS}) "
+                f"and has no expert tensor parallelism since; the plan has etp{lay.etp} with tp{lay.tp}",
+            }
     if m.mtp_layers and lay.pp > 1:
         notes.append(
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
@@ -123,15 +127,22 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "max_context_length": t.seq,
     }
     flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
+    # setting runs it; torchtitan today has no expert tensor parallelism
+    split_experts = bool(m.moe) and lay.etp > 1
+    expert_tp = bool(m.moe) and lay.ep > 1 and lay.tp > 1  # the TOML's setting decides who holds experts
     return {
         "runs": True,
         "parallelism": par,
         "training": training,
         "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
-        "python": torchtitan_python(plan, par, training, ac),
-        "toml": torchtitan_toml(plan, r, par, lay, ac),
-        "toml_versions": TORCHTITAN_TOML_VERSIONS,
-        "command_line": flags,
+        "python": None if split_experts else torchtitan_python(plan, par, training, ac),
+        "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
+        if split_experts
+        else None,
+        "toml": torchtitan_toml(plan, r, par, lay, ac, lay.etp if expert_tp else None),
+        "toml_versions": TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS,
+        "command_line": None if split_experts else flags,
         "notes": notes,
     }
 
@@ -247,6 +258,19 @@ def _qwen3_shape(m: Model) -> tuple:
     return (m.layers, m.hidden, m.heads, a.kv_heads or m.heads, a.head_dim, m.vocab, m.tied_embeddings, mlp)
 
 
+#: when torchtitan had ``expert_tensor_parallel_degree`` (read in its history: added by
+#: #1555, 2025-08-13, taking tp or 1; before it experts were split tp ways, with no
+#: setting; deprecated by #3167, 2026-04-30, since when experts are not split)
+ETP_VERSIONS = "#1555, 2025-08-13, to #3167, 2026-04-30"
+
+#: the TOML form's versions where it sets expert_tensor_parallel_degree
+TORCHTITAN_ETP_TOML_VERSIONS = (
+    "torchtitan from #1555 (2025-08-13), which added expert_tensor_parallel_degree, until its config refactor "
+    "(#2386, 2026-02-23) read TOML job files (--job.config_file) with these names; before #1555 experts were split "
+    "tp ways with no setting"
+)
+
+
 def torchtitan_base(m: Model) -> tuple[str, str, str]:
     """(module, function, hint) of torchtitan's own full configuration for this model:
     the preset's or a Qwen3 flavour's, matched by shape (a model read from a config.json
@@ -354,15 +378,18 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     return "\n".join(lines) + "\n"
 
 
-def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) -> str:
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, etp: int | None = None) -> str:
     """The same settings in the TOML job file of torchtitan before #2386, whose names
     differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
     data-parallel rank (``local_batch_size``) instead of token counts, and the context
-    exchange chosen by ``context_parallel_rotate_method``."""
+    exchange chosen by ``context_parallel_rotate_method``; ``etp``, where given, as
+    ``expert_tensor_parallel_degree`` (tp or 1: the versions from #1555 took only those)."""
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
     if "module_fqns_per_model_part" in old:  # the output head was "output" until #2937 (2026-04-27) named it lm_head
         old["module_fqns_per_model_part"] = [[OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]]
+    if etp is not None:
+        old["expert_tensor_parallel_degree"] = etp
     if lay.pp > 1:
         old["pipeline_parallel_microbatch_size"] = lay.micro_batch
     rotate = ROTATE_METHODS.get(t.cp_comm)
