@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from pipesim.cli import main
 from pipesim.errors import PipesimError
-from pipesim.planner.params import active_params, total_params
+from pipesim.planner.params import active_params, published_active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -40,10 +40,12 @@ PUBLISHED = [
     ("qwen3-32b", "32.8", None, "Qwen3-32B model card: 32.8B"),
     ("qwen3-30b-a3b", "30.5", "3.3 cut", "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
     ("qwen3-235b-a22b", "235", "22", "Qwen3-235B-A22B model card: 235B total, 22B activated"),
+    # DeepSeek's activated counts leave the input embedding out (params.published_active_params):
+    # V2 20.85B, V3 36.62B (README_WEIGHTS.md: 36.7B). V2-Lite's is 2.451B, which DeepSeek
+    # print as 2.4B, cut where V2's and V3's are rounded: the one row at the rounding edge
     ("deepseek-v2", "236", "21", "DeepSeek-V2, arXiv 2405.04434: 236B total, 21B activated"),
-    # V3's 37B activated (arXiv 2412.19437) is the leading digits of 37.55B; DeepSeek's
-    # README_WEIGHTS.md gives 36.7B, a count its config's shapes do not reproduce
-    ("deepseek-v3", "671", "37 cut", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
+    ("deepseek-v3", "671", "37", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
+    ("deepseek-v2-lite", "15.7", "2.4 cut", "DeepSeek-V2, arXiv 2405.04434, appendix B: 15.7B total, 2.4B activated"),
 ]
 
 
@@ -63,7 +65,31 @@ def test_parameter_counts_are_the_published_ones(name, total, active, source):
     m = load_model(str(HF / f"{name}.json"))
     assert shown(total_params(m), total) == total, source
     if active:
-        assert shown(active_params(m), active) == active, source
+        assert shown(published_active_params(m), active) == active, source
+
+
+def test_the_report_prints_each_makers_active_count(capsys):
+    """The plan gives the active count as the maker counts it, to three figures; the cost
+    arithmetic keeps every parameter a token passes through (active_params)."""
+    counts = {
+        name: (round(active_params(m) / 1e9, 2), round(published_active_params(m) / 1e9, 2))
+        for name in ("deepseek-v2-lite", "deepseek-v2", "deepseek-v3", "mixtral-8x7b-v0.1", "qwen3-30b-a3b")
+        for m in [load_model(str(HF / f"{name}.json"))]
+    }
+    assert counts == {
+        "deepseek-v2-lite": (2.66, 2.45),
+        "deepseek-v2": (21.38, 20.85),
+        "deepseek-v3": (37.55, 36.62),
+        "mixtral-8x7b-v0.1": (12.88, 12.88),
+        "qwen3-30b-a3b": (3.35, 3.35),
+    }
+    argv = ["plan", "--model", str(HF / "deepseek-v2-lite.json"), "--cluster", "h100", "--gpus", "16"]
+    assert main(argv) == 0
+    head = capsys.readouterr().out.splitlines()[2]
+    assert head.startswith("deepseek-v2-lite: 15.7B parameters (2.45B active per token), 27 layers.")
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (round(d["parameters"] / 1e9, 2), round(d["active_parameters"] / 1e9, 2)) == (15.71, 2.45)
 
 
 def test_dense_counts_are_the_checkpoints_weights():
@@ -156,6 +182,16 @@ def edited(name: str, **changes) -> dict:
         (edited("deepseek-v3", moe_layer_freq=2), "moe_layer_freq 2 interleaves dense and MoE layers"),
         (edited("llama-3.1-8b", num_attention_heads=30), "hidden_size 4096 is not a multiple of num_attention_heads 30"),
         ([1, 2], "a HuggingFace config is a JSON object, got list"),
+        # what the model file's checks refuse, refused under the config's own keys
+        (edited("llama-3.1-8b", num_key_value_heads=5), "num_key_value_heads 5 must divide num_attention_heads 32 (1, 2, 4, 8, 16, 32)"),
+        (edited("mixtral-8x7b-v0.1", num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_local_experts 8"),
+        (edited("qwen3-30b-a3b", num_experts_per_tok=200), "num_experts_per_tok 200 exceeds num_experts 128"),
+        (edited("llama-3.1-8b", hidden_size=10_000_001), "hidden_size must be a whole number from 1 to 10,000,000"),
+        (edited("deepseek-v3", num_nextn_predict_layers=5000), "num_nextn_predict_layers must be a whole number from 0 to 1,000"),
+        # odd values no model has: more groups reached than there are, no MoE layer left
+        (edited("deepseek-v3", topk_group=9), "topk_group 9 exceeds n_group 8"),
+        (edited("qwen3-30b-a3b", mlp_only_layers=list(range(48))), "leaves none of its 48 layers an MoE layer; for the dense model it describes give model_type 'qwen3'"),
+        (edited("deepseek-v2", first_k_dense_replace=60), "first_k_dense_replace 60 leaves none of its 60 layers an MoE layer"),
     ],
 )
 def test_bad_configs_are_one_line(config, needle, tmp_path, capsys):
@@ -218,6 +254,12 @@ def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
     with tempfile.TemporaryDirectory(prefix="pipesim-hf-") as d:
         r = run_case(c, Path(d), timeout=30)
     assert verdict(c, r) is None, (changes, r.rc, r.err[:300], r.detail)
+    # a refusal names the config's keys, not the model file's fields they become
+    assert not [w for w in MODEL_FILE_WORDS if r.rc == 2 and w in r.err], (changes, r.err)
+
+
+#: words of the model file's refusals (specs.py) that a config.json user never wrote
+MODEL_FILE_WORDS = ("kv_heads", "top_k", "[moe]", "[attention]", "[mlp]", "dense_ffn", "expert_ffn", "dense_layers", "mtp_layers")
 
 
 @pytest.mark.parametrize("missing", [..., None])
@@ -234,3 +276,19 @@ def test_absent_or_null_fields_take_the_family_classes_defaults(tmp_path, missin
     f.write_text(json.dumps(edited("qwen3-32b", head_dim=None)))
     with pytest.raises(PipesimError, match="head_dim must be a whole number"):
         load_model(str(f))
+
+
+def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsys):
+    """Mistral 7B v0.1 attends over 4096 tokens; pipesim prices full attention, and says so
+    where the sequence is longer than the window. Qwen's window applies only with
+    use_sliding_window (false in every Qwen config here)."""
+    assert load_model(str(HF / "mistral-7b-v0.1.json")).sliding_window == 4096
+    assert load_model(str(HF / "qwen2.5-72b-instruct.json")).sliding_window == 0  # 131072 given, not used
+    assert load_model(str(HF / "mixtral-8x7b-v0.1.json")).sliding_window == 0  # null
+    rows = {}
+    for seq in (4096, 8192):
+        argv = ["plan", "--model", str(HF / "mistral-7b-v0.1.json"), "--cluster", "h100", "--gpus", "8", "--seq", str(seq)]
+        assert main([*argv, "--json"]) == 0
+        rows[seq] = json.loads(capsys.readouterr().out)["assumptions"].get("sliding window")
+    assert rows[4096] is None
+    assert "4,096-token window (sliding_window), priced here as full causal attention over all 8,192 tokens" in rows[8192]

@@ -17,6 +17,7 @@ from pipesim.cli import main
 from pipesim.planner.layout import Layout
 from pipesim.planner.megatron_flags import megatron_layout
 from pipesim.planner.plan_stages import stage_split
+from pipesim.planner.recipe import markdown as recipe_markdown
 from pipesim.planner.recipe import recipe
 from pipesim.planner.search import Candidate, Plan, Result
 from pipesim.planner.specs import load_cluster, load_model, load_training
@@ -403,9 +404,9 @@ def test_export_refuses_costs_a_schedule_is_not_built_with(tmp_path, capsys):
 
 
 def test_a_model_torchtitan_has_no_configuration_for_says_what_to_import():
-    # Qwen3-32B from its config.json matches no preset: the import is a placeholder, and the
-    # recipe says what it must give rather than leaving an ImportError to explain it
-    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "qwen3-32b.json"), False), ("llama3-405b", True)):
+    # Mistral 7B from its config.json matches no torchtitan configuration: the import is a
+    # placeholder, and the recipe says what it must give rather than leaving an ImportError
+    for model, own in ((str(Path(__file__).parent / "data" / "hf" / "mistral-7b-v0.1.json"), False), ("llama3-405b", True)):
         m, c = load_model(model), load_cluster("h100", 512)
         plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
         plan.results.append(Result(Candidate(Layout(pp=8, dp=8, tp=8), "1f1b", None, "full", 128), True, step_time=1.0))
@@ -450,3 +451,50 @@ def test_megatron_refusal_is_one_plain_sentence(schedule):
     assert why.startswith(f"Megatron-LM has no {shown} schedule (it runs 1F1B, interleaved 1F1B and combined 1F1B)")
     assert "runs it schedule" not in why and not why.endswith(".")
     assert ("runs it" in why) == (schedule != "zb-h1")
+
+
+# torchtitan's Qwen3 configuration functions, read at b5bcd76: torchtitan/models/qwen3/
+# config_registry.py defines qwen3_0_6b, qwen3_1_7b, qwen3_14b, qwen3_30b_a3b and qwen3_32b;
+# its model registry (models/qwen3/__init__.py) also has "4B", "8B" and "235B-A22B"
+@pytest.mark.parametrize(
+    "config, line",
+    [
+        ("qwen3-32b", "from torchtitan.models.qwen3.config_registry import qwen3_32b"),
+        ("qwen3-30b-a3b", "from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b"),
+        ("qwen3-235b-a22b", 'its model_spec is torchtitan.models.qwen3.model_registry("235B-A22B"))'),
+    ],
+)
+def test_qwen3_from_a_config_uses_torchtitans_own_configuration(config, line):
+    m, c = load_model(str(Path(__file__).parent / "data" / "hf" / f"{config}.json")), load_cluster("h100", 512)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    plan.results.append(Result(Candidate(Layout(pp=8, dp=64, tp=1, ep=8 if m.moe else 1), "1f1b", None, "full", 128), True, step_time=1.0))
+    code = recipe(plan)["torchtitan"]["python"]
+    ast.parse(code)
+    assert line in code
+    assert ("your_configs" in code) == (config == "qwen3-235b-a22b")
+
+
+# torchtitan's expert_tensor_parallel_degree, read in its history: added by #1555
+# (2025-08-13, aeb3a4baf: "Currently we only support ETP=TP or ETP=1"), in the TOML form
+# until #2386 (2026-02-23), deprecated by #3167 (2026-04-30); absent at b5bcd76
+@pytest.mark.parametrize("tp, etp", [(2, 2), (2, 1), (4, 2)])
+def test_expert_tensor_parallelism_in_the_torchtitan_versions_that_had_it(tp, etp):
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048", 1024)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    lay = Layout(pp=8, dp=128 // tp, tp=tp, ep=64 // etp, etp=etp)
+    plan.results.append(Result(Candidate(lay, "1f1b", None, "full", 128), True, step_time=1.0))
+    d = recipe(plan)
+    tt = d["torchtitan"]
+    if etp not in (1, tp):  # never took another degree
+        assert not tt["runs"] and "expert_tensor_parallel_degree = tp or 1" in tt["why"] and "etp2 with tp4" in tt["why"]
+        return
+    old = tomllib.loads(tt["toml"])["parallelism"]
+    assert old["expert_tensor_parallel_degree"] == etp and old["tensor_parallel_degree"] == tp
+    assert "from #1555 (2025-08-13), which added expert_tensor_parallel_degree" in tt["toml_versions"]
+    assert (tt["python"] is None) == (etp > 1)  # today's torchtitan splits no experts
+    if etp > 1:
+        assert "no expert tensor parallelism since #3167 (2026-04-30)" in tt["python_why"]
+        text = "\n".join(recipe_markdown(plan))
+        assert "torchtitan in its current form cannot run it" in text and "Older torchtitan runs it from a TOML job file" in text
+    else:
+        assert "expert_tensor_parallel_degree" not in tt["python"]

@@ -11,6 +11,7 @@ import argparse
 import errno
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from .errors import PipesimError
@@ -78,9 +79,23 @@ def check_args(args: argparse.Namespace) -> None:
     outputs = [
         ("-o" if k == "output" else "--" + k.replace("_", "-"), v) for k in written for v in _listed(getattr(args, k, None))
     ]
-    for _, out in outputs:
-        output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
+    for flag, out in outputs:
+        target = output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
+        if target is not None:
+            _probe_writable(flag, out, target)
     refuse_overwrite(outputs, input_files(vars(args), skip=(*written, "argv"), positional=getattr(args, "positional", ())))
+
+
+def _probe_writable(flag: str, name: str, target) -> None:
+    """Create and remove a temporary file beside ``target``, as the atomic writer will, so
+    a folder that refuses files (no permission, a read-only or virtual file system) is
+    named before a search that may run for minutes, not after it."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+    except OSError as e:
+        raise PipesimError(f"cannot write {name!r}: {e.strerror} (in {str(target.parent)!r}); give {flag} a file in a folder you can write") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def _listed(value) -> list[str]:

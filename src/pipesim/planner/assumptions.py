@@ -48,11 +48,27 @@ def nccl_between_nodes_text(c: Cluster) -> str:
     )
 
 
+def field_text(value: object) -> str:
+    """A training field as the training file writes it: true/false, lists comma-separated,
+    whole numbers with thousands separators (tokens: 1,000,000,000,000, not 1000000000000.0)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ", ".join(map(field_text, value))
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def assumptions(plan: Plan) -> list[tuple[str, str]]:
     t, c = plan.training, plan.cluster
-    rows = [(f.name, str(getattr(t, f.name))) for f in fields(Training)]
+    rows = [(f.name, field_text(getattr(t, f.name))) for f in fields(Training)]
+    if t.recompute == "auto" and plan.best is not None:  # the search's pick, as the recommendation runs it
+        rows[rows.index(("recompute", "auto"))] = ("recompute", f"auto: the plan chose {plan.best.candidate.recompute}")
     bf16, fp8 = gemm_efficiency(c, t, False), gemm_efficiency(c, t, True)
-    rows[rows.index(("compute_efficiency", str(t.compute_efficiency)))] = (
+    rows[rows.index(("compute_efficiency", field_text(t.compute_efficiency)))] = (
         "compute_efficiency",
         f"{bf16:g} of BF16 peak"
         + (f", {fp8:g} of FP8 peak ({t.fp8_scaling}-scaled)" if c.fp8_tflops else "")
@@ -244,7 +260,22 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts",
         ),
     ]
-    return rows + layout_assumptions(plan) + search_assumptions(plan)
+    return rows + window_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
+
+
+def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """A sliding-window model planned over longer sequences than its window: the attention
+    priced is the full causal one, more than the window's."""
+    w, seq = plan.model.sliding_window, plan.training.seq
+    if not w or seq <= w:
+        return []
+    return [
+        (
+            "sliding window",
+            f"{plan.model.name} attends over a {w:,}-token window (sliding_window), priced here as full causal attention "
+            f"over all {seq:,} tokens: its attention time is the whole sequence's, more than the window's",
+        )
+    ]
 
 
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:

@@ -12,8 +12,9 @@ DeepseekV3Config published with the weights.
 Left out on purpose, each far below the published precision of the parameter counts:
 Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's per-head q/k norms, the
 MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate and DeepSeek-V3's
-per-expert routing bias. Mistral's sliding window (4096 in Mistral 7B v0.1) is not
-modelled: attention is priced over the whole sequence.
+per-expert routing bias. A sliding window (``sliding_window``: 4096 in Mistral 7B v0.1;
+Qwen's only with ``use_sliding_window``) is read and carried, but attention is priced over
+the whole sequence; the report's assumptions say so where the sequence is longer.
 """
 
 from __future__ import annotations
@@ -31,21 +32,42 @@ def is_hf_config(name_or_path: str) -> bool:
     return p.suffix == ".json" or p.name == "config.json" or (p / "config.json").is_file()
 
 
-def model_table(path: str) -> dict:
+def model_table(path: str, bounds: dict[str, tuple[float, float]] | None = None) -> dict:
     """The model-file table of the HuggingFace config at ``path`` (or in the folder
     ``path``), named after the file (``qwen3-32b.json``: ``qwen3-32b``) or, for a
-    ``config.json``, its folder (``Llama-3.1-8B/config.json``: ``Llama-3.1-8B``)."""
+    ``config.json``, its folder (``Llama-3.1-8B/config.json``: ``Llama-3.1-8B``).
+    ``bounds`` are the model file's limits by its field names (specs.BOUNDS), applied
+    here to the config's fields so that a refusal names the key the user wrote."""
     p = Path(path)
     if p.is_dir():
         p = path = p / "config.json"
     config = load_json(path, "model config")
     name = (p.resolve().parent.name or "model") if p.name == "config.json" else p.stem
-    return table_from_config(config, name, str(path))
+    return table_from_config(config, name, str(path), bounds)
 
 
-def table_from_config(config: object, name: str, where: str) -> dict:
+#: config.json key -> the model file's field it becomes, for that field's bounds
+SPEC_FIELD = {
+    "num_hidden_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "vocab_size": "vocab",
+    "intermediate_size": "dense_ffn",
+    "moe_intermediate_size": "expert_ffn",
+    "num_local_experts": "experts",
+    "num_experts": "experts",
+    "n_routed_experts": "experts",
+    "num_experts_per_tok": "top_k",
+    "first_k_dense_replace": "dense_layers",
+    "num_nextn_predict_layers": "mtp_layers",
+}
+
+
+def table_from_config(config: object, name: str, where: str, bounds: dict | None = None) -> dict:
     """A model-file table (``name``, dimensions, ``[attention]``, ``[mlp]``, ``[moe]``)
-    from a parsed HuggingFace config; ``where`` names the file in errors."""
+    from a parsed HuggingFace config; ``where`` names the file in errors. The reader
+    checks what the model file's checks would (bounds, head and expert counts that fit
+    together), so that every refusal of a config.json names its keys, not pipesim's."""
     if not isinstance(config, dict):
         raise PipesimError(f"{where}: a HuggingFace config is a JSON object, got {type(config).__name__}")
     kind = config.get("model_type")
@@ -53,20 +75,24 @@ def table_from_config(config: object, name: str, where: str) -> dict:
     if read is None:
         shown = "no model_type" if kind is None else f"model_type {kind!r}"
         raise PipesimError(f"{where}: {shown} is not a family pipesim reads; supported: {', '.join(READERS)}")
-    return {"name": name, **read(_Fields(config, where))}
+    return {"name": name, **read(_Fields(config, where, bounds or {}))}
 
 
 class _Fields:
     """A config's fields, each read as a whole number in a stated range or refused in
     one line naming it."""
 
-    def __init__(self, config: dict, where: str):
-        self.config, self.where = config, where
+    def __init__(self, config: dict, where: str, bounds: dict):
+        self.config, self.where, self.bounds = config, where, bounds
 
     def int(self, key: str, lo: int = 1, hi: int = MAX_COUNT) -> int:
         if key not in self.config:
             raise PipesimError(f"{self.where}: missing field {key!r} (a {self.config['model_type']} config has it)")
+        hi = min(hi, int(self.bounds.get(SPEC_FIELD.get(key), (0, hi))[1]))
         return number(self.config[key], key, lo, hi, integer=True, where=self.where)
+
+    def refuse(self, text: str) -> PipesimError:
+        return PipesimError(f"{self.where}: {text}")
 
     def get(self, key: str, default: int, lo: int = 0, required: bool = False) -> int:
         """A field whose null (or, unless ``required``, absence) means ``default``, the
@@ -110,7 +136,19 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
     # num_key_value_heads absent or null is multi-head attention: every family's class sets
     # it to num_attention_heads then ("for backward compatibility": Llama 1/2-era configs)
     kv = f.get("num_key_value_heads", out["heads"], lo=1)
+    if out["heads"] % kv:  # each key/value head serves heads / kv query heads
+        shares = [n for n in range(1, out["heads"] + 1) if out["heads"] % n == 0]
+        raise f.refuse(
+            f"num_key_value_heads {kv} must divide num_attention_heads {out['heads']} "
+            f"({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
+        )
     out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
+    # Mistral and Mixtral attend over sliding_window tokens when it is set (null: the whole
+    # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window
+    if f.flag("use_sliding_window", True):
+        window = f.get("sliding_window", 0)
+        if window:
+            out["sliding_window"] = window
     return out
 
 
@@ -121,15 +159,26 @@ def _dense(f: _Fields, head_dim_given: bool = False) -> dict:
     return out
 
 
+def _routed(f: _Fields, experts_key: str, ffn_key: str) -> dict:
+    """The ``[moe]`` table's routed experts: how many, how wide, and how many a token reaches."""
+    experts, top_k = f.int(experts_key), f.int("num_experts_per_tok")
+    if top_k > experts:
+        raise f.refuse(f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}; a token reaches at most every routed expert")
+    return {"experts": experts, "expert_ffn": f.int(ffn_key), "top_k": top_k}
+
+
+def _some_moe(f: _Fields, dense: int, layers: int, why: str, fix: str) -> None:
+    """Refuse a MoE config whose every layer is dense: its experts would be planned for
+    (expert parallelism, all-to-alls) though no layer runs them."""
+    if dense >= layers:
+        raise f.refuse(f"{why} leaves none of its {layers} layers an MoE layer; {fix}")
+
+
 def _mixtral(f: _Fields) -> dict:
     out = _gqa(f)
     out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
     # Mixtral's experts are full-size MLPs: intermediate_size is each expert's width
-    out["moe"] = {
-        "experts": f.int("num_local_experts"),
-        "expert_ffn": f.int("intermediate_size"),
-        "top_k": f.int("num_experts_per_tok"),
-    }
+    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
     return out
 
 
@@ -155,11 +204,16 @@ def _leading_dense(f: _Fields, layers: int) -> int:
 def _qwen_moe(f: _Fields, shared: bool) -> dict:
     out = _gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
     dense = _leading_dense(f, out["layers"])
+    dense_type = "qwen2" if shared else "qwen3"
+    _some_moe(
+        f, dense, out["layers"], "mlp_only_layers with decoder_sparse_step",
+        f"for the dense model it describes give model_type {dense_type!r} (intermediate_size is its width)",
+    )  # fmt: skip
     out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
     if dense:
         out["mlp"]["dense_ffn"] = f.int("intermediate_size")
-    ffn = f.int("moe_intermediate_size")
-    out["moe"] = {"experts": f.int("num_experts"), "expert_ffn": ffn, "top_k": f.int("num_experts_per_tok")}
+    out["moe"] = _routed(f, "num_experts", "moe_intermediate_size")
+    ffn = out["moe"]["expert_ffn"]
     if shared:
         # Qwen2-MoE's one shared expert is shared_expert_intermediate_size wide; pipesim
         # counts shared experts of the routed width (Qwen2-57B-A14B: 20480 = 8 x 2560)
@@ -189,25 +243,27 @@ def _deepseek(f: _Fields) -> dict:
             "pipesim models dense layers only before the MoE ones (moe_layer_freq 1)"
         )
     dense = f.int("first_k_dense_replace", lo=0)
+    _some_moe(
+        f, dense, out["layers"], f"first_k_dense_replace {dense}",
+        f"give first_k_dense_replace below num_hidden_layers {out['layers']} (DeepSeek-V2 and V3: 1 and 3)",
+    )  # fmt: skip
     out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
     if dense:
         out["mlp"]["dense_ffn"] = f.int("intermediate_size")
-    out["moe"] = {
-        "experts": f.int("n_routed_experts"),
-        "expert_ffn": f.int("moe_intermediate_size"),
-        "top_k": f.int("num_experts_per_tok"),
-        "shared_experts": f.int("n_shared_experts", lo=0),
-    }
+    out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": f.int("n_shared_experts", lo=0)}
     # Group-limited routing: the routed experts form n_group groups and a token reaches
     # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
     # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
     # groups as devices and nodes; a token on at most M devices reaches at most M nodes,
     # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
     groups, reach = f.get("n_group", 1, lo=1), f.get("topk_group", 1, lo=1)
+    if reach > groups:  # DeepSeek's gate takes topk_group of the n_group group scores
+        raise f.refuse(f"topk_group {reach} exceeds n_group {groups}; a token reaches at most every group (topk_group <= n_group)")
     if f.config.get("topk_method") != "greedy" and reach < groups:
         out["moe"]["max_nodes"] = reach
     # multi-token prediction modules (V3: 1), trained with the model, on the last stage
     out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
+    out["active_counts_embedding"] = False  # DeepSeek's activated counts leave the input embedding out
     return out
 
 

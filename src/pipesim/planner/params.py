@@ -52,6 +52,18 @@ def active_params(m: Model) -> float:
     return total
 
 
+def published_active_params(m: Model) -> float:
+    """The active count as the model's maker publishes it, for the report beside their
+    figure; the costs use ``active_params``. DeepSeek leave the input embedding out (a
+    row lookup, no multiply), and only so do their figures come out: V2 20.85B (21B
+    published; 21.38B with it), V3 36.62B (37B; 37.55B with it, and README_WEIGHTS.md's
+    36.7B is nearer this side), V2-Lite 2.45B (2.4B; 2.66B with it). Mistral and Qwen
+    count it: Mixtral 8x7B's 12.9B and Qwen3-30B-A3B's 3.3B hold only with it (12.75B and
+    3.04B without). A tied embedding is the output head too, which every token multiplies."""
+    lookup = 0 if m.active_counts_embedding or m.tied_embeddings else m.vocab * m.hidden
+    return active_params(m) - lookup
+
+
 def attention_dims(m: Model) -> tuple[int, int]:
     """(query/key size, value size) per head."""
     a = m.attention

@@ -60,14 +60,13 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
     out.append("")
     tt = d["torchtitan"]
     if tt["runs"]:
+        if tt["python"]:
+            out += ["torchtitan (a configuration function, its current form):", "", "```python", tt["python"].rstrip(), "```", ""]
+        else:
+            out += [f"torchtitan in its current form cannot run it: {tt['python_why']}.", ""]
         out += [
-            "torchtitan (a configuration function, its current form):",
-            "",
-            "```python",
-            tt["python"].rstrip(),
-            "```",
-            "",
-            f"The same as a TOML job file ({tt['toml_versions']}):",
+            f"{'The same as a TOML job file' if tt['python'] else 'Older torchtitan runs it from a TOML job file'} "
+            f"({tt['toml_versions']}):",
             "",
             "```toml",
             tt["toml"].rstrip(),

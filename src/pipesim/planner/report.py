@@ -18,7 +18,7 @@ from .calibrate import RANGES, Uncertainty
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
 from .naming import fmt_hours, hours_for_run, layout_text, schedule_text
-from .params import active_params, total_params
+from .params import published_active_params, total_params
 from .results import Plan, Result
 from .verdicts import family_verdicts, rejection
 
@@ -104,7 +104,7 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | N
         "cluster": plan.cluster.name,
         "gpus": plan.cluster.gpus,
         "parameters": total_params(plan.model),
-        "active_parameters": active_params(plan.model),
+        "active_parameters": published_active_params(plan.model),  # as the maker counts them
         "training": asdict(plan.training),
         "candidates": plan.considered,
         "fitting": len(plan.results),
@@ -159,7 +159,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     m, c, t, best = plan.model, plan.cluster, plan.training, plan.best
     lines = [f"# Pipeline plan: {m.name} on {c.name} ({c.gpus} x {c.gpu})", ""]
     lines.append(
-        f"{m.name}: {total_params(m) / 1e9:.0f}B parameters ({active_params(m) / 1e9:.0f}B active per token), {m.layers} layers. "
+        f"{m.name}: {total_params(m) / 1e9:.3g}B parameters ({published_active_params(m) / 1e9:.3g}B active per token), {m.layers} layers. "
         f"Training: {t.global_batch} sequences of {t.seq} tokens per step, {t.precision}, ZeRO-{t.zero}, "
         f"{t.tokens / 1e12:g}T tokens in all. Searched {plan.considered} candidate layouts and schedules; "
         f"{len(plan.results)} fit and were simulated to the end, {plan.skipped} more fit but provably could not win."

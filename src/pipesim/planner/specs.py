@@ -136,6 +136,13 @@ class Model:
     activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
     mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
     rotary: bool = True  # rotary position embeddings on q and k; false: learned or ALiBi positions (GPT, BLOOM)
+    # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence). Priced as
+    # full attention all the same; the report's assumptions say so where --seq is longer
+    sliding_window: int = 0
+    # whether the maker's published "activated parameters" count the input embedding, a row
+    # lookup with no multiply (params.published_active_params): Mistral's and Qwen's do,
+    # DeepSeek's do not (only without it do V2's 21B and V3's 37B come out)
+    active_counts_embedding: bool = True
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
@@ -210,9 +217,11 @@ class Cluster:
         if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
             raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node, got {gpus}")
         if self.nvlink_domain and gpus % self.nvlink_domain:
+            d = self.nvlink_domain
+            near = [n * d for n in (gpus // d, gpus // d + 1) if n]  # the multiples on either side
             raise PipesimError(
-                f"--gpus {gpus} on {self.name}: give a multiple of its {self.nvlink_domain}-GPU NVLink domain "
-                f"(e.g. {max(1, gpus // self.nvlink_domain) * self.nvlink_domain})"
+                f"--gpus {gpus} on {self.name}: give a multiple of its {d}-GPU NVLink domain "
+                f"(e.g. {' or '.join(map(str, near))})"
             )
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
         return replace(self, name=name, gpus=gpus)
@@ -231,7 +240,7 @@ def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
     """The TOML table of a file path, or of a preset in presets/<kind>s/; a model may
     also be a HuggingFace config.json, read into the same table by ``hf_config``."""
     if kind == "model" and hf_config.is_hf_config(name_or_path):
-        return hf_config.model_table(name_or_path), name_or_path
+        return hf_config.model_table(name_or_path, BOUNDS), name_or_path
     p = Path(name_or_path)
     if p.suffix != ".toml" and not p.exists():
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"

@@ -107,8 +107,12 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             )
     if m.moe:
         par["expert_parallel_degree"] = lay.ep
-        if lay.etp > 1:
-            return {"runs": False, "why": f"torchtitan (at b5bcd76) has no expert tensor parallelism; the plan has etp{lay.etp}"}
+        if lay.etp > 1 and lay.etp != lay.tp:
+            return {
+                "runs": False,
+                "why": f"torchtitan split experts tp ways or not at all (expert_tensor_parallel_degree = tp or 1, {ETP_VERSIONS}) "
+                f"and has no expert tensor parallelism since; the plan has etp{lay.etp} with tp{lay.tp}",
+            }
     if m.mtp_layers and lay.pp > 1:
         notes.append(
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
@@ -123,15 +127,22 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "max_context_length": t.seq,
     }
     flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
+    # setting runs it; torchtitan today has no expert tensor parallelism
+    split_experts = bool(m.moe) and lay.etp > 1
+    expert_tp = bool(m.moe) and lay.ep > 1 and lay.tp > 1  # the TOML's setting decides who holds experts
     return {
         "runs": True,
         "parallelism": par,
         "training": training,
         "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
-        "python": torchtitan_python(plan, par, training, ac),
-        "toml": torchtitan_toml(plan, r, par, lay, ac),
-        "toml_versions": TORCHTITAN_TOML_VERSIONS,
-        "command_line": flags,
+        "python": None if split_experts else torchtitan_python(plan, par, training, ac),
+        "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
+        if split_experts
+        else None,
+        "toml": torchtitan_toml(plan, r, par, lay, ac, lay.etp if expert_tp else None),
+        "toml_versions": TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS,
+        "command_line": None if split_experts else flags,
         "notes": notes,
     }
 
@@ -225,14 +236,56 @@ TORCHTITAN_TOML_VERSIONS = (
 )
 
 
-def torchtitan_base(m: Model) -> tuple[str, str]:
-    """(module, function) of torchtitan's own full configuration for this model: the
-    preset's, matched by shape (a model read from a config.json has its own name), or a
-    placeholder to fill in."""
-    for preset, where in TORCHTITAN_BASES.items():
+#: torchtitan's Qwen3 flavours by shape (torchtitan/models/qwen3/__init__.py at b5bcd76:
+#: qwen3_configs), (layers, hidden, heads, kv heads, head size, vocabulary, tied embeddings,
+#: dense width or (experts, expert width, top-k)) -> (flavour, its config_registry.py
+#: function, None where the registry has the flavour but no configuration function)
+QWEN3_FLAVOURS = {
+    (28, 1024, 16, 8, 128, 151936, True, 3072): ("0.6B", "qwen3_0_6b"),
+    (28, 2048, 16, 8, 128, 151936, True, 6144): ("1.7B", "qwen3_1_7b"),
+    (36, 2560, 32, 8, 128, 151936, True, 9728): ("4B", None),
+    (36, 4096, 32, 8, 128, 151936, False, 12288): ("8B", None),
+    (40, 5120, 40, 8, 128, 151936, False, 17408): ("14B", "qwen3_14b"),
+    (64, 5120, 64, 8, 128, 151936, False, 25600): ("32B", "qwen3_32b"),
+    (48, 2048, 32, 4, 128, 151936, False, (128, 768, 8)): ("30B-A3B", "qwen3_30b_a3b"),
+    (94, 4096, 64, 4, 128, 151936, False, (128, 1536, 8)): ("235B-A22B", None),
+}
+
+
+def _qwen3_shape(m: Model) -> tuple:
+    a, e = m.attention, m.moe
+    mlp = (e.experts, e.expert_ffn, e.top_k) if e and not e.shared_experts and not m.dense_layers else m.dense_ffn
+    return (m.layers, m.hidden, m.heads, a.kv_heads or m.heads, a.head_dim, m.vocab, m.tied_embeddings, mlp)
+
+
+#: when torchtitan had ``expert_tensor_parallel_degree`` (read in its history: added by
+#: #1555, 2025-08-13, taking tp or 1; before it experts were split tp ways, with no
+#: setting; deprecated by #3167, 2026-04-30, since when experts are not split)
+ETP_VERSIONS = "#1555, 2025-08-13, to #3167, 2026-04-30"
+
+#: the TOML form's versions where it sets expert_tensor_parallel_degree
+TORCHTITAN_ETP_TOML_VERSIONS = (
+    "torchtitan from #1555 (2025-08-13), which added expert_tensor_parallel_degree, until its config refactor "
+    "(#2386, 2026-02-23) read TOML job files (--job.config_file) with these names; before #1555 experts were split "
+    "tp ways with no setting"
+)
+
+
+def torchtitan_base(m: Model) -> tuple[str, str, str]:
+    """(module, function, hint) of torchtitan's own full configuration for this model:
+    the preset's or a Qwen3 flavour's, matched by shape (a model read from a config.json
+    has its own name), or a placeholder to fill in, with a hint naming torchtitan's model
+    spec where it has the model but no configuration function for it."""
+    for preset, (module, base) in TORCHTITAN_BASES.items():
         if replace(_preset_model(preset), name=m.name) == m:
-            return where
-    return PLACEHOLDER
+            return module, base, ""
+    if m.attention.kind == "gqa" and not m.mtp_layers and m.rotary and m.activation == "swiglu":
+        flavour, base = QWEN3_FLAVOURS.get(_qwen3_shape(m), (None, None))
+        if base:
+            return "torchtitan.models.qwen3.config_registry", base, ""
+        if flavour:
+            return (*PLACEHOLDER, f'its model_spec is torchtitan.models.qwen3.model_registry("{flavour}")')
+    return (*PLACEHOLDER, "")
 
 
 @cache
@@ -288,7 +341,7 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
     here the model's own full configuration with the plan's parallelism, batch and
     activation checkpointing."""
-    module, base = torchtitan_base(plan.model)
+    module, base, hint = torchtitan_base(plan.model)
     policy = (ac.python or "").removesuffix(".Config()")
     lines = [
         "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
@@ -296,7 +349,10 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
         *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
         # no torchtitan configuration of its own matches the model: say what the import must give
         *(
-            [f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} (its model_spec, data, optimizer)"]
+            [
+                f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} "
+                f"(its model_spec, data, optimizer{'; ' + hint if hint else ''})"
+            ]
             if module == PLACEHOLDER[0]
             else []
         ),
@@ -322,15 +378,18 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     return "\n".join(lines) + "\n"
 
 
-def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing) -> str:
+def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, etp: int | None = None) -> str:
     """The same settings in the TOML job file of torchtitan before #2386, whose names
     differed: sequences per micro-batch (``pipeline_parallel_microbatch_size``) and per
     data-parallel rank (``local_batch_size``) instead of token counts, and the context
-    exchange chosen by ``context_parallel_rotate_method``."""
+    exchange chosen by ``context_parallel_rotate_method``; ``etp``, where given, as
+    ``expert_tensor_parallel_degree`` (tp or 1: the versions from #1555 took only those)."""
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
     if "module_fqns_per_model_part" in old:  # the output head was "output" until #2937 (2026-04-27) named it lm_head
         old["module_fqns_per_model_part"] = [[OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]]
+    if etp is not None:
+        old["expert_tensor_parallel_degree"] = etp
     if lay.pp > 1:
         old["pipeline_parallel_microbatch_size"] = lay.micro_batch
     rotate = ROTATE_METHODS.get(t.cp_comm)

@@ -1,0 +1,26 @@
+"""The plan report's assumptions table reads as the training file is written: numbers a
+person can read, and what ``recompute = auto`` chose (planner/assumptions.py)."""
+
+from __future__ import annotations
+
+import json
+
+from pipesim.cli import main
+
+PLAN = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--tokens", "1e12", "--json"]
+
+
+def test_tokens_and_switches_read_as_written(capsys):
+    assert main(PLAN) == 0
+    rows = json.loads(capsys.readouterr().out)["assumptions"]
+    assert rows["tokens"] == "1,000,000,000,000"  # was 1000000000000.0
+    assert rows["seq"] == "8,192" and rows["flash_attention"] == "true" and rows["micro_batch_sizes"] == "1, 2"
+    assert rows["dp_overlap"] == "0.84"
+
+
+def test_recompute_auto_names_the_plans_choice(capsys):
+    assert main([*PLAN, "--recompute", "auto"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    chosen = d["recommendation"]["recompute"]
+    assert chosen in ("none", "selective", "full")
+    assert d["assumptions"]["recompute"] == f"auto: the plan chose {chosen}"
