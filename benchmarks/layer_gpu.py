@@ -5,9 +5,11 @@ price of that layer.
     python benchmarks/layer_gpu.py --preset h100   # the cluster preset to price it on
 
 The layer is written the way torchtitan's Llama 3 model writes it, eager, bf16, on one GPU
-(no tensor parallelism): RMSNorm (``nn.RMSNorm``), bias-free q, k, v and output projections,
-rotary embeddings through complex multiplication, PyTorch's causal
-``scaled_dot_product_attention`` with grouped key/value heads, the residual adds, and a
+(no tensor parallelism): torchtitan 9dec370's own eager RMSNorm (models/norms.py: the fp32
+chain, not ``nn.RMSNorm``, which recent PyTorch runs as one fused kernel), bias-free q, k, v
+and output projections, rotary embeddings through complex multiplication, the key/value
+heads copied out to the query heads (``repeat_kv``), PyTorch's causal
+``scaled_dot_product_attention`` on equal heads, the residual adds, and a
 SwiGLU MLP (``silu(w1 x) * w3 x`` then ``w2``). It is timed forward and forward plus
 backward (the backward is their difference) with CUDA events after warm-up, for Llama 3 8B
 and 70B shapes at 8,192 tokens, one and two sequences. Beside it: pipesim's
@@ -38,12 +40,32 @@ TITAN = {"attention_block_order": "launch", "attention_efficiency": 0.37, "fused
 CASES = (("llama3-8b", 8192, 1), ("llama3-8b", 8192, 2), ("llama3-70b", 8192, 1), ("llama3-70b", 8192, 2))
 
 
+def titan_rms_norm(torch, h: int, dev: dict):
+    """torchtitan 9dec370's RMSNorm (models/norms.py ``RMSNorm``, its default norm_type):
+    upcast, pow, mean, add, rsqrt, multiply, downcast, the weight's multiply, each an eager
+    kernel, as pipesim's eager element-wise pricing counts them."""
+    weight = torch.ones(h, **dev, requires_grad=True)
+
+    def norm(x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * weight
+
+    return norm
+
+
+def repeat_kv(x, n_rep: int):
+    """torchtitan 9dec370's repeat_kv (models/llama/model.py): each key/value head copied out
+    to its query heads before SDPA, which then runs its equal-heads kernel."""
+    b, s, n, d = x.shape
+    return x if n_rep == 1 else x.unsqueeze(3).expand(b, s, n, n_rep, d).reshape(b, s, n * n_rep, d)
+
+
 def llama_layer(torch, h: int, heads: int, kv: int, ffn: int, seq: int, device: str = "cuda"):
     """A torchtitan-style Llama block as a function of its input, with its weights."""
     nn, F = torch.nn, torch.nn.functional
-    d = h // heads
+    d, n = h // heads, heads // kv
     dev = {"device": device, "dtype": torch.bfloat16}
-    attn_norm, mlp_norm = nn.RMSNorm(h, eps=1e-5, **dev), nn.RMSNorm(h, eps=1e-5, **dev)
+    attn_norm, mlp_norm = titan_rms_norm(torch, h, dev), titan_rms_norm(torch, h, dev)
     wq, wk, wv, wo = (nn.Linear(a, b, bias=False, **dev) for a, b in ((h, h), (h, kv * d), (h, kv * d), (h, h)))
     w1, w3, w2 = (nn.Linear(a, b, bias=False, **dev) for a, b in ((h, ffn), (h, ffn), (ffn, h)))
     freqs = 1.0 / (500000.0 ** (torch.arange(0, d, 2, device=device).float() / d))
@@ -58,14 +80,15 @@ def llama_layer(torch, h: int, heads: int, kv: int, ffn: int, seq: int, device: 
         b = x.shape[0]
         xn = attn_norm(x)
         q, k, v = wq(xn).view(b, seq, heads, d), wk(xn).view(b, seq, kv, d), wv(xn).view(b, seq, kv, d)
-        qt, kt, vt = rotary(q).transpose(1, 2), rotary(k).transpose(1, 2), v.transpose(1, 2)
-        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(b, seq, h)
+        qt, kt, vt = rotary(q).transpose(1, 2), repeat_kv(rotary(k), n).transpose(1, 2), repeat_kv(v, n).transpose(1, 2)
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True).transpose(1, 2).reshape(b, seq, h)
         g = w1(xn)
         return (
             ("norm", "ew_attn", lambda: attn_norm(x)),
             ("q, k, v, out multiplies", "proj", lambda: (wq(xn), wk(xn), wv(xn), wo(o))),
             ("rotary", "ew_attn", lambda: (rotary(q), rotary(k))),
-            ("attention", "core", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)),
+            ("repeat_kv", "ew_attn", lambda: (repeat_kv(k, n), repeat_kv(v, n))),
+            ("attention", "core", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)),
             ("residual add", "ew_attn", lambda: x + o),
             ("norm", "ew_mlp", lambda: mlp_norm(x)),
             ("w1, w3, w2 multiplies", "mlp", lambda: (w1(xn), w3(xn), w2(g))),
@@ -77,11 +100,9 @@ def llama_layer(torch, h: int, heads: int, kv: int, ffn: int, seq: int, device: 
         b = x.shape[0]
         xn = attn_norm(x)
         q = rotary(wq(xn).view(b, seq, heads, d))
-        k = rotary(wk(xn).view(b, seq, kv, d))
-        v = wv(xn).view(b, seq, kv, d)
-        o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
-        )
+        k = repeat_kv(rotary(wk(xn).view(b, seq, kv, d)), n)
+        v = repeat_kv(wv(xn).view(b, seq, kv, d), n)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         x = x + wo(o.transpose(1, 2).reshape(b, seq, h))
         xn = mlp_norm(x)
         return x + w2(F.silu(w1(xn)) * w3(xn))
