@@ -114,6 +114,7 @@ def test_the_assumptions_name_the_kernels_only_when_on():
     assert "two-pass LayerNorm, the final one too (2h + 4 forward, 5h + 8 backward" in on["memory-bound kernels"]
     assert "QKV bias added and the attention output permuted" in on["memory-bound kernels"]
     assert "4 more forward for ALiBi's bias" in on["attention"]
+    assert "q and k gradients scaled by baddbmm's alpha" in on["attention"]
     assert "two-pass" not in off["memory-bound kernels"] and "QKV bias" not in off["memory-bound kernels"]
     assert "ALiBi" not in off["attention"]
 

@@ -147,7 +147,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else "rate; "
             )
             + f"unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
-            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)"
+            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels), "
+            "the q and k gradients scaled by baddbmm's alpha in a pass each"
             + (
                 f", {ALIBI_SCORE_BYTES} more forward for ALiBi's bias, copied into the scores by baddbmm (alibi)"
                 if plan.model.alibi and not t.flash_attention
