@@ -8,6 +8,7 @@ from dataclasses import fields
 
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
 from .compute import (
+    ALIBI_SCORE_BYTES,
     BACKWARD_SCORE_BYTES,
     FLASH_BACKWARD_SHARE,
     FLASH_BACKWARD_TILE_ROWS,
@@ -146,7 +147,13 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else "rate; "
             )
             + f"unfused: the whole score square as multiplies, {FORWARD_SCORE_BYTES} bytes per score through HBM "
-            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels)",
+            f"forward and {BACKWARD_SCORE_BYTES} backward for the softmax and dropout (Megatron-LM 2021's kernels), "
+            "the q and k gradients scaled by baddbmm's alpha in a pass each"
+            + (
+                f", {ALIBI_SCORE_BYTES} more forward for ALiBi's bias, copied into the scores by baddbmm (alibi)"
+                if plan.model.alibi and not t.flash_attention
+                else ""
+            ),
         ),
         (
             "memory-bound kernels",
@@ -164,6 +171,18 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             + (
                 "; the norms torchtitan's fused_rmsnorm kernel (2h forward, 3h backward: norm_kernel)"
                 if t.norm_kernel == "fused" and not t.fused_elementwise
+                else ""
+            )
+            + (
+                "; Megatron-LM's two-pass LayerNorm, the final one too (2h + 4 forward, 5h + 8 backward, three "
+                "kernels: norm_kernel)"
+                if t.norm_kernel == "two-pass"
+                else ""
+            )
+            + (
+                "; Megatron-LM 2021-22's layer (fused_kernels): the QKV bias added and the attention output permuted "
+                "in passes of their own, autograd's bias-gradient sums and split's cat backward"
+                if t.fused_kernels == "megatron-jit"
                 else ""
             )
             + (

@@ -64,6 +64,17 @@ FORWARD_SCORE_BYTES = 8
 BACKWARD_SCORE_BYTES = 9
 
 
+#: ... and with ALiBi (BLOOM: bigscience-workshop/Megatron-DeepSpeed 497aa1bf,
+#: megatron/model/transformer.py) the scores come from ``torch.baddbmm`` with the bias as
+#: its input and beta != 0: out of place, PyTorch first copies the bias, broadcast over
+#: the query rows, into the whole score buffer (write 2) and cuBLAS, its beta not 0, reads
+#: it back (2) (pytorch/pytorch 002253ce, aten/src/ATen/native/cuda/Blas.cpp,
+#: ``baddbmm_out_cuda_impl``: ``result.copy_(self)`` when beta != 0; with beta 0 neither
+#: happens). The bias itself is one row a head (1/seq of the square, left out). Backward
+#: nothing more: the bias is a plain tensor, no gradient is asked of it
+ALIBI_SCORE_BYTES = 4
+
+
 #: output tile of a matrix-multiply kernel (rows x columns), for wave quantization
 TILE = 128
 
@@ -310,7 +321,8 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     goes through HBM. Unfused (Megatron 2021): the whole square as batched multiplies,
     twice that backward (four multiplies), and each score element moves
     ``FORWARD_SCORE_BYTES`` through HBM forward and ``BACKWARD_SCORE_BYTES`` backward
-    for the softmax and dropout between them.
+    for the softmax and dropout between them (``ALIBI_SCORE_BYTES`` more forward with
+    ALiBi's bias), and backward the q and k gradients are scaled by the score's 1/sqrt(d).
 
     Under context parallelism a GPU holds 1/cp of each sequence's queries and, with the
     causal load balancing (each rank takes chunks i and 2cp-1-i of 2cp), 1/cp of the
@@ -330,7 +342,12 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     batched = [per_seq * gemm(c, t, rows, n, k, fp8=False, floor=False) for n, k in ((t.seq, qk), (v, t.seq))]
     products = sum(max(x, kernel_floor(t)) for x in batched)
     scores = T * heads * t.seq / hbm_rate(c, t)
-    return products + scores * FORWARD_SCORE_BYTES, 2 * products + scores * BACKWARD_SCORE_BYTES
+    forward = FORWARD_SCORE_BYTES + (ALIBI_SCORE_BYTES if m.alibi else 0)
+    # baddbmm's alpha (1/sqrt(head_dim)) scales the q and k gradients backward in a pass
+    # each: PyTorch's derivatives.yaml, ``maybe_multiply(grad.bmm(...), alpha)`` (read
+    # and write 2 bytes an element; only an alpha of 1 skips it)
+    scale = T * heads * 2 * qk * 2 * 2 / hbm_rate(c, t)
+    return products + scores * forward, 2 * products + scores * BACKWARD_SCORE_BYTES + scale
 
 
 def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:

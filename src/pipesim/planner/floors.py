@@ -72,7 +72,8 @@ def layer_kernels(m: Model, layer: int, t: Training, local_experts: int = 1) -> 
     kernel per local expert in every pass, and under per-tensor FP8 the forward quantizes
     each expert's two inputs and the input gradient its two output gradients, three
     kernels each (the forward's cast also writes the transposed copy the weight gradient
-    reads)."""
+    reads). Megatron-LM's unfused attention and its 2021-22 layer add what
+    ``unfused_kernels`` counts."""
     eager = not t.fused_elementwise
     norm = 6 if eager else 1
     attention = 1 if t.flash_attention else 4
@@ -88,12 +89,42 @@ def layer_kernels(m: Model, layer: int, t: Training, local_experts: int = 1) -> 
             forward, weighted = forward + 3, weighted + 2
     if eager and m.activation == "swiglu":
         forward += 1
-    backward = forward
+    backward = forward + unfused_kernels(m, t)[1]
+    forward += unfused_kernels(m, t)[0]
     if m.is_moe_layer(layer) and t.moe_expert_gemms == "per_expert":
         more = 2 * (max(1, local_experts) - 1)  # the two multiplies, one launch per expert
         casts = expert_casts(m, layer, t, local_experts)
         forward, backward, weighted = forward + more + casts, backward + more + casts, weighted + more
     return forward, backward, weighted
+
+
+def unfused_kernels(m: Model, t: Training) -> tuple[int, int]:
+    """(forward, input-gradient) kernels Megatron-LM's unfused attention, its two-pass
+    LayerNorm and its 2021-22 layer (``fused_kernels = "megatron-jit"``) launch beyond
+    the one-per-forward-kernel count of ``layer_kernels``, per layer, from the source
+    (megatron/model/transformer.py and mpu/layers.py at NVIDIA/Megatron-LM de7dc40f88 and
+    9aad9203aa, bigscience-workshop/Megatron-DeepSpeed 497aa1bf):
+
+    - unfused attention: the backward of its baddbmm and of its bmm is two multiplies
+      each, besides the softmax's and the dropout's backward (6 against 4 forward), and
+      autograd scales the q and k gradients by baddbmm's alpha in a kernel each (2);
+      with ALiBi the forward first copies the bias into the score buffer (1);
+    - ``norm_kernel = "two-pass"``: HostLayerNormGradient launches three kernels
+      (cuComputePartGradGammaBeta, cuComputeGradGammaBeta, cuComputeGradInput; the
+      forward is cuApplyLayerNorm alone), two more for each of the two norms;
+    - ``fused_kernels = "megatron-jit"``: forward the QKV bias add and the attention
+      output's permute copy (2); backward autograd's sums of four bias gradients (QKV,
+      FC1 through bias-GELU, and the two bias-dropout-adds' expanded biases) and the cat
+      of torch.split's backward (5)."""
+    forward = backward = 0
+    if not t.flash_attention:
+        backward += 2 + 2
+        forward += 1 if m.alibi else 0
+    if t.norm_kernel == "two-pass":
+        backward += 2 * 2
+    if t.fused_kernels == "megatron-jit":
+        forward, backward = forward + 2, backward + 5
+    return forward, backward
 
 
 def expert_casts(m: Model, layer: int, t: Training, local_experts: int) -> int:

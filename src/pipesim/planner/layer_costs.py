@@ -19,7 +19,7 @@ from .compute import (
     mlp_gemms,
 )
 from .cp_steps import extra_kernels, pass_bytes
-from .elementwise import elementwise_bytes
+from .elementwise import elementwise_bytes, two_pass_norm
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -194,20 +194,25 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     with sequence parallelism its input is all-gathered forward and the gradient
     reduce-scattered backward (the input gathered again for the weight gradient where the
     forward kept its shard), and the norm runs on 1/tp of the tokens (without it, on all
-    of them on every tensor rank). The projection is a column-parallel multiply
+    of them on every tensor rank), as the layers' norm where ``norm_kernel = "two-pass"``
+    (``elementwise.two_pass_norm``). The projection is a column-parallel multiply
     (Megatron-Core's output_layer), its backward collectives hidden as a layer's
     (``tp_overlap.column_exposed``)."""
     T, h = lay.tokens(t.seq), m.hidden
     f, b, w = gemm_fbw(c, t, T, m.vocab / lay.tp, h, fp8=False)
-    norm = T * 2 * 2 * h * (1 / lay.tp if t.sequence_parallel else 1.0) / hbm_rate(c, t)
+    share = 1 / lay.tp if t.sequence_parallel else 1.0
+    # elements of 2 bytes per token; Megatron-LM's final LayerNorm is the layers' own
+    # MixedFusedLayerNorm (megatron/model/transformer.py, gpt_model.py's GPTModelPipe)
+    norm_f, norm_b = two_pass_norm(h, share) if t.norm_kernel == "two-pass" else (2 * h * share, 4 * h * share)
+    norm_f, norm_b = (T * 2 * x / hbm_rate(c, t) for x in (norm_f, norm_b))
     loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
     back = column_exposed(m, c, t, lay, b, w, row_parallel=False) if lay.tp > 1 else 0.0  # under the multiplies alone
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     ar = tp_allreduce(m, c, t, lay)
     return LayerCosts(
-        attn_f=norm,
+        attn_f=norm_f,
         mlp_f=f + loss / 2,
-        attn_b=2 * norm,
+        attn_b=norm_b,
         attn_w=0.0,
         mlp_b=b + loss / 2,
         mlp_w=w,

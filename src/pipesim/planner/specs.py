@@ -136,6 +136,9 @@ class Model:
     activation: str = "swiglu"  # MLP: "swiglu" (3 matrices of hidden x ffn) or "gelu" (2, GPT-style)
     mtp_layers: int = 0  # multi-token prediction modules on the last stage (DeepSeek-V3: 1)
     rotary: bool = True  # rotary position embeddings on q and k; false: learned or ALiBi positions (GPT, BLOOM)
+    # ALiBi: a per-head linear bias added to the attention scores instead of position
+    # embeddings (BLOOM); its cost is the unfused attention's (compute.ALIBI_SCORE_BYTES)
+    alibi: bool = False
     # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence). Priced as
     # full attention all the same; the report's assumptions say so where --seq is longer
     sliding_window: int = 0
@@ -344,6 +347,9 @@ def _check_model(m: Model, where: str) -> None:
         m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
     ):
         raise PipesimError(f"{where} [attention]: mla needs kv_lora_rank, qk_nope_dim, qk_rope_dim and v_head_dim")
+    if m.alibi and (m.rotary or m.attention.kind == "mla"):
+        # one position scheme per model: ALiBi biases the scores, rotary turns q and k
+        raise PipesimError(f"{where}: alibi = true needs rotary = false and gqa attention (ALiBi replaces rotary positions)")
     if m.activation not in ("swiglu", "gelu"):
         raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
     if m.dense_layers > m.layers:
