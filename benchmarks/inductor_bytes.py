@@ -74,7 +74,26 @@ def main() -> int:
         te = sum(b for (_, ph), b in fused.items() if ph == phase)
         totals[phase] = [total, mine, te]
         print(f"| **all** | {phase} | {total:,.0f} | {mine:,.0f} | {mine / total - 1:+.1%} | {te:,.0f} ({te / total - 1:+.1%}) |")
+    recomputed(m, totals)
     return 0
+
+
+def recomputed(m: Model, plain: dict[str, list[float]]) -> None:
+    """Under torchtitan's selective op checkpointing (recompute = "op", as its compile rows
+    ran) the compiled backward graph holds the recomputed forward: its bytes beside what
+    layer_costs prices for it (the backward rows plus the whole forward again)."""
+    from inductor_bytes import per_token
+
+    counted = per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ, ac="op")
+    print()
+    print('Under recompute = "op" (torchtitan\'s selective op AC, applied before compile)')
+    print()
+    print("| phase | Inductor | pipesim inductor | error |")
+    print("|---|---:|---:|---:|")
+    fwd, bwd = plain["forward"][1], plain["backward"][1]
+    for phase, mine in (("forward", fwd), ("backward with the recomputation", bwd + fwd)):
+        total = sum(b for (ph, _), b in counted.items() if ph == phase.split()[0])
+        print(f"| {phase} | {total:,.0f} | {mine:,.0f} | {mine / total - 1:+.1%} |")
 
 
 if __name__ == "__main__":
