@@ -24,7 +24,8 @@ if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
 from inductor_bytes import per_token  # noqa: E402
 from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
-from pipesim.planner.specs import Attention, Model, Training  # noqa: E402
+from pipesim.planner.specs import Training  # noqa: E402
+from test_eager_bytes import model, within  # noqa: E402
 
 SEQ = 8
 # (hidden, heads, kv heads, ffn): Llama 3 8B's proportions (4 query heads a kv head, ffn
@@ -35,14 +36,6 @@ FUSED = Training(seq=SEQ, sequence_parallel=False)
 LAYOUT = Layout(pp=1, dp=1, micro_batch=1)
 # the norms' weight gradients run in a kernel the count labels "norm" (its lines are the norm's)
 LABEL = {"norm weight gradients": "norm"}
-
-
-def model(h, heads, kv, ffn) -> Model:
-    return Model("titan", 1, h, heads, 1000, Attention(kv_heads=kv), 1, ffn)
-
-
-def within(predicted: float, measured: float, what: str) -> None:
-    assert abs(predicted / measured - 1) <= 0.05, f"{what}: pipesim {predicted:.0f} B a token, Inductor {measured:.0f}"
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))
