@@ -4,6 +4,7 @@ eager ops run them. ``layer_costs`` prices them at ``compute.hbm_rate``."""
 
 from __future__ import annotations
 
+from ..errors import PipesimError
 from .compute import attention_shapes, mlp_shapes
 from .footprint import float8_gathered
 from .layout import Layout
@@ -122,6 +123,8 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
 
     ``fused_kernels = "megatron-jit"``: the GPT layer as Megatron-LM 2021-22 and
     Megatron-DeepSpeed ran it, its extra passes in ``megatron_jit_terms``."""
+    if t.fused_kernels == "inductor":
+        return inductor_terms(m, layer, t, lay)
     h, tp, a = m.hidden, lay.tp, m.attention
     qk, v = attention_dims(m)
     seq_share = 1 / tp if t.sequence_parallel else 1.0
@@ -248,3 +251,74 @@ def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout, backward: 
     for row in elementwise_terms(m, layer, t, lay):
         per_block[row[0]] += row[col]
     return T * 2 * per_block["attention"], T * 2 * per_block["mlp"]
+
+
+#: elements of 2 bytes a token per RMSNorm for its fp32 reciprocal RMS, written forward
+#: and read back for each of the backward's two reductions
+RSQRT = 2
+
+
+def inductor_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[str, str, float, float]]:
+    """The memory-bound kernels of torchtitan's Llama block as torch.compile (Inductor)
+    generates them (``fused_kernels = "inductor"``), as (block, term, forward, backward)
+    rows in elements of 2 bytes per token: what Inductor's own scheduler assigns to each
+    kernel of the compiled block (torchtitan 9dec370's model and ``apply_compile``, one
+    ``torch.compile`` a block; tests/inductor_bytes.py counts them, torch 2.13, and
+    tests/test_inductor_bytes.py holds these rows to that count).
+
+    - Norms: forward one kernel each (read h, write h and the fp32 reciprocal RMS); the
+      MLP's norm also adds the attention's residual, reading x and the attention output,
+      and the sum is never written (3h). Backward each norm's input gradient is one
+      kernel that also sums the gradients autograd would add (wq, wk and wv's input
+      gradients, or w1 and w3's, and the residual stream's), rebuilding the MLP norm's
+      input from x and the attention output: 6h each. The weight gradient is a
+      reduction over the tokens, a loop order Inductor could not fuse with the input
+      gradient's reduction over h before pytorch/pytorch#165370 (October 2025, Triton
+      only, after torchtitan's 2024 benchmarks): a kernel of its own, both norms' fused
+      horizontally, reads the input gradients, x and the attention output again (7h).
+    - Residuals: the block's output is one add of x, the attention output and the MLP
+      output (read 3h, write h); backward the gradient passes on inside the norms'
+      kernels.
+    - Rotary: torchtitan multiplies q and k as complex numbers, and Inductor generates no
+      code for complex tensors on any device (torch/_inductor/lowering.py
+      ``unsupported_input_tensor``): the multiply runs as PyTorch's own kernel between an
+      upcast to fp32 and a downcast, as eager does (10 an element each way), except that
+      k's downcast writes straight into repeat_kv's copy (9 a kv element and q written);
+      backward the same, the copy's sum folded into the upcast.
+    - repeat_kv: v copied out to every query head (read kv, write q), its gradient summed
+      back.
+    - SwiGLU: one kernel each way, 3 ffn forward and 5 backward, as the fused rows.
+
+    Tensor parallelism takes the te rows' shares (heads and ffn over tp, the norms and
+    residuals over tp with sequence parallelism). Counted for dense GQA/MHA layers with
+    SwiGLU, which is what torchtitan's Llama is."""
+    if m.attention.kind != "gqa" or m.is_moe_layer(layer) or m.activation != "swiglu":
+        raise PipesimError(
+            f'fused_kernels = "inductor" is counted for torchtitan\'s dense Llama block (grouped-query or multi-head '
+            f"attention, SwiGLU); {m.name} layer {layer} is not one: use fused_kernels = \"te\""
+        )
+    tp = lay.tp
+    qk, _ = attention_dims(m)
+    s = 1 / tp if t.sequence_parallel else 1.0
+    h = m.hidden
+    q, kv, f = m.heads * qk / tp, (m.attention.kv_heads or m.heads) * qk / tp, m.dense_ffn / tp
+    repeat = kv < q
+    rotary = (10 * q + 9 * kv + (q if repeat else kv)) if m.rotary else 0.0
+    attn = [
+        ("norm", (2 * h + RSQRT) * s, (6 * h + RSQRT) * s),
+        ("norm weight gradients", 0.0, (4 * h + RSQRT) * s),  # wq, wk, wv's input gradients, x
+        ("rotary", rotary, rotary),
+    ]
+    if repeat:
+        attn.append(("repeat_kv", kv + q, kv + q))
+    mlp = [
+        ("norm", (3 * h + RSQRT) * s, (6 * h + RSQRT) * s),
+        ("norm weight gradients", 0.0, (3 * h + RSQRT) * s),  # w1, w3's input gradients, the attention output
+        ("residual", 4 * h * s, 0.0),
+        ("swiglu", 3 * f, 5 * f),
+    ]
+    if t.precision == "fp8":
+        casts = fp8_cast_terms(m, layer, t, lay)
+        attn.append(("fp8 casts", *casts[:2]))
+        mlp.append(("fp8 casts", *casts[2:]))
+    return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]

@@ -476,8 +476,12 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(f"{where}: norm_kernel must be one of {', '.join(NORM_KERNELS)}, got {t.norm_kernel!r}")
     if t.fused_kernels not in FUSED_KERNELS:
         raise PipesimError(
-            f'{where}: fused_kernels must be "te" (TransformerEngine, Megatron-Core) or "megatron-jit" '
-            f"(Megatron-LM 2021-22's TorchScript kernels), got {t.fused_kernels!r}"
+            f'{where}: fused_kernels must be "te" (TransformerEngine, Megatron-Core), "megatron-jit" '
+            f'(Megatron-LM 2021-22\'s TorchScript kernels) or "inductor" (torch.compile), got {t.fused_kernels!r}'
+        )
+    if t.fused_kernels == "inductor" and t.precision == "fp8" and t.fp8_casts != "torchao":
+        raise PipesimError(
+            f'{where}: fused_kernels = "inductor" is torch.compile, whose FP8 linears are torchao\'s: set fp8_casts = "torchao"'
         )
     if t.fused_kernels != "te" and not t.fused_elementwise:
         raise PipesimError(

@@ -26,7 +26,7 @@ TP_OVERLAPS = ("none", "backward", "all")
 
 #: the norms' kernels (``Training.norm_kernel``) and the layer's fused kernels (``Training.fused_kernels``)
 NORM_KERNELS = ("auto", "fused", "eager", "two-pass")
-FUSED_KERNELS = ("te", "megatron-jit")
+FUSED_KERNELS = ("te", "megatron-jit", "inductor")
 
 #: what the optimizer step runs besides the collectives (step.optimizer_seconds)
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
@@ -114,7 +114,8 @@ class Training:
     # TransformerEngine's and Megatron-Core's; "megatron-jit" Megatron-LM 2021-22's GPT
     # layer (and Megatron-DeepSpeed's): TorchScript bias-GELU and bias-dropout-add whose
     # bias gradients autograd sums in passes of their own, the QKV bias added after its
-    # multiply, and the unfused attention's layout copies
+    # multiply, and the unfused attention's layout copies; "inductor" torchtitan's Llama block
+    # as torch.compile generates it (elementwise.inductor_terms: counted by Inductor itself)
     fused_kernels: str = "te"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
     stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)

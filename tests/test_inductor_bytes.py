@@ -1,0 +1,84 @@
+"""pipesim's rows for torch.compile's kernels (``fused_kernels = "inductor"``) against the
+bytes Inductor's own scheduler assigns to each kernel it generates.
+
+tests/inductor_bytes.py compiles torchtitan's Llama block (tests/torch_blocks.py
+``TitanBlock``, one ``torch.compile`` a block as torchtitan 9dec370's ``apply_compile``
+does) in bf16 on the CPU, runs it forward and backward, and adds up per token and per
+part of the block the bytes each generated kernel (and each extern kernel that computes:
+the rotary's complex multiply) reads and writes, per Inductor's
+``get_read_write_buffer_accesses``; multiplies and attention are left to the rest of
+pipesim. The expected numbers come from that run; ``elementwise.elementwise_terms``
+for the same shape must be within 5% of them, term by term and in total.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+    pytest.skip("Inductor's CPU backend needs a C++ compiler", allow_module_level=True)
+
+from inductor_bytes import per_token  # noqa: E402
+from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms  # noqa: E402
+from pipesim.planner.layout import Layout  # noqa: E402
+from pipesim.planner.specs import Training  # noqa: E402
+from test_eager_bytes import model, within  # noqa: E402
+
+SEQ = 8
+# (hidden, heads, kv heads, ffn): Llama 3 8B's proportions (4 query heads a kv head, ffn
+# 3.5 h) and a multi-head model of other widths (no repeat_kv), both small
+SHAPES = {"gqa": (256, 8, 2, 896), "mha": (192, 3, 3, 512)}
+COMPILED = Training(seq=SEQ, fused_kernels="inductor", sequence_parallel=False)
+FUSED = Training(seq=SEQ, sequence_parallel=False)
+LAYOUT = Layout(pp=1, dp=1, micro_batch=1)
+# the norms' weight gradients run in a kernel the count labels "norm" (its lines are the norm's)
+LABEL = {"norm weight gradients": "norm"}
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def counted(request):
+    shape = SHAPES[request.param]
+    return shape, per_token(*shape, seq=SEQ)
+
+
+def priced(shape, t: Training, phase: str) -> dict[str, float]:
+    col = 2 if phase == "forward" else 3
+    out: dict[str, float] = {}
+    for row in elementwise_terms(model(*shape), 0, t, LAYOUT):
+        term = LABEL.get(row[1], row[1])
+        out[term] = out.get(term, 0.0) + 2 * row[col]  # elements of 2 bytes
+    return {term: b for term, b in out.items() if b}
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_each_term(counted, phase):
+    """norm (with the residual add and the gradient sums Inductor fuses into it, and the
+    weight gradients' own kernel), residual, rotary, repeat_kv and SwiGLU, each."""
+    shape, measured = counted
+    mine = priced(shape, COMPILED, phase)
+    seen = {label: b for (ph, label), b in measured.items() if ph == phase and b}
+    assert set(seen) == set(mine), (seen, mine)
+    for term, b in seen.items():
+        within(mine[term], b, f"{phase} {term}")
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_layer_total(counted, phase):
+    """What layer_costs prices: elementwise_bytes for one micro-batch of SEQ tokens."""
+    shape, measured = counted
+    total = sum(b for (ph, _), b in measured.items() if ph == phase)
+    attn, mlp = elementwise_bytes(model(*shape), 0, COMPILED, LAYOUT, backward=phase == "backward")
+    within((attn + mlp) / SEQ, total, f"{phase} total")
+
+
+def test_compiled_moves_more_than_hand_fused_kernels(counted):
+    """Inductor's kernels move at least a fifth more than the hand-fused rows (te) price,
+    each way: the complex rotary runs as eager's, and the norms' weight gradients re-read
+    their inputs."""
+    shape, measured = counted
+    for phase in ("forward", "backward"):
+        total = sum(b for (ph, _), b in measured.items() if ph == phase)
+        assert total > 1.2 * sum(priced(shape, FUSED, phase).values()), phase

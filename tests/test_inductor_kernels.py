@@ -1,0 +1,82 @@
+"""``fused_kernels = "inductor"``: torch.compile's kernels for torchtitan's Llama block
+(elementwise.inductor_terms). What they move is held to Inductor's own count in
+tests/test_inductor_bytes.py (needs torch); here, without torch, the switch's plumbing:
+its refusals, its sharding, and that it is what layer_costs prices."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.errors import PipesimError
+from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import Attention, Model, Training, load_model
+from test_megatron_kernels import test_bad_kernel_names_are_one_line as bad_kernel_names
+
+COMPILED = Training(seq=8192, fused_kernels="inductor", sequence_parallel=False)
+
+
+def total(rows, col):
+    return sum(r[col] for r in rows)
+
+
+def test_it_is_what_the_layer_prices():
+    m, lay = load_model("llama3-8b"), Layout(pp=1, dp=8, micro_batch=2)
+    attn, mlp = elementwise_bytes(m, 0, COMPILED, lay)
+    rows = elementwise_terms(m, 0, COMPILED, lay)
+    assert attn + mlp == pytest.approx(lay.tokens(8192) * 2 * total(rows, 2))
+    te = elementwise_bytes(m, 0, replace(COMPILED, fused_kernels="te"), lay)
+    assert attn + mlp > sum(te)
+
+
+def test_tensor_parallel_shares():
+    """heads and ffn split over the tensor ranks; with sequence parallelism the norms and
+    the residual too, so every row shrinks by tp."""
+    m = load_model("llama3-70b")
+    one = elementwise_terms(m, 0, COMPILED, Layout(pp=1, dp=1))
+    sp = elementwise_terms(m, 0, replace(COMPILED, sequence_parallel=True), Layout(tp=8, pp=1, dp=1))
+    for col in (2, 3):
+        assert total(sp, col) == pytest.approx(total(one, col) / 8)
+    no_sp = elementwise_terms(m, 0, COMPILED, Layout(tp=8, pp=1, dp=1))
+    assert total(no_sp, 2) > total(sp, 2)
+
+
+def test_fp8_takes_torchaos_casts():
+    m, lay = load_model("llama3-8b"), Layout(pp=1, dp=8)
+    fp8 = replace(COMPILED, precision="fp8", fp8_scaling="tensor", fp8_casts="torchao")
+    rows = elementwise_terms(m, 0, fp8, lay)
+    assert [r[:2] for r in rows if r[1] == "fp8 casts"] == [("attention", "fp8 casts"), ("mlp", "fp8 casts")]
+    bf16 = elementwise_terms(m, 0, COMPILED, lay)
+    assert total(rows, 2) > total(bf16, 2)
+
+
+def test_other_layers_are_refused():
+    """Counted for torchtitan's dense Llama block only: an MoE layer, MLA or GELU is refused."""
+    gelu = Model("gpt", 1, 1024, 16, 1000, Attention(), 1, 4096, activation="gelu", rotary=False)
+    for m, layer in ((load_model("deepseek-v3"), 5), (load_model("mixtral-8x22b"), 0), (gelu, 0)):
+        with pytest.raises(PipesimError, match='fused_kernels = "inductor" is counted for'):
+            elementwise_terms(m, layer, COMPILED, Layout(pp=1, dp=1))
+
+
+@pytest.mark.parametrize(
+    "fields,needle",
+    [
+        ({"fused_kernels": "compile"}, "\"inductor\" (torch.compile), got 'compile'"),
+        ({"fused_kernels": "inductor", "fused_elementwise": False}, "set fused_elementwise = true"),
+        ({"fused_kernels": "inductor", "precision": "fp8"}, 'set fp8_casts = "torchao"'),
+    ],
+)
+def test_bad_settings_are_one_line(tmp_path, capsys, fields, needle):
+    """As test_megatron_kernels' bad kernel names: load_training and the CLI both refuse."""
+    bad_kernel_names(tmp_path, capsys, fields, needle)
+
+
+def test_a_refused_model_is_one_line(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text('fused_kernels = "inductor"\n')
+    code = main(["plan", "--model", "mixtral-8x22b", "--cluster", "h100", "--gpus", "64", "--training", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and 'use fused_kernels = "te"' in err and err.count("\n") == 1, err
