@@ -41,7 +41,14 @@ LABEL = {"norm weight gradients": "norm"}
 @pytest.fixture(scope="module", params=sorted(SHAPES))
 def counted(request):
     shape = SHAPES[request.param]
-    return shape, per_token(*shape, seq=SEQ)
+    try:
+        return shape, per_token(*shape, seq=SEQ)
+    except Exception as e:  # noqa: BLE001
+        # a machine whose C++ toolchain cannot build Inductor's kernels (no OpenMP headers,
+        # say) is not a failure of the count; anything else is
+        if "CppCompileError" in f"{type(e).__name__}: {e}":
+            pytest.skip(f"Inductor could not compile its C++ kernels here: {str(e).splitlines()[0][:200]}")
+        raise
 
 
 def priced(shape, t: Training, phase: str) -> dict[str, float]:

@@ -80,3 +80,15 @@ def test_a_refused_model_is_one_line(tmp_path, capsys):
     code = main(["plan", "--model", "mixtral-8x22b", "--cluster", "h100", "--gpus", "64", "--training", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and 'use fused_kernels = "te"' in err and err.count("\n") == 1, err
+
+
+def test_the_assumptions_say_inductor_only_when_on():
+    from pipesim.planner.assumptions import assumptions
+    from pipesim.planner.results import Plan
+    from pipesim.planner.specs import load_cluster
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", 8)
+    on = dict(assumptions(Plan(m, c, Training(fused_kernels="inductor"))))["memory-bound kernels"]
+    off = dict(assumptions(Plan(m, c, Training())))["memory-bound kernels"]
+    assert "Inductor's own scheduler" in on and "complex multiply" in on
+    assert "Inductor" not in off

@@ -186,6 +186,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else ""
             )
             + (
+                "; as torch.compile (Inductor) generates torchtitan's block, counted by Inductor's own scheduler "
+                "(fused_kernels): each norm's weight gradient a reduction of its own re-reading its inputs, the complex "
+                "rotary an upcast, PyTorch's complex multiply and a downcast (10 per element each way), the gradient "
+                "sums folded into the norms' backward"
+                if t.fused_kernels == "inductor"
+                else ""
+            )
+            + (
                 "; hidden dropout's one-byte masks, written forward and read backward (Megatron-LM's --hidden-dropout)"
                 if t.hidden_dropout
                 else ""
