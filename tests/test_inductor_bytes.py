@@ -22,10 +22,10 @@ if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
     pytest.skip("Inductor's CPU backend needs a C++ compiler", allow_module_level=True)
 
 from inductor_bytes import per_token  # noqa: E402
-from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Training  # noqa: E402
-from test_eager_bytes import model, within  # noqa: E402
+from test_eager_bytes import layer_total_within, model, within  # noqa: E402
 
 SEQ = 8
 # (hidden, heads, kv heads, ffn): Llama 3 8B's proportions (4 query heads a kv head, ffn
@@ -74,11 +74,7 @@ def test_each_term(counted, phase):
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
 def test_layer_total(counted, phase):
-    """What layer_costs prices: elementwise_bytes for one micro-batch of SEQ tokens."""
-    shape, measured = counted
-    total = sum(b for (ph, _), b in measured.items() if ph == phase)
-    attn, mlp = elementwise_bytes(model(*shape), 0, COMPILED, LAYOUT, backward=phase == "backward")
-    within((attn + mlp) / SEQ, total, f"{phase} total")
+    layer_total_within(counted, phase, COMPILED, SEQ, LAYOUT)
 
 
 def test_compiled_moves_more_than_hand_fused_kernels(counted):
