@@ -6,7 +6,8 @@ against torchtitan's published per-GPU memory.
 1. Real PyTorch blocks (tests/torch_blocks.py and tests/torch_blocks_sharded.py), in bf16
    on the CPU: GPT-style, Llama-style fused and eager, MoE top-2 of 8 with the routing
    weights in the combine or in the experts' activation, torchtitan's eager blocks four
-   deep under its op and every-N checkpointing, DeepSeek's MLA with and without its
+   deep under its op and every-N checkpointing, one torch.compile'd (no checkpointing and
+   op; needs a C++ compiler), DeepSeek's MLA with and without its
    recomputation, one rank of a sequence-parallel and of a context-parallel group, the
    output head. The bytes autograd saves are counted with saved_tensors_hooks (a selective
    checkpoint's cache from the cache itself), distinct storages once, parameters and
@@ -90,6 +91,7 @@ def block_cases():
 
         predicted = sum(layer_activation(titan, i, eager, lay, ac)[0] for i in range(4))
         yield f"torchtitan eager blocks x4 (wq, wk, wv; w1, w3, w2), AC {ac}", stack, predicted
+    yield from compiled_cases(titan, lay)
     mla = Model("mla", 1, H, 8, 1000, MLA, 1, 1376)
     for rc in ("none", "selective"):
         make = lambda rc=rc: MLABlock(H, 8, 192, 128, 64, 32, 64, 1376, selective=rc == "selective")  # noqa: E731
@@ -118,6 +120,39 @@ def block_cases():
             f"output head, {'fp32' if fp32 else 'bf16'} loss",
             run(lambda f=fp32: Head(H, 1000, f), (B, S, H)),
             head_activation(llama, t, lay),
+        )
+
+
+def compiled_cases(titan: Model, lay: Layout):
+    """torchtitan's block torch.compile'd as its apply_compile does (tests/compiled_saved.py:
+    what AOTAutograd's partitioner saves, seen by saved_tensors_hooks); left out where
+    Inductor's CPU backend has no C++ compiler."""
+    import shutil
+
+    if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
+        return
+    from compiled_saved import compiled_saved
+
+    def quietly(ac):  # Inductor's complex-rotary warning and the SAC-under-compile notice aside
+        import logging
+        import warnings
+
+        notice = logging.getLogger("torch._higher_order_ops.wrap")  # SAC under compile
+        level = notice.level
+        notice.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return compiled_saved(H, 8, 2, 1376, B, S, ac)
+        finally:
+            notice.setLevel(level)
+
+    t = Training(seq=S, fused_kernels="inductor")
+    for ac in ("none", "op"):
+        yield (
+            f"torchtitan block torch.compile'd (Inductor), AC {ac}",
+            lambda ac=ac: quietly(ac),
+            layer_activation(titan, 0, t, lay, ac)[0],
         )
 
 

@@ -14,7 +14,9 @@ the configs at that commit say:
   deleted before the backward: an fp32 log-softmax saved, two more fp32 copies in its
   backward (``loss_backward_copies = 2``), three under tensor parallelism's loss_parallel;
 - eager rows run torchtitan's eager RMSNorm, rotary and SwiGLU (``fused_elementwise =
-  false``); torch.compile rows the fused ones;
+  false``); torch.compile rows (every row but Tables 1 and 3's eager ones) the compiled
+  block's (``fused_kernels = "inductor"``: what AOTAutograd's partitioner saves, which
+  under op checkpointing leaves out the down projection's output; activations.py);
 - FSDP2 over the data (and context) ranks with fp32 gradient reduction; without pipeline
   parallelism every block but the last is resharded after its forward, with it none;
 - pipeline rows: ``pipeline_parallel_microbatches`` defaults to the pipeline degree (8), so
@@ -77,6 +79,8 @@ from pipesim.schedules import build
 from pipesim.simulate import simulate
 
 GIB = 2**30
+#: torch.compile around each block (apply_compile): what AOTAutograd's partitioner saves
+COMPILE = dict(fused_kernels="inductor")
 
 
 def rows():
@@ -85,8 +89,9 @@ def rows():
     for dp, eager, compiled in ((8, 82.4, 77.0), (128, 67.0, 62.0)):  # Tables 1 and 3: local batch 2
         lay = dict(dp=dp, micro_batch=2)
         yield f"8B FSDP{dp}", "llama3-8b", eager, lay, dict(seq=8192, fused_elementwise=False), "op", "1f1b", 1
-        yield f"8B FSDP{dp} + compile", "llama3-8b", compiled, lay, dict(seq=8192), "op", "1f1b", 1
-    f8 = dict(precision="fp8", fp8_scaling="tensor")  # Tables 2, 4, 5 and 6: torchao's Float8 linears
+        yield f"8B FSDP{dp} + compile", "llama3-8b", compiled, lay, dict(seq=8192, **COMPILE), "op", "1f1b", 1
+    # Tables 2, 4, 5 and 6: torch.compile and torchao's Float8 linears
+    f8 = dict(precision="fp8", fp8_scaling="tensor", fp8_casts="torchao", **COMPILE)
     for cp, pub in zip((1, 2, 4, 8), (83.9, 84.2, 84.0, 84.5)):  # Table 2: FSDP x CP on 8 GPUs, local batch 1
         lay = dict(dp=8 // cp, cp=cp, micro_batch=1)
         yield f"8B FSDP{8 // cp} CP{cp} s{32 * cp}K", "llama3-8b", pub, lay, dict(seq=32768 * cp, **f8), "full", "1f1b", 1

@@ -35,7 +35,8 @@ from collections import defaultdict
 
 import torch
 
-from torch_blocks import DT, TitanBlock, titan_policy
+from compiled_saved import OpCheckpointed
+from torch_blocks import DT, TitanBlock
 
 #: a label for the lines of TitanBlock (and EagerRMSNorm) a kernel's operations came
 #: from, first match wins; "attention" marks kernels that serve the attention call alone
@@ -122,26 +123,6 @@ def recording():
         log.setLevel(level)
         log.propagate = propagate
         log.removeHandler(null)
-
-
-def _op_context():
-    """torchtitan's selective op policy, fresh for every forward as its context_fn builds
-    it (a plain function: the compiled checkpoint calls it with no arguments); the CPU
-    flash kernel stands in for CUDA's."""
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-    cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    return create_selective_checkpoint_contexts(titan_policy((cpu_flash,)))
-
-
-class OpCheckpointed(TitanBlock):
-    """The block under torchtitan's selective op checkpointing (``recompute = "op"``),
-    wrapped before it is compiled, as torchtitan applies AC and then compile."""
-
-    def forward(self, x):
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(self.layer, x, use_reentrant=False, context_fn=_op_context)
 
 
 def count_block(h: int, heads: int, kv_heads: int, ffn: int, batch: int, seq: int, ac: str = "none"):

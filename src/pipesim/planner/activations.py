@@ -58,7 +58,9 @@ torchtitan's selective modes (its ``activation_checkpoint.selective_ac_option``)
   commit docs/performance.md measured): every other matrix multiply of the forward, the
   first, third, ... (wq, wv, w1 and w2 of a Llama block: q, v, the gate and the down
   projection's output), and flash attention's outputs (output, fp32 logsumexp); the
-  checkpoint keeps its input besides. Under torchao's tensorwise Float8 (``fp8_scaling =
+  checkpoint keeps its input besides. torch.compile'd (``fused_kernels = "inductor"``)
+  the down projection's output is not kept: the partitioner saves only what the
+  backward graph reads. Under torchao's tensorwise Float8 (``fp8_scaling =
   "tensor"``) the set is the same: Float8Linear's forward calls ``torch.mm`` on its
   Float8Tensor arguments (torchao eab345c, float8_linear.py,
   ``manual_float8_matmul_with_args_in_float8``), which the policy's dispatch mode sees
@@ -134,7 +136,11 @@ def _attention(m: Model, t: Training, tp: int, recompute: str, lin: float, hid: 
     d = a.head_dim or m.hidden // m.heads
     kv = (a.kv_heads or m.heads) / tp
     out = {}
-    if not t.fused_elementwise and t.flash_attention:  # torchtitan: rotary new q, repeat_kv copies
+    # torchtitan's eager block, and the same block torch.compile'd: the rotary's new q and
+    # repeat_kv's copies of k and v, what flash attention reads (compiled, AOTAutograd's
+    # partitioner saves those inputs, not the separate projections' outputs:
+    # tests/test_activations_compiled.py)
+    if (not t.fused_elementwise or t.fused_kernels == "inductor") and t.flash_attention:
         out |= {"q": BF16 * heads * d, "k repeated": BF16 * heads * d, "v repeated": BF16 * heads * d}
     else:
         out["qkv projection output"] = BF16 * (heads + 2 * kv) * d  # v (a view) keeps it alive
@@ -225,6 +231,12 @@ def _op_saved(m: Model, layer: int, t: Training, tp: int, hid: float) -> dict[st
         )
     d = m.attention.head_dim or m.hidden // m.heads
     kept = dict(_matmul_outputs(m, t, tp)[0::2])  # the first, third, ... multiply of the forward
+    if t.fused_kernels == "inductor":
+        # torch.compile'd, the policy only marks what may be saved: AOTAutograd's partitioner
+        # saves for the backward graph what that graph reads, and nothing reads the down
+        # projection's output (the residual add's gradient needs no input). Eager SAC caches
+        # it all the same (tests/test_activations_compiled.py counts both)
+        del kept["down projection output"]
     return {"layer input": BF16 * hid, **kept, "attention output": BF16 * m.heads / tp * d, "logsumexp": FP32 * m.heads / tp}
 
 
