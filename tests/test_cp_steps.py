@@ -12,8 +12,8 @@ import pytest
 
 from pipesim.errors import PipesimError
 from pipesim.planner.collectives import cp_exchange, torch_ring_exposed
-from pipesim.planner.compute import FLASH_BACKWARD_SHARE, attention_core
-from pipesim.planner.cp_steps import Kernel, extra_kernels, grid_fill, pass_bytes
+from pipesim.planner.compute import FLASH_BACKWARD_SHARE, attention_core, grid_fill
+from pipesim.planner.cp_steps import Kernel, extra_kernels, pass_bytes
 from pipesim.planner.layer_costs import layer_costs
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import load_cluster, load_model, load_training

@@ -19,7 +19,7 @@ import heapq
 import math
 
 from .collectives import a2a_ranks
-from .cp_steps import attention_steps, grid_fill
+from .cp_steps import attention_steps
 from .floors import kernel_floor
 from .layout import Layout
 from .params import attention_dims, attention_params, mlp_params
@@ -355,7 +355,7 @@ def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[f
     launches it (``cp_steps.attention_steps``: the ring's per-step sub-blocks, the
     all-gather's two chunks, Ulysses' whole sequence on 1/cp of the heads): each kernel's
     FLOPs at ``attention_efficiency`` (backward 2.5 times them at ``FLASH_BACKWARD_SHARE``)
-    over its own grid's fill (``cp_steps.grid_fill``, kernels run at once sharing a grid),
+    over its own grid's fill (``grid_fill``, kernels run at once sharing a grid),
     a step at its slowest kind of rank. Per-step grids are smaller than the rank's whole
     share, so few heads a GPU and short sequences lose more."""
     qk, v = attention_dims(m)
@@ -415,41 +415,61 @@ def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows
     return 1.0 if work >= c.sms * span else work / (c.sms * span)
 
 
-@functools.lru_cache(maxsize=4096)
-def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool) -> float:
-    """The longest any SM works (in keys read per query row) when ``copies`` causal
-    sequences of ``seq`` rows, cut into blocks of ``rows``, are handed out in launch order
-    (a sequence's blocks one after another, growing or shrinking along it), each to the
-    first SM to come free: the greedy list schedule of a kernel without a tile scheduler.
-    Never shorter than ``causal_grid_span``, the least any order allows."""
-    m = math.ceil(seq / rows)
-    sizes = [min(seq, (i + 1) * rows) for i in range(m)]
-    if not growing:
-        sizes.reverse()
-    free = [0.0] * min(sms, copies * m)
+def _staircase(seq: float, rows: int) -> list[float]:
+    """A causal sequence's blocks of ``rows`` query rows, by the keys each row reads up to."""
+    return [min(seq, (i + 1) * rows) for i in range(math.ceil(seq / rows))]
+
+
+def _launch_span(sizes, copies: int, sms: int) -> float:
+    """The longest any SM works when ``copies`` copies of blocks of work ``sizes`` are handed
+    out in launch order (a copy's blocks one after another), each to the first SM to come
+    free: the greedy list schedule of a kernel without a tile scheduler."""
+    free = [0.0] * min(sms, copies * len(sizes))
     for _ in range(copies):
         for size in sizes:
             heapq.heapreplace(free, free[0] + size)
     return max(free)
 
 
+def _bound_span(sizes, copies: int, sms: int) -> float:
+    """The longest some SM must work whatever the schedule of ``copies`` copies of blocks of
+    work ``sizes``: it holds k + 1 of the k x sms + 1 largest blocks, for every k."""
+    ordered = sorted(sizes, reverse=True)
+    return max((k + 1) * ordered[k * sms // copies] for k in range(math.ceil(copies * len(sizes) / sms)))
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool) -> float:
+    """The longest any SM works (in keys read per query row) when ``copies`` causal
+    sequences of ``seq`` rows, cut into blocks of ``rows``, are handed out in launch order
+    (a sequence's blocks one after another, growing or shrinking along it), each to the
+    first SM to come free (``_launch_span``). Never shorter than ``causal_grid_span``, the
+    least any order allows."""
+    sizes = _staircase(seq, rows)
+    return _launch_span(sizes if growing else sizes[::-1], copies, sms)
+
+
 @functools.lru_cache(maxsize=4096)
 def causal_grid_span(seq: float, rows: int, copies: int, sms: int) -> float:
     """The longest any SM must work (in keys read per query row) when ``copies`` causal
-    sequences of ``seq`` rows are cut into blocks of ``rows`` and shared out over ``sms``:
-    whatever the schedule, some SM holds k + 1 of the k x sms + 1 largest blocks, for
-    every k (k = 0: the longest block; whole waves of equal blocks, NVIDIA's wave
+    sequences of ``seq`` rows are cut into blocks of ``rows`` and shared out over ``sms``
+    (``_bound_span``; k = 0: the longest block; whole waves of equal blocks, NVIDIA's wave
     quantization, when a sequence fits one block). The total work over the SMs is the
     other bound ``attention_grid_fill`` takes. So the fill is the most a schedule can
     reach: a longest-first one (FlashAttention-3 and -4's SingleTileLPTScheduler) reaches
     it on the smallest and the largest grids and comes within 15% between, at two to
     four blocks an SM (tests/test_attention_grid.py)."""
-    m = math.ceil(seq / rows)
-    longest = 0.0
-    for k in range(math.ceil(copies * m / sms)):
-        block = m - 1 - k * sms // copies  # the (k x sms + 1)-th largest block's index
-        longest = max(longest, (k + 1) * min(seq, (block + 1) * rows))
-    return longest
+    return _bound_span(_staircase(seq, rows), copies, sms)
+
+
+@functools.lru_cache(maxsize=8192)
+def grid_fill(sizes: tuple[float, ...], copies: int, sms: int, launch: bool) -> float:
+    """The share of the SMs ``copies`` copies of a grid of blocks of work ``sizes`` keep
+    busy (a context rank's per-step kernels, ``cp_attention_core``): their work over the
+    SMs' time to the end, the least any schedule reaches (``_bound_span``) or, with
+    ``launch``, the blocks handed out in launch order (``_launch_span``)."""
+    span = (_launch_span if launch else _bound_span)(sizes, copies, sms)
+    return min(1.0, copies * sum(sizes) / (sms * span))
 
 
 def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:

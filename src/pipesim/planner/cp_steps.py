@@ -53,8 +53,6 @@ Only cp > 1 with fused attention; ``compute.attention_core`` prices the kernels,
 
 from __future__ import annotations
 
-import functools
-import heapq
 import math
 from dataclasses import dataclass
 
@@ -129,27 +127,6 @@ def attention_steps(t: Training, lay: Layout, a2a: int, backward: bool) -> tuple
         return (Step(((Kernel(seq, seq, True),),)),), 1 / lay.cp
     n = lay.cp // a2a
     return ring_steps(seq / n, n, 1 if backward else 2), 1 / a2a
-
-
-@functools.lru_cache(maxsize=8192)
-def grid_fill(sizes: tuple[float, ...], copies: int, sms: int, launch: bool) -> float:
-    """The share of the SMs ``copies`` copies of a grid of blocks of work ``sizes`` keep
-    busy: their work over the SMs' time to the end, the least any schedule reaches (some SM
-    holds k + 1 of the k x sms + 1 largest blocks, for every k: ``compute.causal_grid_span``)
-    or, with ``launch``, the blocks handed out in launch order to the first free SM
-    (``compute.launch_grid_span``)."""
-    total = copies * len(sizes)
-    work = copies * sum(sizes)
-    if launch:
-        free = [0.0] * min(sms, total)
-        for _ in range(copies):
-            for size in sizes:
-                heapq.heapreplace(free, free[0] + size)
-        span = max(free)
-    else:
-        ordered = sorted(sizes, reverse=True)
-        span = max((k + 1) * ordered[k * sms // copies] for k in range(math.ceil(total / sms)))
-    return min(1.0, work / (sms * span))
 
 
 def pass_bytes(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
