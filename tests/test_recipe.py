@@ -498,3 +498,37 @@ def test_expert_tensor_parallelism_in_the_torchtitan_versions_that_had_it(tp, et
         assert "torchtitan in its current form cannot run it" in text and "Older torchtitan runs it from a TOML job file" in text
     else:
         assert "expert_tensor_parallel_degree" not in tt["python"]
+
+
+# torchtitan's ParallelDims (read in its history): expert parallelism borrows the ranks of
+# dp_shard x cp x tp (less the tp ways experts are split), never replicated data
+# parallelism; from dp2ep (#1324) until #1660 (2025-12-17) it also asserted
+# ``ep % cp == 0`` (``ep % (cp * tp) == 0`` with etp 1, #1555); at b5bcd76 (#4258) it refuses
+# an ep that does not divide dp_shard * cp * tp
+@pytest.mark.parametrize(
+    "tp, etp, ep, zero, shard",
+    [
+        (1, 1, 8, 0, True),  # ep over data-parallel ranks: FSDP must shard them
+        (8, 1, 8, 0, False),  # ep inside tp: replicated dp is fine
+        (8, 8, 8, 0, True),  # experts split tp ways leave ep nothing of tp
+        (8, 1, 4, 1, True),
+        (2, 1, 64, 1, True),
+    ],
+)
+def test_torchtitan_lends_experts_only_sharded_ranks(tp, etp, ep, zero, shard):
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048", 1024)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024, zero=zero))
+    lay = Layout(pp=8, dp=128 // tp, tp=tp, ep=ep, etp=etp)
+    plan.results.append(Result(Candidate(lay, "1f1b", None, "full", 128), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    par = tomllib.loads(tt["toml"])["parallelism"]
+    dp_shard = par["data_parallel_shard_degree"]
+    assert dp_shard == (128 // tp if shard else 1)
+    # the mesh torchtitan builds: ep divides the ranks experts may take
+    assert (dp_shard * tp // (etp if tp > 1 else 1)) % ep == 0
+    assert ("so they shard (FSDP over" in " ".join(tt["notes"])) == (shard and zero == 0)
+    # before #1660 ep had to cover all of tp where experts are not split
+    early = etp == 1 and ep % tp != 0
+    assert ("only from #1660 (2025-12-17)" in tt["toml_versions"]) == early
+    if early:
+        assert tt["toml_versions"].endswith(f"ep{ep} does not cover tp{tp}")

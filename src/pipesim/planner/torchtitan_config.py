@@ -83,9 +83,15 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     par["tensor_parallel_degree"] = lay.tp
     if lay.tp > 1:
         notes += tp_overlap_notes(t)
-    if t.zero == 0:
+    if t.zero == 0 and not _experts_borrow_shards(m, lay):
         par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
     else:
+        if t.zero == 0:
+            notes.append(
+                f"torchtitan's expert parallelism takes its ranks from FSDP's shard dimension with cp and tp "
+                f"(ParallelDims: ep divides dp_shard x cp x tp; replicated data parallelism lends none): the "
+                f"plan's ep{lay.ep} reaches into its data-parallel ranks, so they shard (FSDP over dp{lay.dp})"
+            )
         par["data_parallel_shard_degree"] = lay.dp
         if t.fsdp_reshard != "default":
             par["fsdp_reshard_after_forward"] = t.fsdp_reshard
@@ -141,7 +147,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         if split_experts
         else None,
         "toml": torchtitan_toml(plan, r, par, lay, ac, lay.etp if expert_tp else None),
-        "toml_versions": TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS,
+        "toml_versions": _toml_versions(m, lay, expert_tp),
         "command_line": None if split_experts else flags,
         "notes": notes,
     }
@@ -269,6 +275,40 @@ TORCHTITAN_ETP_TOML_VERSIONS = (
     "(#2386, 2026-02-23) read TOML job files (--job.config_file) with these names; before #1555 experts were split "
     "tp ways with no setting"
 )
+
+
+#: from when torchtitan's ParallelDims took any expert-parallel degree that divides its
+#: mesh (#1660, 2025-12-17, rebuilt it on DeviceMesh unflatten); from dp2ep (#1324,
+#: 2025-07-08) until then it asserted that ep covers all of cp, and with experts not
+#: split tp ways (etp 1, #1555) all of tp too
+EP_ANY_FROM = "#1660 (2025-12-17)"
+
+
+def _experts_borrow_shards(m: Model, lay) -> bool:
+    """Whether the plan's expert ranks reach beyond cp x tp (less the tp ways experts are
+    split) into the data-parallel ranks, which torchtitan lends to experts only when
+    FSDP shards over them."""
+    return bool(m.moe) and lay.ep > 1 and (lay.cp * lay.tp // lay.etp) % lay.ep != 0
+
+
+def _toml_versions(m: Model, lay, expert_tp: bool) -> str:
+    """Which torchtitan versions read the TOML form of this plan: before #2386; with
+    expert parallelism the versions that had it (from #1324, and with tp the ones with
+    expert_tensor_parallel_degree, from #1555), and only from #1660 where ep does not
+    cover all of cp (and tp, where experts are not split tp ways)."""
+    text = TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS
+    if not (m.moe and lay.ep > 1):
+        return text
+    uncovered = [f"cp{lay.cp}"] if lay.cp > 1 else []
+    if lay.etp == 1 and lay.tp > 1:
+        uncovered.append(f"tp{lay.tp}")
+    covered = lay.cp * (lay.tp if lay.etp == 1 else 1)
+    if lay.ep % covered == 0:
+        return text if expert_tp else f"{text}; expert parallelism from dp2ep (#1324, 2025-07-08)"
+    return (
+        f"{text}; this plan's only from {EP_ANY_FROM}: until then torchtitan asserted that ep covers all of cp, "
+        f"and of tp where experts are not split tp ways, and ep{lay.ep} does not cover {' x '.join(uncovered)}"
+    )
 
 
 def torchtitan_base(m: Model) -> tuple[str, str, str]:
