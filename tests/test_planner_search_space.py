@@ -82,3 +82,20 @@ def test_no_recomputation_is_left_out_where_selective_is_its_twin():
     lay = Layout(pp=2, dp=8)
     none, sel = (evaluate(m, c, t, Candidate(lay, "1f1b", None, rc, 4)) for rc in ("none", "selective"))
     assert none.step_time == sel.step_time and sel.memory_gb <= none.memory_gb
+
+
+def test_a_plan_shows_no_runner_up_that_is_its_selective_twin_holding_more():
+    """zb-auto keeps candidates without recomputation beside their selective twins; where
+    they take the same step the one holding more memory is not a runner-up worth a row
+    (it showed as a second, identical line of the ranking)."""
+    from pipesim.planner.search import search
+
+    m, c, t = setup("llama3-8b", "h100", 16, global_batch=32, seq=2048)
+    plan = search(m, c, t, schedules=["zb-auto"], keep=1000)
+    key = lambda r: (r.candidate.layout, r.candidate.schedule, r.candidate.chunks, r.candidate.microbatches)  # noqa: E731
+    selective = {key(r): r for r in plan.results if r.candidate.recompute == "selective"}
+    assert selective
+    for r in plan.results:
+        s = selective.get(key(r))
+        if r.candidate.recompute == "none" and s is not None:
+            assert r.step_time < s.step_time or r.memory_gb < s.memory_gb

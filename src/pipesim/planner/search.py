@@ -124,10 +124,31 @@ def _search(
         done += 1
         tick(done, total, plan)
     plan.results.sort(key=lambda r: (r.step_time, r.memory_gb))
+    plan.results = _without_twins(plan.results)
     tick(total, total, plan)
     if pins and plan.best is None:
         raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
     return plan
+
+
+def _without_twins(results: list[Result]) -> list[Result]:
+    """The results less each one without recomputation whose selective twin (same
+    layout, schedule and micro-batches) takes the same step in no more memory: the
+    candidates keep both for families whose order depends on the memory room
+    (``candidates``), and where selective recomputes nothing the twin without it is the
+    same plan holding more, a runner-up that says nothing."""
+    selective = {
+        (r.candidate.layout, r.candidate.schedule, r.candidate.chunks, r.candidate.microbatches): r
+        for r in results
+        if r.candidate.recompute == "selective"
+    }
+
+    def twin(r: Result) -> bool:
+        c = r.candidate
+        s = selective.get((c.layout, c.schedule, c.chunks, c.microbatches))
+        return c.recompute == "none" and s is not None and s.step_time == r.step_time and s.memory_gb <= r.memory_gb
+
+    return [r for r in results if not twin(r)]
 
 
 def _by_bound(prepared: list[Prepared]) -> Iterator[Prepared]:
