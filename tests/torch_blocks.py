@@ -41,12 +41,15 @@ def dropout(x, p):
 
 def saved_bytes(run, owned=()) -> int:
     """Bytes of the distinct storages autograd saves while ``run()`` executes, leaving out
-    the storages of ``owned`` tensors (parameters and buffers: not activations)."""
+    the storages of ``owned`` tensors (parameters and buffers: not activations); a saved
+    DTensor counts as its local tensor (what this rank holds)."""
+    from torch.distributed.tensor import DTensor
+
     skip = {t.untyped_storage().data_ptr() for t in owned}
     seen: dict[int, torch.UntypedStorage] = {}
 
     def pack(t):
-        s = t.untyped_storage()
+        s = (t._local_tensor if isinstance(t, DTensor) else t).untyped_storage()
         if s.data_ptr() not in skip:
             seen[s.data_ptr()] = s
         return t

@@ -34,6 +34,27 @@ FUSED_KERNELS = ("te", "megatron-jit", "inductor")
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
 
+#: bytes a logit torchtitan's cross-entropy moves (``Training.logit_bytes``), forward and
+#: backward, as PyTorch's own ops run it (tests/test_loss_bytes.py counts them in torch).
+#: torchtitan 9dec370's train.py ``loss_fn`` (and 395a52627's model.py ``output(h).float()``
+#: before train.py's ``F.cross_entropy``) upcasts the bf16 logits and calls
+#: ``F.cross_entropy`` eagerly, uncompiled: the cast 2+4, log_softmax 4+4, nll_loss's
+#: backward zero-filling an fp32 gradient 4, log_softmax's backward 4+4+4 and the cast
+#: back 4+2: 36 (nll_loss itself reads one logit a token). Under tensor parallelism
+#: (loss_parallel, DTensor's torch/distributed/tensor/parallel/loss.py) the shard's
+#: log_softmax runs as separate amax, sub, exp, sum and sub kernels (4+8+8+4+8) and one
+#: backward as zeros, exp, add and a product (4+8+12+8) before the cast back: 76 a logit
+#: of the shard
+TORCHTITAN_LOGIT_BYTES = 36
+TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
+
+
+def torchtitan_logit_bytes(tp: int) -> int:
+    """``Training.logit_bytes`` for torchtitan's loss at tensor-parallel degree ``tp``
+    (loss_parallel is on whenever tp > 1: parallel_dims.loss_parallel_enabled at 9dec370)."""
+    return TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES
+
+
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 ATTENTION_BLOCK_ORDERS = ("longest-first", "launch")
@@ -126,7 +147,9 @@ class Training:
     # Megatron-LM 2021 without --fp16-lm-cross-entropy (its default) upcasts the logits and
     # runs its vocab-parallel loss as eager fp32 ops (gpt_model.py ``output.float()``,
     # mpu/cross_entropy.py): forward cast 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8; backward
-    # mul_ 8 and the cast back 4+2: 52
+    # mul_ 8 and the cast back 4+2: 52; torchtitan's eager F.cross_entropy on upcast logits
+    # 36, 76 under loss_parallel (TORCHTITAN_LOGIT_BYTES above). Above 10 the loss keeps
+    # an fp32 softmax for its backward (activations.head_saved)
     logit_bytes: float = 10
     # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
     # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
