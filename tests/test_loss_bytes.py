@@ -16,6 +16,8 @@ over the added logits is what a logit costs, what a token or a step costs droppi
 from __future__ import annotations
 
 import contextlib
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +40,7 @@ from torch_blocks import DT, saved_bytes  # noqa: E402
 from torch_bytes import ByteCount, totals  # noqa: E402
 
 TOKENS, VOCABS = 16, (256, 512)
+RUNS = Path(__file__).parent.parent / "benchmarks" / "data" / "published_runs.toml"
 
 
 def titan_loss(pred, labels):
@@ -150,3 +153,12 @@ def test_loss_keeps_the_fp32_log_softmax(fake_group, tp):
     t = Training(seq=TOKENS, logit_bytes=torchtitan_logit_bytes(tp))
     priced = [head_saved(Model("m", 1, 64, 4, v, Attention(), 1, 128), t, tp)["loss softmax"] for v in VOCABS]
     assert priced[1] - priced[0] == measured == 4 * (VOCABS[1] - VOCABS[0]) / tp
+
+
+def test_every_torchtitan_row_pins_the_counted_loss():
+    """benchmarks/data/published_runs.toml writes the count out on each torchtitan row."""
+    rows = [r for r in tomllib.loads(RUNS.read_text())["run"] if r["name"].startswith("torchtitan")]
+    assert len(rows) > 20
+    for r in rows:
+        tp = r["layout"].get("tp", 1)
+        assert r["training"].get("logit_bytes") == torchtitan_logit_bytes(tp), r["name"]
