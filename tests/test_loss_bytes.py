@@ -28,13 +28,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch.distributed.tensor import DTensor, Shard  # noqa: E402
 from torch.distributed.tensor.parallel import loss as parallel_loss  # noqa: E402
 
-from pipesim.planner.activations import head_saved  # noqa: E402
+from pipesim.planner.activations import head_saved, loss_transient  # noqa: E402
+from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model  # noqa: E402
 from pipesim.planner.training import (  # noqa: E402
     TORCHTITAN_LOGIT_BYTES,
     TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES,
     Training,
-    torchtitan_logit_bytes,
+    torchtitan_loss,
 )
 from torch_blocks import DT, saved_bytes  # noqa: E402
 from torch_bytes import ByteCount, totals  # noqa: E402
@@ -130,7 +131,7 @@ def test_eager_loss_moves_torchtitans_logit_bytes():
 def test_loss_parallel_moves_its_logit_bytes_on_the_shard(fake_group, tp):
     measured = per_logit(fake_group(tp))
     assert measured["forward"] + measured["backward"] == TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES, measured
-    assert torchtitan_logit_bytes(tp) == TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES
+    assert torchtitan_loss(tp)["logit_bytes"] == TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES
 
 
 def _saved_per_token(mesh=None) -> float:
@@ -150,9 +151,39 @@ def test_loss_keeps_the_fp32_log_softmax(fake_group, tp):
     """Both forms keep one fp32 log-softmax of this rank's logits, nothing else a logit:
     head_saved's "loss softmax" at torchtitan's logit_bytes."""
     measured = _saved_per_token(fake_group(tp) if tp > 1 else None)
-    t = Training(seq=TOKENS, logit_bytes=torchtitan_logit_bytes(tp))
+    t = Training(seq=TOKENS, **torchtitan_loss(tp))
     priced = [head_saved(Model("m", 1, 64, 4, v, Attention(), 1, 128), t, tp)["loss softmax"] for v in VOCABS]
     assert priced[1] - priced[0] == measured == 4 * (VOCABS[1] - VOCABS[0]) / tp
+
+
+def _backward_peak(vocab: int, mesh=None) -> int:
+    """Bytes the CPU allocator holds at the backward's peak beyond what was allocated when
+    it began (the saved log-softmax among that), from the profiler's allocation events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    pred, labels = logits(vocab, mesh)
+    with parallel_loss.loss_parallel() if mesh is not None else contextlib.nullcontext():
+        loss = titan_loss(pred, labels)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            loss.backward()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in events:
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_loss_backward_holds_its_copies(fake_group, tp):
+    """nll_loss's and log_softmax's backward hold two fp32 logit-sized tensors at once;
+    loss_parallel's fused backward three (its zeros, their sum with exp, the product):
+    activations.loss_transient at torchtitan_loss's loss_backward_copies."""
+    mesh = fake_group(tp) if tp > 1 else None
+    measured = _backward_peak(VOCABS[1], mesh) - _backward_peak(VOCABS[0], mesh)
+    t, lay = Training(seq=TOKENS, **torchtitan_loss(tp)), Layout(1, 1, tp=tp, micro_batch=1)
+    priced = [loss_transient(Model("m", 1, 64, 4, v, Attention(), 1, 128), t, lay) for v in VOCABS]
+    assert priced[1] - priced[0] == measured
 
 
 def test_every_torchtitan_row_pins_the_counted_loss():
@@ -161,4 +192,4 @@ def test_every_torchtitan_row_pins_the_counted_loss():
     assert len(rows) > 20
     for r in rows:
         tp = r["layout"].get("tp", 1)
-        assert r["training"].get("logit_bytes") == torchtitan_logit_bytes(tp), r["name"]
+        assert r["training"].get("logit_bytes") == torchtitan_loss(tp)["logit_bytes"], r["name"]

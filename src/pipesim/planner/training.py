@@ -49,10 +49,17 @@ TORCHTITAN_LOGIT_BYTES = 36
 TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
 
 
-def torchtitan_logit_bytes(tp: int) -> int:
-    """``Training.logit_bytes`` for torchtitan's loss at tensor-parallel degree ``tp``
-    (loss_parallel is on whenever tp > 1: parallel_dims.loss_parallel_enabled at 9dec370)."""
-    return TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES
+def torchtitan_loss(tp: int) -> dict[str, float]:
+    """``Training``'s loss fields for torchtitan's cross-entropy at tensor-parallel degree
+    ``tp`` (loss_parallel is on whenever tp > 1: parallel_dims.loss_parallel_enabled at
+    9dec370): the bytes a logit its kernels move, and the fp32 logit-sized tensors its
+    backward holds beside the saved log-softmax (activations.loss_transient), both counted
+    in torch by tests/test_loss_bytes.py."""
+    parallel = tp > 1
+    return {
+        "logit_bytes": TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if parallel else TORCHTITAN_LOGIT_BYTES,
+        "loss_backward_copies": 3 if parallel else 2,
+    }
 
 
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
