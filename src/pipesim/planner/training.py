@@ -44,7 +44,11 @@ OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 #: (loss_parallel, DTensor's torch/distributed/tensor/parallel/loss.py) the shard's
 #: log_softmax runs as separate amax, sub, exp, sum and sub kernels (4+8+8+4+8) and one
 #: backward as zeros, exp, add and a product (4+8+12+8) before the cast back: 76 a logit
-#: of the shard
+#: of the shard (the handlers as pytorch#119877 wrote them in February 2024, before the
+#: torch torchtitan's runs used, and as torch 2.13 still runs them). Counted one read of
+#: each input a kernel, as tests/torch_bytes.py counts; PyTorch's CUDA log_softmax over a
+#: row wider than shared memory (Llama 3's 128256 fp32 logits) reads it in three passes,
+#: which L2 may or may not serve: not priced, no GPU measurement yet
 TORCHTITAN_LOGIT_BYTES = 36
 TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
 
