@@ -130,18 +130,9 @@ def shapes():
 
 @pytest.fixture
 def fake_group():
-    """A fake process group of ``size`` ranks on the CPU, torn down after the test: every
-    collective gives its real output shape without other ranks
-    (``torch.testing._internal.distributed.fake_pg``)."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+    """``make(size)``: a device mesh of ``size`` fake ranks on the CPU (torch_blocks.fake_mesh),
+    torn down after the test."""
+    from torch_blocks import fake_mesh
 
-    def make(size: int):
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh("cpu", (size,))
-
-    yield make
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    with contextlib.ExitStack() as stack:
+        yield lambda size: stack.enter_context(fake_mesh(size))

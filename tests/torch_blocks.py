@@ -61,6 +61,23 @@ def saved_bytes(run, owned=()) -> int:
     return sum(s.nbytes() for s in seen.values())
 
 
+@contextlib.contextmanager
+def fake_mesh(size: int):
+    """A device mesh of ``size`` ranks on the CPU over a fake process group
+    (``torch.testing._internal.distributed.fake_pg``): every collective gives its real
+    output shape without other ranks. Torn down on leaving."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+    try:
+        yield init_device_mesh("cpu", (size,))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def measure(block: nn.Module, x: torch.Tensor) -> int:
     """Bytes one forward of ``block`` on ``x`` keeps for its backward."""
     x = x.detach().requires_grad_(True)
