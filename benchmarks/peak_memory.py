@@ -13,6 +13,7 @@ the configs at that commit say:
 - the loss: ``cross_entropy(pred.flatten(0, 1).float(), ...)`` (train.py), with ``pred``
   deleted before the backward: an fp32 log-softmax saved, two more fp32 copies in its
   backward (``loss_backward_copies = 2``), three under tensor parallelism's loss_parallel;
+  its kernels move 36 bytes a logit, 76 under loss_parallel (``training.torchtitan_loss``);
 - eager rows run torchtitan's eager RMSNorm, rotary and SwiGLU (``fused_elementwise =
   false``); torch.compile rows (every row but Tables 1 and 3's eager ones) the compiled
   block's (``fused_kernels = "inductor"``: what AOTAutograd's partitioner saves, which
@@ -75,6 +76,7 @@ from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Training, load_cluster, load_model
 from pipesim.planner.stages import component_costs, stage_parts
+from pipesim.planner.training import torchtitan_loss
 from pipesim.schedules import build
 from pipesim.simulate import simulate
 
@@ -115,8 +117,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
         **{
             "zero": 3,
             "grad_reduce_bytes": 4,  # mixed_precision_reduce = "float32"
-            "logit_bytes": 52,  # the logits upcast to fp32 before the loss
-            "loss_backward_copies": 3 if tp > 1 else 2,  # loss_parallel under TP
+            **torchtitan_loss(tp),  # its eager loss on upcast logits, loss_parallel under TP
             "global_batch": 1,
             # PyTorch's own parallelism (Training's last block of fields)
             "sp_saves_gathered": True,  # DTensor's SequenceParallel/ColwiseParallel

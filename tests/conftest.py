@@ -126,3 +126,13 @@ def shapes():
         return name, pp, M, opts
 
     return draw()
+
+
+@pytest.fixture
+def fake_group():
+    """``make(size)``: a device mesh of ``size`` fake ranks on the CPU (torch_blocks.fake_mesh),
+    torn down after the test."""
+    from torch_blocks import fake_mesh
+
+    with contextlib.ExitStack() as stack:
+        yield lambda size: stack.enter_context(fake_mesh(size))

@@ -23,25 +23,9 @@ from pipesim.planner.device_memory import pipeline_buffers  # noqa: E402
 from pipesim.planner.footprint import memory_model  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Attention, Model, Training  # noqa: E402
-from torch_blocks import DT  # noqa: E402
+from torch_blocks import DT, saved_bytes  # noqa: E402
 
 B, S, H, V = 2, 64, 32, 96
-
-
-@pytest.fixture
-def fake_group():
-    """A fake process group of ``size`` ranks on the CPU, torn down after the test."""
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    def make(size: int):
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh("cpu", (size,))
-
-    yield make
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _model() -> Model:
@@ -51,26 +35,6 @@ def _model() -> Model:
 def _owned(module) -> list:
     """The local tensors of a module's (DTensor) parameters."""
     return [p.to_local() if hasattr(p, "to_local") else p for p in module.parameters()]
-
-
-def _local_saved(run, owned) -> int:
-    """Bytes of the distinct storages autograd saves while ``run()`` executes, a saved
-    DTensor counted by its local tensor (what this rank holds), ``owned`` left out."""
-    from torch.distributed.tensor import DTensor
-
-    skip = {t.untyped_storage().data_ptr() for t in owned}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        lt = t._local_tensor if isinstance(t, DTensor) else t
-        st = lt.untyped_storage()
-        if st.data_ptr() not in skip:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        run()
-    return sum(seen.values())
 
 
 @pytest.mark.parametrize("tp", [2, 4])
@@ -99,7 +63,7 @@ def test_output_projection_keeps_the_gathered_input(fake_group, tp):
     }
     parallelize_module(head, mesh, plan)
     normed = head.norm(torch.randn(B, S // tp, H, dtype=DT)).detach()
-    measured = _local_saved(lambda: head.output(normed.requires_grad_()), _owned(head))
+    measured = saved_bytes(lambda: head.output(normed.requires_grad_()), _owned(head))
     assert measured == B * S * H * 2  # the gathered sequence, from torch
     t = Training(seq=S, sp_saves_gathered=True)
     assert head_saved(_model(), t, tp)["final norm output"] * B * S == measured
@@ -139,7 +103,7 @@ def test_block_projections_keep_the_gathered_norm_output(fake_group):
     }
     parallelize_module(block, mesh, plan)
     x = torch.randn(B, S // tp, H, dtype=DT, requires_grad=True)
-    measured = _local_saved(lambda: block.attention(x), _owned(block))
+    measured = saved_bytes(lambda: block.attention(x), _owned(block))
     assert measured == B * S * H * 2
     t = Training(seq=S, sp_saves_gathered=True)
     assert layer_saved(_model(), 0, t, tp)["attention norm output"] * B * S == measured

@@ -41,12 +41,15 @@ def dropout(x, p):
 
 def saved_bytes(run, owned=()) -> int:
     """Bytes of the distinct storages autograd saves while ``run()`` executes, leaving out
-    the storages of ``owned`` tensors (parameters and buffers: not activations)."""
+    the storages of ``owned`` tensors (parameters and buffers: not activations); a saved
+    DTensor counts as its local tensor (what this rank holds)."""
+    from torch.distributed.tensor import DTensor
+
     skip = {t.untyped_storage().data_ptr() for t in owned}
     seen: dict[int, torch.UntypedStorage] = {}
 
     def pack(t):
-        s = t.untyped_storage()
+        s = (t._local_tensor if isinstance(t, DTensor) else t).untyped_storage()
         if s.data_ptr() not in skip:
             seen[s.data_ptr()] = s
         return t
@@ -56,6 +59,23 @@ def saved_bytes(run, owned=()) -> int:
     # sized when the forward is over: a storage freed after its consumers ran (Megatron's
     # CheckpointWithoutOutput) holds nothing by then
     return sum(s.nbytes() for s in seen.values())
+
+
+@contextlib.contextmanager
+def fake_mesh(size: int):
+    """A device mesh of ``size`` ranks on the CPU over a fake process group
+    (``torch.testing._internal.distributed.fake_pg``): every collective gives its real
+    output shape without other ranks. Torn down on leaving."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+    try:
+        yield init_device_mesh("cpu", (size,))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def measure(block: nn.Module, x: torch.Tensor) -> int:

@@ -14,6 +14,12 @@ one tensor, which run between nodes, are labelled "gradient sums".
 ``per_token`` counts a batch of one and of two sequences and takes the difference per
 token: what stays (the norm weights, the weight gradients' final sums, the rotary table
 of one sequence) does not grow with tokens and drops out.
+
+An op on DTensors is counted on this rank's shards (the kernel each GPU runs), a
+functional collective's result as the tensor it wraps, and ops on fake tensors (DTensor's
+shape propagation) not at all: no kernel runs them. Where a CUDA kernel touches a tensor
+only at the entries an index names, or only for its shape, ``INDEXED`` prices what it
+reads and writes instead.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ import contextlib
 from collections import defaultdict
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_blocks import DT, TitanBlock
 
@@ -46,6 +55,51 @@ def moved(tensors) -> int:
         key = t.untyped_storage().data_ptr()
         widest[key] = max(widest.get(key, 0), span(t))
     return sum(widest.values())
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor a kernel on this rank reads or writes for ``t``."""
+    if isinstance(t, DTensor):
+        return t._local_tensor
+    if isinstance(t, AsyncCollectiveTensor):  # a functional collective's output, waited for
+        return t.elem
+    return t
+
+
+def _entries(t: torch.Tensor, at: torch.Tensor) -> int:
+    """Bytes of ``t`` a kernel touches at the ``at.numel()`` positions an index names."""
+    return at.numel() * t.element_size()
+
+
+def _index_put(args, out) -> tuple[int, int]:
+    self, indices, values = args[0], [i for i in args[1] if i is not None], args[2]
+    n = max(i.numel() for i in indices)
+    accumulate = len(args) > 3 and args[3]
+    return moved([*indices, values]) + (n * self.element_size() if accumulate else 0), n * self.element_size()
+
+
+def _shape_only(args, out) -> tuple[int, int]:
+    return 0, moved(out)
+
+
+#: (bytes read, bytes written) of the kernels that touch a tensor only at indexed entries
+#: or read it for its shape alone, as their CUDA source does (pytorch
+#: aten/src/ATen/native/cuda): nll_loss's forward reads ``self`` at each target only and
+#: its backward never reads it, filling grad_input with zeros and writing each target's
+#: entry (Loss.cu); gather reads ``self`` at the index's entries; index_put_ (no
+#: accumulate) writes ``self`` there (Indexing.cu); zeros_like and its kin write a new
+#: tensor of their argument's shape (a fill kernel), empty_like only allocates one
+INDEXED = {
+    **{f"aten.{fill}_like.default": _shape_only for fill in ("zeros", "ones", "full")},
+    "aten.empty_like.default": lambda args, out: (0, 0),
+    "aten.nll_loss_forward.default": lambda a, out: (moved(a[1:2]) + _entries(a[0], a[1]), moved(out)),
+    "aten.nll_loss_backward.default": lambda a, out: (
+        moved([a[0], a[2], a[6]]),
+        moved(out) + _entries(out[0], a[2]),
+    ),
+    "aten.gather.default": lambda a, out: (moved(a[2:3]) + _entries(a[0], a[2]), moved(out)),
+    "aten.index_put_.default": _index_put,
+}
 
 
 def kind(func, ins, outs) -> str:
@@ -112,9 +166,16 @@ class ByteCount(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        self.rows.append((self.phase, self.label(), str(func), kind(func, ins, outs), moved(ins), moved(outs)))
+        ins = [local(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outs = [local(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if any(isinstance(t, FakeTensor) for t in ins + outs):
+            return out  # shape propagation: no kernel
+        op = str(func)
+        if op in INDEXED:
+            read, written = INDEXED[op](tree_map(lambda a: local(a) if isinstance(a, torch.Tensor) else a, list(args)), outs)
+        else:
+            read, written = moved(ins), moved(outs)
+        self.rows.append((self.phase, self.label(), op, kind(func, ins, outs), read, written))
         return out
 
 

@@ -34,6 +34,38 @@ FUSED_KERNELS = ("te", "megatron-jit", "inductor")
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
 
+#: bytes a logit torchtitan's cross-entropy moves (``Training.logit_bytes``), forward and
+#: backward, as PyTorch's own ops run it (tests/test_loss_bytes.py counts them in torch).
+#: torchtitan 9dec370's train.py ``loss_fn`` (and 395a52627's model.py ``output(h).float()``
+#: before train.py's ``F.cross_entropy``) upcasts the bf16 logits and calls
+#: ``F.cross_entropy`` eagerly, uncompiled: the cast 2+4, log_softmax 4+4, nll_loss's
+#: backward zero-filling an fp32 gradient 4, log_softmax's backward 4+4+4 and the cast
+#: back 4+2: 36 (nll_loss itself reads one logit a token). Under tensor parallelism
+#: (loss_parallel, DTensor's torch/distributed/tensor/parallel/loss.py) the shard's
+#: log_softmax runs as separate amax, sub, exp, sum and sub kernels (4+8+8+4+8) and one
+#: backward as zeros, exp, add and a product (4+8+12+8) before the cast back: 76 a logit
+#: of the shard (the handlers as pytorch#119877 wrote them in February 2024, before the
+#: torch torchtitan's runs used, and as torch 2.13 still runs them). Counted one read of
+#: each input a kernel, as tests/torch_bytes.py counts; PyTorch's CUDA log_softmax over a
+#: row wider than shared memory (Llama 3's 128256 fp32 logits) reads it in three passes,
+#: which L2 may or may not serve: not priced, no GPU measurement yet
+TORCHTITAN_LOGIT_BYTES = 36
+TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
+
+
+def torchtitan_loss(tp: int) -> dict[str, float]:
+    """``Training``'s loss fields for torchtitan's cross-entropy at tensor-parallel degree
+    ``tp`` (loss_parallel is on whenever tp > 1: parallel_dims.loss_parallel_enabled at
+    9dec370): the bytes a logit its kernels move, and the fp32 logit-sized tensors its
+    backward holds beside the saved log-softmax (activations.loss_transient), both counted
+    in torch by tests/test_loss_bytes.py."""
+    parallel = tp > 1
+    return {
+        "logit_bytes": TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if parallel else TORCHTITAN_LOGIT_BYTES,
+        "loss_backward_copies": 3 if parallel else 2,
+    }
+
+
 #: context-parallel schemes (``Training.cp_comm``), as Megatron-Core's --cp-comm-type names them
 CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 ATTENTION_BLOCK_ORDERS = ("longest-first", "launch")
@@ -126,7 +158,9 @@ class Training:
     # Megatron-LM 2021 without --fp16-lm-cross-entropy (its default) upcasts the logits and
     # runs its vocab-parallel loss as eager fp32 ops (gpt_model.py ``output.float()``,
     # mpu/cross_entropy.py): forward cast 2+4, max 4, sub_ 8, exp 8, sum 4, div_ 8; backward
-    # mul_ 8 and the cast back 4+2: 52
+    # mul_ 8 and the cast back 4+2: 52; torchtitan's eager F.cross_entropy on upcast logits
+    # 36, 76 under loss_parallel (TORCHTITAN_LOGIT_BYTES above). Above 10 the loss keeps
+    # an fp32 softmax for its backward (activations.head_saved)
     logit_bytes: float = 10
     # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
     # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
