@@ -19,7 +19,7 @@ from .compute import (
     mlp_gemms,
 )
 from .cp_steps import extra_kernels, pass_bytes
-from .elementwise import elementwise_bytes, two_pass_norm
+from .elementwise import elementwise_bytes, op_recompute_bytes, two_pass_norm
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -74,8 +74,9 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         mlp_bwd += mlp_fwd
     elif recompute == "op":  # the elementwise ops and the multiplies the cache skips run again
         a, f = _op_recomputed_share(m)
-        attn_b += ew_attn + a * proj_f
-        mlp_bwd += ew_mlp + f * mlp_f
+        re_attn, re_mlp = (x / hbm_rate(c, t) for x in op_recompute_bytes(m, layer, t, lay))
+        attn_b += re_attn + a * proj_f
+        mlp_bwd += re_mlp + f * mlp_f
     # tensor parallelism: forward, an all-reduce (or all-gather and reduce-scatter) around
     # attention and around the MLP; backward, what of theirs the multiplies beside them
     # leave exposed (tp_overlap.py)
