@@ -9,9 +9,10 @@ the rotary's complex multiply) reads and writes, per Inductor's
 ``get_read_write_buffer_accesses``; multiplies and attention are left to the rest of
 pipesim. The expected numbers come from that run; ``elementwise.elementwise_terms``
 for the same shape must be within 5% of them, term by term and in total. Under
-torchtitan's selective op checkpointing (tests/compiled_saved.py ``OpCheckpointed``,
-compiled the same way) the backward graph holds the recomputation: what it moves beyond
-the plain compiled backward is held to ``elementwise.inductor_recompute_terms`` alike.
+torchtitan's selective op checkpointing (tests/compiled_saved.py ``OpCheckpointed``) or
+its full checkpointing, compiled the same way, the backward graph holds the
+recomputation: what it moves beyond the plain compiled backward is held to
+``elementwise.inductor_recompute_terms`` alike.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ torch = pytest.importorskip("torch")
 if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
     pytest.skip("Inductor's CPU backend needs a C++ compiler", allow_module_level=True)
 
-from inductor_bytes import per_token  # noqa: E402
-from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_terms, op_recompute_bytes  # noqa: E402
+from inductor_bytes import JOINED, per_token, recomputed_per_token  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_terms, recompute_bytes  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Training  # noqa: E402
 from test_eager_bytes import layer_total_within, model, within  # noqa: E402
@@ -94,46 +95,30 @@ def test_compiled_moves_more_than_hand_fused_kernels(counted):
         assert total > 1.2 * sum(priced(shape, FUSED, phase).values()), phase
 
 
-#: under checkpointing the recomputed rotary and repeat_kv kernels carry each other's
-#: source lines (and the CPU attention's small copy of its softmax statistics, 4 bytes a
-#: head and token, carries theirs), so the count holds them together
-JOINED = {"repeat_kv": "rotary"}
-
-
-def recompute_measured(none: dict, op: dict) -> dict[str, float]:
-    """Bytes a token the op-checkpointed backward moves beyond the plain one, by term."""
-    out: dict[str, float] = {}
-    for measured, sign in ((op, 1), (none, -1)):
-        for (phase, label), b in measured.items():
-            if phase == "backward":
-                out[JOINED.get(label, label)] = out.get(JOINED.get(label, label), 0.0) + sign * b
-    return {term: b for term, b in out.items() if b}
-
-
-@pytest.fixture(scope="module")
-def recomputed(counted):
+@pytest.fixture(scope="module", params=["op", "full"])
+def recomputed(counted, request):
     shape, none = counted
-    return shape, recompute_measured(none, count(shape, ac="op"))
+    return shape, request.param, recomputed_per_token(none, count(shape, ac=request.param))
 
 
-def test_op_recompute_each_term(recomputed):
-    """The norms (one rebuilt, one riding in the other's backward), rotary with repeat_kv
+def test_recompute_each_term(recomputed):
+    """The norms (under op AC one rides in the other's backward), rotary with repeat_kv
     (their forward again), SwiGLU (its product only) and no residual add, each."""
-    shape, measured = recomputed
+    shape, ac, measured = recomputed
     mine: dict[str, float] = {}
-    for _block, term, elements in inductor_recompute_terms(model(*shape), 0, COMPILED, LAYOUT):
+    for _block, term, elements in inductor_recompute_terms(model(*shape), 0, COMPILED, LAYOUT, ac):
         mine[JOINED.get(term, term)] = mine.get(JOINED.get(term, term), 0.0) + 2 * elements
     assert set(measured) == set(mine), (measured, mine)
     for term, b in measured.items():
-        within(mine[term], b, f"recomputed {term}")
+        within(mine[term], b, f"{ac} recomputed {term}")
 
 
-def test_op_recompute_total_and_share_of_forward(counted, recomputed):
+def test_recompute_total_and_share_of_forward(counted, recomputed):
     """The micro-batch's recompute bytes layer_costs adds are the count's, within 5%, and
     both are well under the forward's memory-bound bytes (what eager's recompute moves)."""
-    shape, measured = recomputed
+    shape, ac, measured = recomputed
     total = sum(measured.values())
-    attn, mlp = op_recompute_bytes(model(*shape), 0, COMPILED, LAYOUT)
-    within((attn + mlp) / SEQ, total, "recomputed total")
+    attn, mlp = recompute_bytes(model(*shape), 0, COMPILED, LAYOUT, ac)
+    within((attn + mlp) / SEQ, total, f"{ac} recomputed total")
     forward = sum(b for (ph, _), b in counted[1].items() if ph == "forward")
     assert total < 0.8 * forward and (attn + mlp) / SEQ < 0.8 * forward, (total, (attn + mlp) / SEQ, forward)
