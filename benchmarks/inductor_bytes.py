@@ -12,7 +12,8 @@ extern kernels that compute, multiplies and attention left out, per token from a
 of two sequences less a batch of one. pipesim's side is ``elementwise.elementwise_terms``
 with ``fused_kernels = "inductor"`` (the count's rows) and with the hand-fused default
 ("te", TransformerEngine-style kernels), one GPU, no sequence parallelism. Needs torch
-(pip install 'pipesim[torch]') and a C++ compiler; about 3 GB of memory, a minute.
+(pip install 'pipesim[torch]') and a C++ compiler; about 3 GB of memory, a few minutes
+(the block is compiled plain, under op and under full checkpointing).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from pipesim.planner.elementwise import elementwise_terms  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Model, Training, load_model  # noqa: E402
 
@@ -60,7 +61,6 @@ def main() -> int:
     print()
     print("| term | phase | Inductor | pipesim inductor | error | pipesim te (hand-fused) |")
     print("|---|---|---:|---:|---:|---:|")
-    totals = {"forward": [0.0, 0.0, 0.0], "backward": [0.0, 0.0, 0.0]}
     terms = sorted({label for (_, label), b in counted.items() if b} | {t for (t, _), b in compiled.items() if b})
     for phase in ("forward", "backward"):
         for term in terms:
@@ -72,28 +72,38 @@ def main() -> int:
         total = sum(b for (ph, _), b in counted.items() if ph == phase)
         mine = sum(b for (_, ph), b in compiled.items() if ph == phase)
         te = sum(b for (_, ph), b in fused.items() if ph == phase)
-        totals[phase] = [total, mine, te]
         print(f"| **all** | {phase} | {total:,.0f} | {mine:,.0f} | {mine / total - 1:+.1%} | {te:,.0f} ({te / total - 1:+.1%}) |")
-    recomputed(m, totals)
+    recomputed(m, counted)
     return 0
 
 
-def recomputed(m: Model, plain: dict[str, list[float]]) -> None:
-    """Under torchtitan's selective op checkpointing (recompute = "op", as its compile rows
-    ran) the compiled backward graph holds the recomputed forward: its bytes beside what
-    layer_costs prices for it (the backward rows plus the whole forward again)."""
-    from inductor_bytes import per_token
+def recomputed(m: Model, plain: dict[tuple[str, str], float]) -> None:
+    """Under torchtitan's activation checkpointing (op, as its compile rows ran, or full),
+    applied before compile, the compiled backward graph holds the recomputation: what it
+    moves beyond the plain compiled backward, term by term, beside
+    ``elementwise.inductor_recompute_terms`` and beside the forward again (what an eager
+    block's recompute moves, and what pipesim priced before it counted this)."""
+    from inductor_bytes import JOINED, per_token, recomputed_per_token
 
-    counted = per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ, ac="op")
-    print()
-    print('Under recompute = "op" (torchtitan\'s selective op AC, applied before compile)')
-    print()
-    print("| phase | Inductor | pipesim inductor | error |")
-    print("|---|---:|---:|---:|")
-    fwd, bwd = plain["forward"][1], plain["backward"][1]
-    for phase, mine in (("forward", fwd), ("backward with the recomputation", bwd + fwd)):
-        total = sum(b for (ph, _), b in counted.items() if ph == phase.split()[0])
-        print(f"| {phase} | {total:,.0f} | {mine:,.0f} | {mine / total - 1:+.1%} |")
+    t = Training(seq=SEQ, fused_kernels="inductor", sequence_parallel=False)
+    forward = sum(b for (ph, _), b in plain.items() if ph == "forward")
+    for ac in ("op", "full"):
+        counted = recomputed_per_token(plain, per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ, ac=ac))
+        mine: dict[str, float] = {}
+        for _block, term, elements in inductor_recompute_terms(m, 0, t, Layout(pp=1, dp=1), ac):
+            mine[JOINED.get(term, term)] = mine.get(JOINED.get(term, term), 0.0) + 2 * elements
+        print()
+        print(f'Recomputed in the backward under recompute = "{ac}" (beyond the plain compiled backward)')
+        print()
+        print("| term | Inductor | pipesim inductor | error |")
+        print("|---|---:|---:|---:|")
+        for term in sorted(counted.keys() | mine.keys()):
+            row = counted.get(term, 0.0), mine.get(term, 0.0)
+            err = f"{row[1] / row[0] - 1:+.1%}" if row[0] else "-"
+            print(f"| {term}{' (with repeat_kv)' if term in JOINED.values() else ''} | {row[0]:,.0f} | {row[1]:,.0f} | {err} |")
+        total, priced_total = sum(counted.values()), sum(mine.values())
+        print(f"| **all** | {total:,.0f} | {priced_total:,.0f} | {priced_total / total - 1:+.1%} |")
+        print(f"| the forward again | {forward:,.0f} ({total / forward:.0%} of it recomputed) | | |")
 
 
 if __name__ == "__main__":

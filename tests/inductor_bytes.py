@@ -82,6 +82,10 @@ def kind(node) -> str:
     kernel = str(getattr(node.node, "python_kernel_name", "") or getattr(node.node, "op_overload", ""))
     if any(part.lstrip("_").startswith(MATMULS) for part in kernel.split(".")):
         return "matmul"
+    if "rng_state" in kernel and any("scaled_dot_product" in str((o.target, *o.args[:2])) for o in _origins(node)):
+        # under a full checkpoint the partitioner wraps attention (an op that may draw
+        # random numbers) in run_and_save_rng_state forward, run_with_rng_state when recomputed
+        return "matmul"
     if any(v in kernel for v in VIEWS) or not node.get_read_write_buffer_accesses(False, True):
         return "view"
     return "memory"
@@ -127,12 +131,12 @@ def recording():
 
 def count_block(h: int, heads: int, kv_heads: int, ffn: int, batch: int, seq: int, ac: str = "none"):
     """Kernels of the compiled block's forward graph and backward graph on [batch, seq, h];
-    ``ac`` "op" checkpoints it as torchtitan's selective op AC does (the backward graph
-    then holds the recomputation)."""
+    ``ac`` "op" checkpoints it as torchtitan's selective op AC does, "full" as its full AC
+    does (the backward graph then holds the recomputation)."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    cls = OpCheckpointed if ac == "op" else TitanBlock
-    block = torch.compile(cls(h, heads, kv_heads, ffn), fullgraph=True)
+    block = OpCheckpointed(h, heads, kv_heads, ffn) if ac == "op" else TitanBlock(h, heads, kv_heads, ffn, ac=ac)
+    block = torch.compile(block, fullgraph=True)
     x = torch.randn(batch, seq, h, dtype=DT, requires_grad=True)
     with recording() as graphs:
         y = block(x)
@@ -157,3 +161,20 @@ def per_token(h: int, heads: int, kv_heads: int, ffn: int, seq: int = 8, ac: str
     batch of one, over one sequence's tokens."""
     one, two = (totals(count_block(h, heads, kv_heads, ffn, b, seq, ac)) for b in (1, 2))
     return {key: (two.get(key, 0) - one.get(key, 0)) / seq for key in one.keys() | two.keys()}
+
+
+#: under checkpointing the recomputed rotary and repeat_kv kernels carry each other's
+#: source lines (and the CPU attention's small copy of its softmax statistics, 4 bytes a
+#: head and token, carries theirs), so they are held together
+JOINED = {"repeat_kv": "rotary"}
+
+
+def recomputed_per_token(plain: dict, checkpointed: dict) -> dict[str, float]:
+    """Bytes a token a checkpointed block's backward moves beyond the plain block's, by
+    label (``JOINED``): its recomputation as Inductor fused it (``per_token`` of each)."""
+    out: dict[str, float] = defaultdict(float)
+    for counted, sign in ((checkpointed, 1), (plain, -1)):
+        for (phase, lab), b in counted.items():
+            if phase == "backward":
+                out[JOINED.get(lab, lab)] += sign * b
+    return {lab: b for lab, b in out.items() if b}

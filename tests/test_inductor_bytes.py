@@ -8,7 +8,11 @@ part of the block the bytes each generated kernel (and each extern kernel that c
 the rotary's complex multiply) reads and writes, per Inductor's
 ``get_read_write_buffer_accesses``; multiplies and attention are left to the rest of
 pipesim. The expected numbers come from that run; ``elementwise.elementwise_terms``
-for the same shape must be within 5% of them, term by term and in total.
+for the same shape must be within 5% of them, term by term and in total. Under
+torchtitan's selective op checkpointing (tests/compiled_saved.py ``OpCheckpointed``) or
+its full checkpointing, compiled the same way, the backward graph holds the
+recomputation: what it moves beyond the plain compiled backward is held to
+``elementwise.inductor_recompute_terms`` alike.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ torch = pytest.importorskip("torch")
 if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
     pytest.skip("Inductor's CPU backend needs a C++ compiler", allow_module_level=True)
 
-from inductor_bytes import per_token  # noqa: E402
-from pipesim.planner.elementwise import elementwise_terms  # noqa: E402
+from inductor_bytes import JOINED, per_token, recomputed_per_token  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_terms, recompute_bytes  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Training  # noqa: E402
 from test_eager_bytes import layer_total_within, model, within  # noqa: E402
@@ -38,17 +42,21 @@ LAYOUT = Layout(pp=1, dp=1, micro_batch=1)
 LABEL = {"norm weight gradients": "norm"}
 
 
-@pytest.fixture(scope="module", params=sorted(SHAPES))
-def counted(request):
-    shape = SHAPES[request.param]
+def count(shape, ac: str = "none"):
     try:
-        return shape, per_token(*shape, seq=SEQ)
+        return per_token(*shape, seq=SEQ, ac=ac)
     except Exception as e:  # noqa: BLE001
         # a machine whose C++ toolchain cannot build Inductor's kernels (no OpenMP headers,
         # say) is not a failure of the count; anything else is
         if "CppCompileError" in f"{type(e).__name__}: {e}":
             pytest.skip(f"Inductor could not compile its C++ kernels here: {str(e).splitlines()[0][:200]}")
         raise
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def counted(request):
+    shape = SHAPES[request.param]
+    return shape, count(shape)
 
 
 def priced(shape, t: Training, phase: str) -> dict[str, float]:
@@ -85,3 +93,32 @@ def test_compiled_moves_more_than_hand_fused_kernels(counted):
     for phase in ("forward", "backward"):
         total = sum(b for (ph, _), b in measured.items() if ph == phase)
         assert total > 1.2 * sum(priced(shape, FUSED, phase).values()), phase
+
+
+@pytest.fixture(scope="module", params=["op", "full"])
+def recomputed(counted, request):
+    shape, none = counted
+    return shape, request.param, recomputed_per_token(none, count(shape, ac=request.param))
+
+
+def test_recompute_each_term(recomputed):
+    """The norms (under op AC one rides in the other's backward), rotary with repeat_kv
+    (their forward again), SwiGLU (its product only) and no residual add, each."""
+    shape, ac, measured = recomputed
+    mine: dict[str, float] = {}
+    for _block, term, elements in inductor_recompute_terms(model(*shape), 0, COMPILED, LAYOUT, ac):
+        mine[JOINED.get(term, term)] = mine.get(JOINED.get(term, term), 0.0) + 2 * elements
+    assert set(measured) == set(mine), (measured, mine)
+    for term, b in measured.items():
+        within(mine[term], b, f"{ac} recomputed {term}")
+
+
+def test_recompute_total_and_share_of_forward(counted, recomputed):
+    """The micro-batch's recompute bytes layer_costs adds are the count's, within 5%, and
+    both are well under the forward's memory-bound bytes (what eager's recompute moves)."""
+    shape, ac, measured = recomputed
+    total = sum(measured.values())
+    attn, mlp = recompute_bytes(model(*shape), 0, COMPILED, LAYOUT, ac)
+    within((attn + mlp) / SEQ, total, f"{ac} recomputed total")
+    forward = sum(b for (ph, _), b in counted[1].items() if ph == "forward")
+    assert total < 0.8 * forward and (attn + mlp) / SEQ < 0.8 * forward, (total, (attn + mlp) / SEQ, forward)

@@ -189,7 +189,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 "; as torch.compile (Inductor) generates torchtitan's block, counted by Inductor's own scheduler "
                 "(fused_kernels): each norm's weight gradient a reduction of its own re-reading its inputs, the complex "
                 "rotary an upcast, PyTorch's complex multiply and a downcast (10 per element each way), the gradient "
-                "sums folded into the norms' backward"
+                "sums folded into the norms' backward; under op or full checkpointing the recomputed ops fused into the "
+                "backward's kernels (the norms and rotary again, SwiGLU's product only, no residual add)"
                 if t.fused_kernels == "inductor"
                 else ""
             )

@@ -322,3 +322,59 @@ def inductor_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple
         attn.append(("fp8 casts", *casts[:2]))
         mlp.append(("fp8 casts", *casts[2:]))
     return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+
+
+def inductor_recompute_terms(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> list[tuple[str, str, float]]:
+    """What the compiled block's backward moves under torchtitan's activation checkpointing
+    (``recompute`` "op", its selective op AC, or "full") beyond the compiled backward
+    without it, as (block, term, elements of 2 bytes per token) rows: AC is applied before
+    compile, so AOTAutograd's backward graph holds the recomputed forward and Inductor
+    fuses it into the backward's own kernels (tests/inductor_bytes.py counts the
+    checkpointed blocks against ``TitanBlock``, torch 2.13; tests/test_inductor_bytes.py
+    holds these rows to it). The multiplies and attention are not these rows'.
+
+    - Norms: the MLP's norm is rebuilt by a kernel of its own (read x and the attention
+      output, write the normalised input of w1 and w3 and the reciprocal RMS: 3h + 2).
+      Under op AC the attention's norm rides in the MLP norm's backward kernel, which
+      reads x anyway, and only writes wq, wk and wv's input and its reciprocal RMS (h +
+      2); under full AC it is a kernel of its own (2h + 2). The forward no longer writes
+      the reciprocal RMS (it is not saved), which is not priced.
+    - Rotary and repeat_kv: their forward again, kernel for kernel (the complex multiply
+      is PyTorch's own kernel, nothing to fuse it with); SDPA's backward needs the rotated
+      q and the repeated k and v, which neither AC saves.
+    - SwiGLU: the backward's kernel already reads gate and up; it also writes their
+      product for w2's weight gradient (ffn), not the forward's 3 ffn.
+    - Residuals: nothing; x plus the attention output is rebuilt inside the norm kernels,
+      and the block's output is not needed.
+
+    FP8 casts (torchao's) were not counted under checkpointing: they are taken as their
+    forward again."""
+    tp = lay.tp
+    qk, _ = attention_dims(m)
+    s = 1 / tp if t.sequence_parallel else 1.0
+    h = m.hidden
+    q, kv, f = m.heads * qk / tp, (m.attention.kv_heads or m.heads) * qk / tp, m.dense_ffn / tp
+    forward = {(block, term): fwd for block, term, fwd, _ in inductor_terms(m, layer, t, lay)}
+    norm = h if recompute == "op" else 2 * h
+    attn = [("norm", (norm + RSQRT) * s), ("rotary", forward["attention", "rotary"])]
+    if kv < q:
+        attn.append(("repeat_kv", forward["attention", "repeat_kv"]))
+    mlp = [("norm", (3 * h + RSQRT) * s), ("swiglu", f)]
+    if t.precision == "fp8":
+        attn.append(("fp8 casts", forward["attention", "fp8 casts"]))
+        mlp.append(("fp8 casts", forward["mlp", "fp8 casts"]))
+    return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+
+
+def recompute_bytes(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
+    """Bytes the memory-bound kernels recomputed in the backward under ``recompute`` "op"
+    or "full" move for one micro-batch, (attention block, MLP block): eager or hand-fused
+    kernels run their forward again; a torch.compile'd block (``fused_kernels =
+    "inductor"``) moves ``inductor_recompute_terms``."""
+    if t.fused_kernels != "inductor":
+        return elementwise_bytes(m, layer, t, lay)
+    per_block = {"attention": 0.0, "mlp": 0.0}
+    for block, _, elements in inductor_recompute_terms(m, layer, t, lay, recompute):
+        per_block[block] += elements
+    T = lay.tokens(t.seq)
+    return T * 2 * per_block["attention"], T * 2 * per_block["mlp"]

@@ -19,7 +19,7 @@ from .compute import (
     mlp_gemms,
 )
 from .cp_steps import extra_kernels, pass_bytes
-from .elementwise import elementwise_bytes, two_pass_norm
+from .elementwise import elementwise_bytes, recompute_bytes, two_pass_norm
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -69,13 +69,16 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         # unfused attention recomputes its scores in the backward (flash always does);
         # MLA recomputes its up-projections (DeepSeek-V3, section 3.3.2)
         attn_b += (0.0 if t.flash_attention else core_f) + gemms(c, t, mla_up_shapes(m, t, lay))[0]
-    elif recompute == "full":
-        attn_b += attn_f  # the whole layer's forward runs again
-        mlp_bwd += mlp_fwd
-    elif recompute == "op":  # the elementwise ops and the multiplies the cache skips run again
-        a, f = _op_recomputed_share(m)
-        attn_b += ew_attn + a * proj_f
-        mlp_bwd += ew_mlp + f * mlp_f
+    elif recompute in ("full", "op"):
+        # the memory-bound kernels again (fused into the backward's under torch.compile)
+        re_attn, re_mlp = (x / hbm_rate(c, t) for x in recompute_bytes(m, layer, t, lay, recompute))
+        if recompute == "full":  # and the rest of the layer's forward
+            attn_b += attn_f - ew_attn + re_attn
+            mlp_bwd += mlp_fwd - ew_mlp + re_mlp
+        else:  # and the multiplies the op cache skips
+            a, f = _op_recomputed_share(m)
+            attn_b += re_attn + a * proj_f
+            mlp_bwd += re_mlp + f * mlp_f
     # tensor parallelism: forward, an all-reduce (or all-gather and reduce-scatter) around
     # attention and around the MLP; backward, what of theirs the multiplies beside them
     # leave exposed (tp_overlap.py)
