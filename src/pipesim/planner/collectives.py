@@ -73,18 +73,43 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
     return dispatch, combine, combine, combine
 
 
-def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
-    """Seconds of one NCCL all-reduce of a micro-batch's hidden states over tp GPUs (or,
-    with sequence parallelism, the all-gather and reduce-scatter that replace it: the
-    same bytes, two collectives' latencies), on NVLink while the tensor group stays
-    inside a domain."""
+def float8_gathers(t: Training) -> bool:
+    """Whether a layer's tensor-parallel all-gathers move one-byte FP8 elements: torchao's
+    Float8 tensor parallelism, which torchtitan 9dec370's ``apply_tp`` uses with Float8
+    linears (torchao eab345c float8/float8_tensor_parallel.py), casts the sequence shard
+    to FP8 before the input's all-gather (``Float8ColwiseParallel`` and
+    ``PrepareFloat8ModuleInput``'s ``hp_tensor_to_float8_dynamic``, then ``redistribute``)
+    and, backward, the output's gradient before its all-gather (the row-parallel output's
+    ``NoopFwToFloat8BwDynamic`` is applied after its reduce-scatter, so its backward runs
+    before that all-gather); the reduce-scatters stay BF16. Only under sequence
+    parallelism, which torchtitan's tensor parallelism always runs."""
+    return t.precision == "fp8" and t.fp8_casts == "torchao" and t.sequence_parallel
+
+
+def tp_halves(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True) -> tuple[float, float]:
+    """Seconds of (the all-gather, the reduce-scatter) around one block of a micro-batch's
+    hidden states over tp GPUs under sequence parallelism, on NVLink while the tensor group
+    stays inside a domain; the gather in FP8 for a layer's multiplies under torchao's Float8
+    (``float8_gathers``; ``layer`` False for the model's ends, which stay BF16). Without
+    sequence parallelism: (0, the all-reduce)."""
     if lay.tp <= 1:
-        return 0.0
+        return 0.0, 0.0
     size = lay.tokens(t.seq) * m.hidden * 2
     where = lay.span("tp", c.domain)
-    if t.sequence_parallel:
-        return sum(nccl.collective_seconds(c, kind, size, lay.tp, where) for kind in ("all_gather", "reduce_scatter"))
-    return nccl.collective_seconds(c, "all_reduce", size, lay.tp, where)
+    if not t.sequence_parallel:
+        return 0.0, nccl.collective_seconds(c, "all_reduce", size, lay.tp, where)
+    gathered = size / 2 if layer and float8_gathers(t) else size
+    return (
+        nccl.collective_seconds(c, "all_gather", gathered, lay.tp, where),
+        nccl.collective_seconds(c, "reduce_scatter", size, lay.tp, where),
+    )
+
+
+def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True) -> float:
+    """Seconds of one NCCL all-reduce of a micro-batch's hidden states over tp GPUs (or,
+    with sequence parallelism, the all-gather and reduce-scatter that replace it: the
+    same bytes, two collectives' latencies, the gather in FP8 where ``tp_halves`` says)."""
+    return sum(tp_halves(m, c, t, lay, layer))
 
 
 def p2p_seconds(m: Model, c: Cluster, t: Training, lay: Layout) -> float:

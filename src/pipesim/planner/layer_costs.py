@@ -181,7 +181,7 @@ def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCost
     reduce-scatter forward whose backward is an all-gather (Megatron-Core)."""
     T = lay.tokens(t.seq)
     f = T * m.hidden * 2 * 2 / hbm_rate(c, t)
-    ar = tp_allreduce(m, c, t, lay)
+    ar = tp_allreduce(m, c, t, lay, layer=False)
     back = ar if t.sequence_parallel else 0.0
     return LayerCosts(attn_f=f, mlp_f=0.0, attn_b=3 * f, attn_w=0.0, mlp_b=0.0, mlp_w=0.0, dispatch_f=ar, dispatch_b=back)
 
@@ -209,9 +209,9 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     norm_f, norm_b = two_pass_norm(h, share) if t.norm_kernel == "two-pass" else (2 * h * share, 4 * h * share)
     norm_f, norm_b = (T * 2 * x / hbm_rate(c, t) for x in (norm_f, norm_b))
     loss = T * m.vocab / lay.tp * t.logit_bytes / hbm_rate(c, t)
-    back = column_exposed(m, c, t, lay, b, w, row_parallel=False) if lay.tp > 1 else 0.0  # under the multiplies alone
+    back = column_exposed(m, c, t, lay, b, w, row_parallel=False, layer=False) if lay.tp > 1 else 0.0
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
-    ar = tp_allreduce(m, c, t, lay)
+    ar = tp_allreduce(m, c, t, lay, layer=False)
     return LayerCosts(
         attn_f=norm_f,
         mlp_f=f + loss / 2,

@@ -52,7 +52,7 @@ default, is exact; a split one has the right sum with B short by the hidden part
 
 from __future__ import annotations
 
-from .collectives import tp_allreduce
+from .collectives import tp_allreduce, tp_halves
 from .compute import attention_shapes, gemms, mlp_shapes
 from .layout import Layout
 from .specs import Cluster, Model, Training
@@ -69,21 +69,29 @@ def splits_lone_ops(m: Model, t: Training) -> bool:
 
 
 def column_exposed(
-    m: Model, c: Cluster, t: Training, lay: Layout, dgrad: float, wgrad: float, row_parallel: bool = True
+    m: Model,
+    c: Cluster,
+    t: Training,
+    lay: Layout,
+    dgrad: float,
+    wgrad: float,
+    row_parallel: bool = True,
+    layer: bool = True,
 ) -> float:
     """Exposed seconds of one half's backward collectives for one micro-batch: those of
     a column-parallel multiply whose input- and weight-gradient multiplies take
     ``dgrad`` and ``wgrad`` seconds and, with ``row_parallel``, of the row-parallel
-    multiply after it."""
-    # an all-reduce, or with sequence parallelism an all-gather and a reduce-scatter of the
-    # same buffer, latencies and passes alike (collectives.tp_allreduce): each half of it
-    ar = tp_allreduce(m, c, t, lay)
+    multiply after it (``layer`` False for the output head, whose gathers stay BF16)."""
+    # an all-reduce, or with sequence parallelism an all-gather (the row-parallel output's
+    # gradient; the column-parallel input again where the forward kept only its shard) and
+    # a reduce-scatter (the input's gradient): collectives.tp_halves
+    all_gather, reduce_scatter = tp_halves(m, c, t, lay, layer)
     if not t.sequence_parallel:
-        row, gather, reduce = 0.0, 0.0, ar
+        row, gather, reduce = 0.0, 0.0, reduce_scatter
     else:
-        row = ar / 2 if row_parallel else 0.0
-        gather = 0.0 if t.sp_saves_gathered else ar / 2
-        reduce = ar / 2
+        row = all_gather if row_parallel else 0.0
+        gather = 0.0 if t.sp_saves_gathered else all_gather
+        reduce = reduce_scatter
     if not hides_backward(m, t):
         return row + gather + reduce
     return row + beside(gather, dgrad, t.comm_sms / c.sms) + beside(reduce, wgrad, t.comm_sms / c.sms)
