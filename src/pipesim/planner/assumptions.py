@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
+from .collectives import float8_gathers
 from .compute import (
     ALIBI_SCORE_BYTES,
     BACKWARD_SCORE_BYTES,
@@ -231,6 +232,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 "the backward gathers each column-parallel multiply's input again from the shard the forward kept "
                 "(sp_saves_gathered = false, Megatron-LM's sequence parallelism); "
                 if t.sequence_parallel and not t.sp_saves_gathered
+                else ""
+            )
+            + (
+                "each layer's all-gathers move FP8, one byte an element (torchao's Float8 tensor parallelism casts the "
+                "sequence shard first, and the output's gradient backward), its reduce-scatters BF16; "
+                if float8_gathers(t)
                 else ""
             )
             + TP_OVERLAP_TEXT[t.tp_overlap],
