@@ -143,3 +143,24 @@ def test_megatron_bridge_layer_moves_what_te_launches():
     # the projection's own cast costs more than block scaling's 3 bytes, the layer's casts less
     assert AMAX + CAST_T > 1.5 * 2
     assert sum(current["attention"]) < sum(block["attention"])
+
+
+def test_current_scaling_mla_by_hand():
+    """MLA as Megatron-Core 0.14 builds it (multi_latent_attention.py:369-370, 408-409,
+    526-560): the down projections are duplicated TELinear on the 16-token sequence
+    shard (amax + both layouts there, and their gradients likewise); the up projections
+    take q's and kv's norms (TELayerNormColumnParallelLinear), cast row-wise on the shard,
+    gathered and transposed in FP8. Hidden 64, 4 heads, q rank 32, kv rank 16, rope 8,
+    nope 16, v 16, tp 2."""
+    mla = Attention("mla", q_lora_rank=32, kv_lora_rank=16, qk_rope_dim=8, qk_nope_dim=16, v_head_dim=16)
+    rows = cast_rows(CURRENT, replace(TINY, attention=mla), Layout(pp=1, dp=1, tp=2))
+    shard = T / 2
+    kv_down, q_down = (64, 16 + 8), (64, 32)  # (input, output) per token
+    kv_up, q_up = (16, 4 * (16 + 16) / 2), (32, 4 * (16 + 8) / 2)
+    proj = (4 * 16 / 2, 64)
+    forward = shard * (kv_down[0] + q_down[0]) * (AMAX + CAST_T) + shard * (kv_up[0] + q_up[0]) * CAST
+    forward += T * proj[0] * (AMAX + CAST_T)
+    backward = shard * (kv_down[1] + q_down[1]) * (AMAX + CAST_T)
+    backward += T * (kv_up[0] + q_up[0]) * FP8_T + T * (kv_up[1] + q_up[1]) * (AMAX + CAST_T)
+    backward += shard * proj[1] * (AMAX + CAST) + T * proj[1] * FP8_T
+    assert rows["attention"] == pytest.approx((forward, backward))

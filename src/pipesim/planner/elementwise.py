@@ -102,19 +102,21 @@ TE_FP8_TRANSPOSE_BYTES = 2
 def _te_linears(m: Model, layer: int) -> tuple[list[tuple[bool, str]], list[tuple[bool, str]]]:
     """(attention, MLP): for each multiply of ``compute.attention_shapes`` and
     ``mlp_shapes``, in their order, whether Transformer Engine's norm kernel makes its
-    input and how it is split over tensor parallelism ("column", "row" or "none"), as
+    input and how it is split over tensor parallelism ("column", "row", "duplicated" or
+    "none"), as
     Megatron-Core 0.14's layer specs build them (models/gpt/gpt_layer_specs.py:123-172,
     moe_module_specs.py:49-50): a dense layer's qkv and fc1 are
     TELayerNormColumnParallelLinear (the norm inside), its output projection and fc2
     TERowParallelLinear; an MoE layer's norm is a TENorm of its own (the router reads it),
     its experts TE's GroupedLinear (no tensor-parallel collective) and its shared experts
-    column- and row-parallel TE linears; MLA's down projections are duplicated TELinear,
+    column- and row-parallel TE linears; MLA's down projections are duplicated TELinear
+    on the sequence shard (transformer/multi_latent_attention.py:369-370, 408-409 and 526-560),
     its up projections TELayerNormColumnParallelLinear (DeepSeek-V3's q and kv norms),
     without a query LoRA rank the query a column-parallel TELinear."""
     a = m.attention
     if a.kind == "mla":
-        attn = [(False, "none"), (True, "column")]
-        attn += [(False, "none"), (True, "column")] if a.q_lora_rank else [(False, "column")]
+        attn = [(False, "duplicated"), (True, "column")]
+        attn += [(False, "duplicated"), (True, "column")] if a.q_lora_rank else [(False, "column")]
         attn.append((False, "row"))
     else:
         attn = [(True, "column"), (False, "row")]
@@ -141,7 +143,8 @@ def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tup
       linear.py:176-187: "All-gather is not supported with FP8 column-wise data") and
       gathered in FP8 (distributed.py:922-937); backward it is gathered again and its
       transposed copy made from the FP8 data (layernorm_linear.py:640-646 and 798-800,
-      linear.py:750-752): no re-cast from bf16.
+      linear.py:750-752): no re-cast from bf16. A duplicated multiply (MLA's down
+      projections) casts its sequence shard, both ways.
     - Output gradient: amax and a cast-transpose (linear.py:553-555, base.py:1169-1173);
       a row-parallel multiply under sequence parallelism casts its gradient's shard
       row-wise before the all-gather, NCCL's or Userbuffers' (base.py:1101-1131,
@@ -161,15 +164,16 @@ def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tup
         forward = backward = 0.0
         for (tok, n, k, c), (norm_fed, parallel) in zip(shapes, kinds, strict=True):
             amax = 0 if norm_fed else TE_AMAX_BYTES
+            share = 1 / tp if sp and parallel == "duplicated" else 1.0
             if sp and parallel == "column":
                 forward += c * tok * k * (amax + TE_CAST_BYTES) / tp
                 backward += c * tok * k * TE_FP8_TRANSPOSE_BYTES
             else:
-                forward += c * tok * k * (amax + TE_CAST_TRANSPOSE_BYTES)
+                forward += c * tok * k * (amax + TE_CAST_TRANSPOSE_BYTES) * share
             if sp and parallel == "row":
                 backward += c * tok * n * ((TE_AMAX_BYTES + TE_CAST_BYTES) / tp + TE_FP8_TRANSPOSE_BYTES)
             else:
-                backward += c * tok * n * (TE_AMAX_BYTES + TE_CAST_TRANSPOSE_BYTES)
+                backward += c * tok * n * (TE_AMAX_BYTES + TE_CAST_TRANSPOSE_BYTES) * share
         out += [forward / (2 * T), backward / (2 * T)]
     return out[0], out[1], out[2], out[3]
 
