@@ -23,6 +23,7 @@ from .nccl import HOSTS
 from .parallelism import domain_text, layout_assumptions
 from .results import Plan
 from .specs import Cluster, Training
+from .training import te_current_scaling
 
 #: the tensor-parallel line's last words, per ``Training.tp_overlap`` (tp_overlap.py)
 TP_OVERLAP_TEXT = {
@@ -209,6 +210,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                     else "the weights every micro-batch"
                 )
                 if t.precision == "fp8" and t.fp8_casts == "torchao"
+                else ""
+            )
+            + (
+                "; FP8 casts as Transformer Engine 2.7's current scaling launches them (fp8_scaling tensor): "
+                "each input read for its amax (fused into TE's norm) and cast into both layouts at once, 6 bytes an "
+                "element (4 after a norm), or row-wise on its shard before a sequence-parallel gather and transposed "
+                "in FP8 backward; each output gradient likewise; the weights once a step (not priced)"
+                if te_current_scaling(t)
                 else ""
             ),
         ),

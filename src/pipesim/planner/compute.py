@@ -24,6 +24,7 @@ from .floors import kernel_floor
 from .layout import Layout
 from .params import attention_dims, attention_params, mlp_params
 from .specs import Cluster, Model, Training
+from .training import te_current_scaling
 
 
 def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
@@ -283,16 +284,17 @@ def gemms(c: Cluster, t: Training, shapes) -> tuple[float, float, float]:
     """(F, B, W) seconds of a list of multiplies; under FP8 the weight gradient also casts
     both of its operands (the input and the output's gradient) to FP8 along the token
     dimension: read 2 bytes, write 1 and a scale per element, at HBM bandwidth (block
-    scaling re-quantizes them along the other axis; per-tensor scaling writes the
-    transposed copy Hopper's FP8 multiplies need, Transformer Engine's cast-transpose).
-    Block-scaled weight gradients run at ``FP8_WGRAD_SHARE`` of the forward's rate; with
-    one scale per tensor the weight gradient is an ordinary FP8 multiply at the forward's.
-    torchao's Float8Linear (``fp8_casts = "torchao"``) casts no operand here: its casts
-    write both layouts at once (``elementwise.fp8_cast_terms``)."""
+    scaling re-quantizes them along the other axis). Block-scaled weight gradients run at
+    ``FP8_WGRAD_SHARE`` of the forward's rate; with one scale per tensor the weight
+    gradient is an ordinary FP8 multiply at the forward's, and casts no operand here:
+    Transformer Engine's current scaling writes the transposed copies with its casts
+    (``elementwise.te_current_cast_terms``), as torchao's Float8Linear does
+    (``fp8_casts = "torchao"``, ``elementwise.fp8_cast_terms``)."""
     f, b, w = _sum3(gemm_fbw(c, t, tok, out, k, count=n) for tok, out, k, n in shapes)
     if t.precision == "fp8":
         share = FP8_WGRAD_SHARE if t.fp8_scaling == "block" else 1.0
-        casts = 0.0 if t.fp8_casts == "torchao" else sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes)
+        per_tensor = t.fp8_casts == "torchao" or te_current_scaling(t)
+        casts = 0.0 if per_tensor else sum(n * tok * (out + k) * 3 for tok, out, k, n in shapes)
         w = w / share + casts / hbm_rate(c, t)
     return f, b, w
 

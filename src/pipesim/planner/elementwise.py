@@ -10,7 +10,7 @@ from .footprint import float8_gathered
 from .layout import Layout
 from .params import attention_dims
 from .specs import Model, Training
-from .training import norm_fused
+from .training import norm_fused, te_current_scaling
 
 #: bytes torchao's tensorwise cast moves per element of an activation or output gradient
 #: under torch.compile (torchao eab345c, float8/roofline_utils.py,
@@ -76,6 +76,108 @@ def fp8_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tuple[floa
     return out[0], out[1], out[2], out[3]
 
 
+#: bytes per element that Transformer Engine 2.7's current scaling (Megatron-Bridge's
+#: fp8_cs, ``fp8_scaling = "tensor"``) moves in each kernel it launches to make an FP8
+#: operand of a bf16 tensor (TransformerEngine fedd9ddc, the version Megatron-Bridge
+#: 25.09 built on). The scale depends on the tensor's own amax, so the cast cannot ride
+#: in the producer's kernel as delayed scaling's does: Float8CurrentScalingQuantizer's
+#: quantize_impl (pytorch/csrc/quantizer.cpp:501-539) runs nvte_compute_amax, a read of
+#: the whole tensor (:521; common/recipe/current_scaling.cu:105) ...
+TE_AMAX_BYTES = 2
+#: ... then nvte_quantize_v2 (quantizer.cpp:538). With one scale per tensor
+#: (NVTE_DELAYED_TENSOR_SCALING, the mode current scaling shares) and a column-wise copy
+#: wanted, one cast_transpose kernel reads the tensor once and writes both FP8 layouts
+#: (common/util/cast_kernels.cuh:1391-1396): read 2, write 1 + 1; Hopper's FP8 multiplies
+#: take only the "TN" layout, so the weight gradient needs the transposed copy
+#: (quantizer.cpp:349, ``nvte_is_non_tn_fp8_gemm_supported``) ...
+TE_CAST_TRANSPOSE_BYTES = 4
+#: ... or, row-wise only (cast_kernels.cuh:1402-1403, ``fp8_quantize``), read 2, write 1 ...
+TE_CAST_BYTES = 3
+#: ... and an FP8 tensor's transposed copy made from its row-wise data
+#: (pytorch/tensor/_internal/float8_tensor_base.py:178-184, ``tex.fp8_transpose``): read 1,
+#: write 1
+TE_FP8_TRANSPOSE_BYTES = 2
+
+
+def _te_linears(m: Model, layer: int) -> tuple[list[tuple[bool, str]], list[tuple[bool, str]]]:
+    """(attention, MLP): for each multiply of ``compute.attention_shapes`` and
+    ``mlp_shapes``, in their order, whether Transformer Engine's norm kernel makes its
+    input and how it is split over tensor parallelism ("column", "row", "duplicated" or
+    "none"), as
+    Megatron-Core 0.14's layer specs build them (models/gpt/gpt_layer_specs.py:123-172,
+    moe_module_specs.py:49-50): a dense layer's qkv and fc1 are
+    TELayerNormColumnParallelLinear (the norm inside), its output projection and fc2
+    TERowParallelLinear; an MoE layer's norm is a TENorm of its own (the router reads it),
+    its experts TE's GroupedLinear (no tensor-parallel collective) and its shared experts
+    column- and row-parallel TE linears; MLA's down projections are duplicated TELinear
+    on the sequence shard (transformer/multi_latent_attention.py:369-370, 408-409 and 526-560),
+    its up projections TELayerNormColumnParallelLinear (DeepSeek-V3's q and kv norms),
+    without a query LoRA rank the query a column-parallel TELinear."""
+    a = m.attention
+    if a.kind == "mla":
+        attn = [(False, "duplicated"), (True, "column")]
+        attn += [(False, "duplicated"), (True, "column")] if a.q_lora_rank else [(False, "column")]
+        attn.append((False, "row"))
+    else:
+        attn = [(True, "column"), (False, "row")]
+    if not m.is_moe_layer(layer):
+        return attn, [(True, "column"), (False, "row")]
+    return attn, [(False, "none"), (False, "none")] + ([(False, "column"), (False, "row")] if m.moe.shared_experts else [])
+
+
+def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float, float, float]:
+    """(attention forward, attention backward, MLP forward, MLP backward) elements of 2
+    bytes per token that Transformer Engine 2.7's current scaling moves to make the FP8
+    operands of a layer's multiplies on Hopper (``TE_*_BYTES``; ``_te_linears`` says
+    which multiply is which):
+
+    - Forward input. After TE's norm the norm kernel writes bf16 and the amax in one pass
+      (pytorch/csrc/extensions/normalization.cpp: force_unfused_kernel for a current-scaling
+      quantizer, :97-116 and :231-250) and quantize_with_amax only casts (:150, :284); any
+      other input (the attention output, the SwiGLU output, routed tokens) is read for its
+      amax first. Without a sequence-parallel gather the cast writes both layouts
+      (module/linear.py:215-221, layernorm_linear.py:186 and 193-208; GroupedLinear per
+      expert, grouped_linear.py:96-127 and csrc/extensions/cast.cpp multi_tensor_quantize_impl,
+      which fuses only delayed scaling). A column-parallel input under sequence parallelism
+      is cast row-wise on its sequence shard (layernorm_linear.py:187-189,
+      linear.py:176-187: "All-gather is not supported with FP8 column-wise data") and
+      gathered in FP8 (distributed.py:922-937); backward it is gathered again and its
+      transposed copy made from the FP8 data (layernorm_linear.py:640-646 and 798-800,
+      linear.py:750-752): no re-cast from bf16. A duplicated multiply (MLA's down
+      projections) casts its sequence shard, both ways.
+    - Output gradient: amax and a cast-transpose (linear.py:553-555, base.py:1169-1173);
+      a row-parallel multiply under sequence parallelism casts its gradient's shard
+      row-wise before the all-gather, NCCL's or Userbuffers' (base.py:1101-1131,
+      linear.py:556-560, distributed.py:922-937) and transposes the gathered FP8 for its
+      weight gradient (distributed.py:971-979, linear.py:790-797).
+    - Weights: cast once a step, not priced. Megatron-Core passes is_first_microbatch
+      (extensions/transformer_engine.py:382-386, set by pipeline_parallel/schedules.py:381),
+      so TE recasts them only on a step's first micro-batch (linear.py:247-252).
+
+    Not priced: the amax all-reduce over the tensor-parallel group (one float) that the
+    gathered casts wait for (linear.py:1615-1635), and the all-gathers moving FP8."""
+    tp = lay.tp
+    sp = t.sequence_parallel and tp > 1
+    T = lay.tokens(t.seq)
+    out = []
+    for shapes, kinds in zip((attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)), _te_linears(m, layer)):
+        forward = backward = 0.0
+        for (tok, n, k, c), (norm_fed, parallel) in zip(shapes, kinds, strict=True):
+            amax = 0 if norm_fed else TE_AMAX_BYTES
+            share = 1 / tp if sp and parallel == "duplicated" else 1.0
+            if sp and parallel == "column":
+                forward += c * tok * k * (amax + TE_CAST_BYTES) / tp
+                backward += c * tok * k * TE_FP8_TRANSPOSE_BYTES
+            else:
+                forward += c * tok * k * (amax + TE_CAST_TRANSPOSE_BYTES) * share
+            if sp and parallel == "row":
+                backward += c * tok * n * ((TE_AMAX_BYTES + TE_CAST_BYTES) / tp + TE_FP8_TRANSPOSE_BYTES)
+            else:
+                backward += c * tok * n * (TE_AMAX_BYTES + TE_CAST_TRANSPOSE_BYTES) * share
+        out += [forward / (2 * T), backward / (2 * T)]
+    return out[0], out[1], out[2], out[3]
+
+
 def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[str, str, float, float]]:
     """The memory-bound kernels of one layer as (block, term, forward, backward) rows, block
     "attention" or "mlp", in elements of 2 bytes per token (``elementwise_bytes`` sums
@@ -96,10 +198,12 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     and writes (2 ffn), its backward reads the gradient and the input and writes one (3
     ffn: ``bias_gelu_back``, ``nvte_dgelu``). MoE: the router's softmax and top-k read
     and write the expert scores, the permute copies each token to its top_k slots and the
-    un-permute sums them back ((1 + top_k) h each way). Under FP8 each multiply's input is
-    cast (read 2 bytes, write 1 and a scale: 1.5 elements). The routing and the casts'
-    backward is taken as twice their forward (not counted kernel by kernel). torchao's
-    casts (``fp8_casts = "torchao"``) are counted tensor by tensor (``fp8_cast_terms``).
+    un-permute sums them back ((1 + top_k) h each way). Under block-scaled FP8 each
+    multiply's input is cast (read 2 bytes, write 1 and a scale: 1.5 elements). The
+    routing and those casts' backward is taken as twice their forward (not counted kernel
+    by kernel). Transformer Engine's current scaling (``fp8_scaling = "tensor"``) and
+    torchao's casts (``fp8_casts = "torchao"``) are counted tensor by tensor
+    (``te_current_cast_terms``, ``fp8_cast_terms``).
 
     Without ``fused_elementwise`` the kernels are PyTorch's eager ones, one per operation,
     as torchtitan's Llama runs without torch.compile (its models/llama/model.py and
@@ -154,7 +258,11 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
             attn.append(("repeat_kv", 2 * (kv + q), 2 * (kv + q)))
         cast_attn = fp8 * (h + m.heads * v / tp)
         attn_sums = sums + (2 * 3 * h if eager else 0.0)  # wq, wk, wv's input gradients
-    casts = fp8_cast_terms(m, layer, t, lay) if fp8 and t.fp8_casts == "torchao" else None
+    casts = None
+    if fp8 and t.fp8_casts == "torchao":
+        casts = fp8_cast_terms(m, layer, t, lay)
+    elif te_current_scaling(t):
+        casts = te_current_cast_terms(m, layer, t, lay)
     attn_casts = casts[:2] if casts else (cast_attn, 2 * cast_attn)
     attn += [("gradient sums", 0.0, attn_sums), ("fp8 casts", *attn_casts)]
     mlp = [("norm", *norm), residual]

@@ -80,13 +80,18 @@ class Training:
     precision: str = "bf16"  # "bf16" or "fp8" (matrix multiplies; attention stays bf16)
     # how FP8 operands are scaled (compute.py): "block" as DeepSeek-V3 trains (1x128 and
     # 128x128 tiles, its DeepGEMM kernels), "tensor" one scale per tensor (Transformer
-    # Engine's current or delayed scaling, as Megatron-Bridge's fp8_cs recipe; torchao's
-    # tensorwise Float8, as torchtitan's Float8 rows)
+    # Engine's current scaling, as Megatron-Bridge's fp8_cs recipe; delayed scaling, whose
+    # casts ride in the producer's kernels, is not modelled apart; torchao's tensorwise
+    # Float8, as torchtitan's Float8 rows)
     fp8_scaling: str = "block"
     # whose kernels make the FP8 operands (elementwise.fp8_cast_terms, compute.gemms):
-    # "transformer_engine", a cast fused into the producer forward and TE's cast-transpose
-    # of both weight-gradient operands backward (Megatron-Bridge's fp8_cs; DeepSeek-V3's
-    # block-scaled casts are priced alike); "torchao", torchao's tensorwise Float8Linear
+    # "transformer_engine" with fp8_scaling = "tensor", Transformer Engine 2.7's current
+    # scaling as Megatron-Bridge's fp8_cs runs it (elementwise.te_current_cast_terms: each
+    # input read for its amax unless TE's norm made it, then cast to both layouts at once,
+    # or row-wise on its shard before a sequence-parallel gather and transposed in FP8;
+    # each output gradient likewise); with "block", DeepSeek-V3's casts (a cast of each
+    # input forward, twice that backward, both weight-gradient operands re-quantized);
+    # "torchao", torchao's tensorwise Float8Linear
     # under torch.compile (torchtitan's Float8 rows; without fused_elementwise priced the
     # same): each input, weight and output gradient cast once, in both layouts, the
     # weights every micro-batch
@@ -298,6 +303,12 @@ def norm_fused(t: Training) -> bool:
     """Whether the norms run as fused kernels, keeping their input and statistics (one
     kernel a pass, or Megatron's two-pass backward), not PyTorch's eager fp32 chain."""
     return t.fused_elementwise if t.norm_kernel == "auto" else t.norm_kernel != "eager"
+
+
+def te_current_scaling(t: Training) -> bool:
+    """Whether the run's FP8 operands are Transformer Engine's current-scaling casts
+    (``elementwise.te_current_cast_terms``), as Megatron-Bridge's fp8_cs recipe runs them."""
+    return t.precision == "fp8" and t.fp8_casts == "transformer_engine" and t.fp8_scaling == "tensor"
 
 
 def _every_n(recompute: object) -> bool:
