@@ -27,12 +27,17 @@ def test_recompute_auto_names_the_plans_choice(capsys):
 
 
 def test_tensor_parallelism_says_when_its_gathers_move_fp8(capsys, tmp_path):
-    """Under torchao's Float8 linears the layers' tensor-parallel all-gathers are priced in
-    FP8 (collectives.float8_gathers); the report's row says so, and only then."""
+    """Under per-tensor FP8 (torchao's Float8 linears, Transformer Engine's current
+    scaling) the layers' tensor-parallel all-gathers are priced in FP8
+    (collectives.float8_gathers); the report's row says so, and only then."""
     plan = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--tp", "8", "--global-batch", "64", "--json"]
-    for casts, said in (("torchao", True), ("transformer_engine", False)):
-        f = tmp_path / f"{casts}.toml"
-        f.write_text(f'precision = "fp8"\nfp8_scaling = "tensor"\nfp8_casts = "{casts}"\nsequence_parallel = true\n')
+    for casts, scaling, said in (
+        ("torchao", "tensor", True),
+        ("transformer_engine", "tensor", True),
+        ("transformer_engine", "block", False),
+    ):
+        f = tmp_path / f"{casts}-{scaling}.toml"
+        f.write_text(f'precision = "fp8"\nfp8_scaling = "{scaling}"\nfp8_casts = "{casts}"\nsequence_parallel = true\n')
         assert main([*plan, "--training", str(f)]) == 0
         row = json.loads(capsys.readouterr().out)["assumptions"]["tensor parallelism"]
         assert ("all-gathers move FP8, one byte an element" in row) == said

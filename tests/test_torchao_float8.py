@@ -118,12 +118,14 @@ def test_fp8_casts_is_checked():
     assert load_training(precision="fp8", fp8_scaling="tensor", fp8_casts="torchao").fp8_casts == "torchao"
 
 
-def test_tensor_parallel_gathers_move_fp8_under_torchaos_float8():
+def test_tensor_parallel_gathers_move_fp8_under_per_tensor_float8():
     """torchao's Float8 tensor parallelism (torchtitan 9dec370's apply_tp with Float8
-    linears; torchao eab345c float8_tensor_parallel.py) casts each layer's sequence shard
-    before the input's all-gather and the output's gradient before its all-gather: those
-    move one byte an element, the reduce-scatters two. The model's ends (the embedding's
-    reduce-scatter, the output head's column-parallel multiply) stay BF16."""
+    linears; torchao eab345c float8_tensor_parallel.py) and Transformer Engine 2.7's
+    current scaling (layernorm_linear.py:187-189, base.py:1101-1131) cast each layer's
+    sequence shard before the input's all-gather and the output's gradient before its
+    all-gather: those move one byte an element, the reduce-scatters two. Block-scaled FP8
+    (DeepSeek-V3's) and BF16 gather BF16, as do the model's ends (the embedding's
+    reduce-scatter, the output head's column-parallel multiply)."""
     from pipesim.planner import nccl
     from pipesim.planner.layer_costs import embedding_costs, head_costs, layer_costs
 
@@ -131,18 +133,23 @@ def test_tensor_parallel_gathers_move_fp8_under_torchaos_float8():
     lay = Layout(pp=1, dp=1, tp=8)
     bf16 = Training(seq=32, sequence_parallel=True, sp_saves_gathered=True, tp_overlap="none")
     f8 = replace(TORCHAO, sequence_parallel=True, sp_saves_gathered=True, tp_overlap="none")
-    te8 = replace(f8, fp8_casts="transformer_engine")  # Megatron-Core's gathers stay BF16
+    te8 = replace(f8, fp8_casts="transformer_engine")  # current scaling
+    block = replace(te8, fp8_scaling="block")
     where = lay.span("tp", c.domain)
     size = T * TINY.hidden * 2
-    saved = nccl.collective_seconds(c, "all_gather", size, 8, where) - nccl.collective_seconds(c, "all_gather", size / 2, 8, where)
+    saved = nccl.collective_seconds(c, "all_gather", size, 8, where) - nccl.collective_seconds(
+        c, "all_gather", size / 2, 8, where
+    )
     assert saved > 0
-    one, other, plain = (layer_costs(TINY, 0, c, t, lay, "none") for t in (f8, te8, bf16))
-    # forward: the attention's and the MLP's input gathers, one each
-    assert one.dispatch_f == pytest.approx(other.dispatch_f - saved)
-    assert one.combine_f == pytest.approx(other.combine_f - saved)
-    assert other.dispatch_f == pytest.approx(plain.dispatch_f)
-    # backward, exposed (tp_overlap "none"): the row-parallel output's gradient gather
-    assert one.dispatch_b == pytest.approx(other.dispatch_b - saved)
-    for ends in (embedding_costs, head_costs):
-        assert ends(TINY, c, f8, lay).dispatch_f == pytest.approx(ends(TINY, c, te8, lay).dispatch_f)
-        assert ends(TINY, c, f8, lay).dispatch_b == pytest.approx(ends(TINY, c, te8, lay).dispatch_b)
+    plain = layer_costs(TINY, 0, c, bf16, lay, "none")
+    assert layer_costs(TINY, 0, c, block, lay, "none").dispatch_f == pytest.approx(plain.dispatch_f)
+    for t in (f8, te8):
+        one = layer_costs(TINY, 0, c, t, lay, "none")
+        # forward: the attention's and the MLP's input gathers, one each
+        assert one.dispatch_f == pytest.approx(plain.dispatch_f - saved)
+        assert one.combine_f == pytest.approx(plain.combine_f - saved)
+        # backward, exposed (tp_overlap "none"): the row-parallel output's gradient gather
+        assert one.dispatch_b == pytest.approx(plain.dispatch_b - saved)
+        for ends in (embedding_costs, head_costs):
+            assert ends(TINY, c, t, lay).dispatch_f == pytest.approx(ends(TINY, c, bf16, lay).dispatch_f)
+            assert ends(TINY, c, t, lay).dispatch_b == pytest.approx(ends(TINY, c, bf16, lay).dispatch_b)

@@ -244,8 +244,9 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else ""
             )
             + (
-                "each layer's all-gathers move FP8, one byte an element (torchao's Float8 tensor parallelism casts the "
-                "sequence shard first, and the output's gradient backward), its reduce-scatters BF16; "
+                "each layer's all-gathers move FP8, one byte an element (torchao's Float8 tensor parallelism and Transformer "
+                "Engine's current scaling cast the sequence shard first, and the output's gradient backward), its "
+                "reduce-scatters BF16; "
                 if float8_gathers(t)
                 else ""
             )

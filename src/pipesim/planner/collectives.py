@@ -7,6 +7,7 @@ from . import nccl
 from .layout import Layout, Span, span
 from .params import attention_dims
 from .specs import Cluster, Model, Training
+from .training import te_current_scaling
 
 
 def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float, float]:
@@ -74,16 +75,22 @@ def moe_comm(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, flo
 
 
 def float8_gathers(t: Training) -> bool:
-    """Whether a layer's tensor-parallel all-gathers move one-byte FP8 elements: torchao's
-    Float8 tensor parallelism, which torchtitan 9dec370's ``apply_tp`` uses with Float8
-    linears (torchao eab345c float8/float8_tensor_parallel.py), casts the sequence shard
-    to FP8 before the input's all-gather (``Float8ColwiseParallel`` and
-    ``PrepareFloat8ModuleInput``'s ``hp_tensor_to_float8_dynamic``, then ``redistribute``)
-    and, backward, the output's gradient before its all-gather (the row-parallel output's
-    ``NoopFwToFloat8BwDynamic`` is applied after its reduce-scatter, so its backward runs
-    before that all-gather); the reduce-scatters stay BF16. Only under sequence
-    parallelism, which torchtitan's tensor parallelism always runs."""
-    return t.precision == "fp8" and t.fp8_casts == "torchao" and t.sequence_parallel
+    """Whether a layer's tensor-parallel all-gathers move one-byte FP8 elements, under
+    sequence parallelism, the reduce-scatters staying BF16:
+
+    - torchao's Float8 tensor parallelism, which torchtitan 9dec370's ``apply_tp`` uses
+      with Float8 linears (torchao eab345c float8/float8_tensor_parallel.py), casts the
+      sequence shard to FP8 before the input's all-gather (``Float8ColwiseParallel`` and
+      ``PrepareFloat8ModuleInput``'s ``hp_tensor_to_float8_dynamic``, then
+      ``redistribute``) and, backward, the output's gradient before its all-gather (the
+      row-parallel output's ``NoopFwToFloat8BwDynamic`` is applied after its
+      reduce-scatter, so its backward runs before that all-gather);
+    - Transformer Engine 2.7's current scaling (``te_current_scaling``) does the same
+      (TransformerEngine fedd9ddc: module/layernorm_linear.py:187-189 and linear.py:176-187
+      cast the column-parallel input's shard row-wise, distributed.py:922-937 gathers FP8;
+      base.py:1101-1131 casts the row-parallel output's gradient shard before its gather;
+      ``elementwise.te_current_cast_terms`` prices those casts on the shard)."""
+    return t.sequence_parallel and t.precision == "fp8" and (t.fp8_casts == "torchao" or te_current_scaling(t))
 
 
 def tp_halves(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True) -> tuple[float, float]:

@@ -154,8 +154,9 @@ def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tup
       (extensions/transformer_engine.py:382-386, set by pipeline_parallel/schedules.py:381),
       so TE recasts them only on a step's first micro-batch (linear.py:247-252).
 
-    Not priced: the amax all-reduce over the tensor-parallel group (one float) that the
-    gathered casts wait for (linear.py:1615-1635), and the all-gathers moving FP8."""
+    The gathers then move FP8 (``collectives.float8_gathers``). Not priced: the amax
+    all-reduce over the tensor-parallel group (one float) that the gathered casts wait
+    for (linear.py:1615-1635)."""
     tp = lay.tp
     sp = t.sequence_parallel and tp > 1
     T = lay.tokens(t.seq)
