@@ -27,7 +27,8 @@ printed with its reason and its own figures (and, where its source bounds the un
 the other end of that range: the row's ``bound_fields``), then every row together. Two checks set
 measured against predicted where the hardware's unknowns cancel or are measured:
 torchtitan's runs on the same H100s one change apart (eager to torch.compile, BF16 to
-Float8 linears: the speed-up), and the overlapped F&B pair of DeepSeek's public kernel
+Float8 linears, tensor parallelism's collectives exposed to AsyncTP, 1F1B to interleaved
+1F1B: the speed-up), and the overlapped F&B pair of DeepSeek's public kernel
 profile. Then the free search on the
 same inputs for the rows marked ``search``: where the published layout ranks (with its
 own schedule, and with the best pipesim has on that layout), and what pipesim prefers.
@@ -236,6 +237,18 @@ def figures(recs: list[dict]) -> str:
 #: the step makes (eager to torch.compile's fused kernels; BF16 to per-tensor Float8 linears)
 SPEED_UP_STEPS = {" + compile": "eager -> torch.compile", " + Float8": "BF16 -> Float8 linears (per-tensor scaling)"}
 
+#: same-hardware pairs named in full: (row before, row after, the change), from the same
+#: table of torchtitan's page (Table 4: tensor parallelism's collectives exposed, then
+#: overlapped by AsyncTP; Table 5: the 405B pipeline's schedule)
+SPEED_UP_PAIRS = (
+    ("torchtitan Llama 3 70B, 256 H100, FSDP + TP", "torchtitan Llama 3 70B, 256 H100, FSDP + AsyncTP", "TP -> AsyncTP"),
+    (
+        "torchtitan Llama 3 405B, 512 H100, 1F1B",
+        "torchtitan Llama 3 405B, 512 H100, interleaved 1F1B",
+        "1F1B -> interleaved 1F1B (v=2)",
+    ),
+)
+
 
 def print_speed_ups(done: list[dict]) -> None:
     """One change on the same hardware (torchtitan's rows): the ratio of throughputs,
@@ -248,6 +261,7 @@ def print_speed_ups(done: list[dict]) -> None:
         for step, what in SPEED_UP_STEPS.items()
         if n.endswith(step) and n.removesuffix(step) in by_name
     ]
+    pairs += [(what, by_name[a], by_name[b]) for a, b, what in SPEED_UP_PAIRS if a in by_name and b in by_name]
     if not pairs:
         return
     print("\n## One change on the same hardware\n")
