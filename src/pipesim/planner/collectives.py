@@ -96,7 +96,7 @@ def float8_gathers(t: Training) -> bool:
 def tp_halves(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True) -> tuple[float, float]:
     """Seconds of (the all-gather, the reduce-scatter) around one block of a micro-batch's
     hidden states over tp GPUs under sequence parallelism, on NVLink while the tensor group
-    stays inside a domain; the gather in FP8 for a layer's multiplies under torchao's Float8
+    stays inside a domain; the gather in FP8 for a layer's multiplies under per-tensor FP8
     (``float8_gathers``; ``layer`` False for the model's ends, which stay BF16). Without
     sequence parallelism: (0, the all-reduce)."""
     if lay.tp <= 1:
@@ -114,8 +114,8 @@ def tp_halves(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True
 
 def tp_allreduce(m: Model, c: Cluster, t: Training, lay: Layout, layer: bool = True) -> float:
     """Seconds of one NCCL all-reduce of a micro-batch's hidden states over tp GPUs (or,
-    with sequence parallelism, the all-gather and reduce-scatter that replace it: the
-    same bytes, two collectives' latencies, the gather in FP8 where ``tp_halves`` says)."""
+    with sequence parallelism, the all-gather and reduce-scatter that replace it: two
+    collectives' latencies, and the same bytes unless the gather moves FP8: ``tp_halves``)."""
     return sum(tp_halves(m, c, t, lay, layer))
 
 
