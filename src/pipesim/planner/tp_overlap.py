@@ -52,7 +52,9 @@ How the frameworks run them (``tp_overlap``):
   input-gradient multiply and is fused, as are the forward's collectives and their
   full-recompute rerun. The maintainers said as much on pytorch/pytorch #149946
   (2025-03-28: valid multiply -> reduce-scatter patterns only in the forward graph,
-  the backward's reduce-scatters taking a sum of scaled multiplies). The output head's
+  the backward's reduce-scatters taking a sum of scaled multiplies), and the pass's own
+  pattern finders say so of a compiled torchtitan feed-forward half on torch 2.13
+  (tests/test_micro_pipeline_tp_torch.py). The output head's
   input gradient is one multiply's, so its reduce-scatter fuses. The pass matches no
   all-reduce, so without sequence parallelism nothing is hidden; an MoE model's lone
   ops do not split (see ``"all"``), so its collectives stay exposed too.
