@@ -37,7 +37,6 @@ B, S, H, F, TP = 2, 8, 16, 32, 2
 def _rank(rank: int, store_file: str, out: str) -> None:
     """One rank: compile, run forward and backward, and (rank 0) write what the finders saw."""
     import torch._inductor.config as inductor_config
-    from torch import nn
     from torch._inductor.custom_graph_pass import CustomGraphPass
     from torch._inductor.fx_passes import micro_pipeline_tp as mpt
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -50,6 +49,8 @@ def _rank(rank: int, store_file: str, out: str) -> None:
         SequenceParallel,
         parallelize_module,
     )
+
+    from titan_ffn import Half
 
     graphs = []
 
@@ -64,29 +65,12 @@ def _rank(rank: int, store_file: str, out: str) -> None:
 
     inductor_config.post_grad_custom_post_pass = Finders()
 
-    class FeedForward(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w1, self.w3 = nn.Linear(H, F, bias=False), nn.Linear(H, F, bias=False)
-            self.w2 = nn.Linear(F, H, bias=False)
-
-        def forward(self, x):
-            return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
-
-    class Half(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ffn_norm, self.feed_forward = nn.RMSNorm(H), FeedForward()
-
-        def forward(self, x):
-            return x + self.feed_forward(self.ffn_norm(x))
-
     dist.init_process_group(
         "gloo", init_method=f"file://{store_file}", rank=rank, world_size=TP, timeout=datetime.timedelta(seconds=60)
     )
     mesh = init_device_mesh("cpu", (TP,))
     torch.manual_seed(0)
-    half = Half()
+    half = Half(H, F)
     plan = {
         "ffn_norm": SequenceParallel(),
         "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
