@@ -150,7 +150,7 @@ def test_bad_tp_overlap_is_one_line(tmp_path, capsys, bad):
     code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--training", str(f)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert "tp_overlap must be one of none, backward, all" in err
+    assert "tp_overlap must be one of none, backward, all, micro_pipeline" in err
     with pytest.raises(PipesimError, match="tp_overlap"):
         load_training(str(f))
 

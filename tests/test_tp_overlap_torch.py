@@ -63,7 +63,6 @@ def reduce(ops: list[tuple[str, list[int]]]) -> list[str]:
 
 def _rank(rank: int, store_file: str, out_dir: str) -> None:
     """One tensor-parallel rank: the two layouts' backward op logs, written by rank 0."""
-    from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -74,6 +73,8 @@ def _rank(rank: int, store_file: str, out_dir: str) -> None:
         parallelize_module,
     )
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from titan_ffn import Half
 
     class Log(TorchDispatchMode):
         def __init__(self):
@@ -86,23 +87,6 @@ def _rank(rank: int, store_file: str, out_dir: str) -> None:
             self.ops.append((func.overloadpacket.__name__, shape))
             return out
 
-    class FeedForward(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w1, self.w3 = nn.Linear(H, F, bias=False), nn.Linear(H, F, bias=False)
-            self.w2 = nn.Linear(F, H, bias=False)
-
-        def forward(self, x):
-            return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
-
-    class Half(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ffn_norm, self.feed_forward = nn.RMSNorm(H), FeedForward()
-
-        def forward(self, x):
-            return x + self.feed_forward(self.ffn_norm(x))
-
     dist.init_process_group(
         "gloo", init_method=f"file://{store_file}", rank=rank, world_size=TP, timeout=datetime.timedelta(seconds=30)
     )
@@ -110,7 +94,7 @@ def _rank(rank: int, store_file: str, out_dir: str) -> None:
     logs = {}
     for sp in (False, True):
         torch.manual_seed(0)
-        half = Half()
+        half = Half(H, F)
         columns = {"feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel()}
         if sp:  # torchtitan's parallelize_llama (apply_tp), its feed-forward entries
             plan = columns | {

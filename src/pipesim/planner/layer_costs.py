@@ -24,7 +24,7 @@ from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
 from .specs import Cluster, Model, Training
-from .tp_overlap import column_exposed, layer_backward
+from .tp_overlap import column_exposed, layer_backward, unfused_backward
 
 
 def _op_recomputed_share(m: Model) -> tuple[float, float]:
@@ -98,6 +98,10 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
         m, layer, c, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
     )
+    # the backward reduce-scatters the micro-pipeline pass does not fuse (tp_overlap.py)
+    # wait on the compute stream instead of running beside the other half micro-batch
+    unfused = unfused_backward(m, c, t, lay)
+    attn_b, mlp_bwd, dispatch_b, combine_b = attn_b + unfused, mlp_bwd + unfused, dispatch_b - unfused, combine_b - unfused
     return LayerCosts(
         attn_f=attn_f,
         mlp_f=mlp_fwd,

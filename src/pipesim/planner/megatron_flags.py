@@ -114,6 +114,12 @@ def tp_overlap_flags(t: Training) -> list[str]:
 
 def tp_overlap_notes(t: Training) -> list[str]:
     """What the plan assumed of the tensor-parallel collectives that no flag sets."""
+    if t.tp_overlap == "micro_pipeline":
+        return [
+            "the plan priced torch Inductor's micro-pipeline tensor parallelism (tp_overlap = micro_pipeline), which "
+            "Megatron-LM does not run: --tp-comm-overlap overlaps every collective (tp_overlap = all), without it the "
+            "backward's run asynchronously (tp_overlap = backward)"
+        ]
     if t.tp_overlap != "none":
         return []
     return [

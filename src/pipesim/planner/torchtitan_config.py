@@ -199,6 +199,12 @@ def tp_overlap_notes(t: Training) -> list[str]:
             "#4045, 2026-08-12: parallelism.enable_async_tensor_parallel, with torch.compile on); without it DTensor "
             "waits for each (price that with tp_overlap = none)"
         ]
+    if t.tp_overlap == "micro_pipeline":
+        return [
+            "the plan overlaps the tensor-parallel collectives torch Inductor's micro-pipeline pass fuses "
+            "(tp_overlap = micro_pipeline): turn on AsyncTP as for tp_overlap = all; the backward's input-gradient "
+            "reduce-scatters stay exposed"
+        ]
     if t.tp_overlap == "backward":
         return [
             "torchtitan has no backward-only tensor-parallel overlap (tp_overlap = backward): DTensor waits for each "

@@ -37,6 +37,27 @@ How the frameworks run them (``tp_overlap``):
   collectives counted in full here. An MoE model's lone ops do not split (their expert
   all-to-alls overlap only in pairs), so its layers hide at least what ``"backward"``
   hides.
+- ``"micro_pipeline"``: what torch Inductor's micro-pipeline pass (torchtitan's AsyncTP:
+  ``torch._inductor.config._micro_pipeline_tp`` and symmetric memory on the tensor group,
+  torchtitan 9dec370 parallelisms/parallelize_llama.py ``apply_tp``) decomposes, as
+  ``"all"`` hides them, and the rest exposed. The pass
+  (torch/_inductor/fx_passes/micro_pipeline_tp.py as of late 2024: pytorch/pytorch
+  #131409, #131832, #131833, #131950, July 2024) fuses an all-gather (a Float8 one
+  too, moved as uint8 and viewed back) with the multiplies that read it, directly or
+  through reshape -> mm -> reshape (QKV's three, gate and up together), and a
+  reduce-scatter whose input is one multiply's output with no other reader. In the
+  backward the column-parallel half's input gradient is the sum of its multiplies'
+  input gradients (wq + wk + wv, w1 + w3), so its reduce-scatter matches no pattern
+  and waits exposed; the row-parallel output gradient's all-gather feeds the
+  input-gradient multiply and is fused, as are the forward's collectives and their
+  full-recompute rerun. The maintainers said as much on pytorch/pytorch #149946
+  (2025-03-28: valid multiply -> reduce-scatter patterns only in the forward graph,
+  the backward's reduce-scatters taking a sum of scaled multiplies), and the pass's own
+  pattern finders say so of a compiled torchtitan feed-forward half on torch 2.13
+  (tests/test_micro_pipeline_tp_torch.py). The output head's
+  input gradient is one multiply's, so its reduce-scatter fuses. The pass matches no
+  all-reduce, so without sequence parallelism nothing is hidden; an MoE model's lone
+  ops do not split (see ``"all"``), so its collectives stay exposed too.
 - ``"none"``: every collective exposed.
 
 MLA attention (DeepSeek-V3) is left exposed: Megatron-Core runs its down-projections
@@ -64,8 +85,23 @@ def hides_backward(m: Model, t: Training) -> bool:
 
 
 def splits_lone_ops(m: Model, t: Training) -> bool:
-    """Whether lone ops split their micro-batch in two to overlap every collective."""
-    return t.tp_overlap == "all" and m.moe is None
+    """Whether lone ops split their micro-batch in two to overlap the collectives in
+    their dispatch and combine."""
+    return (t.tp_overlap == "all" and m.moe is None) or micro_pipelined(m, t)
+
+
+def micro_pipelined(m: Model, t: Training) -> bool:
+    """Whether the micro-pipeline pass fuses a dense model's collectives (see above)."""
+    return t.tp_overlap == "micro_pipeline" and m.moe is None and t.sequence_parallel
+
+
+def unfused_backward(m: Model, c: Cluster, t: Training, lay: Layout) -> float:
+    """Seconds of one half's backward reduce-scatter (the column-parallel input
+    gradient's) that the micro-pipeline pass leaves exposed, for one micro-batch; 0
+    where it does not run."""
+    if lay.tp <= 1 or not micro_pipelined(m, t):
+        return 0.0
+    return tp_halves(m, c, t, lay)[1]
 
 
 def column_exposed(

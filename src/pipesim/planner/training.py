@@ -24,7 +24,7 @@ MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 
 
 #: how a run's tensor-parallel collectives overlap its multiplies (``Training.tp_overlap``)
-TP_OVERLAPS = ("none", "backward", "all")
+TP_OVERLAPS = ("none", "backward", "all", "micro_pipeline")
 
 #: the norms' kernels (``Training.norm_kernel``) and the layer's fused kernels (``Training.fused_kernels``)
 NORM_KERNELS = ("auto", "fused", "eager", "two-pass")
@@ -133,6 +133,8 @@ class Training:
     # weight-gradient multiplies, the rest exposed: Megatron-LM since 6e1bde1e0f (Sep 2021)
     # and Transformer Engine's Linear, with no flag; "all": every collective chunked under
     # the multiplies (Megatron-Core's --tp-comm-overlap userbuffers, torchtitan's AsyncTP);
+    # "micro_pipeline": those torch Inductor's micro-pipeline pass fuses (AsyncTP as torch
+    # ran it in late 2024), the backward's input-gradient reduce-scatters exposed;
     # "none": all exposed (Megatron-LM before that commit, DeepSpeed's forks, DTensor's
     # synchronous tensor parallelism in torchtitan). A training file's true and false
     # read as "all" and "none". The default is the one both printed recipes can ask for
