@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+run_ranks = pytest.importorskip("gloo_ranks").run_ranks  # after torch: it imports torch.multiprocessing
 
 pytestmark = pytest.mark.runtime
 
@@ -94,16 +93,7 @@ def graphs(tmp_path_factory):
     (its processes killed) after 120 s."""
     d = tmp_path_factory.mktemp("micro_pipeline")
     out = d / "graphs.json"
-    ctx = mp.start_processes(_rank, args=(str(d / "store"), str(out)), nprocs=TP, join=False, start_method="spawn")
-    deadline = time.monotonic() + 120
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail("the two gloo ranks did not finish within 120 s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_ranks(_rank, (str(d / "store"), str(out)), TP, 120)
     return {("backward" if g["backward"] else "forward"): g for g in json.loads(out.read_text())}
 
 

@@ -26,13 +26,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+run_ranks = pytest.importorskip("gloo_ranks").run_ranks  # after torch: it imports torch.multiprocessing
 
 pytestmark = pytest.mark.runtime
 
@@ -122,16 +121,7 @@ def backward_ops(tmp_path_factory):
     """Both layouts' backward op logs from one two-rank launch, given up on (its
     processes killed) after 60 s so a stuck collective cannot hang the suite."""
     d = tmp_path_factory.mktemp("tp_overlap")
-    ctx = mp.start_processes(_rank, args=(str(d / "store"), str(d)), nprocs=TP, join=False, start_method="spawn")
-    deadline = time.monotonic() + 60
-    try:
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                pytest.fail("the two gloo ranks did not finish within 60 s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_ranks(_rank, (str(d / "store"), str(d)), TP, 60)
     logs = json.loads((d / "ops.json").read_text())
     return {k: reduce(v) for k, v in logs.items()}
 
