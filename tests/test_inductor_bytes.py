@@ -26,7 +26,7 @@ if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
     pytest.skip("Inductor's CPU backend needs a C++ compiler", allow_module_level=True)
 
 from inductor_bytes import JOINED, per_token, recomputed_per_token  # noqa: E402
-from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_terms, recompute_bytes  # noqa: E402
+from pipesim.planner.elementwise import elementwise_terms, inductor_recompute_bytes, inductor_recompute_terms  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
 from pipesim.planner.specs import Training  # noqa: E402
 from test_eager_bytes import layer_total_within, model, within  # noqa: E402
@@ -118,7 +118,7 @@ def test_recompute_total_and_share_of_forward(counted, recomputed):
     both are well under the forward's memory-bound bytes (what eager's recompute moves)."""
     shape, ac, measured = recomputed
     total = sum(measured.values())
-    attn, mlp = recompute_bytes(model(*shape), 0, COMPILED, LAYOUT, ac)
+    attn, mlp = inductor_recompute_bytes(model(*shape), 0, COMPILED, LAYOUT, ac)
     within((attn + mlp) / SEQ, total, f"{ac} recomputed total")
     forward = sum(b for (ph, _), b in counted[1].items() if ph == "forward")
     assert total < 0.8 * forward and (attn + mlp) / SEQ < 0.8 * forward, (total, (attn + mlp) / SEQ, forward)

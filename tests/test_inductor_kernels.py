@@ -98,11 +98,11 @@ def test_the_assumptions_say_inductor_only_when_on():
 @pytest.mark.parametrize("ac", ["op", "full"])
 def test_the_recompute_is_what_the_layer_prices(ac):
     """Under op or full checkpointing a compiled layer's backward adds the fused recompute
-    (recompute_bytes, held to Inductor's count in tests/test_inductor_bytes.py), not its
+    (inductor_recompute_bytes, held to Inductor's count in tests/test_inductor_bytes.py), not its
     forward's element-wise bytes again as hand-fused kernels' does; the rest of the
     recomputation (multiplies, attention) is priced alike."""
     from pipesim.planner.compute import hbm_rate
-    from pipesim.planner.elementwise import recompute_bytes
+    from pipesim.planner.elementwise import inductor_recompute_bytes
     from pipesim.planner.layer_costs import layer_costs
     from pipesim.planner.specs import load_cluster
 
@@ -113,7 +113,9 @@ def test_the_recompute_is_what_the_layer_prices(ac):
         return on.attn_b + on.mlp_b - off.attn_b - off.mlp_b - sum(redone) / hbm_rate(c, t)
 
     te = replace(COMPILED, fused_kernels="te")
-    redone = recompute_bytes(m, 0, COMPILED, lay, ac)
+    redone = inductor_recompute_bytes(m, 0, COMPILED, lay, ac)
     assert added(COMPILED, redone) == pytest.approx(added(te, elementwise_bytes(m, 0, te, lay)), rel=1e-6)
     assert sum(redone) < 0.7 * sum(elementwise_bytes(m, 0, COMPILED, lay))
-    assert recompute_bytes(m, 0, te, lay, ac) == elementwise_bytes(m, 0, te, lay)
+    # kernels not compiled (hand-fused or eager) run their whole forward's bytes again
+    eager = replace(te, fused_elementwise=False)
+    assert added(eager, elementwise_bytes(m, 0, eager, lay)) == pytest.approx(added(te, elementwise_bytes(m, 0, te, lay)), rel=1e-6)

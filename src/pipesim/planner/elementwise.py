@@ -354,11 +354,17 @@ def megatron_jit_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[t
 def elementwise_bytes(m: Model, layer: int, t: Training, lay: Layout, backward: bool = False) -> tuple[float, float]:
     """Bytes the memory-bound kernels of (attention block, MLP block) move for one
     micro-batch, forward or ``backward`` (``elementwise_terms``)."""
-    T = lay.tokens(t.seq)
     col = 3 if backward else 2
+    return _block_bytes(t, lay, ((row[0], row[col]) for row in elementwise_terms(m, layer, t, lay)))
+
+
+def _block_bytes(t: Training, lay: Layout, rows) -> tuple[float, float]:
+    """(attention block, MLP block) bytes for one micro-batch of (block, elements of 2
+    bytes per token) rows."""
     per_block = {"attention": 0.0, "mlp": 0.0}
-    for row in elementwise_terms(m, layer, t, lay):
-        per_block[row[0]] += row[col]
+    for block, elements in rows:
+        per_block[block] += elements
+    T = lay.tokens(t.seq)
     return T * 2 * per_block["attention"], T * 2 * per_block["mlp"]
 
 
@@ -458,32 +464,24 @@ def inductor_recompute_terms(m: Model, layer: int, t: Training, lay: Layout, rec
 
     FP8 casts (torchao's) were not counted under checkpointing: they are taken as their
     forward again."""
-    tp = lay.tp
-    qk, _ = attention_dims(m)
-    s = 1 / tp if t.sequence_parallel else 1.0
+    s = 1 / lay.tp if t.sequence_parallel else 1.0
     h = m.hidden
-    q, kv, f = m.heads * qk / tp, (m.attention.kv_heads or m.heads) * qk / tp, m.dense_ffn / tp
     forward = {(block, term): fwd for block, term, fwd, _ in inductor_terms(m, layer, t, lay)}
     norm = h if recompute == "op" else 2 * h
     attn = [("norm", (norm + RSQRT) * s), ("rotary", forward["attention", "rotary"])]
-    if kv < q:
+    if ("attention", "repeat_kv") in forward:
         attn.append(("repeat_kv", forward["attention", "repeat_kv"]))
-    mlp = [("norm", (3 * h + RSQRT) * s), ("swiglu", f)]
+    mlp = [("norm", (3 * h + RSQRT) * s), ("swiglu", m.dense_ffn / lay.tp)]
     if t.precision == "fp8":
         attn.append(("fp8 casts", forward["attention", "fp8 casts"]))
         mlp.append(("fp8 casts", forward["mlp", "fp8 casts"]))
     return [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
 
 
-def recompute_bytes(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
-    """Bytes the memory-bound kernels recomputed in the backward under ``recompute`` "op"
-    or "full" move for one micro-batch, (attention block, MLP block): eager or hand-fused
-    kernels run their forward again; a torch.compile'd block (``fused_kernels =
-    "inductor"``) moves ``inductor_recompute_terms``."""
-    if t.fused_kernels != "inductor":
-        return elementwise_bytes(m, layer, t, lay)
-    per_block = {"attention": 0.0, "mlp": 0.0}
-    for block, _, elements in inductor_recompute_terms(m, layer, t, lay, recompute):
-        per_block[block] += elements
-    T = lay.tokens(t.seq)
-    return T * 2 * per_block["attention"], T * 2 * per_block["mlp"]
+def inductor_recompute_bytes(m: Model, layer: int, t: Training, lay: Layout, recompute: str) -> tuple[float, float]:
+    """Bytes a torch.compile'd block's recomputation moves in the backward under
+    ``recompute`` "op" or "full", (attention block, MLP block), for one micro-batch
+    (``inductor_recompute_terms``); eager or hand-fused kernels run their forward again
+    (``elementwise_bytes``)."""
+    rows = inductor_recompute_terms(m, layer, t, lay, recompute)
+    return _block_bytes(t, lay, ((block, elements) for block, _, elements in rows))

@@ -19,7 +19,7 @@ from .compute import (
     mlp_gemms,
 )
 from .cp_steps import extra_kernels, pass_bytes
-from .elementwise import elementwise_bytes, recompute_bytes, two_pass_norm
+from .elementwise import elementwise_bytes, inductor_recompute_bytes, two_pass_norm
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
@@ -71,7 +71,9 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         attn_b += (0.0 if t.flash_attention else core_f) + gemms(c, t, mla_up_shapes(m, t, lay))[0]
     elif recompute in ("full", "op"):
         # the memory-bound kernels again (fused into the backward's under torch.compile)
-        re_attn, re_mlp = (x / hbm_rate(c, t) for x in recompute_bytes(m, layer, t, lay, recompute))
+        re_attn, re_mlp = ew_attn, ew_mlp
+        if t.fused_kernels == "inductor":
+            re_attn, re_mlp = (x / hbm_rate(c, t) for x in inductor_recompute_bytes(m, layer, t, lay, recompute))
         if recompute == "full":  # and the rest of the layer's forward
             attn_b += attn_f - ew_attn + re_attn
             mlp_bwd += mlp_fwd - ew_mlp + re_mlp
