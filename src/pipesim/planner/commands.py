@@ -78,7 +78,7 @@ def add_commands(command) -> None:
     c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
     add_specs(c, cluster_default="h100")
     c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
-    c.add_argument("--schedule", "-s", default="dualpipe", help="schedule (default dualpipe), set beside 1f1b")
+    c.add_argument("--schedule", "-s", help="schedule (default dualpipe), set beside 1f1b")
     c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp / cp)")
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shards (default 1)")
     c.add_argument("--ep", type=positive_int, help="expert-parallel degree (MoE; default min(64, dp, experts))")
@@ -288,11 +288,19 @@ def cmd_memory(args: argparse.Namespace) -> int:
     work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
     # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
-    second = family(args.schedule).name
+    second = family(args.schedule or "dualpipe").name
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
     options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
-    rows = [_memory_row(model, cluster, training, lay, name, M, recompute, **opts) for name, opts in options]
+    try:
+        rows = [_memory_row(model, cluster, training, lay, name, M, recompute, **opts) for name, opts in options]
+    except PipesimError as e:
+        if args.schedule:
+            raise
+        # the user asked for no dualpipe: say where it came from and how to set another
+        raise PipesimError(
+            f"{e} (dualpipe is the schedule memory sets beside 1f1b by default: give --schedule 1f1b or another)"
+        ) from None
     extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
@@ -342,9 +350,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
         )
     held = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in data["usable"]["held_bytes"].items() if v)
     out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.3g} GB (less {held} GB)")
+    unfit = next((r for r in rows if not r["fits"]), None)
+    if unfit:
+        out.print(_no_fit_line(unfit, data["usable"]["usable_bytes"] / GIB, lay.micro_batch, recompute))
     if len(rows) > 1:
         out.print(
-            f"{args.schedule}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
+            f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
             f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
         )
     if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
@@ -361,6 +372,23 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
         )
     return 0
+
+
+def _no_fit_line(row: dict, usable_gb: float, micro_batch: int, recompute: str) -> str:
+    """What does not fit, and which knobs shrink the part that overflows (only those not
+    at their end already: no smaller micro-batch than one sequence, nothing past full)."""
+    head = f"{row['schedule']} does not fit: its worst rank needs {row['peak_gb']:.1f} GB, {usable_gb:.1f} GB usable; "
+    if usable_gb <= 0:
+        return head + "what the card holds back (listed above) takes all of it: shrink the largest part held back"
+    if row["static_gb"] > usable_gb:
+        return head + (
+            f"its parameters, gradients and optimizer states alone take {row['static_gb']:.1f} GB: "
+            "shard them over more GPUs (--pp, --tp, --ep, or --zero with more --dp)"
+        )
+    knobs = ["lower --micro-batch-size"] if micro_batch > 1 else []
+    knobs += ["lower --seq"] + (["recompute more (--recompute full)"] if recompute != "full" else [])
+    knobs += ["split the sequence (--cp) or the layers (--pp, --tp)"]
+    return head + f"its activations take {row['activations_gb']:.1f} GB: {', '.join(knobs[:-1])}, or {knobs[-1]}"
 
 
 def _usable_dict(u) -> dict:

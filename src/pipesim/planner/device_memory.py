@@ -232,7 +232,10 @@ def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float
     groups = communicators(lay)
     held = [
         ("CUDA context", c.cuda_context_mib * MIB),
-        (f"NCCL buffers ({len(groups)} communicators: {', '.join(groups) or 'none'})", len(groups) * c.nccl_mib_per_group * MIB),
+        (
+            f"NCCL buffers ({len(groups)} communicator{'' if len(groups) == 1 else 's'}: {', '.join(groups) or 'none'})",
+            len(groups) * c.nccl_mib_per_group * MIB,
+        ),
         ("backward transient (the loss or one recomputed layer)", transient),
         ("FSDP gathered parameters", gathered),
     ]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import get_type_hints
 
 from ..errors import PipesimError
-from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number
+from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
 
 # the run's fields live in training.py; specs is where callers import them from
@@ -71,6 +71,7 @@ BOUNDS = {
     "hbm_gb": (0, 1e7),
     "memory_mib": (0, 1e10),
     "cuda_context_mib": (0, 1e10),
+    "dp_overlap": (0, 1),
     "nccl_mib_per_group": (0, 1e10),
     "nvlink_gbps": (0.001, 1e7),
     "network_gbps": (0.001, 1e7),
@@ -385,9 +386,12 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
         value = data.get(key, 1) if isinstance(data, dict) else 1
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1 (a share of line rate), got {value}")
+    _share_below_one(data, "gpu_speed_sd", where)
     required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
     if isinstance(data, dict) and "nccl_algorithms" in data:
         data = {**data, "nccl_algorithms": _nccl_algorithms(data["nccl_algorithms"], where)}
+    if isinstance(data, dict):  # hbm_gb is set from memory_mib, never read: not offered as a key
+        known_keys(data, [k for k in get_type_hints(Cluster) if k != "hbm_gb"], where)
     c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
     if c.host_cpu not in HOST_CPUS:
         raise PipesimError(f"{where}: host_cpu must be one of {', '.join(map(repr, HOST_CPUS))}, got {c.host_cpu!r}")
@@ -395,8 +399,13 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps", "hbm_tbps"):
         if getattr(c, key) <= 0:
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
-    if not 0 <= c.gpu_speed_sd < 1:
-        raise PipesimError(f"{where}: gpu_speed_sd must be a share from 0 up to (not including) 1, got {c.gpu_speed_sd}")
+    if c.memory_mib <= c.cuda_context_mib:
+        # the CUDA context alone takes cuda_context_mib: a smaller figure is GB or GiB written as MiB
+        raise PipesimError(
+            f"{where}: memory_mib = {c.memory_mib:g} is not more than the CUDA context's {c.cuda_context_mib:g} MiB; "
+            "give the device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, e.g. "
+            "memory_mib = 81559 for an H100 80GB"
+        )
     for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
@@ -454,5 +463,14 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         raise PipesimError(
             f"{where}: tp_overlap must be one of {', '.join(TP_OVERLAPS)} (true: all, false: none), got {overlap!r}"
         )
+    _share_below_one(table, "allocator_fragmentation", where)
     t = _fill(Training, table, where)
     return check_training(t, where)
+
+
+def _share_below_one(table, key: str, where: str) -> None:
+    """Refuse a share that must lie in [0, 1) with one message for every wrong value
+    (negative, 1 or more, not a number), before the generic range check speaks of 1e18."""
+    value = table.get(key, 0.0) if isinstance(table, dict) else 0.0
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1):
+        raise PipesimError(f"{where}: {key} must be a share from 0 up to (not including) 1, got {shorten(value)}")

@@ -1,0 +1,136 @@
+"""What a new user of ``pipesim memory`` and ``plan`` meets first: a cluster file's memory
+in the wrong unit, a share out of range, the default schedule on an odd --pp, a layout
+that cannot fit. Each ends in one line that names the key and what is accepted (exit 2,
+nothing written), or, for a layout that does not fit, says which part overflows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.planner.device_memory import usable
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import load_cluster
+from pipesim.planner.training import Training
+
+PRESETS = Path(__file__).resolve().parents[1] / "src" / "pipesim" / "planner" / "presets"
+H100 = (PRESETS / "clusters" / "h100.toml").read_text()
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code, err, *needles):
+    assert code == 2, err
+    assert err.startswith("pipesim: error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize("mib", ["80", "81.559", "723"])
+def test_memory_mib_given_in_gb_is_refused(capsys, tmp_path, mib):
+    # an H100 80GB is 81,559 MiB (nvidia-smi); 80 or 81.559 is the same card in GB, and a
+    # card no larger than the CUDA context (723 MiB by default) holds no tensor at all
+    c = tmp_path / "c.toml"
+    c.write_text(H100.replace("memory_mib = 81559", f"memory_mib = {mib}"))
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--cluster", c, "--pp", "4")
+    one_line(code, err, f"memory_mib = {mib} ", "nvidia-smi --query-gpu=memory.total", "memory_mib = 81559")
+
+
+def test_plan_with_memory_in_gb_writes_nothing(capsys, tmp_path):
+    c = tmp_path / "c.toml"
+    c.write_text(H100.replace("memory_mib = 81559", "memory_mib = 80"))
+    kept = tmp_path / "kept.md"
+    kept.write_text("mine\n")
+    for target in (tmp_path / "new.md", kept):
+        code, out, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", c, "-o", target)
+        one_line(code, err, "memory_mib = 80 ")
+        assert out == ""
+    assert not (tmp_path / "new.md").exists() and kept.read_text() == "mine\n"
+
+
+def test_an_unknown_cluster_key_is_not_offered_hbm_gb(capsys, tmp_path):
+    # hbm_gb is refused as ambiguous, so the list of accepted keys must not offer it
+    c = tmp_path / "c.toml"
+    c.write_text(H100.replace("memory_mib = 81559", "memory = 80"))
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--cluster", c, "--pp", "4")
+    one_line(code, err, "unknown key 'memory' (did you mean memory_mib?)")
+    assert "hbm_gb" not in err
+
+
+@pytest.mark.parametrize(
+    "kind,text",
+    [
+        ("training", "allocator_fragmentation = -0.1\n"),
+        ("training", 'allocator_fragmentation = "2.4%"\n'),
+        ("training", "dp_overlap = -0.5\n"),
+        ("cluster", H100 + "gpu_speed_sd = -0.1\n"),
+    ],
+)
+def test_a_share_below_zero_names_the_share_range(capsys, tmp_path, kind, text):
+    f = tmp_path / "f.toml"
+    f.write_text(text)
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", f"--{kind}", f, "--pp", "4")
+    key = re.search(r"^(\w+) =", text.splitlines()[-1]).group(1)
+    # a share, not "a number from 0 to 1e+18"
+    one_line(
+        code, err, f"{key} must be {'a number from 0 to 1,' if key == 'dp_overlap' else 'a share from 0 up to (not including) 1'}"
+    )
+
+
+def test_the_default_schedule_on_an_odd_pp_says_where_it_came_from(capsys):
+    # DualPipe needs an even pp; a user who never named it must learn how to set another
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "3", "--gpus", "3")
+    one_line(code, err, "dualpipe needs an even --pp", "--schedule 1f1b")
+    assert run(capsys, "memory", "--model", "llama3-8b", "--pp", "3", "--gpus", "3", "--schedule", "1f1b")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "argv,part,knob",
+    [
+        # 16 sequences of 8K tokens a micro-batch: the activations overflow
+        (["--model", "llama3-8b", "--pp", "2", "--tp", "8", "--gpus", "16", "--micro-batch-size", "16"], "activations", "--micro-batch-size"),
+        # 405B on 16 GPUs: 25B parameters a GPU, 16 bytes each with Adam before any activation
+        (["--model", "llama3-405b", "--pp", "2", "--tp", "8", "--gpus", "16"], "parameters, gradients and optimizer states", "--zero"),
+    ],
+)  # fmt: skip
+def test_a_layout_that_does_not_fit_says_what_overflows(capsys, argv, part, knob):
+    code, out, _ = run(capsys, "memory", *argv, "--schedule", "1f1b")
+    assert code == 0  # an answer, not bad input
+    needs, usable_gb = map(
+        float, re.search(r"1f1b does not fit: its worst rank needs ([\d.]+) GB, ([\d.]+) GB usable", out).groups()
+    )
+    peak = float(re.search(r"peak ([\d.]+) GB", out).group(1))
+    assert needs == peak > usable_gb == float(re.search(r"usable ([\d.]+) GB of the card", out).group(1))
+    line = next(x for x in out.splitlines() if "does not fit:" in x)
+    assert f"its {part} " in line and knob in line
+
+
+def test_one_communicator_is_singular():
+    c = load_cluster("h100")
+    held = dict(usable(c, Training(), Layout(pp=2, dp=1)).held)
+    assert "NCCL buffers (1 communicator: pipeline)" in held
+    assert "NCCL buffers (2 communicators: data, pipeline)" in dict(usable(c, Training(), Layout(pp=2, dp=2)).held)
+
+
+def test_no_knob_at_its_end_is_offered(capsys):
+    # one sequence a micro-batch is the least there is: a user told to lower it cannot
+    code, out, _ = run(capsys, "memory", "--model", "llama3-70b", "--pp", "8", "--schedule", "1f1b")
+    line = next(x for x in out.splitlines() if "does not fit:" in x)
+    assert code == 0 and "its activations" in line and "--micro-batch-size" not in line and "--recompute full" in line
+
+
+def test_a_transient_larger_than_the_card_is_named_as_what_is_held_back(capsys):
+    # full recomputation re-materialises one layer: Llama 3 70B's at 8 x 65,536 tokens keeps
+    # over 150 KB a token (Korthikanti et al.'s 34 h bytes alone are 278 KB at h = 8192), so
+    # 524,288 tokens take far more than the card's 85.5 GB before any tensor is placed
+    argv = ["--model", "llama3-70b", "--pp", "8", "--gpus", "64", "--recompute", "full", "--micro-batch-size", "8"]
+    code, out, _ = run(capsys, "memory", *argv, "--seq", "65536", "--schedule", "1f1b")
+    assert code == 0 and re.search(r"usable -[\d.]+ GB of the card's 85.5 GB", out)
+    assert "what the card holds back (listed above) takes all of it" in out
