@@ -33,3 +33,31 @@ def test_schedules_help_says_what_the_default_search_covers(capsys):
         main(["plan", "--help"])
     text = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "but zb-auto" not in text and "default: every schedule" in text
+
+
+@pytest.mark.parametrize("command", ["plan", "memory"])
+def test_every_option_says_what_it_is(command, capsys):
+    # an option listed with no text (memory's --json was) leaves the user guessing
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    options = text.split("options:", 1)[1]
+    bare = re.findall(r"^  (--[\w-]+)(?: [A-Z_.,]+| \{[^}]*\})?\n(?!\s{8,}\S)", options, re.M)
+    assert not bare, bare
+
+
+def test_the_training_defaults_the_help_names_are_pipesims(capsys):
+    # what a flag left out gives, read off the Training dataclass rather than the help text
+    from pipesim.planner.training import Training
+
+    with pytest.raises(SystemExit):
+        main(["memory", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out.split("\ntraining (", 1)[1])
+    t = Training()
+    for flag, value in (("--seq", t.seq), ("--global-batch", t.global_batch), ("--precision", t.precision),
+                        ("--zero", t.zero), ("--recompute", t.recompute), ("--tokens", f"{t.tokens:.0e}".replace("+", ""))):  # fmt: skip
+        said = re.search(re.escape(flag) + r" \S+ (.*?)(?= --|$)", text).group(1)
+        assert f"pipesim's default {value}" in said, (flag, said)
+    overlap = re.search(r"--tp-overlap \S+ (.*)", text).group(1)
+    assert f"{t.tp_overlap} (--tp-comm-overlap, AsyncTP; pipesim's default)" in overlap
+    assert "micro_pipeline (" in overlap  # every choice of --tp-overlap is explained

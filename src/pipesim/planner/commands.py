@@ -98,7 +98,7 @@ def add_commands(command) -> None:
     c.add_argument(
         "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
     )
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the rows, the usable memory and the per-layer activations as JSON")
 
 
 def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) -> None:
@@ -116,18 +116,24 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
     g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
     g.add_argument("--training", metavar="FILE.toml", help="training spec file")
-    g.add_argument("--seq", type=positive_int, help="tokens per sequence")
-    g.add_argument("--global-batch", type=positive_int, help="sequences per step")
-    g.add_argument("--precision", choices=("bf16", "fp8"))
-    g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage")
-    g.add_argument("--recompute", choices=("none", "selective", "full", "auto"))
-    g.add_argument("--tokens", type=positive_float, help="tokens of the whole run (for its GPU-hours)")
+    g.add_argument("--seq", type=positive_int, help="tokens per sequence (pipesim's default 4096)")
+    g.add_argument("--global-batch", type=positive_int, help="sequences per step (pipesim's default 1024)")
+    g.add_argument("--precision", choices=("bf16", "fp8"), help="the multiplies' precision (pipesim's default bf16)")
+    g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage (pipesim's default 1)")
+    g.add_argument(
+        "--recompute",
+        choices=("none", "selective", "full", "auto"),
+        help="activation recomputation (pipesim's default auto: plan searches it, memory takes selective; "
+        "a training file also takes op and every-N)",
+    )
+    g.add_argument("--tokens", type=positive_float, help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)")
     g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
     g.add_argument(
         "--tp-overlap",
         choices=TP_OVERLAPS,
-        help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default) "
-        "or all (--tp-comm-overlap, AsyncTP; the default)",
+        help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default), "
+        "all (--tp-comm-overlap, AsyncTP; pipesim's default) or micro_pipeline (AsyncTP as torch.compile's "
+        "micro-pipeline pass runs it: the backward's input-gradient reduce-scatters exposed)",
     )
 
 
