@@ -61,3 +61,19 @@ def test_the_training_defaults_the_help_names_are_pipesims(capsys):
     overlap = re.search(r"--tp-overlap \S+ (.*)", text).group(1)
     assert f"{t.tp_overlap} (--tp-comm-overlap, AsyncTP; pipesim's default)" in overlap
     assert "micro_pipeline (" in overlap  # every choice of --tp-overlap is explained
+
+
+def test_every_option_of_every_command_has_help_text():
+    # ops/validate --schedule and several --json showed a bare flag in their --help
+    import argparse
+
+    from pipesim.parser import make_parser
+
+    commands = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [
+        (name, a.option_strings[0])
+        for name, sub in commands.choices.items()
+        for a in sub._actions
+        if a.option_strings and not a.help
+    ]
+    assert not bare, bare

@@ -195,6 +195,9 @@ def add_search(p: argparse.ArgumentParser) -> None:
 
 
 SEARCH_FLAGS = ("memory_limit", "w_memory", "activation_bytes", "time_limit")
+
+#: what --schedule takes, wherever a command reads one (schedule_from)
+SCHEDULE_HELP = "a schedule name (see 'pipesim schedules') or a schedule JSON file"
 COST_OPTIONS = ("f", "b", "w", "comm")
 
 

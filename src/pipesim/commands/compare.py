@@ -34,7 +34,7 @@ def add_commands(command) -> None:
         help="drop schedules whose peak activation memory (in 1F1B stages) exceeds this; zb-auto is searched under it",
     )
     c.add_argument("--timelines", action="store_true", help="also draw each schedule's timeline")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print each schedule's metrics as JSON")
     g = c.add_argument_group(
         "per million tokens (GPU-hours, and the difference against the first schedule): --seq, --micro-batch-size "
         "and --time-unit with the cost flags, or --model and --cluster presets whose costs are in seconds"

@@ -7,19 +7,19 @@ import argparse
 import sys
 
 from ..files import Stream, output_extension, save_schedule
-from ..options import add_shape, schedule_from
+from ..options import SCHEDULE_HELP, add_shape, schedule_from
 from ..output import emit_json
 
 
 def add_commands(command) -> None:
     c = command("ops", cmd_ops, "print a schedule's op order per rank (reference notation)")
-    c.add_argument("--schedule", "-s", required=True)
+    c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
     c.add_argument("--json", action="store_true", help='print {"ranks": [[op, ...], ...]}')
     c.add_argument("--output", "-o", help="write the schedule as a JSON file instead (- for stdout)")
 
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
-    c.add_argument("--schedule", "-s", required=True)
+    c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
 
 

@@ -14,7 +14,7 @@ from ..files import Stream
 from ..ir import Schedule
 from ..memory import MemoryModel, memory
 from ..metrics import Report, summarize
-from ..options import add_costs, add_search, add_shape, columns, costs_from, options_from, schedule_from
+from ..options import SCHEDULE_HELP, add_costs, add_search, add_shape, columns, costs_from, options_from, schedule_from
 from ..output import console, emit_json, num, pct
 from ..render.terminal import print_timeline
 from ..schedules import REGISTRY
@@ -24,10 +24,10 @@ from ..steady import all_busy
 
 def add_commands(command) -> None:
     c = command("schedules", cmd_schedules, "list the schedules with their constraints and closed forms")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the list as JSON")
 
     c = command("simulate", cmd_simulate, "simulate one schedule: metrics and a terminal timeline")
-    c.add_argument("--schedule", "-s", required=True, help="a schedule name (see 'pipesim schedules') or a schedule JSON file")
+    c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
     add_costs(c)
     add_search(c)

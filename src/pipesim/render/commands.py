@@ -22,6 +22,7 @@ from ..inputs import work
 from ..ir import Schedule
 from ..options import (
     DEFAULT_PP,
+    SCHEDULE_HELP,
     add_costs,
     add_shape,
     costs_from,
@@ -45,7 +46,7 @@ CHART_EXTS = (".png", ".svg", ".pdf")
 def add_commands(command) -> None:
     c = command("draw", cmd_draw, "draw timelines as a chart (.png, .svg, .pdf) or a Chrome/Perfetto trace (.json)")
     g = c.add_mutually_exclusive_group(required=True)
-    g.add_argument("--schedule", "-s", help="a schedule name (see 'pipesim schedules') or a schedule JSON file")
+    g.add_argument("--schedule", "-s", help=SCHEDULE_HELP)
     g.add_argument("--schedules", help="comma-separated names or files, stacked on one time axis")
     g.add_argument("--measured", metavar="FILE.json", help="a measured timeline (pipesim profile --timeline), in seconds")
     add_shape(c)
