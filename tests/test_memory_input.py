@@ -134,3 +134,24 @@ def test_a_transient_larger_than_the_card_is_named_as_what_is_held_back(capsys):
     code, out, _ = run(capsys, "memory", *argv, "--seq", "65536", "--schedule", "1f1b")
     assert code == 0 and re.search(r"usable -[\d.]+ GB of the card's 85.5 GB", out)
     assert "what the card holds back (listed above) takes all of it" in out
+
+
+@pytest.mark.parametrize("cluster", ["b200", "gb200-nvl72"])
+def test_the_usable_line_adds_up_on_cards_past_100_gb(capsys, cluster):
+    # the card was printed to 3 figures (192 GB) beside parts to 0.1 GB: 192 - 0.8 - 2.2
+    # - 4.5 is not the 184.8 printed. The capacity is the preset's nvidia-smi MiB
+    mib = float(re.search(r"^memory_mib = ([\d.]+)", (PRESETS / "clusters" / f"{cluster}.toml").read_text(), re.M).group(1))
+    code, out, _ = run(capsys, "memory", "--model", "llama3-70b", "--cluster", cluster, "--pp", "8", "--tp", "8")
+    line = next(x for x in out.splitlines() if x.strip().startswith("usable"))
+    got, card = map(float, re.search(r"usable ([\d.]+) GB of the card's ([\d.]+) GB", line).groups())
+    assert code == 0 and card == round(mib * 2**20 / 1e9, 1)
+    parts = [float(x) for x in re.findall(r" ([\d.]+)(?=, | GB\)$)", line)]
+    assert len(parts) == 3 and abs(card - sum(parts) - got) <= 0.2, (card, parts, got)
+
+
+def test_memory_picks_an_expert_degree_the_layout_takes(capsys):
+    # GB200 NVL72's 1,152 GPUs at pp16 leave 72 a stage; DeepSeek-V3's 256 experts over
+    # ep ranks that divide 72: gcd(72, 256) = 8, so ep8, not the refused ep64
+    code, out, err = run(capsys, "memory", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--pp", "16")
+    assert code == 0, err
+    assert "pp16 x dp72, ep8," in out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from ..costfile import load_cost_file
 from ..errors import PipesimError
@@ -81,7 +81,11 @@ def add_commands(command) -> None:
     c.add_argument("--schedule", "-s", help="schedule (default dualpipe), set beside 1f1b")
     c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp / cp)")
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shards (default 1)")
-    c.add_argument("--ep", type=positive_int, help="expert-parallel degree (MoE; default min(64, dp, experts))")
+    c.add_argument(
+        "--ep",
+        type=positive_int,
+        help="expert-parallel degree (MoE; default the largest up to min(64, dp, experts) the layout takes)",
+    )
     c.add_argument(
         "--cp", type=positive_int, default=1, help="context-parallel ranks (each holds 1/cp of every sequence; default 1)"
     )
@@ -110,7 +114,9 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
     # the presets as shipped, so that a new one (gb200-nvl72, gb300-nvl72) is offered where it is asked for
     clusters = ", ".join(preset_names("cluster"))
     if cluster_default:
-        c.add_argument("--cluster", default=cluster_default, help=f"a cluster preset ({clusters}) or TOML file (default {cluster_default})")
+        c.add_argument(
+            "--cluster", default=cluster_default, help=f"a cluster preset ({clusters}) or TOML file (default {cluster_default})"
+        )
     else:
         c.add_argument("--cluster", required=True, help=f"a cluster preset ({clusters}) or TOML file")
     c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
@@ -285,8 +291,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
         )
     # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
     # folding), so ep need not divide dp: layout_problem states what must hold
-    ep = args.ep or default_ep(model, dp)
-    lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=args.micro_batch_size, cp=cp, etp=args.etp)
+    lay = Layout(pp=pp, dp=dp, tp=tp, ep=args.ep or 1, micro_batch=args.micro_batch_size, cp=cp, etp=args.etp)
+    if not args.ep:  # the largest degree up to default_ep's that the layout takes: 72 GPUs a stage take no ep64
+        for e in range(default_ep(model, dp), 1, -1):
+            if not layout_problem(model, training, replace(lay, ep=e)):
+                lay = replace(lay, ep=e)
+                break
+    ep = lay.ep
     refused = layout_problem(model, training, lay)
     if refused:
         raise PipesimError(refused)
@@ -339,7 +350,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(
-        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.3g} GB), pp{pp} x dp{dp}"
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.1f} GB), pp{pp} x dp{dp}"
         + (f" x tp{tp}" if tp > 1 else "")
         + (f" x cp{cp}" if cp > 1 else "")
         + (f", ep{ep}" if ep > 1 else "")
@@ -355,14 +366,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
             + ("" if r["fits"] else "  [red]does not fit[/]")
         )
     held = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in data["usable"]["held_bytes"].items() if v)
-    out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.3g} GB (less {held} GB)")
+    out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.1f} GB (less {held} GB)")
     unfit = next((r for r in rows if not r["fits"]), None)
     if unfit:
         out.print(_no_fit_line(unfit, data["usable"]["usable_bytes"] / GIB, lay.micro_batch, recompute))
     if len(rows) > 1:
         out.print(
             f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
-            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.3g} GB)."
+            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.1f} GB)."
         )
     if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
         return 0
