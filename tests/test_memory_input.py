@@ -155,3 +155,11 @@ def test_memory_picks_an_expert_degree_the_layout_takes(capsys):
     code, out, err = run(capsys, "memory", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--pp", "16")
     assert code == 0, err
     assert "pp16 x dp72, ep8," in out
+
+
+def test_a_training_file_with_a_model_files_training_table_says_so(capsys, tmp_path):
+    # a model preset's [training] table, copied into a training file as it stands
+    f = tmp_path / "t.toml"
+    f.write_text("[training]\nseq = 8192\n")
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--training", f, "--pp", "4")
+    one_line(code, err, "holds its keys at the top level; drop the [training] header")

@@ -454,6 +454,8 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     if name_or_path:
         data, where = _read("training", name_or_path)
         data.pop("name", None)
+        if isinstance(data.get("training"), dict):  # a model file's [training] table copied whole
+            raise PipesimError(f"{where}: a training file holds its keys at the top level; drop the [training] header")
         table.update(data)
     table.update({k: v for k, v in overrides.items() if v is not None})
     overlap = table.get("tp_overlap", Training.tp_overlap)
