@@ -163,3 +163,22 @@ def test_a_training_file_with_a_model_files_training_table_says_so(capsys, tmp_p
     f.write_text("[training]\nseq = 8192\n")
     code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--training", f, "--pp", "4")
     one_line(code, err, "holds its keys at the top level; drop the [training] header")
+
+
+@pytest.mark.parametrize(
+    "flag,text,needle",
+    [
+        # what the device holds back is split over two files: each key named where it goes
+        ("--cluster", H100 + "allocator_fragmentation = 0.05\n", "allocator_fragmentation is a training setting: put it in the --training file"),
+        ("--training", "cuda_context_mib = 500\n", "cuda_context_mib is a cluster setting: put it in the --cluster file"),
+        ("--training", "nccl_mib_per_group = 500\n", "nccl_mib_per_group is a cluster setting"),
+        ("--model", 'name = "g"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 100\nactivation = "gelu"\n[mlp]\ndense_ffn = 256\n',
+         "activation belongs in the [mlp] table"),
+    ],
+)  # fmt: skip
+def test_a_key_in_the_wrong_file_says_where_it_goes(capsys, tmp_path, flag, text, needle):
+    f = tmp_path / "f.toml"
+    f.write_text(text)
+    argv = [flag, f] + (["--model", "llama3-8b"] if flag != "--model" else [])
+    code, _, err = run(capsys, "memory", *argv, "--pp", "2", "--gpus", "2", "--schedule", "1f1b")
+    one_line(code, err, needle)

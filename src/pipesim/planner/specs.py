@@ -312,6 +312,9 @@ def model_from_table(data: dict, where: str) -> Model:
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
     if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn", "activation") for k in mlp):
         raise PipesimError(f"{where} [mlp]: expected dense_layers, dense_ffn and activation")
+    for key in ("dense_layers", "dense_ffn", "activation"):
+        if key in data:
+            raise PipesimError(f"{where}: {key} belongs in the [mlp] table (under an [mlp] header)")
     known_keys(
         data,
         [k for k in get_type_hints(Model) if k not in ("attention", "moe", "dense_layers", "dense_ffn", "activation")],
@@ -391,6 +394,7 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     if isinstance(data, dict) and "nccl_algorithms" in data:
         data = {**data, "nccl_algorithms": _nccl_algorithms(data["nccl_algorithms"], where)}
     if isinstance(data, dict):  # hbm_gb is set from memory_mib, never read: not offered as a key
+        _misplaced(data, Training, "a training setting: put it in the --training file", where)
         known_keys(data, [k for k in get_type_hints(Cluster) if k != "hbm_gb"], where)
     c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
     if c.host_cpu not in HOST_CPUS:
@@ -456,6 +460,7 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         data.pop("name", None)
         if isinstance(data.get("training"), dict):  # a model file's [training] table copied whole
             raise PipesimError(f"{where}: a training file holds its keys at the top level; drop the [training] header")
+        _misplaced(data, Cluster, "a cluster setting: put it in the --cluster file", where)
         table.update(data)
     table.update({k: v for k, v in overrides.items() if v is not None})
     overlap = table.get("tp_overlap", Training.tp_overlap)
@@ -468,6 +473,16 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
     _share_below_one(table, "allocator_fragmentation", where)
     t = _fill(Training, table, where)
     return check_training(t, where)
+
+
+def _misplaced(table: dict, other, what: str, where: str) -> None:
+    """Refuse a key that belongs to the other file (the memory a device holds back is
+    split: the CUDA context and NCCL buffers in the cluster file, the allocator's
+    fragmentation in the training file), naming where it goes."""
+    own = Training if other is Cluster else Cluster
+    for key in table:
+        if key in get_type_hints(other) and key not in get_type_hints(own) and key != "hbm_gb":
+            raise PipesimError(f"{where}: {key} is {what}")
 
 
 def _share_below_one(table, key: str, where: str) -> None:
