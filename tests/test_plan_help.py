@@ -77,3 +77,13 @@ def test_every_option_of_every_command_has_help_text():
         if a.option_strings and not a.help
     ]
     assert not bare, bare
+
+
+def test_the_top_level_help_names_the_planning_and_running_commands(capsys):
+    # it said "schedules: generate, check, simulate, compare": a new user never learnt
+    # from it that pipesim plans runs, counts memory per GPU and runs schedules for real
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    description = capsys.readouterr().out.split("options:")[0]
+    for command in ("plan", "memory", "run"):
+        assert re.search(rf"\b{command}\b", description), command

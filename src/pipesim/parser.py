@@ -58,7 +58,13 @@ def _edits(a: str, b: str) -> int:
 def make_parser() -> Parser:
     from . import __version__
 
-    p = Parser(prog="pipesim", description="Pipeline-parallel schedules: generate, check, simulate, compare.")
+    p = Parser(
+        prog="pipesim",
+        description=(
+            "Pipeline-parallel training: generate, check, simulate, compare and draw schedules; plan a run and its "
+            "memory per GPU for a model on a cluster (plan, memory); run schedules on torch.distributed (run)."
+        ),
+    )
     p.add_argument("--version", action="version", version=f"pipesim {__version__}")
     sub = p.add_subparsers(title="commands", parser_class=Parser, metavar="COMMAND")
 

@@ -75,7 +75,12 @@ def add_commands(command) -> None:
     g.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="the measured step time of --measured-on")
     g.add_argument("--measured-on", metavar="LAYOUT", help="the layout measured, e.g. pp16,dp128,ep64,mb1,dualpipe (v2: chunks)")
 
-    c = command("memory", cmd_memory, "memory per GPU of a schedule for a model: what two parameter copies cost")
+    c = command(
+        "memory",
+        cmd_memory,
+        "memory per GPU of a layout for a model: parameters, activations, what of the card is usable, what a second "
+        "parameter copy costs",
+    )
     add_specs(c, cluster_default="h100")
     c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
     c.add_argument("--schedule", "-s", help="schedule (default dualpipe), set beside 1f1b")
