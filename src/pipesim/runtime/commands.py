@@ -442,7 +442,7 @@ def add_commands(command) -> None:
     m.add_argument(
         "--model",
         default="tiny",
-        help="'tiny' (a small transformer), 'moe' (with experts) or MODULE:NAME, your stage model or layers",
+        help="'tiny' (a small transformer; the default), 'moe' (with experts) or MODULE:NAME, your stage model or layers",
     )
     m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
     m.add_argument("--dim", type=even_int, default=16, help="width of the tiny model, even: 2 heads (default 16)")
@@ -459,7 +459,9 @@ def add_commands(command) -> None:
     c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
     c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
-    c.add_argument("--width", type=columns, help="squeeze the timeline into this many columns")
+    c.add_argument(
+        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
+    )
     c.add_argument(
         "--profile",
         metavar="DIR",
