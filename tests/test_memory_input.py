@@ -89,6 +89,10 @@ def test_the_default_schedule_on_an_odd_pp_says_where_it_came_from(capsys):
     code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "3", "--gpus", "3")
     one_line(code, err, "dualpipe needs an even --pp", "--schedule 1f1b")
     assert run(capsys, "memory", "--model", "llama3-8b", "--pp", "3", "--gpus", "3", "--schedule", "1f1b")[0] == 0
+    # a layout no schedule takes (64 stages of Llama 3 8B's 32 layers) is not blamed on dualpipe
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "64")
+    one_line(code, err, "64 stages need at least 64 layers")
+    assert "dualpipe" not in err
 
 
 @pytest.mark.parametrize(

@@ -314,15 +314,17 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
     options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
-    try:
-        rows = [_memory_row(model, cluster, training, lay, name, M, recompute, **opts) for name, opts in options]
-    except PipesimError as e:
-        if args.schedule:
-            raise
-        # the user asked for no dualpipe: say where it came from and how to set another
-        raise PipesimError(
-            f"{e} (dualpipe is the schedule memory sets beside 1f1b by default: give --schedule 1f1b or another)"
-        ) from None
+    rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]
+    for name, opts in options[1:]:
+        try:
+            rows.append(_memory_row(model, cluster, training, lay, name, M, recompute, **opts))
+        except PipesimError as e:
+            if args.schedule:
+                raise
+            # the user asked for no dualpipe: say where it came from and how to set another
+            raise PipesimError(
+                f"{e} (dualpipe is the schedule memory sets beside 1f1b by default: give --schedule 1f1b or another)"
+            ) from None
     extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
