@@ -36,7 +36,7 @@ from .specs import (
 )
 from .stages import component_costs, stage_parts
 
-GIB = 1e9  # the report speaks decimal GB, as GPU data sheets do
+GB = 1e9  # bytes of a decimal GB: the report speaks GB, as GPU data sheets do (not GiB)
 
 
 def add_commands(command) -> None:
@@ -376,7 +376,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.1f} GB (less {held} GB)")
     unfit = next((r for r in rows if not r["fits"]), None)
     if unfit:
-        out.print(_no_fit_line(unfit, data["usable"]["usable_bytes"] / GIB, lay.micro_batch, recompute))
+        out.print(_no_fit_line(unfit, data["usable"]["usable_bytes"] / GB, lay.micro_batch, recompute))
     if len(rows) > 1:
         out.print(
             f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
@@ -468,11 +468,11 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
         "chunks": s.placement.chunks,
         "copies": copies,
         "params_per_copy": n / copies,
-        "weights_gb": mem.params[worst] / GIB,
-        "grads_gb": mem.grads[worst] / GIB,
-        "optimizer_gb": mem.optimizer[worst] / GIB,
-        "static_gb": mem.static[worst] / GIB,
-        "activations_gb": mem.activation_peak[worst] / GIB,
-        "peak_gb": mem.peak[worst] / GIB,
+        "weights_gb": mem.params[worst] / GB,
+        "grads_gb": mem.grads[worst] / GB,
+        "optimizer_gb": mem.optimizer[worst] / GB,
+        "static_gb": mem.static[worst] / GB,
+        "activations_gb": mem.activation_peak[worst] / GB,
+        "peak_gb": mem.peak[worst] / GB,
         "fits": mem.peak[worst] <= usable_for(model, cluster, training, lay, recompute).bytes,
     }
