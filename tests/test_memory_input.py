@@ -186,3 +186,15 @@ def test_a_key_in_the_wrong_file_says_where_it_goes(capsys, tmp_path, flag, text
     argv = [flag, f] + (["--model", "llama3-8b"] if flag != "--model" else [])
     code, _, err = run(capsys, "memory", *argv, "--pp", "2", "--gpus", "2", "--schedule", "1f1b")
     one_line(code, err, needle)
+
+
+def test_the_default_expert_degree_divides_the_stage_and_the_experts():
+    # memory and compare --model: DeepSeek-V3's 256 experts over 72 GPUs a stage take
+    # ep8 (gcd(72, 256)); over 128 (the h800-2048 preset at pp16) its published ep64
+    from pipesim.planner import load_model
+    from pipesim.planner.commands import with_default_ep
+
+    m, t = load_model("deepseek-v3"), Training()
+    assert with_default_ep(m, t, Layout(pp=16, dp=72)).ep == 8
+    assert with_default_ep(m, t, Layout(pp=16, dp=128)).ep == 64
+    assert with_default_ep(load_model("llama3-8b"), t, Layout(pp=4, dp=8)).ep == 1  # no experts

@@ -91,7 +91,8 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
-    from ..planner.layout import Layout, default_ep
+    from ..planner.commands import with_default_ep
+    from ..planner.layout import Layout
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
 
@@ -106,8 +107,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     if cluster.gpus % pp:
         raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
     dp = cluster.gpus // pp
-    ep = default_ep(model, dp)
-    lay = Layout(pp=pp, dp=dp, ep=ep, micro_batch=mbs or 1)
+    lay = with_default_ep(model, training, Layout(pp=pp, dp=dp, micro_batch=mbs or 1))
     recompute = "selective" if training.recompute == "auto" else training.recompute
     cache: dict[tuple, CostModel] = {}
 

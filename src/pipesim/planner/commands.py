@@ -297,11 +297,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
     # folding), so ep need not divide dp: layout_problem states what must hold
     lay = Layout(pp=pp, dp=dp, tp=tp, ep=args.ep or 1, micro_batch=args.micro_batch_size, cp=cp, etp=args.etp)
-    if not args.ep:  # the largest degree up to default_ep's that the layout takes: 72 GPUs a stage take no ep64
-        for e in range(default_ep(model, dp), 1, -1):
-            if not layout_problem(model, training, replace(lay, ep=e)):
-                lay = replace(lay, ep=e)
-                break
+    if not args.ep:
+        lay = with_default_ep(model, training, lay)
     ep = lay.ep
     refused = layout_problem(model, training, lay)
     if refused:
@@ -396,6 +393,15 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
         )
     return 0
+
+
+def with_default_ep(model, training, lay: Layout) -> Layout:
+    """``lay`` with the largest expert degree up to ``default_ep``'s that the layout
+    takes (``layout_problem``): 72 GPUs a stage take no ep64 of 256 experts, but ep8."""
+    for e in range(default_ep(model, lay.dp), 1, -1):
+        if not layout_problem(model, training, replace(lay, ep=e)):
+            return replace(lay, ep=e)
+    return replace(lay, ep=1)
 
 
 def _no_fit_line(row: dict, usable_gb: float, micro_batch: int, recompute: str) -> str:
