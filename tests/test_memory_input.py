@@ -198,3 +198,24 @@ def test_the_default_expert_degree_divides_the_stage_and_the_experts():
     assert with_default_ep(m, t, Layout(pp=16, dp=72)).ep == 8
     assert with_default_ep(m, t, Layout(pp=16, dp=128)).ep == 64
     assert with_default_ep(load_model("llama3-8b"), t, Layout(pp=4, dp=8)).ep == 1  # no experts
+
+
+def test_the_json_lists_each_kind_of_layer_from_its_first(capsys, tmp_path):
+    import json
+
+    # DeepSeek-V3's config.json: first_k_dense_replace = 3 of num_hidden_layers = 61, so
+    # layers 0-2 dense and 3-60 MoE; "first_layer" said 2 and 60 (the last of each kind)
+    code, out, _ = run(capsys, "memory", "--model", "deepseek-v3", "--cluster", "h800-2048", "--pp", "16", "--json")
+    rows = [(r["layer"], r["first_layer"], r["layers"]) for r in json.loads(out)["activations_per_layer"][:-1]]
+    assert code == 0 and rows == [("dense", 0, 3), ("moe", 3, 58)]
+    # every-2 checkpoints every second layer (torchtitan counts from one): 16 of Llama 3
+    # 8B's 32 layers keep their input only, 16 keep everything; both are listed
+    (tmp_path / "t.toml").write_text('recompute = "every-2"\n')
+    code, out, _ = run(
+        capsys, "memory", "--model", "llama3-8b", "--pp", "4", "--schedule", "1f1b", "--training", tmp_path / "t.toml", "--json"
+    )
+    d = json.loads(out)
+    rows = [(r["first_layer"], r["layers"], r["recompute"]) for r in d["activations_per_layer"][:-1]]
+    assert rows == [(0, 16, "none"), (1, 16, "full")]
+    full = d["activations_per_layer"][1]
+    assert full["tensors"] == {"layer input": 2 * 4096 * 8192}  # bf16 hidden x the 8K sequence

@@ -17,7 +17,7 @@ from ..output import console, emit_json
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate
-from .activations import head_activation, head_saved, layer_activation, layer_saved
+from .activations import head_activation, head_saved, layer_activation, layer_mode, layer_saved
 from .candidates import Pins
 from .device_memory import usable_for
 from .footprint import memory_model, stage_params
@@ -426,20 +426,25 @@ def _usable_dict(u) -> dict:
 
 
 def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
-    """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE) and for
-    the output head, tensor by tensor (a context-parallel rank's 1/cp of each sequence,
-    as the planner's footprint counts it)."""
+    """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE; under
+    every-N, checkpointed or not) and for the output head, tensor by tensor (a
+    context-parallel rank's 1/cp of each sequence, as the planner's footprint counts it)."""
     training = local_training(training, lay)
     tokens = lay.micro_batch * training.seq
-    kinds = {model.is_moe_layer(i): i for i in range(model.layers)}
+    kinds: dict[tuple[bool, str], list[int]] = {}
+    for i in range(model.layers):
+        kinds.setdefault((model.is_moe_layer(i), layer_mode(recompute, i)), []).append(i)
     rows = []
-    for moe, i in sorted(kinds.items()):
+    for (moe, mode), layers in sorted(kinds.items(), key=lambda kv: kv[1][0]):  # in the model's order
+        i = layers[0]
         saved = layer_saved(model, i, training, lay.tp, recompute)
         total, w_share = layer_activation(model, i, training, lay, recompute)
         rows.append(
             {
                 "layer": "moe" if moe else "dense",
                 "first_layer": i,
+                "layers": len(layers),
+                "recompute": mode,
                 "bytes": total,
                 "w_share": w_share,
                 "tensors": {k: v * tokens for k, v in saved.items()},
