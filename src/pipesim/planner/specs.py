@@ -406,9 +406,9 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     if c.memory_mib <= c.cuda_context_mib:
         # the CUDA context alone takes cuda_context_mib: a smaller figure is GB or GiB written as MiB
         raise PipesimError(
-            f"{where}: memory_mib = {c.memory_mib:g} is not more than the CUDA context's {c.cuda_context_mib:g} MiB; "
-            "give the device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, e.g. "
-            "memory_mib = 81559 for an H100 80GB"
+            f"{where}: memory_mib = {c.memory_mib:g} is not more than cuda_context_mib = {c.cuda_context_mib:g}, the "
+            "CUDA context alone; give the device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, "
+            "e.g. memory_mib = 81559 for an H100 80GB, and a context below it"
         )
     for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
