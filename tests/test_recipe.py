@@ -86,6 +86,9 @@ MEGATRON_FLAGS = {
     # --data-parallel-sharding-strategy, choices no_shard, optim, optim_grads, optim_grads_params)
     "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy",
+    # arguments.py's --ckpt-format (choices torch, torch_dist, torch_dcp, fsdp_dtensor; default
+    # torch_dist): validate_args asserts fsdp_dtensor under --use-megatron-fsdp (d98e8a6)
+    "--ckpt-format",
 }
 
 
@@ -325,8 +328,14 @@ def test_zero_3_recipes_shard_the_parameters(zero):
     d = recipe(plan)
     flags = d["megatron"]["flags"]
     assert {f.split()[0] for f in flags} <= MEGATRON_FLAGS
-    fsdp = {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"}
+    # Megatron-LM d98e8a6, megatron/training/arguments.py, validate_args under
+    # args.use_megatron_fsdp: assert args.ckpt_format == "fsdp_dtensor" ("Megatron-FSDP
+    # requires the `fsdp_dtensor` checkpointing format"), whose default is torch_dist; and
+    # assert CUDA_DEVICE_MAX_CONNECTIONS != "1"
+    fsdp = {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"}
     assert (fsdp <= set(flags)) == (zero == 3) and "--use-distributed-optimizer" in flags
+    connections = [n for n in d["megatron"]["notes"] if "CUDA_DEVICE_MAX_CONNECTIONS" in n]
+    assert len(connections) == (zero == 3)
     said = [n for n in d["torchtitan"]["notes"] if "with FSDP (ZeRO-3), where the plan assumed" in n]
     assert said == ([] if zero == 3 else [said[0]]) and (zero == 3 or "ZeRO-1" in said[0])
 

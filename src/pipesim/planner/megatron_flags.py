@@ -87,8 +87,14 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if t.zero == 3:
         # the distributed optimizer shards optimizer states and gradients only; parameters too
         # is Megatron-FSDP (arguments.py at d98e8a6: --use-megatron-fsdp, version 1 by default,
-        # which keeps the distributed optimizer, with the default sharding optim_grads_params)
-        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
+        # which keeps the distributed optimizer, with the default sharding optim_grads_params).
+        # validate_args then asserts ckpt_format == "fsdp_dtensor" (the default is torch_dist)
+        # and CUDA_DEVICE_MAX_CONNECTIONS unset or above 1
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"]
+        notes.append(
+            "Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (which Megatron's tensor-parallel examples export): "
+            "leave it unset or set it above 1"
+        )
     if cand.recompute == "selective":
         flags.append("--recompute-granularity selective")
     elif cand.recompute == "full":
