@@ -288,6 +288,26 @@ def test_megatron_flags_for_deepseek_like_plans():
     assert layout.endswith("mL") and layout.startswith("E")
 
 
+@pytest.mark.parametrize("ep, recompute, runs", [(64, "selective", True), (64, "none", True), (64, "full", False), (1, "selective", False)])
+def test_combined_1f1b_recipes_only_where_megatron_takes_them(ep, recompute, runs):
+    # Megatron-LM d98e8a6, megatron/core/transformer/transformer_config.py, __post_init__
+    # under overlap_moe_expert_parallel_comm: assert expert_model_parallel_size > 1 ("only
+    # supported with expert model parallelism") and recompute_granularity != 'full' ("disable
+    # full recomputation when enabling overlap_moe_expert_parallel_comm"), recompute_method
+    # and recompute_num_layers None
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048", 2048)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    layout = Layout(pp=8, dp=256, tp=1, ep=ep)
+    plan.results.append(Result(Candidate(layout, "interleaved-1f1b-overlap", 2, recompute, 128), True, step_time=1.0))
+    meg = recipe(plan, 1)["megatron"]
+    assert meg["runs"] == runs, meg
+    if runs:
+        assert "--overlap-moe-expert-parallel-comm" in meg["flags"]
+        assert not any(f.startswith(("--recompute-granularity full", "--recompute-method")) for f in meg["flags"])
+    else:
+        assert "--overlap-moe-expert-parallel-comm" in meg["why"] and ("ep1" if ep == 1 else "full recomputation") in meg["why"]
+
+
 def test_combined_1f1b_at_m_not_a_multiple_of_pp_names_megatrons_group(tmp_path):
     # M=60 on pp=8: Megatron's default group of 8 leaves a last group of 4 < 8; 10 is the
     # smallest group it takes (60 % 9 = 6 < 8, 60 % 10 = 0), which the planner searched

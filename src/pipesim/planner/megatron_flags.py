@@ -58,6 +58,16 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1: "
             "use interleaved-1f1b-overlap",
         }
+    if name in COMBINED and (lay.ep == 1 or cand.recompute == "full"):
+        # TransformerConfig.__post_init__ (d98e8a6) asserts expert_model_parallel_size > 1 and
+        # recompute_granularity != "full" (no recompute method or layer count) under
+        # overlap_moe_expert_parallel_comm
+        why = "without expert parallelism (ep1)" if lay.ep == 1 else "with full recomputation"
+        return {
+            "runs": False,
+            "why": f"Megatron-LM refuses --overlap-moe-expert-parallel-comm (combined 1F1B) {why}: it needs "
+            "--expert-model-parallel-size above 1 and recomputation selective or none",
+        }
     flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
     if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
