@@ -278,6 +278,23 @@ def test_absent_or_null_fields_take_the_family_classes_defaults(tmp_path, missin
         load_model(str(f))
 
 
+@pytest.mark.parametrize(
+    "name, dropped, window",
+    [
+        # transformers' MistralConfig.__init__: sliding_window: int | None = 4096
+        ("mistral-7b-v0.1", "sliding_window", 4096),
+        # Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig: use_sliding_window = False,
+        # so the window a config carries does not apply when the flag is absent
+        ("qwen2-57b-a14b", "use_sliding_window", 0),
+        ("qwen2.5-72b-instruct", "use_sliding_window", 0),
+    ],
+)
+def test_an_absent_window_key_takes_the_family_classes_default(tmp_path, name, dropped, window):
+    f = tmp_path / f"{name}.json"
+    f.write_text(json.dumps(edited(name, **{dropped: ...})))
+    assert load_model(str(f)).sliding_window == window
+
+
 def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsys):
     """Mistral 7B v0.1 attends over 4096 tokens; pipesim prices full attention, and says so
     where the sequence is longer than the window. Qwen's window applies only with

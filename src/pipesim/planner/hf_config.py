@@ -144,9 +144,12 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
         )
     out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
     # Mistral and Mixtral attend over sliding_window tokens when it is set (null: the whole
-    # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window
-    if f.flag("use_sliding_window", True):
-        window = f.get("sliding_window", 0)
+    # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window.
+    # An absent key takes its class's default: MistralConfig's sliding_window is 4096
+    # (MixtralConfig's None), Qwen2Config's and Qwen3Config's use_sliding_window False
+    kind = f.config["model_type"]
+    if f.flag("use_sliding_window", not kind.startswith("qwen")):
+        window = f.get("sliding_window", 4096 if kind == "mistral" else 0)
         if window:
             out["sliding_window"] = window
     return out
