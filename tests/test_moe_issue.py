@@ -115,3 +115,22 @@ def test_recipe_names_the_dispatcher_the_plan_priced():
     assert len(issued) == 1 and "12.4 ms" in issued[0] and "--cuda-graph-impl transformer_engine" in issued[0]
     assert moe_notes(load_training(moe_expert_gemms="per_expert", moe_layer_issue_ms=12.4, cuda_graphs=True)) == []
     assert "per_expert" in moe_notes(load_training())[0]  # grouped kernels are not what Megatron runs on Hopper
+
+
+def test_the_graph_capture_the_note_names_passes_megatrons_checks():
+    # Megatron-LM d98e8a6, megatron/core/transformer/transformer_config.py: under
+    # moe_token_dispatcher_type "flex" with the deepep backend, moe_pad_expert_input_to_capacity
+    # raises ("Flex token dispatcher with deepep backend does not support
+    # moe_pad_expert_input_to_capacity"); under overlap_moe_expert_parallel_comm with
+    # cuda_graph_impl "transformer_engine", moe and mlp in cuda_graph_modules are refused
+    def note(dispatcher: str, combined: bool = False) -> str:
+        t = load_training(moe_expert_gemms="per_expert", moe_layer_issue_ms=12.4, moe_dispatcher=dispatcher)
+        (text,) = moe_notes(t, combined)
+        return text
+
+    deepep = note("deepep")
+    assert "--moe-pad-expert-input-to-capacity" in deepep and "--moe-token-dispatcher-type alltoall" in deepep
+    alltoall = note("alltoall")
+    assert "--moe-pad-expert-input-to-capacity" in alltoall and "dispatcher-type" not in alltoall
+    combined = note("alltoall", combined=True)
+    assert "--cuda-graph-modules attn moe" not in combined and "--moe-pad-expert-input-to-capacity" not in combined

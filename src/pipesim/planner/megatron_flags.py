@@ -88,7 +88,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         if lay.etp != lay.tp:
             flags.append(f"--expert-tensor-parallel-size {lay.etp}")
         flags += moe_flags(t)
-        notes += moe_notes(t)
+        notes += moe_notes(t, combined=name in COMBINED)
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
@@ -156,9 +156,12 @@ def moe_flags(t: Training) -> list[str]:
     return [*dispatch, "--moe-grouped-gemm"]
 
 
-def moe_notes(t: Training) -> list[str]:
+def moe_notes(t: Training, combined: bool = False) -> list[str]:
     """What the plan assumed of the experts' kernels and the MoE layer's issue that no
-    flag above sets."""
+    flag above sets. The graph capture it names must pass Megatron-Core's checks
+    (TransformerConfig at d98e8a6): the flex dispatcher on DeepEP refuses
+    moe_pad_expert_input_to_capacity, and combined 1F1B (``combined``,
+    overlap_moe_expert_parallel_comm) refuses the moe scope under Transformer Engine's graphs."""
     notes = []
     if t.moe_expert_gemms == "grouped":
         notes.append(
@@ -166,9 +169,22 @@ def moe_notes(t: Training) -> list[str]:
             "runs Transformer Engine's one multiply per local expert (moe_expert_gemms = per_expert)"
         )
     if t.moe_layer_issue_ms and not t.cuda_graphs:
-        notes.append(
+        issued = (
             f"the plan prices each MoE layer issued op by op, at least {t.moe_layer_issue_ms:g} ms a micro-batch "
-            "(moe_layer_issue_ms, no CUDA graphs); --cuda-graph-impl transformer_engine with --cuda-graph-modules "
-            "attn moe (static shapes: --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity) captures it"
+            "(moe_layer_issue_ms, no CUDA graphs); "
         )
+        if combined:
+            notes.append(
+                issued + "with --overlap-moe-expert-parallel-comm Megatron-Core refuses the moe and mlp modules in "
+                "Transformer Engine's CUDA graphs, so no setting captures the MoE layer (--cuda-graph-modules attn "
+                "captures the attention)"
+            )
+        else:
+            static = "--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity"
+            if t.moe_dispatcher == "deepep":  # flex on DeepEP refuses the padding
+                static = f"--moe-token-dispatcher-type alltoall {static}: the flex dispatcher on DeepEP refuses the padding"
+            notes.append(
+                issued + "--cuda-graph-impl transformer_engine with --cuda-graph-modules attn moe "
+                f"(static shapes: {static}) captures it"
+            )
     return notes
