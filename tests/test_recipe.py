@@ -561,3 +561,21 @@ def test_torchtitan_lends_experts_only_sharded_ranks(tp, etp, ep, zero, shard):
     assert ("only from #1660 (2025-12-17)" in tt["toml_versions"]) == early
     if early:
         assert tt["toml_versions"].endswith(f"ep{ep} does not cover tp{tp}")
+
+
+@pytest.mark.parametrize("gpus, first_line", [
+    (8, "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=8 ./run_train.sh"),
+    (64, "torchrun --nnodes 8 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint <first node>:29500 -m "
+     "torchtitan.train --module my_plan --config pipesim_plan"),
+])  # fmt: skip
+def test_the_torchtitan_launch_fits_the_node_count(gpus, first_line):
+    # torchtitan b5bcd76: run_train.sh runs `torchrun --nproc_per_node=${NGPU} --rdzv_backend
+    # c10d --rdzv_endpoint="localhost:0" ... -m torchtitan.train --module ${MODULE} --config
+    # ${CONFIG}`, one host, no --nnodes; multinode_trainer.slurm runs `srun torchrun --nnodes 4
+    # --nproc_per_node 8 --rdzv_id 101 --rdzv_backend c10d --rdzv_endpoint "$head_node_ip:29500"
+    # -m torchtitan.train --module ${MODULE} --config ${CONFIG}` on every node
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus)
+    plan = Plan(m, c, load_training(seq=8192, global_batch=512))
+    plan.results.append(Result(Candidate(Layout(pp=1, dp=gpus), "1f1b", None, "full", 1), True, step_time=1.0))
+    head = recipe(plan)["torchtitan"]["python"].splitlines()[0]
+    assert first_line in head and ("run_train.sh" in head) == (gpus == 8)

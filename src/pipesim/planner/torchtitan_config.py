@@ -383,6 +383,22 @@ def activation_checkpoint(recompute: str) -> Checkpointing:
     )
 
 
+def launch_line(plan: Plan) -> str:
+    """How to launch the configuration function, read at b5bcd76: run_train.sh starts
+    torchrun on one host (``--rdzv_endpoint localhost:0``, no ``--nnodes``), so it serves
+    a plan on one node only; across nodes, torchrun on every node with the node count and
+    a shared rendezvous, as torchtitan's multinode_trainer.slurm runs it."""
+    per_node = plan.cluster.gpus_per_node
+    nodes = max(1, plan.cluster.gpus // per_node)
+    if nodes == 1:
+        return f"run: MODULE=my_plan CONFIG=pipesim_plan NGPU={plan.cluster.gpus} ./run_train.sh"
+    return (
+        f"run on each of the {nodes} nodes (as torchtitan's multinode_trainer.slurm does): torchrun --nnodes {nodes} "
+        f"--nproc_per_node {per_node} --rdzv_backend c10d --rdzv_endpoint <first node>:29500 -m torchtitan.train "
+        "--module my_plan --config pipesim_plan"
+    )
+
+
 def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
     here the model's own full configuration with the plan's parallelism, batch and
@@ -390,7 +406,7 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     module, base, hint = torchtitan_base(plan.model)
     policy = (ac.python or "").removesuffix(".Config()")
     lines = [
-        "# my_plan.py; run: MODULE=my_plan CONFIG=pipesim_plan NGPU=<GPUs a node> ./run_train.sh (one launch a node)",
+        f"# my_plan.py; {launch_line(plan)}",
         "from torchtitan.config import ParallelismConfig",
         *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
         # no torchtitan configuration of its own matches the model: say what the import must give
