@@ -354,7 +354,7 @@ def test_zero_3_recipes_shard_the_parameters(zero):
     # assert CUDA_DEVICE_MAX_CONNECTIONS != "1"
     fsdp = {"--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"}
     assert (fsdp <= set(flags)) == (zero == 3) and "--use-distributed-optimizer" in flags
-    connections = [n for n in d["megatron"]["notes"] if "CUDA_DEVICE_MAX_CONNECTIONS" in n]
+    connections = [n for n in d["megatron"]["notes"] if "Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1" in n]
     assert len(connections) == (zero == 3)
     said = [n for n in d["torchtitan"]["notes"] if "with FSDP (ZeRO-3), where the plan assumed" in n]
     assert said == ([] if zero == 3 else [said[0]]) and (zero == 3 or "ZeRO-1" in said[0])
@@ -579,3 +579,21 @@ def test_the_torchtitan_launch_fits_the_node_count(gpus, first_line):
     plan.results.append(Result(Candidate(Layout(pp=1, dp=gpus), "1f1b", None, "full", 1), True, step_time=1.0))
     head = recipe(plan)["torchtitan"]["python"].splitlines()[0]
     assert first_line in head and ("run_train.sh" in head) == (gpus == 8)
+
+
+@pytest.mark.parametrize("tp, cp, zero, schedule, said", [
+    (8, 1, 1, "1f1b", True), (1, 2, 1, "1f1b", True), (1, 1, 1, "1f1b", False), (8, 1, 3, "1f1b", False),
+    (8, 1, 1, "1f1b-overlap", False),
+])  # fmt: skip
+def test_megatron_recipes_say_when_it_asserts_one_device_connection(tp, cp, zero, schedule, said):
+    # Megatron-LM d98e8a6, megatron/training/arguments.py, validate_args: with
+    # tensor_model_parallel_size > 1 or context_parallel_size > 1 and device arch < 10, it
+    # asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" unless use_megatron_fsdp (or torch FSDP2) or
+    # overlap_moe_expert_parallel_comm is set, which only warn
+    m = load_model("deepseek-v3" if schedule == "1f1b-overlap" else "llama3-70b")
+    plan = Plan(m, load_cluster("h100", 64), load_training(seq=8192, global_batch=512, zero=zero))
+    lay = Layout(pp=1, dp=64 // (tp * cp), tp=tp, cp=cp, ep=8 if m.moe else 1)
+    plan.results.append(Result(Candidate(lay, schedule, None, "selective", 8), True, step_time=1.0))
+    meg = recipe(plan)["megatron"]
+    assert meg["runs"]
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1: export it" in n for n in meg["notes"]) == said

@@ -109,6 +109,13 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append("--recompute-granularity selective")
     elif cand.recompute == "full":
         flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if (lay.tp > 1 or lay.cp > 1) and t.zero != 3 and name not in COMBINED:
+        # validate_args (d98e8a6) asserts it before Blackwell unless Megatron-FSDP or the
+        # expert all-to-all overlap is on (those only warn)
+        notes.append(
+            "with tensor or context parallelism on GPUs before Blackwell, Megatron-LM asserts "
+            "CUDA_DEVICE_MAX_CONNECTIONS=1: export it before launching"
+        )
     if group is not None:
         flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     if name in COMBINED:
