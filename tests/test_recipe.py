@@ -198,9 +198,10 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
         assert ("pipeline_parallel_schedule_csv" in par) == needs_csv
         assert (recipe(plan, n)["schedule_csv"] is not None) == needs_csv
         assert ("expert_parallel_degree" in par) == (plan.model.moe is not None)
-        for flag in tt["command_line"].split():
-            if flag.startswith("--"):
-                assert flag.removeprefix("--parallelism.") in TORCHTITAN_PARALLELISM
+        flags = [f for f in tt["command_line"].split() if f.startswith("--")]
+        assert {f.removeprefix("--parallelism.") for f in flags if f.startswith("--parallelism.")} <= TORCHTITAN_PARALLELISM
+        # the token counts too, or the base configuration's batch and sequence would run
+        assert {f.removeprefix("--training.") for f in flags if not f.startswith("--parallelism.")} == TORCHTITAN_TRAINING
 
 
 # torchtitan's activation checkpointing, read at b5bcd76 (torchtitan/distributed/

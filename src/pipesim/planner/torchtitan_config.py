@@ -132,7 +132,11 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "num_tokens_per_train_step": t.global_batch * t.seq,
         "max_context_length": t.seq,
     }
-    flags = " ".join(f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part")
+    # the batch and sequence too: without them a base configuration's own would run
+    flags = " ".join(
+        [f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part"]
+        + [f"--training.{k} {v}" for k, v in training.items()]
+    )
     # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
     # setting runs it; torchtitan today has no expert tensor parallelism
     split_experts = bool(m.moe) and lay.etp > 1
