@@ -52,7 +52,7 @@ def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scale
     (``check_for_nan_in_grad``, ``grad_nan_check``; since b1116a0c80 of Sep 2023 an
     assertion on the clipping norm, a pass of its own over each bucket since d66807759c
     of Dec 2023) takes each bucket's norm (read) and, with more than one data-parallel
-    replica and no ``--average-in-collective``, ``start_grad_sync`` scales it by 1/dp in
+    replica and no ``--ddp-average-in-collective``, ``start_grad_sync`` scales it by 1/dp in
     place (read and write; experts' buckets too); over the shard, the clipping
     (``--clip-grad``) takes the norm of the fp32 gradients (read) and scales them when it
     exceeds the limit (read and write; early in training it does), and the bf16
