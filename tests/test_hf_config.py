@@ -222,6 +222,15 @@ def test_unreadable_configs_are_one_line(text, needle, tmp_path, capsys):
     assert needle in err and err.count("\n") == 1
 
 
+def test_a_folder_without_config_json_is_one_line_naming_it(tmp_path, capsys):
+    # a folder is a model only as downloaded weights, which hold config.json
+    out = tmp_path / "plan.md"
+    assert main(["plan", "--model", str(tmp_path), "--cluster", "h100", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder without config.json" in err and str(tmp_path) in err and err.count("\n") == 1
+    assert not out.exists()
+
+
 def test_a_missing_config_file_is_one_line(tmp_path, capsys):
     assert main(["plan", "--model", str(tmp_path / "nope.json"), "--cluster", "h100"]) == 2
     err = capsys.readouterr().err

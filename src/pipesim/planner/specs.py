@@ -247,6 +247,11 @@ def _read(kind: str, name_or_path: str) -> tuple[dict, str]:
     if kind == "model" and hf_config.is_hf_config(name_or_path):
         return hf_config.model_table(name_or_path, BOUNDS), name_or_path
     p = Path(name_or_path)
+    if kind == "model" and p.is_dir():  # a folder is a model only as downloaded weights
+        raise PipesimError(
+            f"model {name_or_path!r} is a folder without config.json: give a model TOML file, a HuggingFace "
+            "config.json or the folder holding it"
+        )
     if p.suffix != ".toml" and not p.exists():
         p = PRESETS / f"{kind}s" / f"{name_or_path}.toml"
         if not p.exists():
