@@ -82,7 +82,7 @@ def batch_note(c: Cluster, t: Training, layers: int, tp: int) -> str | None:
     return (
         f"The global batch is small for {gpus} GPUs: {t.global_batch} sequences of {t.seq} tokens are {tokens:,.0f} tokens "
         f"per GPU per step, and at no pipeline depth does each data-parallel pipeline get 2pp micro-batches without "
-        f"context parallelism. A global batch of {need:,} sequences or more (or fewer GPUs) would; otherwise context "
+        f"context parallelism (at tp{tp}). A global batch of {need:,} sequences or more (or fewer GPUs) would; otherwise context "
         "parallelism (--cp) trades data-parallel pipelines for context ranks, as searched here."
     )
 
