@@ -304,6 +304,17 @@ def test_an_absent_window_key_takes_the_family_classes_default(tmp_path, name, d
     assert load_model(str(f)).sliding_window == window
 
 
+@pytest.mark.parametrize("name", ["mistral-7b-v0.1", "mixtral-8x7b-v0.1"])
+def test_mistral_families_default_to_eight_key_value_heads(tmp_path, name):
+    # transformers' MistralConfig.__init__ and MixtralConfig: num_key_value_heads defaults to
+    # 8 ("If it is not specified, will default to `8`"); None becomes num_attention_heads
+    f = tmp_path / f"{name}.json"
+    f.write_text(json.dumps(edited(name, num_key_value_heads=...)))
+    assert load_model(str(f)).attention.kv_heads == 8
+    f.write_text(json.dumps(edited(name, num_key_value_heads=None)))
+    assert load_model(str(f)).attention.kv_heads == 32
+
+
 def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsys):
     """Mistral 7B v0.1 attends over 4096 tokens; pipesim prices full attention, and says so
     where the sequence is longer than the window. Qwen's window applies only with

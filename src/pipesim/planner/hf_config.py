@@ -133,9 +133,14 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
         )
     else:
         head_dim = out["hidden"] // out["heads"]
-    # num_key_value_heads absent or null is multi-head attention: every family's class sets
-    # it to num_attention_heads then ("for backward compatibility": Llama 1/2-era configs)
-    kv = f.get("num_key_value_heads", out["heads"], lo=1)
+    # num_key_value_heads null is multi-head attention: every family's class sets it to
+    # num_attention_heads then ("for backward compatibility": Llama 1/2-era configs), and so
+    # does an absent one, except in MistralConfig and MixtralConfig, whose default is 8
+    kind = f.config["model_type"]
+    if "num_key_value_heads" not in f.config and kind in ("mistral", "mixtral"):
+        kv = 8
+    else:
+        kv = f.get("num_key_value_heads", out["heads"], lo=1)
     if out["heads"] % kv:  # each key/value head serves heads / kv query heads
         shares = [n for n in range(1, out["heads"] + 1) if out["heads"] % n == 0]
         raise f.refuse(
@@ -147,7 +152,6 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
     # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window.
     # An absent key takes its class's default: MistralConfig's sliding_window is 4096
     # (MixtralConfig's None), Qwen2Config's and Qwen3Config's use_sliding_window False
-    kind = f.config["model_type"]
     if f.flag("use_sliding_window", not kind.startswith("qwen")):
         window = f.get("sliding_window", 4096 if kind == "mistral" else 0)
         if window:
