@@ -31,12 +31,14 @@ TOKENS = 8
 CASES = (("Llama 3", 128256, 1), ("Llama 3", 128256, 8), ("Llama 2", 32000, 1))
 
 
-def priced(vocab: int, tp: int) -> tuple[float, float, float]:
-    """pipesim's (bytes moved, saved, held by the backward) per logit of the shard."""
+def priced(vocab: int, tp: int) -> tuple[float, float, float, float]:
+    """pipesim's (bytes moved, of them forward, saved, held by the backward) per logit of
+    the shard."""
     t, lay = Training(seq=TOKENS, **torchtitan_loss(tp)), Layout(1, 1, tp=tp, micro_batch=1)
     m = Model("m", 1, 4096, 32, vocab, Attention(), 1, 14336)
     shard = vocab / tp
-    return t.logit_bytes, head_saved(m, t, tp)["loss softmax"] / shard, loss_transient(m, t, lay) / (TOKENS * shard)
+    forward = t.logit_bytes * t.loss_forward_share
+    return t.logit_bytes, forward, head_saved(m, t, tp)["loss softmax"] / shard, loss_transient(m, t, lay) / (TOKENS * shard)
 
 
 def main() -> int:
@@ -49,16 +51,17 @@ def main() -> int:
     from torch_loss import per_logit
 
     print(
-        "| vocabulary | TP | PyTorch bytes/logit (fwd + bwd) | pipesim logit_bytes | saved: PyTorch / pipesim | backward peak: PyTorch / pipesim |"
+        "| vocabulary | TP | PyTorch bytes/logit (fwd + bwd) | pipesim logit_bytes (fwd + bwd) | saved: PyTorch / pipesim | backward peak: PyTorch / pipesim |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for name, vocab, tp in CASES:
         with fake_mesh(tp) if tp > 1 else contextlib.nullcontext() as mesh:
             c = per_logit((vocab // 2, vocab), TOKENS, mesh)
-        logit_bytes, saved, held = priced(vocab, tp)
+        logit_bytes, forward, saved, held = priced(vocab, tp)
         moved = c["forward"] + c["backward"]
         print(
-            f"| {name} {vocab:,} | {tp} | {moved:g} ({c['forward']:g} + {c['backward']:g}) | {logit_bytes:g} "
+            f"| {name} {vocab:,} | {tp} | {moved:g} ({c['forward']:g} + {c['backward']:g}) "
+            f"| {logit_bytes:g} ({forward:g} + {logit_bytes - forward:g}) "
             f"| {c['saved']:g} / {saved:g} | {c['peak']:g} / {held:g} |"
         )
     return 0

@@ -20,8 +20,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
 from pipesim.planner.activations import head_saved, loss_transient  # noqa: E402
+from pipesim.planner.compute import hbm_rate  # noqa: E402
+from pipesim.planner.layer_costs import head_costs  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
-from pipesim.planner.specs import Attention, Model  # noqa: E402
+from pipesim.planner.specs import Attention, Model, load_cluster  # noqa: E402
 from pipesim.planner.training import (  # noqa: E402
     TORCHTITAN_LOGIT_BYTES,
     TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES,
@@ -57,6 +59,19 @@ def test_the_kernels_move_torchtitans_logit_bytes(counted):
     assert moved == (TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES)
 
 
+def test_the_head_prices_the_forward_and_backward_apart(counted):
+    """The output head's loss (layer_costs.head_costs) moves torch's forward count in its
+    forward and the backward's in its backward, not half of the sum each."""
+    tp, measured = counted
+    c, lay = load_cluster("h100"), Layout(1, 1, tp=tp, micro_batch=1)
+    m = Model("m", 1, 64, 4, VOCABS[1], Attention(), 1, 128)
+    with_loss, without = (Training(seq=TOKENS, **{**torchtitan_loss(tp), **x}) for x in ({}, {"logit_bytes": 0}))
+    a, b = head_costs(m, c, with_loss, lay), head_costs(m, c, without, lay)
+    per_logit_bytes = hbm_rate(c, with_loss) / (TOKENS * VOCABS[1] / tp)
+    assert (a.mlp_f - b.mlp_f) * per_logit_bytes == pytest.approx(measured["forward"])
+    assert (a.mlp_b - b.mlp_b) * per_logit_bytes == pytest.approx(measured["backward"])
+
+
 def test_the_eager_backward_runs_its_own_kernels():
     """nll_loss's backward fills a dense fp32 gradient and the cast back to bf16 is a
     kernel of its own: the eager backward moves more than the forward."""
@@ -90,3 +105,5 @@ def test_every_torchtitan_row_pins_the_counted_loss():
     for r in rows:
         tp = r["layout"].get("tp", 1)
         assert r["training"].get("logit_bytes") == torchtitan_loss(tp)["logit_bytes"], r["name"]
+        share = r["training"].get("loss_forward_share", Training.loss_forward_share)
+        assert share == torchtitan_loss(tp)["loss_forward_share"], r["name"]

@@ -196,7 +196,9 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     """The final norm, the output projection (BF16 even under FP8 training, as DeepSeek-V3
     keeps it) and the cross-entropy, a pseudo-layer on the last stage. The loss over the
     vocabulary shard moves ``t.logit_bytes`` per logit (fused, or Megatron-LM 2021's eager
-    fp32 ops: see ``Training``), half forward, half backward; with tensor parallelism the
+    fp32 ops: see ``Training``), ``t.loss_forward_share`` of them forward and the rest
+    backward (torchtitan's eager loss 14 of 36 bytes forward, as torch counts its kernels:
+    ``training.torchtitan_loss``); with tensor parallelism the
     vocabulary-parallel loss all-reduces two numbers per token (neglected), and the
     projection's input gradient is all-reduced backward (Megatron-LM 2021's
     ``parallel_lm_logits``: ``copy_to_tensor_model_parallel_region``, identity forward);
@@ -220,10 +222,10 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     ar = tp_allreduce(m, c, t, lay, layer=False)
     return LayerCosts(
         attn_f=norm_f,
-        mlp_f=f + loss / 2,
+        mlp_f=f + loss * t.loss_forward_share,
         attn_b=norm_b,
         attn_w=0.0,
-        mlp_b=b + loss / 2,
+        mlp_b=b + loss * (1 - t.loss_forward_share),
         mlp_w=w,
         dispatch_f=ar if t.sequence_parallel else 0.0,
         dispatch_b=back,

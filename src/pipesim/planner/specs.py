@@ -95,6 +95,7 @@ BOUNDS = {
     "network_alltoall_share": (0, 1),
     "grad_accumulation_bytes": (0, 64),
     "logit_bytes": (0, 1024),
+    "loss_forward_share": (0, 1),
     "loss_backward_copies": (0, 16),
     "kernel_floor_us": (0, 1e6),
     "host_us_per_kernel": (0, 1e6),

@@ -52,6 +52,13 @@ OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 TORCHTITAN_LOGIT_BYTES = 36
 TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
 
+#: of those, the forward's (``Training.loss_forward_share``): the cast and log_softmax,
+#: 2+4 and 4+4 (14; its backward 22), or under loss_parallel the cast and the five
+#: log_softmax kernels, 6 + 4+8+8+4+8 (38; its backward 38); counted in torch by
+#: tests/test_loss_bytes.py, forward and backward apart
+TORCHTITAN_LOGIT_FORWARD_BYTES = 14
+TORCHTITAN_LOSS_PARALLEL_LOGIT_FORWARD_BYTES = 38
+
 
 def torchtitan_loss(tp: int) -> dict[str, float]:
     """``Training``'s loss fields for torchtitan's cross-entropy at tensor-parallel degree
@@ -60,8 +67,11 @@ def torchtitan_loss(tp: int) -> dict[str, float]:
     backward holds beside the saved log-softmax (activations.loss_transient), both counted
     in torch by tests/test_loss_bytes.py."""
     parallel = tp > 1
+    moved = TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if parallel else TORCHTITAN_LOGIT_BYTES
+    forward = TORCHTITAN_LOSS_PARALLEL_LOGIT_FORWARD_BYTES if parallel else TORCHTITAN_LOGIT_FORWARD_BYTES
     return {
-        "logit_bytes": TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if parallel else TORCHTITAN_LOGIT_BYTES,
+        "logit_bytes": moved,
+        "loss_forward_share": forward / moved,
         "loss_backward_copies": 3 if parallel else 2,
     }
 
@@ -169,6 +179,10 @@ class Training:
     # 36, 76 under loss_parallel (TORCHTITAN_LOGIT_BYTES above). Above 10 the loss keeps
     # an fp32 softmax for its backward (activations.head_saved)
     logit_bytes: float = 10
+    # the share of logit_bytes the loss's forward moves, the rest backward: half where no
+    # count says otherwise; torchtitan's eager loss 14 of 36, 38 of 76 under loss_parallel
+    # (torchtitan_loss, counted in torch by tests/test_loss_bytes.py)
+    loss_forward_share: float = 0.5
     # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
     # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
     # a one-byte keep mask per element of each block's output forward and reads it backward
