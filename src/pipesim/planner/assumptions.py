@@ -253,6 +253,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 if float8_gathers(t)
                 else ""
             )
+            + (
+                "each cast of a gathered shard first all-reduces its amax over the tensor group and waits (Transformer "
+                "Engine's current scaling: one float, NCCL's latency, exposed); "
+                if te_current_scaling(t) and t.sequence_parallel
+                else ""
+            )
             + TP_OVERLAP_TEXT[t.tp_overlap],
         ),
         (

@@ -99,7 +99,7 @@ TE_CAST_BYTES = 3
 TE_FP8_TRANSPOSE_BYTES = 2
 
 
-def _te_linears(m: Model, layer: int) -> tuple[list[tuple[bool, str]], list[tuple[bool, str]]]:
+def te_linears(m: Model, layer: int) -> tuple[list[tuple[bool, str]], list[tuple[bool, str]]]:
     """(attention, MLP): for each multiply of ``compute.attention_shapes`` and
     ``mlp_shapes``, in their order, whether Transformer Engine's norm kernel makes its
     input and how it is split over tensor parallelism ("column", "row", "duplicated" or
@@ -128,7 +128,7 @@ def _te_linears(m: Model, layer: int) -> tuple[list[tuple[bool, str]], list[tupl
 def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float, float, float]:
     """(attention forward, attention backward, MLP forward, MLP backward) elements of 2
     bytes per token that Transformer Engine 2.7's current scaling moves to make the FP8
-    operands of a layer's multiplies on Hopper (``TE_*_BYTES``; ``_te_linears`` says
+    operands of a layer's multiplies on Hopper (``TE_*_BYTES``; ``te_linears`` says
     which multiply is which):
 
     - Forward input. After TE's norm the norm kernel writes bf16 and the amax in one pass
@@ -154,14 +154,14 @@ def te_current_cast_terms(m: Model, layer: int, t: Training, lay: Layout) -> tup
       (extensions/transformer_engine.py:382-386, set by pipeline_parallel/schedules.py:381),
       so TE recasts them only on a step's first micro-batch (linear.py:247-252).
 
-    The gathers then move FP8 (``collectives.float8_gathers``). Not priced: the amax
-    all-reduce over the tensor-parallel group (one float) that the gathered casts wait
-    for (linear.py:1615-1635)."""
+    The gathers then move FP8 (``collectives.float8_gathers``); the amax all-reduce over
+    the tensor-parallel group that the gathered casts wait for is a collective, priced in
+    ``te_tensor_parallel.amax_reductions``."""
     tp = lay.tp
     sp = t.sequence_parallel and tp > 1
     T = lay.tokens(t.seq)
     out = []
-    for shapes, kinds in zip((attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)), _te_linears(m, layer)):
+    for shapes, kinds in zip((attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)), te_linears(m, layer)):
         forward = backward = 0.0
         for (tok, n, k, c), (norm_fed, parallel) in zip(shapes, kinds, strict=True):
             amax = 0 if norm_fed else TE_AMAX_BYTES
