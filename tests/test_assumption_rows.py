@@ -43,13 +43,20 @@ def test_tensor_parallelism_says_when_its_gathers_move_fp8(capsys, tmp_path):
         assert ("all-gathers move FP8, one byte an element" in row) == said
 
 
-def test_tensor_parallelism_names_te_amax_reductions(capsys, tmp_path):
-    """The amax all-reduces of Transformer Engine's current scaling
-    (planner/te_tensor_parallel.py) are in the row where, and only where, priced."""
+def test_tensor_parallelism_names_te_amax_reductions_and_userbuffers(capsys, tmp_path):
+    """The amax all-reduces of Transformer Engine's current scaling and the userbuffers'
+    copies (planner/te_tensor_parallel.py) are in the row where, and only where, priced."""
     plan = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--tp", "8", "--global-batch", "64", "--json"]
-    for scaling, amax in (("tensor", True), ("block", False)):
+    for extra, amax, ub in (
+        ("", True, False),
+        ('ub_fprop_rs = "ring_exchange"\nub_fprop_sm_margin = 1\n', True, True),
+        ('fp8_scaling = "block"\n', False, False),
+    ):
         f = tmp_path / "t.toml"
-        f.write_text(f'precision = "fp8"\nfp8_scaling = "{scaling}"\n')
+        scaling = "" if "fp8_scaling" in extra else 'fp8_scaling = "tensor"\n'
+        f.write_text(f'precision = "fp8"\n{scaling}{extra}')
         assert main([*plan, "--training", str(f)]) == 0
         row = json.loads(capsys.readouterr().out)["assumptions"]["tensor parallelism"]
         assert ("all-reduces its amax over the tensor group" in row) == amax
+        assert ("userbuffers (ub_fprop_rs = ring_exchange)" in row) == ub
+        assert ("leave 1 of the SMs to it" in row) == ub

@@ -259,6 +259,23 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 if te_current_scaling(t) and t.sequence_parallel
                 else ""
             )
+            + (
+                f"Transformer Engine's userbuffers (ub_fprop_rs = {t.ub_fprop_rs}) copy each all-gathered shard into "
+                "their buffer and the bulk-reduce-scattered input gradient out of it on the compute stream"
+                + (
+                    ", and sum the forward's reduce-scatter chunks in a kernel of their own"
+                    if t.ub_fprop_rs == "ring_exchange"
+                    else ""
+                )
+                + (
+                    f"; the forward's row-parallel multiplies leave {t.ub_fprop_sm_margin} of the SMs to it (set_sm_margin)"
+                    if t.ub_fprop_sm_margin
+                    else ""
+                )
+                + "; "
+                if t.ub_fprop_rs != "none" and t.sequence_parallel
+                else ""
+            )
             + TP_OVERLAP_TEXT[t.tp_overlap],
         ),
         (

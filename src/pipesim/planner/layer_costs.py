@@ -63,8 +63,8 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     mlp_fwd = mlp_f + ew_mlp + regroup
     attn_b = proj_b + core_b + ew_attn_b + cp_b + merge_b
     mlp_bwd = mlp_b + ew_mlp_b + regroup
-    # Transformer Engine's amax all-reduces (te_tensor_parallel.py), on the compute
-    # stream: a full recompute runs the forward's again
+    # Transformer Engine's amax all-reduces and userbuffers' copies, reduce and SM margin
+    # (te_tensor_parallel.py), on the compute stream: a full recompute runs the forward's again
     te_af, te_ab, te_mf, te_mb = te_tp_seconds(m, layer, c, t, lay)
     attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + te_af, mlp_fwd + te_mf, attn_b + te_ab, mlp_bwd + te_mb
     if t.hidden_dropout:  # each block's dropout mask: one byte an element, written forward, read backward

@@ -26,6 +26,10 @@ MOE_EXPERT_GEMMS = ("grouped", "per_expert")
 #: how a run's tensor-parallel collectives overlap its multiplies (``Training.tp_overlap``)
 TP_OVERLAPS = ("none", "backward", "all", "micro_pipeline")
 
+#: how Transformer Engine's userbuffers run the forward's row-parallel reduce-scatters
+#: (``Training.ub_fprop_rs``; te_tensor_parallel.py)
+UB_FPROP_RS = ("none", "ring_exchange", "pipeline")
+
 #: the norms' kernels (``Training.norm_kernel``) and the layer's fused kernels (``Training.fused_kernels``)
 NORM_KERNELS = ("auto", "fused", "eager", "two-pass")
 FUSED_KERNELS = ("te", "megatron-jit", "inductor")
@@ -151,6 +155,17 @@ class Training:
     # (megatron_flags.py adds --tp-comm-overlap, torchtitan_config.py names AsyncTP);
     # torchtitan has no "backward"
     tp_overlap: str = "all"
+    # Transformer Engine's userbuffers under tp_overlap = "all" (Megatron-Core's
+    # --tp-comm-overlap), priced beside the overlap itself (te_tensor_parallel.py): "none"
+    # leaves them out; "ring_exchange" (copy engines, then a reduce kernel of its own) or
+    # "pipeline" (an SM kernel that reduces as it sends: TE's default) names how the
+    # forward's row-parallel reduce-scatters (proj_fprop, fc2_fprop) run, as the run's
+    # userbuffer config sets them; either adds the copies every userbuffer all-gather and
+    # bulk reduce-scatter makes on the compute stream
+    ub_fprop_rs: str = "none"
+    # SMs those forward row-parallel multiplies give up to the communication kernel (the
+    # config's num_sm where it sets set_sm_margin; TE's default pipeline: 16)
+    ub_fprop_sm_margin: int = 0
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
     # the norms' kernel where it differs from the rest, for what they keep (activations.py)
@@ -363,6 +378,13 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(
             f"{where}: fused_kernels = {t.fused_kernels!r} names fused kernels, but fused_elementwise = false runs "
             'PyTorch\'s eager ops; set fused_elementwise = true or leave fused_kernels at "te"'
+        )
+    if t.ub_fprop_rs not in UB_FPROP_RS:
+        raise PipesimError(f"{where}: ub_fprop_rs must be one of {', '.join(UB_FPROP_RS)}, got {t.ub_fprop_rs!r}")
+    if t.ub_fprop_rs != "none" and t.tp_overlap != "all":
+        raise PipesimError(
+            f'{where}: ub_fprop_rs = "{t.ub_fprop_rs}" prices Transformer Engine\'s userbuffers, which run only with '
+            f'--tp-comm-overlap: set tp_overlap = "all" (got {t.tp_overlap!r}) or ub_fprop_rs = "none"'
         )
     if t.stage_split not in ("balanced", "even"):
         raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
