@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipesim.cli import main
 
 
@@ -48,3 +50,56 @@ def test_chunks_sets_the_virtual_stages_of_the_schedule_beside_1f1b(capsys):
     for schedule in ("dualpipe", "1f1b"):  # no chunks to set: one line, exit status 2
         code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 2, "-s", schedule, "--chunks", 4)
         assert code == 2 and out == "" and f"{schedule} does not take --chunks" in err and err.count("\n") == 1
+
+
+def test_each_rank_is_held_against_its_own_usable_memory(capsys, tmp_path):
+    # torch.distributed.pipelining keeps every micro-batch's logits on the last stage only
+    # (pp_keeps_outputs), so torchtitan's ``del pred`` frees none of them. Llama 3
+    # 8B's logits are 2 bytes x 128,256 x 8,192 tokens = 2.10 GB a micro-batch, 25.2 GB
+    # for 12: the first rank, which holds the most activations under 1F1B (pp micro-batches
+    # in flight), holds none of them, so its peak must be compared with its own usable memory
+    t = tmp_path / "t.toml"
+    t.write_text("zero = 3\nseq = 8192\nglobal_batch = 96\nloss_frees_logits = true\npp_keeps_outputs = true\n")
+    argv = ["--model", "llama3-8b", "--pp", 4, "--gpus", 32, "--training", t, "--microbatches", 12, "-s", "1f1b"]
+    code, out, _ = _run(capsys, *argv, "--json")
+    row = json.loads(out)["schedules"][0]
+    logits = 2 * 128256 * 8192
+    first, *_, last = row["rank_usable_bytes"]
+    # the first rank receives output gradients, the last inputs: one receive set each, the
+    # same size; the 12 kept logits, less the 2.4% fragmentation share of them (the
+    # allocator_fragmentation default), are the difference
+    assert first - last == pytest.approx(12 * logits * (1 - 0.024), rel=1e-6)
+    assert row["rank"] == 0 and row["fits"] and row["peak_gb"] * 1e9 < first
+    assert last < row["peak_gb"] * 1e9  # what memory compared it with before: "does not fit"
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0 and "does not fit" not in out
+    assert "worst rank, the least room under its own usable memory: 1f1b rank 0" in out
+    assert "on 1f1b's rank 0 (less" in out  # the usable line is that rank's
+
+
+def test_a_rank_over_its_own_usable_memory_is_named(capsys):
+    # Llama 3 70B at pp8 on H100s: 1F1B's first rank keeps 8 micro-batches of 80 layers / 8
+    # = 10 layers in flight, far past the card; the line says which rank overflows
+    code, out, _ = _run(capsys, "--model", "llama3-70b", "--pp", 8, "-s", "1f1b")
+    assert code == 0 and "1f1b does not fit: its worst rank (rank 0) needs" in out and "GB usable there;" in out
+
+
+def test_each_part_held_back_says_where_it_comes_from(capsys):
+    code, out, _ = _run(capsys, "--model", "llama3-8b", "--pp", 2, "-s", "1f1b")
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("  usable "))
+    # the issue's sources: PyTorch users' CUDA context, NCCL's per-communicator buffers,
+    # a PyTorch OOM report's reserved but unallocated memory
+    assert lines[at + 1].startswith("    CUDA context: cuda_context_mib") and "discuss.pytorch.org/t/73021" in lines[at + 1]
+    assert lines[at + 2].startswith("    NCCL buffers: nccl_mib_per_group") and "NVIDIA/nccl#964" in lines[at + 2]
+    assert "allocator fragmentation" in lines[at + 3] and "vllm-project/compressed-tensors#587" in lines[at + 3]
+    code, out, _ = _run(capsys, "--model", "llama3-8b", "--pp", 2, "-s", "1f1b", "--json")
+    held = json.loads(out)["usable"]["held"]
+    assert [h["what"].split(" (")[0] for h in held] == [
+        "CUDA context",
+        "NCCL buffers",
+        "backward transient",
+        "FSDP gathered parameters",
+        "allocator fragmentation",
+    ]
+    assert all(h["source"] for h in held) and "NVIDIA/nccl#964" in held[1]["source"]

@@ -108,7 +108,7 @@ def test_a_layout_that_does_not_fit_says_what_overflows(capsys, argv, part, knob
     code, out, _ = run(capsys, "memory", *argv, "--schedule", "1f1b")
     assert code == 0  # an answer, not bad input
     needs, usable_gb = map(
-        float, re.search(r"1f1b does not fit: its worst rank needs ([\d.]+) GB, ([\d.]+) GB usable", out).groups()
+        float, re.search(r"1f1b does not fit: its worst rank \(rank \d+\) needs ([\d.]+) GB, ([\d.]+) GB usable there", out).groups()
     )
     peak = float(re.search(r"peak ([\d.]+) GB", out).group(1))
     assert needs == peak > usable_gb == float(re.search(r"usable ([\d.]+) GB of the card", out).group(1))

@@ -17,6 +17,7 @@ from .compute import (
     FP8_WGRAD_SHARE,
     gemm_efficiency,
 )
+from .device_memory import SOURCES
 from .footprint import float8_gathered
 from .memory_lines import held_text
 from .nccl import HOSTS
@@ -103,8 +104,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "usable memory",
             (held_text(plan, plan.best) + "; " if plan.best else "")
             + f"CUDA context {c.cuda_context_mib:g} MiB, NCCL {c.nccl_mib_per_group:g} MiB per communicator, "
-            f"allocator_fragmentation {t.allocator_fragmentation:g} of the rest, the full-recompute transient "
-            "(device_memory.py names the measurements)",
+            f"allocator_fragmentation {t.allocator_fragmentation:g} of the rest, the full-recompute transient; "
+            "where each comes from: " + "; ".join(f"{what}: {source}" for what, source in SOURCES.items()),
         ),
         (
             "activations",

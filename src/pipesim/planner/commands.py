@@ -19,9 +19,10 @@ from ..simulate import simulate
 from . import calibrate
 from .activations import head_activation, head_saved, layer_activation, layer_mode, layer_saved
 from .candidates import Pins
-from .device_memory import usable_for
+from .device_memory import usable_on_rank
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
+from .memory_lines import no_fit_line, usable_dict, usable_lines
 from .naming import layout_text
 from .search import search
 from .specs import (
@@ -311,7 +312,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
     options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
-    rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]
+    rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
     for name, opts in options[1:]:
         try:
             rows.append(_memory_row(model, cluster, training, lay, name, M, recompute, **opts))
@@ -346,7 +347,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
         "stage_parameters": whole,
         "stage_parameters_per_gpu": per_gpu,
-        "usable": _usable_dict(usable_for(model, cluster, training, lay, recompute)),
+        # the usable memory of the rank with the least room of all the rows' worst ranks
+        "usable": min((r["usable"] for r in rows), key=lambda u: u["room_bytes"]),
         "activations_per_layer": _activation_rows(model, training, lay, recompute),
     }
     if args.json:
@@ -369,11 +371,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"activations up to {r['activations_gb']:.1f} GB; peak {r['peak_gb']:.1f} GB"
             + ("" if r["fits"] else "  [red]does not fit[/]")
         )
-    held = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in data["usable"]["held_bytes"].items() if v)
-    out.print(f"  usable {data['usable']['usable_bytes'] / 1e9:.1f} GB of the card's {cluster.hbm_gb:.1f} GB (less {held} GB)")
+    for line in usable_lines(rows, cluster.hbm_gb):
+        out.print(line)
     unfit = next((r for r in rows if not r["fits"]), None)
     if unfit:
-        out.print(_no_fit_line(unfit, data["usable"]["usable_bytes"] / GB, lay.micro_batch, recompute))
+        out.print(no_fit_line(unfit, lay.micro_batch, recompute))
     if len(rows) > 1:
         out.print(
             f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
@@ -402,27 +404,6 @@ def with_default_ep(model, training, lay: Layout) -> Layout:
         if not layout_problem(model, training, replace(lay, ep=e)):
             return replace(lay, ep=e)
     return replace(lay, ep=1)
-
-
-def _no_fit_line(row: dict, usable_gb: float, micro_batch: int, recompute: str) -> str:
-    """What does not fit, and which knobs shrink the part that overflows (only those not
-    at their end already: no smaller micro-batch than one sequence, nothing past full)."""
-    head = f"{row['schedule']} does not fit: its worst rank needs {row['peak_gb']:.1f} GB, {usable_gb:.1f} GB usable; "
-    if usable_gb <= 0:
-        return head + "what the card holds back (listed above) takes all of it: shrink the largest part held back"
-    if row["static_gb"] > usable_gb:
-        return head + (
-            f"its parameters, gradients and optimizer states alone take {row['static_gb']:.1f} GB: "
-            "shard them over more GPUs (--pp, --tp, --ep, or --zero with more --dp)"
-        )
-    knobs = ["lower --micro-batch-size"] if micro_batch > 1 else []
-    knobs += ["lower --seq"] + (["recompute more (--recompute full)"] if recompute != "full" else [])
-    knobs += ["split the sequence (--cp) or the layers (--pp, --tp)"]
-    return head + f"its activations take {row['activations_gb']:.1f} GB: {', '.join(knobs[:-1])}, or {knobs[-1]}"
-
-
-def _usable_dict(u) -> dict:
-    return {"capacity_bytes": u.capacity, "held_bytes": dict(u.held), "usable_bytes": u.bytes}
 
 
 def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
@@ -468,11 +449,16 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     mm = memory_model(model, training, lay, stages, recompute, parts)
     tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mem = memory(s, tl, mm)
-    worst = max(range(s.pp), key=lambda r: mem.peak[r])
-    copies = s.placement.parameter_copies
     pl = s.placement
-    held = [pl.model_stage(worst, ch) for ch in range(pl.chunks)]
-    n = sum(sum(mm.params_at(st)) for st in held)
+    copies = pl.parameter_copies
+    # each rank against its own usable memory: only the last stage's holds the loss's
+    # transient and logits, each stage's its own receive buffers and FSDP pools
+    held = pl.held()
+    params = [sum(sum(mm.params_at(st)) for st in held[r]) for r in range(s.pp)]
+    usables = [usable_on_rank(model, cluster, training, lay, recompute, held[r], stages, M, params[r]) for r in range(s.pp)]
+    # the worst rank: the least room under its own usable memory (the highest peak on a tie)
+    worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
+    n = params[worst]
     return {
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
         "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
@@ -485,5 +471,8 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
         "static_gb": mem.static[worst] / GB,
         "activations_gb": mem.activation_peak[worst] / GB,
         "peak_gb": mem.peak[worst] / GB,
-        "fits": mem.peak[worst] <= usable_for(model, cluster, training, lay, recompute).bytes,
+        "rank": worst,
+        "usable": usable_dict(usables[worst], mem.peak[worst]),
+        "rank_usable_bytes": [u.bytes for u in usables],
+        "fits": mem.peak[worst] <= usables[worst].bytes,
     }

@@ -51,13 +51,29 @@ MIB = 2**20
 BF16 = 2  # bytes of a gathered gradient before its reduce dtype
 
 
+#: where each part held back comes from, one clause each: ``pipesim memory`` prints it
+#: beside the part, the plan's assumptions quote it (the module docstring has the detail)
+SOURCES = {
+    "CUDA context": "cuda_context_mib, by default PyTorch users' measurement (discuss.pytorch.org/t/73021)",
+    "NCCL buffers": "nccl_mib_per_group a communicator, by default NCCL's on A100s with NVLink (NVIDIA/nccl#964)",
+    "backward transient": "the loss's or one recomputed layer's backward, tensor by tensor (activations.py)",
+    "FSDP gathered parameters": "FSDP2 keeps the root module and the running and prefetched layers gathered",
+    "framework buffers": "torchtitan's del pred, torch.distributed.pipelining's stage.py (loss_frees_logits, pp_keeps_outputs)",
+    "FSDP's side-stream pools": "FSDP2's collectives on their own streams (fsdp_stream_pools)",
+    "allocator fragmentation": "allocator_fragmentation, by default a PyTorch OOM report's reserved but unallocated share "
+    "(vllm-project/compressed-tensors#587)",
+}
+
+
 @dataclass(frozen=True)
 class Usable:
     """Bytes a rank can fill, and what was held back from the device's capacity to get
-    there, as (what, bytes) in the order they are taken."""
+    there, as (what, bytes) in the order they are taken, with each one's source
+    (``SOURCES``) in the same order."""
 
     capacity: float
     held: tuple[tuple[str, float], ...]
+    sources: tuple[str, ...] = ()
 
     @property
     def bytes(self) -> float:
@@ -226,25 +242,41 @@ def usable_for(m, c, t, lay, recompute: str) -> Usable:
     return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept, pools)
 
 
+def usable_on_rank(m, c, t, lay, recompute: str, held: tuple[int, ...], stages: int, microbatches: int, params: float) -> Usable:
+    """``usable`` for one pipeline rank of a built schedule: the rank holding model stages
+    ``held`` of ``stages`` (``Placement.held``) and ``params`` parameters, over
+    ``microbatches`` micro-batches a step. The loss's transient and the logits are held
+    only where the last stage is; a receive buffer per micro-batch for each held stage's
+    input (all but the first stage) and output gradient (all but the last); FSDP2's
+    side-stream pools for this rank's own parameters. ``usable_for`` is the last stage's,
+    budgeted for every rank by the search."""
+    last = stages - 1 in held
+    recv = sum((st > 0) + (st < stages - 1) for st in held)
+    inputs = sum(st > 0 for st in held)
+    kept = pipeline_buffers(m, t, lay, microbatches, last, recv, inputs) + (stranded_logits(m, t, lay) if last else 0.0)
+    pools = fsdp_stream_pools(m, t, lay, params)
+    return usable(c, t, lay, backward_transient(m, t, lay, recompute, last), fsdp_gathered(m, t, lay), kept, pools)
+
+
 def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0, pools: float = 0.0) -> Usable:
     """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
     capacity = c.hbm_gb * 1e9
     groups = communicators(lay)
     held = [
-        ("CUDA context", c.cuda_context_mib * MIB),
+        ("CUDA context", "", c.cuda_context_mib * MIB),
         (
-            f"NCCL buffers ({len(groups)} communicator{'' if len(groups) == 1 else 's'}: {', '.join(groups) or 'none'})",
+            "NCCL buffers",
+            f" ({len(groups)} communicator{'' if len(groups) == 1 else 's'}: {', '.join(groups) or 'none'})",
             len(groups) * c.nccl_mib_per_group * MIB,
         ),
-        ("backward transient (the loss or one recomputed layer)", transient),
-        ("FSDP gathered parameters", gathered),
+        ("backward transient", " (the loss or one recomputed layer)", transient),
+        ("FSDP gathered parameters", "", gathered),
     ]
     if kept:
-        held.append(("framework buffers (stranded logits, pipeline outputs and receive buffers)", kept))
+        held.append(("framework buffers", " (stranded logits, pipeline outputs and receive buffers)", kept))
     if pools:
-        held.append(("FSDP's side-stream pools (all-gather outputs, reduce-scatter input, gradient shards)", pools))
-    rest = capacity - sum(b for _, b in held)
-    held.append(
-        (f"allocator fragmentation ({t.allocator_fragmentation:.1%} of the rest)", max(0.0, rest) * t.allocator_fragmentation)
-    )
-    return Usable(capacity, tuple(held))
+        held.append(("FSDP's side-stream pools", " (all-gather outputs, reduce-scatter input, gradient shards)", pools))
+    rest = capacity - sum(b for *_, b in held)
+    share = t.allocator_fragmentation
+    held.append(("allocator fragmentation", f" ({share:.1%} of the rest)", max(0.0, rest) * share))
+    return Usable(capacity, tuple((what + detail, b) for what, detail, b in held), tuple(SOURCES[what] for what, _, _ in held))
