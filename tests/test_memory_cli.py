@@ -103,3 +103,15 @@ def test_each_part_held_back_says_where_it_comes_from(capsys):
         "allocator fragmentation",
     ]
     assert all(h["source"] for h in held) and "NVIDIA/nccl#964" in held[1]["source"]
+
+
+def test_the_second_copy_is_explained_without_calling_it_small(capsys):
+    # Mixtral 8x22B (config.json: 56 layers, hidden 6144, 48 heads, 8 KV heads of 128,
+    # 8 experts of 3 x 6144 x 16384): a layer's attention is 2 x 6144^2 + 2 x 6144 x 1024
+    # = 88.1M, its experts 8 x 302M = 2.416B, its router 49K; a pp8 stage of 7 layers
+    # holds 17.5B, and with ep8 a GPU 7 x (88.1M + 302M) = 2.73B. The second copy adds
+    # 10% of a GB200's memory here: no "small" about it
+    code, out, _ = _run(capsys, "--model", "mixtral-8x22b", "--cluster", "gb200-nvl72", "--pp", 8)
+    line = next(x for x in out.splitlines() if "the second copy doubles" in x)
+    assert code == 0 and "small" not in line.lower()
+    assert "a pp8 stage holds 17.5B parameters" in line and "keeps only 2.73B" in line and "doubles 2.73B, not 17.5B" in line

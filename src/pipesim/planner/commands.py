@@ -385,9 +385,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     if model.moe and ep > 1:
         out.print(
-            f"Why it is small for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU keeps "
-            f"only {per_gpu / 1e9:.2f}B of them (each routed expert lives on one of {ep} GPUs), so the second copy doubles "
-            f"{per_gpu / 1e9:.2f}B. A dense model has nothing to shard that way: each GPU doubles its whole stage."
+            # true however large the copy is: it says what sets its size, not that it is small
+            f"What sets its size for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU "
+            f"keeps only {per_gpu / 1e9:.2f}B of them (each routed expert lives on one of {ep} GPUs), so the second copy "
+            f"doubles {per_gpu / 1e9:.2f}B, not {whole / 1e9:.1f}B. A dense model has nothing to shard that way: each GPU "
+            "doubles its whole stage."
         )
     elif model.moe:
         out.print(
