@@ -277,7 +277,7 @@ class Training:
     # bucket before its reduction (on in Megatron-LM's scripts; Megatron-Bridge's
     # performance configs turn it off)
     grad_nan_check: bool = True
-    # Megatron-Core's --average-in-collective: the 1/dp scaling rides in the reduction
+    # Megatron-LM's --ddp-average-in-collective: the 1/dp scaling rides in the reduction
     # (NCCL's average) instead of a pass over the buffer before it (Megatron-Bridge's recipes)
     average_in_collective: bool = False
     # the weight-gradient multiply accumulates into an fp32 main_grad in its epilogue
