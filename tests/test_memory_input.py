@@ -108,7 +108,8 @@ def test_a_layout_that_does_not_fit_says_what_overflows(capsys, argv, part, knob
     code, out, _ = run(capsys, "memory", *argv, "--schedule", "1f1b")
     assert code == 0  # an answer, not bad input
     needs, usable_gb = map(
-        float, re.search(r"1f1b does not fit: its worst rank \(rank \d+\) needs ([\d.]+) GB, ([\d.]+) GB usable there", out).groups()
+        float,
+        re.search(r"1f1b does not fit: its worst rank \(rank \d+\) needs ([\d.]+) GB, ([\d.]+) GB usable there", out).groups(),
     )
     peak = float(re.search(r"peak ([\d.]+) GB", out).group(1))
     assert needs == peak > usable_gb == float(re.search(r"usable ([\d.]+) GB of the card", out).group(1))
@@ -219,3 +220,17 @@ def test_the_json_lists_each_kind_of_layer_from_its_first(capsys, tmp_path):
     assert rows == [(0, 16, "none"), (1, 16, "full")]
     full = d["activations_per_layer"][1]
     assert full["tensors"] == {"layer input": 2 * 4096 * 8192}  # bf16 hidden x the 8K sequence
+
+
+@pytest.mark.parametrize(
+    "value,shown",
+    [("true", "got true"), ("false", "got false"), ("[true, 72]", "got [true, 72]"), ("{ gpus = true }", "got {gpus = true}")],
+)
+def test_a_cluster_value_of_the_wrong_kind_is_shown_as_toml_spells_it(capsys, tmp_path, value, shown):
+    # TOML's booleans are lowercase (toml.io, v1.0.0 "Boolean"): the error quotes what the
+    # user wrote, not Python's True
+    c = tmp_path / "c.toml"
+    c.write_text(H100 + f"nvlink_domain = {value}\n")
+    code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--cluster", c, "--pp", "4")
+    one_line(code, err, f"nvlink_domain must be a whole number from 0 to 1,000,000, {shown}")
+    assert "True" not in err and "False" not in err

@@ -110,14 +110,28 @@ def work(
         )
 
 
+def toml_text(value: object) -> str:
+    """``value`` as a TOML file spells it, which is how the user wrote it: lowercase
+    booleans, arrays and inline tables of such values; anything else as its repr (a
+    plain string's is a TOML literal string, 'like this')."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(map(toml_text, value))}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
 def shorten(value: object, limit: int = 40) -> str:
-    """``value`` as an error shows it: its repr, cut in the middle when long (an integer
-    too long to print whole is given by its number of digits)."""
+    """``value`` as an error shows it: as TOML spells it (``toml_text``; a flag's or a
+    cell's text as its repr), cut in the middle when long (an integer too long to print
+    whole is given by its number of digits)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * MAX_DIGITS + 10:
         digits = int(value.bit_length() * math.log10(2)) + 1
         digits -= 10 ** (digits - 1) > abs(value)  # the estimate is at most one too many
         return f"an integer of {digits:,} digits"
-    text = repr(value)
+    text = toml_text(value)
     n = len(value) if isinstance(value, str) else len(text)
     return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({n:,} characters)"
 

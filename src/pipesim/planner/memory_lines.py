@@ -48,7 +48,9 @@ def usable_lines(rows: list[dict], hbm_gb: float) -> list[str]:
         lines.append(f"  usable {u['usable_bytes'] / GB:.1f} GB of the card's {hbm_gb:.1f} GB{where} (less {held} GB)")
     sources = {h["what"].split(" (")[0]: h["source"] for r in rows for h in r["usable"]["held"] if h["bytes"]}
     lines += [f"    {what}: {source}" for what, source in sources.items()]
-    ranks = ", ".join(f"{r['schedule']} rank {r['rank']} ({r['peak_gb']:.1f} of {r['usable']['usable_bytes'] / GB:.1f} GB)" for r in rows)
+    ranks = ", ".join(
+        f"{r['schedule']} rank {r['rank']} ({r['peak_gb']:.1f} of {r['usable']['usable_bytes'] / GB:.1f} GB)" for r in rows
+    )
     lines.append(f"  worst rank, the least room under its own usable memory: {ranks}")
     return lines
 
