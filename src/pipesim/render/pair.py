@@ -5,6 +5,11 @@ the kind it belongs to (forward, backward for the input, weight gradient: the pa
 every other picture). A communication box with compute above it is hidden; one with an
 empty compute row above is exposed. In the terminal (``render_pair``) or as a chart
 (``pair_chart_bytes``, png/svg/pdf).
+
+In the terminal a part's name is cut to fit its cell only at a word's edge, never in the
+middle: ``DISPATCH(F)``, then its first four letters ``DISP(F)``, then its first letter
+``D(F)``, then ``D`` alone (the colour still gives F, B or W); a line under the picture
+says which short names stand for which.
 """
 
 from __future__ import annotations
@@ -25,13 +30,28 @@ def _kind(seg: Segment) -> str:
     return seg.label.split("(", 1)[1][0]
 
 
+def fitted_name(label: str, cells: int) -> str:
+    """A part's name (``DISPATCH(F)`` of ``DISPATCH(F) F0.1 L0``) in at most ``cells``
+    characters: whole, or cut to its first four letters, or to its first letter, with its
+    kind while that fits (the module docstring); ``cells`` is at least one."""
+    name = label.split(" ")[0]
+    part, _, kind = name.partition("(")
+    kind = f"({kind}" if kind else ""
+    for short in (name, part[:4] + kind, part[:1] + kind):
+        if len(short) <= cells:
+            return short
+    return part[:1]
+
+
 def render_pair(segments: tuple[Segment, ...], width: int = 100) -> list[Text]:
-    """Two rows, compute and communication, each part a cell as wide as its time."""
+    """Two rows, compute and communication, each part a cell as wide as its time; names
+    cut to fit (``fitted_name``) are spelt out in a last line."""
     end = max((g.end for g in segments), default=0.0)
     if end <= 0:
         return [Text("(empty pair)")]
     scale = width / end
     lines = []
+    cut: dict[str, str] = {}  # short name -> the part's whole name
     for stream in ("compute", "comm"):
         chars = [" "] * width
         styles = [""] * width
@@ -39,8 +59,11 @@ def render_pair(segments: tuple[Segment, ...], width: int = 100) -> list[Text]:
             if g.stream != stream:
                 continue
             a, b = round(g.start * scale), max(round(g.start * scale) + 1, round(g.end * scale))
-            label = g.label.split(" ")[0]
-            text = label[: b - a].ljust(b - a)
+            label = fitted_name(g.label, b - a)
+            whole = g.label.split(" ")[0].split("(")[0]
+            if label.split("(")[0] != whole:
+                cut[label.split("(")[0]] = whole
+            text = label.ljust(b - a)
             for i in range(a, min(b, width)):
                 chars[i] = text[i - a]
                 styles[i] = _STYLE[_kind(g)]
@@ -49,6 +72,12 @@ def render_pair(segments: tuple[Segment, ...], width: int = 100) -> list[Text]:
             line.append(ch, style=st or "dim")
         line.append("│")
         lines.append(line)
+    if cut:
+        wholes: dict[str, list[str]] = {}
+        for k, v in sorted(cut.items(), key=lambda kv: -len(kv[0])):
+            wholes.setdefault(v, []).append(k)
+        short = ", ".join(f"{' or '.join(ks)} = {v}" for v, ks in sorted(wholes.items()))
+        lines.append(Text(f"{'':>8}  names cut to fit: {short}", style="dim"))
     return lines
 
 
