@@ -60,3 +60,17 @@ def test_tensor_parallelism_names_te_amax_reductions_and_userbuffers(capsys, tmp
         assert ("all-reduces its amax over the tensor group" in row) == amax
         assert ("userbuffers (ub_fprop_rs = ring_exchange)" in row) == ub
         assert ("leave 1 of the SMs to it" in row) == ub
+
+
+def test_tensor_parallelism_names_torchaos_amax_reductions(capsys, tmp_path):
+    """torchao's Float8 tensor parallelism's amax all-reduces (planner/torchao_tensor_parallel.py)
+    are in the row under torchao's casts only, with the weights' where FSDP does not
+    gather them in float8."""
+    plan = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--tp", "8", "--global-batch", "64", "--json"]
+    for casts, said in (("torchao", True), ("transformer_engine", False)):
+        f = tmp_path / "t.toml"
+        f.write_text(f'precision = "fp8"\nfp8_scaling = "tensor"\nfp8_casts = "{casts}"\n')
+        assert main([*plan, "--training", str(f)]) == 0
+        row = json.loads(capsys.readouterr().out)["assumptions"]["tensor parallelism"]
+        assert ("torchao's Float8 tensor parallelism: DTensor reduces the shard's max" in row) == said
+        assert ("output gradient or weight all-reduces its amax" in row) == said

@@ -261,6 +261,14 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else ""
             )
             + (
+                "each tensorwise cast of a sharded activation, output gradient "
+                + ("or weight " if not float8_gathered(t) else "")
+                + "all-reduces its amax over the tensor group and waits (torchao's Float8 tensor parallelism: DTensor "
+                "reduces the shard's max; one float, NCCL's latency, exposed); "
+                if t.precision == "fp8" and t.fp8_scaling == "tensor" and t.fp8_casts == "torchao"
+                else ""
+            )
+            + (
                 f"Transformer Engine's userbuffers (ub_fprop_rs = {t.ub_fprop_rs}) copy each all-gathered shard into "
                 "their buffer and the bulk-reduce-scattered input gradient out of it on the compute stream"
                 + (

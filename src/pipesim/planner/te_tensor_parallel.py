@@ -67,6 +67,7 @@ from .compute import attention_shapes, gemms, hbm_rate, mlp_shapes
 from .elementwise import te_linears
 from .layout import Layout
 from .specs import Cluster, Model, Training
+from .torchao_tensor_parallel import amax_reductions as torchao_amax_reductions
 from .training import te_current_scaling
 
 #: bytes of the scale each rank contributes to an amax all-reduce (one fp32)
@@ -135,9 +136,10 @@ def margin_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -
 
 def te_tp_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float, float, float]:
     """Seconds all of the above adds to one micro-batch of a layer: (attention forward,
-    attention backward, MLP forward, MLP backward)."""
+    attention backward, MLP forward, MLP backward), with torchao's amax all-reduces priced
+    alike (``torchao_tensor_parallel``)."""
     reduce = nccl.collective_seconds(c, "all_reduce", AMAX_BYTES, lay.tp, lay.span("tp", c.domain))
-    counts = amax_reductions(m, layer, t, lay)
+    counts = [a + b for a, b in zip(amax_reductions(m, layer, t, lay), torchao_amax_reductions(m, layer, t, lay), strict=True)]
     moved = userbuffer_bytes(m, layer, t, lay)
     attn_margin, mlp_margin = margin_seconds(m, layer, c, t, lay)
     af, ab, mf, mb = (n * reduce + b / hbm_rate(c, t) for n, b in zip(counts, moved, strict=True))
