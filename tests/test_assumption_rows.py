@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipesim.cli import main
 
 PLAN = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--tokens", "1e12", "--json"]
@@ -62,15 +64,29 @@ def test_tensor_parallelism_names_te_amax_reductions_and_userbuffers(capsys, tmp
         assert ("leave 1 of the SMs to it" in row) == ub
 
 
-def test_tensor_parallelism_names_torchaos_amax_reductions(capsys, tmp_path):
+TP8 = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--tp", "8", "--global-batch", "64", "--json"]
+
+
+def _tp_row(capsys, tmp_path, training: str) -> str:
+    """The tensor-parallelism row of a tp8 plan under the training file's text."""
+    f = tmp_path / "t.toml"
+    f.write_text(training)
+    assert main([*TP8, "--training", str(f)]) == 0
+    return json.loads(capsys.readouterr().out)["assumptions"]["tensor parallelism"]
+
+
+@pytest.mark.parametrize("casts, said", [("torchao", True), ("transformer_engine", False)])
+def test_tensor_parallelism_names_torchaos_amax_reductions(capsys, tmp_path, casts, said):
     """torchao's Float8 tensor parallelism's amax all-reduces (planner/torchao_tensor_parallel.py)
     are in the row under torchao's casts only, with the weights' where FSDP does not
     gather them in float8."""
-    plan = ["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--tp", "8", "--global-batch", "64", "--json"]
-    for casts, said in (("torchao", True), ("transformer_engine", False)):
-        f = tmp_path / "t.toml"
-        f.write_text(f'precision = "fp8"\nfp8_scaling = "tensor"\nfp8_casts = "{casts}"\n')
-        assert main([*plan, "--training", str(f)]) == 0
-        row = json.loads(capsys.readouterr().out)["assumptions"]["tensor parallelism"]
-        assert ("torchao's Float8 tensor parallelism: DTensor reduces the shard's max" in row) == said
-        assert ("output gradient or weight all-reduces its amax" in row) == said
+    row = _tp_row(capsys, tmp_path, f'precision = "fp8"\nfp8_scaling = "tensor"\nfp8_casts = "{casts}"\n')
+    assert ("torchao's Float8 tensor parallelism: DTensor reduces the shard's max" in row) == said
+    assert ("output gradient or weight all-reduces its amax" in row) == said
+
+
+@pytest.mark.parametrize("kernels, said", [("inductor", True), ("te", False)])
+def test_tensor_parallelism_names_the_compiled_recomputes_dropped_collective(capsys, tmp_path, kernels, said):
+    """layer_costs.rerun_combine: said under fused_kernels = inductor only."""
+    row = _tp_row(capsys, tmp_path, f'fused_kernels = "{kernels}"\n')
+    assert ("the compiled backward graph drops" in row) == said

@@ -285,6 +285,12 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 if t.ub_fprop_rs != "none" and t.sequence_parallel
                 else ""
             )
+            + (
+                "a full recompute runs the forward's collectives again but the MLP's row-parallel one, which feeds only "
+                "the block's output and which the compiled backward graph drops (fused_kernels = inductor); "
+                if t.fused_kernels == "inductor"
+                else ""
+            )
             + TP_OVERLAP_TEXT[t.tp_overlap],
         ),
         (

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 
 from ..components import LayerCosts
 from .activations import layer_mode
-from .collectives import cp_exchange, moe_comm, tp_allreduce
+from .collectives import cp_exchange, moe_comm, tp_allreduce, tp_halves
 from .compute import (
     accumulation_seconds,
     attention_core,
@@ -100,7 +100,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch = combine = tp_allreduce(m, c, t, lay)
         dispatch_b, combine_b = tp_attn_b, tp_mlp_b
     if recompute == "full":  # the recomputed forward communicates again
-        dispatch_b, combine_b = dispatch_b + dispatch, combine_b + combine
+        dispatch_b, combine_b = dispatch_b + dispatch, combine_b + rerun_combine(m, layer, c, t, lay, combine)
     comm = (dispatch + combine, dispatch_b + combine_b)
     attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
         m, layer, c, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
@@ -121,6 +121,22 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         dispatch_b=dispatch_b,
         combine_b=combine_b,
     )
+
+
+def rerun_combine(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, combine: float) -> float:
+    """Seconds of the MLP's forward collectives (``combine``) a full recompute runs again.
+
+    Compiled (``fused_kernels = "inductor"``: torchtitan wraps each block in non-reentrant
+    checkpointing, then compiles it), the backward graph keeps only the recomputed ops a
+    gradient needs, and the block's last row-parallel collective (w2's reduce-scatter, or
+    its all-reduce without sequence parallelism) feeds only the block's output: it is not
+    run again. torch 2.13's own graphs of torchtitan's block on two gloo ranks say so
+    (tests/test_compiled_recompute_torch.py: the backward reruns wo's and neither of w2's).
+    Megatron-LM's checkpointing (its own CheckpointFunction) reruns the whole forward.
+    A dense layer's; an MoE layer's combine is its all-to-all, not counted there."""
+    if t.fused_kernels != "inductor" or m.is_moe_layer(layer):
+        return combine
+    return combine - tp_halves(m, c, t, lay)[1]
 
 
 def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> float:
