@@ -63,6 +63,14 @@ TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = 76
 TORCHTITAN_LOGIT_FORWARD_BYTES = 14
 TORCHTITAN_LOSS_PARALLEL_LOGIT_FORWARD_BYTES = 38
 
+#: bytes a logit Megatron-LM 2021's eager fp32 loss moves (``Training.logit_bytes``, the
+#: kernels listed there), and of those its forward's: the cast 2+4, max 4, sub_ 8, exp 8,
+#: sum 4 and div_ 8 forward (38), mul_ 8 and the cast back 4+2 backward (14), all in place
+#: on one fp32 copy (NVIDIA/Megatron-LM de7dc40f88 megatron/mpu/cross_entropy.py); counted
+#: in torch by tests/test_megatron_loss_bytes.py. Its rows set loss_forward_share to 38 / 52
+MEGATRON_2021_LOGIT_BYTES = 52
+MEGATRON_2021_LOGIT_FORWARD_BYTES = 38
+
 
 def torchtitan_loss(tp: int) -> dict[str, float]:
     """``Training``'s loss fields for torchtitan's cross-entropy at tensor-parallel degree
@@ -196,7 +204,8 @@ class Training:
     logit_bytes: float = 10
     # the share of logit_bytes the loss's forward moves, the rest backward: half where no
     # count says otherwise; torchtitan's eager loss 14 of 36, 38 of 76 under loss_parallel
-    # (torchtitan_loss, counted in torch by tests/test_loss_bytes.py)
+    # (torchtitan_loss, counted in torch by tests/test_loss_bytes.py); Megatron-LM 2021's
+    # 38 of 52 (MEGATRON_2021_LOGIT_FORWARD_BYTES)
     loss_forward_share: float = 0.5
     # the residual branches' dropout (Megatron-LM's default --hidden-dropout 0.1; Llama 3,
     # DeepSeek-V3 and torchtitan train without): besides the add it is fused into, it writes
