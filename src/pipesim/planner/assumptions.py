@@ -103,6 +103,8 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "usable memory",
             (held_text(plan, plan.best) + "; " if plan.best else "")
+            + "each pipeline rank's peak against its own usable memory: only the last stage's rank holds back the "
+            "loss's transient and the logits, each rank its own stages' receive buffers and FSDP pools; "
             + f"CUDA context {c.cuda_context_mib:g} MiB, NCCL {c.nccl_mib_per_group:g} MiB per communicator, "
             f"allocator_fragmentation {t.allocator_fragmentation:g} of the rest, the full-recompute transient; "
             "where each comes from: " + "; ".join(f"{what}: {source}" for what, source in SOURCES.items()),

@@ -235,27 +235,86 @@ def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv
 
 def usable_for(m, c, t, lay, recompute: str) -> Usable:
     """``usable`` with this layout's backward transient, FSDP's gathered parameters and
-    what the framework keeps beside them (the last stage's, whose loss they are)."""
+    what the framework keeps beside them (the last stage's, whose loss they are), on an
+    even split and two receive sets: what a layout leaves before any schedule is chosen.
+    A searched or built schedule's ranks are held to their own (``usable_on_rank``)."""
     microbatches = max(1, t.global_batch // (lay.dp * lay.micro_batch))
     kept = stranded_logits(m, t, lay) + pipeline_buffers(m, t, lay, microbatches)
     pools = fsdp_stream_pools(m, t, lay, rank_params(m, lay))
     return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept, pools)
 
 
-def usable_on_rank(m, c, t, lay, recompute: str, held: tuple[int, ...], stages: int, microbatches: int, params: float) -> Usable:
+@dataclass(frozen=True)
+class LayoutHeld:
+    """What a layout's ranks hold back that depends on no placement: the backward's
+    transient on a rank without the last stage and on the one with it, FSDP's gathered
+    parameters and the stranded logits' block (the last stage's). The search works it out
+    once a layout and recomputation, not once a rank (the transient is summed layer by
+    layer)."""
+
+    transient: tuple[float, float]  # without, with the last stage
+    gathered: float
+    stranded: float
+
+
+def layout_held(m, t, lay, recompute: str) -> LayoutHeld:
+    transient = (backward_transient(m, t, lay, recompute, False), backward_transient(m, t, lay, recompute, True))
+    return LayoutHeld(transient, fsdp_gathered(m, t, lay), stranded_logits(m, t, lay))
+
+
+def usable_on_rank(
+    m,
+    c,
+    t,
+    lay,
+    recompute: str,
+    held: tuple[int, ...],
+    stages: int,
+    microbatches: int,
+    params: float,
+    common: LayoutHeld | None = None,
+) -> Usable:
     """``usable`` for one pipeline rank of a built schedule: the rank holding model stages
     ``held`` of ``stages`` (``Placement.held``) and ``params`` parameters, over
     ``microbatches`` micro-batches a step. The loss's transient and the logits are held
     only where the last stage is; a receive buffer per micro-batch for each held stage's
     input (all but the first stage) and output gradient (all but the last); FSDP2's
-    side-stream pools for this rank's own parameters. ``usable_for`` is the last stage's,
-    budgeted for every rank by the search."""
+    side-stream pools for this rank's own parameters. The search and ``pipesim memory``
+    hold each rank's peak to it. ``common``: the layout's ``layout_held``, where the
+    caller has it already."""
+    common = common or layout_held(m, t, lay, recompute)
     last = stages - 1 in held
     recv = sum((st > 0) + (st < stages - 1) for st in held)
     inputs = sum(st > 0 for st in held)
-    kept = pipeline_buffers(m, t, lay, microbatches, last, recv, inputs) + (stranded_logits(m, t, lay) if last else 0.0)
+    kept = pipeline_buffers(m, t, lay, microbatches, last, recv, inputs) + (common.stranded if last else 0.0)
     pools = fsdp_stream_pools(m, t, lay, params)
-    return usable(c, t, lay, backward_transient(m, t, lay, recompute, last), fsdp_gathered(m, t, lay), kept, pools)
+    return usable(c, t, lay, common.transient[last], common.gathered, kept, pools)
+
+
+def rank_usables(
+    m, c, t, lay, recompute: str, held: tuple, stages: int, microbatches: int, mm, common: LayoutHeld | None = None
+) -> tuple[Usable, ...]:
+    """``usable_on_rank`` for each rank of a placement holding ``held`` (``Placement.held``)
+    on memory model ``mm`` (``footprint.memory_model``), each rank with its own stages'
+    parameters on one GPU."""
+    common = common or layout_held(m, t, lay, recompute)
+    return tuple(
+        usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, sum(sum(mm.params_at(st)) for st in own), common)
+        for own in held
+    )
+
+
+def roomiest(m, c, t, lay, recompute: str, common: LayoutHeld | None = None) -> Usable:
+    """No rank of this layout, on any placement or split, has more than this to fill: the
+    least ``usable_on_rank`` can hold back. Each part is its smallest over the ranks: one
+    recomputed layer's transient without the loss's (the rank without the last stage),
+    no framework buffers (the first stage's rank of a flat pipeline keeps one receive
+    set, and none without ``pp_keeps_outputs``), FSDP's pools for no parameters of its
+    own; the CUDA context, NCCL's and FSDP's gathered parameters are every rank's. A
+    layout that some rank cannot fit in this is refused before its placements are
+    looked at (the search's static floor). ``common``: the layout's ``layout_held``."""
+    common = common or layout_held(m, t, lay, recompute)
+    return usable(c, t, lay, common.transient[False], common.gathered, 0.0, fsdp_stream_pools(m, t, lay, 0.0))
 
 
 def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0, pools: float = 0.0) -> Usable:

@@ -4,7 +4,9 @@ Each candidate is first checked against its family's constraints (the registry's
 ``Family.check``), its stage count and the GPU's memory from its static bytes, from its
 placement alone (nothing is built for a candidate these rule out), and given a lower
 bound on its step time: the busiest rank's summed item times plus the gradient sync.
-Memory of the survivors is taken from their timelines."""
+Memory of the survivors is taken from their timelines. Each pipeline rank is held to its
+own usable memory (``device_memory.usable_on_rank``): only the last stage's rank keeps
+the loss's transient and logits, each its own receive buffers and FSDP pools."""
 
 from __future__ import annotations
 
@@ -32,10 +34,11 @@ from .bounds import (
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
-from .device_memory import usable_for
+from .device_memory import LayoutHeld, Usable, layout_held, rank_usables, roomiest
 from .footprint import memory_model
 from .layout import Layout
 from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
+from .rank_fit import over, refused
 from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .stages import component_costs, stage_parts
@@ -62,7 +65,8 @@ class Shared:
         self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
-        self.budgets: dict[tuple, float] = {}  # usable bytes per (layout, recomputation)
+        self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
+        self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
         self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
 
     def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
@@ -75,10 +79,17 @@ class Shared:
             hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))))
         return hit[1], hit[2]
 
-    def budget(self, lay: Layout, recompute: str) -> float:
-        """The bytes a rank can fill (``usable_for``), computed once per layout and
-        recomputation: every schedule, micro-batch count and split of them shares it."""
-        return _memo(self.budgets, (lay, recompute), lambda: usable_for(self.m, self.c, self.t, lay, recompute).bytes)
+    def most_usable(self, lay: Layout, recompute: str) -> float:
+        """Bytes no rank of this layout can fill more than (``device_memory.roomiest``),
+        computed once per layout and recomputation: a bound for refusing a layout before
+        its placements are looked at, never below any rank's own usable memory."""
+        common = self.layout_held(lay, recompute)
+        return _memo(self.roomiest, (lay, recompute), lambda: roomiest(self.m, self.c, self.t, lay, recompute, common).bytes)
+
+    def layout_held(self, lay: Layout, recompute: str) -> LayoutHeld:
+        """What each rank of this layout holds back whatever its placement
+        (``device_memory.layout_held``), once per layout and recomputation."""
+        return _memo(self.held, (lay, recompute), lambda: layout_held(self.m, self.t, lay, recompute))
 
     def program(self, name: str, pp: int, M: int, options: dict) -> Program:
         return self.programs.program(name, pp, M, options)
@@ -131,7 +142,7 @@ class Prepared:
     options: dict  # for its builder
     costs: object  # its component cost model (shared with candidates of its layout and placement)
     memory: object
-    budget: float
+    usables: tuple[Usable, ...]  # per rank, its own usable memory (device_memory.usable_on_rank)
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
     sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
@@ -155,7 +166,9 @@ class Prepared:
 def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
     """The options the candidate's family is built with: its chunks, and for a family whose
     builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
-    the activation memory left on the GPU (at most 2pp activations: ZB-2p's room)."""
+    the activation memory left (``room``; at most 2pp activations: ZB-2p's room). The
+    builder caps every rank alike, so ``room`` is the least any rank has under its own
+    usable memory: a cap no rank overflows, tighter than a roomier rank needs."""
     fam = REGISTRY[cand.schedule]
     takes = fam.options
     opts: dict = {}
@@ -232,49 +245,47 @@ def _within_memory(
     evened: bool,
 ) -> Prepared | Result:
     """``prepare``'s checks that depend on the stage split (``model``, from
-    ``Shared.cost_model``): memory, then the bound."""
+    ``Shared.cost_model``): memory, each rank against its own usable memory, then the bound."""
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
-    budget = shared.budget(lay, cand.recompute)
     parts, costs, mm, statics, memo = model
-    static = max(statics)
-    if static > budget:
-        return Result(
-            cand,
-            False,
-            f"parameters, gradients and optimizer states need {static / GB:.0f} GB > {budget / GB:.0f} GB usable",
-            static_gb=static / GB,
-        )
-    opts = builder_options(cand, costs, mm, budget - static, stages) | group
+    held = shared.placement(pl)[0]
+    common = shared.layout_held(lay, cand.recompute)
+
+    def make():  # per M too: the micro-batch count sets the pipeline's receive buffers
+        usables = rank_usables(m, c, t, lay, cand.recompute, held, stages, M, mm, common)
+        return usables, [u.bytes for u in usables]
+
+    usables, budgets = _memo(memo, ("usable", M), make)
+    r = over(statics, budgets)
+    if r is not None:
+        why = f"parameters, gradients and optimizer states need {statics[r] / GB:.0f} GB"
+        return refused(cand, why, r, usables, static_gb=statics[r] / GB)
+    # a builder takes one activation cap for every rank: the least room of any
+    room = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
+    opts = builder_options(cand, costs, mm, budgets[room] - statics[room], stages) | group
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
-        return Result(
-            cand,
-            False,
-            f"static memory {static / GB:.0f} GB leaves no room for one micro-batch's activations "
-            f"({opts['activation_bytes'] / GB:.1f} GB) in {budget / GB:.0f} GB usable",
-            static_gb=static / GB,
+        why = (
+            f"static memory {statics[room] / GB:.0f} GB on rank {room} leaves no room for one micro-batch's activations "
+            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[room] / GB:.0f} GB usable"
         )
+        return Result(cand, False, why, static_gb=statics[room] / GB, rank=room, usable=usables[room])
     runs = shared.placement(pl)[1]
-    one = _memo(  # the same for every schedule of this placement and cost model
+    ones = _memo(  # the same for every schedule of this placement and cost model
         memo,
         ("one", runs),
-        lambda: max(statics[r] + max(mm.activation_bytes(x) for x in held) for r, held in enumerate(runs) if held),
+        lambda: [statics[r] + max((mm.activation_bytes(x) for x in held), default=0.0) for r, held in enumerate(runs)],
     )
-    if one > budget * (1 + 1e-9):  # every rank holds at least one forward's activation
-        return Result(
-            cand,
-            False,
-            f"static memory and one micro-batch's activations need {one / GB:.0f} GB > {budget / GB:.0f} GB usable",
-            memory_gb=one / GB,
-            peak_known=False,
-        )
+    r = over(ones, budgets)
+    if r is not None:  # every rank holds at least one forward's activation
+        why = f"static memory and one micro-batch's activations need {ones[r] / GB:.0f} GB"
+        return refused(cand, why, r, usables, memory_gb=ones[r] / GB, peak_known=False)
     if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
-        peak = max(
-            affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))
-        )
-        if peak > budget * (1 + 1e-9):
-            return Result(cand, False, f"peak memory {peak / GB:.0f} GB > {budget / GB:.0f} GB usable", memory_gb=peak / GB)
+        peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))]
+        r = over(peaks, budgets)
+        if r is not None:
+            return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, usables, memory_gb=peaks[r] / GB)
         times = _memo(memo, "items", dict)
 
         def work():
@@ -299,7 +310,7 @@ def _within_memory(
         return pipeline_bound(pl, costs, *work(), passes) + sync
 
     if floor is None:
-        return Prepared(cand, stages, parts, opts, costs, mm, budget, statics, sync, bound(), evened)
+        return Prepared(cand, stages, parts, opts, costs, mm, usables, statics, sync, bound(), evened)
     # more work and less deferrable W can only lengthen pipeline_bound: a floor under it
     return Prepared(
         cand,
@@ -308,7 +319,7 @@ def _within_memory(
         opts,
         costs,
         mm,
-        budget,
+        usables,
         statics,
         sync,
         pipeline_bound(pl, costs, *floor, passes) + sync,
@@ -427,17 +438,20 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
                 sh = shared.shape(cand.schedule, pp, M, p.options)
-                peak = max(x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory)))
-                if peak > p.budget * (1 + 1e-9):
-                    return Result(
-                        cand, False, f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable", memory_gb=peak / GB
-                    )
+                peaks = [x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory))]
+                r = over(peaks, [u.bytes for u in p.usables])
+                if r is not None:
+                    return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, p.usables, memory_gb=peaks[r] / GB)
             x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
         else:
             x = extrapolated(lambda n: measure(shared.program(cand.schedule, pp, n, p.options), costs, p.memory), M, points)
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
-    peak = max(x.peak)
+    # a fit's fullest rank and the one with the least room; a misfit's rank furthest over
+    room = [u.bytes - peak for u, peak in zip(p.usables, x.peak)]
+    tight = min(range(pp), key=lambda r: (room[r], -x.peak[r]))
+    r = over(list(x.peak), [u.bytes for u in p.usables])
+    named = max(range(pp), key=lambda r: (x.peak[r], -room[r])) if r is None else r
     # the pipeline runs at the pace of the job's slowest GPU (``stragglers``): every
     # hand-off and collective waits for it
     makespan = x.makespan / slowest_share(c.gpus, c.gpu_speed_sd)
@@ -445,15 +459,15 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     tokens = t.global_batch * t.seq
     return Result(
         cand,
-        peak <= p.budget,
-        "" if peak <= p.budget else f"peak memory {peak / GB:.0f} GB > {p.budget / GB:.0f} GB usable",
+        r is None,
+        "" if r is None else refused(cand, f"peak memory {x.peak[r] / GB:.0f} GB", r, p.usables).reason,
         step_time=step,
         makespan=makespan,
         dp_sync=p.sync,
         bubble=1 - sum(x.busy) / (pp * x.makespan),
         compute_utilization=sum(x.compute) / (pp * x.makespan),
         exposed_comm=max(x.exposed),
-        memory_gb=peak / GB,
+        memory_gb=x.peak[named] / GB,
         static_gb=max(x.static) / GB,
         tokens_per_s=tokens / step,
         mfu=model_flops_per_token(m, t.seq) * tokens / (c.gpus * c.bf16_tflops * 1e12 * step),
@@ -461,6 +475,9 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         params_gb=max(x.params) / GB,
         stage_layers=tuple(map(len, p.parts)),
         options=p.options,
+        rank=named,
+        usable=p.usables[named],
+        room=(tight, x.peak[tight] / GB, p.usables[tight].bytes / GB) if r is None else None,
     )
 
 

@@ -4,24 +4,34 @@ back comes from (all from ``device_memory``), and what to change where a rank ov
 
 from __future__ import annotations
 
-from .device_memory import usable_for
+from .device_memory import Usable, roomiest
 from .results import Plan
 
 GB = 1e9
 
 
-def usable_gb(plan: Plan, r) -> float:
-    """GB a rank of result ``r``'s layout can fill (``device_memory``)."""
+def _usable(plan: Plan, r) -> Usable:
+    """The usable memory result ``r``'s memory was held to: its rank's own
+    (``Result.rank``, ``device_memory.usable_on_rank``), or where no rank is named (a
+    layout refused on its static floor) the most any rank of the layout has."""
+    if r.usable is not None:
+        return r.usable
     cand = r.candidate
-    return usable_for(plan.model, plan.cluster, plan.training, cand.layout, cand.recompute).bytes / 1e9
+    return roomiest(plan.model, plan.cluster, plan.training, cand.layout, cand.recompute)
+
+
+def usable_gb(plan: Plan, r) -> float:
+    """GB the rank whose memory result ``r`` quotes can fill (``_usable``)."""
+    return _usable(plan, r).bytes / 1e9
 
 
 def held_text(plan: Plan, r) -> str:
-    """What the device's capacity loses before tensors fill it, for ``r``'s layout."""
-    cand = r.candidate
-    u = usable_for(plan.model, plan.cluster, plan.training, cand.layout, cand.recompute)
+    """What the device's capacity loses before tensors fill it, on the rank whose memory
+    result ``r`` quotes (``_usable``)."""
+    u = _usable(plan, r)
     parts = ", ".join(f"{name} {b / 1e9:.1f} GB" for name, b in u.held if b)
-    return f"the card's {u.capacity / 1e9:.1f} GB less {parts}"
+    where = "" if r.rank is None or r.candidate.layout.pp == 1 else f"on pipeline rank {r.rank}, "
+    return f"{where}the card's {u.capacity / 1e9:.1f} GB less {parts}"
 
 
 def usable_dict(u, peak: float) -> dict:

@@ -68,6 +68,10 @@ def result_row(r: Result, plan: Plan) -> dict:
         "compute_utilization": r.compute_utilization,
         "exposed_comm_seconds": r.exposed_comm,
         "memory_gb": r.memory_gb,
+        # the pipeline rank memory_gb is of (the fullest) and what that rank can fill: each
+        # rank is held to its own (device_memory.usable_on_rank)
+        "memory_rank": r.rank,
+        "usable_gb": r.usable.bytes / 1e9 if r.usable is not None else None,
         "tokens_per_second": r.tokens_per_s,
         "mfu": r.mfu,
         "gpu_hours_per_trillion_tokens": r.gpu_hours_per_t,
@@ -179,7 +183,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"optimizer step {best.dp_sync:.2f} s)",
         f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
         f"- memory per GPU: {best.memory_gb:.1f} GB of {usable_gb(plan, best):.1f} GB usable ({best.static_gb:.1f} GB parameters, "
-        f"gradients and optimizer states; {held_text(plan, best)})",
+        f"gradients and optimizer states; {held_text(plan, best)}){_least_room(best)}",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {fmt_hours(hours_for_run(best, t))} GPU-hours "
         f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
@@ -243,6 +247,16 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines += ["## Assumptions", "", "| name | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in assumptions(plan)] + [""]
     lines += [f"Model FLOPs per token: {model_flops_per_token(m, t.seq) / 1e9:.0f} GFLOP (training, no recomputation).", ""]
     return "\n".join(lines)
+
+
+def _least_room(r: Result) -> str:
+    """Where another rank than the fullest has the least room under its own usable
+    memory (the last stage's rank holds the loss's transient and logits), that one too:
+    each rank was held to its own."""
+    if r.room is None or r.room[0] == r.rank:
+        return ""
+    rank, peak, usable = r.room
+    return f"; the least room is rank {rank}'s, {peak:.1f} of its own {usable:.1f} GB usable"
 
 
 def _table(plan: Plan, rows: list[Result]) -> str:

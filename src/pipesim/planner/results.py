@@ -31,6 +31,13 @@ class Result:
     stage_layers: tuple[int, ...] | None = None  # layers per model stage, as simulated
     options: dict | None = None  # what its order was built with (chunks, group size; zb-auto's costs)
     peak_known: bool = True  # memory_gb is the order's own peak, not a lower bound on it
+    # each pipeline rank is held to its own usable memory (device_memory.usable_on_rank):
+    # ``rank`` is the one memory_gb (static_gb for a refusal of static bytes) is of, and
+    # ``usable`` its device_memory.Usable: a fit's fullest rank, a refusal's rank furthest
+    # over its own; ``room``: a fit's rank with the least room, (rank, peak GB, usable GB)
+    rank: int | None = None
+    usable: object | None = None
+    room: tuple[int, float, float] | None = None
 
     @property
     def group_size(self) -> int | None:

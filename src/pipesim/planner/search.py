@@ -169,14 +169,19 @@ def _by_bound(prepared: list[Prepared]) -> Iterator[Prepared]:
 
 def _over_floor(m: Model, t: Training, cand: Candidate, floors: dict, shared: Shared) -> Result | None:
     """The candidate refused without a cost model when its layout's static floor
-    (``bounds.static_floor``, computed once a layout) exceeds the usable memory."""
+    (``bounds.static_floor``, computed once a layout: some rank holds at least that)
+    exceeds the most any rank of the layout can fill (``Shared.most_usable``): then that
+    rank fits on no placement, and nothing that fits is refused."""
     lay = cand.layout
     if lay not in floors:
         floors[lay] = static_floor(m, t, lay)
-    floor, budget = floors[lay], shared.budget(lay, cand.recompute)
-    if floor <= budget:
+    floor, most = floors[lay], shared.most_usable(lay, cand.recompute)
+    if floor <= most:
         return None
-    why = f"parameters, gradients and optimizer states need at least {floor / GB:.0f} GB > {budget / GB:.0f} GB usable"
+    why = (
+        f"parameters, gradients and optimizer states need at least {floor / GB:.0f} GB on some rank > "
+        f"{most / GB:.0f} GB usable on any"
+    )
     return Result(cand, False, why, static_gb=floor / GB)
 
 
