@@ -58,20 +58,15 @@ pipesim's peak is the largest over the ranks of each rank's own: its parameters,
 and optimizer states plus its activation peak over the schedule (the head's saved loss on
 the last stage), its backward transient (the loss's on the rank of the last stage, one
 recomputed layer's on the others), FSDP's gathered parameters and the framework's
-buffers and FSDP's stream pools above (``device_memory``), over (1 - allocator_fragmentation) for what the
+buffers and FSDP's stream pools above, as the planner holds them back on that rank
+(``device_memory.usable_on_rank``), over (1 - allocator_fragmentation) for what the
 allocator reserves beyond what it hands out.
 """
 
 from __future__ import annotations
 
 from pipesim.memory import memory
-from pipesim.planner.device_memory import (
-    backward_transient,
-    fsdp_gathered,
-    fsdp_stream_pools,
-    pipeline_buffers,
-    stranded_logits,
-)
+from pipesim.planner.device_memory import rank_usables
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Training, load_cluster, load_model
@@ -151,18 +146,18 @@ def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedu
     mm = memory_model(m, t, lay, stages, recompute, parts)
     mem = memory(s, simulate(s, component_costs(m, c, t, lay, stages, recompute, parts)), mm)
     ranks = []
-    for r in range(s.pp):
-        last = stages - 1 in held[r]
-        recv = sum((st > 0) + (st < stages - 1) for st in held[r])
-        inputs = sum(st > 0 for st in held[r])
-        kept = pipeline_buffers(m, t, lay, M, last, recv, inputs) + (stranded_logits(m, t, lay) if last else 0.0)
+    # what the planner holds back on each rank (device_memory.usable_on_rank), less the
+    # CUDA context and NCCL's buffers, which max_reserved does not count, and with the
+    # fragmentation share taken of the whole reserved peak below
+    for r, u in enumerate(rank_usables(m, c, t, lay, recompute, held, stages, M, mm)):
+        back = {what.split(" (")[0]: b for what, b in u.held}
         part = {
             "static": mem.static[r] / GIB,
             "activations": mem.activation_peak[r] / GIB,
-            "transient": backward_transient(m, t, lay, recompute, last_stage=last) / GIB,
-            "gathered": fsdp_gathered(m, t, lay) / GIB,
-            "pools": fsdp_stream_pools(m, t, lay, sum(sum(mm.params_at(st)) for st in held[r])) / GIB,
-            "framework": kept / GIB,
+            "transient": back["backward transient"] / GIB,
+            "gathered": back["FSDP gathered parameters"] / GIB,
+            "pools": back.get("FSDP's side-stream pools", 0.0) / GIB,
+            "framework": back.get("framework buffers", 0.0) / GIB,
         }
         part["reserved"] = sum(part.values()) / (1 - t.allocator_fragmentation)
         ranks.append(part)
