@@ -298,7 +298,7 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
         else:  # nested tables are filled by the caller
             ok, what = True, ""
         if not ok:
-            raise PipesimError(f"{where}: {key} must be {what}, got {value!r}")
+            raise PipesimError(f"{where}: {key} must be {what}, got {shorten(value)}")
         out[key] = value
     return cls(**out)
 
@@ -434,7 +434,7 @@ def _nccl_algorithms(value, where: str) -> tuple[str, ...]:
     if not ok or "ring" not in [x.lower() for x in value]:
         raise PipesimError(
             f'{where}: nccl_algorithms must be a list of {" and ".join(map(repr, NCCL_ALGORITHMS))} holding "ring" '
-            f'(e.g. ["ring", "tree"], or ["ring"] for the ring alone), got {value!r}'
+            f'(e.g. ["ring", "tree"], or ["ring"] for the ring alone), got {shorten(value)}'
         )
     return tuple(dict.fromkeys(x.lower() for x in value))
 
@@ -474,7 +474,7 @@ def load_training(name_or_path: str | None = None, base: dict | None = None, **o
         table["tp_overlap"] = "all" if overlap else "none"
     elif overlap not in TP_OVERLAPS:
         raise PipesimError(
-            f"{where}: tp_overlap must be one of {', '.join(TP_OVERLAPS)} (true: all, false: none), got {overlap!r}"
+            f"{where}: tp_overlap must be one of {', '.join(TP_OVERLAPS)} (true: all, false: none), got {shorten(overlap)}"
         )
     _share_below_one(table, "allocator_fragmentation", where)
     t = _fill(Training, table, where)

@@ -1,0 +1,51 @@
+"""A wrong value in a cluster or training file is quoted as TOML spells it, the way the
+user wrote it: TOML's booleans are lowercase (toml.io v1.0.0, "Boolean") and its arrays
+hold them so; Python's ``True`` and ``[True]`` are nowhere in a TOML file."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.cli import main
+
+CLUSTER = """\
+name = "x"
+gpu = "X"
+gpus = 16
+gpus_per_node = 8
+bf16_tflops = 989
+fp8_tflops = 1979
+memory_mib = 81559
+nvlink_gbps = 360
+network_gbps = 50
+"""
+
+
+@pytest.mark.parametrize(
+    "kind,line,message",
+    [
+        ("cluster", "gpu = true", "gpu must be a string, got true"),
+        ("cluster", "nccl_protocols = [false]", "nccl_protocols must be true or false, got [false]"),
+        ("cluster", "nccl_algorithms = [true]", 'nccl_algorithms must be a list of \'ring\' and \'tree\' holding "ring"'),
+        ("cluster", "nccl_algorithms = true", "(e.g. [\"ring\", \"tree\"], or [\"ring\"] for the ring alone), got true"),
+        ("cluster", "nccl_algorithms = [true]", "for the ring alone), got [true]"),
+        ("training", "micro_batch_sizes = [true, 2]", "micro_batch_sizes must be a list of up to 64 whole numbers"),
+        ("training", "micro_batch_sizes = [true, 2]", "from 1 to 16,000,000, got [true, 2]"),
+        ("training", "precision = false", "precision must be a string, got false"),
+        ("training", "tp_overlap = [true]", "tp_overlap must be one of none, backward, all, micro_pipeline"),
+        ("training", "tp_overlap = [true]", "(true: all, false: none), got [true]"),
+    ],
+)
+def test_a_wrong_value_is_quoted_as_toml_spells_it(capsys, tmp_path, kind, line, message):
+    f = tmp_path / f"{kind}.toml"
+    if kind == "cluster":
+        f.write_text(CLUSTER.replace('gpu = "X"\n', "") + line + "\n" if line.startswith("gpu ") else CLUSTER + line + "\n")
+        argv = ["--cluster", f]
+    else:
+        f.write_text(line + "\n")
+        argv = ["--cluster", "h100", "--gpus", 16, "--training", f]
+    code = main(["memory", "--model", "llama3-8b", "--pp", "2", *map(str, argv)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert message in err, err
+    assert "True" not in err and "False" not in err
