@@ -34,11 +34,11 @@ from .bounds import (
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
-from .device_memory import LayoutHeld, Usable, layout_held, rank_usables, roomiest
+from .device_memory import LayoutHeld, layout_held, rank_usables, roomiest
 from .footprint import memory_model
 from .layout import Layout
 from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
-from .rank_fit import over, refused
+from .rank_fit import Budgets, over, refused
 from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .stages import component_costs, stage_parts
@@ -142,7 +142,7 @@ class Prepared:
     options: dict  # for its builder
     costs: object  # its component cost model (shared with candidates of its layout and placement)
     memory: object
-    usables: tuple[Usable, ...]  # per rank, its own usable memory (device_memory.usable_on_rank)
+    budgets: Budgets  # per rank, its own usable memory (device_memory.usable_on_rank)
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
     sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
@@ -253,14 +253,15 @@ def _within_memory(
     common = shared.layout_held(lay, cand.recompute)
 
     def make():  # per M too: the micro-batch count sets the pipeline's receive buffers
-        usables = rank_usables(m, c, t, lay, cand.recompute, held, stages, M, mm, common)
-        return usables, [u.bytes for u in usables]
+        bytes_ = [u.bytes for u in rank_usables(m, c, t, lay, cand.recompute, held, stages, M, mm, common)]
+        return Budgets(bytes_, lambda r: rank_usables(m, c, t, lay, cand.recompute, held[r : r + 1], stages, M, mm, common)[0])
 
-    usables, budgets = _memo(memo, ("usable", M), make)
+    own = _memo(memo, ("usable", M), make)
+    budgets = own.bytes
     r = over(statics, budgets)
     if r is not None:
         why = f"parameters, gradients and optimizer states need {statics[r] / GB:.0f} GB"
-        return refused(cand, why, r, usables, static_gb=statics[r] / GB)
+        return refused(cand, why, r, own, static_gb=statics[r] / GB)
     # a builder takes one activation cap for every rank: the least room of any
     room = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
     opts = builder_options(cand, costs, mm, budgets[room] - statics[room], stages) | group
@@ -269,7 +270,7 @@ def _within_memory(
             f"static memory {statics[room] / GB:.0f} GB on rank {room} leaves no room for one micro-batch's activations "
             f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[room] / GB:.0f} GB usable"
         )
-        return Result(cand, False, why, static_gb=statics[room] / GB, rank=room, usable=usables[room])
+        return Result(cand, False, why, static_gb=statics[room] / GB, rank=room, usable=own.usable(room))
     runs = shared.placement(pl)[1]
     ones = _memo(  # the same for every schedule of this placement and cost model
         memo,
@@ -279,13 +280,13 @@ def _within_memory(
     r = over(ones, budgets)
     if r is not None:  # every rank holds at least one forward's activation
         why = f"static memory and one micro-batch's activations need {ones[r] / GB:.0f} GB"
-        return refused(cand, why, r, usables, memory_gb=ones[r] / GB, peak_known=False)
+        return refused(cand, why, r, own, memory_gb=ones[r] / GB, peak_known=False)
     if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))]
         r = over(peaks, budgets)
         if r is not None:
-            return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, usables, memory_gb=peaks[r] / GB)
+            return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, own, memory_gb=peaks[r] / GB)
         times = _memo(memo, "items", dict)
 
         def work():
@@ -310,7 +311,7 @@ def _within_memory(
         return pipeline_bound(pl, costs, *work(), passes) + sync
 
     if floor is None:
-        return Prepared(cand, stages, parts, opts, costs, mm, usables, statics, sync, bound(), evened)
+        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, sync, bound(), evened)
     # more work and less deferrable W can only lengthen pipeline_bound: a floor under it
     return Prepared(
         cand,
@@ -319,7 +320,7 @@ def _within_memory(
         opts,
         costs,
         mm,
-        usables,
+        own,
         statics,
         sync,
         pipeline_bound(pl, costs, *floor, passes) + sync,
@@ -439,18 +440,18 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
                 sh = shared.shape(cand.schedule, pp, M, p.options)
                 peaks = [x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory))]
-                r = over(peaks, [u.bytes for u in p.usables])
+                r = over(peaks, p.budgets.bytes)
                 if r is not None:
-                    return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, p.usables, memory_gb=peaks[r] / GB)
+                    return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, p.budgets, memory_gb=peaks[r] / GB)
             x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
         else:
             x = extrapolated(lambda n: measure(shared.program(cand.schedule, pp, n, p.options), costs, p.memory), M, points)
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
     # a fit's fullest rank and the one with the least room; a misfit's rank furthest over
-    room = [u.bytes - peak for u, peak in zip(p.usables, x.peak)]
+    room = [b - peak for b, peak in zip(p.budgets.bytes, x.peak)]
     tight = min(range(pp), key=lambda r: (room[r], -x.peak[r]))
-    r = over(list(x.peak), [u.bytes for u in p.usables])
+    r = over(list(x.peak), p.budgets.bytes)
     named = max(range(pp), key=lambda r: (x.peak[r], -room[r])) if r is None else r
     # the pipeline runs at the pace of the job's slowest GPU (``stragglers``): every
     # hand-off and collective waits for it
@@ -460,7 +461,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     return Result(
         cand,
         r is None,
-        "" if r is None else refused(cand, f"peak memory {x.peak[r] / GB:.0f} GB", r, p.usables).reason,
+        "" if r is None else refused(cand, f"peak memory {x.peak[r] / GB:.0f} GB", r, p.budgets).reason,
         step_time=step,
         makespan=makespan,
         dp_sync=p.sync,
@@ -476,8 +477,8 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         stage_layers=tuple(map(len, p.parts)),
         options=p.options,
         rank=named,
-        usable=p.usables[named],
-        room=(tight, x.peak[tight] / GB, p.usables[tight].bytes / GB) if r is None else None,
+        usable=p.budgets.usable(named),
+        room=(tight, x.peak[tight] / GB, p.budgets.bytes[tight] / GB) if r is None else None,
     )
 
 
