@@ -182,8 +182,8 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
         f"optimizer step {best.dp_sync:.2f} s)",
         f"- bubble {best.bubble:.1%}; compute utilization {best.compute_utilization:.1%}; exposed communication {best.exposed_comm:.2f} s per step",
-        f"- memory per GPU: {best.memory_gb:.1f} GB of {usable_gb(plan, best):.1f} GB usable ({best.static_gb:.1f} GB parameters, "
-        f"gradients and optimizer states; {held_text(plan, best)}){_least_room(best)}",
+        f"- memory per GPU: {best.memory_gb:.1f} GB of {usable_gb(plan, best):.1f} GB usable (parameters, gradients "
+        f"and optimizer states up to {best.static_gb:.1f} GB a rank; {held_text(plan, best)}){_least_room(best)}",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {fmt_hours(hours_for_run(best, t))} GPU-hours "
         f"({hours_for_run(best, t) / c.gpus / 24:.0f} days on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
