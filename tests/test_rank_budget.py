@@ -41,9 +41,7 @@ LAYOUT = Layout(pp=4, dp=8, micro_batch=1)
 def _setup(microbatches: int):
     # torchtitan's pipeline: FSDP (kept gathered under pp), del pred, pipelining's kept outputs;
     # no recomputation, so a rank without the last stage has no backward transient
-    t = Training(
-        zero=3, seq=8192, global_batch=8 * microbatches, loss_frees_logits=True, pp_keeps_outputs=True, recompute="none"
-    )
+    t = Training(zero=3, seq=8192, global_batch=8 * microbatches, loss_frees_logits=True, pp_keeps_outputs=True, recompute="none")
     return load_model("llama3-8b"), load_cluster("h100", gpus=32), t
 
 
@@ -101,7 +99,9 @@ def test_a_last_rank_over_its_own_memory_is_still_refused_and_named():
     r = evaluate(m, c, t, Candidate(LAYOUT, "1f1b", None, "none", 32))
     assert not r.fits and r.rank == 3
     assert r.usable.bytes <= _last_rank_at_most(32) + 1 and _last_rank_at_most(32) < 14e9
-    assert r.reason.startswith("parameters, gradients and optimizer states need") and "GB on rank 3 > 14 GB usable there" in r.reason
+    assert (
+        r.reason.startswith("parameters, gradients and optimizer states need") and "GB on rank 3 > 14 GB usable there" in r.reason
+    )
     assert _first_rank(32) > 5 * r.static_gb * 1e9  # not refused for want of the roomiest rank's memory
 
 

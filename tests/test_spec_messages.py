@@ -26,8 +26,8 @@ network_gbps = 50
     [
         ("cluster", "gpu = true", "gpu must be a string, got true"),
         ("cluster", "nccl_protocols = [false]", "nccl_protocols must be true or false, got [false]"),
-        ("cluster", "nccl_algorithms = [true]", 'nccl_algorithms must be a list of \'ring\' and \'tree\' holding "ring"'),
-        ("cluster", "nccl_algorithms = true", "(e.g. [\"ring\", \"tree\"], or [\"ring\"] for the ring alone), got true"),
+        ("cluster", "nccl_algorithms = [true]", "nccl_algorithms must be a list of 'ring' and 'tree' holding \"ring\""),
+        ("cluster", "nccl_algorithms = true", '(e.g. ["ring", "tree"], or ["ring"] for the ring alone), got true'),
         ("cluster", "nccl_algorithms = [true]", "for the ring alone), got [true]"),
         ("training", "micro_batch_sizes = [true, 2]", "micro_batch_sizes must be a list of up to 64 whole numbers"),
         ("training", "micro_batch_sizes = [true, 2]", "from 1 to 16,000,000, got [true, 2]"),
