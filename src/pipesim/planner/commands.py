@@ -19,7 +19,7 @@ from ..simulate import simulate
 from . import calibrate
 from .activations import head_activation, head_saved, layer_activation, layer_mode, layer_saved
 from .candidates import Pins
-from .device_memory import usable_on_rank
+from .device_memory import rank_usables
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
 from .memory_lines import no_fit_line, usable_dict, usable_lines
@@ -457,7 +457,7 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     # transient and logits, each stage's its own receive buffers and FSDP pools
     held = pl.held()
     params = [sum(sum(mm.params_at(st)) for st in held[r]) for r in range(s.pp)]
-    usables = [usable_on_rank(model, cluster, training, lay, recompute, held[r], stages, M, params[r]) for r in range(s.pp)]
+    usables = rank_usables(model, cluster, training, lay, recompute, held, stages, M, mm)
     # the worst rank: the least room under its own usable memory (the highest peak on a tie)
     worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
     n = params[worst]
