@@ -146,6 +146,30 @@ def _no_launch(*args, **kwargs):
     raise AssertionError("a process was started")
 
 
+@pytest.mark.parametrize(
+    "argv, env, says",
+    [
+        (["--pp", "64", "-m", "64"], {}, "--pp 64 needs 64 processes"),
+        (["--model", "tiny", "--experts", "8"], {}, "--experts sets the experts of --model moe"),
+        (["--a2a-delay", "5ms"], {}, "--a2a-delay slows the expert all-to-alls"),
+        (["--model", "nosuch:Model"], {}, "importing nosuch failed"),
+        ([], {"GLOO_SOCKET_IFNAME": "nosuch0"}, "which is no network interface of this machine"),
+    ],
+)
+def test_a_refused_run_leaves_no_profile_folder(argv, env, says, capsys, monkeypatch, tmp_path):
+    """Bad input writes nothing: the --profile folder was made before these refusals,
+    and stayed behind, empty."""
+    monkeypatch.setenv("PIPESIM_MAX_RANKS", "16")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--backend", "gloo", "--profile", "prof/run1", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "prof").exists()
+
+
 def test_too_many_ranks_for_the_machine_is_refused(capsys, monkeypatch):
     """run --pp 64 --synthetic on this machine: refused with the limit named, nothing started."""
     monkeypatch.delenv("PIPESIM_MAX_RANKS", raising=False)

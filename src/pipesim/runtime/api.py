@@ -56,13 +56,13 @@ def job(
     overlap: bool = True,
 ) -> Job:
     """One schedule to run; ``profile``: a folder to record each rank's torch.profiler
-    trace in (``rank{r}.json``, created if missing), for ``pipesim profile``; ``ep``:
+    trace in (``rank{r}.json``; the ranks create the folder if missing, so a refusal
+    leaves none behind), for ``pipesim profile``; ``ep``:
     expert-parallel ranks per stage (the model's experts sharded over them, pp x ep
     processes); ``a2a_delay``: the least time an all-to-all takes, in seconds;
     ``overlap=False`` runs overlapped pairs as their two halves one after the other."""
     validate(schedule)
     if profile is not None:
-        os.makedirs(profile, exist_ok=True)
         profile = os.fspath(profile)
     if synthetic is not None:
         if ep != 1:

@@ -195,6 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the trace files --profile writes are checked against the inputs before torch is
     # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
     profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
+    if args.a2a_delay and args.ep == 1:
+        raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     if not under_torchrun():  # and so are more ranks than this machine can run
         check_capacity(schedules[0].pp * args.ep, schedules[0].pp, args.ep)
     _torch()
@@ -204,8 +206,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
-    if args.a2a_delay and args.ep == 1:
-        raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     model = None if args.synthetic else _model(args)
     jobs = [
         job(
@@ -236,12 +236,18 @@ def _profile_dir(args, schedule, count: int) -> str | None:
     if args.profile is None:
         return None
     folder = args.profile if count == 1 else os.path.join(args.profile, re.sub(r"[^\w.-]", "_", schedule.name))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise PipesimError(f"--profile {args.profile}: cannot create {folder!r}: {e.strerror}") from None
-    if not os.access(folder, os.W_OK):
-        raise PipesimError(f"--profile {args.profile}: the folder {folder!r} is not writable")
+    # checked, not made: a refusal after this (the model, the ranks, the network) must
+    # leave nothing behind, so the ranks make the folder when they write their traces
+    existing = folder
+    while existing and not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    existing = existing or "."
+    if not os.path.isdir(existing):
+        where = "" if existing == folder else f"cannot create {folder!r}: "
+        raise PipesimError(f"--profile {args.profile}: {where}{existing!r} is not a folder; name a folder for the traces")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
+        raise PipesimError(f"--profile {args.profile}: {what} not writable")
     refuse_overwrite(
         [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
         input_files(vars(args), skip=("profile",)),

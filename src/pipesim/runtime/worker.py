@@ -220,6 +220,7 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
     finally:
         with _quiet_stderr():
             prof.stop()
+    os.makedirs(folder, exist_ok=True)  # made here, once the run has started: see api.job
     path = os.path.join(folder, f"rank{ctx.rank}.json")
     prof.export_chrome_trace(path)
     add_thread_ranges(path, clock, offthread or [])
