@@ -287,6 +287,29 @@ def test_rendezvous_failures_name_the_fix():
     assert network_error(ValueError("something else")) is None
 
 
+def test_a_torchrun_rank_that_finds_nobody_is_one_line():
+    """As torchrun starts it (RANK, WORLD_SIZE, MASTER_ADDR/PORT), a rank whose rendezvous
+    nobody answers prints the one line and exits 2; c10d's C++ log (its retries, with
+    40 lines of stack frames) no longer comes before it."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CPP_LOG_LEVEL", "TORCHELASTIC_RUN_ID")}
+    env.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipesim.runtime", "run", "-s", "1f1b", "--pp", "2", "-m", "2", "--timeout", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"pipesim: error: rank 1: could not reach 127.0.0.1:{port} to meet the other ranks")
+    assert proc.stderr.count("\n") == 1, proc.stderr[:2000]
+
+
 @pytest.mark.runtime
 @pytest.mark.xdist_group("runtime")
 def test_ctrl_c_during_export_check_is_one_line(tmp_path):

@@ -199,6 +199,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     if not under_torchrun():  # and so are more ranks than this machine can run
         check_capacity(schedules[0].pp * args.ep, schedules[0].pp, args.ep)
+    else:
+        # this process is a rank: c10d reads its log level once, when torch loads, and
+        # would print its retries and stack frames before the one line a failed
+        # rendezvous gets (the local launcher sets the same for its ranks)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     _torch()
     from .api import execute_many, job
     from .results import RunFailed
