@@ -171,6 +171,10 @@ def test_report_data_is_the_timeline(capsys, tmp_path):
         (["report", "-o", "r.pdf"], "use .html"),
         (["report", "--sweep", "8:x", "-o", "r.html"], "--sweep '8:x': 'x' is not a whole number"),
         (["report", "--schedules", "1f1b", "-o", "nowhere/r.html"], "there is no folder 'nowhere'"),
+        (
+            ["report", "--pp", "3", "--schedules", "dualpipe,chimera", "-o", "r.html"],
+            "no schedule of dualpipe, chimera can take pp=3, M=16: dualpipe needs an even --pp, got 3; chimera needs",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, monkeypatch, argv, needle):

@@ -247,6 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     pp, M = shape(args)
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
     rows = compare_rows(args, names, costs)
+    if not any(r.report for r in rows):  # a page of nothing but "n/a" rows: refused, as sweep refuses
+        reasons = "; ".join(dict.fromkeys(r.error for r in rows))
+        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp}, M={M}: {reasons}")
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
     notes: list[str] = []
     if Ms:
