@@ -89,8 +89,10 @@ CASES = [
     ({}, ["import", "--torch", "Interleaved1F1B", "--pp", "2", "-m", "4", "--stages-per-rank", "-3"],
      "--stages-per-rank: expected a whole number from 1 to"),
     ({}, ["import", "--torch", "Interleaved1F1B", "--pp", "2", "-m", "4", "--stages-per-rank", "0"], "got '0'"),
-    ({"a.csv": "\n"}, ["import", "--csv", "a.csv", "-m", "4", "-o", "o.json"], "a: 1 row(s) but no actions"),
-    ({"a.csv": ",,\n,\n"}, ["import", "--csv", "a.csv", "-o", "o.json"], "a: 2 row(s) but no actions"),
+    # the file named as given, not as the schedule it would become
+    ({"a.csv": "\n"}, ["import", "--csv", "a.csv", "-m", "4", "-o", "o.json"], "a.csv: 1 row(s) but no actions"),
+    ({"a.csv": ",,\n,\n"}, ["import", "--csv", "a.csv", "-o", "o.json"], "a.csv: 2 row(s) but no actions"),
+    ({"a.csv": "0F0,zz\n"}, ["import", "--csv", "a.csv"], "a.csv: rank 0 cell 1: cannot read 'zz'"),
     # times that are not finite or past any chart's range
     ({"t.json": trace("1" + "0" * 400)}, ["profile", "t.json"], "t.json: ts is '1000000000000000000...0000000' (401 characters), an integer of 401 digits"),
     ({"t.json": trace("1e30")}, ["profile", "t.json"], "expected a start from -1e+17 to 1e+17"),

@@ -408,7 +408,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         name = os.path.splitext(os.path.basename(args.csv))[0]
         where = args.csv
         M = args.microbatches
-    s = from_torch_rows(rows, name, M)
+    s = from_torch_rows(rows, name, M, source=None if args.torch else args.csv)
     try:
         compile(s)  # the array check: validate walks every op as an object
     except PipesimError as e:

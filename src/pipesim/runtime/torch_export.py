@@ -223,16 +223,20 @@ def read_csv(text: str, where: str = "the CSV") -> list[list[str]]:
         raise PipesimError(f"{where}: not a schedule CSV ({e}); expected one row of actions per rank, like 0F0,0F1,0I0") from None
 
 
-def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int | None = None) -> Schedule:
+def from_torch_rows(
+    rows: list[list[str | None]], name: str, microbatches: int | None = None, source: str | None = None
+) -> Schedule:
     """A pipesim Schedule from PyTorch action rows (compute-only or with communication,
     which is dropped). The placement is what the rows imply: each stage on the rank whose
     row names it, a rank's stages in increasing order as its chunks 0, 1, ...
 
-    Not validated here: ``validate`` the result to find what is wrong with an order."""
+    Not validated here: ``validate`` the result to find what is wrong with an order.
+    ``source``: what errors name (the file the rows came from); default ``name``."""
+    source = source or name
     pp = len(rows)
     if pp == 0:
-        raise PipesimError(f"{name}: no rows; expected one row of actions per rank")
-    work(pp, 1, where=f"{name}: ")  # the ranks, before a cell is parsed (200,000 rows took 9 s to refuse)
+        raise PipesimError(f"{source}: no rows; expected one row of actions per rank")
+    work(pp, 1, where=f"{source}: ")  # the ranks, before a cell is parsed (200,000 rows took 9 s to refuse)
     parsed: list[list[tuple]] = []
     rank_of: dict[int, int] = {}
     for r, row in enumerate(rows):
@@ -248,28 +252,28 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
                 a = _ACTION.match(part)
                 if not a:
                     raise PipesimError(
-                        f"{name}: rank {r} cell {i}: cannot read {text!r}; expected STAGE TYPE MICROBATCH such as 2F0, 3I2, "
+                        f"{source}: rank {r} cell {i}: cannot read {text!r}; expected STAGE TYPE MICROBATCH such as 2F0, 3I2, "
                         "3W2, 2B0, or (0F7;7B3)OVERLAP_F_B"
                     )
-                where = f"{name}: rank {r} cell {i}: {shorten(part)}"
+                where = f"{source}: rank {r} cell {i}: {shorten(part)}"
                 stage = integer(a.group(1), "stage", 0, MAX_COUNT, where)  # capped before int()
                 kind, mb = a.group(2), integer(a.group(3), "micro-batch", 0, MAX_COUNT, where)
                 if rank_of.setdefault(stage, r) != r:
                     raise PipesimError(
-                        f"{name}: stage {stage} appears on rank {rank_of[stage]} and on rank {r}; a stage lives on one rank"
+                        f"{source}: stage {stage} appears on rank {rank_of[stage]} and on rank {r}; a stage lives on one rank"
                     )
                 acts.append((stage, kind, mb))
             if m and (acts[0][1] != "F" or acts[1][1] not in ("I", "B")):
-                raise PipesimError(f"{name}: rank {r}: {text!r} must overlap a forward with a backward (F then I or B)")
+                raise PipesimError(f"{source}: rank {r}: {text!r} must overlap a forward with a backward (F then I or B)")
             out.append(acts)
         parsed.append(out)
     if not rank_of:  # blank rows: a 0-op schedule, which pipesim's own reader refuses
-        raise PipesimError(f"{name}: {pp} row(s) but no actions; expected one row of actions per rank, like 0F0,0F1,0I0")
+        raise PipesimError(f"{source}: {pp} row(s) but no actions; expected one row of actions per rank, like 0F0,0F1,0I0")
     stages = max(rank_of, default=-1) + 1
-    work(1, stages, where=f"{name}: stages: ")  # before listing the stages no rank holds
+    work(1, stages, where=f"{source}: stages: ")  # before listing the stages no rank holds
     missing = [s for s in range(stages) if s not in rank_of]
     if missing:
-        raise PipesimError(f"{name}: stage {missing[0]} appears on no rank (stages must be 0..{stages - 1})")
+        raise PipesimError(f"{source}: stage {missing[0]} appears on no rank (stages must be 0..{stages - 1})")
     chunk_of: dict[int, int] = {}
     held: dict[int, list[int]] = {}
     for s in sorted(rank_of):  # one pass, not one per rank: a CSV may have 200,000 rows
@@ -281,8 +285,8 @@ def from_torch_rows(rows: list[list[str | None]], name: str, microbatches: int |
     mbs = [a[2] for acts in parsed for item in acts for a in item]
     M = microbatches if microbatches is not None else max(mbs, default=-1) + 1
     if M < 1:
-        raise PipesimError(f"{name}: no actions to import")
-    work(pp, M, chunks, where=f"{name}: ")
+        raise PipesimError(f"{source}: no actions to import")
+    work(pp, M, chunks, where=f"{source}: ")
     route = tuple((rank_of[s], chunk_of[s]) for s in range(stages))
     placement = _named_placement(pp, M, chunks, route)
 
