@@ -116,3 +116,24 @@ def test_a_pytorch_pipelining_step_reads_back_as_its_own_order(tmp_path):
     got = profile(path)
     assert got.schedule.to_notation() == [want]
     assert got.schedule.placement.stages == 2 and got.stage_costs is not None
+
+
+def test_a_rank_stopped_while_writing_its_trace_leaves_the_old_one_whole(tmp_path):
+    """The trace goes to a temporary file renamed into place: an export that fails
+    halfway (as a rank killed mid-write) leaves the previous rank0.json as it was and
+    nothing else behind."""
+    from pipesim.runtime.worker import save_trace
+
+    old = tmp_path / "rank0.json"
+    old.write_text('{"traceEvents": []}')
+
+    class Cut:
+        def export_chrome_trace(self, path):
+            with open(path, "w") as f:
+                f.write('{"traceEvents": [{"ph": "X", "na')
+            raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        save_trace(Cut(), str(old), 0.0, [])
+    assert old.read_text() == '{"traceEvents": []}'
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]

@@ -221,9 +221,23 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
         with _quiet_stderr():
             prof.stop()
     os.makedirs(folder, exist_ok=True)  # made here, once the run has started: see api.job
-    path = os.path.join(folder, f"rank{ctx.rank}.json")
-    prof.export_chrome_trace(path)
-    add_thread_ranges(path, clock, offthread or [])
+    save_trace(prof, os.path.join(folder, f"rank{ctx.rank}.json"), clock, offthread or [])
+
+
+def save_trace(prof, path: str, clock: float, ranges: list) -> None:
+    """Export ``prof`` to ``path`` whole or not at all. A large trace takes seconds to
+    write, and the launcher kills a rank mid-write when another rank fails, on Ctrl-C or
+    at the timeout: written in place, that left a cut rank{r}.json (and a previous run's
+    whole one gone). Written beside it under a temporary name, then renamed."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        prof.export_chrome_trace(tmp)
+        add_thread_ranges(tmp, clock, ranges)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 CLOCK_MARK = "pipesim/clock"
