@@ -248,6 +248,23 @@ def test_a_user_model_that_cannot_load_is_one_line(source, name, says, capsys, m
     assert code == 2 and err.count("\n") == 1 and says in err, err
 
 
+@pytest.mark.parametrize(
+    "argv, stages",
+    [(["-s", "1f1b", "--pp", "4"], 4), (["-s", "interleaved-1f1b", "--pp", "2"], 4), (["-s", "zb-v", "--pp", "2"], 4)],
+)
+def test_a_list_of_layers_shorter_than_the_stages_is_refused_before_any_process(argv, stages, capsys, monkeypatch, tmp_path):
+    """Three layers cannot make four stages: one line and exit 2 before a rank starts,
+    not a ValueError raised by every rank at set-up (exit 1)."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "three.py").write_text("from torch import nn\nlayers = nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)])\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "three", raising=False)
+    code = main(["run", *argv, "-m", "4", "--model", "three:layers", "--input-shape", "4,8", "--check"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"the model has 3 layers, too few for the schedule's {stages} stages" in err
+
+
 # ---------------------------------------------------------------------------------------
 # the environment
 

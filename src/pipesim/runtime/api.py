@@ -70,6 +70,8 @@ def job(
         return Job(schedule, None, synthetic, False, tolerance, profile)
     model = model if model is not None else TinyTransformer()
     check_model(model, ep)
+    if callable(getattr(model, "check_stages", None)):  # a model that cannot be cut this finely
+        model.check_stages(schedule.placement.stages)
     return Job(schedule, model, None, check, tolerance, profile, ep, a2a_delay, overlap)
 
 

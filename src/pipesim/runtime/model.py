@@ -11,6 +11,9 @@ A stage model is any object with four methods (see ``TinyTransformer``):
 * ``microbatch(mb)``: ``(input, target)`` of micro-batch ``mb``, deterministic.
 * ``loss(output, target)``: a scalar.
 
+Optionally ``check_stages(stages)``: raise ``PipesimError`` for a number of stages the model
+cannot be cut into; ``pipesim run`` calls it before any process starts.
+
 Each stage takes one tensor and returns one tensor. The model object is pickled to every
 worker, so it must be picklable (plain attributes, modules; no lambdas).
 """
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from ..errors import PipesimError
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,15 @@ class Sequential:
     input_shape: tuple[int, ...]
     seed: int = 0
     _shapes: dict = field(default_factory=dict, repr=False)
+
+    def check_stages(self, stages: int) -> None:
+        """Refuse, before any rank starts, more stages than layers: every stage needs one."""
+        n = len(list(self.layers))
+        if n < stages:
+            raise PipesimError(
+                f"the model has {n} layers, too few for the schedule's {stages} stages (each takes at least one): "
+                "lower --pp (or --chunks), or give it more layers"
+            )
 
     def _groups(self, stages: int) -> list[list[nn.Module]]:
         layers = list(self.layers)
