@@ -82,7 +82,9 @@ class Sequential:
     when they do not divide evenly); inputs are seeded normal noise of ``input_shape`` and
     targets noise shaped like the output, with a mean-squared-error loss.
 
-    >>> Sequential(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh()), (4, 8))
+    >>> model = Sequential(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh()), (4, 8))
+    >>> model.boundary(1, 2)
+    ((4, 8), torch.float32)
     """
 
     layers: nn.Module | list[nn.Module]
