@@ -265,6 +265,18 @@ def test_a_list_of_layers_shorter_than_the_stages_is_refused_before_any_process(
     assert f"the model has 3 layers, too few for the schedule's {stages} stages" in err
 
 
+def test_an_input_shape_the_layers_cannot_take_is_refused_before_any_process(capsys, monkeypatch, tmp_path):
+    """Linear(8, 8) cannot take rows of 7: torch's own words, one line, exit 2, no rank."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "three.py").write_text("from torch import nn\nlayers = nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)])\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "three", raising=False)
+    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--model", "three:layers", "--input-shape", "4,7"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--input-shape 4,7: the layers cannot take it (RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x7 and 8x8))" in err
+
+
 # ---------------------------------------------------------------------------------------
 # the environment
 

@@ -93,13 +93,24 @@ class Sequential:
     _shapes: dict = field(default_factory=dict, repr=False)
 
     def check_stages(self, stages: int) -> None:
-        """Refuse, before any rank starts, more stages than layers: every stage needs one."""
+        """Refuse, before any rank starts, more stages than layers (every stage needs one)
+        and an input the layers cannot take: the stage boundaries every rank computes
+        first (one forward pass of the sample input) are computed here once."""
         n = len(list(self.layers))
         if n < stages:
             raise PipesimError(
                 f"the model has {n} layers, too few for the schedule's {stages} stages (each takes at least one): "
                 "lower --pp (or --chunks), or give it more layers"
             )
+        try:
+            self.boundary(0, stages)
+        except Exception as e:  # whatever a layer raises on an input of the wrong shape
+            shape = ",".join(map(str, self.input_shape))
+            text = str(e).strip().splitlines()
+            raise PipesimError(
+                f"--input-shape {shape}: the layers cannot take it ({type(e).__name__}: {text[0] if text else ''}); "
+                "give the shape of one micro-batch's input"
+            ) from None
 
     def _groups(self, stages: int) -> list[list[nn.Module]]:
         layers = list(self.layers)
