@@ -238,3 +238,24 @@ def test_run_refuses_a_profile_over_its_schedule_before_importing_torch(capsys, 
     one_line(
         capsys, ["run", "-s", "prof/rank0.json", "--profile", "prof", "--synthetic", "--pp", "2"], "would overwrite the input"
     )
+
+
+def test_run_profile_into_the_folder_of_a_previous_run_is_not_refused(tmp_path, monkeypatch):
+    """The folder's traces are the previous run's outputs, not this run's inputs: the
+    second of two identical commands was refused ('--profile prof/rank0.json would
+    overwrite the input --argv prof/rank0.json') because the folder named on the
+    command line counted as an input."""
+    from pipesim.runtime import commands
+
+    class Reached(Exception):
+        pass
+
+    def reached():
+        raise Reached  # every check before the launch passed
+
+    monkeypatch.setattr(commands, "_torch", reached)
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "rank0.json").write_text('{"traceEvents": []}')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Reached):
+        main(["run", "-s", "zb-h1", "--pp", "2", "-m", "4", "--profile", "prof", "--synthetic"])

@@ -255,7 +255,7 @@ def _profile_dir(args, schedule, count: int) -> str | None:
         raise PipesimError(f"--profile {args.profile}: {what} not writable")
     refuse_overwrite(
         [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
-        input_files(vars(args), skip=("profile",)),
+        input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
     )
     return folder
 
