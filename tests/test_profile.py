@@ -354,6 +354,33 @@ def test_measured_overhead_and_latency_simulate_back_the_run(tmp_path, name, pp)
     assert sim.end - sim.start == pytest.approx(prof.timeline.end - prof.timeline.start + (pre + post) * 1e-6)
 
 
+def test_a_run_missing_a_ranks_trace_is_refused(tmp_path, capsys):
+    """rank0.json alone of a pp=2 run (rank 1 died before writing its trace) read as a
+    whole pp=1 run; the label's pp says a rank is missing."""
+    s = build("1f1b", 2, 4)
+    action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp))
+    (tmp_path / "rank1.json").unlink()
+    assert main(["profile", str(tmp_path), "--flags"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "traces of ranks 0 but none of rank 1 (the run had pp=2); give one per rank" in err
+
+
+@pytest.mark.parametrize("first, second", [(("1f1b", 3), ("1f1b", 2)), (("1f1b", 2), ("zb-h1", 2))])
+def test_traces_of_two_runs_in_one_folder_are_refused(tmp_path, capsys, first, second):
+    """A folder keeps an earlier run's rank files beyond the next run's pp (or a file is
+    copied in from another run): mixed, they read as one run of neither."""
+    old, new = build(first[0], first[1], 3), build(second[0], second[1], 3)
+    action_traces(tmp_path, old, lambda it, r, st: pipesim_label(it, r, st, old.name, old.pp))
+    (tmp_path / "rank0.json").unlink()
+    (tmp_path / "new").mkdir()
+    action_traces(tmp_path / "new", new, lambda it, r, st: pipesim_label(it, r, st, new.name, new.pp))
+    (tmp_path / "new" / "rank0.json").rename(tmp_path / "rank0.json")
+    assert main(["profile", str(tmp_path), "--flags"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "traces of more than one run" in err, err
+    assert f"rank0.json ran {new.name} at pp={new.pp}" in err and f"rank1.json ran {old.name} at pp={old.pp}" in err
+
+
 def test_action_label_forms():
     assert str(action("PP:(0F7;7B3)OVERLAP_F_B").item) == "F0.7&BW0.3"
     assert action("PP:1SEND_F0").compute is False and action("PP:0REDUCE_GRAD").compute is False

@@ -7,7 +7,7 @@ Other naming schemes map onto these through ``Mapping`` (``--map``).
 
 Pipeline actions:
 
-* pipesim's runtime: ``pipesim/F0.3 rank=1 stage=1 of=1f1b``, a pair
+* pipesim's runtime: ``pipesim/F0.3 rank=1 stage=1 of=1f1b pp=2``, a pair
   ``pipesim/F1.6&BW0.0 rank=0 stage=6&0 of=dualpipe`` (item in pipesim's notation, its
   rank, the model stage of each op, the schedule's name);
 * PyTorch's ``_PipelineScheduleRuntime`` (every multi-stage schedule class):
@@ -49,7 +49,7 @@ _PHASED = re.compile(r"^\s*(.*?)\s*\(\s*([FBW])\s*\)\s*$")
 # stage, rank and micro-batch numbers of at most 6 digits: a label naming one past a
 # million names no stage of a profiled step (and one in the billions made profile
 # allocate for them all): it is read past like any other name
-_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d{1,6}) stage=(\d{1,6}(?:&\d{1,6})?)(?: of=(\S+))?$")
+_PIPESIM = re.compile(r"^pipesim/(\S+) rank=(\d{1,6}) stage=(\d{1,6}(?:&\d{1,6})?)(?: of=(\S+?))?(?: pp=(\d{1,6}))?$")
 _TORCH = re.compile(r"^PP:(\d{1,6})(F|I|W|B)(\d{1,6})$")
 _TORCH_PAIR = re.compile(r"^PP:\((\d{1,6})F(\d{1,6});(\d{1,6})(I|B)(\d{1,6})\)OVERLAP_F_B$")
 _TORCH_OTHER = re.compile(r"^PP:\d{0,6}(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d{0,6}$")
@@ -93,6 +93,7 @@ class Action:
     schedule: str | None = None
     chunks_known: bool = True
     compute: bool = True
+    pp: int | None = None  # the run's pipeline ranks (pipesim's labels since they carry it)
 
 
 class Mapping:
@@ -166,7 +167,7 @@ def action(name: str) -> Action | None:
         stages = tuple(int(x) for x in m.group(3).split("&"))
         if len(stages) != (2 if isinstance(item, Pair) else 1):
             return None
-        return Action(item, stages, int(m.group(2)), m.group(4))
+        return Action(item, stages, int(m.group(2)), m.group(4), pp=int(m.group(5)) if m.group(5) else None)
     if name.startswith("PP:"):
         if m := _TORCH.match(name):
             stage, kind, mb = int(m.group(1)), TORCH_KIND[m.group(2)], int(m.group(3))
@@ -183,6 +184,7 @@ def action(name: str) -> Action | None:
     return None
 
 
-def pipesim_label(item: Item, rank: int, stages: tuple[int, ...], schedule: str) -> str:
-    """The name pipesim's runtime records for ``item`` (read back by ``action``)."""
-    return f"pipesim/{item} rank={rank} stage={'&'.join(map(str, stages))} of={schedule}"
+def pipesim_label(item: Item, rank: int, stages: tuple[int, ...], schedule: str, pp: int | None = None) -> str:
+    """The name pipesim's runtime records for ``item`` (read back by ``action``); ``pp``
+    lets the reader tell a missing rank's trace, or another run's, from a smaller run."""
+    return f"pipesim/{item} rank={rank} stage={'&'.join(map(str, stages))} of={schedule}" + (f" pp={pp}" if pp else "")

@@ -240,6 +240,7 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
         return _one_item(runs, gpu)
     # rank of each trace: the label's, else the trace's distributedInfo, else its place
     per_rank: dict[int, list[tuple[Item, tuple[int, ...], float, float, Instance, Attributed]]] = {}
+    runs_of: dict[int, tuple[str, str | None, int | None]] = {}  # rank -> (trace, schedule, pp) its labels name
     names = Counter()
     for i, run in acted:
         acts = [a for a in run.actions if a.what.compute]
@@ -254,11 +255,15 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
             rows.append((a.item, stages, start, end, inst, run))
             names[a.schedule or ("torch" if not a.chunks_known else "measured")] += 1
         per_rank[rank] = rows
-    pp = max(per_rank) + 1
+        runs_of[rank] = (run.trace.path, acts[0].what.schedule, acts[0].what.pp)
+    _one_run(runs_of)
+    said = next((pp for _, _, pp in runs_of.values() if pp is not None), None)  # the labels' pp, when they say it
+    pp = max(max(per_rank) + 1, said or 0)
     if len(per_rank) < pp:  # the first gap, found without listing them all (a label may name rank 10**9)
         missing = next(r for r in range(pp) if r not in per_rank)
+        had = f" (the run had pp={said})" if said == pp else ""
         raise PipesimError(
-            f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing}; give one per rank"
+            f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing}{had}; give one per rank"
         )
     # chunk numbers of PyTorch's labels: a rank's stages in increasing order are its chunks
     # 0, 1, ... (looped: stage c*pp + r; V: r then 2pp-1-r)
@@ -293,6 +298,22 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
     if steps:
         notes.append("the traces hold more than one step: the first is read")
     return schedule, timeline, costs
+
+
+def _one_run(runs_of: dict[int, tuple[str, str | None, int | None]]) -> None:
+    """Refuse traces whose pipesim labels name different schedules or pipeline sizes: a
+    folder keeps an earlier run's rank files past the next run's pp, and read together
+    they make a run of neither."""
+    seen: dict[tuple[str | None, int | None], str] = {}
+    for path, name, pp in (runs_of[r] for r in sorted(runs_of)):
+        if name is not None:
+            seen.setdefault((name, pp), path)
+    if len(seen) > 1:
+        shown = ", ".join(f"{Path(p).name} ran {n}" + (f" at pp={pp}" if pp else "") for (n, pp), p in seen.items())
+        raise PipesimError(
+            f"traces of more than one run: {shown}; give the traces of one run (a --profile folder keeps an earlier "
+            "run's rank files: give each run an empty one)"
+        )
 
 
 def between_items(schedule: Schedule, timeline: Timeline) -> tuple[float, float]:

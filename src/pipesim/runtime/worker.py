@@ -207,7 +207,7 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
 
     def mark(item):
         stages = tuple(pl.stage_of(ctx.rank, op.chunk, op.mb) for op in ops_of(item))
-        return record_function(pipesim_label(item, ctx.rank, stages, schedule.name))
+        return record_function(pipesim_label(item, ctx.rank, stages, schedule.name, schedule.pp))
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
     prof = profile(activities=activities)
