@@ -253,6 +253,18 @@ def test_no_events_and_missing_inputs(tmp_path, capsys):
     assert not (tmp_path / "x.txt").exists()
 
 
+def test_the_folder_of_several_schedules_names_its_subfolders(tmp_path, capsys):
+    """run --schedules a,b --profile DIR writes DIR/a/rank0.json, DIR/b/...: DIR itself
+    holds no trace, and the refusal says which folders do."""
+    for name in ("zb-h1", "1f1b"):
+        (tmp_path / name).mkdir()
+        write(tmp_path / name / "rank0.json", [ann("attn(F)", 0, 10)])
+    assert main(["profile", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{tmp_path}: no traces in this folder, but its folders 1f1b, zb-h1 hold some (a run of several schedules): give one, e.g. {tmp_path / '1f1b'}" in err
+
+
 # ---------------------------------------------------------------------------------------
 # pipeline actions
 

@@ -77,6 +77,13 @@ def trace_paths(target: str | Path) -> list[Path]:
             key=lambda f: (_rank_of_name(f.name) is None, _rank_of_name(f.name) or 0, f.name),
         )
         if not files:
+            # run --schedules a,b --profile DIR writes a folder per schedule
+            held = sorted(d.name for d in p.iterdir() if d.is_dir() and any(d.glob("rank*.json*")))
+            if held:
+                raise PipesimError(
+                    f"{p}: no traces in this folder, but its folders {', '.join(held)} hold some (a run of several "
+                    f"schedules): give one, e.g. {p / held[0]}"
+                )
             raise PipesimError(f"{p}: no traces in this folder; expected rank0.json, rank1.json, ... (pipesim run --profile)")
         return files
     if not p.exists():
