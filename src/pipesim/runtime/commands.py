@@ -455,8 +455,8 @@ def add_commands(command) -> None:
         default="tiny",
         help="'tiny' (a small transformer; the default), 'moe' (with experts) or MODULE:NAME, your stage model or layers",
     )
-    m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of the tiny model (default 1)")
-    m.add_argument("--dim", type=even_int, default=16, help="width of the tiny model, even: 2 heads (default 16)")
+    m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of tiny or moe (default 1)")
+    m.add_argument("--dim", type=even_int, default=16, help="width of tiny or moe, even: 2 heads (default 16)")
     m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
     e = c.add_argument_group("experts (--model moe; see docs/runtime-moe.md)")
     e.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks per stage: pp x ep processes (default 1)")
