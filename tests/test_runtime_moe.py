@@ -147,6 +147,26 @@ def _no_launch(*args, **kwargs):
 
 
 @pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--model", "moe"], "--model moe"),
+        (["--layers", "4"], "--layers 4"),
+        (["--dim", "64"], "--dim 64"),
+        (["--experts", "8"], "--experts 8"),
+        (["--serial-pairs"], "--serial-pairs"),
+    ],
+)
+def test_a_model_flag_with_synthetic_is_refused_not_ignored(argv, flag, capsys, monkeypatch):
+    """--synthetic ops sleep; a model flag beside it ran nothing of that model, and said
+    nothing, so the timings read as the model's."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code = main(["run", "-s", "dualpipe", "--pp", "2", "-m", "4", "--synthetic", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{flag} sets the model a real run computes; --synthetic computes none: drop one of them" in err
+
+
+@pytest.mark.parametrize(
     "argv, env, says",
     [
         (["--pp", "64", "-m", "64"], {}, "--pp 64 needs 64 processes"),

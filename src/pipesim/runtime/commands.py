@@ -171,11 +171,30 @@ def _input_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+# the flags that shape a real run's model, and their defaults (add_commands gives them)
+MODEL_DEFAULTS = {
+    "model": "tiny",
+    "layers": 1,
+    "dim": 16,
+    "input_shape": None,
+    "experts": None,
+    "top_k": 2,
+    "serial_pairs": False,
+}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
     if (args.schedule is None) == (args.schedules is None):
         raise PipesimError("give --schedule NAME (or a JSON file) or --schedules a,b,c|all")
+    if args.synthetic:  # ops sleep: a model flag would be silently ignored, its timings read as the model's
+        for k, default in MODEL_DEFAULTS.items():
+            v = getattr(args, k)
+            if v != default:
+                value = ",".join(map(str, v)) if isinstance(v, tuple) else v
+                shown = f"--{k.replace('_', '-')}" + ("" if v is True else f" {value}")
+                raise PipesimError(f"{shown} sets the model a real run computes; --synthetic computes none: drop one of them")
     given = [f"--{k}" for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k) is not None]
     if given and not args.synthetic:
         raise PipesimError(f"{given[0]} sets a synthetic duration; add --synthetic (real runs take as long as they take)")
@@ -452,16 +471,21 @@ def add_commands(command) -> None:
     m = c.add_argument_group("model (real runs)")
     m.add_argument(
         "--model",
-        default="tiny",
+        default=MODEL_DEFAULTS["model"],
         help="'tiny' (a small transformer; the default), 'moe' (with experts) or MODULE:NAME, your stage model or layers",
     )
-    m.add_argument("--layers", type=positive_int, default=1, help="transformer blocks per stage of tiny or moe (default 1)")
-    m.add_argument("--dim", type=even_int, default=16, help="width of tiny or moe, even: 2 heads (default 16)")
+    m.add_argument(
+        "--layers",
+        type=positive_int,
+        default=MODEL_DEFAULTS["layers"],
+        help="transformer blocks per stage of tiny or moe (default 1)",
+    )
+    m.add_argument("--dim", type=even_int, default=MODEL_DEFAULTS["dim"], help="width of tiny or moe, even: 2 heads (default 16)")
     m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
     e = c.add_argument_group("experts (--model moe; see docs/runtime-moe.md)")
     e.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks per stage: pp x ep processes (default 1)")
     e.add_argument("--experts", type=positive_int, help="experts per MoE layer of --model moe (default 4)")
-    e.add_argument("--top-k", type=positive_int, default=2, help="experts each token goes to (default 2)")
+    e.add_argument("--top-k", type=positive_int, default=MODEL_DEFAULTS["top_k"], help="experts each token goes to (default 2)")
     e.add_argument("--a2a-delay", type=parse_duration, default=0.0, help="least time of each all-to-all: a slow link on purpose")
     e.add_argument("--serial-pairs", action="store_true", help="run overlapped pairs as their two halves in turn (to compare)")
     c.add_argument(
