@@ -137,3 +137,26 @@ def test_a_rank_stopped_while_writing_its_trace_leaves_the_old_one_whole(tmp_pat
         save_trace(Cut(), str(old), 0.0, [])
     assert old.read_text() == '{"traceEvents": []}'
     assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]
+
+
+def test_the_profiler_starts_before_the_runs_clock(tmp_path, monkeypatch):
+    """torch.profiler takes 0.7-1.4 s to start on this machine, each rank its own: started
+    after the common start, that time sat inside the measured run, and a rank slower to
+    start it held up the others. Run in-process as the one rank of a gloo group."""
+    import torch.distributed as dist
+
+    from pipesim.runtime import worker
+
+    order = []
+    start, common = torch.profiler.profile.start, worker.common_start
+    monkeypatch.setattr(torch.profiler.profile, "start", lambda self: (order.append("profiler"), start(self))[1])
+    monkeypatch.setattr(worker, "common_start", lambda ctx, offset: (order.append("clock"), common(ctx, offset))[1])
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ctx = worker.RankContext(0, 1, "gloo", torch.device("cpu"))
+        worker.run_job(ctx, job(build("1f1b", 1, 2), profile=tmp_path), {}, 0.0)
+    finally:
+        dist.destroy_process_group()
+    assert order == ["profiler", "clock"]
+    assert (tmp_path / "rank0.json").exists()

@@ -121,12 +121,15 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
         work = make_work(s, rank, job, ctx.device, experts, fault)
         shape_of = model_shape(s, job.model, ep)
     transport = Transport(rank, plan, shape_of, ctx.device, ctx.p2p_group, base)
-    t0 = common_start(ctx, offset)
     if job.profile is None or base > 0:  # one trace per pipeline rank: its first replica's
+        t0 = common_start(ctx, offset)
         run = execute_rank(s, rank, work, transport, t0, ctx.at, fault, ctx.sync)
     else:
         with profiled(s, ctx, job.profile, getattr(work, "offthread", None)) as mark:
             work.mark = record_part
+            # the clock starts once the profiler has: its start-up (0.7-1.4 s a rank here,
+            # each its own) is not the run's time, nor a head start for a faster rank
+            t0 = common_start(ctx, offset)
             run = execute_rank(s, rank, work, transport, t0, ctx.at, fault, ctx.sync, mark)
     report = RankReport(run.events, run.losses, parts=[(i, lab, a - t0, b - t0) for i, lab, a, b in getattr(work, "log", [])])
     if job.costs is None:
