@@ -49,6 +49,16 @@ def test_an_unsqueezed_timeline_labels_every_op(capsys):
     assert [row.count("F") for row in rows] == [8] * 4 and [row.count("BW") for row in rows] == [8] * 4
 
 
+def test_an_unsqueezed_timeline_labels_ops_that_start_on_half_a_column(capsys):
+    """A pair of 1.5 units puts every later op on half columns; rounding half to even cut
+    B0.1 (units 8.5 to 9.5: columns 25.5 to 28.5) to columns 26-27, too narrow for 'B1',
+    though a unit is 3 columns wide (the label and a gap) and --width 0 never squeezes."""
+    code, out, _ = run(capsys, "simulate", "-s", "dualpipe", "--pp", "2", "-m", "4", "--pair", "1.5", "--width", "0")
+    rows = rank_rows(out)
+    assert code == 0 and "left blank" not in out, out
+    assert "B1 W1" in rows[0] and "b3 w3" in rows[1]  # each rank's last two ops, B0.1 W0.1 and B1.3 W1.3
+
+
 def test_piped_timelines_have_a_readable_width(capsys):
     # capsys is no terminal: the table is drawn PIPED_WIDTH columns wide, not 4000
     code, out, _ = run(capsys, "simulate", "-s", "zb-h1", "--pp", "4", "-m", "200", "--f", "1", "--b", "1", "--w", "0.001")

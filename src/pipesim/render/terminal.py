@@ -124,9 +124,11 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
 def _row(t, lo: int, hi: int, start: np.ndarray, end: np.ndarray, cols: int, chunks: int, squeezed: bool) -> tuple[Text, int]:
     """One rank's cells, items lo..hi of ``t`` (``start`` and ``end`` in columns), and how
     many drawn items are left unlabelled."""
-    # each item's columns [a, b), at least one wide (round half to even, as round() does)
-    a = np.rint(start).astype(np.int64)
-    b = np.minimum(cols, np.maximum(a + 1, np.rint(end).astype(np.int64)))
+    # each item's columns [a, b), at least one wide; half a column rounds up at both ends,
+    # so an item starting and ending on half columns keeps its whole width (half to even
+    # cut a 3-column op at 25.5-28.5 to 26-28, too narrow for its label)
+    a = np.floor(start + 0.5).astype(np.int64)
+    b = np.minimum(cols, np.maximum(a + 1, np.floor(end + 0.5).astype(np.int64)))
     a = np.minimum(a, b)
     # the cells each item covers, then per cell the last item covering it (a rank's
     # items are in drawing order, so the largest index wins)
