@@ -154,6 +154,11 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "zb-auto", "--time-limit", "5"], "--time-limit bounds the exact search; add --exact"),
         (["simulate", "--schedule", "chimera", "--pp", "3", "-m", "6"], "chimera needs an even --pp, got 3"),
         (["compare", "--memory-limit", "-1"], "--memory-limit: expected a number > 0"),
+        (
+            ["compare", "--pp", "8", "-m", "12", "--schedules", "dualpipe,dualpipev"],
+            "no schedule of dualpipe, dualpipev can take pp=8, M=12: dualpipe needs --microbatches >= 2 * --pp = 16, got 12; "
+            "dualpipev needs",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):

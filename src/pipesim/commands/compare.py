@@ -125,6 +125,14 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
 
 
+def refuse_if_none_runs(rows: list[Row], names: list[str], pp: int, M: int) -> None:
+    """A table (or report) of nothing but n/a rows is bad input, as sweep and run take it:
+    one line with each schedule's reason."""
+    if not any(r.report for r in rows):
+        reasons = "; ".join(dict.fromkeys(r.error for r in rows))
+        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp}, M={M}: {reasons}")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     names = schedule_names(args.schedules)
     pp, M = shape(args)
@@ -134,6 +142,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
     rows = compare_rows(args, names, costs, priced.costs_for)
+    refuse_if_none_runs(rows, names, pp, M)
     dropped: list[Row] = []
     if args.memory_limit is not None:
         keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]

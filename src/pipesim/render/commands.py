@@ -238,6 +238,7 @@ def _unit_text(costs_per: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..commands.compare import refuse_if_none_runs
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
 
@@ -247,9 +248,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     pp, M = shape(args)
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
     rows = compare_rows(args, names, costs)
-    if not any(r.report for r in rows):  # a page of nothing but "n/a" rows: refused, as sweep refuses
-        reasons = "; ".join(dict.fromkeys(r.error for r in rows))
-        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp}, M={M}: {reasons}")
+    refuse_if_none_runs(rows, names, pp, M)
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
     notes: list[str] = []
     if Ms:
