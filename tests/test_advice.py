@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from pipesim.planner.advice import advice
+from pipesim.planner.candidates import Pins
 from pipesim.planner.parallelism import batch_note
 from pipesim.planner.search import search
-from pipesim.planner.specs import load_cluster, load_model, load_training
+from pipesim.planner.specs import Training, load_cluster, load_model, load_training
 
 
 def _advice(model: str, gpus: int, schedules: list[str], **training) -> list[str]:
@@ -33,8 +34,40 @@ def test_tight_memory_is_stated_against_the_usable_memory():
     lines = advice(search(m, c, load_training(base=None, seq=4096, global_batch=15360, precision="fp8"), ["dualpipe"]))
     tight = [x for x in lines if x.startswith("Memory is tight")]
     assert tight
-    used, usable, card = map(float, re.search(r"([\d.]+) GB of the ([\d.]+) GB usable per GPU \(the card's ([\d.]+) GB\)", tight[0]).groups())
+    used, usable, card = map(
+        float, re.search(r"([\d.]+) GB of (?:the|its) ([\d.]+) GB usable.* \(the card's ([\d.]+) GB\)", tight[0]).groups()
+    )
     assert used <= usable < card == 85.5
+
+
+def _pp4_kept_outputs(microbatches: int) -> list[str]:
+    """torchtitan's Llama 3 8B on 32 H100s, pinned to pp4 x dp8 1F1B with no recomputation:
+    torch.distributed.pipelining keeps every micro-batch's logits on the last stage."""
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=32)
+    t = Training(zero=3, seq=8192, global_batch=8 * microbatches, loss_frees_logits=True, pp_keeps_outputs=True, recompute="none")
+    return advice(search(m, c, t, ["1f1b"], pins=Pins(pp=4, dp=8, tp=1, micro_batch=1)))
+
+
+def test_tight_memory_names_the_rank_with_the_least_room_not_the_fullest():
+    """By hand (tests/test_rank_budget.py's sources): an H100 reports 81,559 MiB; the CUDA
+    context takes 723 MiB, NCCL 688 MiB for each of two communicators (data, pipeline) and
+    the allocator strands 2.4% of the rest. Llama 3 8B's 128,256-token vocabulary and 4,096
+    hidden size give a micro-batch of 8,192 tokens 2 x 128,256 x 8,192 bytes of bf16
+    logits and a 2 x 4,096 x 8,192-byte stage boundary. The last rank keeps every
+    micro-batch's logits and a receive buffer for its input (no loss copies by default):
+    at 26 micro-batches (81,559 - 723 - 2 x 688) MiB - 26 x 2.168e9 B, less 2.4%, 26.3 GB.
+    Rank 0 keeps no logits: over 79 GB for its 1F1B peak of pp micro-batches' activations
+    (56 GB, tests/test_rank_budget.py), far from tight; the last rank holds one
+    micro-batch, its peak whatever the micro-batch count, so at 16 micro-batches, with
+    10 x 2.168e9 B more to fill, no rank is tight."""
+    mib, logits, boundary = 2**20, 2 * 128256 * 8192, 2 * 4096 * 8192
+    last = ((81559 - 723 - 2 * 688) * mib - 26 * (logits + boundary)) * (1 - 0.024) / 1e9
+    tight = [x for x in _pp4_kept_outputs(26) if x.startswith("Memory is tight")]
+    assert len(tight) == 1 and tight[0].startswith("Memory is tight on pipeline rank 3, the one with the least room")
+    peak, usable = map(float, re.search(r"([\d.]+) GB of its ([\d.]+) GB usable \(the card's 85.5 GB\)", tight[0]).groups())
+    assert usable == round(last, 1) == 26.3
+    assert usable - 0.05 * 85.5 < peak <= usable
+    assert not any(x.startswith("Memory is tight") for x in _pp4_kept_outputs(16))
 
 
 def test_a_batch_too_small_for_the_gpus_says_what_would_feed_them():

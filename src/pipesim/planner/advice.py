@@ -78,13 +78,30 @@ def advice(plan: Plan) -> list[str]:
         out.append(note)
     if best.candidate.layout.pp == 1:
         out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
-    usable = usable_gb(plan, best)
-    if usable - best.memory_gb < 0.05 * c.hbm_gb:  # measured against what the card leaves usable, as the fit was
-        out.append(
-            f"Memory is tight: {best.memory_gb:.1f} GB of the {usable:.1f} GB usable per GPU (the card's {c.hbm_gb:.3g} GB); "
-            "fragmentation or a larger micro-batch may not fit."
-        )
+    tight = tight_memory(plan)
+    if tight:
+        out.append(tight)
     return out
+
+
+def tight_memory(plan: Plan) -> str | None:
+    """Where the recommendation leaves some rank under 5% of the card free, that rank: the
+    one with the least room under its own usable memory (``Result.room``), each rank
+    having been held to its own (``device_memory.usable_on_rank``). The fullest rank need
+    not be it: the last stage's rank keeps the loss's transient and the logits, so it can
+    have less room while holding a smaller peak. None where every rank has room."""
+    best, c = plan.best, plan.cluster
+    rank, peak, usable = best.room or (best.rank, best.memory_gb, usable_gb(plan, best))
+    if usable - peak >= 0.05 * c.hbm_gb:  # measured against what the card leaves usable, as the fit was
+        return None
+    if best.candidate.layout.pp == 1:
+        head = f"Memory is tight: {peak:.1f} GB of the {usable:.1f} GB usable per GPU"
+    else:
+        head = (
+            f"Memory is tight on pipeline rank {rank}, the one with the least room under its own usable memory: "
+            f"{peak:.1f} GB of its {usable:.1f} GB usable"
+        )
+    return head + f" (the card's {c.hbm_gb:.3g} GB); fragmentation or a larger micro-batch may not fit."
 
 
 def combined_advice(plan: Plan) -> str:
