@@ -16,15 +16,19 @@ logits and a stage boundary of 2 x 4,096 x 8,192 bytes.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from pipesim.errors import PipesimError
 from pipesim.planner.candidates import Candidate, Pins
-from pipesim.planner.device_memory import rank_usables, roomiest
+from pipesim.planner.device_memory import Usable, rank_usables, roomiest
 from pipesim.planner.evaluate import evaluate
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.report import markdown, result_row
-from pipesim.planner.search import search
+from pipesim.planner.results import Plan, Result
+from pipesim.planner.search import closest_miss, search
 from pipesim.planner.specs import Training, load_cluster, load_model
 from pipesim.planner.stages import stage_parts
 from pipesim.schedules import build
@@ -130,3 +134,53 @@ def test_no_rank_has_more_than_the_bound_layouts_are_refused_against(schedule, r
     most = roomiest(m, c, t, lay, recompute).bytes
     budgets = [u.bytes for u in rank_usables(m, c, t, lay, recompute, held, pl.stages, 8, mm)]
     assert max(budgets) <= most and min(budgets) < most
+
+
+def test_the_closest_miss_is_the_least_over_its_own_rank_not_the_least_need():
+    """Pinned to pp4 x dp8 at 27 micro-batches, interleaved 1F1B fits nowhere. Rank 3 holds
+    the last stage: every micro-batch's logits and a receive buffer per micro-batch for
+    each of its stages' inputs and output gradients, 3 with two stages a rank (stages 3
+    and 7 of 8), 7 with four (3, 7, 11 and 15 of 16). By hand, 20.6 GB and 13.6 GB. With
+    four stages its parameters, gradients and optimizer states alone are over (about 15
+    GB, the least need of any refusal); with two, static memory and one micro-batch's
+    activations (about 22 GB) are, by less: that one is the closest to fitting."""
+    m, c, t = _setup(27)
+    two, four = ((CARD - CONTEXT - 2 * NCCL - 27 * (LOGITS + sets * BOUNDARY)) * KEPT / 1e9 for sets in (3, 7))
+    assert (round(two, 1), round(four, 1)) == (20.6, 13.6)
+    with pytest.raises(PipesimError) as e:
+        search(m, c, t, schedules=["interleaved-1f1b"], pins=Pins(pp=4, dp=8, tp=1, micro_batch=1))
+    msg = str(e.value)
+    assert "does not fit or cannot run: interleaved-1f1b (v=2) at pp4 x dp8" in msg
+    need, usable, gap = map(
+        float, re.search(r"\(([\d.]+) GB against rank 3's ([\d.]+) GB usable: ([\d.]+) GB over\)", msg).groups()
+    )
+    assert usable == round(two, 1) and need > usable and gap == pytest.approx(need - usable, abs=0.11)
+    assert "(v=4)" not in msg  # four stages a rank needed less but were further over
+
+
+def test_the_closest_miss_weighs_bytes_over_not_a_share_of_the_budget():
+    """Three refusals, by hand: 12 GB on a rank with 8 usable (4 over, the least need), 15
+    on one with 14 (1 over, 7% of its budget) and 82 on one with 80 (2 over, 2.5%, the
+    least share): the closest is the 1 GB over, named with its rank and both figures."""
+    m, c, t = _setup(12)
+
+    def refusal(rank: int, need: float, usable: float) -> Result:
+        cand = Candidate(LAYOUT, "1f1b", None, "none", 12)
+        room = Usable(85.5e9, (("held", 85.5e9 - usable * 1e9),))
+        return Result(cand, False, f"peak memory on rank {rank}", memory_gb=need, rank=rank, usable=room)
+
+    plan = Plan(m, c, t, rejected=[refusal(3, 12, 8), refusal(2, 15, 14), refusal(0, 82, 80)])
+    assert closest_miss(plan).endswith("peak memory on rank 2 (15.0 GB against rank 2's 14.0 GB usable: 1.0 GB over)")
+
+
+def test_a_refusal_for_want_of_room_for_one_activation_says_what_it_needs():
+    """zb-auto's builder caps every rank's activations at the least room any rank has; at
+    27 micro-batches that is the last rank's (by hand, its stage's input buffer and
+    logits a micro-batch: 24.2 GB usable), short of one micro-batch's activations. Its
+    refusal holds that need, over the rank's memory, so the closest miss can weigh it
+    (it held only the static bytes, which fit, and read as the nearest to fitting)."""
+    m, c, t = _setup(27)
+    r = evaluate(m, c, t, Candidate(LAYOUT, "zb-auto", None, "none", 27))
+    assert not r.fits and r.rank == 3 and "leaves no room for one micro-batch's activations" in r.reason
+    assert r.usable.bytes == pytest.approx(_last_rank_at_most(27), rel=1e-12)
+    assert r.static_gb * 1e9 < _last_rank_at_most(27) < r.memory_gb * 1e9 and not r.peak_known

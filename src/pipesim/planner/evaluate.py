@@ -270,7 +270,18 @@ def _within_memory(
             f"static memory {statics[room] / GB:.0f} GB on rank {room} leaves no room for one micro-batch's activations "
             f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[room] / GB:.0f} GB usable"
         )
-        return Result(cand, False, why, static_gb=statics[room] / GB, rank=room, usable=own.usable(room))
+        # what the builder cannot place: the static bytes and one activation of the size it caps
+        need = statics[room] + opts["activation_bytes"]
+        return Result(
+            cand,
+            False,
+            why,
+            static_gb=statics[room] / GB,
+            memory_gb=need / GB,
+            peak_known=False,
+            rank=room,
+            usable=own.usable(room),
+        )
     runs = shared.placement(pl)[1]
     ones = _memo(  # the same for every schedule of this placement and cost model
         memo,
