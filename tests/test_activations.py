@@ -108,7 +108,7 @@ def test_loss_backward_copies_and_fsdp_buffers_are_held_back():
     """torchtitan's loss (F.cross_entropy on fp32 logits) writes two more logit-sized fp32
     tensors in its backward; FSDP without pipeline parallelism holds the root module's and
     two layers' parameters gathered: both are held back from the usable memory."""
-    from pipesim.planner.device_memory import backward_transient, fsdp_gathered, usable_for
+    from pipesim.planner.device_memory import backward_transient, fsdp_gathered, usable_on_rank
     from pipesim.planner.params import attention_params, mlp_params
     from pipesim.planner.specs import load_cluster
 
@@ -118,8 +118,10 @@ def test_loss_backward_copies_and_fsdp_buffers_are_held_back():
     layer = attention_params(m) + mlp_params(m, 0)[0]
     assert fsdp_gathered(m, t, lay) == pytest.approx(2 * (2 * m.vocab * m.hidden + 2 * layer))
     assert fsdp_gathered(m, t, Layout(2, 8, micro_batch=2)) == 0  # under PP the stage stays gathered: static
-    held = dict(usable_for(m, c, t, lay, "none").held)
-    assert held["FSDP gathered parameters"] == fsdp_gathered(m, t, lay)
+    # the one rank holds the only stage; without FSDP's stream pools its parameters do not enter
+    held = dict(usable_on_rank(m, c, t, lay, "none", held=(0,), stages=1, microbatches=1, params=0.0).held)
+    assert held["FSDP gathered parameters"] == pytest.approx(2 * (2 * m.vocab * m.hidden + 2 * layer))
+    assert held["backward transient (the loss or one recomputed layer)"] == pytest.approx(2 * 4 * m.vocab * 2 * 8192)
 
 
 def test_the_last_stage_keeps_the_head():

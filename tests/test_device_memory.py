@@ -102,22 +102,30 @@ def test_the_plan_report_lists_what_is_held_back(capsys, tmp_path):
 def test_framework_buffers_are_held_back_where_the_training_says():
     """torchtitan's ``del pred`` strands one micro-batch's bf16 logits (2 bytes x vocab
     shard x tokens); torch.distributed.pipelining instead keeps every micro-batch's logits
-    on the last stage and a receive buffer per micro-batch for each stage's input and
-    output gradient. Megatron-style training (the switches off) holds neither."""
-    from pipesim.planner.device_memory import usable_for
+    on the last stage and a receive buffer per micro-batch for each stage's input (every
+    stage but the first) and output gradient (every stage but the last). Megatron-style
+    training (the switches off) holds neither."""
+    from pipesim.planner.device_memory import usable_on_rank
     from pipesim.planner.specs import load_model
 
     m, c = load_model("llama3-8b"), load_cluster("h100")
     t = replace(load_training(), seq=8192, global_batch=64, zero=3)
     key = "framework buffers (stranded logits, pipeline outputs and receive buffers)"
-    plain = Layout(1, 8, tp=2, micro_batch=2)
-    assert key not in dict(usable_for(m, c, t, plain, "full").held)
+
+    def held(t, lay, rank: int, microbatches: int) -> dict:
+        # a flat pipeline: rank r holds stage r; no FSDP stream pools, so no parameters enter
+        return dict(usable_on_rank(m, c, t, lay, "full", (rank,), lay.pp, microbatches, 0.0).held)
+
+    plain = Layout(1, 8, tp=2, micro_batch=2)  # 64 sequences: 4 micro-batches of 2 per replica
+    assert key not in held(t, plain, 0, 4)
     logits = 2 * m.vocab / 2 * 2 * 8192
-    assert dict(usable_for(m, c, replace(t, loss_frees_logits=True), plain, "full").held)[key] == logits
-    piped = Layout(4, 8, tp=2, micro_batch=2)  # 64 sequences: 4 micro-batches of 2 per replica
+    assert held(replace(t, loss_frees_logits=True), plain, 0, 4)[key] == logits
+    piped = Layout(4, 8, tp=2, micro_batch=2)
     kept = replace(t, loss_frees_logits=True, pp_keeps_outputs=True)
     boundary = 2 * m.hidden / 2 * 2 * 8192  # sequence-sharded under tensor parallelism
-    assert dict(usable_for(m, c, kept, piped, "full").held)[key] == 4 * (logits + 2 * boundary)
+    assert held(kept, piped, 0, 4)[key] == 4 * boundary  # its output's gradient
+    assert held(kept, piped, 1, 4)[key] == 4 * 2 * boundary  # its input and its output's gradient
+    assert held(kept, piped, 3, 4)[key] == 4 * (logits + boundary)  # the logits and its input
 
 
 def test_transients_per_stage_and_fsdp_accumulation():
@@ -142,28 +150,41 @@ def test_fsdp_side_stream_pools_are_their_own_line():
     """With fsdp_stream_pools, what FSDP2's side streams keep reserved is its own line of
     what the card loses: for Llama 3 8B on FSDP8, two layers' bf16 all-gather outputs, one
     layer's fp32 reduce-scatter input and the fp32 gradient shards of the whole model (8.03e9
-    parameters over 8); under pipeline parallelism the shards of what the last stage's rank
-    holds, its layers and the output head. Off, or without ZeRO-3, no such line."""
-    from pipesim.planner.device_memory import usable_for
+    parameters over 8); under pipeline parallelism the shards of what each rank holds: the
+    first its layers and the embedding, a middle one its layers, the last its layers and
+    the output head. Off, or without ZeRO-3, no such line."""
+    from pipesim.planner.device_memory import rank_usables
+    from pipesim.planner.footprint import memory_model
     from pipesim.planner.specs import load_model
+    from pipesim.planner.stages import stage_parts
 
     m, c = load_model("llama3-8b"), load_cluster("h100")
     t = replace(load_training(), seq=8192, global_batch=16, zero=3, grad_reduce_bytes=4, zero_grad_frees=True)
-    lay = Layout(1, 8, micro_batch=2)
     key = "FSDP's side-stream pools (all-gather outputs, reduce-scatter input, gradient shards)"
-    assert key not in dict(usable_for(m, c, t, lay, "full").held)
-    assert key not in dict(usable_for(m, c, replace(t, zero=1, fsdp_stream_pools=True), lay, "full").held)
+
+    def ranks(t, lay) -> tuple[list[dict], list[int]]:
+        """Each rank's held-back parts on a flat pipeline (rank r holds stage r), and the
+        layers the split gives each stage."""
+        flat = tuple((r,) for r in range(lay.pp))
+        parts = stage_parts(m, c, t, lay, lay.pp, "full", flat)
+        mm = memory_model(m, t, lay, lay.pp, "full", parts)
+        return [dict(u.held) for u in rank_usables(m, c, t, lay, "full", flat, lay.pp, 1, mm)], [len(p) for p in parts]
+
+    lay = Layout(1, 8, micro_batch=2)
+    assert key not in ranks(t, lay)[0][0]
+    assert key not in ranks(replace(t, zero=1, fsdp_stream_pools=True), lay)[0][0]
     layer = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
     block = layer + 2 * 4096  # and its two RMSNorm weights
+    table = 128256 * 4096  # the embedding, and the untied output head of the same shape
     # the blocks and the untied embedding and head (the final norm's 4096 are not counted)
-    params = 32 * block + 2 * 128256 * 4096
-    pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), lay, "full").held)[key]
+    params = 32 * block + 2 * table
+    pools = ranks(replace(t, fsdp_stream_pools=True), lay)[0][0][key]
     assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * params / 8)
-    # pp4 x dp8: the last rank's 8 blocks and the output head, its gradient shards over 8
-    # (2.27e9 parameters, where the model over 4 is 2.01e9)
-    last = 8 * block + 128256 * 4096
-    pools = dict(usable_for(m, c, replace(t, fsdp_stream_pools=True), Layout(4, 8, micro_batch=2), "full").held)[key]
-    assert pools == pytest.approx(2 * 2 * layer + 4 * layer + 4 * last / 8)
+    # pp4 x dp8: each rank's blocks (as the split gives them) and its end of the model,
+    # its gradient shards over 8
+    held, layers = ranks(replace(t, fsdp_stream_pools=True), Layout(4, 8, micro_batch=2))
+    own = [n * block + table * (r in (0, 3)) for r, n in enumerate(layers)]
+    assert [h[key] for h in held] == pytest.approx([2 * 2 * layer + 4 * layer + 4 * p / 8 for p in own])
     # the recomputed layer's fp32 reduce-scatter copy is that stream's input: not counted twice
     from pipesim.planner.device_memory import backward_transient
 

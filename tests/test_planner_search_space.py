@@ -7,10 +7,12 @@ from dataclasses import replace
 
 from pipesim.planner.bounds import static_floor
 from pipesim.planner.candidates import Candidate, layouts
-from pipesim.planner.device_memory import usable_for
+from pipesim.planner.device_memory import rank_usables
 from pipesim.planner.evaluate import Prepared, Shared, prepare
+from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+from pipesim.planner.stages import stage_parts
 
 
 def setup(model: str, cluster: str, gpus: int, **training):
@@ -62,7 +64,11 @@ def test_layout_over_its_static_floor_is_refused_with_the_same_reason():
     lay = Layout(pp=2, dp=128, ep=8)
     # the floor is held to the most any rank of the layout could fill: no rank fits below it
     assert static_floor(m, t, lay) > Shared(m, c, t).most_usable(lay, "selective")
-    assert Shared(m, c, t).most_usable(lay, "selective") >= usable_for(m, c, t, lay, "selective").bytes
+    # no rank of a placement (here 1F1B's flat one, each rank with its stage's parameters) has more
+    parts = stage_parts(m, c, t, lay, 2, "selective", ((0,), (1,)))
+    mm = memory_model(m, t, lay, 2, "selective", parts)
+    own = rank_usables(m, c, t, lay, "selective", ((0,), (1,)), 2, 1024 // lay.dp, mm)
+    assert Shared(m, c, t).most_usable(lay, "selective") >= max(u.bytes for u in own)
     p = prepare(m, c, t, Candidate(lay, "1f1b", None, "selective", 8), Shared(m, c, t))
     assert not isinstance(p, Prepared) and p.reason.startswith("parameters, gradients and optimizer states need")
     roomy = replace(c, hbm_gb=10_000)

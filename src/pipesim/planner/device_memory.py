@@ -42,10 +42,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
-from .footprint import float8_gathered, stage_params
+from .footprint import float8_gathered
 from .layout import keeps_gathered, local_training
 from .params import attention_params, embedding_params, mlp_params
-from .split import partition
 
 MIB = 2**20
 BF16 = 2  # bytes of a gathered gradient before its reduce dtype
@@ -117,9 +116,9 @@ def _gathered_width(t) -> float:
     return 1.0 if float8_gathered(t) else t.param_bytes
 
 
-def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
+def fsdp_stream_pools(m, t, lay, params: float) -> float:
     """Bytes FSDP2 (ZeRO-3, ``Training.fsdp_stream_pools``) keeps reserved on its side
-    streams, for a rank holding ``rank_params`` parameters (its stages', on this GPU).
+    streams, for a rank holding ``params`` parameters (its stages', on this GPU).
 
     PyTorch's caching allocator knows a block only by the stream that allocated it and
     reuses it only there (Tensor.record_stream's docstring; c10/cuda/CUDACachingAllocator
@@ -147,21 +146,8 @@ def fsdp_stream_pools(m, t, lay, rank_params: float) -> float:
         return 0.0
     layer = _layer_params(m, lay)
     gathered = 2 * _gathered_width(t) * layer
-    shards = t.grad_reduce_bytes * rank_params / lay.size("cpdp") if t.zero_grad_frees else 0.0
+    shards = t.grad_reduce_bytes * params / lay.size("cpdp") if t.zero_grad_frees else 0.0
     return gathered + t.grad_reduce_bytes * layer + shards
-
-
-def rank_params(m, lay) -> float:
-    """Parameters the GPU holding the last pipeline stage keeps, the rank ``usable_for``
-    budgets (its loss's transient and buffers are counted there too): that stage's
-    layers of an even split over the pp ranks with their norms, the output head (its own
-    copy of a tied one when the embedding is on another rank) and the MTP modules, as
-    the memory model counts a stage (``footprint.stage_params``; experts over ep * etp).
-    Not the model over pp, which no rank holds: Llama 3 8B at pp8 keeps 1.40e9 on the
-    last rank, 0.87e9 on a middle one, against 1.00e9 for the model over 8. With several
-    stages a rank (chunks) the last rank holds about as many layers, its stages' together."""
-    last = partition(m.layers, lay.pp)[-1]
-    return sum(stage_params(m, last, True, lay.pp == 1, lay))
 
 
 def backward_transient(m, t, lay, recompute: str, last_stage: bool = True) -> float:
@@ -231,17 +217,6 @@ def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv
     boundary = BF16 * m.hidden / shard * lay.tokens(t.seq)
     kept = ((_logits(m, t, lay) if last_stage else 0.0) + recv_sets * boundary) if t.pp_keeps_outputs else 0.0
     return microbatches * (kept + (input_stages * boundary if t.pp_keeps_input_grads else 0.0))
-
-
-def usable_for(m, c, t, lay, recompute: str) -> Usable:
-    """``usable`` with this layout's backward transient, FSDP's gathered parameters and
-    what the framework keeps beside them (the last stage's, whose loss they are), on an
-    even split and two receive sets: what a layout leaves before any schedule is chosen.
-    A searched or built schedule's ranks are held to their own (``usable_on_rank``)."""
-    microbatches = max(1, t.global_batch // (lay.dp * lay.micro_batch))
-    kept = stranded_logits(m, t, lay) + pipeline_buffers(m, t, lay, microbatches)
-    pools = fsdp_stream_pools(m, t, lay, rank_params(m, lay))
-    return usable(c, t, lay, backward_transient(m, t, lay, recompute), fsdp_gathered(m, t, lay), kept, pools)
 
 
 @dataclass(frozen=True)
