@@ -206,8 +206,8 @@ def closest_miss(plan: Plan) -> str:
         return f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation: {r.reason}"
     r, need = min(memory, key=lambda x: x[1] - usable_gb(plan, x[0]))
     usable = usable_gb(plan, r)
-    against = f"rank {r.rank}'s {usable:.1f} GB" if r.rank is not None else f"at most {usable:.1f} GB on any rank"
+    against = f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
     return (
         f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation, the least over its memory: "
-        f"{r.reason} ({need:.1f} GB against {against} usable: {need - usable:.1f} GB over)"
+        f"{r.reason} ({need:.1f} GB against {against}: {need - usable:.1f} GB over)"
     )
