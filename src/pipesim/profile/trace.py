@@ -33,6 +33,7 @@ from ..inputs import MAX_TRACE_BYTES, MAX_TRACE_COST, LongInteger, check_file, j
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime", "driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 RANGE_CATS = {"user_annotation", "cpu_op", "operator"}
+READ_CATS = LAUNCH_CATS | GPU_CATS | RANGE_CATS
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 64 << 20  # characters one event may take
 MAX_META = 1 << 20  # characters one top-level value beside traceEvents may take: Kineto's are a few KB
@@ -97,10 +98,22 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         if value.get("ph") != "X" or not isinstance(cat, str):
             continue
         cat = cat.lower()
-        try:
-            ts, dur = float(value["ts"]), float(value.get("dur", 0.0))
-        except (KeyError, TypeError, ValueError):
-            continue
+        ts, dur = value.get("ts"), value.get("dur", 0.0)
+        if not (_number(ts) and _number(dur)):
+            # Kineto writes every complete event's ts and dur as numbers (pytorch/kineto
+            # libkineto/src/output_json.cpp, ChromeTraceLogger::handleActivity: "ts":
+            # {}.{:03}, "dur": {}.{:03}), so one that pipesim reads without them is a
+            # malformed file, not a kind of event to pass over: dropping it would leave
+            # an annotation, or its kernels, out of every count without a word
+            if cat in READ_CATS:
+                field_, got = ("ts", ts) if not _number(ts) else ("dur", dur)
+                got = f"{field_} {_short(got)}" if field_ in value else f"no {field_}"
+                raise PipesimError(
+                    f"{p}: event {tr.events - 1} of traceEvents ({_short(value.get('name', ''))}, cat {cat}) has {got}; "
+                    f"expected a number of microseconds, as torch.profiler writes"
+                )
+            continue  # a kind pipesim does not read: its times are not needed
+        ts, dur = float(ts), float(dur)
         if not (abs(ts) <= MAX_TS_US and 0.0 <= dur <= MAX_EVENT_US):  # NaN fails both
             raise PipesimError(
                 f"{p}: event {str(value.get('name', ''))[:60]!r} has ts {value['ts']} and dur {value.get('dur')}; "
@@ -149,6 +162,17 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
         sms = props[0].get("numSms")
         tr.total_sms = sms if isinstance(sms, int) and sms > 0 else None
     return tr
+
+
+def _number(x) -> bool:
+    """A JSON number (true and false decode as bools, which are ints to Python)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _short(x) -> str:
+    """A value as JSON writes it, cut to fit in one line of an error."""
+    text = json.dumps(x, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _id(x):
