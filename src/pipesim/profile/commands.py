@@ -18,7 +18,7 @@ from ..files import json_text, output_extension, timeline_to_dict, write_text_at
 from ..metrics import summarize
 from ..output import console, emit_json, num, pct
 from .labels import COMM, COMPONENTS, Mapping
-from .measure import Profile, measured_kinds, profile
+from .measure import Profile, filled_note, measured_kinds, profile
 
 LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
@@ -65,6 +65,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if prof.stage_costs is None:
             raise PipesimError(f"{args.trace} has no pipeline action labels (pipesim/F0.3 ..., PP:2F0): no per-stage costs")
         print(stage_flags(prof))
+        if prof.filled:  # stderr: the flags on stdout go into a command line
+            print(f"pipesim: {filled_note(prof.filled)}", file=sys.stderr)
     elif args.json:
         emit_json(to_dict(prof))
     else:
@@ -180,6 +182,8 @@ def to_dict(prof: Profile) -> dict:
         "stage_costs": {k: list(v) if isinstance(v, tuple) else v for k, v in stage_values(prof).items()}
         if prof.stage_costs
         else None,
+        # which of stage_costs no op measured: each the mean of its kind at from_stages
+        "filled": [{"kind": f.kind.lower(), "stage": f.stage, "from_stages": list(f.sources)} for f in prof.filled],
         "notes": prof.notes,
     }
     return d
@@ -232,6 +236,9 @@ def print_profile(prof: Profile) -> None:
                 t.add_row("F&B" if kind == "pair" else "P2P latency", f"{v * 1e3:.3f} (every stage)")
                 continue
             vals = v if isinstance(v, tuple) else (v,) * stages
-            t.add_row(kind.upper(), *(f"{x * 1e3:.3f}" for x in vals))
+            filled = {f.stage for f in prof.filled if f.kind.lower() == kind}
+            t.add_row(kind.upper(), *(f"{x * 1e3:.3f}" + ("*" if st in filled else "") for st, x in enumerate(vals)))
         out.print(t)
+        if prof.filled:
+            out.print("* not measured: no op of that kind ran at that stage; the mean of the stages that ran it")
         out.print(f"simulate with: pipesim simulate -s SCHEDULE --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")

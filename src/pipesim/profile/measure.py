@@ -40,6 +40,15 @@ class ComponentRow:
     kernels: int
 
 
+@dataclass(frozen=True)
+class Filled:
+    """A per-stage cost no op measured: ``kind`` at ``stage`` is the mean of ``sources``."""
+
+    kind: str  # F, B, W or BW
+    stage: int
+    sources: tuple[int, ...]  # the stages that ran the kind
+
+
 @dataclass
 class Profile:
     sources: list[str]
@@ -58,6 +67,7 @@ class Profile:
     comm_sms_seen: float | None = None  # SMs the communication kernels held (their grid)
     overlapped: float = 0.0  # share of compute kernel time that ran beside communication
     notes: list[str] = field(default_factory=list)
+    filled: tuple[Filled, ...] = ()  # per-stage costs not measured, filled from other stages
 
     @property
     def layer_times(self) -> dict[str, float]:
@@ -118,7 +128,7 @@ def measure(runs: list[Attributed]) -> Profile:
     unassigned = [k for run in runs for k in run.unassigned]
     window = sum(_window(run, gpu) for run in runs)
     rows, layers, overlapped, comm_sms = _components(runs, gpu, window)
-    schedule, timeline, costs = _pipeline(runs, gpu, notes)
+    schedule, timeline, costs, filled = _pipeline(runs, gpu, notes)
     first = runs[0].trace
     if unassigned:
         notes.append(f"{len(unassigned)} kernels were launched outside every recognised annotation (not counted)")
@@ -139,6 +149,7 @@ def measure(runs: list[Attributed]) -> Profile:
         comm_sms_seen=comm_sms,
         overlapped=overlapped,
         notes=notes,
+        filled=filled,
     )
 
 
@@ -241,10 +252,10 @@ def _span(inst: Instance, gpu: bool) -> tuple[float, float]:
     return span if span is not None else (inst.range.start, inst.range.end)
 
 
-def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Schedule, Timeline, Costs | None]:
+def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Schedule, Timeline, Costs | None, tuple]:
     acted = [(i, run) for i, run in enumerate(runs) if any(a.what.compute for a in run.actions)]
     if not acted:
-        return _one_item(runs, gpu)
+        return (*_one_item(runs, gpu), ())
     # rank of each trace: the label's, else the trace's distributedInfo, else its place
     per_rank: dict[int, list[tuple[Item, tuple[int, ...], float, float, Instance, Attributed]]] = {}
     runs_of: dict[int, tuple[str, str | None, int | None]] = {}  # rank -> (trace, schedule, pp) its labels name
@@ -301,10 +312,18 @@ def _pipeline(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sche
     schedule = Schedule(name, pp, placement.microbatches, placement, tuple(ranks))
     timeline = Timeline(pp, tuple(events), (), source="measured")
     overhead, latency = between_items(schedule, timeline)
-    costs = replace(_stage_costs(events, op_stage, placement.stages, overhead), comm=latency)
+    costs, filled = _stage_costs(events, op_stage, placement.stages, overhead)
     if steps:
         notes.append("the traces hold more than one step: the first is read")
-    return schedule, timeline, costs
+    if filled:
+        notes.append(filled_note(filled))
+    return schedule, timeline, replace(costs, comm=latency), filled
+
+
+def filled_note(filled: tuple[Filled, ...]) -> str:
+    """One line naming every per-stage cost that was filled in, and from which stages."""
+    said = "; ".join(f"{f.kind} at stage {f.stage} from stages {', '.join(map(str, f.sources))}" for f in filled)
+    return f"not measured (no such op ran there), filled with the mean of the stages that ran it: {said}"
 
 
 def _one_run(runs_of: dict[int, tuple[str, str | None, int | None]]) -> None:
@@ -404,9 +423,10 @@ def _placement(pp: int, op_stage: dict) -> Placement:
     return Placement("custom", pp, chunks, tuple(routes), tuple(route_of))
 
 
-def _stage_costs(events, op_stage: dict, stages: int, overhead: float = 0.0) -> Costs:
+def _stage_costs(events, op_stage: dict, stages: int, overhead: float = 0.0) -> tuple[Costs, tuple[Filled, ...]]:
     """Mean measured time of each kind at each stage, plus the ``overhead`` a rank spends
-    between items: per-stage F/B/W/BW, and a pair's."""
+    between items: per-stage F/B/W/BW, and a pair's; and the costs filled in because no
+    op of their kind ran at their stage (``Costs`` needs every stage's)."""
     times: dict[tuple[str, int], list[float]] = defaultdict(list)
     pairs = []
     for evs in events:
@@ -416,22 +436,26 @@ def _stage_costs(events, op_stage: dict, stages: int, overhead: float = 0.0) -> 
             else:
                 times[(e.item.kind, op_stage[(e.rank, e.item)])].append(e.duration)
 
+    filled: list[Filled] = []
+
     def per_stage(kind: str) -> tuple[float, ...] | None:
         if not any((kind, s) in times for s in range(stages)):
             return None
         mean = {s: sum(v) / len(v) + overhead for (k, s), v in times.items() if k == kind}
-        fill = sum(mean.values()) / len(mean)  # a stage without this kind: the mean of the others
+        fill = sum(mean.values()) / len(mean)  # a stage without this kind: the mean of the others, said as such
+        filled.extend(Filled(kind, s, tuple(sorted(mean))) for s in range(stages) if s not in mean)
         return tuple(mean.get(s, fill) for s in range(stages))
 
     f, b, w, bw = (per_stage(k) for k in ("F", "B", "W", "BW"))
     # kinds not measured cost nothing; a fused backward alone is the B+W of Costs
-    return Costs(
+    costs = Costs(
         f=f or 0.0,
         b=b or bw or 0.0,
         w=w or 0.0,
         bw=bw if bw is not None and b is not None else None,
         pair=sum(pairs) / len(pairs) + overhead if pairs else None,
     )
+    return costs, tuple(filled)
 
 
 def measured_kinds(schedule: Schedule) -> tuple[str, ...]:
