@@ -208,7 +208,7 @@ def test_deepseek_v3_on_its_cluster(capsys):
     assert any("Combined 1F1B" in line and "group" in line for line in d["advice"])
     # a family that fits nowhere: its lower bound beside the least its computed peaks need
     gpipe = re.fullmatch(
-        r"does not fit or cannot run: needs at least ([\d.]+) GB per GPU against ([\d.]+) GB usable; "
+        r"does not fit or cannot run: needs at least ([\d.]+) GB per GPU on rank \d+ against ([\d.]+) GB usable there; "
         r"its orders whose peak was computed need (\d+) GB or more",
         d["families"]["gpipe"],
     )

@@ -31,6 +31,7 @@ from pipesim.planner.results import Plan, Result
 from pipesim.planner.search import closest_miss, search
 from pipesim.planner.specs import Training, load_cluster, load_model
 from pipesim.planner.stages import stage_parts
+from pipesim.planner.verdicts import rejection
 from pipesim.schedules import build
 
 MIB = 2**20
@@ -158,18 +159,19 @@ def test_the_closest_miss_is_the_least_over_its_own_rank_not_the_least_need():
     assert "(v=4)" not in msg  # four stages a rank needed less but were further over
 
 
+def _refusal(rank: int, need: float, usable: float) -> Result:
+    """A 1F1B refusal at 12 micro-batches, by hand: ``need`` GB on ``rank``, which has ``usable`` GB."""
+    cand = Candidate(LAYOUT, "1f1b", None, "none", 12)
+    room = Usable(85.5e9, (("held", 85.5e9 - usable * 1e9),))
+    return Result(cand, False, f"peak memory on rank {rank}", memory_gb=need, rank=rank, usable=room)
+
+
 def test_the_closest_miss_weighs_bytes_over_not_a_share_of_the_budget():
     """Three refusals, by hand: 12 GB on a rank with 8 usable (4 over, the least need), 15
     on one with 14 (1 over, 7% of its budget) and 82 on one with 80 (2 over, 2.5%, the
     least share): the closest is the 1 GB over, named with its rank and both figures."""
     m, c, t = _setup(12)
-
-    def refusal(rank: int, need: float, usable: float) -> Result:
-        cand = Candidate(LAYOUT, "1f1b", None, "none", 12)
-        room = Usable(85.5e9, (("held", 85.5e9 - usable * 1e9),))
-        return Result(cand, False, f"peak memory on rank {rank}", memory_gb=need, rank=rank, usable=room)
-
-    plan = Plan(m, c, t, rejected=[refusal(3, 12, 8), refusal(2, 15, 14), refusal(0, 82, 80)])
+    plan = Plan(m, c, t, rejected=[_refusal(3, 12, 8), _refusal(2, 15, 14), _refusal(0, 82, 80)])
     assert closest_miss(plan).endswith("peak memory on rank 2 (15.0 GB against rank 2's 14.0 GB usable: 1.0 GB over)")
 
 
@@ -184,3 +186,13 @@ def test_a_refusal_for_want_of_room_for_one_activation_says_what_it_needs():
     assert not r.fits and r.rank == 3 and "leaves no room for one micro-batch's activations" in r.reason
     assert r.usable.bytes == pytest.approx(_last_rank_at_most(27), rel=1e-12)
     assert r.static_gb * 1e9 < _last_rank_at_most(27) < r.memory_gb * 1e9 and not r.peak_known
+
+
+def test_a_family_that_fits_nowhere_is_named_by_its_refusal_least_over_its_rank():
+    """The report's verdict on a family with no fit quotes the same refusal as the closest
+    miss: of the three by hand (12 GB on a rank with 8 usable, 15 on one with 14, 82 on
+    one with 80), the 1 GB over on rank 2, not the least need (rank 3's, 4 GB over)."""
+    m, c, t = _setup(12)
+    plan = Plan(m, c, t, rejected=[_refusal(3, 12, 8), _refusal(2, 15, 14), _refusal(0, 82, 80)])
+    assert rejection(plan, "1f1b") == "needs at least 15 GB per GPU on rank 2 against 14 GB usable there"
+

@@ -1,5 +1,6 @@
 """Each pipeline rank against its own usable memory (``device_memory.usable_on_rank``):
-which rank is furthest over it, and the refusal that names that rank.
+which rank is furthest over it, the refusal that names that rank, and of many refusals
+the one least over its rank's memory (the closest miss, each family's verdict).
 
 The last stage's rank holds the loss's transient and the logits, each rank its own
 receive buffers and FSDP pools, so ranks differ in what they can fill: a verdict on the
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 from .candidates import Candidate
 from .device_memory import Usable
-from .results import GB, Result
+from .memory_lines import usable_gb
+from .results import GB, Plan, Result
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,3 +40,32 @@ def refused(cand: Candidate, need: str, r: int, budgets: Budgets, **kw) -> Resul
     memory: the reason names the rank, the result holds its usable memory."""
     why = f"{need} on rank {r} > {budgets.bytes[r] / GB:.0f} GB usable there"
     return Result(cand, False, why, rank=r, usable=budgets.usable(r), **kw)
+
+
+def least_over(plan: Plan, refusals: list[Result]) -> tuple[Result, float, float] | None:
+    """Of the refusals for memory, the one whose rank is the fewest bytes over its own
+    usable memory, with its need and that memory in GB (``memory_lines.usable_gb``: a
+    layout refused on its static floor is held to the most any of its ranks can fill);
+    None where none was refused for memory.
+
+    The overflow is absolute, not a share of the rank's budget: it is what a change has
+    to free on that rank, and what the knobs free is bytes (a smaller micro-batch, more
+    recomputation, more sharding), not a share of what is left. Ranks' budgets differ
+    (the last stage's keeps the logits): 1 GB over a last rank's 14 GB is nearer to
+    fitting than 3 GB over a first rank's 80, which a share would rank the other way.
+    Not the least need either: a rank with little room can be far over with a small need.
+
+    The most a layout's ranks can fill is computed once a layout and recomputation mode:
+    a pinned search can refuse thousands of candidates on a few layouts' floors."""
+    most: dict[tuple, float] = {}
+
+    def usable(r: Result) -> float:
+        if r.usable is not None:
+            return usable_gb(plan, r)
+        key = (r.candidate.layout, r.candidate.recompute)
+        if key not in most:
+            most[key] = usable_gb(plan, r)
+        return most[key]
+
+    memory = [(r, need, usable(r)) for r in refusals if (need := r.memory_gb or r.static_gb)]
+    return min(memory, key=lambda x: x[1] - x[2], default=None)

@@ -22,7 +22,7 @@ from ..errors import PipesimError
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
 from .evaluate import Prepared, Shared, finish, prepare
-from .memory_lines import usable_gb
+from .rank_fit import least_over
 from .results import GB, Plan, Result
 from .specs import Cluster, Model, Training
 
@@ -188,24 +188,15 @@ def _over_floor(m: Model, t: Training, cand: Candidate, floors: dict, shared: Sh
 
 def closest_miss(plan: Plan) -> str:
     """Why the candidate that came nearest to fitting did not: of the refusals for memory,
-    the one whose rank is the fewest bytes over its own usable memory (its need less that
-    rank's ``usable_gb``; a layout refused on its static floor is held to the most any of
-    its ranks can fill), named with that rank and both figures.
-
-    The overflow is absolute, not a share of the rank's budget: it is what a change has
-    to free on that rank, and what the knobs free is bytes (a smaller micro-batch, more
-    recomputation, more sharding), not a share of what is left. Ranks' budgets differ
-    (the last stage's keeps the logits): 1 GB over a last rank's 14 GB is nearer to
-    fitting than 3 GB over a first rank's 80, which a share would rank the other way.
-    Not the least need either: a rank with little room can be far over with a small need."""
+    the one least over its own rank's usable memory (``rank_fit.least_over``), named with
+    that rank and both figures."""
     if not plan.rejected:
         return "every candidate was skipped"
-    memory = [(r, r.memory_gb or r.static_gb) for r in plan.rejected if r.memory_gb or r.static_gb]
-    if not memory:
+    least = least_over(plan, plan.rejected)
+    if least is None:
         r = plan.rejected[0]
         return f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation: {r.reason}"
-    r, need = min(memory, key=lambda x: x[1] - usable_gb(plan, x[0]))
-    usable = usable_gb(plan, r)
+    r, need, usable = least
     against = f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
     return (
         f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation, the least over its memory: "

@@ -8,8 +8,8 @@ from collections import Counter
 
 from ..schedules import REGISTRY
 from .candidates import skipped_families
-from .memory_lines import usable_gb
 from .naming import layout_text
+from .rank_fit import least_over
 from .results import Plan
 
 
@@ -55,17 +55,18 @@ def rejection(plan: Plan, name: str) -> str:
     mine = [r for r in plan.rejected if r.candidate.schedule == name]
     if not mine:
         return "not searched"
-    memory = [r for r in mine if r.static_gb or r.memory_gb]
-    if memory:
+    least = least_over(plan, mine)  # the refusal nearest to fitting, as the closest miss names it
+    if least is not None:
         # the cheap checks give lower bounds (static memory, plus one micro-batch's
         # activations); the least of them alone reads like a near miss where every
         # order whose peak was computed needs far more
-        least = min(memory, key=lambda r: r.memory_gb or r.static_gb)
-        need = least.memory_gb or least.static_gb
-        known = [r.memory_gb for r in memory if r.memory_gb and r.peak_known]
-        usable = usable_gb(plan, least)
+        r, need, usable = least
+        known = [x.memory_gb for x in mine if x.memory_gb and x.peak_known]
         digits = 0 if round(need) > round(usable) else 1  # 80.4 against 80.1 must not read 80 against 80
-        text = f"needs at least {need:.{digits}f} GB per GPU against {usable:.{digits}f} GB usable"
+        where = f"on rank {r.rank} against {usable:.{digits}f} GB usable there"
+        if r.rank is None:  # refused on its layout's static floor, held to the roomiest rank's
+            where = f"on some rank against at most {usable:.{digits}f} GB usable on any"
+        text = f"needs at least {need:.{digits}f} GB per GPU {where}"
         if known and min(known) >= need + 1:
             text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
         return text
