@@ -196,3 +196,9 @@ def test_a_family_that_fits_nowhere_is_named_by_its_refusal_least_over_its_rank(
     plan = Plan(m, c, t, rejected=[_refusal(3, 12, 8), _refusal(2, 15, 14), _refusal(0, 82, 80)])
     assert rejection(plan, "1f1b") == "needs at least 15 GB per GPU on rank 2 against 14 GB usable there"
 
+
+def test_a_family_verdict_shows_enough_digits_to_read_over():
+    """79.24 GB against 79.18 reads 79.2 against 79.2 at one digit: two show it over."""
+    m, c, t = _setup(12)
+    plan = Plan(m, c, t, rejected=[_refusal(7, 79.24, 79.18)])
+    assert rejection(plan, "1f1b") == "needs at least 79.24 GB per GPU on rank 7 against 79.18 GB usable there"

@@ -62,7 +62,9 @@ def rejection(plan: Plan, name: str) -> str:
         # order whose peak was computed needs far more
         r, need, usable = least
         known = [x.memory_gb for x in mine if x.memory_gb and x.peak_known]
-        digits = 0 if round(need) > round(usable) else 1  # 80.4 against 80.1 must not read 80 against 80
+        # the fewest digits that show the need over: 80.4 against 80.1 must not read 80
+        # against 80, nor 79.24 against 79.18 read 79.2 against 79.2
+        digits = next((d for d in range(3) if round(need, d) > round(usable, d)), 3)
         where = f"on rank {r.rank} against {usable:.{digits}f} GB usable there"
         if r.rank is None:  # refused on its layout's static floor, held to the roomiest rank's
             where = f"on some rank against at most {usable:.{digits}f} GB usable on any"
