@@ -69,3 +69,11 @@ def compare_rows(
         except PipesimError as e:
             rows.append(Row(name, error=str(e)))
     return rows
+
+
+def refuse_if_none_runs(rows: list[Row], names: list[str], pp: int, M: int) -> None:
+    """A table (or report) of nothing but n/a rows is bad input, as sweep and run take it:
+    one line with each schedule's reason."""
+    if not any(r.report for r in rows):
+        reasons = "; ".join(dict.fromkeys(r.error for r in rows))
+        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp}, M={M}: {reasons}")

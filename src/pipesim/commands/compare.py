@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from ..comparison import Row, compare_columns, compare_rows
+from ..comparison import Row, compare_columns, compare_rows, refuse_if_none_runs
 from ..costs import CostModel, Costs
 from ..errors import PipesimError
 from ..inputs import work
@@ -123,14 +123,6 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
 
     text = f"{model.name} on {cluster.name} ({lay}, {recompute} recomputation; seconds, from the planner's estimate)"
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
-
-
-def refuse_if_none_runs(rows: list[Row], names: list[str], pp: int, M: int) -> None:
-    """A table (or report) of nothing but n/a rows is bad input, as sweep and run take it:
-    one line with each schedule's reason."""
-    if not any(r.report for r in rows):
-        reasons = "; ".join(dict.fromkeys(r.error for r in rows))
-        raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp}, M={M}: {reasons}")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import sys
 
 from rich.table import Table
 
-from ..comparison import compare_columns, compare_rows
+from ..comparison import compare_columns, compare_rows, refuse_if_none_runs
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
 from ..files import load_timeline, output_extension, write_bytes_atomic, write_text_atomic
@@ -238,7 +238,6 @@ def _unit_text(costs_per: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..commands.compare import refuse_if_none_runs
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
 
