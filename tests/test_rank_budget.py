@@ -26,6 +26,7 @@ from pipesim.planner.device_memory import Usable, rank_usables, roomiest
 from pipesim.planner.evaluate import evaluate
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
+from pipesim.planner.rank_fit import Budgets, refused
 from pipesim.planner.report import markdown, result_row
 from pipesim.planner.results import Plan, Result
 from pipesim.planner.search import closest_miss, search
@@ -202,3 +203,13 @@ def test_a_family_verdict_shows_enough_digits_to_read_over():
     m, c, t = _setup(12)
     plan = Plan(m, c, t, rejected=[_refusal(7, 79.24, 79.18)])
     assert rejection(plan, "1f1b") == "needs at least 79.24 GB per GPU on rank 7 against 79.18 GB usable there"
+
+
+def test_a_refusal_reason_shows_enough_digits_to_read_over():
+    """A rank needing 80.4 GB of its 80.1 usable read "80 GB > 80 GB" at no digit: one
+    shows it over; 95 against 80 needs none."""
+    m, c, t = _setup(12)
+    cand = Candidate(LAYOUT, "1f1b", None, "none", 12)
+    budgets = Budgets([80.1e9, 80e9], lambda r: Usable(85.5e9, ()))
+    assert refused(cand, "peak memory", 80.4e9, 0, budgets).reason == "peak memory 80.4 GB on rank 0 > 80.1 GB usable there"
+    assert refused(cand, "peak memory", 95e9, 1, budgets).reason == "peak memory 95 GB on rank 1 > 80 GB usable there"

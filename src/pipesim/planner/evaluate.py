@@ -260,8 +260,8 @@ def _within_memory(
     budgets = own.bytes
     r = over(statics, budgets)
     if r is not None:
-        why = f"parameters, gradients and optimizer states need {statics[r] / GB:.0f} GB"
-        return refused(cand, why, r, own, static_gb=statics[r] / GB)
+        why = "parameters, gradients and optimizer states need"
+        return refused(cand, why, statics[r], r, own, static_gb=statics[r] / GB)
     # a builder takes one activation cap for every rank: the least room of any
     room = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
     opts = builder_options(cand, costs, mm, budgets[room] - statics[room], stages) | group
@@ -290,14 +290,14 @@ def _within_memory(
     )
     r = over(ones, budgets)
     if r is not None:  # every rank holds at least one forward's activation
-        why = f"static memory and one micro-batch's activations need {ones[r] / GB:.0f} GB"
-        return refused(cand, why, r, own, memory_gb=ones[r] / GB, peak_known=False)
+        why = "static memory and one micro-batch's activations need"
+        return refused(cand, why, ones[r], r, own, memory_gb=ones[r] / GB, peak_known=False)
     if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))]
         r = over(peaks, budgets)
         if r is not None:
-            return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, own, memory_gb=peaks[r] / GB)
+            return refused(cand, "peak memory", peaks[r], r, own, memory_gb=peaks[r] / GB)
         times = _memo(memo, "items", dict)
 
         def work():
@@ -453,7 +453,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
                 peaks = [x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory))]
                 r = over(peaks, p.budgets.bytes)
                 if r is not None:
-                    return refused(cand, f"peak memory {peaks[r] / GB:.0f} GB", r, p.budgets, memory_gb=peaks[r] / GB)
+                    return refused(cand, "peak memory", peaks[r], r, p.budgets, memory_gb=peaks[r] / GB)
             x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
         else:
             x = extrapolated(lambda n: measure(shared.program(cand.schedule, pp, n, p.options), costs, p.memory), M, points)
@@ -472,7 +472,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     return Result(
         cand,
         r is None,
-        "" if r is None else refused(cand, f"peak memory {x.peak[r] / GB:.0f} GB", r, p.budgets).reason,
+        "" if r is None else refused(cand, "peak memory", x.peak[r], r, p.budgets).reason,
         step_time=step,
         makespan=makespan,
         dp_sync=p.sync,

@@ -35,10 +35,18 @@ def over(needs: list[float], budgets: list[float]) -> int | None:
     return r if needs[r] - budgets[r] > 1e-9 * abs(budgets[r]) else None
 
 
-def refused(cand: Candidate, need: str, r: int, budgets: Budgets, **kw) -> Result:
-    """A candidate refused for rank ``r``, which needs ``need`` against its own usable
-    memory: the reason names the rank, the result holds its usable memory."""
-    why = f"{need} on rank {r} > {budgets.bytes[r] / GB:.0f} GB usable there"
+def digits(need: float, usable: float) -> int:
+    """The fewest decimals (up to 3) that show ``need`` over ``usable``: 80.4 against 80.1
+    must not read 80 against 80, nor 79.24 against 79.18 read 79.2 against 79.2."""
+    return next((d for d in range(3) if round(need, d) > round(usable, d)), 3)
+
+
+def refused(cand: Candidate, what: str, need: float, r: int, budgets: Budgets, **kw) -> Result:
+    """A candidate refused for rank ``r``, whose ``what`` needs ``need`` bytes against its
+    own usable memory: the reason names the rank with both figures in as many digits as
+    show the need over, the result holds the rank's usable memory."""
+    n = digits(need / GB, budgets.bytes[r] / GB)
+    why = f"{what} {need / GB:.{n}f} GB on rank {r} > {budgets.bytes[r] / GB:.{n}f} GB usable there"
     return Result(cand, False, why, rank=r, usable=budgets.usable(r), **kw)
 
 

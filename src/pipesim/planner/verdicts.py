@@ -9,7 +9,7 @@ from collections import Counter
 from ..schedules import REGISTRY
 from .candidates import skipped_families
 from .naming import layout_text
-from .rank_fit import least_over
+from .rank_fit import digits, least_over
 from .results import Plan
 
 
@@ -62,13 +62,11 @@ def rejection(plan: Plan, name: str) -> str:
         # order whose peak was computed needs far more
         r, need, usable = least
         known = [x.memory_gb for x in mine if x.memory_gb and x.peak_known]
-        # the fewest digits that show the need over: 80.4 against 80.1 must not read 80
-        # against 80, nor 79.24 against 79.18 read 79.2 against 79.2
-        digits = next((d for d in range(3) if round(need, d) > round(usable, d)), 3)
-        where = f"on rank {r.rank} against {usable:.{digits}f} GB usable there"
+        n = digits(need, usable)
+        where = f"on rank {r.rank} against {usable:.{n}f} GB usable there"
         if r.rank is None:  # refused on its layout's static floor, held to the roomiest rank's
-            where = f"on some rank against at most {usable:.{digits}f} GB usable on any"
-        text = f"needs at least {need:.{digits}f} GB per GPU {where}"
+            where = f"on some rank against at most {usable:.{n}f} GB usable on any"
+        text = f"needs at least {need:.{n}f} GB per GPU {where}"
         if known and min(known) >= need + 1:
             text += f"; its orders whose peak was computed need {min(known):.0f} GB or more"
         return text
