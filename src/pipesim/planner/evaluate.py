@@ -262,25 +262,25 @@ def _within_memory(
     if r is not None:
         why = "parameters, gradients and optimizer states need"
         return refused(cand, why, statics[r], r, own, static_gb=statics[r] / GB)
-    # a builder takes one activation cap for every rank: the least room of any
-    room = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
-    opts = builder_options(cand, costs, mm, budgets[room] - statics[room], stages) | group
+    # a builder takes one activation cap for every rank: that of the rank with the least room
+    tight = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
+    opts = builder_options(cand, costs, mm, budgets[tight] - statics[tight], stages) | group
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
         why = (
-            f"static memory {statics[room] / GB:.0f} GB on rank {room} leaves no room for one micro-batch's activations "
-            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[room] / GB:.0f} GB usable"
+            f"static memory {statics[tight] / GB:.0f} GB on rank {tight} leaves no room for one micro-batch's activations "
+            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[tight] / GB:.0f} GB usable"
         )
         # what the builder cannot place: the static bytes and one activation of the size it caps
-        need = statics[room] + opts["activation_bytes"]
+        need = statics[tight] + opts["activation_bytes"]
         return Result(
             cand,
             False,
             why,
-            static_gb=statics[room] / GB,
+            static_gb=statics[tight] / GB,
             memory_gb=need / GB,
             peak_known=False,
-            rank=room,
-            usable=own.usable(room),
+            rank=tight,
+            usable=own.usable(tight),
         )
     runs = shared.placement(pl)[1]
     ones = _memo(  # the same for every schedule of this placement and cost model
