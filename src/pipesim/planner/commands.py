@@ -456,11 +456,10 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     # each rank against its own usable memory: only the last stage's holds the loss's
     # transient and logits, each stage's its own receive buffers and FSDP pools
     held = pl.held()
-    params = [sum(sum(mm.params_at(st)) for st in held[r]) for r in range(s.pp)]
     usables = rank_usables(model, cluster, training, lay, recompute, held, stages, M, mm)
     # the worst rank: the least room under its own usable memory (the highest peak on a tie)
     worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
-    n = params[worst]
+    n = sum(sum(mm.params_at(st)) for st in held[worst])  # the worst rank's parameters, every copy
     return {
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
         "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
