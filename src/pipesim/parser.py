@@ -89,6 +89,7 @@ COMMANDS: tuple[str, ...] = (
     "pipesim.commands.pair",
     "pipesim.render.commands",
     "pipesim.runtime.commands",
+    "pipesim.runtime.export_import",
     "pipesim.planner.commands",
     "pipesim.profile.commands",
 )

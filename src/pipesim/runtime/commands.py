@@ -1,8 +1,8 @@
-"""``pipesim run``, ``pipesim export`` and ``pipesim import``.
+"""``pipesim run``: schedules on torch.distributed, real or synthetic (``export`` and
+``import`` are export_import.py's).
 
 Registered through ``parser.COMMANDS``. Nothing here imports torch at module level:
-the parser is built on every ``pipesim`` call, and only these commands' run functions
-need torch (``import`` of a CSV and ``export`` without ``--check`` need none).
+the parser is built on every ``pipesim`` call, and only ``cmd_run`` needs torch.
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ import re
 import sys
 
 from ..costs import Costs
-from ..engine import compile
 from ..errors import PipesimError
-from ..files import input_files, output_extension, refuse_overwrite, save_schedule, write_chunks_atomic
-from ..inputs import MAX_TORCH_OPS, read_text, work
+from ..files import input_files, refuse_overwrite
 from ..options import (
-    COST_OPTIONS,
-    add_op_costs,
-    add_search,
     add_shape,
     columns,
     is_schedule_file,
@@ -361,92 +356,6 @@ def _costs_text(costs) -> str:
     return " ".join(parts)
 
 
-# --------------------------------------------------------------------------------------
-# export / import
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from .torch_export import check_torch, csv_chunks, torchtitan_hint
-
-    costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
-    if costs and not is_schedule_file(args.schedule) and not set(costs) <= family(args.schedule).options.keys():
-        raise PipesimError(
-            f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
-        )
-    s = schedule_from(args)
-    check_torch(s)  # refuses what PyTorch cannot run, before writing
-    if args.check:
-        _torch()
-        from .api import check_exports
-        from .results import RunFailed
-
-        try:
-            (errors,) = check_exports([s], backend=args.backend)
-        except RunFailed as e:
-            print(f"pipesim: error: PyTorch's runtime failed on the export: {e}", file=sys.stderr)
-            return 1
-        worst = max(errors)
-        ok = worst <= 1e-9
-        print(
-            f"{'PASS' if ok else 'FAIL'}: PyTorch's _PipelineScheduleRuntime ran it; largest relative error "
-            f"{worst:.2e} over {s.pp} ranks",
-            file=sys.stderr,
-        )
-        if not ok:
-            return 1
-    # written a rank at a time: the text of 24M actions is never held whole
-    write_chunks_atomic(args.output or "-", csv_chunks(s))
-    if args.output and args.output != "-":
-        print(
-            f"wrote {args.output}: {s.pp} ranks, {s.placement.stages} stages; {torchtitan_hint(s, args.output)}", file=sys.stderr
-        )
-    else:
-        print(torchtitan_hint(s), file=sys.stderr)
-    return 0
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    from .torch_export import from_torch_rows, order_of_torch_class, read_csv, torch_1f1b_defect
-
-    if (args.torch is None) == (args.csv is None):
-        raise PipesimError("give --torch CLASS (a PyTorch schedule, e.g. DualPipeV) or --csv FILE (compute-only actions)")
-    if args.output and args.output != "-":
-        output_extension(args.output, (".json",), ".json for a schedule file")
-    if args.torch:
-        pp, M = shape(args)
-        # at least one stage per rank, whatever the class: sizes past PyTorch's limit
-        # even so are refused before the seconds torch takes to import
-        work(pp, M, stages=pp * max(1, args.stages_per_rank or 1), what=f"PyTorch's {args.torch}", limit=MAX_TORCH_OPS, cost="about 20 s in PyTorch's generator")
-        _torch()
-        rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
-        name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
-    else:
-        rows = read_csv(read_text(args.csv, "--csv file"), args.csv)
-        if args.pp is not None and args.pp != len(rows):
-            raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
-        name = os.path.splitext(os.path.basename(args.csv))[0]
-        where = args.csv
-        M = args.microbatches
-    s = from_torch_rows(rows, name, M, source=None if args.torch else args.csv)
-    try:
-        compile(s)  # the array check: validate walks every op as an object
-    except PipesimError as e:
-        known = torch_1f1b_defect(args.torch, rows, M) if args.torch else None
-        raise PipesimError(f"{where} is not a valid schedule: {known or e}") from None
-    if args.output and args.output != "-":
-        save_schedule(s, args.output)
-        print(
-            f"wrote {args.output}: {s.name}, pp={s.pp}, M={s.microbatches}, {s.placement.kind} placement, {s.num_ops} ops, valid",
-            file=sys.stderr,
-        )
-    else:
-        save_schedule(s, "-")
-    return 0
-
-
-# --------------------------------------------------------------------------------------
-
-
 def add_durations(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("synthetic durations (20ms, 0.02s, 500us, or a number of ms; comma-separated per stage)")
     g.add_argument("--f", type=duration_value, help="forward (default 20ms)")
@@ -502,22 +411,3 @@ def add_commands(command) -> None:
         metavar="DIR",
         help="record a torch.profiler trace per rank, DIR/rank{r}.json (DIR/NAME/ for several schedules); read with pipesim profile DIR",
     )
-
-    c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
-    c.add_argument("--schedule", "-s", required=True, help="a schedule name or a schedule JSON file")
-    add_shape(c)
-    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
-    add_search(c)
-    c.add_argument("--to", choices=("torch",), default="torch", help="the target (torch: _PipelineScheduleRuntime's CSV)")
-    c.add_argument("--output", "-o", help="write here (default: print)")
-    c.add_argument("--check", action="store_true", help="first run it in PyTorch's runtime (gloo) and compare gradients")
-    c.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help=argparse.SUPPRESS)
-
-    c = command("import", cmd_import, "read a PyTorch pipeline order into a pipesim schedule file (validated)")
-    c.add_argument(
-        "--torch", metavar="CLASS", help="a torch.distributed.pipelining schedule: 1F1B, DualPipeV, ZBVZeroBubble, ..."
-    )
-    c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
-    add_shape(c)
-    c.add_argument("--stages-per-rank", type=positive_int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
-    c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")
