@@ -153,7 +153,6 @@ def _no_launch(*args, **kwargs):
         (["--layers", "4"], "--layers 4"),
         (["--dim", "64"], "--dim 64"),
         (["--experts", "8"], "--experts 8"),
-        (["--serial-pairs"], "--serial-pairs"),
     ],
 )
 def test_a_model_flag_with_synthetic_is_refused_not_ignored(argv, flag, capsys, monkeypatch):
@@ -164,6 +163,16 @@ def test_a_model_flag_with_synthetic_is_refused_not_ignored(argv, flag, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert f"{flag} sets the model a real run computes; --synthetic computes none: drop one of them" in err
+
+
+def test_serial_pairs_with_synthetic_is_refused_as_what_it_is(capsys, monkeypatch):
+    """--serial-pairs sets no model: it splits a real run's overlapped pairs, where a
+    synthetic pair sleeps --pair; the refusal said it set the model."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code = main(["run", "-s", "dualpipe", "--pp", "2", "-m", "4", "--synthetic", "--serial-pairs"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--serial-pairs runs a real run's overlapped pairs as their two halves; --synthetic computes none" in err
 
 
 @pytest.mark.parametrize(

@@ -189,7 +189,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if v != default:
                 value = ",".join(map(str, v)) if isinstance(v, tuple) else v
                 shown = f"--{k.replace('_', '-')}" + ("" if v is True else f" {value}")
-                raise PipesimError(f"{shown} sets the model a real run computes; --synthetic computes none: drop one of them")
+                # --serial-pairs is no model but how a real model's pairs run: synthetic pairs sleep --pair
+                what = (
+                    "runs a real run's overlapped pairs as their two halves"
+                    if k == "serial_pairs"
+                    else "sets the model a real run computes"
+                )
+                raise PipesimError(f"{shown} {what}; --synthetic computes none: drop one of them")
     given = [f"--{k}" for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k) is not None]
     if given and not args.synthetic:
         raise PipesimError(f"{given[0]} sets a synthetic duration; add --synthetic (real runs take as long as they take)")
