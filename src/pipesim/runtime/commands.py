@@ -18,6 +18,7 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..files import input_files, refuse_overwrite
 from ..options import (
+    SCHEDULE_HELP,
     add_shape,
     columns,
     is_schedule_file,
@@ -374,7 +375,7 @@ def add_durations(p: argparse.ArgumentParser) -> None:
 
 def add_commands(command) -> None:
     c = command("run", cmd_run, "run schedules on torch.distributed: check gradients, measure timelines")
-    c.add_argument("--schedule", "-s", help="a schedule name or a schedule JSON file")
+    c.add_argument("--schedule", "-s", help=SCHEDULE_HELP)
     c.add_argument("--schedules", help="several schedules in one launch: comma-separated names, or 'all'")
     add_shape(c)
     c.add_argument("--check", action="store_true", help="compare losses and every gradient with one process")
@@ -397,12 +398,16 @@ def add_commands(command) -> None:
     )
     m.add_argument("--dim", type=even_int, default=MODEL_DEFAULTS["dim"], help="width of tiny or moe, even: 2 heads (default 16)")
     m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
+    m.add_argument(
+        "--serial-pairs",
+        action="store_true",
+        help="run each overlapped F&B pair (DualPipe, DualPipeV, combined 1F1B) as its two halves in turn, to compare",
+    )
     e = c.add_argument_group("experts (--model moe; see docs/runtime-moe.md)")
     e.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks per stage: pp x ep processes (default 1)")
     e.add_argument("--experts", type=positive_int, help="experts per MoE layer of --model moe (default 4)")
     e.add_argument("--top-k", type=positive_int, default=MODEL_DEFAULTS["top_k"], help="experts each token goes to (default 2)")
     e.add_argument("--a2a-delay", type=parse_duration, default=0.0, help="least time of each all-to-all: a slow link on purpose")
-    e.add_argument("--serial-pairs", action="store_true", help="run overlapped pairs as their two halves in turn (to compare)")
     c.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="default: nccl with a GPU per rank, else gloo"
     )

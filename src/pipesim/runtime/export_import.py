@@ -15,7 +15,17 @@ from ..engine import compile
 from ..errors import PipesimError
 from ..files import output_extension, save_schedule, write_chunks_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
-from ..options import COST_OPTIONS, add_op_costs, add_search, add_shape, is_schedule_file, positive_int, schedule_from, shape
+from ..options import (
+    COST_OPTIONS,
+    SCHEDULE_HELP,
+    add_op_costs,
+    add_search,
+    add_shape,
+    is_schedule_file,
+    positive_int,
+    schedule_from,
+    shape,
+)
 from ..schedules import family
 from .commands import _torch
 
@@ -108,7 +118,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def add_commands(command) -> None:
     c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
-    c.add_argument("--schedule", "-s", required=True, help="a schedule name or a schedule JSON file")
+    c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
     add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
     add_search(c)
