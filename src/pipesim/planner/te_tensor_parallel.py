@@ -138,8 +138,12 @@ def te_tp_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) ->
     """Seconds all of the above adds to one micro-batch of a layer: (attention forward,
     attention backward, MLP forward, MLP backward), with torchao's amax all-reduces priced
     alike (``torchao_tensor_parallel``)."""
-    reduce = nccl.collective_seconds(c, "all_reduce", AMAX_BYTES, lay.tp, lay.span("tp", c.domain))
     counts = [a + b for a, b in zip(amax_reductions(m, layer, t, lay), torchao_amax_reductions(m, layer, t, lay), strict=True)]
+    if not any(counts) and not any(userbuffers(m, layer, t, lay)):
+        # the usual case (BF16, or no tensor parallelism): nothing here, and layer_costs
+        # calls this for every layer of every cost model the search builds
+        return 0.0, 0.0, 0.0, 0.0
+    reduce = nccl.collective_seconds(c, "all_reduce", AMAX_BYTES, lay.tp, lay.span("tp", c.domain))
     moved = userbuffer_bytes(m, layer, t, lay)
     attn_margin, mlp_margin = margin_seconds(m, layer, c, t, lay)
     af, ab, mf, mb = (n * reduce + b / hbm_rate(c, t) for n, b in zip(counts, moved, strict=True))
