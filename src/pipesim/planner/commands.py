@@ -19,7 +19,7 @@ from ..simulate import simulate
 from . import calibrate
 from .activations import head_activation, head_saved, layer_activation, layer_mode, layer_saved
 from .candidates import Pins
-from .device_memory import rank_usables
+from .device_memory import held_params, rank_usables
 from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
 from .memory_lines import no_fit_line, usable_dict, usable_lines
@@ -459,7 +459,7 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     usables = rank_usables(model, cluster, training, lay, recompute, held, stages, M, mm)
     # the worst rank: the least room under its own usable memory (the highest peak on a tie)
     worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
-    n = sum(sum(mm.params_at(st)) for st in held[worst])  # the worst rank's parameters, every copy
+    n = held_params(mm, held[worst])  # the worst rank's parameters, every copy
     return {
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
         "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),

@@ -273,10 +273,13 @@ def rank_usables(
     on memory model ``mm`` (``footprint.memory_model``), each rank with its own stages'
     parameters on one GPU."""
     common = common or layout_held(m, t, lay, recompute)
-    return tuple(
-        usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, sum(sum(mm.params_at(st)) for st in own), common)
-        for own in held
-    )
+    return tuple(usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, held_params(mm, own), common) for own in held)
+
+
+def held_params(mm, own) -> float:
+    """Parameters (dense and experts, every copy) of the model stages ``own`` a rank holds,
+    on memory model ``mm``."""
+    return sum(sum(mm.params_at(st)) for st in own)
 
 
 def roomiest(m, c, t, lay, recompute: str, common: LayoutHeld | None = None) -> Usable:
