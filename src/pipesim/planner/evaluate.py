@@ -267,8 +267,8 @@ def _within_memory(
     opts = builder_options(cand, costs, mm, budgets[tight] - statics[tight], stages) | group
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
         why = (
-            f"static memory {statics[tight] / GB:.0f} GB on rank {tight} leaves no room for one micro-batch's activations "
-            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[tight] / GB:.0f} GB usable"
+            f"static memory {statics[tight] / GB:.1f} GB on rank {tight} leaves no room for one micro-batch's activations "
+            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[tight] / GB:.1f} GB usable"
         )
         # what the builder cannot place: the static bytes and one activation of the size it caps
         need = statics[tight] + opts["activation_bytes"]
