@@ -550,8 +550,8 @@ def test_bad_calibration_input(capsys, extra, needle):
     assert code == 2 and needle in err and err.count("\n") == 1
 
 
-def test_stage_split_must_be_balanced_or_even():
-    with pytest.raises(PipesimError, match='stage_split must be "balanced" or "even", got \'cost\''):
+def test_stage_split_must_be_balanced_even_or_a_layout():
+    with pytest.raises(PipesimError, match='stage_split must be "balanced", "even" or a Megatron layout .*, got \'cost\''):
         load_training(stage_split="cost")
 
 

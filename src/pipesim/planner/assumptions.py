@@ -22,6 +22,7 @@ from .footprint import float8_gathered
 from .memory_lines import held_text
 from .nccl import HOSTS
 from .parallelism import domain_text, layout_assumptions
+from .pipeline_layout import split_text
 from .results import Plan
 from .specs import Cluster, Training
 from .training import te_current_scaling
@@ -232,11 +233,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             f"the embedding on the first stage, the output head and loss ({t.logit_bytes:g} bytes a logit at HBM bandwidth) "
             + ("and the MTP modules " if plan.model.mtp_layers else "")
             + "on the last; "
-            + (
-                "the same number of layers on every stage (stage_split = even, as Megatron-LM 2021 and DeepSpeed split them)"
-                if t.stage_split == "even"
-                else "layers split so that the busiest rank carries the least"
-            ),
+            + split_text(t.stage_split),
         ),
         (
             "tensor parallelism",

@@ -24,6 +24,7 @@ from .footprint import memory_model, stage_params
 from .layout import Layout, default_ep, layout_problem, local_training
 from .memory_lines import no_fit_line, usable_dict, usable_lines
 from .naming import layout_text
+from .pipeline_layout import is_layout, stage_count
 from .search import search
 from .specs import (
     CP_COMMS,
@@ -311,6 +312,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
     second = family(args.schedule or "dualpipe").name
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
+    if is_layout(training.stage_split) and stage_count(training.stage_split) != pp:
+        raise PipesimError(
+            f"stage_split {training.stage_split!r} names {stage_count(training.stage_split)} stages, but memory sets every "
+            f"schedule beside 1f1b, which runs {pp} (one a rank): pipesim plan with the same pins and --schedules gives "
+            "this split's memory"
+        )
     options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
     rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
     for name, opts in options[1:]:

@@ -37,6 +37,7 @@ from .compute import model_flops_per_token
 from .device_memory import LayoutHeld, layout_held, rank_usables, roomiest
 from .footprint import memory_model
 from .layout import Layout
+from .pipeline_layout import is_layout, stage_count
 from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
 from .rank_fit import Budgets, over, refused
 from .results import GB, Result
@@ -217,6 +218,8 @@ def prepare(
     stages = pl.stages
     if stages > m.layers:
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
+    if is_layout(t.stage_split) and stage_count(t.stage_split) != stages:
+        return Result(cand, False, f"has {stages} stages; stage_split {t.stage_split!r} names {stage_count(t.stage_split)}")
     tried = []
     held = shared.placement(pl)[0]
     for evened in splits:

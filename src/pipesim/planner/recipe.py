@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .megatron_flags import megatron
 from .naming import layout_text
+from .pipeline_layout import split_text
 from .plan_stages import pick, stage_split
 from .results import Plan
 from .torchtitan_config import export_command, torchtitan
@@ -40,11 +41,7 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
         "## How to run it",
         "",
         f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batches, with "
-        + (
-            "the same number of layers on every stage (stage_split = even), as simulated"
-            if plan.training.stage_split == "even"
-            else "the stages the plan simulated, their layers balanced over what each rank runs"
-        )
+        + split_text(plan.training.stage_split, simulated=True)
         + " (ms: F + B + W of one micro-batch):",
         "",
         "| stage | rank | layers | also holds | ms per micro-batch |",
@@ -53,8 +50,8 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
     for p in d["stages"]:
         held = [x for x, on in (("embedding", p["embedding"]), ("output head", p["head"])) if on]
         held += [f"{p['mtp']} MTP"] if p["mtp"] else []
-        first, last = p["layers"]
-        layers = str(first) if first == last else f"{first}-{last}"
+        first, last = p["layers"] or (None, None)  # a stage may hold no layer: Megatron's "mL"
+        layers = "-" if first is None else str(first) if first == last else f"{first}-{last}"
         ranks = ", ".join(map(str, p["ranks"]))
         out.append(f"| {p['stage']} | {ranks} | {layers} | {', '.join(held) or '-'} | {p['seconds_per_microbatch'] * 1e3:.1f} |")
     out.append("")

@@ -8,8 +8,9 @@ from ..components import ComponentCosts
 from .collectives import p2p_seconds
 from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs, mtp_costs
 from .layout import Layout
+from .pipeline_layout import is_layout, layout_sizes
 from .specs import Cluster, Model, Training
-from .split import balanced_partition, partition, work
+from .split import balanced_partition, partition, ranges_of, work
 from .tp_overlap import splits_lone_ops
 
 
@@ -61,9 +62,12 @@ def stage_parts(
     with ``stage_split = "even"`` the same number of layers on every stage whatever else
     the end stages hold: Megatron-LM 2021 gives each stage (and each interleaved chunk)
     layers / stages of them (its arguments.py asserts they divide), DeepSpeed's pipeline
-    partitions by counting transformer layers (``partition_method="type:transformer"``)."""
+    partitions by counting transformer layers (``partition_method="type:transformer"``);
+    or the split a run used, written as Megatron-Core's layout (``pipeline_layout``)."""
     if t.stage_split == "even":
         return partition(m.layers, stages)
+    if is_layout(t.stage_split):
+        return ranges_of(layout_sizes(t.stage_split, m.layers, m.mtp_layers, stages))
     kinds = {k: work(_layer(m, i, c, t, lay, recompute)) for i, k in _first_of_kinds(m)}
     layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
     embed, head, mtp = _ends(m, c, t, lay, recompute)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import PipesimError
+from .pipeline_layout import check_syntax, is_layout
 
 #: how FP8 operands are scaled (``Training.fp8_scaling``)
 FP8_SCALINGS = ("block", "tensor")
@@ -192,7 +193,9 @@ class Training:
     # as torch.compile generates it (elementwise.inductor_terms: counted by Inductor itself)
     fused_kernels: str = "te"
     grad_accumulation_bytes: float = 0  # bytes a parameter a micro-batch to accumulate gradients (0: fused)
-    stage_split: str = "balanced"  # layers per stage: "balanced" by cost, or "even" (Megatron-LM 2021, DeepSpeed)
+    # layers per stage: "balanced" by cost, "even" (Megatron-LM 2021, DeepSpeed), or the split a
+    # run used as a Megatron layout string ("Et|(tt|)*30mL": pipeline_layout.py)
+    stage_split: str = "balanced"
     # bytes per logit the cross-entropy moves besides the head's multiply: 10 fused (logits
     # read for the softmax and the loss, their gradient written and read, 2 bytes each);
     # Megatron-LM 2021 without --fp16-lm-cross-entropy (its default) upcasts the logits and
@@ -395,8 +398,13 @@ def check_training(t: Training, where: str) -> Training:
             f'{where}: ub_fprop_rs = "{t.ub_fprop_rs}" prices Transformer Engine\'s userbuffers, which run only with '
             f'--tp-comm-overlap: set tp_overlap = "all" (got {t.tp_overlap!r}) or ub_fprop_rs = "none"'
         )
-    if t.stage_split not in ("balanced", "even"):
-        raise PipesimError(f'{where}: stage_split must be "balanced" or "even", got {t.stage_split!r}')
+    # a word that is neither rule nor layout (no embedding letter) is a misspelt rule
+    if not isinstance(t.stage_split, str) or (is_layout(t.stage_split) and "E" not in t.stage_split):
+        raise PipesimError(
+            f'{where}: stage_split must be "balanced", "even" or a Megatron layout such as "Et|(tt|)*30mL", got {t.stage_split!r}'
+        )
+    if is_layout(t.stage_split):
+        check_syntax(t.stage_split)
     if t.cp_comm not in CP_COMMS:
         raise PipesimError(f"{where}: cp_comm must be one of {', '.join(CP_COMMS)}, got {t.cp_comm!r}")
     if t.torch_context_parallel and t.cp_comm not in ("p2p", "all_gather"):
