@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_runs import DATA, specs  # noqa: E402  (the rows' specs, one reading of the data)
+from published_runs import DATA, free_split, specs  # noqa: E402  (the rows' specs, one reading of the data)
 
 from pipesim.errors import PipesimError  # noqa: E402
 from pipesim.planner.calibrate import evaluate_layout  # noqa: E402
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         start = time.process_time()
         try:
-            plan = search(m, c, t, keep=args.keep)
+            plan = search(m, c, free_split(t), keep=args.keep)
         except PipesimError as e:
             print(f"| {row['name']} | {result_text(pub)} | {pub.step_time:.2f} | - | - | - | - | free search refused: {e} | - |")
             continue
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         top3 += rank is not None and rank <= 3
         rank_s = f"#{rank}" if rank else f"> {kept} layouts" if top else "-"
         # the same search on the published schedule alone: layouts as the published framework runs them
-        same = search(m, c, t, schedules=[pub.candidate.schedule], keep=args.keep)
+        same = search(m, c, free_split(t), schedules=[pub.candidate.schedule], keep=args.keep)
         own, kept_same = layout_rank(same, pub, args.keep) if same.best else (None, 0)
         own_s = f"#{own}" if own else f"> {kept_same} layouts" if same.best else "-"
         if shape(pub.candidate.layout) not in searched:

@@ -51,6 +51,7 @@ from pipesim.planner.calibrate import evaluate_layout
 from pipesim.planner.compute import layer_flops, model_flops_per_token
 from pipesim.planner.layer_costs import layer_costs
 from pipesim.planner.layout import Layout
+from pipesim.planner.pipeline_layout import is_layout
 from pipesim.planner.search import search
 from pipesim.planner.specs import (
     load_cluster,
@@ -84,6 +85,12 @@ def flops_6n(m, seq: int) -> float:
     whole (not causal), which is what 12 L h s counts."""
     core = sum(layer_flops(m, i, seq)["attn_core"] for i in range(m.layers))
     return model_flops_per_token(m, seq) + 3 * core
+
+
+def free_split(t):
+    """``t`` for a free search: a row's stage_split written as a layout holds for its own
+    stage count only, so the search splits its candidates its own way."""
+    return replace(t, stage_split="balanced") if is_layout(t.stage_split) else t
 
 
 def published_step(row: dict, m, c, t) -> float:
@@ -328,7 +335,7 @@ def print_searches(done: list[dict]) -> None:
             continue
         m, c, t = rec["specs"]
         start = time.process_time()
-        plan = search(m, c, t, keep=30)
+        plan = search(m, c, free_split(t), keep=30)
         took = time.process_time() - start
         want = row["layout"]
         shape = (want["pp"], want["dp"], want.get("tp", 1), want.get("ep", 1), want.get("cp", 1))
