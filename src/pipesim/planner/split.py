@@ -135,9 +135,12 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
     """Move single layers across stage boundaries while that lowers the busiest rank's
     work, or keeps it and evens the ranks out (the sum of squared rank loads). A rank runs
     every stage it holds, so on a loop or a V (DeepSeek-V3 at pp8 with 4 chunks: rank 7
-    holds stages 7, 15, 23 and the head's and MTP's 31) the busiest rank, not the slowest
-    stage, sets the pace, and the even middle above cannot see that; for the same reason
-    layers of unequal work (dense and MoE) move where the even count put too many. The
+    holds stages 7, 15, 23 and the head's and MTP's 31) the busiest rank's total bounds
+    the pace, and the even middle above cannot see that; for the same reason layers of
+    unequal work (dense and MoE) move where the even count put too many. It only bounds
+    it: under a fixed order the slowest stage of each slot sets that slot's pace, so the
+    planner simulates this split and the one without the moves and keeps the faster
+    (``evaluate.finish``). The
     moves that only even out let a layer travel through ranks already at the top load.
     No move raises the top load and each lowers it or the sum of squares, so it ends. Memory is
     not looked at: the planner falls back to the split without these moves where this one
