@@ -22,7 +22,8 @@ of default efficiencies for all rows. The published step comes from the row's ow
   (published GPU-hours - predicted ramp GPU-hours) / steady steps.
 
 The headline figures (median, mean and worst absolute error, rows within 10%, and the bias:
-the mean signed error) count the rows on known hardware; each group of rows left out is
+the mean signed error) count the rows on known hardware; each group of rows left out (a
+row's ``unknown_hardware``, or ``held_apart`` for rows added after the headline was set) is
 printed with its reason and its own figures (and, where its source bounds the unknown, at
 the other end of that range: the row's ``bound_fields``), then every row together. Two checks set
 measured against predicted where the hardware's unknowns cancel or are measured:
@@ -197,6 +198,13 @@ def metric_text(rec: dict) -> str:
     return rec["note"]
 
 
+def apart(row: dict) -> str:
+    """Why a row is left out of the headline figures ('' if it is counted): hardware
+    whose figures are not published (``unknown_hardware``), or rows added after the
+    headline was set, kept apart so that it stays the same rows (``held_apart``)."""
+    return row.get("unknown_hardware") or row.get("held_apart", "")
+
+
 def print_rows(done: list[dict]) -> None:
     print("## Pinned to the published layout (one set of default efficiencies)\n")
     print(
@@ -206,18 +214,18 @@ def print_rows(done: list[dict]) -> None:
     for rec in done:
         r = rec["result"]
         fits = "yes" if r.fits else f"no ({r.memory_gb:.0f} GB)"
-        star = " *" if rec["row"].get("unknown_hardware") else ""
+        star = " *" if apart(rec["row"]) else ""
         print(
             f"| {rec['row']['name']}{star} | {layout_text(r, rec['specs'][2])} | {fits} | {rec['pub']:.2f} | {rec['pred']:.2f} | "
             f"{rec['error']:+.1%} | {metric_text(rec)} | {r.mfu:.1%} |"
         )
-    counted = [rec for rec in done if not rec["row"].get("unknown_hardware")]
+    counted = [rec for rec in done if not apart(rec["row"])]
     if counted:
         print(f"\n{len(counted)} rows on known hardware: {figures(counted)}.")
         print("(Calculon's published figures on Korthikanti et al.'s runs: mean |error| 3.65%, worst 8.87%.)")
-    odd = sorted({rec["row"]["unknown_hardware"] for rec in done if rec["row"].get("unknown_hardware")})
+    odd = sorted({apart(rec["row"]) for rec in done if apart(rec["row"])})
     for why in odd:
-        rows = [rec for rec in done if rec["row"].get("unknown_hardware") == why]
+        rows = [rec for rec in done if apart(rec["row"]) == why]
         print(f"{len(rows)} rows (marked *) left out of those figures: {why}; {figures(rows)}.")
         bounds = sorted({rec["row"]["bound"] for rec in rows if "bound_fields" in rec["row"]})
         for bound in bounds:
