@@ -1,6 +1,6 @@
-"""benchmarks/attention_gpu.py and gemm_gpu.py time kernels on a CUDA GPU; on a machine
-without one (CI, this project's 2-core box) each must say so in one line and exit 0, not
-fail."""
+"""benchmarks/attention_gpu.py, gemm_gpu.py, layer_gpu.py and ub_chunks_gpu.py time kernels on a
+CUDA GPU; on a machine without one (CI, this project's 2-core box) each must say so in one
+line and exit 0, not fail."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-@pytest.mark.parametrize("script", ["attention_gpu", "gemm_gpu", "layer_gpu"])
+@pytest.mark.parametrize("script", ["attention_gpu", "gemm_gpu", "layer_gpu", "ub_chunks_gpu"])
 def test_without_a_gpu_it_says_so_in_one_line(capsys, monkeypatch, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
