@@ -42,6 +42,7 @@ from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks
 from .rank_fit import Budgets, over, refused
 from .results import GB, Result
 from .specs import Cluster, Model, Training
+from .split import most_stages
 from .stages import component_costs, stage_parts
 from .step import per_microbatch, step_overhead
 from .stragglers import slowest_share
@@ -216,7 +217,7 @@ def prepare(
     pl = fam.placement_of(lay.pp, x, **chunks)
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
-    if stages > m.layers:
+    if stages > most_stages(m.layers, t.stage_split):
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     if is_layout(t.stage_split) and stage_count(t.stage_split) != stages:
         return Result(cand, False, f"has {stages} stages; stage_split {t.stage_split!r} names {stage_count(t.stage_split)}")

@@ -11,12 +11,31 @@ import numpy as np
 from ..components import LayerCosts
 from ..errors import PipesimError
 
+#: stages an even split may have beyond the model's layers: the end stages then hold no
+#: layer, only the embedding and the output head. The Zero Bubble authors' Megatron-LM
+#: fork (sail-sg/zero-bubble-pipeline-parallelism at 77b9eed9, --allow-padding-num-layers)
+#: pads the layer count up to a multiple of the stages and takes the padding off the last
+#: chunk, then the first (transformer.py ``get_offset``, ``range(-1, num_padding - 1)``),
+#: an empty chunk running a no-op layer; its paper's interleaved runs (one layer per
+#: virtual stage, 3 or 4 x pp - 2 layers) have two such chunks. Two keeps the empty
+#: stages at the ends, where the fork puts them and where ``partition`` puts the fewer.
+PADDED_STAGES = 2
 
-def partition(layers: int, stages: int) -> list[range]:
+
+def most_stages(layers: int, stage_split: str) -> int:
+    """The most stages ``layers`` layers split into: one layer each when balanced by
+    cost, ``PADDED_STAGES`` more under an even split."""
+    return layers + (PADDED_STAGES if stage_split == "even" else 0)
+
+
+def partition(layers: int, stages: int, padded: bool = False) -> list[range]:
     """Split layers over stages as evenly as possible; when uneven, the first and last
-    stages (which also hold the embedding and the output head) get the fewer layers."""
-    if stages > layers:
-        raise PipesimError(f"{stages} stages need at least {stages} layers, the model has {layers}")
+    stages (which also hold the embedding and the output head) get the fewer layers;
+    ``padded`` (an even split, ``most_stages``), none when there are more stages than
+    layers."""
+    if stages > most_stages(layers, "even" if padded else "balanced"):
+        least = stages - PADDED_STAGES if padded else stages
+        raise PipesimError(f"{stages} stages need at least {least} layers, the model has {layers}")
     base, extra = divmod(layers, stages)
     sizes = [base] * stages
     order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), s))  # middle stages first

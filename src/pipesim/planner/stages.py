@@ -63,9 +63,11 @@ def stage_parts(
     the end stages hold: Megatron-LM 2021 gives each stage (and each interleaved chunk)
     layers / stages of them (its arguments.py asserts they divide), DeepSpeed's pipeline
     partitions by counting transformer layers (``partition_method="type:transformer"``);
-    or the split a run used, written as Megatron-Core's layout (``pipeline_layout``)."""
+    up to two stages more than layers leave the end stages none (``split.most_stages``:
+    the Zero Bubble fork's padding); or the split a run used, written as Megatron-Core's
+    layout (``pipeline_layout``)."""
     if t.stage_split == "even":
-        return partition(m.layers, stages)
+        return partition(m.layers, stages, padded=True)
     if is_layout(t.stage_split):
         return ranges_of(layout_sizes(t.stage_split, m.layers, m.mtp_layers, stages))
     kinds = {k: work(_layer(m, i, c, t, lay, recompute)) for i, k in _first_of_kinds(m)}
