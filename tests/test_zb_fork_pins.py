@@ -57,3 +57,19 @@ def test_interleaved_one_layer_per_chunk_is_pinned_under_an_even_split():
     # the balanced split gives every stage a layer, so it needs as many layers as stages
     with pytest.raises(PipesimError, match="needs 8 stages, the model has 6 layers"):
         evaluate_layout(m, c, replace(t, stage_split="balanced"), lay)
+
+
+def test_the_pending_backward_cap_sets_zb_autos_room():
+    # zb_schedules.py: mem_limit = zero_bubble_max_pending_backward x a stage's forward
+    # memory, on every rank; its example script passes 2 x pp (ZB-2p), the paper's ZB-1p pp
+    m, c, t = _specs()
+    lay = {"tp": 1, "pp": 4, "dp": 1, "micro_batch": 1, "schedule": "zb-auto"}
+    one = evaluate_layout(m, c, replace(t, zb_max_pending_backward=4), lay).options
+    assert one["memory_limit"] == pytest.approx(4 * one["activation_bytes"])
+    default = evaluate_layout(m, c, t, lay).options
+    assert default["memory_limit"] == pytest.approx(8 * default["activation_bytes"])
+
+
+def test_a_bad_pending_backward_cap_is_refused_by_name():
+    with pytest.raises(PipesimError, match="zb_max_pending_backward must be a whole number from 0"):
+        load_training(base={"zb_max_pending_backward": -1})

@@ -165,12 +165,13 @@ class Prepared:
         return self.exact is None
 
 
-def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dict:
+def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pending: int = 0) -> dict:
     """The options the candidate's family is built with: its chunks, and for a family whose
     builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
-    the activation memory left (``room``; at most 2pp activations: ZB-2p's room). The
-    builder caps every rank alike, so ``room`` is the least any rank has under its own
-    usable memory: a cap no rank overflows, tighter than a roomier rank needs."""
+    the activation memory left (``room``; at most ``pending`` activations,
+    ``Training.zb_max_pending_backward``, 0: 2pp, ZB-2p's room). The builder caps every
+    rank alike, so ``room`` is the least any rank has under its own usable memory: a cap
+    no rank overflows, tighter than a roomier rank needs."""
     fam = REGISTRY[cand.schedule]
     takes = fam.options
     opts: dict = {}
@@ -185,7 +186,7 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int) -> dic
     if {"memory_limit", "activation_bytes"} <= takes.keys():
         unit = max(mm.activation_bytes(s) for s in range(stages))
         opts["activation_bytes"] = unit
-        opts["memory_limit"] = min(room, 2 * cand.layout.pp * unit)
+        opts["memory_limit"] = min(room, (pending or 2 * cand.layout.pp) * unit)
     if "w_memory" in takes:
         opts["w_memory"] = mm.w_share
     return opts
@@ -268,7 +269,7 @@ def _within_memory(
         return refused(cand, why, statics[r], r, own, static_gb=statics[r] / GB)
     # a builder takes one activation cap for every rank: that of the rank with the least room
     tight = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
-    opts = builder_options(cand, costs, mm, budgets[tight] - statics[tight], stages) | group
+    opts = builder_options(cand, costs, mm, budgets[tight] - statics[tight], stages, t.zb_max_pending_backward) | group
     if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
         why = (
             f"static memory {statics[tight] / GB:.1f} GB on rank {tight} leaves no room for one micro-batch's activations "

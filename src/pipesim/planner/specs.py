@@ -88,6 +88,7 @@ BOUNDS = {
     "grad_bytes": (0, 64),
     "optimizer_bytes": (0, 64),
     "p2p_latency_us": (0, 1e9),
+    "zb_max_pending_backward": (0, 1_000_000),
     "nccl_base_us": (0, 1e6),
     "nvlink_hop_us": (0, 1e6),
     "network_hop_us": (0, 1e6),

@@ -145,6 +145,11 @@ class Training:
     dp_overlap: float = 0.84  # speed compute keeps beside a data-parallel collective (step.exposed: 1/1.189, arXiv 2507.03114)
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
     p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
+    # zb-auto's cap on each rank's activations, in micro-batches of the largest stage's: the
+    # Zero Bubble fork's --zero-bubble-max-pending-backward (sail-sg/zero-bubble-pipeline-
+    # parallelism 77b9eed9, zb_schedules.py: that many times a stage's forward memory;
+    # its example script sets 2 x pp). pp is the paper's ZB-1p, 2pp its ZB-2p; 0: 2pp
+    zb_max_pending_backward: int = 0
     micro_batch_sizes: tuple[int, ...] = (1, 2)  # sequences per micro-batch, searched
     hbm_efficiency: float = 0.8  # share of HBM bandwidth memory-bound kernels reach
     flash_attention: bool = True  # false: unfused attention (scores go through HBM)
