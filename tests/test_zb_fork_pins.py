@@ -13,6 +13,8 @@ import pytest
 
 from pipesim.errors import PipesimError
 from pipesim.planner.calibrate import evaluate_layout
+from pipesim.planner.candidates import Pins
+from pipesim.planner.search import search
 from pipesim.planner.specs import load_cluster, load_training, model_from_table
 from pipesim.planner.split import partition
 
@@ -73,3 +75,12 @@ def test_the_pending_backward_cap_sets_zb_autos_room():
 def test_a_bad_pending_backward_cap_is_refused_by_name():
     with pytest.raises(PipesimError, match="zb_max_pending_backward must be a whole number from 0"):
         load_training(base={"zb_max_pending_backward": -1})
+
+
+def test_a_searched_order_past_the_search_limit_is_built_when_pinned_alone():
+    # pp 4 x M 300 = 1200 slots, past the 1024 the search builds zb-auto for
+    m, c, t = _specs(global_batch=300)
+    lay = {"tp": 1, "pp": 4, "dp": 1, "micro_batch": 1, "schedule": "zb-auto"}
+    assert evaluate_layout(m, c, t, lay).step_time > 0
+    with pytest.raises(PipesimError, match="built for pp x M up to 1024, not 4 x 300"):
+        search(m, c, t, ["zb-auto"], pins=Pins(tp=1, pp=4, dp=1, micro_batch=1))

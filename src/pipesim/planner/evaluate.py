@@ -192,6 +192,17 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pendin
     return opts
 
 
+def too_many_slots(cand: Candidate) -> Result | None:
+    """The search's refusal of a searched schedule past its size (``SEARCHED_MAX_SLOTS``,
+    ``COST_ORDERED_MAX_SLOTS``): a cost of searching many candidates, so a layout priced
+    alone (``calibrate.evaluate_layout``) is built at any size its family takes."""
+    fam, lay, M = REGISTRY[cand.schedule], cand.layout, cand.microbatches
+    limit = COST_ORDERED_MAX_SLOTS if set(COST_OPTIONS) <= fam.options.keys() else SEARCHED_MAX_SLOTS
+    if not fam.periodic and M * lay.pp > limit:
+        return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
+    return None
+
+
 def prepare(
     m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None, splits: tuple[bool, ...] = (True, False)
 ) -> Prepared | Result:
@@ -202,9 +213,6 @@ def prepare(
     shared = shared or Shared(m, c, t)
     lay, M = cand.layout, cand.microbatches
     fam = REGISTRY[cand.schedule]
-    limit = COST_ORDERED_MAX_SLOTS if set(COST_OPTIONS) <= fam.options.keys() else SEARCHED_MAX_SLOTS
-    if not fam.periodic and M * lay.pp > limit:
-        return Result(cand, False, f"a searched schedule, built for pp x M up to {limit}, not {lay.pp} x {M}")
     chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
     group = megatron_group(cand.schedule, lay.pp, M, chunks)
     chunks |= group

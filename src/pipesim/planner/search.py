@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from ..errors import PipesimError
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
-from .evaluate import Prepared, Shared, finish, prepare
+from .evaluate import Prepared, Shared, finish, prepare, too_many_slots
 from .rank_fit import least_over
 from .results import GB, Plan, Result
 from .specs import Cluster, Model, Training
@@ -96,7 +96,7 @@ def _search(
     floors: dict = {}
     for i, cand in enumerate(cands):
         refused = None if exhaustive else _over_floor(m, t, cand, floors, shared)
-        p = refused or prepare(m, c, t, cand, shared)
+        p = refused or too_many_slots(cand) or prepare(m, c, t, cand, shared)
         (plan.rejected.append(p) if isinstance(p, Result) else prepared.append(p))
         if i % 16 == 0:
             tick(i + 1, total, plan)
