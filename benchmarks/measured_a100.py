@@ -9,6 +9,13 @@ unfused attention), their measured throughput turned into step times, and their 
 memory. Each case is pinned to its layout and pipesim's step and memory are set beside the
 measured ones in one Markdown table, then the mean absolute and mean signed errors.
 
+Beside it, the same rows under the paper's other schedules (its Table 4: 1F1B-I, ZB-1p,
+ZB-2p on the same GPUs): each one's measured speed-up over the row's 1F1B, a ratio in
+which the unstated RoCE bandwidth and the kernels' absolute speed cancel, set beside
+pipesim's ratio of the two pinned layouts, and each schedule's memory beside pipesim's
+peak. The data file says how each schedule ran (virtual stages, activation cap,
+transfers) and how sure that is.
+
 A second table holds the kernels to the paper's own per-stage profile of the same runs
 (Table 9: forward, input-gradient and weight-gradient time of a stage for one
 micro-batch, timed between two CUDA synchronizations, so with the host's start-up
@@ -49,13 +56,24 @@ def load() -> dict:
     return tomllib.loads(DATA.read_text())
 
 
-def specs(data: dict, case: dict):
-    """(model, cluster, training, layout) of one case."""
+def specs(data: dict, case: dict, sched: dict | None = None):
+    """(model, cluster, training, layout) of one case, under 1F1B or ``sched`` (a
+    ``[[schedule]]`` entry of the data file: its training flags, its virtual stages as
+    layers per chunk over the layers padded to a multiple of pp, its activation cap as
+    pending backwards per stage)."""
     m = model_from_table(data["models"][case["model"]], f"{DATA.name} model {case['model']}")
     c = load_cluster(data["cluster"]).resized(case["gpus"])
-    t = load_training(base={**data["training"], "global_batch": case["micro_batch"] * case["micro_batches"]})
-    lay = {"tp": 1, "pp": case["gpus"], "dp": 1, "micro_batch": case["micro_batch"], "schedule": "1f1b"}
-    return m, c, t, lay
+    pp, extra, lay = case["gpus"], {}, {"schedule": "1f1b"}
+    if sched is not None:
+        extra = dict(sched.get("training", {}))
+        lay = {"schedule": sched["schedule"]}
+        if "layers_per_chunk" in sched:
+            lay["chunks"] = -(-m.layers // pp) // sched["layers_per_chunk"]
+        if "pending_per_stage" in sched:
+            extra["zb_max_pending_backward"] = sched["pending_per_stage"] * pp
+    batch = case["micro_batch"] * case["micro_batches"]
+    t = load_training(base={**data["training"], **extra, "global_batch": batch})
+    return m, c, t, {"tp": 1, "pp": pp, "dp": 1, "micro_batch": case["micro_batch"], **lay}
 
 
 def measured_step(case: dict) -> float:
@@ -64,9 +82,41 @@ def measured_step(case: dict) -> float:
     return case["micro_batch"] * case["micro_batches"] / (case["samples_per_gpu_s"] * case["gpus"])
 
 
-def predict(data: dict, case: dict):
-    m, c, t, lay = specs(data, case)
+def predict(data: dict, case: dict, sched: dict | None = None):
+    m, c, t, lay = specs(data, case, sched)
     return evaluate_layout(m, c, t, lay)
+
+
+def schedule_table(data: dict, cases: list[dict], base: dict) -> None:
+    """Table 4's other schedules against each row's 1F1B: the measured speed-up (samples
+    per GPU per second over 1F1B's) beside pipesim's (1F1B's step over the schedule's, each
+    layout pinned), and each schedule's memory beside pipesim's peak. ``base``: pipesim's
+    1F1B result per case name."""
+    print("\n## Schedules: Table 4's speed-up over 1F1B on the same GPUs, and memory\n")
+    print("| case | schedule | pinned as | real x | pipesim x | err | real GB | pipesim GB | memory err |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    ratios: dict[str, list[float]] = {s["name"]: [] for s in data["schedule"]}
+    mems: dict[str, list[float]] = {s["name"]: [] for s in data["schedule"]}
+    for case in cases:
+        cells = data["schedule_cells"][case["name"]]
+        for sched in data["schedule"]:
+            name = sched["name"]
+            speed, gb = cells[name]
+            _, _, t, lay = specs(data, case, sched)
+            r = predict(data, case, sched)
+            real, ours = speed / case["samples_per_gpu_s"], base[case["name"]].step_time / r.step_time
+            ratios[name].append(err(ours, real))
+            mems[name].append(err(r.memory_gb, gb))
+            pinned = lay["schedule"] + (f" v{lay['chunks']}" if "chunks" in lay else "")
+            pinned += f" cap {t.zb_max_pending_backward}" if "pending_per_stage" in sched else ""
+            print(
+                f"| {case['name']} | {name} | {pinned} | {real:.3f} | {ours:.3f} | {ratios[name][-1]:+.1%} | "
+                f"{gb:.0f} | {r.memory_gb:.1f} | {mems[name][-1]:+.1%} |"
+            )
+    print()
+    for name in ratios:
+        if ratios[name]:
+            print(f"- {name}: {summary('speed-up', ratios[name])}; {summary('memory', mems[name])}.")
 
 
 def stage_passes(data: dict, case: dict, result) -> tuple[float, float, float]:
@@ -148,9 +198,9 @@ def main(argv=None) -> int:
     print(f"# pipesim against measured A100 iterations ({data['source']})\n")
     print("| case | layout | real s | pipesim s | step err | real GB | pipesim GB | memory err |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    steps, mems, passes = [], [], []
+    steps, mems, passes, base = [], [], [], {}
     for case in cases:
-        r = predict(data, case)
+        r = base[case["name"]] = predict(data, case)
         real = measured_step(case)
         gb = r.memory_gb
         steps.append(err(r.step_time, real))
@@ -165,6 +215,7 @@ def main(argv=None) -> int:
             passes.append((case, row, stage_passes(data, case, r)))
     if steps:
         print(f"\n{len(steps)} cases. {summary('Step time', steps)}. {summary('Peak memory', mems)}.")
+        schedule_table(data, cases, base)
     if passes:
         print("\n## Kernels: the paper's profiled stage (Table 9) against pipesim's busiest stage, one micro-batch\n")
         print("| case | F ms | pipesim F | err | B ms | pipesim B | err | W ms | pipesim W | err | source |")
