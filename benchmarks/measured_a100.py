@@ -102,8 +102,8 @@ def schedule_table(data: dict, cases: list[dict], base: dict) -> None:
         for sched in data["schedule"]:
             name = sched["name"]
             speed, gb = cells[name]
-            _, _, t, lay = specs(data, case, sched)
-            r = predict(data, case, sched)
+            m, c, t, lay = specs(data, case, sched)
+            r = evaluate_layout(m, c, t, lay)
             real, ours = speed / case["samples_per_gpu_s"], base[case["name"]].step_time / r.step_time
             ratios[name].append(err(ours, real))
             mems[name].append(err(r.memory_gb, gb))
