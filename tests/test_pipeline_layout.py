@@ -13,7 +13,7 @@ import pytest
 from pipesim.errors import PipesimError
 from pipesim.planner.calibrate import evaluate_layout
 from pipesim.planner.pipeline_layout import check_syntax, expand, layout_sizes
-from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+from pipesim.planner.specs import load_cluster, load_model, load_training, model_from_table, model_training
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +91,14 @@ def test_a_bad_layout_in_a_training_file_is_one_line_and_exit_2(tmp_path):
                  "--output", str(out), cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2 and not out.exists()
     assert r.stderr.count("\n") == 1 and "'x' is not a layout letter" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_layout_may_name_more_stages_than_layers():
+    # the Zero Bubble fork's padding written out: the end stages hold only the embedding and the head
+    m = model_from_table(
+        {"name": "tiny", "layers": 6, "hidden": 1024, "heads": 8, "vocab": 32000, "mlp": {"dense_ffn": 4096}}, "t"
+    )
+    c = load_cluster("a100").resized(4)
+    t = load_training(seq=1024, global_batch=8, stage_split="E|(t|)*6,L")
+    lay = {"tp": 1, "pp": 4, "dp": 1, "schedule": "interleaved-1f1b", "chunks": 2, "micro_batch": 1}
+    assert evaluate_layout(m, c, t, lay).stage_layers == (0, 1, 1, 1, 1, 1, 1, 0)

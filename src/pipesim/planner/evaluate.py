@@ -226,10 +226,10 @@ def prepare(
     pl = fam.placement_of(lay.pp, x, **chunks)
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
-    if stages > most_stages(m.layers, t.stage_split):
-        return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     if is_layout(t.stage_split) and stage_count(t.stage_split) != stages:
         return Result(cand, False, f"has {stages} stages; stage_split {t.stage_split!r} names {stage_count(t.stage_split)}")
+    if stages > most_stages(m.layers, t.stage_split):
+        return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []
     held = shared.placement(pl)[0]
     for evened in splits:

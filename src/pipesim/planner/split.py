@@ -10,6 +10,7 @@ import numpy as np
 
 from ..components import LayerCosts
 from ..errors import PipesimError
+from .pipeline_layout import is_layout, stage_count
 
 #: stages an even split may have beyond the model's layers: the end stages then hold no
 #: layer, only the embedding and the output head. The Zero Bubble authors' Megatron-LM
@@ -24,7 +25,10 @@ PADDED_STAGES = 2
 
 def most_stages(layers: int, stage_split: str) -> int:
     """The most stages ``layers`` layers split into: one layer each when balanced by
-    cost, ``PADDED_STAGES`` more under an even split."""
+    cost, ``PADDED_STAGES`` more under an even split, and a Megatron layout's own count
+    (it may leave stages empty: ``E|(t|)*22,L`` is the fork's padding written out)."""
+    if is_layout(stage_split):
+        return stage_count(stage_split)
     return layers + (PADDED_STAGES if stage_split == "even" else 0)
 
 
