@@ -102,3 +102,12 @@ def test_a_layout_may_name_more_stages_than_layers():
     t = load_training(seq=1024, global_batch=8, stage_split="E|(t|)*6,L")
     lay = {"tp": 1, "pp": 4, "dp": 1, "schedule": "interleaved-1f1b", "chunks": 2, "micro_batch": 1}
     assert evaluate_layout(m, c, t, lay).stage_layers == (0, 1, 1, 1, 1, 1, 1, 0)
+
+
+def test_the_stage_split_flag_sets_it_and_refuses_a_misspelt_rule(tmp_path):
+    r = _pipesim("plan", "--model", "deepseek-v3", "--cluster", "h100", "--gpus", "1024", "--stage-split", "cost", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert 'stage_split must be "balanced", "even" or a Megatron layout' in r.stderr
+    r = _pipesim("plan", "--model", "deepseek-v3", "--cluster", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8",
+                 "--ep", "64", "--chunks", "2", "--stage-split", "Et|(tt|)*30mL", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2 and "has 16 stages; stage_split 'Et|(tt|)*30mL' names 32" in r.stderr

@@ -148,6 +148,13 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
         "all (--tp-comm-overlap, AsyncTP; pipesim's default) or micro_pipeline (AsyncTP as torch.compile's "
         "micro-pipeline pass runs it: the backward's input-gradient reduce-scatters exposed)",
     )
+    g.add_argument(
+        "--stage-split",
+        metavar="RULE|LAYOUT",
+        help="layers per pipeline stage: balanced (pipesim's default: the busiest rank carries the least), even "
+        "(layers / stages each, Megatron-Core's default), or a Megatron --pipeline-model-parallel-layout string "
+        "such as 'Et|(tt|)*30mL' (then only layouts with that many stages are considered)",
+    )
 
 
 def specs_from(args: argparse.Namespace):
@@ -164,6 +171,7 @@ def specs_from(args: argparse.Namespace):
         tokens=args.tokens,
         cp_comm=args.cp_comm,
         tp_overlap=args.tp_overlap,
+        stage_split=args.stage_split,
     )
     if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
         raise PipesimError(
