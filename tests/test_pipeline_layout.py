@@ -111,3 +111,16 @@ def test_the_stage_split_flag_sets_it_and_refuses_a_misspelt_rule(tmp_path):
     r = _pipesim("plan", "--model", "deepseek-v3", "--cluster", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8",
                  "--ep", "64", "--chunks", "2", "--stage-split", "Et|(tt|)*30mL", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 2 and "has 16 stages; stage_split 'Et|(tt|)*30mL' names 32" in r.stderr
+
+
+def test_the_recipes_layout_reads_back_as_the_split_it_came_from():
+    from pipesim.planner.megatron_flags import megatron_layout
+    from pipesim.planner.plan_stages import Part
+    from pipesim.planner.split import ranges_of
+
+    sizes = [1, 2, 2, 2, 2, 1]
+    parts = [Part(s, (s,), r, s == 0, s == 5, 1 if s == 5 else 0, 0.0) for s, r in enumerate(ranges_of(sizes))]
+    text = megatron_layout(parts)
+    # four alike middle stages written once, as Megatron's parser unrolls (...)*n
+    assert text == "Et|(t*2|)*4tmL"
+    assert layout_sizes(text, layers=10, mtp_layers=1, stages=6) == sizes

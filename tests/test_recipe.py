@@ -255,10 +255,11 @@ def test_torchtitan_names_the_class_or_the_csv():
 
 def megatron_layout_ok(layout: str, layers: int, mtp: int, stages: int) -> bool:
     """Megatron-LM's rules for --pipeline-model-parallel-layout
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py): its x*n shorthand
-    unrolled, embedding first and once, loss last and once, every decoder layer, the MTP
-    layers after them."""
-    flat = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), layout)
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py): its (...)*n and x*n
+    shorthands unrolled in that order, as its parse_str_to_list does, embedding first and
+    once, loss last and once, every decoder layer, the MTP layers after them."""
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), layout)
+    flat = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), flat)
     assert set(flat) <= set("Etm|L")
     body = flat.replace("|", "")
     mtp_after_layers = "t" not in body[body.index("m") :] if mtp else True

@@ -19,14 +19,25 @@ from .specs import Training
 
 
 def megatron_layout(parts: list[Part]) -> str:
-    """``--pipeline-model-parallel-layout``: the stages in model order, split by |."""
+    """``--pipeline-model-parallel-layout``: the stages in model order, split by |, a run
+    of three or more alike written once as Megatron-Core's parser unrolls it
+    (``(t*2|)*30``: pipeline_parallel_layer_layout.py, parse_str_to_list)."""
 
     def one(p: Part) -> str:
         n = len(p.layers)
         body = ("E" if p.embedding else "") + ("t" if n == 1 else f"t*{n}" if n else "")
         return body + "m" * p.mtp + ("L" if p.head else "")
 
-    return "|".join(one(p) for p in parts)
+    stages = [one(p) for p in parts]
+    out, i = [], 0
+    while i < len(stages) - 1:  # the last stage ends the string, with no | after it
+        j = i
+        while j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"({stages[i]}|)*{run}" if run >= 3 else "".join(x + "|" for x in stages[i : j + 1]))
+        i = j + 1
+    return "".join(out) + stages[-1]
 
 
 def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
