@@ -70,7 +70,9 @@ def test_the_benchmark_answers_every_case_it_is_asked_for(capsys):
     assert bench.main(["--only", "6.2B"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| 6.2B")]
-    assert len(rows) == 6  # three step rows and three stage rows
+    schedules = [line for line in rows if line.split("|")[2].strip() in ("1F1B-I", "ZB-1p", "ZB-2p")]
+    # three step rows, three stage rows, and each case under Table 4's three other schedules
+    assert len(rows) == 15 and len(schedules) == 9
     assert "3 cases. Step time: mean |err|" in out
 
 
