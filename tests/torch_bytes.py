@@ -182,7 +182,12 @@ class ByteCount(TorchDispatchMode):
 def count_block(h: int, heads: int, kv_heads: int, ffn: int, batch: int, seq: int) -> ByteCount:
     """One forward and backward of torchtitan's eager block on [batch, seq, h], logged."""
     torch.manual_seed(0)
-    block = TitanBlock(h, heads, kv_heads, ffn)
+    return run_logged(TitanBlock(h, heads, kv_heads, ffn), batch, seq, h)
+
+
+def run_logged(block, batch: int, seq: int, h: int) -> ByteCount:
+    """One forward and backward of ``block`` (whose ``mark`` labels its parts) on a random
+    [batch, seq, h] input and output gradient, every aten op logged."""
     x = torch.randn(batch, seq, h, dtype=DT, requires_grad=True)
     grad = torch.randn(batch, seq, h, dtype=DT)
     log = ByteCount()

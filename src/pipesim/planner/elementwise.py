@@ -8,6 +8,7 @@ from ..errors import PipesimError
 from .compute import attention_shapes, mlp_shapes
 from .footprint import float8_gathered
 from .layout import Layout
+from .llm_foundry import llm_foundry_terms
 from .params import attention_dims
 from .specs import Model, Training
 from .training import norm_fused, te_current_scaling
@@ -226,6 +227,10 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     (models/norms.py: one Triton kernel each way, 2h and 3h), "eager" among fused ones
     the fp32 chain, and "two-pass" Megatron-LM's LayerNorm (``megatron_jit_terms``).
 
+    ``eager_block = "llm-foundry"``: MosaicML's MPT block instead of torchtitan's (one
+    Wqkv and one up_proj, biases, llm-foundry's Triton attention), its rows in
+    ``llm_foundry.llm_foundry_terms``.
+
     ``fused_kernels = "megatron-jit"``: the GPT layer as Megatron-LM 2021-22 and
     Megatron-DeepSpeed ran it, its extra passes in ``megatron_jit_terms``."""
     if t.fused_kernels == "inductor":
@@ -235,6 +240,7 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
     seq_share = 1 / tp if t.sequence_parallel else 1.0
     eager = not t.fused_elementwise and a.kind == "gqa"
     eager_norm = not norm_fused(t) and a.kind == "gqa"
+    separate = t.eager_block == "torchtitan"  # wq, wk, wv and w1, w3 as multiplies of their own
     hs = h * seq_share
     norm = (18 * hs, 40 * hs) if eager_norm else (2 * hs, 3 * hs)
     if t.norm_kernel == "two-pass":
@@ -258,7 +264,8 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
         if eager and kv < q:
             attn.append(("repeat_kv", 2 * (kv + q), 2 * (kv + q)))
         cast_attn = fp8 * (h + m.heads * v / tp)
-        attn_sums = sums + (2 * 3 * h if eager else 0.0)  # wq, wk, wv's input gradients
+        # wq, wk, wv's input gradients (llm-foundry's one Wqkv has none: llm_foundry.py)
+        attn_sums = sums + (2 * 3 * h if eager and separate else 0.0)
     casts = None
     if fp8 and t.fp8_casts == "torchao":
         casts = fp8_cast_terms(m, layer, t, lay)
@@ -280,9 +287,11 @@ def elementwise_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tu
         else:
             mlp.append(("gelu", 2 * f, 3 * f))
         cast_mlp = fp8 * (h + f)
-        mlp.append(("gradient sums", 0.0, sums + (3 * h if eager else 0.0)))  # w1 and w3's input gradients
+        mlp.append(("gradient sums", 0.0, sums + (3 * h if eager and separate else 0.0)))  # w1 and w3's input gradients
     mlp.append(("fp8 casts", *(casts[2:] if casts else (cast_mlp, 2 * cast_mlp))))
     rows = [("attention", *row) for row in attn] + [("mlp", *row) for row in mlp]
+    if not separate:
+        rows += llm_foundry_terms(m, layer, t, lay)
     return rows + (megatron_jit_terms(m, layer, t, lay) if t.fused_kernels == "megatron-jit" else [])
 
 

@@ -34,6 +34,8 @@ UB_FPROP_RS = ("none", "ring_exchange", "pipeline")
 #: the norms' kernels (``Training.norm_kernel``) and the layer's fused kernels (``Training.fused_kernels``)
 NORM_KERNELS = ("auto", "fused", "eager", "two-pass")
 FUSED_KERNELS = ("te", "megatron-jit", "inductor")
+#: whose eager block runs without fused kernels (``Training.eager_block``)
+EAGER_BLOCKS = ("torchtitan", "llm-foundry")
 
 #: what the optimizer step runs besides the collectives (step.optimizer_seconds)
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
@@ -182,6 +184,10 @@ class Training:
     ub_fprop_sm_margin: int = 0
     grad_reduce_bytes: float = 2  # bytes per gradient element in the data-parallel reduction
     fused_elementwise: bool = True  # fused norm/rotary/activation kernels; false: PyTorch eager ops (torchtitan)
+    # whose eager block runs where fused_elementwise is false (elementwise.py): "torchtitan"
+    # (separate wq, wk, wv and w1, w3, no biases, SDPA) or "llm-foundry" (MosaicML's MPT
+    # block, v0.3.0: one Wqkv, a bias on every Linear, its Triton attention; llm_foundry.py)
+    eager_block: str = "torchtitan"
     # the norms' kernel where it differs from the rest, for what they keep (activations.py)
     # and move (elementwise.py): "fused" (input and rstd; torchtitan's norm_type =
     # "fused_rmsnorm"), "eager" (fp32 copies), "two-pass" (Megatron-LM's
@@ -395,6 +401,13 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(
             f"{where}: fused_kernels = {t.fused_kernels!r} names fused kernels, but fused_elementwise = false runs "
             'PyTorch\'s eager ops; set fused_elementwise = true or leave fused_kernels at "te"'
+        )
+    if t.eager_block not in EAGER_BLOCKS:
+        raise PipesimError(f"{where}: eager_block must be one of {', '.join(EAGER_BLOCKS)}, got {t.eager_block!r}")
+    if t.eager_block != "torchtitan" and t.fused_elementwise:
+        raise PipesimError(
+            f'{where}: eager_block = "{t.eager_block}" names an eager block, but fused_elementwise = true runs fused '
+            'kernels; set fused_elementwise = false or leave eager_block at "torchtitan"'
         )
     if t.ub_fprop_rs not in UB_FPROP_RS:
         raise PipesimError(f"{where}: ub_fprop_rs must be one of {', '.join(UB_FPROP_RS)}, got {t.ub_fprop_rs!r}")
