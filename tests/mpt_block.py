@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_blocks import DT
+from torch_blocks import DT, _unmarked
 from torch_bytes import ByteCount, run_logged
 
 
@@ -44,7 +44,7 @@ class MPTBlock(nn.Module):
         self.up_proj = nn.Linear(h, expansion * h, dtype=DT)
         self.down_proj = nn.Linear(expansion * h, h, dtype=DT)
         self.resid_attn_dropout, self.resid_ffn_dropout = nn.Dropout(0.0), nn.Dropout(0.0)
-        self.mark = None
+        self.mark = _unmarked  # torch_bytes.ByteCount.mark labels the parts when counting
 
     def linear(self, fc: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         with self.mark("bias gradients"):

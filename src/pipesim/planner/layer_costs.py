@@ -17,6 +17,7 @@ from .compute import (
     hbm_rate,
     mla_up_shapes,
     mlp_gemms,
+    mlp_shapes,
 )
 from .cp_steps import extra_kernels, pass_bytes
 from .elementwise import elementwise_bytes, inductor_recompute_bytes, two_pass_norm
@@ -81,7 +82,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
             re_attn, re_mlp = (x / hbm_rate(c, t) for x in inductor_recompute_bytes(m, layer, t, lay, recompute))
         if recompute == "full":  # and the rest of the layer's forward
             attn_b += attn_f - ew_attn + re_attn
-            mlp_bwd += mlp_fwd - ew_mlp + re_mlp
+            mlp_bwd += mlp_fwd - ew_mlp + re_mlp - early_stop_skips(m, layer, c, t, lay, mlp_f)
         else:  # and the multiplies the op cache skips
             a, f = _op_recomputed_share(m)
             attn_b += re_attn + a * proj_f
@@ -123,6 +124,38 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     )
 
 
+def recomputed_mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple[float, float, float, float]]:
+    """The MLP multiplies (``compute.mlp_shapes``) a full recompute runs again.
+
+    torch's non-reentrant checkpoint (torch/utils/checkpoint.py at 2.1.0, the
+    ``_recomputation_hook`` pack hook) counts the tensors the forward saved and, with early
+    stop on (``_enable_checkpoint_early_stop``, the default since 2.1), raises
+    ``_StopRecomputationError`` as soon as the recomputation has saved the last of them.
+    A dense layer's last saving op is its final multiply (the MLP's down projection, w2),
+    which saves its inputs before it runs: that multiply and everything after it in the
+    layer are not rerun. torch 2.1.0 and 2.13 both rerun Wqkv, out_proj and up_proj of
+    the MPT block, not down_proj (tests/test_recompute_early_stop_torch.py).
+    ``recompute_early_stop`` false (Megatron-LM's checkpoint reruns the whole forward) or
+    an MoE layer (not counted): all of them."""
+    shapes = mlp_shapes(m, layer, t, lay)
+    if not t.recompute_early_stop or m.is_moe_layer(layer):
+        return shapes
+    return shapes[:-1]
+
+
+def early_stop_skips(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, mlp_f: float) -> float:
+    """Seconds of a dense layer's forward a full recompute does not rerun under
+    ``recompute_early_stop`` (``recomputed_mlp_shapes``): the last multiply, of ``mlp_f``
+    the MLP's multiplies, and the residual add after it (read two, write one hidden-sized
+    tensor, on the tokens the add runs on)."""
+    if not t.recompute_early_stop or m.is_moe_layer(layer):
+        return 0.0
+    rerun = gemms(c, t, recomputed_mlp_shapes(m, layer, t, lay))[0]
+    hs = m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0)
+    residual = lay.tokens(t.seq) * 3 * hs * 2 / hbm_rate(c, t)
+    return mlp_f - rerun + residual
+
+
 def rerun_combine(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, combine: float) -> float:
     """Seconds of the MLP's forward collectives (``combine``) a full recompute runs again.
 
@@ -132,9 +165,12 @@ def rerun_combine(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, co
     its all-reduce without sequence parallelism) feeds only the block's output: it is not
     run again. torch 2.13's own graphs of torchtitan's block on two gloo ranks say so
     (tests/test_compiled_recompute_torch.py: the backward reruns wo's and neither of w2's).
-    Megatron-LM's checkpointing (its own CheckpointFunction) reruns the whole forward.
-    A dense layer's; an MoE layer's combine is its all-to-all, not counted there."""
-    if t.fused_kernels != "inductor" or m.is_moe_layer(layer):
+    Megatron-LM's checkpointing (its own CheckpointFunction) reruns the whole forward;
+    torch's eager non-reentrant checkpoint with early stop (``recompute_early_stop``)
+    stops before the last multiply and so before its collective too
+    (``recomputed_mlp_shapes``). A dense layer's; an MoE layer's combine is its all-to-all,
+    not counted there."""
+    if (t.fused_kernels != "inductor" and not t.recompute_early_stop) or m.is_moe_layer(layer):
         return combine
     return combine - tp_halves(m, c, t, lay)[1]
 

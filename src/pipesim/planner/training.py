@@ -125,6 +125,12 @@ class Training:
     recompute: str = (
         "auto"  # "none", "selective" (attention scores), "full", "op", "every-N" (activations.py), or "auto" (search)
     )
+    # a full recompute runs as torch's non-reentrant checkpoint with its default early stop
+    # (torch.utils.checkpoint at 2.1 and later: recomputation ends once every tensor the
+    # backward saved is made again), so a dense layer's last multiply and what follows it
+    # are not rerun (layer_costs.recomputed_mlp_shapes); false: the whole forward again
+    # (Megatron-LM's and DeepSpeed's own checkpoint functions)
+    recompute_early_stop: bool = False
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
@@ -408,6 +414,11 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(
             f'{where}: eager_block = "{t.eager_block}" names an eager block, but fused_elementwise = true runs fused '
             'kernels; set fused_elementwise = false or leave eager_block at "torchtitan"'
+        )
+    if t.recompute_early_stop and t.fused_kernels == "inductor":
+        raise PipesimError(
+            f"{where}: recompute_early_stop prices torch's eager checkpoint; a compiled block's recomputation is "
+            'what Inductor keeps of it (fused_kernels = "inductor"): set recompute_early_stop = false'
         )
     if t.ub_fprop_rs not in UB_FPROP_RS:
         raise PipesimError(f"{where}: ub_fprop_rs must be one of {', '.join(UB_FPROP_RS)}, got {t.ub_fprop_rs!r}")
