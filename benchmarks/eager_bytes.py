@@ -1,5 +1,6 @@
 """torchtitan's eager element-wise kernels: the bytes PyTorch's own ops move beside what
-pipesim prices for them, per token of one layer, forward and backward, term by term.
+pipesim prices for them, per token of one layer, forward and backward, term by term; and
+MosaicML's MPT-7B block (tests/mpt_block.py) beside ``eager_block = "llm-foundry"``.
 
     PYTHONPATH=src python benchmarks/eager_bytes.py
 
@@ -36,19 +37,35 @@ def models() -> dict[str, Model]:
     }
 
 
-def rows(m: Model):
-    """(term, phase, torch bytes a token, pipesim bytes a token) of one model's layer."""
-    from torch_bytes import per_token
-
-    counted = per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ)
+def side_by_side(m: Model, t: Training, counted: dict[tuple[str, str], float]):
+    """(term, phase, torch bytes a token, pipesim bytes a token) of one layer: torch's
+    ``counted`` (by phase and label) beside ``elementwise_terms`` under ``t``."""
     priced: dict[tuple[str, str], float] = {}
-    eager = Training(seq=SEQ, fused_elementwise=False, sequence_parallel=False)
-    for _block, term, fwd, bwd in elementwise_terms(m, 0, eager, Layout(pp=1, dp=1)):
+    for _block, term, fwd, bwd in elementwise_terms(m, 0, t, Layout(pp=1, dp=1)):
         for phase, elements in (("forward", fwd), ("backward", bwd)):
             priced[term, phase] = priced.get((term, phase), 0.0) + 2 * elements
     keys = sorted({(label, phase) for (phase, label), b in counted.items() if b} | {k for k, b in priced.items() if b})
     for term, phase in keys:
         yield term, phase, counted.get((phase, term), 0.0), priced.get((term, phase), 0.0)
+
+
+def rows(m: Model):
+    """torchtitan's eager block of one model."""
+    from torch_bytes import per_token
+
+    counted = per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ)
+    return side_by_side(m, Training(seq=SEQ, fused_elementwise=False, sequence_parallel=False), counted)
+
+
+def mpt_rows():
+    """MosaicML's MPT-7B block as llm-foundry v0.3.0 writes it (tests/mpt_block.py: bf16
+    LayerNorm, one Wqkv, biases, GELU) against ``eager_block = "llm-foundry"``; the Triton
+    attention's own backward passes do not run on the CPU and show as pipesim's alone."""
+    from mpt_block import per_token as mpt_per_token
+
+    m = Model("mpt-7b", 32, 4096, 32, 50368, Attention(), 32, 16384, activation="gelu", rotary=False)
+    t = Training(seq=SEQ, fused_elementwise=False, norm_kernel="fused", eager_block="llm-foundry", sequence_parallel=False)
+    return side_by_side(m, t, mpt_per_token(m.hidden, m.heads, seq=SEQ))
 
 
 def main() -> int:
@@ -59,9 +76,10 @@ def main() -> int:
         return 2
     print("| model | term | phase | PyTorch bytes/token | pipesim bytes/token | error |")
     print("|---|---|---|---:|---:|---:|")
-    for name, m in models().items():
+    blocks = [(name, rows(m)) for name, m in models().items()] + [("MPT-7B (llm-foundry)", mpt_rows())]
+    for name, counted in blocks:
         totals = {"forward": [0.0, 0.0], "backward": [0.0, 0.0]}
-        for term, phase, measured, priced in rows(m):
+        for term, phase, measured, priced in counted:
             totals[phase][0] += measured
             totals[phase][1] += priced
             err = f"{priced / measured - 1:+.1%}" if measured else "-"
