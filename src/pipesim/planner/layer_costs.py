@@ -134,23 +134,36 @@ def recomputed_mlp_shapes(m: Model, layer: int, t: Training, lay: Layout) -> lis
     A dense layer's last saving op is its final multiply (the MLP's down projection, w2),
     which saves its inputs before it runs: that multiply and everything after it in the
     layer are not rerun. torch 2.1.0 and 2.13 both rerun Wqkv, out_proj and up_proj of
-    the MPT block, not down_proj (tests/test_recompute_early_stop_torch.py).
-    ``recompute_early_stop`` false (Megatron-LM's checkpoint reruns the whole forward) or
-    an MoE layer (not counted): all of them."""
+    the MPT block, not down_proj (tests/test_recompute_early_stop_torch.py). A compiled
+    block (``fused_kernels = "inductor"``) skips it too: the partitioner keeps of the
+    recomputed forward only what a gradient reads, and w2's output is the block's output
+    (torch 2.13 reruns 8 of a torchtitan block's 9 forward multiplies,
+    tests/test_compiled_recompute_torch.py). ``recompute_early_stop`` false and not
+    compiled (Megatron-LM's checkpoint reruns the whole forward) or an MoE layer (not
+    counted): all of them."""
     shapes = mlp_shapes(m, layer, t, lay)
-    if not t.recompute_early_stop or m.is_moe_layer(layer):
+    if not skips_last_multiply(t) or m.is_moe_layer(layer):
         return shapes
     return shapes[:-1]
+
+
+def skips_last_multiply(t: Training) -> bool:
+    """Whether a full recompute leaves out a dense layer's last multiply and what follows
+    it: torch's eager checkpoint with early stop, or a compiled block."""
+    return t.recompute_early_stop or t.fused_kernels == "inductor"
 
 
 def early_stop_skips(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, mlp_f: float) -> float:
     """Seconds of a dense layer's forward a full recompute does not rerun under
     ``recompute_early_stop`` (``recomputed_mlp_shapes``): the last multiply, of ``mlp_f``
     the MLP's multiplies, and the residual add after it (read two, write one hidden-sized
-    tensor, on the tokens the add runs on)."""
-    if not t.recompute_early_stop or m.is_moe_layer(layer):
+    tensor, on the tokens the add runs on; Inductor's recomputed bytes leave the add out
+    already, ``elementwise.inductor_recompute_terms``)."""
+    if not skips_last_multiply(t) or m.is_moe_layer(layer):
         return 0.0
     rerun = gemms(c, t, recomputed_mlp_shapes(m, layer, t, lay))[0]
+    if t.fused_kernels == "inductor":
+        return mlp_f - rerun
     hs = m.hidden * (1 / lay.tp if t.sequence_parallel else 1.0)
     residual = lay.tokens(t.seq) * 3 * hs * 2 / hbm_rate(c, t)
     return mlp_f - rerun + residual
@@ -170,7 +183,7 @@ def rerun_combine(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, co
     stops before the last multiply and so before its collective too
     (``recomputed_mlp_shapes``). A dense layer's; an MoE layer's combine is its all-to-all,
     not counted there."""
-    if (t.fused_kernels != "inductor" and not t.recompute_early_stop) or m.is_moe_layer(layer):
+    if not skips_last_multiply(t) or m.is_moe_layer(layer):
         return combine
     return combine - tp_halves(m, c, t, lay)[1]
 

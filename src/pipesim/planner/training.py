@@ -128,7 +128,8 @@ class Training:
     # a full recompute runs as torch's non-reentrant checkpoint with its default early stop
     # (torch.utils.checkpoint at 2.1 and later: recomputation ends once every tensor the
     # backward saved is made again), so a dense layer's last multiply and what follows it
-    # are not rerun (layer_costs.recomputed_mlp_shapes); false: the whole forward again
+    # are not rerun (layer_costs.recomputed_mlp_shapes; a compiled block, fused_kernels =
+    # "inductor", skips them whatever this says); false: the whole forward again
     # (Megatron-LM's and DeepSpeed's own checkpoint functions)
     recompute_early_stop: bool = False
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
@@ -414,11 +415,6 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(
             f'{where}: eager_block = "{t.eager_block}" names an eager block, but fused_elementwise = true runs fused '
             'kernels; set fused_elementwise = false or leave eager_block at "torchtitan"'
-        )
-    if t.recompute_early_stop and t.fused_kernels == "inductor":
-        raise PipesimError(
-            f"{where}: recompute_early_stop prices torch's eager checkpoint; a compiled block's recomputation is "
-            'what Inductor keeps of it (fused_kernels = "inductor"): set recompute_early_stop = false'
         )
     if t.ub_fprop_rs not in UB_FPROP_RS:
         raise PipesimError(f"{where}: ub_fprop_rs must be one of {', '.join(UB_FPROP_RS)}, got {t.ub_fprop_rs!r}")
