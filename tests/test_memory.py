@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim import Placement, Schedule, Timeline, build, simulate
+from pipesim.errors import PipesimError
 from pipesim.ir import parse_item
 from pipesim.memory import MemoryModel, layer_activation, memory
 from pipesim.metrics import peak_live
@@ -79,3 +80,15 @@ def test_b_frees_all_but_the_weight_share_by_hand():
     # with w_share = 1 bytes follow the activation count exactly
     full = memory(s, Timeline(1, (evs,)), MemoryModel(params=0, activation=100.0, w_share=1.0))
     assert full.activation_peak == [100 * peak_live(evs)]
+
+
+def test_a_w_share_above_one_is_a_b_that_adds_memory():
+    """A W that keeps more than the forward's activation (its multiplies' gathered output
+    gradients under tp with sequence parallelism): F +100, B +(1.5 - 1) x 100, W -150."""
+    evs = tuple(Event(0, parse_item(t), a, b) for t, a, b in [("F0.0", 0, 1), ("B0.0", 1, 2), ("W0.0", 2, 3)])
+    s = Schedule("hand", 1, 1, Placement.flat(1, 1), (tuple(e.item for e in evs),))
+    rep = memory(s, Timeline(1, (evs,)), MemoryModel(params=0, activation=100.0, w_share=1.5))
+    assert rep.activation_peak == [pytest.approx(150.0)]
+    assert [x for _, x in rep.timeline[0]] == pytest.approx([100.0, 150.0, 0.0])
+    with pytest.raises(PipesimError, match="w_share"):
+        MemoryModel(params=0, activation=100.0, w_share=-0.1)

@@ -6,14 +6,19 @@ states, with ZeRO sharding over ``dp`` data-parallel ranks (stage 1: optimizer s
 stage 2: gradients too; stage 3: parameters too). Activations follow the timeline: a
 forward allocates its stage's activation when it starts, a B frees all but the share
 ``w_share`` that the weight gradient still needs, and the W (or a fused BW) frees the
-rest when it ends.
+rest when it ends. A share above 1 is a B that allocates more than it frees: the W keeps
+each weighted multiply's output gradient besides its input, and under tensor parallelism
+with sequence parallelism a row-parallel multiply's gradient arrives gathered over the
+whole sequence, more than the sharded activation (``planner.weight_grad_saved``); its B
+then ends with +(w_share - 1) times the activation, and its W frees w_share of it.
 
 Activation sizes come from the model shape (Korthikanti et al. 2022, "Reducing
 Activation Recomputation in Large Transformer Models", eq. 1: one transformer layer keeps
 s*b*h*(34 + 5*a*s/h) bytes in 16-bit precision without recomputation; the 5*a*s/h term is
-the attention matrix, which flash attention does not keep). The weight gradient needs the
-inputs of the linear layers, 32*h of the 34*h bytes per token (the Zero Bubble paper's
-M_W), so ``w_share = 32h / (34h + 5as)``.
+the attention matrix, which flash attention does not keep). The weight gradient needs each
+linear layer's input and output gradient, 32*h bytes per token (the Zero Bubble paper's
+M_W: inputs 7h and output gradients 9h elements, in 16-bit), so
+``w_share = 32h / (34h + 5as)``.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ class MemoryModel:
 
     params: PerStage  # parameters of one stage (count), sharded over dp by ZeRO
     activation: PerStage  # bytes one micro-batch keeps for one stage
-    w_share: float = 0.0  # share of an activation kept from B until W
+    w_share: float = 0.0  # share of an activation kept from B until W (above 1: B adds memory)
     param_bytes: float = 2.0  # bf16 weights
     grad_bytes: float = 4.0  # fp32 gradient accumulation
     optimizer_bytes: float = 12.0  # fp32 master weights, Adam m and v
@@ -58,8 +63,8 @@ class MemoryModel:
     expert_dp: int = 0  # replicas of each expert that shard its states (0: dp)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.w_share <= 1:
-            raise PipesimError(f"w_share must be between 0 and 1, got {self.w_share}")
+        if not 0 <= self.w_share < float("inf"):  # above 1 a B adds memory (module docstring)
+            raise PipesimError(f"w_share must be a finite share >= 0 (the W's bytes over the activation's), got {self.w_share}")
         if self.zero not in (0, 1, 2, 3):
             raise PipesimError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero}")
         if self.dp < 1 or self.expert_dp < 0:

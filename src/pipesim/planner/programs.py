@@ -92,7 +92,8 @@ class Shape:
     (so a rank's busy time under any costs is a short sum): ("F", stage) for a lone op,
     ("pair", backward kind, f stage, b stage), in the order they first occur; and the
     activations live right after each forward starts (so peak memory under any sizes is a
-    max of short sums), as arrays with one row per item that starts a forward: ``u`` the
+    max of short sums), as arrays with one row per item that starts a forward and one
+    after each item that ends a B (where a W share above 1 peaks): ``u`` the
     whole ones and ``v`` the ones kept for W alone, per column, where column j of rank r is
     stage ``cols[r, j]`` (ascending; -1 pads); ``rows[r]:rows[r + 1]`` are rank r's rows."""
 
@@ -153,9 +154,15 @@ def shape(s: Schedule) -> Shape:
         return c - c[first_item]
 
     fwd = np.unique(o_item[isf])
-    u = (before(start_u + end_u) + start_u)[fwd]
-    v = before(end_v)[fwd]
-    rows = np.searchsorted(fwd, t.offsets).astype(np.int64)
+    # and right after each item that ends a B: with a W share above 1 a B adds memory
+    # (``MemoryModel.w_share``), so a peak may fall there; below 1 those rows are lower
+    ends_b = np.unique(o_item[o_kind == B])
+    through = before(start_u + end_u) + start_u
+    items = np.concatenate([fwd, ends_b])
+    order = np.argsort(items, kind="stable")  # items are numbered rank by rank
+    u = np.concatenate([through[fwd], (through + end_u)[ends_b]])[order]
+    v = np.concatenate([before(end_v)[fwd], (before(end_v) + end_v)[ends_b]])[order]
+    rows = np.searchsorted(items[order], t.offsets).astype(np.int64)
     row_rank = np.repeat(np.arange(pp), np.diff(rows))
     has = np.flatnonzero(np.diff(rows) > 0)
     used = tuple(np.unique(cols[cols >= 0]).tolist())
