@@ -125,6 +125,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "fsdp_stream_pools": True,  # FSDP2's collectives on their own CUDA streams
             "final_norm_eager": True,  # apply_compile wraps the blocks, not the final norm
             "pp_keeps_input_grads": True,  # pipelining's stage_backward at torch 1963fc8
+            "w_keeps_graph": True,  # pipelining's stage_backward_input retains the graph until the W
             **fields,
         }
     )

@@ -278,21 +278,10 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
     }
 
 
-#: the saved tensors the weight gradients read: the weighted multiplies' inputs
-W_INPUTS = ("norm output", "attention output", "context", "gelu output", "swiglu output", "expert inputs")
-
-
 def _fp8_swiglu_cache(t: Training) -> bool:
     """DeepSeek-V3's FP8 training caches the SwiGLU input in FP8 and recomputes its output;
     per-tensor FP8 (Transformer Engine, torchao) keeps the bf16 activation as BF16 training does."""
     return t.precision == "fp8" and t.fp8_scaling == "block"
-
-
-def _down_share(m: Model, t: Training) -> float:
-    if _fp8_swiglu_cache(t):  # the product is recomputed from the cached input
-        return 0.0
-    f, lin = 1.0, BF16  # per unit of ffn: gate and up, silu, product
-    return lin * f / (BF16 * 2 * f + (0.0 if t.fused_elementwise else BF16 * f) + lin * f)
 
 
 def _bytes(per_token: dict[str, float], tokens: float) -> float:
@@ -300,18 +289,23 @@ def _bytes(per_token: dict[str, float], tokens: float) -> float:
 
 
 def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> tuple[float, float]:
-    """(bytes one micro-batch keeps for one layer on one GPU, share of it W needs).
+    """(bytes one micro-batch keeps for one layer on one GPU, share of that the W keeps).
 
-    The weight gradient needs the inputs of the weighted multiplies (``W_INPUTS``)."""
-    saved = layer_saved(m, layer, t, lay.tp, recompute, getattr(lay, "etp", 1))
+    The W keeps each weighted multiply's input and output gradient from its B to its end
+    (``weight_grad_saved.layer_w_saved``), so the share can pass 1 (under tp with sequence
+    parallelism the gathered output gradients outweigh the sharded activation), and does
+    under ``Training.w_keeps_graph`` (the whole saved set besides the gradients). Under
+    ``full`` and ``op`` recomputation the share is 0: the B frees what it rebuilt."""
+    from .weight_grad_saved import layer_w_saved  # it reads this module's widths
+
+    lay_etp = getattr(lay, "etp", 1)
+    saved = layer_saved(m, layer, t, lay.tp, recompute, lay_etp)
     tokens = lay.micro_batch * t.seq
     total = _bytes(saved, 1)
-    if layer_mode(recompute, layer) in ("full", "op"):  # W reruns after the recomputation
-        return tokens * total, 0.0
-    w = sum(v for k, v in saved.items() if k.endswith(W_INPUTS))
-    if "expert MLPs" in saved:  # of each expert copy's MLP, the down projection's input
-        w += saved["expert MLPs"] * _down_share(m, t)
-    return tokens * total, w / total
+    w_set = layer_w_saved(m, layer, t, lay.tp, recompute, lay_etp)
+    if t.w_keeps_graph and w_set:  # PyTorch's split backward: the whole saved set and the gradients
+        return tokens * total, 1 + sum(v for k, v in w_set.items() if k.endswith("output gradient")) / total
+    return tokens * total, _bytes(w_set, 1) / total
 
 
 def head_activation(m: Model, t: Training, lay) -> float:

@@ -183,12 +183,20 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pendin
         opts[k] = tuple(costs.op_time(Op(k.upper(), 0, 0), s) for s in range(stages))
     if "comm" in takes:
         opts["comm"] = costs.p2p_time(0, 1)
+    # zb-auto's B frees the share 1 - w_memory (the paper's M_W <= M_B); a W share above 1
+    # (a B that adds memory: MemoryModel.w_share) is given to it as an activation of
+    # w_share times the bytes, which its W frees whole: its count is then never below the
+    # bytes really held (above them from an F to its B), so its cap still holds. Counting
+    # instead as the fork's --zero-bubble-max-pending-backward does (w_memory 1, one
+    # activation's bytes) overflows where room binds: llama3-70b's pp2 x tp8 zb-auto order
+    # no longer fits, where this cap gives it a 43% bubble; neither beats zb-h1 there
+    over = max(1.0, mm.w_share)
     if {"memory_limit", "activation_bytes"} <= takes.keys():
-        unit = max(mm.activation_bytes(s) for s in range(stages))
+        unit = max(mm.activation_bytes(s) for s in range(stages)) * over
         opts["activation_bytes"] = unit
         opts["memory_limit"] = min(room, (pending or 2 * cand.layout.pp) * unit)
     if "w_memory" in takes:
-        opts["w_memory"] = mm.w_share
+        opts["w_memory"] = mm.w_share / over
     return opts
 
 

@@ -275,6 +275,12 @@ class Training:
     # ends, and on every stage a receive buffer per micro-batch for its input and its
     # output's gradient (torch.distributed.pipelining; device_memory.pipeline_buffers)
     pp_keeps_outputs: bool = False
+    # a split backward's W keeps the whole retained graph: torch.distributed.pipelining's
+    # stage_backward_input runs autograd with retain_graph=True and keeps the weight
+    # nodes, so every tensor the forward saved stays until stage_backward_weight, besides
+    # the output gradients it stores (weight_grad_saved.py); false: the Zero Bubble
+    # fork's WeightGradStore, which keeps each linear's input and output gradient only
+    w_keeps_graph: bool = False
     # context parallelism as PyTorch's context_parallel runs it (torchtitan): attention on
     # keys and values repeated to every query head, its backward accumulating the
     # gradients in fp32 and handing dk, dv round the ring (activations.cp_attention_transient);
