@@ -37,6 +37,7 @@ from .specs import (
     preset_names,
 )
 from .stages import component_costs, stage_parts
+from .weight_grad_saved import layer_w_saved
 
 GB = 1e9  # bytes of a decimal GB: the report speaks GB, as GPU data sheets do (not GiB)
 
@@ -446,6 +447,8 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
                 "bytes": total,
                 "w_share": w_share,
                 "tensors": {k: v * tokens for k, v in saved.items()},
+                # what a split backward's W keeps from its B (inputs and output gradients)
+                "w_tensors": {k: v * tokens for k, v in layer_w_saved(model, i, training, lay.tp, recompute).items()},
             }
         )
     head = head_saved(model, training, lay.tp)

@@ -52,7 +52,8 @@ def _attention_w(m: Model, t: Training, tp: int, io: float, hid: float, seq_shar
     a, heads = m.attention, m.heads / tp
     if a.kind == "mla":
         # Megatron-Core's MLA (multi_latent_attention.py) runs the down projections on the
-        # sequence shard and gathers the latents under sequence parallelism
+        # sequence shard under sequence parallelism (it gathers q_compressed only for its
+        # DSA indexer); the latents' widths follow activations._attention's
         qk, v = a.qk_nope_dim + a.qk_rope_dim, a.v_head_dim
         return {
             "attention norm output": io * hid,
@@ -103,8 +104,8 @@ def _mlp_w(m: Model, layer: int, t: Training, tp: int, io: float, hid: float, se
 def layer_w_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str = "none", etp: int = 1) -> dict[str, float]:
     """Bytes per token one GPU keeps for ``layer``'s deferred weight gradients, by tensor:
     each weighted multiply's input and output gradient (module docstring). Under ``full``
-    and ``op`` recomputation nothing is counted here: the W set is rebuilt by the B's
-    recomputation and priced with the layer's activation (``activations.layer_activation``)."""
+    and ``op`` recomputation nothing: pipesim keeps its W share of 0 there (the B frees
+    what it rebuilt); what a recomputing B leaves for a deferred W is not modelled."""
     if layer_mode(recompute, layer) in ("full", "op"):
         return {}
     seq_share = 1 / tp if t.sequence_parallel and tp > 1 else 1.0
