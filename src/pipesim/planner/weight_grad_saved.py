@@ -10,7 +10,9 @@ head it stores ``input`` and ``grad_output`` and gathers the input in the W). Co
 for a GPT layer gives the paper's M_W = 32h bytes per token in 16-bit (Qi et al. 2023,
 "Zero Bubble Pipeline Parallelism", section 2): inputs of qkv (h), the output projection
 (h), fc1 (h) and fc2 (4h), and output gradients of qkv (3h), the output projection (h),
-fc1 (4h) and fc2 (h): 16h elements (tests/test_weight_grad_saved.py counts it by hand).
+fc1 (4h) and fc2 (h): 16h elements (tests/test_weight_grad_saved.py counts it by hand;
+tests/test_weight_grad_saved_torch.py holds the set to what PyTorch's split backward,
+``stage_backward_input`` then ``stage_backward_weight``, reads on GPT, Llama and MoE blocks).
 
 Widths under tensor parallelism, per token of the micro-batch (as ``activations``):
 
