@@ -460,8 +460,8 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     if not p.evened or (not res.fits and res.memory_gb <= 0):
         return res
     q = prepare(m, c, t, p.candidate, shared, splits=(False,))
-    if not isinstance(q, Prepared) or q.parts == p.parts:
-        return res
+    if not isinstance(q, Prepared) or q.parts == p.parts or (res.fits and q.bound >= res.step_time):
+        return res  # the same split, or one whose busiest rank alone is no faster
     alt = _simulated(m, c, t, q, shared)
     if not res.fits or (alt.fits and alt.step_time < res.step_time):
         return alt

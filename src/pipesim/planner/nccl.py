@@ -122,6 +122,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .layout import Span
 from .specs import Cluster
@@ -306,11 +307,15 @@ def times(c: Cluster, kind: str, nbytes: float, n: int, where: Span) -> dict[str
     return out
 
 
+@lru_cache(maxsize=16384)
 def collective_seconds(c: Cluster, kind: str, nbytes: float, n: int, where: Span) -> float:
     """Seconds of one collective ``kind`` (a ring collective's name) over ``n`` ranks
     placed as ``where`` on a buffer of ``nbytes`` (the whole buffer: an all-reduce's
     input, an all-gather's output, a reduce-scatter's input) under the fastest algorithm
-    and protocol, as NCCL's tuner picks them. Nothing for one rank or an empty buffer."""
+    and protocol, as NCCL's tuner picks them. Nothing for one rank or an empty buffer.
+    Kept by its inputs: a search asks the same few collectives of every candidate of a
+    layout (its step's reductions, each stage's gathers), each priced under six
+    algorithm and protocol pairs."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     return min(times(c, kind, nbytes, n, where).values())
