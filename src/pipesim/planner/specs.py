@@ -83,7 +83,7 @@ BOUNDS = {
     "attention_tile_rows": (1, 1_000_000),
     "attention_efficiency": (0.01, 1),
     "hbm_efficiency": (0.01, 1),
-    "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency
+    "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency (its FP8 ones for FP8)
     "param_bytes": (0, 64),
     "grad_bytes": (0, 64),
     "optimizer_bytes": (0, 64),

@@ -133,7 +133,9 @@ class Training:
     # (Megatron-LM's and DeepSpeed's own checkpoint functions)
     recompute_early_stop: bool = False
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
-    compute_efficiency: float = 0.0  # share of dense peak large matmuls reach (0: the cluster's gemm_efficiency)
+    # share of dense peak every matrix multiply reaches, BF16 or FP8 (compute.gemm_efficiency);
+    # 0: the cluster's gemm_efficiency, or for FP8 its fp8_gemm_efficiency / fp8_tensor_gemm_efficiency
+    compute_efficiency: float = 0.0
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
     # fused attention's share falls where its grid of thread blocks cannot fill the SMs (few
     # heads a GPU, micro-batch 1, short or context-parallel sequences; compute.attention_grid_fill,
