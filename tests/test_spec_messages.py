@@ -49,3 +49,21 @@ def test_a_wrong_value_is_quoted_as_toml_spells_it(capsys, tmp_path, kind, line,
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert message in err, err
     assert "True" not in err and "False" not in err
+
+
+def test_a_cluster_of_part_nodes_is_refused(capsys, tmp_path):
+    # 12 GPUs at 8 a node read as one node before; --gpus already refused the same count
+    f = tmp_path / "cluster.toml"
+    f.write_text(CLUSTER.replace("gpus = 16\n", "gpus = 12\n"))
+    code = main(["memory", "--model", "llama3-8b", "--pp", "2", "--cluster", str(f)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "gpus = 12 is not a whole number of 8-GPU nodes (gpus_per_node); give 8 or 16" in err, err
+
+
+def test_a_gradient_reduction_wider_than_any_element_is_refused(capsys, tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text("grad_reduce_bytes = 1000\n")
+    code = main(["memory", "--model", "llama3-8b", "--pp", "2", "--cluster", "h100", "--gpus", "16", "--training", str(f)])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "grad_reduce_bytes" in err and "64" in err, err

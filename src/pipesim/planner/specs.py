@@ -86,6 +86,7 @@ BOUNDS = {
     "compute_efficiency": (0, 1),  # 0: the cluster's gemm_efficiency (its FP8 ones for FP8)
     "param_bytes": (0, 64),
     "grad_bytes": (0, 64),
+    "grad_reduce_bytes": (0, 64),
     "optimizer_bytes": (0, 64),
     "p2p_latency_us": (0, 1e9),
     "zb_max_pending_backward": (0, 1_000_000),
@@ -420,6 +421,12 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
+    if c.gpus > c.gpus_per_node and c.gpus % c.gpus_per_node:  # as --gpus is held (Cluster.resized)
+        whole = [n * c.gpus_per_node for n in (c.gpus // c.gpus_per_node, c.gpus // c.gpus_per_node + 1)]
+        raise PipesimError(
+            f"{where}: gpus = {c.gpus} is not a whole number of {c.gpus_per_node}-GPU nodes (gpus_per_node); "
+            f"give {' or '.join(map(str, whole))}, or fewer GPUs than one node"
+        )
     if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
         raise PipesimError(
             f"{where}: nvlink_domain {c.nvlink_domain} must be a multiple of gpus_per_node {c.gpus_per_node} "
