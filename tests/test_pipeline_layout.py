@@ -124,3 +124,11 @@ def test_the_recipes_layout_reads_back_as_the_split_it_came_from():
     # four alike middle stages written once, as Megatron's parser unrolls (...)*n
     assert text == "Et|(t*2|)*4tmL"
     assert layout_sizes(text, layers=10, mtp_layers=1, stages=6) == sizes
+
+
+def test_a_repeat_past_any_model_is_refused_before_it_is_built():
+    # unrolled, "(t|)*999999999" would be two gigabytes of letters
+    with pytest.raises(PipesimError, match="repeats to more than 100,000 letters"):
+        expand("E(t|)*999999999L")
+    with pytest.raises(PipesimError, match="repeats to more than 100,000 letters"):
+        expand("E((t|)*1000|)*1000L")

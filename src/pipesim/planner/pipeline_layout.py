@@ -31,15 +31,33 @@ def is_layout(text: str) -> bool:
     return text not in ("balanced", "even")
 
 
+#: the most letters a layout may unroll to: far past any model's layers, short of a repeat
+#: count that would fill memory ("(t|)*999999999")
+MOST_LETTERS = 100_000
+
+
 def expand(text: str) -> list[str]:
     """The layout's stages, each the string of its letters, repeats unrolled."""
     flat = text.replace(",", "").replace(" ", "")
+
+    def repeat(g: re.Match) -> str:
+        if len(g.group(1)) * int(g.group(2)) > MOST_LETTERS:
+            raise PipesimError(
+                f"stage_split {text!r}: {g.group(0)!r} repeats to more than {MOST_LETTERS:,} letters; "
+                "a layout names one stage per pipeline stage"
+            )
+        return g.group(1) * int(g.group(2))
+
     while True:  # groups may hold groups: unroll the innermost until none is left
-        unrolled = _GROUP.sub(lambda g: g.group(1) * int(g.group(2)), flat)
+        unrolled = _GROUP.sub(repeat, flat)
         if unrolled == flat:
             break
+        if len(unrolled) > MOST_LETTERS:
+            raise PipesimError(f"stage_split {text!r} unrolls to more than {MOST_LETTERS:,} letters")
         flat = unrolled
-    flat = _LETTER.sub(lambda g: g.group(1) * int(g.group(2)), flat)
+    flat = _LETTER.sub(repeat, flat)
+    if len(flat) > MOST_LETTERS:
+        raise PipesimError(f"stage_split {text!r} unrolls to more than {MOST_LETTERS:,} letters")
     bad = sorted(set(flat) - set(LETTERS) - {"|"})
     if bad:
         known = ", ".join(f"{k} ({v})" for k, v in LETTERS.items())
