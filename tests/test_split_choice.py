@@ -25,3 +25,21 @@ def test_interleaved_deepseek_v3_keeps_the_faster_split():
     assert plain.step_time < moved.step_time * 0.97
     got = evaluate(m, c, t, cand)
     assert got.stage_layers == plain_parts and got.step_time == plain.step_time
+
+
+def test_memory_simulates_the_split_the_planner_keeps(capsys):
+    import json
+
+    from pipesim.cli import main
+
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048")
+    t = load_training(base=model_training("deepseek-v3"))
+    lay = Layout(pp=16, dp=128, ep=64)
+    planned = evaluate(m, c, t, Candidate(lay, "interleaved-1f1b", 2, "selective", 32))
+    args = ["memory", "--model", "deepseek-v3", "--cluster", "h800-2048", "--pp", "16", "--ep", "64", "--schedule"]
+    assert main([*args, "interleaved-1f1b", "--chunks", "2", "--microbatches", "32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["schedules"]
+    assert tuple(rows[1]["stage_layers"]) == planned.stage_layers
+    assert planned.stage_layers != tuple(
+        len(r) for r in prepare(m, c, t, planned.candidate, Shared(m, c, t), splits=(True,)).parts
+    )

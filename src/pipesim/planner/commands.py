@@ -465,15 +465,21 @@ def _chunks(chunks: int | None) -> dict:
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
     s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
-    parts = stage_parts(model, cluster, training, lay, stages, recompute, s.placement.held())  # as the planner splits
+    # as the planner splits (evaluate.finish): the evened split and the one without its
+    # moves, where they differ, the faster of the two kept
+    held = s.placement.held()
+    splits = {
+        tuple(map(len, p)): p
+        for p in (stage_parts(model, cluster, training, lay, stages, recompute, held, e) for e in (True, False))
+    }
+    runs = [(simulate(s, component_costs(model, cluster, training, lay, stages, recompute, p)), p) for p in splits.values()]
+    tl, parts = min(runs, key=lambda x: x[0].end - x[0].start)
     mm = memory_model(model, training, lay, stages, recompute, parts)
-    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mem = memory(s, tl, mm)
     pl = s.placement
     copies = pl.parameter_copies
     # each rank against its own usable memory: only the last stage's holds the loss's
     # transient and logits, each stage's its own receive buffers and FSDP pools
-    held = pl.held()
     usables = rank_usables(model, cluster, training, lay, recompute, held, stages, M, mm)
     # the worst rank: the least room under its own usable memory (the highest peak on a tie)
     worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
@@ -482,6 +488,7 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
         "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
         "chunks": s.placement.chunks,
+        "stage_layers": [len(p) for p in parts],  # layers per model stage, as simulated
         "copies": copies,
         "params_per_copy": n / copies,
         "weights_gb": mem.params[worst] / GB,
