@@ -79,32 +79,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import PipesimError
+from .saved_widths import BF16, FP32, INDEX, MASK, fp8_swiglu_cache, gathered_width, layer_mode
 from .specs import Model, Training
 from .training import norm_fused
+from .weight_grad_saved import layer_w_saved
+
 
 #: bytes of a bf16 element, an fp32 one, an int64 index and a bool mask
-BF16, FP32, INDEX, MASK = 2, 4, 8, 1
-
-
 def _norm(t: Training, layernorm: bool, hidden: float, out_width: float, out_hidden: float = 0.0) -> dict[str, float]:
     """A norm's saved tensors and the following multiply's input (the norm's output),
-    ``out_hidden`` wide where that differs from the norm's own ``hidden`` (``_gathered``)."""
+    ``out_hidden`` wide where that differs from the norm's own ``hidden`` (``saved_widths.gathered_width``)."""
     stats = FP32 * (2 if layernorm else 1)  # rstd (and mean): per token
     if norm_fused(t) or layernorm:
         kept = {"input": BF16 * hidden, "stats": stats}
     else:  # torchtitan's eager RMSNorm: fp32 input copy, bf16 normalised value
         kept = {"fp32 input": FP32 * hidden, "stats": stats, "normalised": BF16 * hidden}
     return kept | {"output": out_width * (out_hidden or hidden)}
-
-
-def _gathered(m: Model, t: Training, hid: float) -> float:
-    """The width of a column-parallel multiply's saved input per token: the sequence
-    shard ``hid`` under Megatron-LM's sequence parallelism (its backward gathers the
-    input again), the whole hidden under DTensor's (``Training.sp_saves_gathered``:
-    PrepareModuleInput and ColwiseParallel(input_layouts=Shard(1)) all-gather it into a
-    replicated tensor, which the multiply's autograd node keeps; measured by
-    tests/test_sp_gathered_torch.py on a fake process group)."""
-    return m.hidden if t.sp_saves_gathered else hid
 
 
 def _prefixed(prefix: str, d: dict[str, float]) -> dict[str, float]:
@@ -170,7 +160,7 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
     k, f = e.top_k, e.expert_ffn / etp
-    if _fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+    if fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
         per_copy = lin * 2 * f
     else:
         per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
@@ -187,17 +177,6 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
     if e.shared_experts:
         routed["shared expert MLPs"] = per_copy * e.shared_experts / tp
     return routed
-
-
-def layer_mode(recompute: str, layer: int) -> str:
-    """The mode one layer runs under: ``every-N`` is ``full`` for every Nth layer (counted
-    from one, as torchtitan's checkpoint wrapper counts blocks) and ``none`` for the rest."""
-    if not recompute.startswith("every-"):
-        return recompute
-    n = recompute.removeprefix("every-")
-    if not n.isdigit() or int(n) < 1:
-        raise PipesimError(f"recompute {recompute!r}: every-N needs a whole N >= 1 (every-2 checkpoints every second layer)")
-    return "full" if (layer + 1) % int(n) == 0 else "none"
 
 
 def _matmul_outputs(m: Model, t: Training, tp: int) -> list[tuple[str, float]]:
@@ -256,7 +235,7 @@ def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str =
         # (Megatron-Core's "layernorm" recompute module frees the output once used)
         norm = {"input": BF16 * hid}
     else:
-        norm = _norm(t, layernorm, hid, lin, _gathered(m, t, hid))
+        norm = _norm(t, layernorm, hid, lin, gathered_width(m, t, hid))
     out = _prefixed("attention norm", norm)
     out |= _attention(m, t, tp, recompute, lin, hid)
     out |= _prefixed("mlp norm", norm)
@@ -272,16 +251,10 @@ def head_saved(m: Model, t: Training, tp: int = 1) -> dict[str, float]:
     fp32_loss = t.logit_bytes > 10  # see Training.logit_bytes: 10 is a fused bf16 loss
     # torchtitan compiles each block, not the final norm (Training.final_norm_eager)
     tn = replace(t, norm_kernel="eager") if t.final_norm_eager else t
-    return _prefixed("final norm", _norm(tn, False, hid, BF16, _gathered(m, t, hid))) | {
+    return _prefixed("final norm", _norm(tn, False, hid, BF16, gathered_width(m, t, hid))) | {
         "loss softmax": (FP32 if fp32_loss else BF16) * m.vocab / tp,
         "targets": INDEX,
     }
-
-
-def _fp8_swiglu_cache(t: Training) -> bool:
-    """DeepSeek-V3's FP8 training caches the SwiGLU input in FP8 and recomputes its output;
-    per-tensor FP8 (Transformer Engine, torchao) keeps the bf16 activation as BF16 training does."""
-    return t.precision == "fp8" and t.fp8_scaling == "block"
 
 
 def _bytes(per_token: dict[str, float], tokens: float) -> float:
@@ -296,8 +269,6 @@ def layer_activation(m: Model, layer: int, t: Training, lay, recompute: str) -> 
     parallelism the gathered output gradients outweigh the sharded activation), and does
     under ``Training.w_keeps_graph`` (the whole saved set besides the gradients). Under
     ``full`` and ``op`` recomputation the share is 0: the B frees what it rebuilt."""
-    from .weight_grad_saved import layer_w_saved  # it reads this module's widths
-
     lay_etp = getattr(lay, "etp", 1)
     saved = layer_saved(m, layer, t, lay.tp, recompute, lay_etp)
     tokens = lay.micro_batch * t.seq

@@ -17,7 +17,7 @@ from ..output import console, emit_json
 from ..schedules import build, family
 from ..simulate import simulate
 from . import calibrate
-from .activations import head_activation, head_saved, layer_activation, layer_mode, layer_saved
+from .activations import head_activation, head_saved, layer_activation, layer_saved
 from .candidates import Pins
 from .device_memory import held_params, rank_usables
 from .footprint import memory_model, stage_params
@@ -25,6 +25,7 @@ from .layout import Layout, default_ep, layout_problem, local_training
 from .memory_lines import no_fit_line, usable_dict, usable_lines
 from .naming import layout_text
 from .pipeline_layout import is_layout, stage_count
+from .saved_widths import layer_mode
 from .search import search
 from .specs import (
     CP_COMMS,

@@ -10,6 +10,7 @@ from ..memory import MemoryModel
 from . import activations
 from .layout import Layout, keeps_gathered, local_training
 from .params import attention_params, mlp_params
+from .saved_widths import layer_mode
 from .specs import Model, Training
 from .split import partition
 
@@ -76,7 +77,7 @@ def memory_model(
     by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
 
     def kept(i: int) -> tuple[float, float]:
-        kind = (m.is_moe_layer(i), activations.layer_mode(recompute, i))
+        kind = (m.is_moe_layer(i), layer_mode(recompute, i))
         if kind not in by_kind:
             by_kind[kind] = activations.layer_activation(m, i, local, lay, recompute)
         return by_kind[kind]

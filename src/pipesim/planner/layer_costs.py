@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from ..components import LayerCosts
-from .activations import layer_mode
 from .collectives import cp_exchange, moe_comm, tp_allreduce, tp_halves
 from .compute import (
     accumulation_seconds,
@@ -24,6 +23,7 @@ from .elementwise import elementwise_bytes, inductor_recompute_bytes, two_pass_n
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .params import attention_params, mlp_params
+from .saved_widths import layer_mode
 from .specs import Cluster, Model, Training
 from .te_tensor_parallel import te_tp_seconds
 from .tp_overlap import column_exposed, layer_backward, unfused_backward

@@ -18,7 +18,7 @@ Widths under tensor parallelism, per token of the micro-batch (as ``activations`
 
 - a column-parallel multiply's input is what its autograd node keeps: the sequence shard
   under Megatron-LM's sequence parallelism (the fork's head gathers it again in the W),
-  the gathered input under DTensor's (``activations._gathered``); its output gradient is
+  the gathered input under DTensor's (``saved_widths.gathered_width``); its output gradient is
   its own output shard, heads/tp or ffn/tp wide;
 - a row-parallel multiply's input is its local shard; its output gradient is the whole
   hidden width for every token of the sequence: the gradient of the forward's all-reduce
@@ -36,7 +36,7 @@ Precision: 16-bit inputs and gradients; under FP8 both the cached input and the 
 gradient the weight-gradient GEMM reads are FP8 casts (DeepSeek-V3 technical report,
 section 3.3.1, Figure 6: Wgrad takes FP8 activations and FP8 output gradients; Transformer
 Engine's and torchao's Float8 linears cast the output gradient once for both GEMMs). With
-DeepSeek-V3's cached FP8 SwiGLU input (``activations._fp8_swiglu_cache``) the down
+DeepSeek-V3's cached FP8 SwiGLU input (``saved_widths.fp8_swiglu_cache``) the down
 projection's input is recomputed from that cache, which the W keeps instead.
 
 Entries that name the same tensor (the norm's output feeding qkv, or the MLA down
@@ -45,7 +45,7 @@ projections, or gate and up) are counted once, as one storage.
 
 from __future__ import annotations
 
-from .activations import BF16, _fp8_swiglu_cache, _gathered, layer_mode
+from .saved_widths import BF16, fp8_swiglu_cache, gathered_width, layer_mode
 from .specs import Model, Training
 
 
@@ -71,7 +71,7 @@ def _attention_w(m: Model, t: Training, tp: int, io: float, hid: float, seq_shar
     d = a.head_dim or m.hidden // m.heads
     kv = (a.kv_heads or m.heads) / tp
     return {
-        "attention norm output": io * _gathered(m, t, hid),  # q, k and v read one input
+        "attention norm output": io * gathered_width(m, t, hid),  # q, k and v read one input
         "qkv projection output gradient": io * (heads + 2 * kv) * d,
         "attention output": io * heads * d,
         "output projection output gradient": io * m.hidden,
@@ -84,7 +84,7 @@ def _mlp_w(m: Model, layer: int, t: Training, tp: int, io: float, hid: float, se
 
     def mlp(f: float, copies: float, inp: float) -> dict[str, float]:
         up = f if gelu else 2 * f  # fc1, or gate and up (one input, one gradient each)
-        down_in = 2 * f if _fp8_swiglu_cache(t) and not gelu else f  # the cached SwiGLU input
+        down_in = 2 * f if fp8_swiglu_cache(t) and not gelu else f  # the cached SwiGLU input
         return {
             "input": io * inp * copies,
             "up output gradient": io * up * copies,
@@ -93,12 +93,12 @@ def _mlp_w(m: Model, layer: int, t: Training, tp: int, io: float, hid: float, se
         }
 
     if not m.is_moe_layer(layer):
-        out = mlp(m.dense_ffn / tp, 1.0, _gathered(m, t, hid))
+        out = mlp(m.dense_ffn / tp, 1.0, gathered_width(m, t, hid))
         return {f"mlp {k}".replace("mlp input", "mlp norm output"): v for k, v in out.items()}
     e = m.moe
     out = {f"expert {k}": v for k, v in mlp(e.expert_ffn / etp, e.top_k * seq_share, m.hidden).items()}
     if e.shared_experts:
-        shared = mlp(e.expert_ffn * e.shared_experts / tp, 1.0, _gathered(m, t, hid))
+        shared = mlp(e.expert_ffn * e.shared_experts / tp, 1.0, gathered_width(m, t, hid))
         out |= {f"shared expert {k}".replace("shared expert input", "mlp norm output"): v for k, v in shared.items()}
     return out
 
