@@ -103,6 +103,7 @@ def layout_sizes(text: str, layers: int, mtp_layers: int, stages: int) -> list[i
 
 
 def stage_count(text: str) -> int:
+    """The stages a layout names (a candidate with another count cannot take it)."""
     return len(expand(text))
 
 
