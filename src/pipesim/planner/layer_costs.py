@@ -110,6 +110,15 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     # wait on the compute stream instead of running beside the other half micro-batch
     unfused = unfused_backward(m, c, t, lay)
     attn_b, mlp_bwd, dispatch_b, combine_b = attn_b + unfused, mlp_bwd + unfused, dispatch_b - unfused, combine_b - unfused
+    if t.pair_tp_on_compute and lay.tp > 1:
+        # the tensor-parallel parts of the communication wait on the compute stream
+        # (Training.pair_tp_on_compute): all of a dense layer's, the attention's of an MoE one
+        if m.is_moe_layer(layer):
+            tp_b = max(0.0, tp_attn_b + (tp if recompute == "full" else 0.0) - unfused)
+            attn_f, dispatch, attn_b, dispatch_b = attn_f + tp, dispatch - tp, attn_b + tp_b, dispatch_b - tp_b
+        else:
+            attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + dispatch, mlp_fwd + combine, attn_b + dispatch_b, mlp_bwd + combine_b
+            dispatch = combine = dispatch_b = combine_b = 0.0
     return LayerCosts(
         attn_f=attn_f,
         mlp_f=mlp_fwd,
@@ -290,29 +299,70 @@ def head_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:
     back = column_exposed(m, c, t, lay, b, w, row_parallel=False, layer=False) if lay.tp > 1 else 0.0
     w += accumulation_seconds(c, t, m.vocab * h / lay.tp)
     ar = tp_allreduce(m, c, t, lay, layer=False)
-    return LayerCosts(
-        attn_f=norm_f,
-        mlp_f=f + loss * t.loss_forward_share,
-        attn_b=norm_b,
-        attn_w=0.0,
-        mlp_b=b + loss * (1 - t.loss_forward_share),
-        mlp_w=w,
-        dispatch_f=ar if t.sequence_parallel else 0.0,
-        dispatch_b=back,
+    return _tp_placed(
+        t,
+        LayerCosts(
+            attn_f=norm_f,
+            mlp_f=f + loss * t.loss_forward_share,
+            attn_b=norm_b,
+            attn_w=0.0,
+            mlp_b=b + loss * (1 - t.loss_forward_share),
+            mlp_w=w,
+            dispatch_f=ar if t.sequence_parallel else 0.0,
+            dispatch_b=back,
+        ),
     )
 
 
+def _tp_placed(t: Training, lc: LayerCosts) -> LayerCosts:
+    """A pseudo-layer whose only communication is tensor-parallel (the head, an MTP
+    module's join): on the compute stream where ``Training.pair_tp_on_compute`` says
+    so (Megatron-Core's combined 1F1B runs the post-process node on comp_stream,
+    core_v0.14.0 models/common/model_chunk_schedule_plan.py)."""
+    if not t.pair_tp_on_compute:
+        return lc
+    return replace(lc, attn_f=lc.attn_f + lc.dispatch_f, attn_b=lc.attn_b + lc.dispatch_b, dispatch_f=0.0, dispatch_b=0.0)
+
+
 def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:
-    """DeepSeek-V3's multi-token prediction modules, on the last stage: each joins the
-    embedding of the next token to the hidden state (two norms and a 2h -> h
-    projection), runs one more transformer layer (an MoE one) and the shared output head."""
+    """DeepSeek-V3's multi-token prediction modules, on the last stage: each looks up the
+    next token's embedding, joins it to the hidden state (two norms and a 2h -> h
+    projection), runs one more transformer layer (an MoE one) and the shared output head.
+
+    As Megatron-Core runs it (core_v0.14.0 transformer/multi_token_prediction.py): the
+    lookup is the model's embedding again on the last stage (``_get_embeddings``, :480-509;
+    under sequence parallelism its vocabulary-parallel output is reduce-scattered, an
+    all-gather backward, as ``embedding_costs``); the projection ``eh_proj`` is a
+    column-parallel linear with gather_output=False (:457-467), 1/tp of the multiply on
+    each tensor rank, its 2h-wide input all-gathered under sequence parallelism (a layer's
+    gather: FP8 under per-tensor FP8) and its input gradient reduce-scattered; its h/tp
+    outputs are then all-gathered over the tensor group
+    (``gather_from_tensor_model_parallel_region``, BF16) and split back to the sequence
+    shard, whose backward is an all-gather (``_concat_embeddings``, :511-532). The
+    re-gather of the saved input for the weight gradient runs beside the input gradient's
+    multiply (``tp_overlap = "backward"``), unpriced as a layer's is."""
     if not m.mtp_layers:
         return ()
     T, h = lay.tokens(t.seq), m.hidden
     block = layer_costs(m, m.layers - 1, c, t, lay, recompute)
-    pf, pb, pw = gemm_fbw(c, t, T, h, 2 * h)
+    pf, pb, pw = gemm_fbw(c, t, T, h / lay.tp, 2 * h)
     norms = T * 2 * 2 * 2 * h / hbm_rate(c, t)
-    joined = replace(block, attn_f=block.attn_f + pf + norms, attn_b=block.attn_b + pb + 2 * norms, attn_w=block.attn_w + pw)
+    emb = embedding_costs(m, c, t, lay)
+    fp8_gather, _ = tp_halves(m, c, t, lay)
+    gather, scatter = tp_halves(m, c, t, lay, layer=False)
+    sp = t.sequence_parallel and lay.tp > 1
+    comm_f = emb.dispatch_f + (2 * fp8_gather + gather if sp else 0.0)
+    comm_b = emb.dispatch_b + (2 * scatter + gather if sp else 0.0)
+    joined = replace(
+        block,
+        attn_f=block.attn_f + pf + norms + emb.attn_f,
+        attn_b=block.attn_b + pb + 2 * norms + emb.attn_b,
+        attn_w=block.attn_w + pw,
+    )
+    if t.pair_tp_on_compute:
+        joined = replace(joined, attn_f=joined.attn_f + comm_f, attn_b=joined.attn_b + comm_b)
+    else:
+        joined = replace(joined, dispatch_f=joined.dispatch_f + comm_f, dispatch_b=joined.dispatch_b + comm_b)
     return (joined, head_costs(m, c, t, lay)) * m.mtp_layers
 
 

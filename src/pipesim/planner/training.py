@@ -149,6 +149,14 @@ class Training:
     attention_block_order: str = "longest-first"
     comm_sms: int = 20  # SMs the communication kernels hold (DeepSeek-V3: 20 of 132)
     comm_held_in_pairs: bool = True  # an overlapped pair's all-to-all kernels hold those SMs for the whole pair
+    # where an overlapped pair runs a layer's tensor-parallel collectives (its sequence-parallel
+    # gathers and reduce-scatters, what tp_overlap leaves exposed): false, on the
+    # communication stream beside the other micro-batch's compute; true, on the compute
+    # stream inside the attention or MLP they belong to, as Megatron-Core's combined 1F1B
+    # runs them (core_v0.14.0 models/common/model_chunk_schedule_plan.py:141-147: the
+    # attn, post_attn and mlp nodes on comp_stream, only moe_dispatch and moe_combine on
+    # comm_stream; a dense layer's dispatch and combine nodes are no-ops)
+    pair_tp_on_compute: bool = False
     param_bytes: float = 2  # weights (bf16)
     grad_bytes: float = 4  # gradient accumulation (fp32)
     optimizer_bytes: float = 12  # fp32 master weights and Adam moments
