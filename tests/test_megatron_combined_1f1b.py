@@ -22,7 +22,7 @@ LAY = Layout(pp=8, dp=64, tp=2, ep=64)
 
 def test_dense_layer_communicates_nothing_beside_a_pair_under_combined_1f1b():
     """A dense layer's moe_dispatch and moe_combine nodes are no-ops
-    (model_chunk_schedule_plan.py:141-147): its sequence-parallel collectives run inside
+    (model_chunk_schedule_plan.py:141-150): its sequence-parallel collectives run inside
     the attn and mlp nodes, on comp_stream, so nothing of it is left to the comm stream."""
     lc = layer_costs(M, 0, C, replace(T, pair_tp_on_compute=True), LAY, "selective")
     assert (lc.dispatch_f, lc.combine_f, lc.dispatch_b, lc.combine_b) == (0.0, 0.0, 0.0, 0.0)

@@ -153,7 +153,7 @@ class Training:
     # gathers and reduce-scatters, what tp_overlap leaves exposed): false, on the
     # communication stream beside the other micro-batch's compute; true, on the compute
     # stream inside the attention or MLP they belong to, as Megatron-Core's combined 1F1B
-    # runs them (core_v0.14.0 models/common/model_chunk_schedule_plan.py:141-147: the
+    # runs them (core_v0.14.0 models/common/model_chunk_schedule_plan.py:141-150: the
     # attn, post_attn and mlp nodes on comp_stream, only moe_dispatch and moe_combine on
     # comm_stream; a dense layer's dispatch and combine nodes are no-ops)
     pair_tp_on_compute: bool = False
