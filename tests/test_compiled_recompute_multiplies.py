@@ -45,7 +45,9 @@ def _multiplies_by_graph() -> dict[str, int]:
     torch._dynamo.reset()
     torch.manual_seed(0)
     block = checkpoint_wrapper(Block(16, 4, 32))  # torchtitan's ptd_checkpoint_wrapper: non-reentrant
-    with inductor_config.patch(post_grad_custom_post_pass=Count()):
+    # no cached graph: a cache hit skips the post-grad passes, the count among them
+    uncached = torch._functorch.config.patch(enable_autograd_cache=False)
+    with inductor_config.patch(post_grad_custom_post_pass=Count(), fx_graph_cache=False), uncached:
         try:
             out = torch.compile(block)(torch.randn(2, 8, 16, requires_grad=True))
         except Exception as e:  # noqa: BLE001
