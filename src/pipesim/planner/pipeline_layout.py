@@ -18,6 +18,7 @@ layout that puts them elsewhere is refused here rather than simulated as somethi
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..errors import PipesimError
 
@@ -102,8 +103,10 @@ def layout_sizes(text: str, layers: int, mtp_layers: int, stages: int) -> list[i
     return sizes
 
 
+@lru_cache(maxsize=64)
 def stage_count(text: str) -> int:
-    """The stages a layout names (a candidate with another count cannot take it)."""
+    """The stages a layout names (a candidate with another count cannot take it). Kept by
+    its text: the search asks it of every candidate it prepares."""
     return len(expand(text))
 
 
