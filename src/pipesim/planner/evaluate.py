@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ..errors import PipesimError
 from ..ir import Op
-from ..memory import memory
-from ..metrics import busy_and_span, stream_times
 from ..schedules import REGISTRY
-from ..simulate import Program, simulate
+from ..simulate import Program
 from .bounds import (
     _ends,
     affine,
@@ -37,6 +35,7 @@ from .compute import model_flops_per_token
 from .device_memory import LayoutHeld, layout_held, rank_usables, roomiest
 from .footprint import memory_model
 from .layout import Layout
+from .measured import extrapolated, measure
 from .pipeline_layout import is_layout, stage_count
 from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
 from .rank_fit import Budgets, over, refused
@@ -368,83 +367,6 @@ def _memo(memo: dict, key, make):
     if hit is None:
         hit = memo[key] = make()
     return hit
-
-
-@dataclass(frozen=True)
-class Measured:
-    """What a simulation says of a candidate, as totals that grow affinely with M."""
-
-    makespan: float
-    busy: tuple[float, ...]  # per rank
-    compute: tuple[float, ...]  # compute-stream busy time per rank
-    exposed: tuple[float, ...]  # communication with compute idle, per rank
-    peak: tuple[float, ...]  # memory, bytes per rank
-    static: tuple[float, ...]
-    params: tuple[float, ...]
-
-    def toward(self, other: Measured, k: float) -> Measured:
-        """self + k * (other - self), field by field: the affine extrapolation in M."""
-
-        def line(x, y):
-            if isinstance(x, tuple):
-                return tuple(u + k * (v - u) for u, v in zip(x, y))
-            return x + k * (y - x)
-
-        return Measured(*(line(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
-
-    def matches(self, other: Measured) -> bool:
-        """Every field equal to ``other``'s, to rounding (1e-9 of its size)."""
-        mine = [v for f in fields(self) for v in _values(getattr(self, f.name))]
-        theirs = [v for f in fields(other) for v in _values(getattr(other, f.name))]
-        return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-12) for x, y in zip(mine, theirs))
-
-
-def _values(x) -> tuple[float, ...]:
-    return x if isinstance(x, tuple) else (x,)
-
-
-def extrapolated(run: Callable[[int], Measured], M: int, points: tuple[int, int]) -> Measured:
-    """M's totals from shorter runs (``run(x)``: the candidate simulated at x micro-batches):
-    two sample points a period apart (``sample_points``) and a third a period on, which
-    must continue their line before it is followed to M. Past the warm-up a periodic
-    schedule repeats itself, but where the ranks' work differs (the end stages' embedding
-    and head) the pipeline reaches its steady pace only once the slack between them is
-    used up, which can take longer: Llama 3 70B's interleaved 1F1B (v2) on pp2 x tp8 grows
-    1.386 s every 4 micro-batches from M=8 to 12 and 1.423 s from 16 on, and the line through 8 and 12
-    put it 2.3% fast with a negative bubble; so did the line through 4, 8 and 12, a
-    transient with the faster rank's pace, which no rank's work may outgrow
-    (``_steady``). While the third point is off the line or outgrown the window moves a
-    period on; with no room left before M, M is simulated."""
-    m1, m2 = points
-    q = m2 - m1
-    a, b = run(m1), run(m2)
-    while m2 + q < M:
-        c = run(m2 + q)
-        if a.toward(b, 2.0).matches(c) and _steady(b, c):
-            return b.toward(c, (M - m2) / q)
-        a, b, m2 = b, c, m2 + q
-    return run(M)
-
-
-def _steady(b: Measured, c: Measured) -> bool:
-    """Whether a period's growth could be the pipeline's steady pace: no rank busier in it
-    than the time it adds (a line through a transient can run below the slowest rank's
-    work, three points on it: the faster ranks' pace while the slack lasts)."""
-    grows = c.makespan - b.makespan
-    return all(y - x <= grows * (1 + 1e-9) + 1e-12 for x, y in zip(b.busy, c.busy))
-
-
-def measure(prog: Program, costs, mm) -> Measured:
-    tl = simulate(prog, costs)
-    makespan = tl.end - tl.start
-    busy, _ = busy_and_span(tl)
-    streams = stream_times(tl)  # the component cost model always sees inside ops
-    # compute as summarize's utilization times the makespan gives it (the same floats)
-    compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
-    mem = memory(prog.schedule, tl, mm, curves=False)
-    return Measured(
-        makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
-    )
 
 
 def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:

@@ -193,7 +193,7 @@ def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tu
     """Two micro-batch counts a period apart past warm-up (from 2pp on a periodic schedule
     repeats itself every 2pp micro-batches under equal stage costs), congruent to M modulo
     2pp so the schedule's constraints still hold, from which M's totals follow affinely
-    once a third point a period on continues their line (``evaluate.extrapolated``: the
+    once a third point a period on continues their line (``measured.extrapolated``: the
     end stages' embedding and head make the pipeline reach its steady pace later, by how
     much depends on the costs); None when M must be simulated itself: the schedule is
     searched rather than periodic, it is built with a Megatron group size (its order
