@@ -53,6 +53,7 @@ run: $(RUN_READY)
 
 test: $(TEST_READY)
 	$(BIN)/ruff check src tests benchmarks docs
+	$(BIN)/ruff format --check src tests benchmarks docs
 	$(BIN)/python -m pytest -n 2
 
 # the DualPipe walkthrough: every number and picture from the commands it shows

@@ -88,7 +88,9 @@ def recomputed(m: Model, plain: dict[tuple[str, str], float]) -> None:
     t = Training(seq=SEQ, fused_kernels="inductor", sequence_parallel=False)
     forward = sum(b for (ph, _), b in plain.items() if ph == "forward")
     for ac in ("op", "full"):
-        counted = recomputed_per_token(plain, per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ, ac=ac))
+        counted = recomputed_per_token(
+            plain, per_token(m.hidden, m.heads, m.attention.kv_heads or m.heads, m.dense_ffn, seq=SEQ, ac=ac)
+        )
         mine: dict[str, float] = {}
         for _block, term, elements in inductor_recompute_terms(m, 0, t, Layout(pp=1, dp=1), ac):
             mine[JOINED.get(term, term)] = mine.get(JOINED.get(term, term), 0.0) + 2 * elements

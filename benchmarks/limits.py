@@ -78,8 +78,21 @@ def main() -> None:
             n = 3 * PP * M
             slope = f"{math.log(cpu / prev[1]) / math.log(n / prev[0]):.2f}" if prev and cpu > 0 else "-"
             prev = (n, cpu)
-            ok = "" if ops < MAX_OPS else ("ok" if wall <= TARGET_S and gb <= TARGET_GB else "MISSED") + f" ({TARGET_S:g} s, {TARGET_GB:g} GB)"
-            t.add_row(name, f"{n:,}", f"{cpu:.1f}", f"{wall:.1f}", f"{n / cpu:,.0f}", slope, f"{gb:.2f}", ok if code == 0 else f"exit {code}")
+            ok = (
+                ""
+                if ops < MAX_OPS
+                else ("ok" if wall <= TARGET_S and gb <= TARGET_GB else "MISSED") + f" ({TARGET_S:g} s, {TARGET_GB:g} GB)"
+            )
+            t.add_row(
+                name,
+                f"{n:,}",
+                f"{cpu:.1f}",
+                f"{wall:.1f}",
+                f"{n / cpu:,.0f}",
+                slope,
+                f"{gb:.2f}",
+                ok if code == 0 else f"exit {code}",
+            )
     shutil.rmtree(OUT, ignore_errors=True)
     Console(width=160).print(t)
 

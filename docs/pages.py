@@ -91,9 +91,13 @@ def parse(text: str) -> tuple[list[Block], str]:
         body = lines[i + 1 : j]
         marker = NOT_RUN.match(last_text)
         if info == "python":
-            blocks.append(Block(i + 1, "python", source="\n".join(body) + "\n", not_run=marker and (marker.group(1) or marker.group(2))))
+            blocks.append(
+                Block(i + 1, "python", source="\n".join(body) + "\n", not_run=marker and (marker.group(1) or marker.group(2)))
+            )
         elif info in ("", "sh", "console") and any(b.startswith(STARTS) for b in body):
-            blocks.append(Block(i + 1, "commands", _commands(body, i + 2), not_run=marker and (marker.group(1) or marker.group(2))))
+            blocks.append(
+                Block(i + 1, "commands", _commands(body, i + 2), not_run=marker and (marker.group(1) or marker.group(2)))
+            )
         last_text = ""
         i = j + 1
     return blocks, "\n".join(prose)
@@ -170,7 +174,11 @@ def missing(shown: list[str], printed: str) -> str | None:
         if not want or want == "...":
             continue
         # a shown line ending in "..." stands for every printed line that starts like it
-        found = [i for i in range(at, len(have)) if have[i] == want or (want.endswith("...") and have[i].startswith(want[:-3].rstrip()))]
+        found = [
+            i
+            for i in range(at, len(have))
+            if have[i] == want or (want.endswith("...") and have[i].startswith(want[:-3].rstrip()))
+        ]
         if not found:
             return line
         at = found[0] + 1
@@ -206,7 +214,9 @@ def check(page: Path) -> list[str]:
                 if b.kind == "python" and b.source.startswith(">>>"):
                     failed, out = _doctest(b.source)
                     if failed:
-                        problems.append(f"{name}:{b.line}: the doctest block no longer prints what it shows: {out.strip()[-300:]}")
+                        problems.append(
+                            f"{name}:{b.line}: the doctest block no longer prints what it shows: {out.strip()[-300:]}"
+                        )
                     printed = out
                 elif b.kind == "python":
                     Path("snippet.py").write_text(b.source)

@@ -139,9 +139,10 @@ def test_launch_order_never_beats_longest_first():
             lpt = load_training(base={"seq": seq})
             launch = replace(lpt, attention_block_order="launch")
             for backward in (False, True):
-                assert attention_grid_fill(H100, launch, lay, copies, 128, backward) <= attention_grid_fill(
-                    H100, lpt, lay, copies, 128, backward
-                ) + 1e-12
+                assert (
+                    attention_grid_fill(H100, launch, lay, copies, 128, backward)
+                    <= attention_grid_fill(H100, lpt, lay, copies, 128, backward) + 1e-12
+                )
 
 
 def test_context_parallelism_shrinks_the_grid():
@@ -171,7 +172,11 @@ def test_the_assumptions_say_it_and_the_switch_removes_it():
         ),
         ("c.toml", (CLUSTERS / "h100.toml").read_text() + "attention_tile_rows = 1.5\n", "attention_tile_rows"),
         ("t.toml", 'seq = 1024\nglobal_batch = 64\nattention_waves = "yes"\n', "attention_waves"),
-        ("t.toml", 'seq = 1024\nglobal_batch = 64\nattention_block_order = "lpt"\n', 'attention_block_order must be "longest-first"'),
+        (
+            "t.toml",
+            'seq = 1024\nglobal_batch = 64\nattention_block_order = "lpt"\n',
+            'attention_block_order must be "longest-first"',
+        ),
     ],
 )
 def test_bad_values_are_one_line_exit_2(capsys, tmp_path, monkeypatch, name, text, needle):

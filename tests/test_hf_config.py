@@ -183,14 +183,20 @@ def edited(name: str, **changes) -> dict:
         (edited("llama-3.1-8b", num_attention_heads=30), "hidden_size 4096 is not a multiple of num_attention_heads 30"),
         ([1, 2], "a HuggingFace config is a JSON object, got list"),
         # what the model file's checks refuse, refused under the config's own keys
-        (edited("llama-3.1-8b", num_key_value_heads=5), "num_key_value_heads 5 must divide num_attention_heads 32 (1, 2, 4, 8, 16, 32)"),
+        (
+            edited("llama-3.1-8b", num_key_value_heads=5),
+            "num_key_value_heads 5 must divide num_attention_heads 32 (1, 2, 4, 8, 16, 32)",
+        ),
         (edited("mixtral-8x7b-v0.1", num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_local_experts 8"),
         (edited("qwen3-30b-a3b", num_experts_per_tok=200), "num_experts_per_tok 200 exceeds num_experts 128"),
         (edited("llama-3.1-8b", hidden_size=10_000_001), "hidden_size must be a whole number from 1 to 10,000,000"),
         (edited("deepseek-v3", num_nextn_predict_layers=5000), "num_nextn_predict_layers must be a whole number from 0 to 1,000"),
         # odd values no model has: more groups reached than there are, no MoE layer left
         (edited("deepseek-v3", topk_group=9), "topk_group 9 exceeds n_group 8"),
-        (edited("qwen3-30b-a3b", mlp_only_layers=list(range(48))), "leaves none of its 48 layers an MoE layer; for the dense model it describes give model_type 'qwen3'"),
+        (
+            edited("qwen3-30b-a3b", mlp_only_layers=list(range(48))),
+            "leaves none of its 48 layers an MoE layer; for the dense model it describes give model_type 'qwen3'",
+        ),
         (edited("deepseek-v2", first_k_dense_replace=60), "first_k_dense_replace 60 leaves none of its 60 layers an MoE layer"),
     ],
 )
@@ -235,7 +241,6 @@ def test_a_missing_config_file_is_one_line(tmp_path, capsys):
     assert main(["plan", "--model", str(tmp_path / "nope.json"), "--cluster", "h100"]) == 2
     err = capsys.readouterr().err
     assert "nope.json" in err and err.count("\n") == 1
-
 
 
 HOSTILE = [None, 0, -1, 1.5, 2**70, 1e308, "8", True, [], {}, [1, 2], 10**7, 16_000_001, 9999]

@@ -121,4 +121,6 @@ def test_the_recompute_is_what_the_layer_prices(ac):
     assert sum(redone) < 0.7 * sum(elementwise_bytes(m, 0, COMPILED, lay))
     # kernels not compiled (hand-fused or eager) run their whole forward's bytes again
     eager = replace(te, fused_elementwise=False)
-    assert added(eager, elementwise_bytes(m, 0, eager, lay)) == pytest.approx(added(te, elementwise_bytes(m, 0, te, lay)), rel=1e-6)
+    assert added(eager, elementwise_bytes(m, 0, eager, lay)) == pytest.approx(
+        added(te, elementwise_bytes(m, 0, te, lay)), rel=1e-6
+    )

@@ -116,7 +116,9 @@ def page_commands():
     return out
 
 
-@pytest.mark.parametrize("argv,shown", page_commands(), ids=lambda x: " ".join(x) if isinstance(x, list) and x and "error" not in x[0] else None)
+@pytest.mark.parametrize(
+    "argv,shown", page_commands(), ids=lambda x: " ".join(x) if isinstance(x, list) and x and "error" not in x[0] else None
+)
 def test_the_limits_page_shows_what_the_commands_print(capsys, argv, shown):
     if "--torch" in argv:
         pytest.importorskip("torch")

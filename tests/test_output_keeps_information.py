@@ -22,7 +22,9 @@ def run(capsys, *argv):
 
 
 def test_compare_at_100_columns_keeps_every_name_whole(capsys, monkeypatch):
-    monkeypatch.setattr(compare_command, "console", lambda: output._Console(highlight=False, soft_wrap=True, width=100, color_system=None))
+    monkeypatch.setattr(
+        compare_command, "console", lambda: output._Console(highlight=False, soft_wrap=True, width=100, color_system=None)
+    )
     code, out, _ = run(capsys, "compare", "--pp", "8", "-m", "16")
     assert code == 0 and max(len(line) for line in out.splitlines() if line.startswith("│")) <= 100
     shown = [line.split("│")[1].strip().removesuffix(" *") for line in out.splitlines() if line.startswith("│")]

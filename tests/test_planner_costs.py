@@ -368,7 +368,18 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     gradients (1/2 of them cross) and all-gathers the bf16 weights back; the windows they
     hide behind are dp_overlap = 0 of the backward and forward: nothing hides. The Adam
     step touches its half: 4 (grad) + 2 x 12 (master, moments) + 2 (weights) bytes each."""
-    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0)
+    c = Cluster(
+        "t",
+        "X",
+        gpus=2,
+        gpus_per_node=8,
+        bf16_tflops=100,
+        fp8_tflops=0,
+        hbm_gb=80,
+        nvlink_gbps=100,
+        network_gbps=10,
+        gpu_speed_sd=0.0,
+    )
     t = Training(seq=32, global_batch=2, dp_overlap=0.0, hbm_efficiency=0.5, zero=1)
     lay = Layout(pp=1, dp=2)
     n = 4 * (attention_params(TINY) + 3 * 64 * 128 + 128) + 2 * 100 * 64  # layers, embedding, head (by hand)
@@ -424,7 +435,19 @@ def test_zero3_gathers_and_copies_per_micro_batch_by_hand():
     n * 2 bytes cross NVLink at 100 GB/s each time) and reduce-scatters its gradients
     (the same bytes); each gather's output is copied into the parameters on the compute
     stream, n * (2 + 2) bytes at 3.35 TB/s x 0.5."""
-    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)
+    c = Cluster(
+        "t",
+        "X",
+        gpus=2,
+        gpus_per_node=8,
+        bf16_tflops=100,
+        fp8_tflops=0,
+        hbm_gb=80,
+        nvlink_gbps=100,
+        network_gbps=10,
+        gpu_speed_sd=0.0,
+        **test_nccl.BANDWIDTH_ONLY,
+    )
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=1, dp=2)
     n = 4 * (12288 + 3 * 64 * 128 + 128) + 2 * 100 * 64
@@ -590,7 +613,19 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     parameters, and the gradients it accumulates unsharded until the last backward, are
     then held whole (ZeRO-1's bytes). fsdp_reshard = "always" regathers
     for every micro-batch's forward and backward, as without pipeline parallelism."""
-    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=100, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)
+    c = Cluster(
+        "t",
+        "X",
+        gpus=4,
+        gpus_per_node=8,
+        bf16_tflops=100,
+        fp8_tflops=0,
+        hbm_gb=80,
+        nvlink_gbps=100,
+        network_gbps=10,
+        gpu_speed_sd=0.0,
+        **test_nccl.BANDWIDTH_ONLY,
+    )
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     pl = Placement.standard("flat", 2, 1)
@@ -626,7 +661,9 @@ def test_fsdp_with_pipeline_parallelism_reduce_scatter_is_exposed():
     mm = memory_model(TINY, t, lay, 2, "none")
     costs = component_costs(TINY, c, t, lay, 2, "none")
     comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 2, 1), mm, costs, 3)
-    assert comm == pytest.approx(max(1 / 2 * n * 2 / 100e9 + n * 4 / (3.35e12 * 0.5) for n in map(sum, map(mm.params_at, (0, 1)))))
+    assert comm == pytest.approx(
+        max(1 / 2 * n * 2 / 100e9 + n * 4 / (3.35e12 * 0.5) for n in map(sum, map(mm.params_at, (0, 1))))
+    )
     flat = Layout(pp=1, dp=4)
     mm1 = memory_model(TINY, t, flat, 1, "none")
     hidden, _ = step_overhead(c, t, flat, Placement.standard("flat", 1, 1), mm1, component_costs(TINY, c, t, flat, 1, "none"), 3)

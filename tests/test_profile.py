@@ -262,7 +262,10 @@ def test_the_folder_of_several_schedules_names_its_subfolders(tmp_path, capsys):
     assert main(["profile", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"{tmp_path}: no traces in this folder, but its folders 1f1b, zb-h1 hold some (a run of several schedules): give one, e.g. {tmp_path / '1f1b'}" in err
+    assert (
+        f"{tmp_path}: no traces in this folder, but its folders 1f1b, zb-h1 hold some (a run of several schedules): give one, e.g. {tmp_path / '1f1b'}"
+        in err
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -290,7 +290,9 @@ def test_megatron_flags_for_deepseek_like_plans():
     assert layout.endswith("mL") and layout.startswith("E")
 
 
-@pytest.mark.parametrize("ep, recompute, runs", [(64, "selective", True), (64, "none", True), (64, "full", False), (1, "selective", False)])
+@pytest.mark.parametrize(
+    "ep, recompute, runs", [(64, "selective", True), (64, "none", True), (64, "full", False), (1, "selective", False)]
+)
 def test_combined_1f1b_recipes_only_where_megatron_takes_them(ep, recompute, runs):
     # Megatron-LM d98e8a6, megatron/core/transformer/transformer_config.py, __post_init__
     # under overlap_moe_expert_parallel_comm: assert expert_model_parallel_size > 1 ("only
@@ -465,7 +467,9 @@ def test_torchtitan_without_a_pipeline_accumulates_micro_batches(schedule, pp):
     said = " ".join(tt["notes"])
     if pp == 1:  # no schedule, CSV or pipeline notes for a pipeline torchtitan does not build
         assert tt["parallelism"]["pipeline_parallel_degree"] == 1
-        assert not {"pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "num_pp_microbatches"} & set(tt["parallelism"])
+        assert not {"pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "num_pp_microbatches"} & set(
+            tt["parallelism"]
+        )
         assert d["schedule_csv"] is None and "pipeline_parallel_microbatch_size" not in old["parallelism"]
         assert "refuses pipeline parallelism with MTP" not in said
         assert ("one after another" in said) == (schedule == "1f1b-overlap")
@@ -498,7 +502,9 @@ def test_megatron_refusal_is_one_plain_sentence(schedule):
 def test_qwen3_from_a_config_uses_torchtitans_own_configuration(config, line):
     m, c = load_model(str(Path(__file__).parent / "data" / "hf" / f"{config}.json")), load_cluster("h100", 512)
     plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
-    plan.results.append(Result(Candidate(Layout(pp=8, dp=64, tp=1, ep=8 if m.moe else 1), "1f1b", None, "full", 128), True, step_time=1.0))
+    plan.results.append(
+        Result(Candidate(Layout(pp=8, dp=64, tp=1, ep=8 if m.moe else 1), "1f1b", None, "full", 128), True, step_time=1.0)
+    )
     code = recipe(plan)["torchtitan"]["python"]
     ast.parse(code)
     assert line in code

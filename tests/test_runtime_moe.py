@@ -303,7 +303,10 @@ def test_an_input_shape_the_layers_cannot_take_is_refused_before_any_process(cap
     code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--model", "three:layers", "--input-shape", "4,7"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert "--input-shape 4,7: the layers cannot take it (RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x7 and 8x8))" in err
+    assert (
+        "--input-shape 4,7: the layers cannot take it (RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x7 and 8x8))"
+        in err
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -93,7 +93,9 @@ def _probe_writable(flag: str, name: str, target) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
     except OSError as e:
-        raise PipesimError(f"cannot write {name!r}: {e.strerror} (in {str(target.parent)!r}); give {flag} a file in a folder you can write") from None
+        raise PipesimError(
+            f"cannot write {name!r}: {e.strerror} (in {str(target.parent)!r}); give {flag} a file in a folder you can write"
+        ) from None
     os.close(fd)
     os.unlink(tmp)
 

@@ -419,7 +419,7 @@ def inductor_terms(m: Model, layer: int, t: Training, lay: Layout) -> list[tuple
     if m.attention.kind != "gqa" or m.is_moe_layer(layer) or m.activation != "swiglu":
         raise PipesimError(
             f'fused_kernels = "inductor" is counted for torchtitan\'s dense Llama block (grouped-query or multi-head '
-            f"attention, SwiGLU); {m.name} layer {layer} is not one: use fused_kernels = \"te\""
+            f'attention, SwiGLU); {m.name} layer {layer} is not one: use fused_kernels = "te"'
         )
     tp = lay.tp
     qk, _ = attention_dims(m)

@@ -170,7 +170,9 @@ def _routed(f: _Fields, experts_key: str, ffn_key: str) -> dict:
     """The ``[moe]`` table's routed experts: how many, how wide, and how many a token reaches."""
     experts, top_k = f.int(experts_key), f.int("num_experts_per_tok")
     if top_k > experts:
-        raise f.refuse(f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}; a token reaches at most every routed expert")
+        raise f.refuse(
+            f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}; a token reaches at most every routed expert"
+        )
     return {"experts": experts, "expert_ffn": f.int(ffn_key), "top_k": top_k}
 
 
@@ -265,7 +267,9 @@ def _deepseek(f: _Fields) -> dict:
     # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
     groups, reach = f.get("n_group", 1, lo=1), f.get("topk_group", 1, lo=1)
     if reach > groups:  # DeepSeek's gate takes topk_group of the n_group group scores
-        raise f.refuse(f"topk_group {reach} exceeds n_group {groups}; a token reaches at most every group (topk_group <= n_group)")
+        raise f.refuse(
+            f"topk_group {reach} exceeds n_group {groups}; a token reaches at most every group (topk_group <= n_group)"
+        )
     if f.config.get("topk_method") != "greedy" and reach < groups:
         out["moe"]["max_nodes"] = reach
     # multi-token prediction modules (V3: 1), trained with the model, on the last stage

@@ -228,8 +228,7 @@ class Cluster:
             d = self.nvlink_domain
             near = [n * d for n in (gpus // d, gpus // d + 1) if n]  # the multiples on either side
             raise PipesimError(
-                f"--gpus {gpus} on {self.name}: give a multiple of its {d}-GPU NVLink domain "
-                f"(e.g. {' or '.join(map(str, near))})"
+                f"--gpus {gpus} on {self.name}: give a multiple of its {d}-GPU NVLink domain (e.g. {' or '.join(map(str, near))})"
             )
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
         return replace(self, name=name, gpus=gpus)

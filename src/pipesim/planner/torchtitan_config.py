@@ -381,7 +381,7 @@ def activation_checkpoint(recompute: str) -> Checkpointing:
         None,
         None,
         "the plan recomputes selectively as Megatron-LM does (the attention core's inner state), which no "
-        "torchtitan policy does: its SelectiveAC is per-op checkpointing (pipesim's recompute = \"op\" in a "
+        'torchtitan policy does: its SelectiveAC is per-op checkpointing (pipesim\'s recompute = "op" in a '
         "--training file prices it), and the base configuration's own activation_checkpoint stays in place; "
         "plan with --recompute none or full, or that training file, for a setting torchtitan runs as priced",
     )
@@ -453,7 +453,9 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
     t = plan.training
     old = {k: v for k, v in par.items() if k not in ("num_pp_microbatches", "context_parallel_load_balancer")}
     if "module_fqns_per_model_part" in old:  # the output head was "output" until #2937 (2026-04-27) named it lm_head
-        old["module_fqns_per_model_part"] = [[OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]]
+        old["module_fqns_per_model_part"] = [
+            [OLD_HEAD if x == "lm_head" else x for x in p] for p in old["module_fqns_per_model_part"]
+        ]
     if etp is not None:
         old["expert_tensor_parallel_degree"] = etp
     if lay.pp > 1:

@@ -113,7 +113,9 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     for r in range(timeline.pp):  # rank by rank: temporaries of one rank's size
         lo, hi = int(t.offsets[r]), int(t.offsets[r + 1])
         line = Text(f"rank {r:>2} │", style="bold")
-        row, blank = _row(t, lo, hi, (timeline.starts[lo:hi] - t0) * scale, (timeline.ends[lo:hi] - t0) * scale, cols, chunks, squeezed)
+        row, blank = _row(
+            t, lo, hi, (timeline.starts[lo:hi] - t0) * scale, (timeline.ends[lo:hi] - t0) * scale, cols, chunks, squeezed
+        )
         unlabelled += blank
         line.append_text(row)
         line.append(f"│ {busy[r] / (t1 - t0) if t1 > t0 else 0.0:4.0%}")

@@ -68,6 +68,7 @@ def device_for(backend: str, local_rank: int) -> torch.device:
 # ---------------------------------------------------------------------------------------
 # localhost
 
+
 def launch(
     target: str,
     payload,
