@@ -46,6 +46,10 @@ PUBLISHED = [
     ("deepseek-v2", "236", "21", "DeepSeek-V2, arXiv 2405.04434: 236B total, 21B activated"),
     ("deepseek-v3", "671", "37", "DeepSeek-V3, arXiv 2412.19437: 671B total (without MTP), 37B activated"),
     ("deepseek-v2-lite", "15.7", "2.4 cut", "DeepSeek-V2, arXiv 2405.04434, appendix B: 15.7B total, 2.4B activated"),
+    # gpt-oss's count holds only with its biases (the experts' 39.8M: 116.79B without them);
+    # its active count keeps the unembedding and leaves the input embedding out, as DeepSeek's
+    ("gpt-oss-120b", "116.83", "5.13", "gpt-oss model card, arXiv 2508.10925, Table 1: 116.83B total, 5.13B active"),
+    ("gpt-oss-20b", "20.91", "3.61", "gpt-oss model card, arXiv 2508.10925, Table 1: 20.91B total, 3.61B active"),
 ]
 
 
@@ -320,9 +324,9 @@ def test_mistral_families_default_to_eight_key_value_heads(tmp_path, name):
     assert load_model(str(f)).attention.kv_heads == 32
 
 
-def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsys):
-    """Mistral 7B v0.1 attends over 4096 tokens; pipesim prices full attention, and says so
-    where the sequence is longer than the window. Qwen's window applies only with
+def test_a_sliding_window_is_read_and_the_report_says_what_is_priced(capsys):
+    """Mistral 7B v0.1 attends over 4096 tokens on every layer; the report says so where
+    the sequence is longer than the window. Qwen's window applies only with
     use_sliding_window (false in every Qwen config here)."""
     assert load_model(str(HF / "mistral-7b-v0.1.json")).sliding_window == 4096
     assert load_model(str(HF / "qwen2.5-72b-instruct.json")).sliding_window == 0  # 131072 given, not used
@@ -333,4 +337,35 @@ def test_a_sliding_window_is_read_and_the_report_says_it_is_priced_as_full(capsy
         assert main([*argv, "--json"]) == 0
         rows[seq] = json.loads(capsys.readouterr().out)["assumptions"].get("sliding window")
     assert rows[4096] is None
-    assert "4,096-token window (sliding_window), priced here as full causal attention over all 8,192 tokens" in rows[8192]
+    # a window of half the sequence: (8192 x 4096 - 4096^2 / 2) / (8192^2 / 2) = 3/4 of the square
+    assert rows[8192].startswith("all 32 layers of mistral-7b-v0.1 attend over a 4,096-token window (sliding_window)")
+    assert "75% of full causal attention's at 8,192 tokens" in rows[8192]
+
+
+@pytest.mark.parametrize(
+    "name, change, windowed",
+    [
+        # Qwen2Config / Qwen3Config: with use_sliding_window, the layers from max_window_layers on
+        ("qwen2.5-72b-instruct", {"use_sliding_window": True}, list(range(70, 80))),
+        ("qwen3-32b", {"use_sliding_window": True, "max_window_layers": 60, "sliding_window": 4096}, list(range(60, 64))),
+        # Qwen2MoeConfig: the even-numbered layers below max_window_layers (28 of 28 here)
+        ("qwen2-57b-a14b", {"use_sliding_window": True}, list(range(0, 28, 2))),
+        # a config's own layer_types wins over the rule
+        (
+            "qwen3-32b",
+            {"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["full_attention"] * 63 + ["sliding_attention"]},
+            [63],
+        ),
+        # GptOssConfig without layer_types or sliding_window: alternating from a sliding layer, window 128
+        ("gpt-oss-20b", {"layer_types": ..., "sliding_window": ...}, list(range(0, 24, 2))),
+        # MistralConfig ignores a layer_types (it warns): every layer
+        ("mistral-7b-v0.1", {"layer_types": ["full_attention"] * 32}, list(range(32))),
+    ],
+)
+def test_each_familys_rule_picks_the_windowed_layers(tmp_path, name, change, windowed):
+    f = tmp_path / f"{name}.json"
+    f.write_text(json.dumps(edited(name, **change)))
+    m = load_model(str(f))
+    assert [i for i in range(m.layers) if m.window(i)] == windowed
+    window = {"qwen2.5-72b-instruct": 131072, "qwen2-57b-a14b": 131072, "gpt-oss-20b": 128}.get(name, 4096)
+    assert m.window(windowed[0]) == window

@@ -14,10 +14,10 @@ embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwid
 
 from __future__ import annotations
 
-import functools
-import heapq
 import math
 
+from .attention_grid import attention_grid_fill, causal_grid_span, grid_fill, launch_grid_span  # noqa: F401 (callers import them here)
+from .attention_window import causal_pairs
 from .collectives import a2a_ranks
 from .cp_steps import attention_steps
 from .floors import kernel_floor
@@ -28,7 +28,8 @@ from .training import te_current_scaling
 
 
 def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
-    """Forward FLOPs per token: attention projections, attention scores (causal), MLP."""
+    """Forward FLOPs per token: attention projections, attention scores (causal, over the
+    layer's window if it has one: ``attention_window.causal_pairs``), MLP."""
     qk, v = attention_dims(m)
     dense, _ = mlp_params(m, layer)
     if m.is_moe_layer(layer):
@@ -36,7 +37,15 @@ def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
         mlp = 2 * (3 * m.hidden * e.expert_ffn * (e.top_k + e.shared_experts) + m.hidden * e.experts)
     else:
         mlp = 2 * dense
-    return {"attn_proj": 2 * attention_params(m), "attn_core": m.heads * seq * (qk + v), "mlp": mlp}
+    return {"attn_proj": 2 * attention_params(m), "attn_core": m.heads * _core_rows(seq, m.window(layer)) * (qk + v), "mlp": mlp}
+
+
+def _core_rows(seq: float, window: int) -> float:
+    """Twice the query-key pairs a token computes on average (seq for the causal square's
+    seq^2 / 2; a layer's window shortens it: ``attention_window.causal_pairs``)."""
+    if not window or window >= seq:
+        return seq  # the causal square, as before windows were priced: bit for bit
+    return 2 * causal_pairs(seq, window) / seq
 
 
 def model_flops_per_token(m: Model, seq: int) -> float:
@@ -313,8 +322,9 @@ def mlp_gemms(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tup
     return f, b, w
 
 
-def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
-    """(forward, backward) seconds of the attention scores and their product with values.
+def attention_core(m: Model, c: Cluster, t: Training, lay: Layout, layer: int = 0) -> tuple[float, float]:
+    """(forward, backward) seconds of layer ``layer``'s attention scores and their product
+    with values.
 
     Fused (flash) attention: the causal half of the scores, heads * seq * (qk + v) FLOPs
     per token forward at ``attention_efficiency`` of BF16 peak, 2.5 times that backward
@@ -329,15 +339,24 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     Under context parallelism a GPU holds 1/cp of each sequence's queries and, with the
     causal load balancing (each rank takes chunks i and 2cp-1-i of 2cp), 1/cp of the
     causal work: its tokens against the whole sequence's keys, half of them masked. Fused,
-    it runs that as its scheme's kernels (``cp_attention_core``); unfused, as one."""
+    it runs that as its scheme's kernels (``cp_attention_core``); unfused, as one.
+
+    A layer attending over a sliding window (``Model.window``): fused, each query row reads
+    min(window, position + 1) keys (FlashAttention's ``window_size``: its blocks skip the key
+    blocks left of the window, flash_fwd_kernel.h's n_block_min), so the FLOPs are the
+    window's pairs (``attention_window.causal_pairs``) and each block's work is capped at
+    its rows plus the window. Unfused, the score square is computed whole and masked
+    (Megatron's and transformers' eager attention add the mask to the full square), so a
+    window changes nothing there."""
     qk, v = attention_dims(m)
-    T, heads = lay.tokens(t.seq), m.heads / lay.tp
+    T, heads, window = lay.tokens(t.seq), m.heads / lay.tp, m.window(layer)
+    window = window if window < t.seq else 0  # a window as long as the sequence is none
     if t.flash_attention and lay.cp > 1:
-        return cp_attention_core(m, c, t, lay)
+        return cp_attention_core(m, c, t, lay, window)
     if t.flash_attention:
-        f = T * heads * t.seq * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
-        forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows)
-        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS, backward=True)
+        f = T * heads * _core_rows(t.seq, window) * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
+        forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows, window=window)
+        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS, backward=True, window=window)
         return f / forward, 2.5 * f / FLASH_BACKWARD_SHARE / backward
     per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
     # each product is one batched kernel over the micro-batch's heads: one launch floor
@@ -352,20 +371,21 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[floa
     return products + scores * forward, 2 * products + scores * BACKWARD_SCORE_BYTES + scale
 
 
-def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout, window: int = 0) -> tuple[float, float]:
     """(forward, backward) seconds of a context rank's fused attention as its scheme
     launches it (``cp_steps.attention_steps``: the ring's per-step sub-blocks, the
     all-gather's two chunks, Ulysses' whole sequence on 1/cp of the heads): each kernel's
     FLOPs at ``attention_efficiency`` (backward 2.5 times them at ``FLASH_BACKWARD_SHARE``)
     over its own grid's fill (``grid_fill``, kernels run at once sharing a grid),
     a step at its slowest kind of rank. Per-step grids are smaller than the rank's whole
-    share, so few heads a GPU and short sequences lose more."""
+    share, so few heads a GPU and short sequences lose more. A sliding ``window`` caps each
+    kernel's rows at it (``Kernel.window``; only the schemes that run one, ``cp_steps``)."""
     qk, v = attention_dims(m)
     rate = c.bf16_tflops * 1e12 * t.attention_efficiency
     a2a = a2a_ranks(m, c, t, lay)
     out = []
     for backward in (False, True):
-        steps, share = attention_steps(t, lay, a2a, backward)
+        steps, share = attention_steps(t, lay, a2a, backward, window)
         heads = m.heads / lay.tp * share
         copies = lay.micro_batch * math.ceil(heads)
         tile = FLASH_BACKWARD_TILE_ROWS if backward else c.attention_tile_rows
@@ -382,96 +402,6 @@ def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[f
             seconds += max(times)
         out.append(seconds)
     return out[0], out[1]
-
-
-def attention_grid_fill(c: Cluster, t: Training, lay: Layout, heads: float, rows: int, backward: bool = False) -> float:
-    """The share of the GPU a causal fused-attention kernel can keep busy: 1 when its grid
-    is large, less when few thread blocks share out the SMs (``t.attention_waves``).
-
-    FlashAttention launches one thread block per (block of ``rows`` query rows, head,
-    sequence) forward (flash_fwd_launch_template.h: grid(num_m_block, b, h)), one per key
-    block backward, and a block runs on one SM. Under the causal mask block i of m reads
-    the keys up to its last row, so the blocks' work is a staircase up to the whole
-    sequence. The share is the total work over the SMs' time to the earliest end any
-    schedule of the blocks could reach (``causal_grid_span``), or, with
-    ``t.attention_block_order = "launch"`` (FlashAttention-2: flash_fwd_kernel.h takes
-    m_block = blockIdx.x, no tile scheduler), the span of the blocks handed out in launch
-    order, each to the first SM free (``launch_grid_span``; the forward's blocks grow along
-    a sequence, the backward's key blocks shrink). Tensor parallelism (few
-    heads a GPU), micro-batch 1 and short sequences (seq / cp rows taken as one causal
-    kernel if called for a context rank; the estimate prices a context rank's kernels one
-    by one, ``cp_attention_core``) shrink the grid; large grids keep
-    ``attention_efficiency``, the term only lowers it. Evidence: MooreThreads/SimuMax's
-    measured TransformerEngine attention on B200 and A100, which
-    benchmarks/attention_grid.py prints beside it."""
-    if not t.attention_waves:
-        return 1.0
-    seq = t.seq / lay.cp
-    copies = lay.micro_batch * math.ceil(heads)
-    m = math.ceil(seq / rows)
-    work = copies * (rows * (m - 1) * m / 2 + seq)  # keys read, a row of each block: sum of min(seq, (i + 1) rows)
-    if t.attention_block_order == "launch":
-        span = launch_grid_span(seq, rows, copies, c.sms, not backward)
-    else:
-        span = causal_grid_span(seq, rows, copies, c.sms)
-    return 1.0 if work >= c.sms * span else work / (c.sms * span)
-
-
-def _staircase(seq: float, rows: int) -> list[float]:
-    """A causal sequence's blocks of ``rows`` query rows, by the keys each row reads up to."""
-    return [min(seq, (i + 1) * rows) for i in range(math.ceil(seq / rows))]
-
-
-def _launch_span(sizes, copies: int, sms: int) -> float:
-    """The longest any SM works when ``copies`` copies of blocks of work ``sizes`` are handed
-    out in launch order (a copy's blocks one after another), each to the first SM to come
-    free: the greedy list schedule of a kernel without a tile scheduler."""
-    free = [0.0] * min(sms, copies * len(sizes))
-    for _ in range(copies):
-        for size in sizes:
-            heapq.heapreplace(free, free[0] + size)
-    return max(free)
-
-
-def _bound_span(sizes, copies: int, sms: int) -> float:
-    """The longest some SM must work whatever the schedule of ``copies`` copies of blocks of
-    work ``sizes``: it holds k + 1 of the k x sms + 1 largest blocks, for every k."""
-    ordered = sorted(sizes, reverse=True)
-    return max((k + 1) * ordered[k * sms // copies] for k in range(math.ceil(copies * len(sizes) / sms)))
-
-
-@functools.lru_cache(maxsize=4096)
-def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool) -> float:
-    """The longest any SM works (in keys read per query row) when ``copies`` causal
-    sequences of ``seq`` rows, cut into blocks of ``rows``, are handed out in launch order
-    (a sequence's blocks one after another, growing or shrinking along it), each to the
-    first SM to come free (``_launch_span``). Never shorter than ``causal_grid_span``, the
-    least any order allows."""
-    sizes = _staircase(seq, rows)
-    return _launch_span(sizes if growing else sizes[::-1], copies, sms)
-
-
-@functools.lru_cache(maxsize=4096)
-def causal_grid_span(seq: float, rows: int, copies: int, sms: int) -> float:
-    """The longest any SM must work (in keys read per query row) when ``copies`` causal
-    sequences of ``seq`` rows are cut into blocks of ``rows`` and shared out over ``sms``
-    (``_bound_span``; k = 0: the longest block; whole waves of equal blocks, NVIDIA's wave
-    quantization, when a sequence fits one block). The total work over the SMs is the
-    other bound ``attention_grid_fill`` takes. So the fill is the most a schedule can
-    reach: a longest-first one (FlashAttention-3 and -4's SingleTileLPTScheduler) reaches
-    it on the smallest and the largest grids and comes within 15% between, at two to
-    four blocks an SM (tests/test_attention_grid.py)."""
-    return _bound_span(_staircase(seq, rows), copies, sms)
-
-
-@functools.lru_cache(maxsize=8192)
-def grid_fill(sizes: tuple[float, ...], copies: int, sms: int, launch: bool) -> float:
-    """The share of the SMs ``copies`` copies of a grid of blocks of work ``sizes`` keep
-    busy (a context rank's per-step kernels, ``cp_attention_core``): their work over the
-    SMs' time to the end, the least any schedule reaches (``_bound_span``) or, with
-    ``launch``, the blocks handed out in launch order (``_launch_span``)."""
-    span = (_launch_span if launch else _bound_span)(sizes, copies, sms)
-    return min(1.0, copies * sum(sizes) / (sms * span))
 
 
 def accumulation_seconds(c: Cluster, t: Training, params: float) -> float:

@@ -56,6 +56,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import PipesimError
+from .attention_window import band_pairs, window_problem
 from .collectives import a2a_ranks, kv_width
 from .layout import Layout
 from .params import attention_dims
@@ -66,14 +68,18 @@ from .specs import Cluster, Model, Training
 class Kernel:
     """One fused-attention launch on each (sequence, head) of a micro-batch: ``rows``
     queries against ``keys`` keys, ``causal`` with the mask's diagonal at the bottom right
-    (query i sees the keys up to keys - rows + i: the causal square when rows == keys)."""
+    (query i sees the keys up to keys - rows + i: the causal square when rows == keys),
+    and with a sliding ``window`` (causal only) the last ``window`` of them."""
 
     rows: float
     keys: float
     causal: bool
+    window: int = 0
 
     def pairs(self) -> float:
         """Query-key products the kernel computes per (sequence, head)."""
+        if self.window:
+            return band_pairs(self.keys - self.rows, self.rows, self.window)
         return self.rows * self.keys - (self.rows * self.rows / 2 if self.causal else 0.0)
 
     def blocks(self, tile: int, backward: bool) -> tuple[float, ...]:
@@ -85,12 +91,17 @@ class Kernel:
             n = math.ceil(self.rows / tile)
             if not self.causal:
                 return (self.keys,) * n
-            before = self.keys - self.rows
-            return tuple(before + min(self.rows, (j + 1) * tile) for j in range(n))
+            before, w = self.keys - self.rows, self.window
+            ends = [before + min(self.rows, (j + 1) * tile) for j in range(n)]
+            # a windowed block reads from the window before its first row to its last
+            return tuple(min(end, end - before - j * tile + w) if w else end for j, end in enumerate(ends))
         n = math.ceil(self.keys / tile)
         if not self.causal:
             return (self.rows,) * n
         before = self.keys - self.rows
+        if self.window:  # a key block is read by the queries from its first key to the window past its last
+            ends = [min(self.keys, (j + 1) * tile) for j in range(n)]
+            return tuple(max(0.0, min(self.keys, e + self.window) - max(before, j * tile)) for j, e in enumerate(ends))
         return tuple(self.rows - max(0.0, j * tile - before) for j in range(n))
 
 
@@ -111,20 +122,30 @@ def ring_steps(rows: float, n: int, together: int) -> tuple[Step, ...]:
     return (Step(((Kernel(rows, rows, True),),), together),) + (Step(half, together),) * (n - 1)
 
 
-def attention_steps(t: Training, lay: Layout, a2a: int, backward: bool) -> tuple[tuple[Step, ...], float]:
+def attention_steps(t: Training, lay: Layout, a2a: int, backward: bool, window: int = 0) -> tuple[tuple[Step, ...], float]:
     """(steps, heads of a kernel per sequence as a share of the tensor rank's) one rank runs
     for a layer's attention, forward or backward; ``a2a`` the all-to-all's ranks
-    (``collectives.a2a_size``: cp for ``a2a``, 1 without one)."""
+    (``collectives.a2a_size``: cp for ``a2a``, 1 without one). A sliding ``window`` runs
+    only under ``all_gather`` and ``a2a`` (``window_problem``)."""
     seq = t.seq
+    if window and window_problem(t):
+        raise PipesimError(window_problem(t))
     if t.torch_context_parallel:
         return ring_steps(seq / lay.cp, lay.cp, 1), 1.0
     if t.cp_comm == "all_gather":
         # rank 0's two chunks, the first and the last of 2cp: the longest blocks any rank
-        # has for the same work, so the slowest; on two streams at once
+        # has for the same work, so the slowest; on two streams at once. Under a window a
+        # chunk's rows read at most the window, so the work is no longer even: rank 1's
+        # chunks (the second and the last but one) may read more than rank 0's first one
+        # does, and the step goes at the slower of the two ranks
         chunk = seq / (2 * lay.cp)
-        return (Step(((Kernel(chunk, chunk, True), Kernel(chunk, seq, True)),)),), 1.0
+        rank0 = (Kernel(chunk, chunk, True, window), Kernel(chunk, seq, True, window))
+        if not window:
+            return (Step((rank0,)),), 1.0
+        rank1 = (Kernel(chunk, 2 * chunk, True, window), Kernel(chunk, seq - chunk, True, window))
+        return (Step((rank0, rank1)),), 1.0
     if t.cp_comm == "a2a":
-        return (Step(((Kernel(seq, seq, True),),)),), 1 / lay.cp
+        return (Step(((Kernel(seq, seq, True, window),),)),), 1 / lay.cp
     n = lay.cp // a2a
     return ring_steps(seq / n, n, 1 if backward else 2), 1 / a2a
 

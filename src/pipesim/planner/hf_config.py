@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_LAYERS, load_json, number
+from .attention_window import FULL, SLIDING, read_layer_types
 
 
 def is_hf_config(name_or_path: str) -> bool:
@@ -148,15 +149,45 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
             f"({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
         )
     out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
-    # Mistral and Mixtral attend over sliding_window tokens when it is set (null: the whole
-    # sequence); Qwen2/Qwen3 configs carry one that applies only with use_sliding_window.
-    # An absent key takes its class's default: MistralConfig's sliding_window is 4096
-    # (MixtralConfig's None), Qwen2Config's and Qwen3Config's use_sliding_window False
-    if f.flag("use_sliding_window", not kind.startswith("qwen")):
-        window = f.get("sliding_window", 4096 if kind == "mistral" else 0)
-        if window:
-            out["sliding_window"] = window
+    out.update(_windows(f, out["layers"]))
     return out
+
+
+def _windows(f: _Fields, layers: int) -> dict:
+    """``sliding_window`` and, where only some layers use it, ``layer_types``, as each
+    family's configuration class sets them (transformers, src/transformers/models/*/
+    configuration_*.py). Mistral and Mixtral attend over sliding_window tokens on every
+    layer when it is set (null: the whole sequence; MistralConfig's default 4096,
+    MixtralConfig's None; MistralConfig ignores a layer_types, with a warning). Qwen's
+    window applies only with use_sliding_window (default false), and then on the layers
+    its layer_types names, or by the class's rule: Qwen2Config and Qwen3Config the layers
+    from max_window_layers (default 28) on, Qwen2MoeConfig the even-numbered layers below
+    it; Qwen3MoeConfig has no layer_types and Qwen3MoeAttention takes sliding_window on
+    every layer (modular_qwen3_moe.py). GptOssConfig: sliding_window 128,
+    layer_types alternating from a sliding layer. Only the layers named
+    "sliding_attention" attend over the window, and only when it is set."""
+    kind = f.config["model_type"]
+    if not f.flag("use_sliding_window", not kind.startswith("qwen")):
+        return {}
+    window = f.get("sliding_window", {"mistral": 4096, "gpt_oss": 128}.get(kind, 0))
+    if not window:
+        return {}
+    given = f.config.get("layer_types")
+    if given is not None and kind not in ("mistral", "mixtral", "qwen3_moe"):
+        types = list(read_layer_types(given, f.where))
+    elif kind in ("qwen2", "qwen3"):
+        first = f.get("max_window_layers", 28)
+        types = [SLIDING if i >= first else FULL for i in range(layers)]
+    elif kind == "qwen2_moe":
+        below = f.get("max_window_layers", 28)
+        types = [SLIDING if (i + 1) % 2 and i < below else FULL for i in range(layers)]
+    elif kind == "gpt_oss":
+        types = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    else:
+        types = [SLIDING] * layers
+    if SLIDING not in types:
+        return {}
+    return {"sliding_window": window} if set(types) == {SLIDING} else {"sliding_window": window, "layer_types": types}
 
 
 def _dense(f: _Fields, head_dim_given: bool = False) -> dict:
@@ -278,6 +309,28 @@ def _deepseek(f: _Fields) -> dict:
     return out
 
 
+def _gpt_oss(f: _Fields) -> dict:
+    """OpenAI's gpt-oss (transformers' GptOssConfig and modeling_gpt_oss.py): grouped-query
+    attention with head_dim given, q, k, v and o biases (attention_bias, default true) and
+    a learned sink logit a head; every layer an MoE of num_local_experts experts, each a
+    gated MLP intermediate_size wide with biases on both its projections
+    (gate_up_proj_bias, down_proj_bias), reached by num_experts_per_tok a token through a
+    router with a bias; untied embeddings. The biases are counted (39.8M of gpt-oss-120b's
+    116.83B are its experts'), the sinks (one a head: 2,304 in gpt-oss-120b) are not.
+    The experts' clamped SwiGLU (swiglu_limit, swiglu_alpha) moves the bytes a SwiGLU does.
+    Active parameters: OpenAI's 5.13B (gpt-oss-120b) and 3.61B (gpt-oss-20b; model card,
+    arXiv 2508.10925, Table 1) hold only with the unembedding and without the input
+    embedding, as DeepSeek count (4.55B and 3.03B without either, 5.71B and 4.19B with both)."""
+    out = _gqa(f, head_dim_given=True)
+    if not f.flag("attention_bias", True):
+        raise f.refuse("attention_bias false: pipesim counts gpt-oss's biases on every projection; give true")
+    out["biases"] = True
+    out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
+    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
+    out["active_counts_embedding"] = False
+    return out
+
+
 #: model_type -> its reader, in the order the refusal lists them.
 READERS = {
     "llama": _dense,
@@ -289,4 +342,5 @@ READERS = {
     "qwen3_moe": lambda f: _qwen_moe(f, shared=False),
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
 }

@@ -53,7 +53,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     dense, experts = mlp_params(m, layer)
     proj_w += accumulation_seconds(c, t, attention_params(m) / lay.tp)
     mlp_w += accumulation_seconds(c, t, dense / lay.tp + experts / (lay.ep * lay.etp))
-    core_f, core_b = attention_core(m, c, t, lay)
+    core_f, core_b = attention_core(m, c, t, lay, layer)
     cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
     # and the merges and accumulations between its per-step kernels (cp_steps.pass_bytes)
     merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay))

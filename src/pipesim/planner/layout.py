@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .attention_window import window_problem
 from .specs import Model, Training
 
 #: the dimensions of each mesh, fastest first
@@ -188,6 +189,8 @@ def cp_problem(m: Model, t: Training, cp: int, tp: int = 1) -> str | None:
         return f"--cp {cp} needs the sequence ({t.seq} tokens) divisible by 2 x cp = {2 * cp} for the load-balanced causal split"
     if not t.flash_attention:
         return f"--cp {cp} needs fused attention (flash_attention = true): context parallelism runs blockwise flash kernels"
+    if any(0 < m.window(i) < t.seq for i in range(m.layers)) and window_problem(t):
+        return f"--cp {cp}: {m.name} attends over a sliding window, and {window_problem(t)}"
     kv = m.heads if m.attention.kind == "mla" else (m.attention.kv_heads or m.heads)
     if t.cp_comm == "a2a" and ((m.heads // tp) % cp or (kv // tp) % cp):
         return (

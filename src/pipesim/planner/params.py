@@ -15,7 +15,9 @@ def attention_params(m: Model) -> float:
         return q + kv + m.heads * a.v_head_dim * h
     hd = a.head_dim or h // m.heads
     kv = a.kv_heads or m.heads
-    return h * hd * (2 * m.heads + 2 * kv)  # q and o: heads; k and v: kv heads
+    # q and o: heads; k and v: kv heads; with biases one a output of q, k, v and o
+    bias = hd * (m.heads + 2 * kv) + h if m.biases else 0
+    return h * hd * (2 * m.heads + 2 * kv) + bias
 
 
 def mlp_params(m: Model, layer: int) -> tuple[float, float]:
@@ -23,9 +25,21 @@ def mlp_params(m: Model, layer: int) -> tuple[float, float]:
     layer's MLP: SwiGLU matrices are 3 * hidden * ffn, GELU ones 2 * hidden * ffn."""
     h = m.hidden
     if not m.is_moe_layer(layer):
-        return (3 if m.activation == "swiglu" else 2) * h * m.dense_ffn, 0.0
+        return (3 if m.activation == "swiglu" else 2) * h * m.dense_ffn + _mlp_biases(m, m.dense_ffn), 0.0
     e = m.moe
-    return 3 * h * e.expert_ffn * e.shared_experts + h * e.experts, 3 * h * e.expert_ffn * e.experts
+    # the router's matrix (and, with biases, one an expert) is held like the dense weights
+    shared = (3 * h * e.expert_ffn + _mlp_biases(m, e.expert_ffn)) * e.shared_experts + (h + (1 if m.biases else 0)) * e.experts
+    return shared, (3 * h * e.expert_ffn + _mlp_biases(m, e.expert_ffn)) * e.experts
+
+
+def _mlp_biases(m: Model, ffn: int) -> int:
+    """An MLP's (or one expert's) biases: one a output, of the gated pair (2 ffn under
+    SwiGLU, ffn under GELU) and of the down projection (hidden). gpt-oss's experts
+    (transformers' GptOssExperts: gate_up_proj_bias of 2 x intermediate_size, down_proj_bias
+    of hidden_size) hold 8,640 a 2880-wide expert: 39.8M of gpt-oss-120b's 116.83B."""
+    if not m.biases:
+        return 0
+    return (2 if m.activation == "swiglu" else 1) * ffn + m.hidden
 
 
 def layer_params(m: Model, layer: int) -> float:

@@ -15,6 +15,8 @@ from typing import get_type_hints
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
+from .attention_window import layer_window, read_layer_types
+from .model_checks import check_model
 
 # the run's fields live in training.py; specs is where callers import them from
 from .training import (  # noqa: F401
@@ -66,6 +68,7 @@ BOUNDS = {
     "nvlink_domain": (0, 1_000_000),
     "comm_sms": (0, 100_000),
     "seq": (0, 100_000_000),
+    "sliding_window": (0, 100_000_000),  # as long as a sequence may be
     "bf16_tflops": (0.01, 1e7),
     "fp8_tflops": (0, 1e7),
     "hbm_gb": (0, 1e7),
@@ -144,9 +147,11 @@ class Model:
     # ALiBi: a per-head linear bias added to the attention scores instead of position
     # embeddings (BLOOM); its cost is the unfused attention's (compute.ALIBI_SCORE_BYTES)
     alibi: bool = False
-    # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence). Priced as
-    # full attention all the same; the report's assumptions say so where --seq is longer
+    # tokens a query attends back over (Mistral 7B v0.1: 4096; 0: the whole sequence), on the
+    # layers layer_types names "sliding_attention" (none given: all); attention_window.py
     sliding_window: int = 0
+    layer_types: tuple[str, ...] = ()
+    biases: bool = False  # every projection adds a bias (gpt-oss): counted, priced in its multiply
     # whether the maker's published "activated parameters" count the input embedding, a row
     # lookup with no multiply (params.published_active_params): Mistral's and Qwen's do,
     # DeepSeek's do not (only without it do V2's 21B and V3's 37B come out)
@@ -154,6 +159,9 @@ class Model:
 
     def is_moe_layer(self, i: int) -> bool:
         return self.moe is not None and i >= self.dense_layers
+
+    def window(self, i: int) -> int:
+        return layer_window(self.sliding_window, self.layer_types, i)
 
 
 @dataclass(frozen=True)
@@ -333,45 +341,13 @@ def model_from_table(data: dict, where: str) -> Model:
     dense_layers = mlp.get("dense_layers", 0 if moe else data["layers"])
     dense_ffn = mlp.get("dense_ffn", 0)
     fields_ = {**data, "attention": att, "moe": moe, "dense_layers": dense_layers, "dense_ffn": dense_ffn}
+    if "layer_types" in data:
+        fields_["layer_types"] = read_layer_types(data["layer_types"], where)
     if "activation" in mlp:
         fields_["activation"] = mlp["activation"]
     m = _fill(Model, fields_, where)
-    _check_model(m, where)
+    check_model(m, where)
     return m
-
-
-def _check_model(m: Model, where: str) -> None:
-    for key in ("layers", "hidden", "heads", "vocab"):
-        if getattr(m, key) < 1:
-            raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
-    if m.attention.kind not in ("gqa", "mla"):
-        raise PipesimError(f'{where} [attention]: kind must be "gqa" or "mla", got {m.attention.kind!r}')
-    if m.attention.kind == "gqa" and not m.attention.head_dim and m.hidden < m.heads:
-        # the per-head size defaults to hidden / heads: fewer than one unit per head is no model
-        raise PipesimError(
-            f"{where}: hidden {m.hidden} is smaller than heads {m.heads}; give hidden >= heads (or [attention] head_dim)"
-        )
-    kv = m.attention.kv_heads
-    if m.attention.kind == "gqa" and kv and (kv > m.heads or m.heads % kv):
-        # grouped-query attention shares each key/value head among heads / kv_heads query heads
-        raise PipesimError(f"{where} [attention]: kv_heads must divide heads = {m.heads} (from 1 to {m.heads}), got {kv}")
-    if m.attention.kind == "mla" and not (
-        m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
-    ):
-        raise PipesimError(f"{where} [attention]: mla needs kv_lora_rank, qk_nope_dim, qk_rope_dim and v_head_dim")
-    if m.alibi and (m.rotary or m.attention.kind == "mla"):
-        # one position scheme per model: ALiBi biases the scores, rotary turns q and k
-        raise PipesimError(f"{where}: alibi = true needs rotary = false and gqa attention (ALiBi replaces rotary positions)")
-    if m.activation not in ("swiglu", "gelu"):
-        raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
-    if m.dense_layers > m.layers:
-        raise PipesimError(f"{where} [mlp]: dense_layers {m.dense_layers} exceeds layers {m.layers}")
-    if m.dense_layers and not m.dense_ffn:
-        raise PipesimError(f"{where} [mlp]: dense layers need dense_ffn")
-    if m.moe is None and m.dense_layers < m.layers:
-        raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
-    if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
-        raise PipesimError(f"{where} [moe]: top_k must be between 1 and experts={m.moe.experts}, got {m.moe.top_k}")
 
 
 def load_cluster(name_or_path: str, gpus: int | None = None) -> Cluster:

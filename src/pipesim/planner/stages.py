@@ -17,7 +17,7 @@ from .tp_overlap import splits_lone_ops
 # One search asks for the same layer's costs under one layout many times over: for each
 # stage count, recomputation and split, in ``stage_parts`` and again in ``component_costs``.
 # The specs are frozen (hashable) and a layer's costs depend only on its kind (MoE or
-# dense), so they are kept here, the least recently used dropped past a few thousand.
+# dense, and its window), so they are kept here, the least recently used dropped past a few thousand.
 @lru_cache(maxsize=4096)
 def _layer(m: Model, first: int, c: Cluster, t: Training, lay: Layout, recompute: str):
     return layer_costs(m, first, c, t, lay, recompute)
@@ -29,11 +29,16 @@ def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
     return embedding_costs(m, c, t, lay), head_costs(m, c, t, lay), tuple(mtp_costs(m, c, t, lay, recompute))
 
 
-def _first_of_kinds(m: Model) -> list[tuple[int, bool]]:
+def _kind(m: Model, i: int) -> tuple[bool, int]:
+    """What a layer's costs depend on: MoE or dense, and the window it attends over."""
+    return m.is_moe_layer(i), m.window(i)
+
+
+def _first_of_kinds(m: Model) -> list[tuple[int, tuple[bool, int]]]:
     """(the first layer of each kind, its kind), in layer order."""
-    firsts: dict[bool, int] = {}
+    firsts: dict[tuple[bool, int], int] = {}
     for i in range(m.layers):
-        firsts.setdefault(m.is_moe_layer(i), i)
+        firsts.setdefault(_kind(m, i), i)
     return [(i, k) for k, i in firsts.items()]
 
 
@@ -71,7 +76,7 @@ def stage_parts(
     if is_layout(t.stage_split):
         return ranges_of(layout_sizes(t.stage_split, m.layers, m.mtp_layers, stages))
     kinds = {k: work(_layer(m, i, c, t, lay, recompute)) for i, k in _first_of_kinds(m)}
-    layer_work = tuple(kinds[m.is_moe_layer(i)] for i in range(m.layers))
+    layer_work = tuple(kinds[_kind(m, i)] for i in range(m.layers))
     embed, head, mtp = _ends(m, c, t, lay, recompute)
     last = work(head) + sum(work(x) for x in mtp)
     return balanced_partition(layer_work, work(embed), last, stages, ranks, even_out)
@@ -87,7 +92,7 @@ def component_costs(
     stage_layers = []
     for s, rng in enumerate(parts):
         row = [embed] if s == 0 else []
-        row += [kinds[m.is_moe_layer(i)] for i in rng]
+        row += [kinds[_kind(m, i)] for i in rng]
         if s == stages - 1:
             row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:

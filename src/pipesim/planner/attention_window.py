@@ -1,0 +1,101 @@
+"""Sliding-window attention: which layers attend over a window, and the query-key pairs a
+windowed causal layer computes.
+
+A model file (or a HuggingFace config) gives ``sliding_window`` (tokens a query attends
+back over, itself included) and, where only some layers use it, ``layer_types``: one
+entry a layer, ``"sliding_attention"`` or ``"full_attention"``, as transformers' configs
+name them (GptOssConfig, Qwen2Config, Gemma3TextConfig). Without ``layer_types`` every
+layer attends over the window (Mistral 7B v0.1: 4096).
+
+Pairs: under the causal mask query row i reads min(window, i + 1) keys (transformers'
+``sliding_window_causal_mask_function``: key j is seen when i - window < j <= i;
+FlashAttention's ``window_size=(window - 1, 0)``). pipesim counts the causal square as
+seq^2 / 2 (``compute.layer_flops``, ``cp_steps.Kernel.pairs``), the area under the
+staircase rather than its seq (seq + 1) / 2 cells; a window is counted the same way: the
+area under min(window, p) for p from 0 to seq, seq w - w^2 / 2 once the window is shorter
+than the sequence. Each differs from the exact count of cells by half the diagonal's
+cells on the window's ramp (min(window, seq) / 2), under 1/(2 seq) of the total.
+"""
+
+from __future__ import annotations
+
+from ..errors import PipesimError
+from ..inputs import shorten
+
+#: transformers' names of a layer's attention, as ``layer_types`` lists them
+SLIDING, FULL = "sliding_attention", "full_attention"
+LAYER_TYPES = (SLIDING, FULL)
+
+
+def read_layer_types(value: object, where: str) -> tuple[str, ...]:
+    """A model file's ``layer_types``: a list of ``"sliding_attention"`` / ``"full_attention"``."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+        raise PipesimError(f'{where}: layer_types must be a list of "{SLIDING}" or "{FULL}", one a layer, got {shorten(value)}')
+    wrong = [x for x in value if x not in LAYER_TYPES]
+    if wrong:
+        raise PipesimError(
+            f"{where}: layer_types entry {wrong[0]!r} is not a layer type pipesim prices; give "
+            f'"{SLIDING}" (attends over sliding_window tokens) or "{FULL}" for each layer'
+        )
+    return tuple(value)
+
+
+def check_windows(layers: int, window: int, layer_types: tuple[str, ...], where: str) -> None:
+    """Refuse a ``layer_types`` of the wrong length, or sliding layers without a window."""
+    if layer_types and len(layer_types) != layers:
+        raise PipesimError(
+            f"{where}: layer_types lists {len(layer_types)} layers but the model has {layers}; give one entry a layer"
+        )
+    if SLIDING in layer_types and not window:
+        raise PipesimError(
+            f'{where}: layer_types has "{SLIDING}" layers but no sliding_window; give the window in tokens (gpt-oss: 128)'
+        )
+
+
+def layer_window(window: int, layer_types: tuple[str, ...], layer: int) -> int:
+    """Tokens layer ``layer`` attends back over (0: the whole sequence)."""
+    if not window or (layer_types and layer_types[layer] != SLIDING):
+        return 0
+    return window
+
+
+def windowed_layers(window: int, layer_types: tuple[str, ...], layers: int) -> int:
+    """How many of the model's layers attend over the window."""
+    return sum(1 for i in range(layers) if layer_window(window, layer_types, i))
+
+
+def _area(p: float, window: int) -> float:
+    """The area under min(window, x) for x from 0 to p (window 0: x)."""
+    if not window or p <= window:
+        return p * p / 2
+    return window * p - window * window / 2
+
+
+def band_pairs(before: float, rows: float, window: int) -> float:
+    """Pairs ``rows`` query rows at positions before .. before + rows compute under a causal
+    mask over a window (each reads min(window, its position) keys): the causal square when
+    before is 0 and there is no window (``rows^2 / 2``)."""
+    return _area(before + rows, window) - _area(before, window)
+
+
+def causal_pairs(seq: float, window: int) -> float:
+    """Query-key pairs a causal sequence of ``seq`` tokens computes per head (module docstring)."""
+    return band_pairs(0.0, seq, window)
+
+
+def window_problem(t) -> str | None:
+    """Why the context-parallel scheme of training ``t`` cannot run a sliding window, or
+    None. Transformer Engine's ``attn_forward_func_with_cp`` (NVIDIA/TransformerEngine,
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, 2025)
+    asserts a sliding window only under ``a2a`` or ``all_gather`` ("The context parallel
+    running configs cannot support sliding window attetnion!"); PyTorch's ring runs
+    SDPA's causal mask only (``is_causal``), with no window."""
+    if t.torch_context_parallel:
+        return "PyTorch's ring attention (torch_context_parallel) has no sliding window: give --cp 1"
+    if t.cp_comm not in ("a2a", "all_gather"):
+        return (
+            f'Transformer Engine\'s context parallelism runs a sliding window only with cp_comm "a2a" or '
+            f'"all_gather" (its attn_forward_func_with_cp asserts so), not "{t.cp_comm}": give --cp-comm a2a or '
+            "all_gather, or --cp 1"
+        )
+    return None

@@ -1,0 +1,49 @@
+"""A model file's cross-field checks: what specs.model_from_table refuses once every
+field has its type and range."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import PipesimError
+from .attention_window import check_windows
+
+if TYPE_CHECKING:  # specs imports this module
+    from .specs import Model
+
+
+def check_model(m: Model, where: str) -> None:
+    """Refuse, in one line naming the file and the key, a model whose fields do not fit
+    together (each field's own type and range are checked as it is read)."""
+    for key in ("layers", "hidden", "heads", "vocab"):
+        if getattr(m, key) < 1:
+            raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
+    if m.attention.kind not in ("gqa", "mla"):
+        raise PipesimError(f'{where} [attention]: kind must be "gqa" or "mla", got {m.attention.kind!r}')
+    if m.attention.kind == "gqa" and not m.attention.head_dim and m.hidden < m.heads:
+        # the per-head size defaults to hidden / heads: fewer than one unit per head is no model
+        raise PipesimError(
+            f"{where}: hidden {m.hidden} is smaller than heads {m.heads}; give hidden >= heads (or [attention] head_dim)"
+        )
+    kv = m.attention.kv_heads
+    if m.attention.kind == "gqa" and kv and (kv > m.heads or m.heads % kv):
+        # grouped-query attention shares each key/value head among heads / kv_heads query heads
+        raise PipesimError(f"{where} [attention]: kv_heads must divide heads = {m.heads} (from 1 to {m.heads}), got {kv}")
+    if m.attention.kind == "mla" and not (
+        m.attention.kv_lora_rank and m.attention.v_head_dim and m.attention.qk_nope_dim + m.attention.qk_rope_dim
+    ):
+        raise PipesimError(f"{where} [attention]: mla needs kv_lora_rank, qk_nope_dim, qk_rope_dim and v_head_dim")
+    if m.alibi and (m.rotary or m.attention.kind == "mla"):
+        # one position scheme per model: ALiBi biases the scores, rotary turns q and k
+        raise PipesimError(f"{where}: alibi = true needs rotary = false and gqa attention (ALiBi replaces rotary positions)")
+    if m.activation not in ("swiglu", "gelu"):
+        raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
+    check_windows(m.layers, m.sliding_window, m.layer_types, where)
+    if m.dense_layers > m.layers:
+        raise PipesimError(f"{where} [mlp]: dense_layers {m.dense_layers} exceeds layers {m.layers}")
+    if m.dense_layers and not m.dense_ffn:
+        raise PipesimError(f"{where} [mlp]: dense layers need dense_ffn")
+    if m.moe is None and m.dense_layers < m.layers:
+        raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
+    if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
+        raise PipesimError(f"{where} [moe]: top_k must be between 1 and experts={m.moe.experts}, got {m.moe.top_k}")

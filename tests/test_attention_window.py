@@ -1,0 +1,160 @@
+"""Sliding-window attention (planner/attention_window.py): which layers attend over a
+window, and its FLOPs in the step (compute.attention_core), in MFU's model FLOPs and
+under context parallelism. The pair counts are checked against a causal sliding-window
+mask built with torch in the test (as transformers' sliding_window_causal_mask_function
+builds it: key j seen by query i when i - window < j <= i) and against hand counts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipesim.cli import main
+from pipesim.planner.attention_window import band_pairs, causal_pairs
+from pipesim.planner.compute import attention_core, layer_flops, model_flops_per_token
+from pipesim.planner.cp_steps import Kernel
+from pipesim.planner.layout import Layout
+from pipesim.planner.specs import load_cluster, load_model, load_training
+from test_hardening import one_line, run
+
+HF = Path(__file__).parent / "data" / "hf"
+H100 = load_cluster("h100")
+OSS = load_model(str(HF / "gpt-oss-120b.json"))  # 64 heads of 64, layer 0 windowed (128), layer 1 full
+
+
+def masked_cells(seq: int, window: int) -> int:
+    """Cells a causal mask over a window leaves, counted by torch (window 0: the causal square)."""
+    torch = pytest.importorskip("torch")
+    i = torch.arange(seq)[:, None]
+    j = torch.arange(seq)[None, :]
+    keep = j <= i
+    if window:
+        keep &= j > i - window
+    return int(keep.sum())
+
+
+def test_hand_count_of_a_small_window():
+    # 8 tokens, window 3: rows read 1, 2, 3, 3, 3, 3, 3, 3 keys = 21 cells. pipesim counts
+    # the causal square as seq^2 / 2 = 32 (not its 36 cells): the area under the staircase,
+    # each row of the ramp half a key short; under a window the same area is 8 x 3 - 3^2 / 2
+    assert causal_pairs(8, 3) == 19.5 == 21 - 3 / 2
+    assert causal_pairs(8, 0) == 32 == causal_pairs(8, 8) == causal_pairs(8, 100)
+
+
+@pytest.mark.parametrize("seq, window", [(64, 1), (64, 7), (256, 128), (4096, 128), (1000, 999), (512, 512)])
+def test_pairs_are_a_torch_windowed_masks_cells(seq, window):
+    """pipesim's pairs are the mask's cells less half the diagonal cells of the ramp
+    (min(window, seq) / 2), as the causal square's seq^2 / 2 is its seq (seq + 1) / 2 cells
+    less seq / 2: the same convention with and without a window."""
+    assert causal_pairs(seq, window) == masked_cells(seq, window) - min(window, seq) / 2
+    assert causal_pairs(seq, 0) == masked_cells(seq, 0) - seq / 2
+
+
+def test_a_windowed_layers_flops_are_its_masks_and_a_full_layers_unchanged():
+    seq, (qk, v) = 4096, (64, 64)
+    per_pair = 2 * 2 * (qk + v) / 2  # a pair costs 2 (qk) + 2 (v) FLOPs a head dim: 2 (qk + v)
+    windowed = masked_cells(seq, 128) - 128 / 2
+    # attn_core is FLOPs per token: 64 heads x pairs x 2 (qk + v) / seq
+    assert layer_flops(OSS, 0, seq)["attn_core"] == pytest.approx(64 * windowed * per_pair / seq, rel=1e-12)
+    assert layer_flops(OSS, 1, seq)["attn_core"] == 64 * seq * (qk + v)  # the causal square, as before
+    # MFU's numerator: 18 windowed layers each save the difference, three times (F, B, W)
+    full = replace(OSS, sliding_window=0, layer_types=())
+    saved = 3 * 18 * 64 * ((seq * seq / 2) - windowed) * per_pair / seq
+    assert model_flops_per_token(full, seq) - model_flops_per_token(OSS, seq) == pytest.approx(saved, rel=1e-9)
+
+
+def test_a_windowed_layers_fused_attention_time_scales_with_its_pairs():
+    # a large grid (micro-batch 16 x 64 heads) keeps the SMs full: time is FLOPs over rate
+    t = load_training(base={"seq": 8192})
+    lay = Layout(pp=1, dp=1, micro_batch=16)
+    (wf, wb), (ff, fb) = attention_core(OSS, H100, t, lay, 0), attention_core(OSS, H100, t, lay, 1)
+    share = (masked_cells(8192, 128) - 64) / (masked_cells(8192, 0) - 4096)
+    assert wf / ff == pytest.approx(share, rel=1e-3) and wb / fb == pytest.approx(share, rel=1e-3)
+    # unfused attention computes the whole square and masks it: a window changes nothing
+    eager = replace(t, flash_attention=False)
+    assert attention_core(OSS, H100, eager, lay, 0) == attention_core(OSS, H100, eager, lay, 1)
+
+
+def test_a_windowed_kernels_blocks_stop_at_the_window():
+    # 512 rows in blocks of 128, window 128: each block reads its rows and the window before
+    # its first row (FlashAttention's n_block_min), capped by the keys before its last row
+    assert Kernel(512, 512, True, 128).blocks(128, False) == (128, 256, 256, 256)
+    # backward, key blocks: read by their own rows and the window after the last key
+    assert Kernel(512, 512, True, 128).blocks(128, True) == (256, 256, 256, 128)
+    # a window as long as the sequence is the causal staircase
+    assert Kernel(512, 512, True, 512).blocks(128, False) == Kernel(512, 512, True).blocks(128, False)
+
+
+def test_context_ranks_windowed_work_sums_to_the_sequences():
+    """All-gather: rank i's chunks i and 2cp-1-i; a2a: the whole sequence on 1/cp of the
+    heads. Over the ranks, the chunks' pairs are the sequence's (torch's mask's)."""
+    seq, cp, window = 4096, 4, 128
+    chunk = seq // (2 * cp)
+    ranks = [
+        Kernel(chunk, (i + 1) * chunk, True, window).pairs() + Kernel(chunk, seq - i * chunk, True, window).pairs()
+        for i in range(cp)
+    ]
+    assert sum(ranks) == pytest.approx(masked_cells(seq, window) - window / 2)
+    assert Kernel(seq, seq, True, window).pairs() == masked_cells(seq, window) - window / 2
+    # a chunk well past the window's start reads the window whole: chunk x window - window^2 / 2 more
+    assert band_pairs(3 * chunk, chunk, window) == chunk * window
+
+
+def test_context_parallel_schemes_run_a_window_only_where_te_does(capsys, tmp_path):
+    base = ["plan", "--model", HF / "gpt-oss-120b.json", "--cluster", "h100", "--gpus", "64", "--cp", "2"]
+    one_line(*run(capsys, *base)[::2], 'runs a sliding window only with cp_comm "a2a" or "all_gather"')
+    ring = tmp_path / "ring.toml"
+    ring.write_text("torch_context_parallel = true\n")
+    one_line(
+        *run(capsys, *base, "--training", ring)[::2], "PyTorch's ring attention (torch_context_parallel) has no sliding window"
+    )
+    code, out, err = run(capsys, *base, "--cp-comm", "all_gather", "--json")
+    assert code == 0, err
+    assert json.loads(out)["recommendation"]["cp"] == 2
+
+
+def test_gpt_oss_plan_and_report_say_how_many_layers_attend_over_the_window(capsys):
+    argv = ["plan", "--model", str(HF / "gpt-oss-120b.json"), "--cluster", "h100", "--gpus", "64", "--json"]
+    assert main(argv) == 0
+    line = json.loads(capsys.readouterr().out)["assumptions"]["sliding window"]
+    # 18 of 36 alternate layers (config.json's layer_types); at 4096 tokens the window's pairs
+    # are (4096 x 128 - 128^2 / 2) / (4096^2 / 2) = 6.15% of the square's
+    assert line.startswith("18 of 36 layers of gpt-oss-120b attend over a 128-token window (sliding_window)")
+    assert "6.15% of full causal attention's at 4,096 tokens" in line
+
+
+BAD_WINDOWS = [
+    ("sliding_window = 1000000000", "sliding_window must be"),
+    (
+        'sliding_window = 128\nlayer_types = ["sliding_attention", "full_attention"]',
+        "layer_types lists 2 layers but the model has 4",
+    ),
+    (
+        'sliding_window = 128\nlayer_types = ["sliding_attention", "local", "full_attention", "full_attention"]',
+        "'local' is not a layer type",
+    ),
+    ('layer_types = ["sliding_attention", "full_attention", "full_attention", "full_attention"]', "but no sliding_window"),
+    ("layer_types = 3", "layer_types must be a list"),
+]
+
+
+@pytest.mark.parametrize("extra, needle", BAD_WINDOWS)
+def test_bad_windows_are_one_line(tmp_path, capsys, extra, needle):
+    f = tmp_path / "m.toml"
+    f.write_text(f'name = "m"\nlayers = 4\nhidden = 256\nheads = 4\nvocab = 1000\n{extra}\n[mlp]\ndense_ffn = 512\n')
+    one_line(*run(capsys, "memory", "--model", f, "--pp", "2")[::2], needle)
+
+
+def test_bad_windows_in_a_hf_config_are_one_line(tmp_path, capsys):
+    config = json.loads((HF / "gpt-oss-20b.json").read_text())
+    for change, needle in [
+        ({"layer_types": config["layer_types"][:-1]}, "layer_types lists 23 layers but the model has 24"),
+        ({"layer_types": ["sliding_attention", "chunked_attention"] * 12}, "'chunked_attention' is not a layer type"),
+        ({"sliding_window": 10**9}, "sliding_window must be"),
+    ]:
+        f = tmp_path / "gpt-oss-20b.json"
+        f.write_text(json.dumps({**config, **change}))
+        one_line(*run(capsys, "memory", "--model", f, "--pp", "2")[::2], needle)
