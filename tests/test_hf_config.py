@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from pipesim.cli import main
 from pipesim.errors import PipesimError
-from pipesim.planner.params import active_params, published_active_params, total_params
+from pipesim.planner.params import active_params, embedding_params, published_active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -369,3 +369,30 @@ def test_each_familys_rule_picks_the_windowed_layers(tmp_path, name, change, win
     assert [i for i in range(m.layers) if m.window(i)] == windowed
     window = {"qwen2.5-72b-instruct": 131072, "qwen2-57b-a14b": 131072, "gpt-oss-20b": 128}.get(name, 4096)
     assert m.window(windowed[0]) == window
+
+
+def test_gemma_3_1b_counts_are_the_technical_reports():
+    """Gemma 3 technical report (arXiv 2503.19786), Table 1: Gemma 3 1B holds 302M embedding
+    and 698M non-embedding parameters (tied: the embedding is the output head too)."""
+    m = load_model(str(HF / "gemma-3-1b.json"))
+    assert round(embedding_params(m) / 1e6) == 302
+    assert round((total_params(m) - embedding_params(m)) / 1e6) == 698
+    # Gemma3TextConfig: every sliding_window_pattern-th layer (6: the 6th, 12th, ...) is global,
+    # the five before it attend over sliding_window (512 in Gemma 3 1B)
+    assert [i for i in range(m.layers) if not m.window(i)] == [5, 11, 17, 23]
+    assert {m.window(i) for i in range(m.layers)} == {0, 512}
+
+
+def test_gemma_3_text_takes_its_classes_defaults(tmp_path):
+    # Gemma3TextConfig: num_key_value_heads 4, sliding_window 4096, sliding_window_pattern 6,
+    # tie_word_embeddings true when absent
+    f = tmp_path / "gemma.json"
+    config = edited(
+        "gemma-3-1b", num_key_value_heads=..., sliding_window=..., sliding_window_pattern=...
+    )  # no tie_word_embeddings given
+    f.write_text(json.dumps({**config, "num_attention_heads": 8}))
+    m = load_model(str(f))
+    assert (m.attention.kv_heads, m.sliding_window, m.tied_embeddings) == (4, 4096, True)
+    assert [i for i in range(m.layers) if not m.window(i)] == [5, 11, 17, 23]
+    f.write_text(json.dumps({**config, "num_attention_heads": 8, "sliding_window_pattern": 2}))
+    assert [i for i in range(26) if not load_model(str(f)).window(i)] == list(range(1, 26, 2))

@@ -6,15 +6,15 @@ like any other model file. Only the fields that set the shapes the planner price
 read; each family's reader names the fields it needs, and a missing one is refused by
 name. The field meanings are those of the families' configuration classes in
 HuggingFace transformers (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config,
-Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig) and of DeepSeek's own DeepseekV2Config /
-DeepseekV3Config published with the weights.
+Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, GptOssConfig, Gemma3TextConfig) and of
+DeepSeek's own DeepseekV2Config / DeepseekV3Config published with the weights.
 
 Left out on purpose, each far below the published precision of the parameter counts:
-Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's per-head q/k norms, the
-MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate and DeepSeek-V3's
-per-expert routing bias. A sliding window (``sliding_window``: 4096 in Mistral 7B v0.1;
-Qwen's only with ``use_sliding_window``) is read and carried, but attention is priced over
-the whole sequence; the report's assumptions say so where the sequence is longer.
+Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's and Gemma 3's per-head q/k
+norms, the MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate,
+DeepSeek-V3's per-expert routing bias and gpt-oss's attention sinks (gpt-oss's biases are
+not below it, and are counted). Which layers attend over a sliding window, and how wide,
+is read as each family's class sets it (``_windows``) and priced (``attention_window``).
 """
 
 from __future__ import annotations
@@ -110,13 +110,13 @@ class _Fields:
 
 
 def _common(f: _Fields) -> dict:
-    # tie_word_embeddings defaults to false in every family read here
+    # tie_word_embeddings defaults to false in every family read here but Gemma 3's (true)
     return {
         "layers": f.int("num_hidden_layers", hi=MAX_LAYERS),
         "hidden": f.int("hidden_size"),
         "heads": f.int("num_attention_heads"),
         "vocab": f.int("vocab_size"),
-        "tied_embeddings": f.flag("tie_word_embeddings", False),
+        "tied_embeddings": f.flag("tie_word_embeddings", f.config["model_type"] == "gemma3_text"),
     }
 
 
@@ -136,10 +136,11 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
         head_dim = out["hidden"] // out["heads"]
     # num_key_value_heads null is multi-head attention: every family's class sets it to
     # num_attention_heads then ("for backward compatibility": Llama 1/2-era configs), and so
-    # does an absent one, except in MistralConfig and MixtralConfig, whose default is 8
+    # does an absent one, except in MistralConfig and MixtralConfig, whose default is 8, and
+    # Gemma3TextConfig, whose default is 4
     kind = f.config["model_type"]
-    if "num_key_value_heads" not in f.config and kind in ("mistral", "mixtral"):
-        kv = 8
+    if "num_key_value_heads" not in f.config and kind in KV_DEFAULTS:
+        kv = KV_DEFAULTS[kind]
     else:
         kv = f.get("num_key_value_heads", out["heads"], lo=1)
     if out["heads"] % kv:  # each key/value head serves heads / kv query heads
@@ -164,12 +165,14 @@ def _windows(f: _Fields, layers: int) -> dict:
     from max_window_layers (default 28) on, Qwen2MoeConfig the even-numbered layers below
     it; Qwen3MoeConfig has no layer_types and Qwen3MoeAttention takes sliding_window on
     every layer (modular_qwen3_moe.py). GptOssConfig: sliding_window 128,
-    layer_types alternating from a sliding layer. Only the layers named
+    layer_types alternating from a sliding layer. Gemma3TextConfig: sliding_window 4096,
+    every layer but each sliding_window_pattern-th (default 6: five local, one global).
+    Only the layers named
     "sliding_attention" attend over the window, and only when it is set."""
     kind = f.config["model_type"]
     if not f.flag("use_sliding_window", not kind.startswith("qwen")):
         return {}
-    window = f.get("sliding_window", {"mistral": 4096, "gpt_oss": 128}.get(kind, 0))
+    window = f.get("sliding_window", {"mistral": 4096, "gpt_oss": 128, "gemma3_text": 4096}.get(kind, 0))
     if not window:
         return {}
     given = f.config.get("layer_types")
@@ -183,6 +186,9 @@ def _windows(f: _Fields, layers: int) -> dict:
         types = [SLIDING if (i + 1) % 2 and i < below else FULL for i in range(layers)]
     elif kind == "gpt_oss":
         types = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    elif kind == "gemma3_text":
+        every = f.get("sliding_window_pattern", 6, lo=1)
+        types = [SLIDING if (i + 1) % every else FULL for i in range(layers)]
     else:
         types = [SLIDING] * layers
     if SLIDING not in types:
@@ -331,6 +337,23 @@ def _gpt_oss(f: _Fields) -> dict:
     return out
 
 
+def _gemma3_text(f: _Fields) -> dict:
+    """Gemma 3's text model (transformers' Gemma3TextConfig; ``gemma3_text``: Gemma 3 1B,
+    and the text_config inside the larger models' ``gemma3`` configs, which this reader
+    does not open): grouped-query attention with head_dim given (256 in Gemma 3 1B, not
+    1152 / 4), a gated GELU MLP (gate, up and down: the three multiplies and the bytes of
+    pipesim's gated "swiglu"; the tanh GELU's arithmetic is the memory-bound kernel's),
+    tied embeddings, five sliding-window layers to one global (``_windows``). Left out of
+    the count: the per-head q/k norms and the two norms a layer beyond pipesim's two (73K
+    in Gemma 3 1B). Gemma 3 1B comes to 302M embedding and 698M other parameters, as the
+    Gemma 3 technical report (arXiv 2503.19786, Table 1) gives them."""
+    return _dense(f, head_dim_given=True)
+
+
+#: model_type -> key/value heads when num_key_value_heads is absent (its class's default)
+KV_DEFAULTS = {"mistral": 8, "mixtral": 8, "gemma3_text": 4}
+
+
 #: model_type -> its reader, in the order the refusal lists them.
 READERS = {
     "llama": _dense,
@@ -343,4 +366,5 @@ READERS = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
+    "gemma3_text": _gemma3_text,
 }
