@@ -14,8 +14,8 @@ import pytest
 
 from pipesim.cli import main
 from pipesim.planner.attention_window import band_pairs, causal_pairs
-from pipesim.planner.compute import attention_core, layer_flops, model_flops_per_token
-from pipesim.planner.cp_steps import Kernel
+from pipesim.planner.compute import attention_core, attention_grid_fill, layer_flops, model_flops_per_token
+from pipesim.planner.cp_steps import Kernel, pass_bytes
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import load_cluster, load_model, load_training
 from test_hardening import one_line, run
@@ -158,3 +158,38 @@ def test_bad_windows_in_a_hf_config_are_one_line(tmp_path, capsys):
         f = tmp_path / "gpt-oss-20b.json"
         f.write_text(json.dumps({**config, **change}))
         one_line(*run(capsys, "memory", "--model", f, "--pp", "2")[::2], needle)
+
+
+def test_a_windowed_grid_fill_by_hand():
+    """One sequence of 1024 tokens, one head, blocks of 128 query rows on 132 SMs: each
+    block has an SM of its own, so the kernel lasts its longest block. Full causal: blocks
+    read 128, 256, ..., 1024 keys (4608 in all), the last sets the span. Over a 128-token
+    window: 128, then 256 (its rows and the window before them) for the other seven (1920)."""
+    t = load_training(base={"seq": 1024})
+    lay = Layout(pp=1, dp=1, micro_batch=1)
+    for order in ("longest-first", "launch"):
+        o = replace(t, attention_block_order=order)
+        assert attention_grid_fill(H100, o, lay, 1, 128) == pytest.approx(4608 / (132 * 1024))
+        assert attention_grid_fill(H100, o, lay, 1, 128, window=128) == pytest.approx(1920 / (132 * 256))
+
+
+def test_an_all_gather_chunk_launches_only_the_key_blocks_its_window_reaches():
+    # the last 512 queries of 8192 keys over a 128-token window: TE's all-gather slices the
+    # keys to the 640 the chunk's window reaches (get_kv_seq_info_after_all_gather), 5 key
+    # blocks of 128; the first is read by the 128 rows whose window covers it, the last by
+    # its own 128 rows
+    blocks = Kernel(512, 8192, True, 128).blocks(128, True)
+    assert blocks == (128, 256, 256, 256, 128)
+
+
+def test_all_gather_backward_adds_dk_dv_only_over_the_window_reached():
+    """TE's all-gather backward adds each chunk's dk, dv into the full-length buffers over
+    the keys its kernel read (6 bytes an element: read 2 and 2, write 2). Rank 0's last chunk
+    reads the whole sequence without a window (2cp chunks), its own chunk and the 128-token
+    window before it with one (1 + 128 / 1024 chunks at seq 8192, cp 4): 6 / 2 x (8 - 1.125)
+    of the rank's key/value elements fewer (2048 tokens x 8 kv heads x 64 x 2)."""
+    t = load_training(base={"seq": 8192, "cp_comm": "all_gather"})
+    lay = Layout(pp=1, dp=1, cp=4)
+    full, windowed = pass_bytes(OSS, H100, t, lay), pass_bytes(OSS, H100, t, lay, 128)
+    assert full[0] == windowed[0]
+    assert full[1] - windowed[1] == pytest.approx(6 / 2 * (8 - 1.125) * 2048 * 8 * 64 * 2)

@@ -85,11 +85,14 @@ def causal_pairs(seq: float, window: int) -> float:
 
 def window_problem(t) -> str | None:
     """Why the context-parallel scheme of training ``t`` cannot run a sliding window, or
-    None. Transformer Engine's ``attn_forward_func_with_cp`` (NVIDIA/TransformerEngine,
-    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, 2025)
-    asserts a sliding window only under ``a2a`` or ``all_gather`` ("The context parallel
-    running configs cannot support sliding window attetnion!"); PyTorch's ring runs
-    SDPA's causal mask only (``is_causal``), with no window."""
+    None. Transformer Engine's ``attn_forward_func_with_cp`` (NVIDIA/TransformerEngine
+    v2.7, the version cp_steps reads, transformer_engine/pytorch/attention/
+    dot_product_attention/context_parallel.py; the same at d0067d0da, 2026) asserts a
+    sliding window only under ``a2a`` or ``all_gather`` ("The context parallel running
+    configs cannot support sliding window attetnion!"); its all-gather then slices each
+    chunk's keys to the window (``get_kv_seq_info_after_all_gather``), which the chunk's
+    pairs already count. PyTorch's ring runs SDPA's causal mask only (``is_causal``), with
+    no window."""
     if t.torch_context_parallel:
         return "PyTorch's ring attention (torch_context_parallel) has no sliding window: give --cp 1"
     if t.cp_comm not in ("a2a", "all_gather"):

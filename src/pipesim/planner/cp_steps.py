@@ -99,9 +99,12 @@ class Kernel:
         if not self.causal:
             return (self.rows,) * n
         before = self.keys - self.rows
-        if self.window:  # a key block is read by the queries from its first key to the window past its last
+        if self.window:
+            # a key block is read by the queries from its first key to the window past its
+            # last; blocks no query reads are not launched (TE slices the keys to the window)
             ends = [min(self.keys, (j + 1) * tile) for j in range(n)]
-            return tuple(max(0.0, min(self.keys, e + self.window) - max(before, j * tile)) for j, e in enumerate(ends))
+            rows = (min(self.keys, e + self.window) - max(before, j * tile) for j, e in enumerate(ends))
+            return tuple(r for r in rows if r > 0)
         return tuple(self.rows - max(0.0, j * tile - before) for j in range(n))
 
 
@@ -150,12 +153,13 @@ def attention_steps(t: Training, lay: Layout, a2a: int, backward: bool, window: 
     return ring_steps(seq / n, n, 1 if backward else 2), 1 / a2a
 
 
-def pass_bytes(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+def pass_bytes(m: Model, c: Cluster, t: Training, lay: Layout, window: int = 0) -> tuple[float, float]:
     """(forward, backward) bytes the scheme's memory-bound passes move on one rank per layer
     and micro-batch, besides the attention kernels (module docstring names each). The
     elements are the rank's before any all-to-all: queries, outputs and keys with values
     (``collectives.kv_width``); after an all-to-all a rank holds a times the tokens of 1/a
-    of the heads, the same count."""
+    of the heads, the same count. Under a sliding ``window`` the all-gather's dk, dv adds
+    cover only the keys each chunk's window reaches."""
     if lay.cp <= 1 or not t.flash_attention:
         return 0.0, 0.0
     qk, v = attention_dims(m)
@@ -179,7 +183,10 @@ def pass_bytes(m: Model, c: Cluster, t: Training, lay: Layout) -> tuple[float, f
         # its keys (6 x (2cp + 1)/2: rank 0's chunks reach 1/2cp and all of the sequence),
         # reordered (4 x cp) and made contiguous after the reduce-scatter (4)
         forward = (4 + 4 * n) * kv + 4 * o
-        backward = (2 * n + 4 * n + 6 * (2 * n + 1) / 2 + 4 * n + 4) * kv + 4 * q
+        # (under a window, TE's get_kv_seq_info_after_all_gather cuts the last chunk's keys
+        # to its own and the window's before them: 1 + window / chunk chunks of the 2cp)
+        last = 2 * n if not window else min(2 * n, 1 + window * 2 * n / t.seq)
+        backward = (2 * n + 4 * n + 6 * (1 + last) / 2 + 4 * n + 4) * kv + 4 * q
         return forward, backward
     forward = backward = 0.0
     if a2a > 1:

@@ -56,7 +56,8 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     core_f, core_b = attention_core(m, c, t, lay, layer)
     cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
     # and the merges and accumulations between its per-step kernels (cp_steps.pass_bytes)
-    merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay))
+    window = m.window(layer) if m.window(layer) < t.seq else 0
+    merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay, window))
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
     ew_attn_b, ew_mlp_b = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay, backward=True))
     attn_f = proj_f + core_f + ew_attn + cp_f + merge_f
