@@ -193,3 +193,15 @@ def test_all_gather_backward_adds_dk_dv_only_over_the_window_reached():
     full, windowed = pass_bytes(OSS, H100, t, lay), pass_bytes(OSS, H100, t, lay, 128)
     assert full[0] == windowed[0]
     assert full[1] - windowed[1] == pytest.approx(6 / 2 * (8 - 1.125) * 2048 * 8 * 64 * 2)
+
+
+def test_gpt_oss_model_flops_are_the_ones_megatron_bridge_publishes():
+    """Megatron-Bridge's performance summary (NVIDIA-NeMo/Megatron-Bridge, docs/performance-
+    summary-archive.md at 067f987df, 26.06 container, GPT OSS 120B, seq 4096) gives 33,166
+    tokens/s and 1,081 model TFLOP/s a GB300 GPU: 32.59 GFLOP a token, which its flop_utils.py
+    counts with the windowed layers' average context (w - w(w - 1) / 2T). pipesim's model
+    FLOPs come within 0.5% of it; priced as full attention they would be 5.6% over."""
+    published = 1081e12 / 33166
+    assert model_flops_per_token(OSS, 4096) == pytest.approx(published, rel=0.005)
+    full = replace(OSS, sliding_window=0, layer_types=())
+    assert model_flops_per_token(full, 4096) > 1.05 * published

@@ -15,6 +15,11 @@ staircase rather than its seq (seq + 1) / 2 cells; a window is counted the same 
 area under min(window, p) for p from 0 to seq, seq w - w^2 / 2 once the window is shorter
 than the sequence. Each differs from the exact count of cells by half the diagonal's
 cells on the window's ramp (min(window, seq) / 2), under 1/(2 seq) of the total.
+Megatron-Bridge counts a windowed layer's model FLOPs by the same pairs (NVIDIA-NeMo/
+Megatron-Bridge, src/megatron/bridge/training/utils/flop_utils.py at 067f987df: average
+context w - w (w - 1) / 2T, the exact cells), and its published GPT OSS 120B rows' model
+TFLOP/s over tokens/s, 32.59 GFLOP a token, is within 0.4% of pipesim's (5.6% under it
+priced as full attention; tests/test_attention_window.py).
 """
 
 from __future__ import annotations

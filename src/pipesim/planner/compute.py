@@ -3,7 +3,8 @@
 FLOPs: a matrix multiply of an n-vector by an n x m matrix costs 2nm. The backward for
 inputs (B) and for weights (W) each cost what the forward's matrix multiplies cost;
 causal attention scores cost heads * seq/2 * (qk_dim + v_dim) * 2 forward and twice that
-backward (all of it in B: no weights).
+backward (all of it in B: no weights); over a sliding window, the window's pairs in place
+of seq/2 a token (``attention_window.causal_pairs``).
 
 Every part of a layer is priced by what bounds it: a matrix multiply by the roofline of
 its FLOPs (at the share of peak large multiplies reach) and its bytes (at HBM bandwidth),
