@@ -55,7 +55,7 @@ def test_pairs_are_a_torch_windowed_masks_cells(seq, window):
 
 def test_a_windowed_layers_flops_are_its_masks_and_a_full_layers_unchanged():
     seq, (qk, v) = 4096, (64, 64)
-    per_pair = 2 * 2 * (qk + v) / 2  # a pair costs 2 (qk) + 2 (v) FLOPs a head dim: 2 (qk + v)
+    per_pair = 2 * (qk + v)  # a pair: qk multiply-adds for its score, v for its share of the output
     windowed = masked_cells(seq, 128) - 128 / 2
     # attn_core is FLOPs per token: 64 heads x pairs x 2 (qk + v) / seq
     assert layer_flops(OSS, 0, seq)["attn_core"] == pytest.approx(64 * windowed * per_pair / seq, rel=1e-12)
