@@ -33,7 +33,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from pipesim.planner.compute import FLASH_BACKWARD_TILE_ROWS, attention_core, attention_grid_fill
+from pipesim.planner.attention_grid import attention_grid_fill  # noqa: E402
+from pipesim.planner.compute import FLASH_BACKWARD_TILE_ROWS, attention_core
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Attention, Model, load_cluster, load_training
 
@@ -95,7 +96,7 @@ def pipesim_row(cluster, r: dict, **training) -> dict:
         attention_grid_fill(cluster, on, lay, r["h"], cluster.attention_tile_rows),
         attention_grid_fill(cluster, on, lay, r["h"], FLASH_BACKWARD_TILE_ROWS, backward=True),
     ]
-    return {"off": attention_core(m, cluster, off, lay), "on": attention_core(m, cluster, on, lay), "fill": fills}
+    return {"off": attention_core(m, cluster, off, lay, 0), "on": attention_core(m, cluster, on, lay, 0), "fill": fills}
 
 
 def _err(pred: float, real: float) -> float:

@@ -175,7 +175,7 @@ def print_parts(torch, c) -> None:
         ew_attn, ew_mlp = (b / hbm_rate(c, t) for b in elementwise_bytes(m, m.layers // 2, t, lay))
         priced = {
             "proj": attention_gemms(m, c, t, lay)[0],
-            "core": attention_core(m, c, t, lay)[0],
+            "core": attention_core(m, c, t, lay, 0)[0],
             "mlp": mlp_gemms(m, m.layers // 2, c, t, lay)[0],
             "ew_attn": ew_attn,
             "ew_mlp": ew_mlp,

@@ -81,7 +81,7 @@ def pipesim_terms(data: dict, case: dict) -> tuple[dict, float, float]:
     terms: dict = {}
     for layer in range(stage_layers):
         _add(terms, TERMS[0], *attention_gemms(m, c, t, lay))
-        _add(terms, TERMS[1], *attention_core(m, c, t, lay))
+        _add(terms, TERMS[1], *attention_core(m, c, t, lay, 0))
         _add(terms, TERMS[2], *mlp_gemms(m, layer, c, t, lay))
         fwd, bwd = (sum(elementwise_bytes(m, layer, t, lay, backward=b)) / hbm_rate(c, t) for b in (False, True))
         sort = local_sort_seconds(m, layer, c, t, lay)

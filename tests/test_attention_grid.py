@@ -1,5 +1,5 @@
 """Issue 20: fused attention's share falls where its grid of thread blocks cannot fill the
-SMs (compute.attention_grid_fill). The expected values here come from the kernel's grid
+SMs (attention_grid.attention_grid_fill). The expected values here come from the kernel's grid
 worked by hand or from a list schedule of its blocks simulated in the test, not from the
 term's formula; benchmarks/attention_grid.py holds it to SimuMax's measured kernels."""
 
@@ -15,7 +15,8 @@ import pytest
 
 from conftest import load_script, printed
 from pipesim.planner.assumptions import assumptions
-from pipesim.planner.compute import FLASH_BACKWARD_TILE_ROWS, attention_core, attention_grid_fill
+from pipesim.planner.attention_grid import attention_grid_fill
+from pipesim.planner.compute import FLASH_BACKWARD_TILE_ROWS, attention_core
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Attention, Model, load_cluster, load_model, load_training
 from test_hardening import one_line, run
@@ -31,7 +32,7 @@ def model(heads: int, head_dim: int = 128) -> Model:
 
 def forward(c, heads: int, seq: int, micro_batch: int = 1, waves: bool = True, tp: int = 1, cp: int = 1) -> float:
     t = load_training(base={"seq": seq, "attention_waves": waves})
-    return attention_core(model(heads), c, t, Layout(pp=1, dp=1, tp=tp, cp=cp, micro_batch=micro_batch))[0]
+    return attention_core(model(heads), c, t, Layout(pp=1, dp=1, tp=tp, cp=cp, micro_batch=micro_batch), 0)[0]
 
 
 def test_a_grid_of_exactly_as_many_equal_blocks_as_sms_keeps_the_share():
@@ -194,7 +195,7 @@ def test_a_training_file_turns_it_on_and_off(tmp_path):
     times = {}
     for waves in ("true", "false"):
         (tmp_path / f"{waves}.toml").write_text(f"seq = 4096\nglobal_batch = 64\nattention_waves = {waves}\n")
-        times[waves] = attention_core(m, load_cluster("b200"), load_training(str(tmp_path / f"{waves}.toml")), lay)
+        times[waves] = attention_core(m, load_cluster("b200"), load_training(str(tmp_path / f"{waves}.toml")), lay, 0)
     # forward: 8 heads x 16 blocks of 256 rows on 148 SMs keep 8 x 34,816 / (148 x 4096) of them busy
     assert times["true"][0] / times["false"][0] == pytest.approx(148 * 4096 / (8 * 34816))
     assert times["true"][1] > times["false"][1]

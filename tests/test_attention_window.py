@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipesim.cli import main
+from pipesim.planner.attention_grid import attention_grid_fill
 from pipesim.planner.attention_window import band_pairs, causal_pairs
-from pipesim.planner.compute import attention_core, attention_grid_fill, layer_flops, model_flops_per_token
+from pipesim.planner.compute import attention_core, layer_flops, model_flops_per_token
 from pipesim.planner.cp_steps import Kernel, pass_bytes
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import load_cluster, load_model, load_training

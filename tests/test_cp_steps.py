@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 
 from pipesim.errors import PipesimError
+from pipesim.planner.attention_grid import grid_fill
 from pipesim.planner.collectives import cp_exchange, torch_ring_exposed
-from pipesim.planner.compute import FLASH_BACKWARD_SHARE, attention_core, grid_fill
+from pipesim.planner.compute import FLASH_BACKWARD_SHARE, attention_core
 from pipesim.planner.cp_steps import Kernel, extra_kernels, pass_bytes
 from pipesim.planner.layer_costs import layer_costs
 from pipesim.planner.layout import Layout
@@ -64,10 +65,10 @@ def test_te_ring_backward_at_8k_tokens_cp8_tp8_by_hand():
     # later steps: 1024 queries x 512 keys (4 key blocks a head: 64 blocks, 64/132 busy) or
     # 512 x 1024 (8 blocks a head: 128 blocks, 128/132); the first is slower
     step = 1024 * 512 * per_pair / (rate * 64 / 132)
-    assert attention_core(L405, H100, t, lay)[1] == pytest.approx(step0 + 7 * step)
+    assert attention_core(L405, H100, t, lay, 0)[1] == pytest.approx(step0 + 7 * step)
     # twice the ideal: the per-step grids of a short sequence over many tensor ranks
-    ideal = attention_core(L405, H100, replace(t, attention_waves=False), lay)[1]
-    assert attention_core(L405, H100, t, lay)[1] > 1.9 * ideal
+    ideal = attention_core(L405, H100, replace(t, attention_waves=False), lay, 0)[1]
+    assert attention_core(L405, H100, t, lay, 0)[1] > 1.9 * ideal
 
 
 def test_te_forward_shares_the_gpu_between_two_steps():
@@ -81,7 +82,7 @@ def test_te_forward_shares_the_gpu_between_two_steps():
     assert 32 * sum(range(128, 1025, 128)) > 132 * 1024
     step0 = 1024 * 1024 / 2 * per_pair / rate
     step = 1024 * 512 * per_pair / (rate * 128 / 132)  # 2 x 64 blocks of 512 queries' half
-    assert attention_core(L405, H100, t, lay)[0] == pytest.approx(step0 + 7 * step)
+    assert attention_core(L405, H100, t, lay, 0)[0] == pytest.approx(step0 + 7 * step)
 
 
 def test_the_all_gather_runs_two_chunks_at_once_and_ulysses_one_sequence():
@@ -92,20 +93,20 @@ def test_the_all_gather_runs_two_chunks_at_once_and_ulysses_one_sequence():
     rate, per_pair = 989e12 * 0.5, 2 * 256 * 16
     work = 16 * (128 + 256 + 8064 + 8192)
     pairs = 256 * 256 / 2 + 256 * 8192 - 256 * 256 / 2
-    assert attention_core(L405, H100, t, lay)[0] == pytest.approx(pairs * per_pair / (rate * work / (132 * 8192)))
+    assert attention_core(L405, H100, t, lay, 0)[0] == pytest.approx(pairs * per_pair / (rate * work / (132 * 8192)))
     # Ulysses at cp 8: the whole 8192-token sequence, 16 / 8 = 2 heads a GPU: 64 causal
     # blocks a head, 128 in all, one wave whose longest block reads 8192 keys
     t = training(seq=8192, cp_comm="a2a")
     lay = Layout(pp=1, dp=1, tp=8, cp=8)
     fill = 2 * sum(range(128, 8193, 128)) / (132 * 8192)
-    assert attention_core(L405, H100, t, lay)[0] == pytest.approx(8192 * 8192 / 2 * 2 * 256 * 2 / (rate * fill))
+    assert attention_core(L405, H100, t, lay, 0)[0] == pytest.approx(8192 * 8192 / 2 * 2 * 256 * 2 / (rate * fill))
 
 
 def test_long_sequences_keep_the_share():
     t = training(seq=262144, cp_comm="p2p")
     lay = Layout(pp=1, dp=1, tp=8, cp=8)
-    on = attention_core(L405, H100, t, lay)
-    off = attention_core(L405, H100, replace(t, attention_waves=False), lay)
+    on = attention_core(L405, H100, t, lay, 0)
+    off = attention_core(L405, H100, replace(t, attention_waves=False), lay, 0)
     # only the last wave's quantization stays: the slower remote step's 16384 queries x
     # 32768 keys run 128 blocks a head, 4096 in all (two steps together: 2 x 2048)
     assert on[0] / off[0] < 4224 / 4096 + 1e-9
@@ -184,7 +185,7 @@ def test_cp_1_is_unchanged(kw):
     assert layer_costs(L405, 0, H100, t, lay, "none") == layer_costs(L405, 0, H100, base, lay, "none")
     # the one causal kernel of 8192 rows: 64 blocks x 16 heads, 1024 blocks, longest first
     f = 8192 * 8192 / 2 * 2 * 256 * 16 / (989e12 * 0.5)
-    assert attention_core(L405, H100, t, lay)[0] >= f
+    assert attention_core(L405, H100, t, lay, 0)[0] >= f
 
 
 def test_torch_ring_exposure_by_hand():
@@ -220,6 +221,6 @@ def test_heads_share_under_hierarchical_cp():
     t = training(seq=65536, cp_comm="a2a+p2p")
     lay = Layout(pp=1, dp=1, tp=4, cp=8)
     off = replace(t, attention_waves=False)
-    ring = attention_core(L8, H100, replace(off, cp_comm="p2p"), lay)
-    assert attention_core(L8, H100, off, lay) == pytest.approx(ring)
-    assert math.isfinite(attention_core(L8, H100, t, lay)[0])
+    ring = attention_core(L8, H100, replace(off, cp_comm="p2p"), lay, 0)
+    assert attention_core(L8, H100, off, lay, 0) == pytest.approx(ring)
+    assert math.isfinite(attention_core(L8, H100, t, lay, 0)[0])

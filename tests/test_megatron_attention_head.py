@@ -38,7 +38,7 @@ FREE_FLOPS = replace(load_cluster("a100"), bf16_tflops=1e12)
 
 def core_bytes(m: Model, t: Training = MEGATRON) -> tuple[float, float]:
     rate = hbm_rate(FREE_FLOPS, t)
-    return tuple(x * rate for x in attention_core(m, FREE_FLOPS, t, LAY))
+    return tuple(x * rate for x in attention_core(m, FREE_FLOPS, t, LAY, 0))
 
 
 def test_unfused_attention_by_hand():
@@ -67,7 +67,7 @@ def test_alibi_copies_its_bias_into_the_scores_forward_only():
 def test_flash_attention_ignores_alibi():
     """A fused kernel adds the bias in its registers: no bytes either way."""
     flash = replace(MEGATRON, flash_attention=True)
-    assert attention_core(BLOOM_LIKE, FREE_FLOPS, flash, LAY) == attention_core(GPT, FREE_FLOPS, flash, LAY)
+    assert attention_core(BLOOM_LIKE, FREE_FLOPS, flash, LAY, 0) == attention_core(GPT, FREE_FLOPS, flash, LAY, 0)
 
 
 def test_final_two_pass_layernorm_by_hand():

@@ -116,7 +116,7 @@ def test_unfused_attention_by_hand():
     baddbmm's alpha (4 heads x 32 x 16 = 2048 elements each, read and written: 2 x 2 x 2048
     x 2 = 16,384 bytes)."""
     t = replace(T, flash_attention=False)
-    f, b = attention_core(TINY, GPU, t, Layout(pp=1, dp=16))
+    f, b = attention_core(TINY, GPU, t, Layout(pp=1, dp=16), 0)
     products = 4 * 2 * 4096 / 0.5e12
     scores = 32 * 4 * 32 / 0.5e12  # elements, per byte
     assert f == pytest.approx(products + (1 + 2 + 5) * scores)

@@ -91,7 +91,7 @@ def test_context_parallel_attention_and_all_gather_by_hand():
     (the cp group sits in one 4-GPU node); backward Transformer Engine's all-gather scheme
     gathers them again and reduce-scatters their gradients, the same bytes."""
     lay = Layout(pp=1, dp=1, cp=2)
-    f, _ = attention_core(TINY, GPU, T, lay)
+    f, _ = attention_core(TINY, GPU, T, lay, 0)
     assert f == pytest.approx(32 * 4 * 64 * 32 / 50e12)
     gather = replace(T, cp_comm="all_gather")
     x_f, x_b = cp_exchange(TINY, GPU, gather, lay, f, 2.5 * f)

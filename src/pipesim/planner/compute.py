@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from .attention_grid import attention_grid_fill, causal_grid_span, grid_fill, launch_grid_span  # noqa: F401 (callers import them here)
+from .attention_grid import attention_grid_fill, grid_fill
 from .attention_window import causal_pairs
 from .collectives import a2a_ranks
 from .cp_steps import attention_steps
@@ -323,7 +323,7 @@ def mlp_gemms(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tup
     return f, b, w
 
 
-def attention_core(m: Model, c: Cluster, t: Training, lay: Layout, layer: int = 0) -> tuple[float, float]:
+def attention_core(m: Model, c: Cluster, t: Training, lay: Layout, layer: int) -> tuple[float, float]:
     """(forward, backward) seconds of layer ``layer``'s attention scores and their product
     with values.
 

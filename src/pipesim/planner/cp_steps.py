@@ -86,7 +86,7 @@ class Kernel:
         """The work of each thread block (keys read per query row forward, over blocks of
         ``tile`` query rows; query rows per key backward, over blocks of ``tile`` keys), in
         launch order: under the causal mask the forward's blocks grow along the sequence and
-        the backward's shrink (``compute.attention_grid_fill``)."""
+        the backward's shrink (``attention_grid.attention_grid_fill``)."""
         if not backward:
             n = math.ceil(self.rows / tile)
             if not self.causal:

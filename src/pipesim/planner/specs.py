@@ -186,7 +186,7 @@ class Cluster:
     # epilogue), us; gemm_efficiency is then the share a tile's k loop runs at (compute.py
     # names the measurement). 0: every shape at gemm_efficiency
     gemm_tile_fill_us: float = 0.0
-    # query rows one thread block of the fused attention forward holds (compute.attention_grid_fill):
+    # query rows one thread block of the fused attention forward holds (attention_grid.attention_grid_fill):
     # 128 in FlashAttention-2 on Ampere (kBlockM, flash_fwd_launch_template.h) and
     # FlashAttention-3 on Hopper; Blackwell's kernels hold two 128-row query tiles a block
     # (FlashAttention-4's flash_fwd_sm100.py, q_stage 2; CUTLASS example 77_blackwell_fmha)

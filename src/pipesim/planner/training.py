@@ -138,7 +138,7 @@ class Training:
     compute_efficiency: float = 0.0
     attention_efficiency: float = 0.5  # share of bf16 peak in fused (flash) attention kernels
     # fused attention's share falls where its grid of thread blocks cannot fill the SMs (few
-    # heads a GPU, micro-batch 1, short or context-parallel sequences; compute.attention_grid_fill,
+    # heads a GPU, micro-batch 1, short or context-parallel sequences; attention_grid.attention_grid_fill,
     # held to SimuMax's measured kernels by benchmarks/attention_grid.py); false: every shape
     # at attention_efficiency
     attention_waves: bool = True
