@@ -35,9 +35,11 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
   only asks for larger fp32 blocks (``loss_frees_logits``);
 - torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
   step ends, and every stage a receive buffer per micro-batch for its input and its
-  output's gradient (``pp_keeps_outputs``); and, before pytorch/pytorch#164329 (October
+  output's gradient (``pp_keeps_outputs``); before pytorch/pytorch#164329 (October
   2025), every stage but the first each micro-batch's input gradient, left on the receive
-  buffer until the next step (``pp_keeps_input_grads``);
+  buffer until the next step (``pp_keeps_input_grads``); and before pytorch/pytorch#153383
+  (May 2025) every stage but the last each micro-batch's output, in ``output_chunks``
+  until the next step (``pp_keeps_stage_outputs``);
 - context parallelism's attention backward: the whole sequence's keys and values gathered
   (torchtitan's default rotate method, ``allgather``), fp32 gradient accumulators and the
   ring's dk/dv buffers (``torch_context_parallel``);
@@ -125,6 +127,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "fsdp_stream_pools": True,  # FSDP2's collectives on their own CUDA streams
             "final_norm_eager": True,  # apply_compile wraps the blocks, not the final norm
             "pp_keeps_input_grads": True,  # pipelining's stage_backward at torch 1963fc8
+            "pp_keeps_stage_outputs": True,  # pipelining's output_chunks at torch 1963fc8
             "w_keeps_graph": True,  # pipelining's stage_backward_input retains the graph until the W
             **fields,
         }

@@ -22,6 +22,7 @@ from pipesim.planner.activations import cp_attention_transient, head_saved, laye
 from pipesim.planner.device_memory import pipeline_buffers  # noqa: E402
 from pipesim.planner.footprint import memory_model  # noqa: E402
 from pipesim.planner.layout import Layout  # noqa: E402
+from pipesim.planner.pipeline_io import stage_boundary_pairs  # noqa: E402
 from pipesim.planner.specs import Attention, Model, Training  # noqa: E402
 from torch_blocks import DT, saved_bytes  # noqa: E402
 
@@ -270,6 +271,81 @@ def test_pipeline_stage_kept_its_input_gradients(one_rank_pipeline, monkeypatch)
     assert on - off == measured
     both = pipeline_buffers(_model(), Training(seq=S, pp_keeps_input_grads=True), lay, M, input_stages=2)
     assert both - off == 2 * measured  # a rank holding two such stages (interleaved)
+
+
+def test_pipeline_stage_kept_its_outputs_before_153383(one_rank_pipeline, monkeypatch):
+    """torch.distributed.pipelining's forward_one_chunk appended every stage's output to
+    ``output_chunks`` until pytorch/pytorch#153383 (May 2025) kept it to the last stage;
+    torch 1963fc8, torchtitan's published runs, is older. torch 2.13 keeps none on a
+    middle stage; with the old unconditional append put back, a middle stage ends a step
+    of M micro-batches holding M outputs of its boundary's size (cleared only when the
+    next step starts): what ``pp_keeps_stage_outputs`` adds to ``pipeline_buffers`` per
+    stage that sends an output."""
+    import torch.distributed.pipelining.stage as stage_py
+
+    today = stage_py._PipelineStageBase.forward_one_chunk
+
+    def as_in_1963fc8(self, *args, **kwargs):
+        output = today(self, *args, **kwargs)
+        if not self.is_last:  # the last stage appends it already
+            self.output_chunks.append(output)
+        return output
+
+    M, mb = 4, 2
+    assert one_rank_pipeline([H, H, H], M, mb)[1].output_chunks == []  # torch 2.13
+    monkeypatch.setattr(stage_py._PipelineStageBase, "forward_one_chunk", as_in_1963fc8)
+    kept = one_rank_pipeline([H, H, H], M, mb)[1].output_chunks  # the middle stage
+    assert len(kept) == M
+    measured = sum(o.untyped_storage().nbytes() for o in kept)
+    assert measured == M * mb * S * H * 2  # one bf16 boundary each, from torch
+    lay = Layout(3, 1, micro_batch=mb)
+    off, on = (
+        pipeline_buffers(_model(), Training(seq=S, pp_keeps_outputs=True, pp_keeps_stage_outputs=x), lay, M, output_stages=1)
+        for x in (False, True)
+    )
+    assert on - off == measured
+
+
+def test_pipeline_stage_input_is_its_first_saved_tensor_and_its_output_waits(one_rank_pipeline, monkeypatch):
+    """What ``pipeline_io.stage_boundary_pairs`` takes off and adds to a micro-batch's
+    activation, seen in torch 2.13: on a middle stage the tensor its first layer saves
+    for the backward is the stage's input buffer itself (``args_recv_info``), not a copy,
+    and the stage's output sits in ``fwd_cache`` from its forward until its backward pops
+    it; both one boundary in size."""
+    import torch.distributed.pipelining.stage as stage_py
+
+    saved, waiting = [], []
+    pack = torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x) or x, lambda x: x)
+    fwd, bwd = stage_py._PipelineStageBase.forward_one_chunk, stage_py._PipelineStageBase.backward_one_chunk
+
+    def forward(self, chunk, *args, **kwargs):
+        if self.stage_index == 1:
+            inputs = [a.buffer for a in self.args_recv_info[chunk]]
+            saved.clear()
+            with pack:
+                out = fwd(self, chunk, *args, **kwargs)
+            assert any(x.untyped_storage().data_ptr() == inputs[0].untyped_storage().data_ptr() for x in saved)
+            return out
+        return fwd(self, chunk, *args, **kwargs)
+
+    def backward(self, chunk, *args, **kwargs):
+        if self.stage_index == 1:
+            waiting.append(self.fwd_cache[chunk][0][0].untyped_storage().nbytes())
+        return bwd(self, chunk, *args, **kwargs)
+
+    monkeypatch.setattr(stage_py._PipelineStageBase, "forward_one_chunk", forward)
+    monkeypatch.setattr(stage_py._PipelineStageBase, "backward_one_chunk", backward)
+    M, mb = 4, 2
+    stages = one_rank_pipeline([H, H, H], M, mb)
+    b = mb * S * H * 2  # one bf16 boundary, [micro-batch, sequence, hidden]
+    assert waiting == [b] * M and stages[1].fwd_cache == {}  # popped by each backward
+    lay = Layout(3, 1, micro_batch=mb)
+    t = Training(seq=S, pp_keeps_outputs=True)
+    assert stage_boundary_pairs(_model(), t, lay, 1, 3, 0.5) == [(-b, 0.5), (b, 1.0)]
+    assert stage_boundary_pairs(_model(), t, lay, 0, 3, 0.5) == [(b, 1.0)]  # the first: its output alone
+    assert stage_boundary_pairs(_model(), t, lay, 2, 3, 0.5) == [(-b, 0.5)]  # the last: its input alone
+    old = replace(t, pp_keeps_stage_outputs=True)  # the outputs counted to the step's end instead
+    assert stage_boundary_pairs(_model(), old, lay, 1, 3, 0.5) == [(-b, 0.5)]
 
 
 @pytest.mark.parametrize("cp", [2, 4])

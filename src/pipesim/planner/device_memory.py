@@ -45,6 +45,7 @@ from .activations import cp_attention_transient, loss_transient, recompute_trans
 from .footprint import float8_gathered
 from .layout import keeps_gathered, local_training
 from .params import attention_params, embedding_params, mlp_params
+from .pipeline_io import boundary
 
 MIB = 2**20
 BF16 = 2  # bytes of a gathered gradient before its reduce dtype
@@ -191,32 +192,39 @@ def stranded_logits(m, t, lay) -> float:
     return _logits(m, t, lay)
 
 
-def pipeline_buffers(m, t, lay, microbatches: int, last_stage: bool = True, recv_sets: int = 2, input_stages: int = 1) -> float:
-    """What torch.distributed.pipelining holds besides the stages' saved tensors
-    (``Training.pp_keeps_outputs``; stage.py at PyTorch 1963fc8, the commit torchtitan's
-    published runs used, and today):
+def pipeline_buffers(
+    m, t, lay, microbatches: int, last_stage: bool = True, recv_sets: int = 2, input_stages: int = 1, output_stages: int = 0
+) -> float:
+    """What torch.distributed.pipelining holds through a step besides the micro-batches
+    in flight (``Training.pp_keeps_outputs``; stage.py at PyTorch 1963fc8, the commit
+    torchtitan's published runs used, and today; pipeline_io.py has the code):
 
     - the last stage appends each micro-batch's output, the logits, to ``output_chunks``
       for the step's merged result, cleared only when the next step starts
       (``clear_runtime_states``): ``microbatches`` logits at the last backward;
     - ``_prepare_forward_infra`` and ``_prepare_backward_infra`` allocate, once, a
       receive buffer per micro-batch for a stage's input (every stage but the first) and
-      for its output's gradient (every stage but the last), kept across steps: the
-      stage boundary, [micro-batch, local sequence, hidden], sequence-sharded under
-      tensor parallelism (torchtitan's blocks return local Shard(1) tensors).
-      ``recv_sets`` counts the (stage, direction) pairs a rank holds: 2 for a middle
-      stage; the in-flight micro-batches' buffers are the first layer's input, counted
-      already, and the stage outputs the pipeline keeps for them offset that;
+      for its output's gradient (every stage but the last), kept across steps, each the
+      stage boundary (``pipeline_io.boundary``). ``recv_sets`` counts the (stage,
+      direction) pairs a rank holds: 2 for a middle stage. A micro-batch in flight holds
+      its input buffer as its first layer's saved input: ``pipeline_io`` takes that off
+      the activation, so the buffers are counted here whole;
+    - with ``Training.pp_keeps_stage_outputs`` (torch before pytorch/pytorch#153383, May
+      2025), every stage's outputs in ``output_chunks`` until the next step:
+      ``output_stages`` counts the stages a rank holds that send one (all but the last),
+      whose outputs are then no part of the activation in flight;
     - with ``Training.pp_keeps_input_grads``, each micro-batch's gradient of a stage's
       input, the stage boundary's size, left as the receive buffer's ``.grad`` until the
       next step's ``clear_runtime_states``: ``input_stages`` counts the stages a rank
       holds that receive an input (every stage but the first)."""
     if lay.pp == 1:
         return 0.0
-    shard = lay.tp if t.sequence_parallel and lay.tp > 1 else 1
-    boundary = BF16 * m.hidden / shard * lay.tokens(t.seq)
-    kept = ((_logits(m, t, lay) if last_stage else 0.0) + recv_sets * boundary) if t.pp_keeps_outputs else 0.0
-    return microbatches * (kept + (input_stages * boundary if t.pp_keeps_input_grads else 0.0))
+    b = boundary(m, t, lay)
+    kept = 0.0
+    if t.pp_keeps_outputs:
+        kept = (_logits(m, t, lay) if last_stage else 0.0) + recv_sets * b
+        kept += output_stages * b if t.pp_keeps_stage_outputs else 0.0
+    return microbatches * (kept + (input_stages * b if t.pp_keeps_input_grads else 0.0))
 
 
 @dataclass(frozen=True)
@@ -261,7 +269,8 @@ def usable_on_rank(
     last = stages - 1 in held
     recv = sum((st > 0) + (st < stages - 1) for st in held)
     inputs = sum(st > 0 for st in held)
-    kept = pipeline_buffers(m, t, lay, microbatches, last, recv, inputs) + (common.stranded if last else 0.0)
+    outputs = sum(st < stages - 1 for st in held)
+    kept = pipeline_buffers(m, t, lay, microbatches, last, recv, inputs, outputs) + (common.stranded if last else 0.0)
     pools = fsdp_stream_pools(m, t, lay, params)
     return usable(c, t, lay, common.transient[last], common.gathered, kept, pools)
 

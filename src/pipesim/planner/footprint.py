@@ -10,6 +10,7 @@ from ..memory import MemoryModel
 from . import activations
 from .layout import Layout, keeps_gathered, local_training
 from .params import attention_params, mlp_params
+from .pipeline_io import stage_boundary_pairs
 from .saved_widths import layer_mode
 from .specs import Model, Training
 from .split import partition
@@ -91,6 +92,9 @@ def memory_model(
         pairs = [kept(i) for i in [*rng, *mtp]]
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
             pairs.append((activations.head_activation(m, local, lay), 0.0))
+        # torch.distributed.pipelining: the first layer's saved input is the receive
+        # buffer pipeline_buffers counts, and the stage's output waits for its backward
+        pairs += stage_boundary_pairs(m, t, lay, s, stages, pairs[0][1] if len(rng) else None)
         size = sum(b for b, _ in pairs)
         acts.append(size)
         shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)

@@ -374,6 +374,13 @@ class Training:
     # there, so a stage holds every micro-batch's input gradient until the next step's
     # clear_runtime_states (device_memory.pipeline_buffers); false: freed once sent
     pp_keeps_input_grads: bool = False
+    # torch.distributed.pipelining before pytorch/pytorch#153383 (May 2025; torchtitan's
+    # published runs used torch 1963fc8, December 2024): forward_one_chunk appends every
+    # stage's output to output_chunks, not the last stage's alone, so each stage keeps
+    # all its micro-batches' outputs until the next step's clear_runtime_states
+    # (device_memory.pipeline_buffers); false: an output lives from its F to its backward
+    # (pipeline_io.stage_boundary_pairs)
+    pp_keeps_stage_outputs: bool = False
 
 
 def norm_fused(t: Training) -> bool:
