@@ -52,7 +52,9 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
 
 The 405B rows run Float8 linears with FSDP's float8 all-gather, as llama3_405b.toml at
 9dec370 sets (``enable_fsdp_float8_all_gather``): a stage kept gathered holds its blocks'
-weights in one byte (``fsdp_float8_all_gather``). The other Float8 rows' configs at that
+weights in one byte (``fsdp_float8_all_gather``), except at FSDP 1 (the CP8 row), where
+torchtitan/float8.py at that commit leaves it off (it asks ``dp_shard_enabled``) and the
+stage holds them in bf16. The other Float8 rows' configs at that
 commit do not turn Float8 on; how their command lines did is not published: they run
 without it (under FSDP without pipelining it moves only two layers' gathered weights).
 
@@ -105,7 +107,11 @@ def rows():
     for cp, pub in zip((1, 2, 4, 8), (75.3, 75.9, 77.1, 84.9)):  # Table 6: 1F1B, local batch 8
         lay = dict(dp=8 // cp, cp=cp, tp=8, pp=8, micro_batch=1)
         name = f"405B FSDP{8 // cp} TP8 PP8 CP{cp} s{32 * cp}K"
-        yield name, "llama3-405b", pub, lay, dict(seq=32768 * cp, **f8), "full", "1f1b", 8
+        # torchtitan/float8.py at 9dec370 turns the float8 all-gather on only where
+        # parallel_dims.dp_shard_enabled: not at FSDP 1 (CP8), whose FSDP shards over the
+        # context ranks alone and gathers the bf16 cast (published_runs.toml's CP8 row too)
+        fields = dict(f8, fsdp_float8_all_gather=8 // cp > 1)
+        yield name, "llama3-405b", pub, lay, dict(seq=32768 * cp, **fields), "full", "1f1b", 8
 
 
 def torchtitan_training(fields: dict, tp: int) -> Training:
