@@ -30,7 +30,9 @@ What PyTorch's own parallelism keeps (Training's last block of switches, all on 
   output head) keeps the all-gathered input, the whole sequence (``sp_saves_gathered``);
 - FSDP2 over the fp32 model: 16 bytes a parameter over the shards, no bf16 shard
   (``fsdp_fp32_shards``), and no gradient shard at the activations' peak, train.py's
-  ``optimizers.zero_grad()`` having freed them (``zero_grad_frees``);
+  ``optimizers.zero_grad()`` having freed them (``zero_grad_frees``); under pipelining a
+  stage's unsharded fp32 gradients only from its first backward, which makes them, to its
+  last, whose reduce-scatter drops them (``grads_from_first_backward``);
 - ``del pred``: the bf16 logits' block stays reserved through the loss's backward, which
   only asks for larger fp32 blocks (``loss_frees_logits``);
 - torch.distributed.pipelining: the last stage keeps every micro-batch's logits until the
@@ -60,7 +62,8 @@ without it (under FSDP without pipelining it moves only two layers' gathered wei
 
 pipesim's peak is the largest over the ranks of each rank's own: its parameters, gradients
 and optimizer states plus its activation peak over the schedule (the head's saved loss on
-the last stage), its backward transient (the loss's on the rank of the last stage, one
+the last stage; the "static" column is what a rank holds all step, and the pipeline rows'
+"activations" column holds the gradients alive beside them at the peak), its backward transient (the loss's on the rank of the last stage, one
 recomputed layer's on the others), FSDP's gathered parameters and the framework's
 buffers and FSDP's stream pools above, as the planner holds them back on that rank
 (``device_memory.usable_on_rank``), over (1 - allocator_fragmentation) for what the
@@ -134,6 +137,7 @@ def torchtitan_training(fields: dict, tp: int) -> Training:
             "final_norm_eager": True,  # apply_compile wraps the blocks, not the final norm
             "pp_keeps_input_grads": True,  # pipelining's stage_backward at torch 1963fc8
             "pp_keeps_stage_outputs": True,  # pipelining's output_chunks at torch 1963fc8
+            "grads_from_first_backward": True,  # FSDP2's unsharded gradients under pipelining
             "w_keeps_graph": True,  # pipelining's stage_backward_input retains the graph until the W
             **fields,
         }
@@ -161,9 +165,10 @@ def predict(model: str, lay_fields: dict, t_fields: dict, recompute: str, schedu
     # fragmentation share taken of the whole reserved peak below
     for r, u in enumerate(rank_usables(m, c, t, lay, recompute, held, stages, M, mm)):
         back = {what.split(" (")[0]: b for what, b in u.held}
+        held_all_step = mem.params[r] + mem.optimizer[r] + (0.0 if mm.grads_in_backward else mem.grads[r])
         part = {
-            "static": mem.static[r] / GIB,
-            "activations": mem.activation_peak[r] / GIB,
+            "static": held_all_step / GIB,
+            "activations": (mem.peak[r] - held_all_step) / GIB,  # with the gradients alive beside them
             "transient": back["backward transient"] / GIB,
             "gathered": back["FSDP gathered parameters"] / GIB,
             "pools": back.get("FSDP's side-stream pools", 0.0) / GIB,

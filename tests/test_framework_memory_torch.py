@@ -187,6 +187,25 @@ def one_rank_pipeline():
     dist.destroy_process_group()
 
 
+def _kept_gathered_stage(mesh):
+    """Two blocks under FSDP2 as torchtitan applies it under pipeline parallelism
+    (reshard_after_forward False on every block and the root, bf16 weights, fp32
+    reduction) and as torch.distributed.pipelining drives every backward but the stage's
+    last (stage.py's backward_maybe_with_nosync): (model, its parameter count)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_LlamaLinears(H, 16, 96) for _ in range(2)))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model:
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    model.set_is_last_backward(False)
+    model.set_reshard_after_backward(False)
+    model.set_requires_gradient_sync(False)
+    return model, sum(p.numel() for p in model.parameters())
+
+
 def test_fsdp2_stage_under_pipelining_holds_bf16_weights_and_fp32_gradients_whole(fake_group):
     """FSDP2 as torchtitan applies it under pipeline parallelism (reshard_after_forward
     False on every block and the root) and as torch.distributed.pipelining drives it for
@@ -195,20 +214,10 @@ def test_fsdp2_stage_under_pipelining_holds_bf16_weights_and_fp32_gradients_whol
     micro-batches the rank holds every weight gathered in bf16 and every gradient
     gathered in the fp32 reduce dtype, no bf16 gradient beside it and no shard yet. What
     pipesim's stage kept gathered holds: param_bytes and grad_bytes per parameter, whole."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
     dp = 8
-    mesh = fake_group(dp)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*(_LlamaLinears(H, 16, 96) for _ in range(2)))
-    n = sum(p.numel() for p in model.parameters())
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model:
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
-    model.set_is_last_backward(False)
-    model.set_reshard_after_backward(False)
-    model.set_requires_gradient_sync(False)
+    model, n = _kept_gathered_stage(fake_group(dp))
     for _ in range(2):
         model(torch.randn(2, 8, H)).sum().backward()
     states = fully_shard.state(model)._state_ctx.all_states
@@ -221,6 +230,44 @@ def test_fsdp2_stage_under_pipelining_holds_bf16_weights_and_fp32_gradients_whol
     t = Training(zero=3, grad_reduce_bytes=4, fsdp_fp32_shards=True, zero_grad_frees=True)
     p, g, _ = _stage_bytes_for(n, t, Layout(2, dp))  # pipeline parallel: the stage kept gathered
     assert (p, g) == (weights, grads)
+
+
+def test_fsdp2_stage_under_pipelining_makes_its_gradients_at_its_first_backward(fake_group):
+    """When the unsharded fp32 gradients of a stage kept gathered exist: none after the
+    step's forwards (zero_grad freed the last step's, and FSDP2 makes them in
+    post_backward), all of them after the first backward (to_accumulated_grad_if_needed),
+    none once the last backward's post_backward has run with gradient sync, as
+    torch.distributed.pipelining's backward_maybe_with_nosync runs it by hand at torch
+    1963fc8 (the reduce-scatter copies them out and drops them). What pipesim's
+    ``grads_from_first_backward`` holds: the stage's gradient bytes between its first and
+    last backward only."""
+    from torch.distributed.fsdp import fully_shard
+
+    dp = 8
+    model, n = _kept_gathered_stage(fake_group(dp))
+
+    def unsharded_grads() -> int:
+        held = [fp.unsharded_accumulated_grad for g in groups for fp in g.fsdp_params]
+        return sum(x.untyped_storage().nbytes() for x in held if x is not None)
+
+    outputs = [model(torch.randn(2, 8, H)) for _ in range(2)]  # two micro-batches in flight
+    states = fully_shard.state(model)._state_ctx.all_states  # filled by the first forward's lazy init
+    groups = [st._fsdp_param_group for st in states if st._fsdp_param_group]
+    assert len(groups) == 2
+    before = unsharded_grads()
+    outputs[0].sum().backward()
+    first = unsharded_grads()
+    outputs[1].sum().backward()
+    model.set_is_last_backward(True)
+    model.set_reshard_after_backward(True)
+    model.set_requires_gradient_sync(True)
+    for g in groups:  # stage.py's run_post_backward at 1963fc8
+        g.post_backward()
+    fully_shard.state(model)._root_post_backward_final_callback()
+    assert (before, first, unsharded_grads()) == (0, 4 * n, 0)  # from torch
+    t = Training(zero=3, grad_reduce_bytes=4, fsdp_fp32_shards=True, zero_grad_frees=True, grads_from_first_backward=True)
+    mm = memory_model(_model(), t, Layout(2, dp), 2, "full", [range(0, 1), range(1, 1)])  # pipelined: kept gathered
+    assert mm.grads_in_backward and _stage_bytes_for(n, t, Layout(2, dp))[1] == first
 
 
 def test_pipeline_last_stage_keeps_every_output(one_rank_pipeline):

@@ -92,3 +92,36 @@ def test_a_w_share_above_one_is_a_b_that_adds_memory():
     assert [x for _, x in rep.timeline[0]] == pytest.approx([100.0, 150.0, 0.0])
     with pytest.raises(PipesimError, match="w_share"):
         MemoryModel(params=0, activation=100.0, w_share=-0.1)
+
+
+def _one_rank(items: list[str], chunks: int, M: int) -> tuple[Schedule, Timeline]:
+    """One rank running ``items`` back to back, a unit of time each."""
+    evs = tuple(Event(0, parse_item(t), i, i + 1) for i, t in enumerate(items))
+    place = Placement.interleaved(1, M, chunks) if chunks > 1 else Placement.flat(1, M)
+    return Schedule("hand", 1, M, place, (tuple(e.item for e in evs),)), Timeline(1, (evs,))
+
+
+def test_gradients_held_from_a_stages_first_backward_to_its_last_by_hand():
+    """``grads_in_backward`` (FSDP2 keeping stages gathered under pipelining): each
+    stage's gradients come at the end of its first backward and go at the end of its
+    last, so a rank whose second chunk finishes its backwards before the first chunk's
+    begin never holds both. By hand, activations 100 a micro-batch on each chunk,
+    gradients 250 (chunk 0) and 300 (chunk 1): four forwards make 400; BW1.0 leaves 300
+    and brings 300 (600, the peak); BW1.1 leaves 200 and drops chunk 1's; BW0.0 leaves
+    100 and brings 250 (350). Held all step instead: 400 + 550."""
+    s, tl = _one_rank(["F0.0", "F0.1", "F1.0", "F1.1", "BW1.0", "BW1.1", "BW0.0", "BW0.1"], 2, 2)
+    sized = dict(params=(250.0, 300.0), activation=100.0, param_bytes=0.0, grad_bytes=1.0, optimizer_bytes=0.0, zero=0)
+    assert memory(s, tl, MemoryModel(**sized, grads_in_backward=True)).peak == [pytest.approx(600.0)]
+    held = memory(s, tl, MemoryModel(**sized))
+    assert held.peak == [pytest.approx(950.0)] and held.activation_peak == [pytest.approx(400.0)]
+
+
+def test_one_backward_holds_its_gradients_before_they_go():
+    """A stage's only backward is both its first and its last: its gradients are whole at
+    its end, before the reduce-scatter drops them, with its activation gone (FSDP2 runs
+    the post_backward after the backward): the peak is the larger of the two, 150."""
+    s, tl = _one_rank(["F0.0", "BW0.0"], 1, 1)
+    mm = MemoryModel(
+        params=150.0, activation=100.0, param_bytes=0.0, grad_bytes=1.0, optimizer_bytes=0.0, zero=0, grads_in_backward=True
+    )
+    assert memory(s, tl, mm).peak == [pytest.approx(150.0)]

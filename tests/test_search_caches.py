@@ -203,3 +203,35 @@ def test_a_search_collects_cycles_less_often_and_restores_the_pace(monkeypatch):
         assert gc.get_threshold() == (500, 7, 9)
     finally:
         gc.set_threshold(*old)
+
+
+@pytest.mark.parametrize(
+    ("name", "pp", "M", "options"), [("1f1b", 4, 12, {}), ("interleaved-1f1b", 4, 16, {"chunks": 2}), ("zb-h2", 4, 12, {})]
+)
+def test_memory_peaks_floor_the_simulated_peak_under_gradients_in_backward(name, pp, M, options):
+    """The planner refuses a candidate on ``bounds.static_bytes`` plus ``programs.memory_peaks``
+    before simulating it: with a stage's gradients held from its first backward to its
+    last only (``grads_in_backward``), that sum must not pass the peak ``pipesim.memory``
+    finds on the simulated timeline, or a candidate that fits would be refused; without
+    it, they are the same."""
+    from pipesim import build, simulate
+    from pipesim.costs import Costs
+    from pipesim.memory import MemoryModel, memory
+    from pipesim.planner.bounds import static_bytes
+    from pipesim.planner.programs import memory_peaks, shape
+
+    s = build(name, pp, M, **options)
+    sh, held = shape(s), s.placement.held()
+    tl = simulate(s, Costs(f=1.0, b=1.3, w=0.7))
+    rng = random.Random(name)
+    for _ in range(5):
+        sizes = tuple(rng.choice([1e5, 3e5, 7e5]) for _ in range(s.placement.stages))
+        params = tuple(rng.choice([1e4, 1e5, 1e6]) for _ in range(s.placement.stages))
+        for lives in (True, False):
+            mm = MemoryModel(params=params, activation=sizes, w_share=rng.random(), grads_in_backward=lives)
+            floor = [x + a for x, a in zip(static_bytes(held, mm), memory_peaks(sh, mm))]
+            peak = memory(s, tl, mm, curves=False).peak
+            if lives:
+                assert all(f <= p * (1 + 1e-12) for f, p in zip(floor, peak))
+            else:
+                assert floor == pytest.approx(peak, rel=1e-12)

@@ -61,6 +61,9 @@ class MemoryModel:
     dp: int = 1  # data-parallel ranks sharing the sharded states
     expert_params: PerStage = 0.0  # expert parameters of one stage on one GPU (already / ep)
     expert_dp: int = 0  # replicas of each expert that shard its states (0: dp)
+    # a stage's gradients are held from the end of its first weight-gradient op (B+W or
+    # W) to the end of its last, not through the whole step (``grad_lifetimes``)
+    grads_in_backward: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.w_share < float("inf"):  # above 1 a B adds memory (module docstring)
@@ -135,8 +138,54 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
         size = sizes[grid[route_of[mb], r, chunk]]
         delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
         act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series if curves else None)))
-    peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
+    if model.grads_in_backward:
+        live = [
+            _peak_with_grads(schedule, timeline, model, r, sizes, held)
+            for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes))
+        ]
+        peak = [p + o + x for p, o, x in zip(params, opt, live)]
+    else:
+        peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
+
+
+def _peak_with_grads(schedule: Schedule, timeline: Timeline, model: MemoryModel, r: int, sizes, held) -> float:
+    """Rank r's most activation and gradient bytes at once, each stage's gradients held
+    from the end of its first weight-gradient op (BW or W) to the end of its last
+    (``MemoryModel.grads_in_backward``). FSDP2 keeping a stage gathered under
+    torch.distributed.pipelining (PyTorch 1963fc8, torchtitan's published runs): every
+    backward but the stage's last runs with requires_gradient_sync(False), and FSDP's
+    post_backward turns each layer's bf16 gradient into its unsharded reduce-dtype
+    buffer (_fsdp_param.py, to_accumulated_grad_if_needed) as that backward goes; after
+    the stage's last backward, counted per stage (schedules.py's backward_counter),
+    stage.py's backward_maybe_with_nosync runs the groups' post_backward by hand, whose
+    reduce-scatter copies them out and drops them (_fsdp_param_group.py, post_backward).
+    Before the first backward no gradient exists: zero_grad freed last step's shards.
+    Order at one instant: an op's end before the next op's start; at a weight op's end
+    its activation goes, then its gradients come (the peak is taken there), then go if
+    it was the stage's last."""
+    kind, chunk, mb, start, end = timeline.rank_ops(r)
+    pl = schedule.placement
+    stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], r, chunk]
+    w = model.w_share
+    size = sizes[stage]
+    act = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
+    # (time, rank of the event at that time, bytes): ends 0-2, starts 3
+    when = [np.where(kind == 0, start, end)]
+    order = [np.where(kind == 0, 3, 0)]
+    delta = [act]
+    weight = np.flatnonzero((kind == 2) | (kind == 3))
+    for x in held:
+        ops = weight[stage[weight] == x]
+        if not len(ops):
+            continue
+        g = model.stage_bytes(x)[1]
+        when += [end[ops[:1]], end[ops[-1:]]]
+        order += [np.array([1]), np.array([2])]
+        delta += [np.array([g]), np.array([-g])]
+    when, order, delta = (np.concatenate(v) for v in (when, order, delta))
+    live = np.cumsum(delta[np.lexsort((order, when))])
+    return float(max(0.0, live.max())) if len(live) else 0.0
 
 
 @functools.lru_cache(maxsize=256)

@@ -36,8 +36,11 @@ def rank_stages(pl: Placement) -> list[set[int]]:
 
 def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
     """Per rank, its parameters, gradients and optimizer states: the model stages it holds
-    (``Placement.held``), chunk by chunk."""
-    return [sum(sum(mm.stage_bytes(x)) for x in stages) for stages in held]
+    (``Placement.held``), chunk by chunk; without the gradients where a stage holds them
+    from its first backward to its last only (``MemoryModel.grads_in_backward``: the
+    activation side's ``programs.memory_peaks`` floors them)."""
+    keep = 0.0 if mm.grads_in_backward else 1.0
+    return [sum(p + keep * g + o for p, g, o in map(mm.stage_bytes, stages)) for stages in held]
 
 
 #: the ops and pairs the bounds ask a cost model about, made once: a plan asks for
@@ -186,4 +189,4 @@ def static_floor(m: Model, t: Training, lay: Layout) -> float:
     pp ranks holds at least their mean. A layout whose floor exceeds the usable memory is
     refused before any of its candidates builds a cost model."""
     mm = memory_model(m, t, lay, lay.pp, "none")
-    return sum(sum(mm.stage_bytes(s)) for s in range(len(mm.params))) / lay.pp
+    return sum(static_bytes(tuple((s,) for s in range(len(mm.params))), mm)) / lay.pp

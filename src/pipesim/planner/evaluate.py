@@ -37,7 +37,7 @@ from .footprint import memory_model
 from .layout import Layout
 from .measured import extrapolated, measure
 from .pipeline_layout import is_layout, stage_count
-from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, activation_peaks, megatron_group, sample_points
+from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, megatron_group, memory_peaks, sample_points
 from .rank_fit import Budgets, over, refused
 from .results import GB, Result
 from .specs import Cluster, Model, Training
@@ -144,7 +144,7 @@ class Prepared:
     costs: object  # its component cost model (shared with candidates of its layout and placement)
     memory: object
     budgets: Budgets  # per rank, its own usable memory (device_memory.usable_on_rank)
-    statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states
+    statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states (bounds.static_bytes)
     sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
     floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
     evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
@@ -312,9 +312,11 @@ def _within_memory(
     if r is not None:  # every rank holds at least one forward's activation
         why = "static memory and one micro-batch's activations need"
         return refused(cand, why, ones[r], r, own, memory_gb=ones[r] / GB, peak_known=False)
-    if fam.periodic:  # the exact activation peak, from the order: what does not fit is not simulated
+    if (
+        fam.periodic
+    ):  # the exact activation peak (a floor under grads_in_backward), from the order: what does not fit is not simulated
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
-        peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(activation_peaks, shapes, mm)))]
+        peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(memory_peaks, shapes, mm)))]
         r = over(peaks, budgets)
         if r is not None:
             return refused(cand, "peak memory", peaks[r], r, own, memory_gb=peaks[r] / GB)
@@ -402,7 +404,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         if points is None:
             if not REGISTRY[cand.schedule].periodic:  # built now: its memory is known before it is compiled
                 sh = shared.shape(cand.schedule, pp, M, p.options)
-                peaks = [x + a for x, a in zip(p.statics, activation_peaks(sh, p.memory))]
+                peaks = [x + a for x, a in zip(p.statics, memory_peaks(sh, p.memory))]
                 r = over(peaks, p.budgets.bytes)
                 if r is not None:
                     return refused(cand, "peak memory", peaks[r], r, p.budgets, memory_gb=peaks[r] / GB)

@@ -130,6 +130,8 @@ def memory_model(
         # backward's reduce-scatter; only the optimizer states stay sharded: ZeRO-1's bytes
         zero=1 if t.zero == 3 and keeps_gathered(t, lay) else t.zero,
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
+        # those unsharded gradients live from the stage's first backward to its last
+        grads_in_backward=t.grads_from_first_backward and t.zero == 3 and keeps_gathered(t, lay),
     )
     if float8_gathered(t):  # torchao converts the blocks' dense linears
         linears = [sum(attention_params(m) + mlp_params(m, i)[0] for i in rng) / lay.tp for rng in parts]

@@ -189,6 +189,19 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
     return out
 
 
+def memory_peaks(sh: Shape, mm) -> list[float]:
+    """Per rank, what its peak holds beyond ``bounds.static_bytes``: its activation peak,
+    exact; under ``MemoryModel.grads_in_backward``, whose gradients static_bytes leaves
+    out, at least its largest stage's gradients too (held alone after that stage's
+    first backward, if no activation is): a floor of the peak ``pipesim.memory`` finds,
+    so no candidate that fits is refused on it."""
+    peaks = activation_peaks(sh, mm)
+    if not mm.grads_in_backward:
+        return peaks
+    grads = [max((mm.stage_bytes(int(x))[1] for x in row if x >= 0), default=0.0) for row in sh.cols]
+    return [max(a, g) for a, g in zip(peaks, grads)]
+
+
 def sample_points(name: str, pp: int, M: int, options: dict | None = None) -> tuple[int, int] | None:
     """Two micro-batch counts a period apart past warm-up (from 2pp on a periodic schedule
     repeats itself every 2pp micro-batches under equal stage costs), congruent to M modulo

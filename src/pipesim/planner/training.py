@@ -381,6 +381,11 @@ class Training:
     # (device_memory.pipeline_buffers); false: an output lives from its F to its backward
     # (pipeline_io.stage_boundary_pairs)
     pp_keeps_stage_outputs: bool = False
+    # FSDP2 keeping each stage gathered under torch.distributed.pipelining (torchtitan):
+    # a stage's unsharded gradients exist from its first backward, which makes them, to
+    # its last, whose reduce-scatter drops them (pipesim.memory's _peak_with_grads);
+    # false: held through the whole step, as Megatron-LM's gradient buffer is
+    grads_from_first_backward: bool = False
 
 
 def norm_fused(t: Training) -> bool:
