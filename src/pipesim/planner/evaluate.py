@@ -312,9 +312,9 @@ def _within_memory(
     if r is not None:  # every rank holds at least one forward's activation
         why = "static memory and one micro-batch's activations need"
         return refused(cand, why, ones[r], r, own, memory_gb=ones[r] / GB, peak_known=False)
-    if (
-        fam.periodic
-    ):  # the exact activation peak (a floor under grads_in_backward), from the order: what does not fit is not simulated
+    # the exact activation peak (a floor under grads_in_backward), from the order: what does
+    # not fit is not simulated
+    if fam.periodic:
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
         peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(memory_peaks, shapes, mm)))]
         r = over(peaks, budgets)
