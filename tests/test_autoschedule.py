@@ -103,11 +103,11 @@ def test_retiming_from_a_base_equals_timing_in_full(name, pp, M, f, w, c, moves)
     cost,
     st.sampled_from([0, 0.3]),
     st.sampled_from([None, 1, 2.5, 6]),
-    st.sampled_from([1.0, 0.4, 0.0]),
+    st.sampled_from([1.0, 0.4, 0.0, 1.6]),
 )
 def test_constructions_are_valid_asap_and_within_memory(pp, M, f, b, w, c, limit, wmem):
     """The list and wave schedulers' own times equal simulate's, and their orders never
-    hold more than the limit (F +1, B -(1-w_memory), W -w_memory)."""
+    hold more than the limit (F +1, B w_memory - 1, W -w_memory, after every op)."""
     costs = Costs(f=f, b=b, w=w, comm=c)
     prob = Problem.of(Placement.flat(pp, M), costs, memory_limit=limit, w_memory=wmem)
     plans = [list_schedule(prob, pol) for pol in POLICIES[::5]]
@@ -154,7 +154,7 @@ def test_tight_memory_still_schedules(limit):
     st.lists(st.floats(0.25, 3.0), min_size=3, max_size=3),
     st.sampled_from([0, 0.3]),
     st.sampled_from([None, 1, 2.5, 6, 13]),
-    st.sampled_from([1.0, 0.4, 0.0]),
+    st.sampled_from([1.0, 0.4, 0.0, 1.6]),  # 1.6: a B that adds memory
     st.sampled_from(POLICIES + (Policy(unblock=True), Policy(w_first=True), Policy(banker=True, b_first=False, unblock=True))),
     st.sampled_from([math.inf, 12.0, 30.0]),
 )

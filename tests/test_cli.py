@@ -146,7 +146,11 @@ def test_infeasible_file_reports_the_wait_cycle(capsys, tmp_path):
         (["simulate", "--schedule", "1f1b", "--pq", "4"], "unrecognized arguments: --pq"),
         (["simulate", "--schedule", "missing.json"], "cannot read schedule file 'missing.json'"),
         (["frobnicate"], "invalid choice"),
-        (["simulate", "--schedule", "zb-auto", "--w-memory", "2"], "--w-memory: expected a share between 0 and 1, got '2'"),
+        (["simulate", "--schedule", "zb-auto", "--w-memory", "-1"], "--w-memory: expected a number from 0 to 1e+15, got '-1'"),
+        (
+            ["simulate", "--schedule", "zb-auto", "--w-memory", "1.5", "--memory-limit", "1.2"],
+            "zb-auto needs --memory-limit >= 1.5 activations (what the W keeps, w_memory 1.5) per rank, got 1.2",
+        ),
         (["simulate", "--schedule", "zb-auto", "--memory-limit", "0"], "expected a number > 0 and <= 1e+15, got '0'"),
         (["simulate", "--schedule", "zb-auto", "--memory-limit", "0.5"], "zb-auto needs --memory-limit >= 1 activation per rank"),
         (["simulate", "--schedule", "1f1b", "--memory-limit", "4"], "1f1b does not take --memory-limit; it takes no options"),

@@ -51,6 +51,9 @@ CASES = [
     (2, 3, dict(f=1.5, b=1.2, w=0.7, comm=0.1), 2, 0.4),
     (2, 3, dict(f=1.0, b=2.0, w=0.5, comm=0.25), 1.5, 0.5),
     (3, 2, dict(f=2.0, b=1.0, w=1.5, comm=0.0), 2, 1.0),
+    # a B that adds memory: two forwards and a B fit (2.3), a third forward does not
+    (2, 3, dict(f=1.0, b=1.2, w=0.8, comm=0.1), 2.3, 1.3),
+    (3, 2, dict(f=1.0, b=2.0, w=0.5, comm=0.0), 2.6, 1.6),
 ]
 
 

@@ -142,7 +142,12 @@ def test_says_how_it_was_found():
     "opts,needle",
     [
         (dict(memory_limit=0.5), "zb-auto needs --memory-limit >= 1 activation per rank, got 0.5"),
-        (dict(w_memory=1.5), "zb-auto needs --w-memory between 0 and 1, got 1.5"),
+        (dict(w_memory=-0.5), "zb-auto needs --w-memory between 0 and 1e+15, got -0.5"),
+        # one micro-batch holds 1.3 activations after its B: a cap below cannot run it
+        (
+            dict(memory_limit=1.2, w_memory=1.3),
+            "zb-auto needs --memory-limit >= 1.3 activations (what the W keeps, w_memory 1.3) per rank, got 1.2",
+        ),
         (dict(comm=-1), "zb-auto needs --comm >= 0, got -1"),
         (dict(f=[1, 2]), "--f lists 2 values, but zb-auto at pp=4 has 4 stages"),
         (dict(b=[1, 2, 3, 4, 5]), "--b lists 5 values, but zb-auto at pp=4 has 4 stages"),

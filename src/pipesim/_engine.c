@@ -71,8 +71,8 @@ void pipesim_times(int64_t n, const int32_t *order, const uint8_t *first, const 
  * and float for float: the same wake-ups popped in the same order (a heap of (time,
  * rank)), the same choices, the same sums. See there for what each step means. Integer
  * parameters ip: pp, S, M, C, split, late_first, banker, b_first, unblock, w_first,
- * heap capacity; double parameters dp: comm, w memory, B's free share, limit (+ EPS),
- * fill, bound. Slots of (rank, chunk) k are slot_i/slot_s[slot_off[k] .. slot_off[k+1]);
+ * heap capacity; double parameters dp: comm, what an F, a B and a W add to the rank's live
+ * activations (Problem.deltas), a B's room (Problem.b_room), limit (+ EPS), fill, bound. Slots of (rank, chunk) k are slot_i/slot_s[slot_off[k] .. slot_off[k+1]);
  * per (mb, stage) tables are mb * S + stage; per (rank, mb) ones rank * M + mb. Rank r
  * writes its ops at out_off[r] on, out_n[r] of them. Returns 0 when every op was placed,
  * 1 for none (stuck, or cut by the bound), 2 when the heap ran out of room. */
@@ -128,7 +128,8 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
     const int64_t pp = ip[0], S = ip[1], M = ip[2], C = ip[3], split = ip[4];
     const int64_t late_first = ip[5], banker = ip[6], b_first = ip[7], unblock = ip[8], w_first = ip[9];
     const int64_t cap = ip[10];
-    const double comm = dp[0], wmem = dp[1], bfree = dp[2], limit = dp[3], fill = dp[4], bound = dp[5];
+    const double comm = dp[0], fadd = dp[1], badd = dp[2], wadd = dp[3], broom = dp[4];
+    const double limit = dp[5], fill = dp[6], bound = dp[7];
     const double INF = INFINITY;
     int64_t remaining = M * S * (split ? 3 : 2), n = 0;
     for (int32_t r = 0; r < pp; r++) ls_push(ht, hr, &n, cap, 0.0, r);
@@ -164,15 +165,17 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
             }
         }
         int64_t wq_len = wq_tail[r] - wq_head[r];
-        int relief = wq_len > 0 || bb_c >= 0;
         double live_r = live[r];
+        int b_short = bb_c >= 0 && live_r + badd > limit;
+        int relief = wq_len > 0 || bb_c >= 0;
+        double room = wq_len > 0 ? 0.0 : broom;
         for (int64_t c = 0; c < C; c++) {
             int64_t k = fptr[r * C + c];
             if (k >= slot_off[r * C + c + 1] - slot_off[r * C + c]) continue;
             int64_t at = slot_off[r * C + c] + k;
             int64_t i = slot_i[at], s = slot_s[at];
             double a = s == 0 ? 0.0 : fend[i * S + s - 1] + lat_prev[i * S + s];
-            double need = 1.0;
+            double need = fadd + room;
             if (!fdone[r * M + i]) {
                 int64_t owed = reserved[r] + visits[r * M + i] - 1;
                 need += (double)(banker ? owed : (relief ? 0 : (owed < 1 ? owed : 1)));
@@ -197,13 +200,13 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
         }
         int kind = -1; /* 0 F, 1 B, 2 W */
         int64_t c = 0, i = 0, s = 0;
-        if (w_first && wq_len > 0 && bb_c < 0) {
+        if ((w_first && wq_len > 0 && bb_c < 0) || (b_short && wq_len > 0)) {
             kind = 2;
         } else if (bf_c >= 0 && !b_first) {
             kind = 0, c = bf_c, i = bf_i, s = bf_s;
         } else if (unblock && blocked && bf_c < 0 && wq_len > 0) {
             kind = 2;
-        } else if (bb_c >= 0) {
+        } else if (bb_c >= 0 && !b_short) {
             kind = 1, c = bb_c, i = bb_i, s = bb_s;
         } else {
             if (bf_c >= 0) {
@@ -212,7 +215,8 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
             }
             if (kind < 0 && wq_len > 0) {
                 double d = wcost[wq[3 * wq_head[r] + 2]];
-                if (t + d <= next_b + fill * d + LS_EPS || (blocked && bf_c < 0 && next_b == INF)) kind = 2;
+                int forced = (blocked && bf_c < 0 && next_b == INF) || live_r + badd > limit;
+                if (t + d <= next_b + fill * d + LS_EPS || forced) kind = 2;
             }
         }
         if (kind == 2) { /* the rank's oldest pending W */
@@ -239,7 +243,7 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
         if (kind == 0) {
             fend[i * S + s] = end;
             fptr[r * C + c]++;
-            live[r] += 1;
+            live[r] += fadd;
             if (fdone[r * M + i] == 0)
                 reserved[r] += visits[r * M + i] - 1;
             else
@@ -252,7 +256,7 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
         } else if (kind == 1) {
             bend[i * S + s] = end;
             bptr[r * C + c]++;
-            live[r] -= bfree;
+            live[r] += badd;
             if (split) {
                 int64_t q = wq_tail[r]++;
                 wq[3 * q] = (int32_t)c, wq[3 * q + 1] = (int32_t)i, wq[3 * q + 2] = (int32_t)s;
@@ -262,7 +266,7 @@ int64_t pipesim_list_schedule(const int64_t *ip, const double *dp, const double 
                 if (r2 != r && !ls_push(ht, hr, &n, cap, end + comm, r2)) return 2;
             }
         } else {
-            live[r] -= wmem;
+            live[r] += wadd;
         }
     }
     return remaining ? 1 : 0;

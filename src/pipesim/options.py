@@ -67,7 +67,6 @@ def number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]
 # bounded above so that sums of MAX_OPS of them stay finite (1e308 + 1e308 is inf)
 positive_float = number(lambda v: 0 < v <= MAX_VALUE, f"a number > 0 and <= {MAX_VALUE:g}")
 nonneg_float = number(lambda v: 0 <= v <= MAX_VALUE, f"a number from 0 to {MAX_VALUE:g}")
-share = number(lambda v: 0 <= v <= 1, "a share between 0 and 1")
 
 
 DEFAULT_PP, DEFAULT_MICROBATCHES = 8, 16
@@ -188,7 +187,11 @@ def add_search(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         help="peak activations per rank, in micro-batches of one stage's activation (default pp), or bytes with --activation-bytes",
     )
-    g.add_argument("--w-memory", type=share, help="share of an activation kept until its W; B frees the rest (default 1)")
+    g.add_argument(
+        "--w-memory",
+        type=nonneg_float,
+        help="activations its W keeps from a B to its own end (default 1); above 1 the B adds memory (tensor + sequence parallelism)",
+    )
     g.add_argument("--activation-bytes", type=positive_float, help="bytes one forward adds: --memory-limit is then in bytes")
     g.add_argument("--exact", action="store_true", help="improve with CP-SAT (OR-Tools) and prove optimality if it can")
     g.add_argument("--time-limit", type=nonneg_float, help="seconds for --exact (default 10)")

@@ -4,8 +4,10 @@ The model: one interval per op (F, B, W of every stage and micro-batch) on its r
 no two on a rank at once; F after the previous stage's F plus the P2P latency, B after
 the next stage's B plus the latency (the last stage's B after its own F), W after its B;
 each kind in micro-batch order on a rank (micro-batches are interchangeable, so this
-only removes symmetric copies); the rank's live activations (F start +1, B end
--(1-w_memory), W end -w_memory) never above the limit, as a reservoir constraint.
+only removes symmetric copies); the rank's live activations (``Problem.deltas``: F start
++1, B end w_memory - 1, which adds memory when the W keeps more than the activation, W
+end -w_memory) never above the limit, as a reservoir constraint: it holds at every
+instant, so after each B too.
 
 The objective is the longest per-rank span *as simulated*: rank r's first op (its first
 F) starts, in an as-soon-as-possible run, exactly when the chain of first forwards
@@ -90,12 +92,14 @@ def solve(prob: Problem, hint: Plan, time_limit: float, workers: int | None = No
                 for kind in (F, B, W):
                     m.add(start[kind, s, i] >= end(kind, s, i - 1))
     if prob.memory_limit is not None:
-        b_free = round(MEMORY_UNIT * (1 - prob.w_memory))
+        # in thousandths, the B's and W's rounded together so that a micro-batch's
+        # changes still sum to 0
+        add_f, add_b, _ = (round(MEMORY_UNIT * d) for d in prob.deltas)
         for s in range(S):
             times, changes = [], []
             for i in range(M):
                 times += [start[F, s, i], end(B, s, i), end(W, s, i)]
-                changes += [MEMORY_UNIT, -b_free, -(MEMORY_UNIT - b_free)]
+                changes += [add_f, add_b, -(add_f + add_b)]
             m.add_reservoir_constraint(times, changes, 0, math.floor(prob.memory_limit * MEMORY_UNIT + 1e-6))
     span = m.new_int_var(0, horizon, "span")
     for s in range(S):
@@ -120,7 +124,9 @@ def solve(prob: Problem, hint: Plan, time_limit: float, workers: int | None = No
             ops = sorted((solver.value(start[k, s, i]), dur[k][s], k, i) for k in (F, B, W) for i in range(M))
             order.append([(k, 0, i) for _, _, k, i in ops])
         plan = asap(Index(prob), order)
-        if plan is not None and plan.span < hint.span - 1e-9:
+        # the order's own count decides, as for every builder (a tie of zero-length ops
+        # is one instant to the reservoir)
+        if plan is not None and plan.span < hint.span - 1e-9 and all(prob.fits(k for k, _, _ in o) for o in order):
             best = plan
     proven = status == cp_model.OPTIMAL and exact
     if proven and bound is not None:

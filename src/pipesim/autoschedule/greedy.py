@@ -2,8 +2,11 @@
 what it runs next.
 
 The default choice, in order: a backward whose input has arrived (backwards are on the
-critical path); else a forward whose input has arrived and that fits in memory; else a
-deferred W (it fills time and frees memory); else wait. Policy knobs steer the rest:
+critical path), or the oldest deferred W when that backward would add more memory than
+the rank has room for (``Problem.deltas``: a W share above 1); else a forward whose input
+has arrived and that fits in memory, leaving room for a backward's growth (``b_room``)
+while no W is pending; else a deferred W (it fills time and frees memory); else wait.
+Policy knobs steer the rest:
 
 * ``fill``: a forward or W started while a backward is on its way delays that backward
   unless it ends before the backward arrives. It runs anyway if it overruns the
@@ -80,8 +83,8 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
     comm = prob.comm
     costs = (prob.f, prob.b, prob.w)
     fcost, wcost = prob.f, prob.w
-    wmem = prob.w_memory if split else 1.0
-    bfree = 1.0 - wmem if split else 1.0
+    fadd, badd, wadd = prob.deltas
+    broom = prob.b_room
     limit = INF if prob.memory_limit is None else prob.memory_limit + EPS
     fill, late_first, banker, b_first = pol.fill, pol.late_first, pol.banker, pol.b_first
     unblock, w_first = pol.unblock, pol.w_first
@@ -135,6 +138,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
         next_f = INF
         blocked = False
         slots_r, fptr_r, bptr_r, wq_r = slots[r], fptr[r], bptr[r], wq[r]
+        live_r, fdone_r = live[r], fdone[r]
         for c in chunks:
             k = bptr_r[c]
             if k < fptr_r[c]:
@@ -145,10 +149,13 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
                         best_b = ((-s, i), c, i, s)
                 elif a < next_b:
                     next_b = a
+        # A backward that adds memory waits for a W to make its room (a W is pending:
+        # forwards leave a backward's room while none is)
+        b_short = best_b is not None and live_r + badd > limit
         # A micro-batch entering the rank must leave room for the forwards it still owes
         # here, unless a pending W or a ready B (whose W follows) can free it later.
         relief = bool(wq_r) or best_b is not None
-        live_r, fdone_r = live[r], fdone[r]
+        room = 0.0 if wq_r else broom
         for c in chunks:
             sl = slots_r[c]
             k = fptr_r[c]
@@ -156,7 +163,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
                 continue
             i, s = sl[k]
             a = 0.0 if s == 0 else fend[i][s - 1] + lat_prev[i][s]
-            need = 1.0
+            need = fadd + room
             if not fdone_r[i]:
                 owed = reserved[r] + visits[r][i] - 1
                 need += owed if banker else (0 if relief else min(owed, 1))
@@ -175,14 +182,14 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
                 if unblock and not fits and wq_r and a <= t + wcost[wq_r[0][2]] + EPS:
                     blocked = True
         # the op to start: (kind, chunk, mb, stage), or None to wait
-        if w_first and wq_r and best_b is None:
+        if (w_first and wq_r and best_b is None) or (b_short and wq_r):
             kind, (c, i, s) = W, wq_r.popleft()
         elif best_f is not None and not b_first:
             kind, c, i, s = F, *best_f[1:]
         elif unblock and blocked and best_f is None and wq_r:
             # free memory for a forward that waits for it, ahead of a backward
             kind, (c, i, s) = W, wq_r.popleft()
-        elif best_b is not None:
+        elif best_b is not None and not b_short:
             kind, c, i, s = B, *best_b[1:]
         else:
             kind = None
@@ -194,8 +201,11 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
             if kind is None and wq_r:
                 c, i, s = wq_r[0]
                 d = wcost[s]
-                # a W is forced when a forward waits for the memory it frees
-                if t + d <= next_b + fill * d + EPS or (blocked and best_f is None and next_b == INF):
+                # a W is forced when a forward waits for the memory it frees, and when
+                # the rank's next backward, which adds memory, cannot run without it (it
+                # would run right before that backward anyway: now the rank idles less)
+                forced = (blocked and best_f is None and next_b == INF) or live_r + badd > limit
+                if t + d <= next_b + fill * d + EPS or forced:
                     wq_r.popleft()
                     kind = W
         if kind is None:
@@ -219,7 +229,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
         if kind == F:
             fend[i][s] = end
             fptr_r[c] += 1
-            live[r] += 1
+            live[r] += fadd
             if fdone_r[i] == 0:
                 reserved[r] += visits[r][i] - 1
             else:
@@ -232,7 +242,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
         elif kind == B:
             bend[i][s] = end
             bptr_r[c] += 1
-            live[r] -= bfree
+            live[r] += badd
             if split:
                 wq_r.append((c, i, s))
             if s > 0:
@@ -240,7 +250,7 @@ def list_schedule(prob: Problem, pol: Policy = Policy(), bound: float = INF) -> 
                 if r2 != r:
                     push(heap, (end + comm, r2))
         else:
-            live[r] -= wmem
+            live[r] += wadd
     if remaining:
         return None
     return Plan(prob, tuple(tuple(o) for o in out), f"greedy({pol})", seconds=time.perf_counter() - t0)
@@ -262,9 +272,8 @@ def _compiled(lib, prob: Problem, pol: Policy, bound: float, slots, rank_of, vis
     np.cumsum(per_rank, out=rank_start[1:])
     out_off = rank_start[:-1] * (3 if split else 2)
     total = int(rank_start[-1]) * (3 if split else 2)
-    wmem = prob.w_memory if split else 1.0
     limit = INF if prob.memory_limit is None else prob.memory_limit + EPS
-    dp = np.array([prob.comm, wmem, 1.0 - wmem if split else 1.0, limit, pol.fill, bound], np.float64)
+    dp = np.array([prob.comm, *prob.deltas, prob.b_room, limit, pol.fill, bound], np.float64)
     flags = (split, pol.late_first, pol.banker, pol.b_first, pol.unblock, pol.w_first)
     costs = [np.array(x, np.float64) for x in (prob.f, prob.b, prob.w)]
     tables = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .evaluate import Index, orders_of, timed
-from .problem import B, F, Plan
+from .problem import Plan
 
 Key = Callable[[Plan], tuple]
 
@@ -31,23 +31,8 @@ def span_makespan_key(plan: Plan) -> tuple:
 
 
 def fits(index: Index, seq: list[tuple[int, int, int]]) -> bool:
-    """Does one rank's order stay within the memory limit (w_memory semantics)?"""
-    prob = index.prob
-    if prob.memory_limit is None:
-        return True
-    limit = prob.memory_limit + 1e-9
-    bfree = (1 - prob.w_memory) if prob.split else 1.0
-    live = 0.0
-    for kind, _, _ in seq:
-        if kind == F:
-            live += 1
-            if live > limit:
-                return False
-        elif kind == B:
-            live -= bfree
-        else:
-            live -= prob.w_memory
-    return True
+    """Does one rank's order stay within the memory limit (``Problem.fits``)?"""
+    return index.prob.fits(op[0] for op in seq)
 
 
 def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budget: int = 4000) -> Plan:

@@ -3,9 +3,13 @@
 A ``Problem`` is plain data: where each stage lives (a ``Placement``), what each op costs
 per stage, the P2P latency, whether the backward is split into B and W, and the memory
 model. Memory is counted in chunk-activations (one micro-batch through one chunk): an F
-adds 1, a B frees ``1 - w_memory`` and its W the remaining ``w_memory`` (the Zero Bubble
-paper's M_B and M_W); a fused BW frees all of it. ``memory_limit`` caps what a rank may
-hold at any moment.
+adds 1, a B adds ``w_memory - 1`` and its W frees ``w_memory`` (the Zero Bubble paper's
+M_B and M_W); a fused BW frees all of it. A ``w_memory`` above 1 is a B that adds memory:
+under tensor and sequence parallelism the W keeps each weighted multiply's input and
+output gradient, more than the activation (``memory.MemoryModel.w_share``,
+``planner.weight_grad_saved``). ``memory_limit`` caps what a rank may hold at every point
+of its order: after each F, and after each B too. ``Problem.deltas`` is the one count
+every builder, the peak and the exact model read.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class Problem:
     comm: float = 0.0
     split: bool = True
     memory_limit: float | None = None  # per rank, in chunk-activations; None: no limit
-    w_memory: float = 1.0  # share of an activation kept until W
+    w_memory: float = 1.0  # what the W keeps from its B to its end, in activations (above 1: B adds memory)
 
     @classmethod
     def of(
@@ -50,6 +54,50 @@ class Problem:
 
         b = per_stage("B") if split else per_stage("BW")
         return cls(placement, per_stage("F"), b, per_stage("W"), float(costs.comm), split, memory_limit, w_memory)
+
+    @property
+    def deltas(self) -> tuple[float, float, float]:
+        """What an F, a B and a W add to their rank's live activations: the F its
+        activation (+1, at its start), the B ``w_memory - 1`` at its end (it frees the
+        activation but for what the W keeps, and adds what the W keeps beyond it), the W
+        ``-w_memory`` at its end; without the split, the fused BW -1 (and no W). This is
+        the Zero Bubble fork's own count: its timer measures the bytes an F and a B
+        allocate and books the W as freeing the rest (sail-sg/zero-bubble-pipeline-
+        parallelism 39f2c186, runtime.py:505 and :587, timer.py:33), and its scheduler
+        holds a B, with whatever it measured, under the cap as it does an F, running Ws
+        first (scheduler/zb.py:259-264)."""
+        if not self.split:
+            return (1.0, -1.0, 0.0)
+        return (1.0, self.w_memory - 1.0, -self.w_memory)
+
+    @property
+    def b_room(self) -> float:
+        """The room a B needs above what its rank holds: what it adds, 0 when it frees.
+        A rank must keep it free whenever no W of its own is pending (a W frees
+        ``w_memory``, at least the B's growth), or its next B could never run."""
+        return max(0.0, self.deltas[B])
+
+    def peak_of(self, kinds, limit: float = float("inf")) -> float:
+        """The most live activations one rank's order (its op kinds in turn) holds,
+        counted after every op: an F's +1 at its start, a B's and a W's change at their
+        ends, which on one rank come in the order's turn. Stops early once above
+        ``limit`` (returning that first excess)."""
+        d = self.deltas
+        live = peak = 0.0
+        for kind in kinds:
+            live += d[kind]
+            if live > peak:
+                peak = live
+                if peak > limit:
+                    break
+        return peak
+
+    def fits(self, kinds) -> bool:
+        """Does one rank's order (its op kinds in turn) stay within ``memory_limit``?"""
+        if self.memory_limit is None:
+            return True
+        limit = self.memory_limit + 1e-9
+        return self.peak_of(kinds, limit) <= limit
 
     def cost(self, kind: int, stage: int) -> float:
         return (self.f, self.b, self.w)[kind][stage]
@@ -98,21 +146,8 @@ class Plan:
         return max(self.spans, default=0.0)
 
     def peak_memory(self) -> list[float]:
-        """Most chunk-activations held at once per rank, with the w_memory semantics."""
-        p = self.problem
-        out = []
-        for ops in self.ranks:
-            live = peak = 0.0
-            for kind, *_ in ops:
-                if kind == F:
-                    live += 1
-                    peak = max(peak, live)
-                elif kind == B:
-                    live -= (1 - p.w_memory) if p.split else 1
-                else:
-                    live -= p.w_memory
-            out.append(peak)
-        return out
+        """Most chunk-activations held at once per rank (``Problem.peak_of``)."""
+        return [self.problem.peak_of(op[0] for op in ops) for ops in self.ranks]
 
     def kind_codes(self) -> np.ndarray:
         """The plan's kinds (F, B, W) as indices into ``ir.KINDS``: B is the fused BW

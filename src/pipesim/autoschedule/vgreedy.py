@@ -19,7 +19,9 @@ its *bubble*.
    the wait for its input while they end in time; one more W goes in when the wait
    would make the rank's bubble exceed what the others already have (``fill_b`` /
    ``fill_f`` say whether to do that before leg-0 backwards and before forwards);
-   memory is made with Ws.
+   memory is made with Ws, for a forward and for a backward that adds memory (a W share
+   above 1, ``Problem.deltas``); while no W is pending a forward leaves a backward's
+   room (``Problem.b_room``), or that backward could never run.
 3. The Ws left run at the end.
 
 The pass is repeated with each rank allowed the bubble of the previous pass (so ranks
@@ -42,7 +44,9 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
     pp, M = pl.pp, pl.microbatches
     S = 2 * pp
     limit = float("inf") if prob.memory_limit is None else prob.memory_limit + EPS
-    wmem, comm = prob.w_memory, prob.comm
+    comm = prob.comm
+    fadd, badd, wadd = prob.deltas
+    broom = prob.b_room
     free = [0.0] * pp
     live = [0.0] * pp
     bubble = [0.0] * pp
@@ -98,16 +102,29 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         count[r][kind][leg] += 1
         order[r].append((kind, 1 if s >= pp else 0, i))
         if kind == F:
-            live[r] += 1
+            live[r] += fadd
         else:
-            live[r] -= 1 - wmem
+            live[r] += badd
             pending[r].append((s, i))
 
     def put_w(r: int) -> None:
         s, i = pending[r].popleft()  # a W never waits: its B ran on this rank
         free[r] += prob.w[s]
-        live[r] -= wmem
+        live[r] += wadd
         order[r].append((W, 1 if s >= pp else 0, i))
+
+    def fits_f(r: int, more: float = 0.0) -> bool:
+        """Does a forward fit on ``r`` (with ``more`` activations still to come), leaving
+        a backward's room while no W is pending?"""
+        return live[r] + fadd + more + (0.0 if pending[r] else broom) <= limit
+
+    def make_room(r: int, need: float) -> bool:
+        """Run ``r``'s oldest Ws until ``need`` more fits; False if they cannot make it."""
+        while live[r] + need > limit:
+            if not pending[r]:
+                return False
+            put_w(r)
+        return True
 
     def fill(r: int, kind: int, leg: int, extra: bool) -> None:
         a = arrival(r, kind, leg)
@@ -124,7 +141,7 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
     for r in reversed(range(pp)):
         if r < pp - 1:
             target = end[(F, 1, r + 1, 0)] + comm
-            while live[r] + 2 + 2 * r <= limit and free[r] + prob.cost(F, r) <= target + EPS and count[r][F][0] < M:
+            while fits_f(r, 1 + 2 * r) and free[r] + prob.cost(F, r) <= target + EPS and count[r][F][0] < M:
                 for j in range(r + 1):
                     if ready(j, F, 0):
                         put(j, F, 0)
@@ -135,11 +152,11 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         while sum(count[r][F]) < sum(count[r - 1][F]) or count[r][F][1] <= count[r - 1][F][1] < M:
             moved = False
             for j in reversed(range(r, pp)):
-                if ready(j, F, leg) and live[j] + 1 <= limit:
+                if ready(j, F, leg) and fits_f(j):
                     put(j, F, leg)
                     moved = True
             leg = 1 - leg
-            if not moved and not any(ready(j, F, leg) and live[j] + 1 <= limit for j in range(r, pp)):
+            if not moved and not any(ready(j, F, leg) and fits_f(j) for j in range(r, pp)):
                 break
 
     # 2. rounds
@@ -156,6 +173,8 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         for r, leg in [(r, 1) for r in reversed(second)] + [(r, 0) for r in first]:
             if not ready(r, B, leg):
                 continue
+            if not make_room(r, badd):
+                return None
             fill(r, B, leg, leg == 1 or fill_b)
             put(r, B, leg)
         for r in range(pp):
@@ -168,10 +187,8 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
                 leg = 1
             if leg is None or not ready(r, F, leg):
                 continue
-            while live[r] + 1 > limit:
-                if not pending[r]:
-                    return None
-                put_w(r)
+            if not make_room(r, fadd) or not fits_f(r):
+                return None
             fill(r, F, leg, fill_f)
             put(r, F, leg)
 

@@ -11,7 +11,10 @@ known, so a W goes where the rank would otherwise wait:
   ``partial`` times the W (0: always, large: never); it delays that op by the overrun;
 * after its last forward the first rank fills every wait with a W (no other rank waits
   for it any more, so delaying its own B costs nothing and idling does);
-* a forward that does not fit in memory runs the oldest Ws first;
+* a forward that does not fit in memory runs the oldest Ws first, and so does a
+  backward that adds more memory than the rank has room for (a W share above 1,
+  ``Problem.deltas``); while no W is pending, a forward leaves a backward's room
+  (``Problem.b_room``), or that backward could never run;
 * the Ws left at the end run last.
 
 Knobs are few (warm-up depth, ``partial``); ``best_waves`` tries a small grid and keeps
@@ -32,15 +35,25 @@ EPS = 1e-9
 def warmups(prob: Problem, depth: float) -> list[int]:
     """Forwards before the first backward on each rank: ``depth`` forwards per rank still
     ahead (1F1B has pp - r, i.e. depth 1; ZB-H2 about 2(pp - r) - 1, depth 2), capped by
-    the memory limit and M, and never more than the rank above (the waves need that)."""
+    the memory limit (``warmup_cap``) and M, and never more than the rank above (the waves
+    need that)."""
     pl = prob.placement
     pp, M = pl.pp, pl.microbatches
-    cap = M if prob.memory_limit is None else max(1, min(M, math.floor(prob.memory_limit + EPS)))
+    cap = warmup_cap(prob)
     out = []
     for r in range(pp):
         want = max(1, round(depth * (pp - r) - (depth - 1)))
         out.append(min(cap, want, out[-1] if out else M))
     return out
+
+
+def warmup_cap(prob: Problem) -> int:
+    """The most forwards a rank can run before its first backward: no W is pending yet,
+    so they leave that backward's room (``Problem.b_room``); at least 1, at most M."""
+    M = prob.placement.microbatches
+    if prob.memory_limit is None:
+        return M
+    return max(1, min(M, math.floor(prob.memory_limit - prob.b_room + EPS)))
 
 
 def timed_warmups(prob: Problem, overrun: bool) -> list[int]:
@@ -50,7 +63,7 @@ def timed_warmups(prob: Problem, overrun: bool) -> list[int]:
     that ends after it; capped like ``warmups``."""
     pl = prob.placement
     pp, M = pl.pp, pl.microbatches
-    cap = M if prob.memory_limit is None else max(1, min(M, math.floor(prob.memory_limit + EPS)))
+    cap = warmup_cap(prob)
     start = [0.0] * pp
     for r in range(1, pp):
         start[r] = start[r - 1] + prob.f[r - 1] + prob.comm
@@ -81,7 +94,8 @@ def wave_schedule(
     pl = prob.placement
     pp, M = pl.pp, pl.microbatches
     comm = prob.comm
-    wmem = prob.w_memory
+    fadd, badd, wadd = prob.deltas
+    broom = prob.b_room
     limit = math.inf if prob.memory_limit is None else prob.memory_limit + EPS
     cost = (prob.f, prob.b, prob.w)
     wcost = prob.w
@@ -108,38 +122,47 @@ def wave_schedule(
         w = wcost[r]
         while q and free[r] + w <= arrive + EPS:
             run(r, W, q.popleft(), free[r])
-            live[r] -= wmem
+            live[r] += wadd
         wait = arrive - free[r]
         if q and wait > EPS and r == 0 and nf[0] >= M:
             # after its last forward nothing waits for the first rank: a W in the wait
             # only delays its own B, which frees the next W sooner than idling would
             run(r, W, q.popleft(), free[r])
-            live[r] -= wmem
+            live[r] += wadd
         elif q and wait > EPS:
             if ratios is not None:
                 ratios.append(wait / w)  # w > wait > 0 here: the loop above left this W
             if wait >= partial * w:
                 run(r, W, q.popleft(), free[r])
-                live[r] -= wmem
+                live[r] += wadd
 
-    def forward(r: int, i: int) -> bool:
-        arrive = 0.0 if r == 0 else fend[r - 1][i] + comm
-        while live[r] + 1 > limit:
+    def make_room(r: int, need: float) -> bool:
+        """Run the oldest Ws until ``need`` more fits; False if they cannot make it."""
+        while live[r] + need > limit:
             if not wq[r]:
                 return False
             run(r, W, wq[r].popleft(), free[r])
-            live[r] -= wmem
-        fill(r, arrive)
-        fend[r][i] = run(r, F, i, max(free[r], arrive))
-        live[r] += 1
+            live[r] += wadd
         return True
 
-    def backward(r: int, i: int) -> None:
+    def forward(r: int, i: int) -> bool:
+        arrive = 0.0 if r == 0 else fend[r - 1][i] + comm
+        if not make_room(r, fadd) or (not wq[r] and live[r] + fadd + broom > limit):
+            return False
+        fill(r, arrive)
+        fend[r][i] = run(r, F, i, max(free[r], arrive))
+        live[r] += fadd
+        return True
+
+    def backward(r: int, i: int) -> bool:
         arrive = fend[r][i] if r == pp - 1 else bend[r + 1][i] + comm
+        if not make_room(r, badd):
+            return False
         fill(r, arrive)
         bend[r][i] = run(r, B, i, max(free[r], arrive))
-        live[r] -= 1 - wmem
+        live[r] += badd
         wq[r].append(i)
+        return True
 
     for r in range(pp):
         for _ in range(warm[r]):
@@ -148,7 +171,8 @@ def wave_schedule(
             nf[r] += 1
     for k in range(M):
         for r in reversed(range(pp)):
-            backward(r, k)
+            if not backward(r, k):
+                return None
         for r in range(pp):
             if nf[r] < M:
                 if not forward(r, nf[r]):

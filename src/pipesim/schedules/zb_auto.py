@@ -3,9 +3,11 @@ memory limit (flat placement; see ``pipesim.autoschedule``).
 
 Memory follows the paper's model: a forward adds one activation (``activation_bytes``
 bytes when the limit is given in bytes, else one unit: the limit is then in micro-batches
-of one stage's activation), the B frees the share ``1 - w_memory`` and the W the share
-``w_memory`` (the paper's M_B and M_W: w_memory = M_W / M_B). The default limit is pp
-activations, 1F1B's peak; 2pp is the paper's ZB-2p.
+of one stage's activation), the B adds ``w_memory - 1`` of it and the W frees ``w_memory``
+(the paper's M_B and M_W: w_memory = M_W / M_B). A ``w_memory`` above 1 is a B that adds
+memory (the W keeps more than the activation: ``memory.MemoryModel.w_share``); the limit
+then holds right after each B too. The default limit is 1F1B's peak, pp activations (pp -
+1 + w_memory when its B adds memory); 2pp is the paper's ZB-2p.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..autoschedule.problem import KIND, Problem
 from ..autoschedule.search import auto_schedule
 from ..costs import Costs
 from ..errors import PipesimError
+from ..inputs import MAX_VALUE
 from ..ir import Placement, Schedule
 from .zero_bubble import zb_h1
 
@@ -45,13 +48,16 @@ def zb_auto(
     the memory limit; ``exact`` runs CP-SAT for up to ``time_limit`` seconds to improve it
     and prove it optimal. The schedule's ``info`` says how it was found."""
     _finite("comm", comm, 0.0)
-    _finite("w_memory", w_memory, 0.0, 1.0)
+    _finite("w_memory", w_memory, 0.0, MAX_VALUE)
     _finite("time_limit", time_limit, 0.0)
     _finite("activation_bytes", activation_bytes, 1e-300)
     unit = 1.0 if activation_bytes is None else float(activation_bytes)
-    limit = float(pp) if memory_limit is None else memory_limit / unit
-    if memory_limit is not None and (not isinstance(memory_limit, (int, float)) or not limit >= 1.0):
-        need = "1 activation" if activation_bytes is None else f"{unit:g} bytes (one activation)"
+    # one micro-batch at a time holds its activation, and after its B what its W keeps
+    least = max(1.0, float(w_memory))
+    limit = pp - 1 + least if memory_limit is None else memory_limit / unit
+    if memory_limit is not None and (not isinstance(memory_limit, (int, float)) or not limit >= least):
+        what = "activation" if least == 1.0 else f"activations (what the W keeps, w_memory {w_memory:g})"
+        need = f"{least:g} {what}" if activation_bytes is None else f"{least * unit:g} bytes ({least:g} {what})"
         raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit}")
     costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs (>= 0, per stage)
     costs.check_stages(pp, f"zb-auto at pp={pp}")
