@@ -68,3 +68,43 @@ def test_zb_auto_built_for_the_planner_holds_its_room(w_share):
     s = build("zb-auto", pp, M, **opts)
     peaks = memory(s, simulate(s, costs), mm, curves=False).activation_peak
     assert max(peaks) <= room * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("pp,M", [(2, 32), (4, 16)])
+def test_zb_auto_built_for_the_planner_is_capped_at_the_real_bytes(pp, M):
+    """W share 1.7 and room for pp + 0.7 activations: by hand, 1F1B with each W right
+    after its B fits (rank 0 holds pp forwards, its B adds 0.7, its W frees 1.7) and runs
+    as 1F1B with a fused BW of B + W. zb-auto's cap is those bytes, so it is no slower;
+    a cap counted in activations of 1.7 times the bytes held one forward at a time at
+    pp2 and left a 42% bubble, as it did on llama3-70b's pp2 x tp8."""
+    from pipesim import build, simulate, summarize
+    from pipesim.costs import Costs
+    from pipesim.memory import MemoryModel, memory
+    from pipesim.planner.candidates import Candidate
+    from pipesim.planner.evaluate import builder_options
+
+    act, f, b, w = 1e9, 1.0, 1.1, 0.6
+    costs = Costs(f=f, b=b, w=w, comm=0.05)
+    mm = MemoryModel(params=0.0, activation=act, w_share=1.7)
+    room = (pp + 0.7) * act
+    opts = builder_options(Candidate(Layout(pp, 1), "zb-auto", None, "selective", M), costs, mm, room, pp)
+    s = build("zb-auto", pp, M, **opts)
+    one_f_one_b = build("1f1b", pp, M)
+    fused = Costs(f=f, b=b, w=w, bw=b + w, comm=0.05)
+    assert max(summarize(s, simulate(s, costs)).span) <= max(summarize(one_f_one_b, simulate(one_f_one_b, fused)).span) + 1e-9
+    assert max(memory(s, simulate(s, costs), mm, curves=False).activation_peak) <= room * (1 + 1e-9)
+
+
+def test_a_pinned_pending_count_below_one_micro_batch_is_refused_by_name():
+    """llama3-70b at pp2 x tp8 with sequence parallelism: the W keeps more than the
+    activation (w_share above 1), so one micro-batch holds more than one activation after
+    its B. A pin of one pending backward, counted as the fork counts it (one F's bytes),
+    cannot hold it: the refusal names the pin, not a want of room."""
+    from pipesim.planner.candidates import Candidate
+    from pipesim.planner.evaluate import evaluate
+    from pipesim.planner.specs import load_cluster, load_model
+
+    m, c = load_model("llama3-70b"), load_cluster("h100", gpus=64)
+    t = Training(seq=8192, global_batch=2048, zb_max_pending_backward=1, recompute="selective")
+    r = evaluate(m, c, t, Candidate(Layout(2, 4, tp=8, micro_batch=1), "zb-auto", None, "selective", 512))
+    assert not r.fits and r.reason.startswith("zb_max_pending_backward 1 caps a rank at")

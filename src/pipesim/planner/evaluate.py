@@ -168,7 +168,7 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pendin
     """The options the candidate's family is built with: its chunks, and for a family whose
     builder takes costs (zb-auto), the candidate's own per-stage F/B/W, P2P latency and
     the activation memory left (``room``; at most ``pending`` activations,
-    ``Training.zb_max_pending_backward``, 0: 2pp, ZB-2p's room). The builder caps every
+    ``Training.zb_max_pending_backward``, 0: 2pp micro-batches, ZB-2p's room). The builder caps every
     rank alike, so ``room`` is the least any rank has under its own usable memory: a cap
     no rank overflows, tighter than a roomier rank needs."""
     fam = REGISTRY[cand.schedule]
@@ -182,20 +182,22 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pendin
         opts[k] = tuple(costs.op_time(Op(k.upper(), 0, 0), s) for s in range(stages))
     if "comm" in takes:
         opts["comm"] = costs.p2p_time(0, 1)
-    # zb-auto's B frees the share 1 - w_memory (the paper's M_W <= M_B); a W share above 1
-    # (a B that adds memory: MemoryModel.w_share) is given to it as an activation of
-    # w_share times the bytes, which its W frees whole: its count is then never below the
-    # bytes really held (above them from an F to its B), so its cap still holds. Counting
-    # instead as the fork's --zero-bubble-max-pending-backward does (w_memory 1, one
-    # activation's bytes) overflows where room binds: llama3-70b's pp2 x tp8 zb-auto order
-    # no longer fits, where this cap gives it a 43% bubble; neither beats zb-h1 there
-    over = max(1.0, mm.w_share)
+    # zb-auto counts in the bytes of one activation and a B that adds memory
+    # (MemoryModel.w_share above 1: the W keeps more than the activation) as adding it,
+    # after every op: its count is the bytes the memory model holds, and its cap the
+    # room left. A pinned pending count caps it at that many of the F's own bytes, as the
+    # Zero Bubble fork's --zero-bubble-max-pending-backward does (pending x the F's
+    # measured bytes, runtime.py:1587-1589 at 39f2c186), a B's bytes checked against it
+    # (scheduler/zb.py:259-264). The default, ZB-2p's room, is 2pp micro-batches in
+    # flight each at its most (its activation, then after its B what its W keeps): the
+    # paper's 2p M_B where M_W <= M_B
     if {"memory_limit", "activation_bytes"} <= takes.keys():
-        unit = max(mm.activation_bytes(s) for s in range(stages)) * over
+        unit = max(mm.activation_bytes(s) for s in range(stages))
         opts["activation_bytes"] = unit
-        opts["memory_limit"] = min(room, (pending or 2 * cand.layout.pp) * unit)
+        cap = pending * unit if pending else 2 * cand.layout.pp * max(1.0, mm.w_share) * unit
+        opts["memory_limit"] = min(room, cap)
     if "w_memory" in takes:
-        opts["w_memory"] = mm.w_share / over
+        opts["w_memory"] = mm.w_share
     return opts
 
 
@@ -285,13 +287,21 @@ def _within_memory(
     # a builder takes one activation cap for every rank: that of the rank with the least room
     tight = min(range(len(budgets)), key=lambda r: budgets[r] - statics[r])
     opts = builder_options(cand, costs, mm, budgets[tight] - statics[tight], stages, t.zb_max_pending_backward) | group
-    if "memory_limit" in opts and opts["memory_limit"] < opts["activation_bytes"]:
+    # one micro-batch at a time: its activation, and after its B what its W keeps
+    one = opts.get("activation_bytes", 0.0) * max(1.0, opts.get("w_memory", 1.0))
+    if "memory_limit" in opts and opts["memory_limit"] < one:
         why = (
             f"static memory {statics[tight] / GB:.1f} GB on rank {tight} leaves no room for one micro-batch's activations "
-            f"({opts['activation_bytes'] / GB:.1f} GB) in its {budgets[tight] / GB:.1f} GB usable"
+            f"({one / GB:.1f} GB) in its {budgets[tight] / GB:.1f} GB usable"
         )
-        # what the builder cannot place: the static bytes and one activation of the size it caps
-        need = statics[tight] + opts["activation_bytes"]
+        if budgets[tight] - statics[tight] >= one:  # the room holds it: the pinned pending count does not
+            why = (
+                f"zb_max_pending_backward {t.zb_max_pending_backward} caps a rank at {opts['memory_limit'] / GB:.1f} GB "
+                f"of activations, less than one micro-batch holds after its B ({one / GB:.1f} GB: its W keeps "
+                f"{opts['w_memory']:.2f} of its activation)"
+            )
+        # what the builder cannot place: the static bytes and one micro-batch's bytes at the size it caps
+        need = statics[tight] + one
         return Result(
             cand,
             False,
