@@ -561,3 +561,16 @@ def test_a_training_file_with_no_tokens_is_one_line(tmp_path, capsys):
     code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--training", str(f)])
     err = capsys.readouterr().err
     assert code == 2 and "tokens must be > 0" in err and err.count("\n") == 1
+
+
+def test_equal_steps_go_to_the_simplest_schedule(capsys):
+    # gpt-oss-20b fits one GPU a replica: at pp1 every schedule runs F then B on each
+    # micro-batch, and their steps differ only in the last bits of the sums; the plan must
+    # recommend 1F1B, which every framework runs, not whichever sum came out lowest
+    assert main(["plan", "--model", "tests/data/hf/gpt-oss-20b.json", "--cluster", "h100", "--gpus", "16", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    best, rest = plan["recommendation"], plan["runners_up"]
+    assert best["pp"] == 1 and best["schedule"] == "1f1b"
+    tied = [r["schedule"] for r in rest if r["pp"] == 1 and abs(r["step_seconds"] / best["step_seconds"] - 1) < 1e-12]
+    assert "zb-auto" in tied  # it ties, and ranks behind
+    assert plan["recipe"]["megatron"]["runs"]  # Megatron-LM runs 1F1B

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import PipesimError
+from ..schedules import REGISTRY
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
 from .evaluate import Prepared, Shared, finish, prepare, too_many_slots
@@ -124,12 +125,25 @@ def _search(
                 break
         done += 1
         tick(done, total, plan)
-    plan.results.sort(key=lambda r: (r.step_time, r.memory_gb))
+    plan.results.sort(key=rank_key)
     plan.results = _without_twins(plan.results)
     tick(total, total, plan)
     if pins and plan.best is None:
         raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
     return plan
+
+
+#: the families from the simplest to run (GPipe, 1F1B) to the most involved, as registered
+SIMPLEST_FIRST = {name: i for i, name in enumerate(REGISTRY)}
+
+
+def rank_key(r: Result) -> tuple:
+    """A result's place in the ranking: its step, then its memory, then the simpler family.
+    Steps equal to 12 significant digits tie: schedules that run the same ops (every one
+    at pp1, where a rank's F and B follow each other whatever the family) sum their times
+    in another order and differ in the last bits, which must not hand the recommendation
+    to the most involved of them (zb-auto, for which no framework has a flag)."""
+    return (float(f"{r.step_time:.12g}"), r.memory_gb, SIMPLEST_FIRST.get(r.candidate.schedule, len(SIMPLEST_FIRST)))
 
 
 def _without_twins(results: list[Result]) -> list[Result]:
