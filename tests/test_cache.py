@@ -6,12 +6,15 @@ import json
 
 import pytest
 
-from pipesim import build
+from pipesim import build, kernel
 from pipesim.schedules import REGISTRY, cache, v_shape
 
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
+    # the C engine is built into the same cache directory the first time it is asked for:
+    # built (or found) under the real one first, it leaves the test's directory to the orders
+    kernel.compiled()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("PIPESIM_CACHE", raising=False)
     return tmp_path / "pipesim"
