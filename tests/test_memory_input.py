@@ -193,7 +193,7 @@ def test_the_default_expert_degree_divides_the_stage_and_the_experts():
     # memory and compare --model: DeepSeek-V3's 256 experts over 72 GPUs a stage take
     # ep8 (gcd(72, 256)); over 128 (the h800-2048 preset at pp16) its published ep64
     from pipesim.planner import load_model
-    from pipesim.planner.commands import with_default_ep
+    from pipesim.planner.layout import with_default_ep
 
     m, t = load_model("deepseek-v3"), Training()
     assert with_default_ep(m, t, Layout(pp=16, dp=72)).ep == 8

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.cli import main
-from pipesim.planner import commands
+from pipesim.planner import plan_command
 
 
 def unwritable_folders(tmp_path: Path) -> list[Path]:
@@ -34,7 +34,7 @@ def test_an_unwritable_folder_is_named_before_the_search(tmp_path, capsys, monke
     def no_search(*a, **k):
         raise AssertionError("searched before checking the output")
 
-    monkeypatch.setattr(commands, "search", no_search)
+    monkeypatch.setattr(plan_command, "search", no_search)
     for folder in folders:
         out = folder / "plan.md"
         code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "-o", str(out)])

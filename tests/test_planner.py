@@ -452,9 +452,9 @@ def test_impossible_pins(capsys, flags, needle):
 
 
 def test_progress_lines_when_stderr_is_not_a_terminal(monkeypatch, capsys):
-    from pipesim.planner import commands
+    from pipesim.planner import plan_command
 
-    monkeypatch.setattr(commands, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(plan_command, "PROGRESS_EVERY", 0.0)
     code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "1024",
                  "--global-batch", "32", "--json"])  # fmt: skip
     err = capsys.readouterr().err

@@ -7,9 +7,9 @@ from pipesim.cli import main
 
 
 def test_progress_line_writes_the_layout_as_the_report(monkeypatch, capsys, tmp_path):
-    from pipesim.planner import commands
+    from pipesim.planner import plan_command
 
-    monkeypatch.setattr(commands, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(plan_command, "PROGRESS_EVERY", 0.0)
     out = tmp_path / "plan.md"
     argv = ["plan", "--model", "mixtral-8x22b", "--cluster", "h100", "--gpus", "64", "--seq", "1024",
             "--global-batch", "64", "--schedules", "1f1b", "--ep", "8", "-o", str(out)]  # fmt: skip

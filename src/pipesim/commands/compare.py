@@ -91,8 +91,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
-    from ..planner.commands import with_default_ep
-    from ..planner.layout import Layout
+    from ..planner.layout import Layout, with_default_ep
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
 

@@ -8,8 +8,9 @@ split, the step's ends, bytes held) -> candidates.py, programs.py, bounds.py, ev
 search.py (every layout and schedule that fits, ranked) -> verdicts.py, advice.py,
 assumptions.py and recipe.py (why the others lost, advice, assumptions, how to run it:
 plan_stages.py, torchtitan_config.py, megatron_flags.py; over naming.py and
-memory_lines.py) -> report.py (Markdown or JSON); commands.py holds
-``pipesim plan`` and ``pipesim memory``.
+memory_lines.py) -> report.py (Markdown or JSON); commands.py registers ``pipesim plan``
+(plan_command.py) and ``pipesim memory`` (memory_command.py) over the arguments both take
+(spec_args.py).
 
     from pipesim.planner import load_cluster, load_model, load_training
     from pipesim.planner.search import search

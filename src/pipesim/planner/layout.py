@@ -227,3 +227,12 @@ def fold_problem(lay: Layout) -> str | None:
 def layout_problem(m: Model, t: Training, lay: Layout) -> str | None:
     """Why a layout cannot run, or None."""
     return tp_problem(m, lay.tp) or cp_problem(m, t, lay.cp, lay.tp) or expert_problem(m, lay.ep, lay.etp) or fold_problem(lay)
+
+
+def with_default_ep(model, training, lay: Layout) -> Layout:
+    """``lay`` with the largest expert degree up to ``default_ep``'s that the layout
+    takes (``layout_problem``): 72 GPUs a stage take no ep64 of 256 experts, but ep8."""
+    for e in range(default_ep(model, lay.dp), 1, -1):
+        if not layout_problem(model, training, replace(lay, ep=e)):
+            return replace(lay, ep=e)
+    return replace(lay, ep=1)

@@ -1,0 +1,226 @@
+"""``pipesim memory``: one layout's memory per GPU, schedule beside 1F1B, with what of the
+card is usable and what one micro-batch keeps, layer kind by layer kind."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import PipesimError
+from ..inputs import work
+from ..memory import memory
+from ..output import console, emit_json
+from ..schedules import build, family
+from ..simulate import simulate
+from .activations import head_activation, head_saved, layer_activation, layer_saved
+from .device_memory import held_params, rank_usables
+from .footprint import memory_model, stage_params
+from .layout import Layout, layout_problem, local_training, with_default_ep
+from .memory_lines import no_fit_line, usable_dict, usable_lines
+from .pipeline_layout import is_layout, stage_count
+from .saved_widths import layer_mode
+from .spec_args import specs_from
+from .stages import component_costs, stage_parts
+from .weight_grad_saved import layer_w_saved
+
+GB = 1e9  # bytes of a decimal GB: the report speaks GB, as GPU data sheets do (not GiB)
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    model, cluster, training = specs_from(args)
+    pp, tp, cp = args.pp, args.tp, args.cp
+    if cluster.gpus % (pp * tp * cp):
+        raise PipesimError(f"--pp {pp} x --tp {tp} x --cp {cp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
+    dp = args.dp or cluster.gpus // (pp * tp * cp)
+    if pp * tp * cp * dp != cluster.gpus:  # as plan's pins: the layout is the whole cluster
+        raise PipesimError(
+            f"--pp {pp} x --tp {tp} x --cp {cp} x --dp {dp} = {pp * tp * cp * dp} GPUs, but {cluster.name} has "
+            f"{cluster.gpus}: give --gpus {pp * tp * cp * dp} or --dp {cluster.gpus // (pp * tp * cp)}"
+        )
+    # the experts fold over the attention's tp x cp x dp GPUs of a stage (MoE parallel
+    # folding), so ep need not divide dp: layout_problem states what must hold
+    lay = Layout(pp=pp, dp=dp, tp=tp, ep=args.ep or 1, micro_batch=args.micro_batch_size, cp=cp, etp=args.etp)
+    if not args.ep:
+        lay = with_default_ep(model, training, lay)
+    ep = lay.ep
+    refused = layout_problem(model, training, lay)
+    if refused:
+        raise PipesimError(refused)
+    M = args.microbatches or 4 * pp
+    work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
+    recompute = "selective" if training.recompute == "auto" else training.recompute
+    # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
+    second = family(args.schedule or "dualpipe").name
+    if second == "1f1b" and args.chunks:
+        build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
+    if is_layout(training.stage_split) and stage_count(training.stage_split) != pp:
+        raise PipesimError(
+            f"stage_split {training.stage_split!r} names {stage_count(training.stage_split)} stages, but memory sets every "
+            f"schedule beside 1f1b, which runs {pp} (one a rank): pipesim plan with the same pins and --schedules gives "
+            "this split's memory"
+        )
+    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
+    rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
+    for name, opts in options[1:]:
+        try:
+            rows.append(_memory_row(model, cluster, training, lay, name, M, recompute, **opts))
+        except PipesimError as e:
+            if args.schedule:
+                raise
+            # the user asked for no dualpipe: say where it came from and how to set another
+            raise PipesimError(
+                f"{e} (dualpipe is the schedule memory sets beside 1f1b by default: give --schedule 1f1b or another)"
+            ) from None
+    extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
+    middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
+    per_gpu = sum(stage_params(model, middle, False, False, lay))
+    whole = sum(stage_params(model, middle, False, False, Layout(pp=pp, dp=1)))
+    data = {
+        "model": model.name,
+        "cluster": cluster.name,
+        "layout": {
+            "pp": pp,
+            "dp": dp,
+            "tp": tp,
+            "ep": ep,
+            "cp": cp,
+            "etp": lay.etp,
+            "edp": lay.edp,
+            "micro_batch": lay.micro_batch,
+        },
+        "microbatches": M,
+        "recompute": recompute,
+        "schedules": rows,
+        "extra_copy_gb": extra,
+        "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
+        "stage_parameters": whole,
+        "stage_parameters_per_gpu": per_gpu,
+        # the usable memory of the rank with the least room of all the rows' worst ranks
+        "usable": min((r["usable"] for r in rows), key=lambda u: u["room_bytes"]),
+        "activations_per_layer": _activation_rows(model, training, lay, recompute),
+    }
+    if args.json:
+        emit_json(data)
+        return 0
+    out = console()
+    out.print(
+        f"[bold]{model.name}[/] on {cluster.gpu} ({cluster.hbm_gb:.1f} GB), pp{pp} x dp{dp}"
+        + (f" x tp{tp}" if tp > 1 else "")
+        + (f" x cp{cp}" if cp > 1 else "")
+        + (f", ep{ep}" if ep > 1 else "")
+        + (f" x etp{lay.etp}" if lay.etp > 1 else "")
+        + (f", {lay.micro_batch} sequences a micro-batch" if lay.micro_batch > 1 else "")
+        + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
+    )
+    for r in rows:
+        out.print(
+            f"  {r['schedule']:10s} {r['copies']:g} cop{'y' if r['copies'] == 1 else 'ies'} of {r['params_per_copy'] / 1e9:.2f}B parameters: "
+            f"weights {r['weights_gb']:.1f} + gradients {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} = {r['static_gb']:.1f} GB; "
+            f"activations up to {r['activations_gb']:.1f} GB; peak {r['peak_gb']:.1f} GB"
+            + ("" if r["fits"] else "  [red]does not fit[/]")
+        )
+    for line in usable_lines(rows, cluster.hbm_gb):
+        out.print(line)
+    unfit = next((r for r in rows if not r["fits"]), None)
+    if unfit:
+        out.print(no_fit_line(unfit, lay.micro_batch, recompute))
+    if len(rows) > 1:
+        out.print(
+            f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
+            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.1f} GB)."
+        )
+    if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
+        return 0
+    if model.moe and ep > 1:
+        out.print(
+            # true however large the copy is: it says what sets its size, not that it is small
+            f"What sets its size for {model.name}: a pp{pp} stage holds {whole / 1e9:.1f}B parameters, but with ep={ep} a GPU "
+            f"keeps only {per_gpu / 1e9:.2f}B of them (each routed expert lives on one of {ep} GPUs), so the second copy "
+            f"doubles {per_gpu / 1e9:.2f}B, not {whole / 1e9:.1f}B. A dense model has nothing to shard that way: each GPU "
+            "doubles its whole stage."
+        )
+    elif model.moe:
+        out.print(
+            f"With ep=1 every GPU keeps all {model.moe.experts} routed experts of its stage ({per_gpu / 1e9:.2f}B parameters), "
+            "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
+        )
+    return 0
+
+
+def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
+    """Bytes one micro-batch keeps on one GPU for each kind of layer (dense, MoE; under
+    every-N, checkpointed or not) and for the output head, tensor by tensor (a
+    context-parallel rank's 1/cp of each sequence, as the planner's footprint counts it)."""
+    training = local_training(training, lay)
+    tokens = lay.micro_batch * training.seq
+    kinds: dict[tuple[bool, str], list[int]] = {}
+    for i in range(model.layers):
+        kinds.setdefault((model.is_moe_layer(i), layer_mode(recompute, i)), []).append(i)
+    rows = []
+    for (moe, mode), layers in sorted(kinds.items(), key=lambda kv: kv[1][0]):  # in the model's order
+        i = layers[0]
+        saved = layer_saved(model, i, training, lay.tp, recompute)
+        total, w_share = layer_activation(model, i, training, lay, recompute)
+        rows.append(
+            {
+                "layer": "moe" if moe else "dense",
+                "first_layer": i,
+                "layers": len(layers),
+                "recompute": mode,
+                "bytes": total,
+                "w_share": w_share,
+                "tensors": {k: v * tokens for k, v in saved.items()},
+                # what a split backward's W keeps from its B (inputs and output gradients)
+                "w_tensors": {k: v * tokens for k, v in layer_w_saved(model, i, training, lay.tp, recompute).items()},
+            }
+        )
+    head = head_saved(model, training, lay.tp)
+    rows.append(
+        {"layer": "head", "bytes": head_activation(model, training, lay), "tensors": {k: v * tokens for k, v in head.items()}}
+    )
+    return rows
+
+
+def _chunks(chunks: int | None) -> dict:
+    return {} if chunks is None else {"chunks": chunks}
+
+
+def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
+    s = build(name, lay.pp, M, **options)
+    stages = s.placement.stages
+    # as the planner splits (evaluate.finish): the evened split and the one without its
+    # moves, where they differ, the faster of the two kept
+    held = s.placement.held()
+    splits = {
+        tuple(map(len, p)): p
+        for p in (stage_parts(model, cluster, training, lay, stages, recompute, held, e) for e in (True, False))
+    }
+    runs = [(simulate(s, component_costs(model, cluster, training, lay, stages, recompute, p)), p) for p in splits.values()]
+    tl, parts = min(runs, key=lambda x: x[0].end - x[0].start)
+    mm = memory_model(model, training, lay, stages, recompute, parts)
+    mem = memory(s, tl, mm)
+    pl = s.placement
+    copies = pl.parameter_copies
+    # each rank against its own usable memory: only the last stage's holds the loss's
+    # transient and logits, each stage's its own receive buffers and FSDP pools
+    usables = rank_usables(model, cluster, training, lay, recompute, held, stages, M, mm)
+    # the worst rank: the least room under its own usable memory (the highest peak on a tie)
+    worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
+    n = held_params(mm, held[worst])  # the worst rank's parameters, every copy
+    return {
+        # an interleaved placement's chunks per rank, as the plan writes them (v=4)
+        "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
+        "chunks": s.placement.chunks,
+        "stage_layers": [len(p) for p in parts],  # layers per model stage, as simulated
+        "copies": copies,
+        "params_per_copy": n / copies,
+        "weights_gb": mem.params[worst] / GB,
+        "grads_gb": mem.grads[worst] / GB,
+        "optimizer_gb": mem.optimizer[worst] / GB,
+        "static_gb": mem.static[worst] / GB,
+        "activations_gb": mem.activation_peak[worst] / GB,
+        "peak_gb": mem.peak[worst] / GB,
+        "rank": worst,
+        "usable": usable_dict(usables[worst], mem.peak[worst]),
+        "rank_usable_bytes": [u.bytes for u in usables],
+        "fits": mem.peak[worst] <= usables[worst].bytes,
+    }

@@ -1,0 +1,134 @@
+"""``pipesim plan``: search the layouts and schedules, then write the report (or its JSON),
+with the search's progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import fields
+
+from ..costfile import load_cost_file
+from ..errors import PipesimError
+from ..files import json_text, write_text_atomic
+from ..schedules import family
+from . import calibrate
+from .candidates import Pins
+from .naming import layout_text
+from .search import search
+from .spec_args import specs_from
+from .specs import (
+    model_published,
+)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from . import report
+    from .plan_stages import pick
+
+    model, cluster, training = specs_from(args)
+    schedules = _names(args.schedules) if args.schedules else None
+    compare = None
+    if args.compare:
+        pair = _names(args.compare)
+        if len(pair) != 2:
+            raise PipesimError(f"--compare takes two schedules, like 1f1b,dualpipe; got {args.compare!r}")
+        compare = (pair[0], pair[1])
+        schedules = sorted(set(schedules or []) | set(pair)) if schedules else list(pair)
+    out = None if args.output == "-" else args.output  # -: the report on stdout
+    if out and not out.endswith((".md", ".json")):
+        raise PipesimError(f"--output must end in .md or .json, got {out!r}")
+    calibration = _calibration(args, model, cluster, training)
+    fitted = calibration.text(cluster, training) if calibration else None
+    if calibration:
+        cluster, training = calibrate.scaled(cluster, training, calibration.compute, calibration.links)
+    pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
+    plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
+    plan.model_published = model_published(args.model)
+    notes = report.Notes(
+        calibration=fitted,
+        uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,
+    )
+    as_json = args.json or (out or "").endswith(".json")
+    if plan.best is None:  # a failed search is an answer the user must act on, not a report
+        raise PipesimError(
+            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts: "
+            "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
+        )
+    pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
+    text = (
+        json_text(report.to_dict(plan, compare, notes, args.layout))
+        if as_json
+        else report.markdown(plan, compare, notes, args.layout)
+    )
+    if out:
+        write_text_atomic(out, text)
+        best = plan.best
+        summary = (
+            f"{best.candidate.label} on {layout_text(best, plan)}: {best.step_time:.2f} s per step" if best else "nothing fits"
+        )
+        print(f"wrote {out}: {summary}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _calibration(args, model, cluster, training):
+    """The fit ``--calibrate`` or ``--measured-step`` asks for, on ``--measured-on``."""
+    if not (args.calibrate or args.measured_step is not None):
+        if args.measured_on:
+            raise PipesimError("--measured-on names the layout of a measurement: give --calibrate or --measured-step with it")
+        return None
+    if args.calibrate and args.measured_step is not None:
+        raise PipesimError("give --calibrate or --measured-step, not both")
+    if not args.measured_on:
+        raise PipesimError("calibration needs the layout it was measured on: add --measured-on, e.g. pp16,dp128,ep64,dualpipe")
+    lay = calibrate.parse_layout(args.measured_on)
+    if args.calibrate:
+        costs, _ = load_cost_file(args.calibrate)
+        return calibrate.from_components(model, cluster, training, lay, costs, args.calibrate)
+    return calibrate.from_step(model, cluster, training, lay, args.measured_step)
+
+
+def _names(text: str) -> list[str]:
+    # the registry's spelling (PyTorch's names and any case are accepted); unknown names:
+    # one clear line
+    return [family(n.strip()).name for n in text.split(",") if n.strip()]
+
+
+#: seconds between progress lines
+PROGRESS_EVERY = 2.0
+
+
+class ProgressLine:
+    """The search's progress on stderr every few seconds: one line rewritten in place on
+    a terminal, plain lines otherwise (logs, CI), so a long search never looks hung."""
+
+    def __init__(self, stream, every: float | None = None):
+        self.stream = stream
+        self.every = PROGRESS_EVERY if every is None else every
+        self.tty = stream.isatty()
+        self.start = self.last = time.monotonic()
+        self.shown = False
+        self.width = 0
+
+    def __call__(self, done: int, total: int, plan) -> None:
+        now = time.monotonic()
+        final = done >= total
+        # quiet for a search that answers at once; once shown, the last line says it ended
+        if (final and not self.shown) or (not final and now - self.last < self.every):
+            return
+        self.last, self.shown = now, True
+        best = plan.best if final else min(plan.results, key=lambda r: r.step_time, default=None)
+        line = (
+            f"pipesim plan: {'searched' if final else 'searching'} {plan.considered} candidates, "
+            f"{len(plan.results)} simulated that fit, {plan.skipped} skipped by bound"
+            + (f", best {best.step_time:.2f} s per step ({best.candidate.label}, {layout_text(best, plan)})" if best else "")
+            + f"; {now - self.start:.0f} s"
+        )
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self.width) + ("\n" if final else ""))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()

@@ -1,0 +1,87 @@
+"""The model, cluster and training arguments ``pipesim plan`` and ``pipesim memory`` share,
+and the model, cluster and training they load."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import PipesimError
+from ..options import positive_float, positive_int, whole_number
+from .specs import (
+    CP_COMMS,
+    TP_OVERLAPS,
+    load_cluster,
+    load_model,
+    load_training,
+    model_training,
+    preset_names,
+)
+
+
+def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) -> None:
+    c.add_argument(
+        "--model",
+        required=True,
+        help=f"a model preset ({', '.join(preset_names('model'))}), a TOML file or a HuggingFace config.json (or its folder)",
+    )
+    # the presets as shipped, so that a new one (gb200-nvl72, gb300-nvl72) is offered where it is asked for
+    clusters = ", ".join(preset_names("cluster"))
+    if cluster_default:
+        c.add_argument(
+            "--cluster", default=cluster_default, help=f"a cluster preset ({clusters}) or TOML file (default {cluster_default})"
+        )
+    else:
+        c.add_argument("--cluster", required=True, help=f"a cluster preset ({clusters}) or TOML file")
+    c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
+    g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
+    g.add_argument("--training", metavar="FILE.toml", help="training spec file")
+    g.add_argument("--seq", type=positive_int, help="tokens per sequence (pipesim's default 4096)")
+    g.add_argument("--global-batch", type=positive_int, help="sequences per step (pipesim's default 1024)")
+    g.add_argument("--precision", choices=("bf16", "fp8"), help="the multiplies' precision (pipesim's default bf16)")
+    g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage (pipesim's default 1)")
+    g.add_argument(
+        "--recompute",
+        choices=("none", "selective", "full", "auto"),
+        help="activation recomputation (pipesim's default auto: plan searches it, memory takes selective; "
+        "a training file also takes op and every-N)",
+    )
+    g.add_argument("--tokens", type=positive_float, help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)")
+    g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
+    g.add_argument(
+        "--tp-overlap",
+        choices=TP_OVERLAPS,
+        help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default), "
+        "all (--tp-comm-overlap, AsyncTP; pipesim's default) or micro_pipeline (AsyncTP as torch.compile's "
+        "micro-pipeline pass runs it: the backward's input-gradient reduce-scatters exposed)",
+    )
+    g.add_argument(
+        "--stage-split",
+        metavar="RULE|LAYOUT",
+        help="layers per pipeline stage: balanced (pipesim's default: the busiest rank carries the least), even "
+        "(layers / stages each, Megatron-Core's default), or a Megatron --pipeline-model-parallel-layout string "
+        "such as 'Et|(tt|)*30mL' (then only layouts with that many stages are considered)",
+    )
+
+
+def specs_from(args: argparse.Namespace):
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster, args.gpus)
+    training = load_training(
+        args.training,
+        base=model_training(args.model),
+        seq=args.seq,
+        global_batch=args.global_batch,
+        precision=args.precision,
+        zero=args.zero,
+        recompute=args.recompute,
+        tokens=args.tokens,
+        cp_comm=args.cp_comm,
+        tp_overlap=args.tp_overlap,
+        stage_split=args.stage_split,
+    )
+    if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
+        raise PipesimError(
+            f"{args.cluster}: sms = {cluster.sms} leaves none for compute beside the training's comm_sms = {training.comm_sms}; "
+            f"give sms from {training.comm_sms + 1} up (or a training file with a smaller comm_sms)"
+        )
+    return model, cluster, training
