@@ -3,18 +3,14 @@ field has its type and range."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import PipesimError
 from .attention_window import check_windows
 
-if TYPE_CHECKING:  # specs imports this module
-    from .specs import Model
 
-
-def check_model(m: Model, where: str) -> None:
-    """Refuse, in one line naming the file and the key, a model whose fields do not fit
-    together (each field's own type and range are checked as it is read)."""
+def check_model(m, where: str) -> None:
+    """Refuse, in one line naming the file and the key, a model (a ``specs.Model``, which
+    specs hands here once built: this module does not import specs back) whose fields do
+    not fit together (each field's own type and range are checked as it is read)."""
     for key in ("layers", "hidden", "heads", "vocab"):
         if getattr(m, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
