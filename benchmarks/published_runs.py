@@ -63,6 +63,7 @@ from pipesim.planner.specs import (
 )
 
 DATA = Path(__file__).parent / "data" / "published_runs.toml"
+ROOT = Path(__file__).resolve().parent.parent  # a row's HuggingFace config.json is named from here
 
 #: DeepSeek's public training profile (deepseek-ai/profile-data, train.json): an overlapped
 #: F&B pair of 4 MoE layers, EP64, 4K tokens, H800: the window of its GPU kernels, ms
@@ -72,6 +73,7 @@ PROFILE_PAIR_MS = 129.0
 def specs(row: dict):
     name = row["model"]
     if isinstance(name, str):
+        name = str(ROOT / name) if name.endswith(".json") else name
         m, base = load_model(name), model_training(name)
     else:
         m, base = model_from_table(name, f"{DATA.name} [{row['name']}] model"), {}
