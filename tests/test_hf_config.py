@@ -72,6 +72,17 @@ def test_parameter_counts_are_the_published_ones(name, total, active, source):
         assert shown(published_active_params(m), active) == active, source
 
 
+@pytest.mark.parametrize("name,sinks", [("gpt-oss-120b", 2304), ("gpt-oss-20b", 1536)])
+def test_gpt_oss_counts_its_attention_sinks(name, sinks):
+    """transformers' GptOssAttention holds ``sinks = nn.Parameter(torch.empty(
+    config.num_attention_heads))``: one a head on every layer, 64 x 36 = 2,304 in
+    gpt-oss-120b and 64 x 24 = 1,536 in gpt-oss-20b (their config.json's heads and layers).
+    With them both totals stay at the model card's (the test above)."""
+    m = load_model(str(HF / f"{name}.json"))
+    assert m.attention_sinks
+    assert total_params(m) - total_params(dataclasses.replace(m, attention_sinks=False)) == sinks
+
+
 def test_the_report_prints_each_makers_active_count(capsys):
     """The plan gives the active count as the maker counts it, to three figures; the cost
     arithmetic keeps every parameter a token passes through (active_params)."""

@@ -12,8 +12,8 @@ DeepSeek's own DeepseekV2Config / DeepseekV3Config published with the weights.
 Left out on purpose, each far below the published precision of the parameter counts:
 Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's and Gemma 3's per-head q/k
 norms, the MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate,
-DeepSeek-V3's per-expert routing bias and gpt-oss's attention sinks (gpt-oss's biases are
-not below it, and are counted). Which layers attend over a sliding window, and how wide,
+DeepSeek-V3's per-expert routing bias (gpt-oss's biases are not below it, and are
+counted, as are its attention sinks, real parameters however few). Which layers attend over a sliding window, and how wide,
 is read as each family's class sets it (``_windows``) and priced (``attention_window``).
 """
 
@@ -322,7 +322,8 @@ def _gpt_oss(f: _Fields) -> dict:
     gated MLP intermediate_size wide with biases on both its projections
     (gate_up_proj_bias, down_proj_bias), reached by num_experts_per_tok a token through a
     router with a bias; untied embeddings. The biases are counted (39.8M of gpt-oss-120b's
-    116.83B are its experts'), the sinks (one a head: 2,304 in gpt-oss-120b) are not.
+    116.83B are its experts'), and the sinks (GptOssAttention's ``sinks``, one a head: 2,304
+    in gpt-oss-120b, 1,536 in gpt-oss-20b), which keep both totals at the model card's.
     The experts' clamped SwiGLU (swiglu_limit, swiglu_alpha) moves the bytes a SwiGLU does.
     Active parameters: OpenAI's 5.13B (gpt-oss-120b) and 3.61B (gpt-oss-20b; model card,
     arXiv 2508.10925, Table 1) hold only with the unembedding and without the input
@@ -331,6 +332,7 @@ def _gpt_oss(f: _Fields) -> dict:
     if not f.flag("attention_bias", True):
         raise f.refuse("attention_bias false: pipesim counts gpt-oss's biases on every projection; give true")
     out["biases"] = True
+    out["attention_sinks"] = True
     out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
     out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
     out["active_counts_embedding"] = False

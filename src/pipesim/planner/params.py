@@ -17,7 +17,10 @@ def attention_params(m: Model) -> float:
     kv = a.kv_heads or m.heads
     # q and o: heads; k and v: kv heads; with biases one a output of q, k, v and o
     bias = hd * (m.heads + 2 * kv) + h if m.biases else 0
-    return h * hd * (2 * m.heads + 2 * kv) + bias
+    # gpt-oss's sinks: one a head (transformers' GptOssAttention: nn.Parameter of
+    # num_attention_heads; Megatron-Core's softmax_offset, learnable)
+    sinks = m.heads if m.attention_sinks else 0
+    return h * hd * (2 * m.heads + 2 * kv) + bias + sinks
 
 
 def mlp_params(m: Model, layer: int) -> tuple[float, float]:

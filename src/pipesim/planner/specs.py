@@ -152,6 +152,10 @@ class Model:
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
     biases: bool = False  # every projection adds a bias (gpt-oss): counted, priced in its multiply
+    # a learned sink logit a head on every layer, one more column of each softmax (gpt-oss;
+    # Megatron-Core's softmax_type "learnable"): counted as parameters; the attention kernel
+    # that takes them (Transformer Engine's cuDNN fused attention) is priced as without them
+    attention_sinks: bool = False
     # whether the maker's published "activated parameters" count the input embedding, a row
     # lookup with no multiply (params.published_active_params): Mistral's and Qwen's do,
     # DeepSeek's do not (only without it do V2's 21B and V3's 37B come out)
