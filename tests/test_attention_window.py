@@ -112,7 +112,21 @@ def test_context_parallel_schemes_run_a_window_only_where_te_does(capsys, tmp_pa
     one_line(
         *run(capsys, *base, "--training", ring)[::2], "PyTorch's ring attention (torch_context_parallel) has no sliding window"
     )
-    code, out, err = run(capsys, *base, "--cp-comm", "all_gather", "--json")
+    # Gemma 3 1B: windows (512 of 4096) and no sinks, so all_gather runs it
+    gemma = ["plan", "--model", HF / "gemma-3-1b.json", "--cluster", "h100", "--gpus", "8", "--cp", "2"]
+    code, out, err = run(capsys, *gemma, "--cp-comm", "all_gather", "--json")
+    assert code == 0, err
+    assert json.loads(out)["recommendation"]["cp"] == 2
+
+
+def test_context_parallel_runs_attention_sinks_only_over_a2a(capsys):
+    """Transformer Engine's get_attention_backend (v2.9, and d0067d0da): with a learnable
+    softmax offset (gpt-oss's sinks) FlashAttention is off, and under context parallelism
+    its fused attention only with cp_comm_type "a2a": all_gather, which runs the window,
+    leaves no backend for the sinks."""
+    base = ["plan", "--model", HF / "gpt-oss-120b.json", "--cluster", "h100", "--gpus", "64", "--cp", "2"]
+    one_line(*run(capsys, *base, "--cp-comm", "all_gather")[::2], 'runs under context parallelism only with cp_comm "a2a"')
+    code, out, err = run(capsys, *base, "--cp-comm", "a2a", "--json")
     assert code == 0, err
     assert json.loads(out)["recommendation"]["cp"] == 2
 

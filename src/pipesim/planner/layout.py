@@ -191,6 +191,15 @@ def cp_problem(m: Model, t: Training, cp: int, tp: int = 1) -> str | None:
         return f"--cp {cp} needs fused attention (flash_attention = true): context parallelism runs blockwise flash kernels"
     if any(0 < m.window(i) < t.seq for i in range(m.layers)) and window_problem(t):
         return f"--cp {cp}: {m.name} attends over a sliding window, and {window_problem(t)}"
+    if m.attention_sinks and (t.torch_context_parallel or t.cp_comm != "a2a"):
+        # Transformer Engine's get_attention_backend (v2.9 and d0067d0da, "Filter: Softmax
+        # type"): a softmax other than vanilla under context parallelism has only its cuDNN
+        # fused attention, and only with cp_comm_type a2a (Flash is off for any such softmax,
+        # unfused for context parallelism)
+        return (
+            f"--cp {cp}: {m.name} has attention sinks (a learned softmax offset a head), which Transformer Engine "
+            'runs under context parallelism only with cp_comm "a2a": give --cp-comm a2a, or --cp 1'
+        )
     kv = m.heads if m.attention.kind == "mla" else (m.attention.kv_heads or m.heads)
     if t.cp_comm == "a2a" and ((m.heads // tp) % cp or (kv // tp) % cp):
         return (
