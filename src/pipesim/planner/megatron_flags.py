@@ -15,7 +15,7 @@ from .collectives import a2a_size
 from .naming import COMBINED
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
-from .specs import Training
+from .specs import Model, Training
 
 
 def megatron_layout(parts: list[Part]) -> str:
@@ -102,6 +102,8 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         notes += moe_notes(t, combined=name in COMBINED)
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
+    flags += attention_flags(m)
+    notes += attention_notes(m)
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
     if t.zero >= 1:
         flags.append("--use-distributed-optimizer")
@@ -206,3 +208,55 @@ def moe_notes(t: Training, combined: bool = False) -> list[str]:
                 f"(static shapes: {static}) captures it"
             )
     return notes
+
+
+def attention_flags(m: Model) -> list[str]:
+    """The attention the plan priced that Megatron-LM must be told of (arguments.py at
+    d98e8a6): the sliding window and the layers that take it, and gpt-oss's sinks.
+
+    ``--window-size`` is Transformer Engine's (left, right) window, which Megatron-Core
+    passes to its attention as it is (extensions/transformer_engine.py): a query at i reads
+    the keys from i - left to i + right, inclusive (TE's DotProductAttention docstring,
+    dot_product_attention.py at d0067d0da),
+    so the model file's ``sliding_window`` w (keys read, the query's own included, as
+    transformers' mask keeps them) is (w - 1, 0). ``--window-attn-skip-freq`` N leaves
+    full attention on the layers whose 1-indexed number is a multiple of N, a list one
+    entry a layer, 1 for a windowed one (core/transformer/utils.py
+    is_layer_window_attention; arguments.py moe_freq_type reads either). Megatron-Bridge's
+    gpt-oss provider writes (128, 0), a key more than transformers' 128: OpenAI's reference
+    mask's count. ``--softmax-type learnable`` is TransformerConfig.softmax_type, the
+    sinks' learned offset a head."""
+    flags = []
+    windows = [m.window(i) for i in range(m.layers)]
+    if any(windows):
+        flags.append(f"--window-size {max(windows) - 1},0")
+        windowed = [bool(w) for w in windows]
+        if not all(windowed):
+            flags.append(f"--window-attn-skip-freq {_skip_freq(windowed)}")
+    if m.attention_sinks:
+        flags.append("--softmax-type learnable")
+    return flags
+
+
+def _skip_freq(windowed: list[bool]) -> str:
+    """``--window-attn-skip-freq`` for the windowed layers: N where every Nth layer alone
+    attends fully, else the list."""
+    n = len(windowed)
+    for every in range(2, n + 1):
+        if all(w == ((i + 1) % every != 0) for i, w in enumerate(windowed)):
+            return str(every)
+    return '"[' + ",".join("1" if w else "0" for w in windowed) + ']"'
+
+
+def attention_notes(m: Model) -> list[str]:
+    """What the sinks need of the software beneath Megatron-LM (Transformer Engine 2.9, and
+    the same at d0067d0da): get_attention_backend turns FlashAttention off for a softmax
+    other than vanilla, and nvte_get_fused_attn_backend takes learnable offsets in the cuDNN
+    fused attention only from cuDNN 9.13.1; Megatron-Core asserts TE 2.8 for softmax_type."""
+    if not m.attention_sinks:
+        return []
+    return [
+        "the plan priced the sinks inside fused attention: Transformer Engine runs --softmax-type learnable only in its "
+        "cuDNN fused attention (TE 2.8 or later, cuDNN 9.13.1 or later); with an older cuDNN it falls back to unfused "
+        "attention, which writes the whole score square (flash_attention = false prices that)"
+    ]

@@ -15,15 +15,14 @@ DeepSeek-V3 refuses pipeline parallelism with MTP (torchtitan/models/deepseek_v3
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import cache
 from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
 from .naming import COMBINED
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
-from .specs import Model, Training, load_model
+from .specs import Model, Training
+from .torchtitan_bases import PLACEHOLDER, torchtitan_base
 
 
 def csv_name(r: Result) -> str:
@@ -119,6 +118,20 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
                 "why": f"torchtitan split experts tp ways or not at all (expert_tensor_parallel_degree = tp or 1, {ETP_VERSIONS}) "
                 f"and has no expert tensor parallelism since; the plan has etp{lay.etp} with tp{lay.tp}",
             }
+    if m.attention_sinks and lay.cp > 1:
+        # torchtitan/models/gpt_oss/README.md at b5bcd76: "TODO: More parallelism support: CP,
+        # PP"; Decoder.update_from_config (models/common/decoder.py) raises NotImplementedError
+        # for CP with VarlenAttention, gpt-oss's default attn_backend
+        return {
+            "runs": False,
+            "why": "torchtitan's gpt-oss has no context parallelism (its README lists CP as to do, and its default "
+            "varlen attention is refused under CP by Decoder.update_from_config)",
+        }
+    if m.attention_sinks and lay.pp > 1:
+        notes.append(
+            "torchtitan's gpt-oss lists pipeline parallelism as to do (torchtitan/models/gpt_oss/README.md), though its "
+            "model spec passes pipeline_llm: the split below is untried there"
+        )
     if m.mtp_layers and lay.pp > 1:
         notes.append(
             "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
@@ -217,15 +230,6 @@ def tp_overlap_notes(t: Training) -> list[str]:
     return []
 
 
-#: the model presets' full configurations in torchtitan (config_registry.py of each model)
-TORCHTITAN_BASES = {
-    "llama3-8b": ("torchtitan.models.llama3.config_registry", "llama3_8b"),
-    "llama3-70b": ("torchtitan.models.llama3.config_registry", "llama3_70b"),
-    "llama3-405b": ("torchtitan.models.llama3.config_registry", "llama3_405b"),
-    "deepseek-v3": ("torchtitan.models.deepseek_v3.config_registry", "deepseek_v3_671b"),
-}
-
-
 #: the old form's ``context_parallel_rotate_method`` for each cp_comm it can run. PyTorch's
 #: context_parallel (torch 2.13, distributed/tensor/experimental/_context_parallel/
 #: _attention.py) takes "allgather" (_AllGatherRotater: every rank's keys and values
@@ -240,38 +244,12 @@ ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
 OLD_HEAD = "output"
 
 
-#: the import a recipe names when no torchtitan configuration matches the model
-PLACEHOLDER = ("your_configs", "your_base_config")
-
-
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
     "[parallelism], [training] and [activation_checkpoint] names; from #2386 on, a configuration is a Python function returning "
     "Trainer.Config, run with --module and --config"
 )
-
-
-#: torchtitan's Qwen3 flavours by shape (torchtitan/models/qwen3/__init__.py at b5bcd76:
-#: qwen3_configs), (layers, hidden, heads, kv heads, head size, vocabulary, tied embeddings,
-#: dense width or (experts, expert width, top-k)) -> (flavour, its config_registry.py
-#: function, None where the registry has the flavour but no configuration function)
-QWEN3_FLAVOURS = {
-    (28, 1024, 16, 8, 128, 151936, True, 3072): ("0.6B", "qwen3_0_6b"),
-    (28, 2048, 16, 8, 128, 151936, True, 6144): ("1.7B", "qwen3_1_7b"),
-    (36, 2560, 32, 8, 128, 151936, True, 9728): ("4B", None),
-    (36, 4096, 32, 8, 128, 151936, False, 12288): ("8B", None),
-    (40, 5120, 40, 8, 128, 151936, False, 17408): ("14B", "qwen3_14b"),
-    (64, 5120, 64, 8, 128, 151936, False, 25600): ("32B", "qwen3_32b"),
-    (48, 2048, 32, 4, 128, 151936, False, (128, 768, 8)): ("30B-A3B", "qwen3_30b_a3b"),
-    (94, 4096, 64, 4, 128, 151936, False, (128, 1536, 8)): ("235B-A22B", None),
-}
-
-
-def _qwen3_shape(m: Model) -> tuple:
-    a, e = m.attention, m.moe
-    mlp = (e.experts, e.expert_ffn, e.top_k) if e and not e.shared_experts and not m.dense_layers else m.dense_ffn
-    return (m.layers, m.hidden, m.heads, a.kv_heads or m.heads, a.head_dim, m.vocab, m.tied_embeddings, mlp)
 
 
 #: when torchtitan had ``expert_tensor_parallel_degree`` (read in its history: added by
@@ -319,28 +297,6 @@ def _toml_versions(m: Model, lay, expert_tp: bool) -> str:
         f"{text}; this plan's only from {EP_ANY_FROM}: until then torchtitan asserted that ep covers all of cp, "
         f"and of tp where experts are not split tp ways, and ep{lay.ep} does not cover {' x '.join(uncovered)}"
     )
-
-
-def torchtitan_base(m: Model) -> tuple[str, str, str]:
-    """(module, function, hint) of torchtitan's own full configuration for this model:
-    the preset's or a Qwen3 flavour's, matched by shape (a model read from a config.json
-    has its own name), or a placeholder to fill in, with a hint naming torchtitan's model
-    spec where it has the model but no configuration function for it."""
-    for preset, (module, base) in TORCHTITAN_BASES.items():
-        if replace(_preset_model(preset), name=m.name) == m:
-            return module, base, ""
-    if m.attention.kind == "gqa" and not m.mtp_layers and m.rotary and m.activation == "swiglu":
-        flavour, base = QWEN3_FLAVOURS.get(_qwen3_shape(m), (None, None))
-        if base:
-            return "torchtitan.models.qwen3.config_registry", base, ""
-        if flavour:
-            return (*PLACEHOLDER, f'its model_spec is torchtitan.models.qwen3.model_registry("{flavour}")')
-    return (*PLACEHOLDER, "")
-
-
-@cache
-def _preset_model(name: str) -> Model:
-    return load_model(name)
 
 
 class Checkpointing(NamedTuple):
