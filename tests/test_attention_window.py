@@ -220,3 +220,16 @@ def test_gpt_oss_model_flops_are_the_ones_megatron_bridge_publishes():
     assert model_flops_per_token(OSS, 4096) == pytest.approx(published, rel=0.005)
     full = replace(OSS, sliding_window=0, layer_types=())
     assert model_flops_per_token(full, 4096) > 1.05 * published
+
+
+def test_the_plan_says_where_gpt_oss_sinks_run(capsys):
+    """Transformer Engine 2.9 keeps a learnable softmax offset to its cuDNN fused attention
+    (FlashAttention off for any softmax but vanilla; cuDNN 9.13.1 for learnable offsets);
+    a model without sinks gets no such line."""
+    argv = ["plan", "--model", str(HF / "gpt-oss-20b.json"), "--cluster", "h100", "--gpus", "16", "--json"]
+    assert main(argv) == 0
+    line = json.loads(capsys.readouterr().out)["assumptions"]["attention sinks"]
+    assert line.startswith("gpt-oss-20b has a learned sink logit a head on every layer, inside fused attention")
+    assert "cuDNN 9.13.1" in line
+    assert main(["plan", "--model", str(HF / "gemma-3-1b.json"), "--cluster", "h100", "--gpus", "8", "--json"]) == 0
+    assert "attention sinks" not in json.loads(capsys.readouterr().out)["assumptions"]

@@ -346,7 +346,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts",
         ),
     ]
-    return rows + window_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
+    return rows + window_assumptions(plan) + sink_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
 
 
 def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
@@ -367,6 +367,23 @@ def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
         else "priced as full attention: unfused attention computes the whole score square and masks it"
     )
     return [("sliding window", f"{which} of {m.name} attend over a {w:,}-token window (sliding_window), {how}")]
+
+
+def sink_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """A model with attention sinks (gpt-oss): where they run and what is priced for them.
+    Transformer Engine (2.9; the same at d0067d0da) runs a learned softmax offset in its
+    cuDNN fused attention alone once cuDNN is 9.13.1 or later (get_attention_backend,
+    nvte_get_fused_attn_backend); FlashAttention takes none."""
+    m = plan.model
+    if not m.attention_sinks:
+        return []
+    where = (
+        "inside fused attention, priced as without them: Transformer Engine runs them only in its cuDNN fused attention "
+        "(cuDNN 9.13.1 or later; FlashAttention takes none)"
+        if plan.training.flash_attention
+        else "one more column of each unfused softmax, not priced apart"
+    )
+    return [("attention sinks", f"{m.name} has a learned sink logit a head on every layer, {where}")]
 
 
 def search_assumptions(plan: Plan) -> list[tuple[str, str]]:
