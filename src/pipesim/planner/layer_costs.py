@@ -96,14 +96,16 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
         # attention's collectives (the MoE block's tokens stay sequence-sharded into the
         # all-to-all), then the dispatch
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
+        a2a = dispatch + combine  # the MoE block's own forward all-to-alls
         tp = tp_allreduce(m, c, t, lay)
         dispatch, dispatch_b = dispatch + tp, dispatch_b + tp_attn_b
     else:
         dispatch = combine = tp_allreduce(m, c, t, lay)
         dispatch_b, combine_b = tp_attn_b, tp_mlp_b
+        a2a = 0.0
     if recompute == "full":  # the recomputed forward communicates again
         dispatch_b, combine_b = dispatch_b + dispatch, combine_b + rerun_combine(m, layer, c, t, lay, combine)
-    comm = (dispatch + combine, dispatch_b + combine_b)
+    comm = (a2a, dispatch + combine, dispatch_b + combine_b)
     attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w = _floored(
         m, layer, c, t, lay, recompute, comm, attn_f, mlp_fwd, attn_b, mlp_bwd, proj_w, mlp_w
     )
@@ -227,11 +229,26 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
     launches the forward's kernels again. Context parallelism adds its scheme's launches
     (``cp_steps.extra_kernels``).
 
-    An MoE layer's forward, and its backward (input and weight gradient, which Megatron
-    runs as one autograd pass), also take at least their share (by kernels) of
-    ``moe_layer_issue_ms`` and the issue of the per-expert FP8 casts they add, less the
-    all-to-alls and tensor-parallel collectives they wait for (``comm``: the GPU is busy
-    with them meanwhile)."""
+    An MoE layer's passes also take at least their share (by kernels) of
+    ``moe_layer_issue_ms``, the time Megatron-LM's benchmark measures for a bare
+    ``MoELayer`` (router, dispatcher, experts; no attention:
+    tests/functional_tests/test_cases/common/moe_perf/__main__.py at d98e8a6), and the
+    issue of the per-expert FP8 casts they add, less the collectives they wait for
+    (the GPU is busy with them meanwhile). Where the attention sits depends on whether
+    the host waits inside the block:
+
+    - forward, where the dispatcher stops the host until the GPU has routed the tokens
+      (``dispatch_stops_host``: the all-to-all dispatcher's ``d2h_event.synchronize()`` at
+      its cuda_sync_point unless its input is padded to capacity; DeepEP's dispatch
+      busy-waits on the host for the received counts: token_dispatcher.py and
+      fused_a2a.py at d98e8a6): everything queued before it, the attention's forward
+      included, has run by then, so the host issues the rest of the block from an empty
+      queue. The MoE half takes its share less its own all-to-alls (``comm[0]``), and the
+      attention comes on top;
+    - otherwise, and in the backward (nothing stops the host, which issues the next
+      layer's MoE backward while the GPU runs this one's attention): the whole pass takes
+      its share, less every collective it waits for (``comm[1]``, ``comm[2]``), as one
+      stream of kernels."""
     local = m.moe.experts // max(1, lay.ep) if m.is_moe_layer(layer) else 1
     kf, kb, kw = layer_kernels(m, layer, t, local)
     ring_f, ring_b = extra_kernels(m, c, t, lay)
@@ -249,13 +266,24 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
     cf = expert_casts(m, layer, t, local)
     cb = cf * (2 if recompute in ("full", "op") else 1)
     bf16 = (kf - cf, kb - cb + kw)  # the floor was measured in BF16: shared by its kernels
-    least = [issue_floor(t, k / sum(bf16), n) - x for k, n, x in zip(bf16, (cf, cb), comm)]
-    forward, backward = sum(out[:2]), sum(out[2:])
-    if least[0] > forward > 0:
-        out[:2] = [x * least[0] / forward for x in out[:2]]
+    stops = dispatch_stops_host(t)
+    waits = (comm[0] if stops else comm[1], comm[2])
+    least = [issue_floor(t, k / sum(bf16), n) - x for k, n, x in zip(bf16, (cf, cb), waits)]
+    if stops and least[0] > out[1] > 0:  # the MoE half alone, the attention's forward before it
+        out[1] = least[0]
+    elif not stops and least[0] > sum(out[:2]) > 0:
+        out[:2] = [x * least[0] / sum(out[:2]) for x in out[:2]]
+    backward = sum(out[2:])
     if least[1] > backward > 0:
         out[2:] = [x * least[1] / backward for x in out[2:]]
     return tuple(out)
+
+
+def dispatch_stops_host(t: Training) -> bool:
+    """Whether an MoE layer's forward stops the host until the GPU has routed its tokens
+    (``_floored``): DeepEP's dispatch always does, the all-to-all dispatcher unless its input
+    is padded to capacity (``moe_pad_to_capacity``)."""
+    return t.moe_dispatcher == "deepep" or not t.moe_pad_to_capacity
 
 
 def embedding_costs(m: Model, c: Cluster, t: Training, lay: Layout) -> LayerCosts:

@@ -173,6 +173,9 @@ def moe_flags(t: Training) -> list[str]:
         "alltoall": ["--moe-token-dispatcher-type alltoall"],
         "deepep": ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"],
     }[t.moe_dispatcher]
+    if t.moe_pad_to_capacity and t.moe_dispatcher == "alltoall":
+        # padded to a capacity of the balanced share, as the plan priced the bytes
+        dispatch += ["--moe-expert-capacity-factor 1.0", "--moe-pad-expert-input-to-capacity"]
     return [*dispatch, "--moe-grouped-gemm"]
 
 

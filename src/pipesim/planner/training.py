@@ -349,6 +349,12 @@ class Training:
     # synchronisation, which neither the GPU's work nor the tokens set; 0: none.
     # floors.py names the measurement
     moe_layer_issue_ms: float = 0.0
+    # Megatron-Core's --moe-pad-expert-input-to-capacity (with a capacity factor): every
+    # expert's input padded to its capacity, so the all-to-all's splits are known on the
+    # host and its dispatcher never waits for the GPU (cuda_sync_point stays no_sync);
+    # false: dropless, and the dispatcher stops the host until the routing is done
+    # (layer_costs._floored). Its bytes are the balanced share either way
+    moe_pad_to_capacity: bool = False
     # --- torchtitan's peak memory, round two (device_memory.py; benchmarks/peak_memory.py)
     # FSDP2 allocates its collectives' buffers on its own CUDA streams, and the caching
     # allocator reuses a freed block only for the stream it was allocated on: the
@@ -469,6 +475,12 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(f"{where}: optimizer_step must be one of {', '.join(OPTIMIZER_STEPS)}, got {t.optimizer_step!r}")
     if t.moe_dispatcher not in ("deepep", "alltoall"):
         raise PipesimError(f'{where}: moe_dispatcher must be "deepep" or "alltoall", got {t.moe_dispatcher!r}')
+    if t.moe_pad_to_capacity and t.moe_dispatcher == "deepep":
+        # Megatron-Core's TransformerConfig refuses the flex dispatcher with the padding (d98e8a6)
+        raise PipesimError(
+            f"{where}: moe_pad_to_capacity pads the all-to-all dispatcher's input; DeepEP takes no padding: "
+            'set moe_dispatcher = "alltoall" with it, or leave it false'
+        )
     if t.moe_expert_gemms not in MOE_EXPERT_GEMMS:
         raise PipesimError(f'{where}: moe_expert_gemms must be "grouped" or "per_expert", got {t.moe_expert_gemms!r}')
     if t.fsdp_reshard not in ("default", "always", "never"):
