@@ -1,5 +1,6 @@
-"""What the free search covers for models with experts (tensor parallelism, expert tensor
-parallelism) and the bounds that let it refuse layouts without building their costs."""
+"""What the free search covers: context parallelism at 8K sequences, models with experts
+(tensor parallelism, expert tensor parallelism), and the bounds that let it refuse layouts
+without building their costs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,51 @@ from pipesim.planner.stages import stage_parts
 def setup(model: str, cluster: str, gpus: int, **training):
     m, c = load_model(model), load_cluster(cluster).resized(gpus)
     return m, c, load_training(base={**model_training(model), **training})
+
+
+def shapes(found) -> set[tuple[int, int, int, int]]:
+    return {(lay.tp, lay.cp, lay.pp, lay.dp) for lay in found}
+
+
+def test_fed_8k_sequences_search_cp2_beside_the_largest_tp_alone():
+    """Megatron-Bridge's Llama 3 70B set-up (64 H100, 8192 tokens, 128 sequences): tp 1,
+    2, 4 and 8 are searched (the 64 query and 8 key/value heads divide each; 8 fills the
+    NVLink domain), and at each pp1 already gives every replica 2pp micro-batches, so
+    none is starved. The 8K sequence splits into 2cp chunks of 2048 tokens or more only
+    at cp2, searched beside tp8 alone: wherever a stage's 64 / (8 x pp) GPUs hold two
+    context ranks (pp 1, 2, 4), dp the rest. No cp beside tp 1-4, no cp4 or cp8, and at
+    4096 tokens (cp2's chunks would be 1024) no cp at all."""
+    m, c, t = setup("llama3-70b", "h100", 64, seq=8192, global_batch=128)
+    by_hand = {(8, 2, 1, 4), (8, 2, 2, 2), (8, 2, 4, 1)}
+    found = shapes(layouts(m, c, t))
+    assert {s for s in found if s[1] > 1} == by_hand
+    assert {s[0] for s in found} == {1, 2, 4, 8}
+    m, c, t = setup("llama3-70b", "h100", 64, seq=4096, global_batch=128)
+    assert {lay.cp for lay in layouts(m, c, t)} == {1}
+
+
+def test_bridge_405b_cp2_layout_is_searched_and_starved_tp_keeps_deeper_cp():
+    """Megatron-Bridge 25.09's Llama 3.1 405B (1024 H100, 8192 tokens, 512 sequences) runs
+    TP8 PP8 CP2 DP8: tp8 x pp8 leaves 16 replicas of 32 micro-batches (>= 2pp = 16, fed),
+    so tp8 searches cp1 and cp2 only. tp4 is fed too (pp1: 256 replicas of 2 = 2pp
+    micro-batches) and is not the largest tp: cp1 alone. At tp2 no pipeline depth feeds
+    its replicas (pp stages x replicas = 512 GPUs: 512 / replicas = pp micro-batches each,
+    never 2pp), so it keeps the starved rule: cp up to 8 (chunks of 512 tokens)."""
+    m, c, t = setup("llama3-405b", "h100", 1024, seq=8192, global_batch=512)
+    found = shapes(layouts(m, c, t))
+    assert (8, 2, 8, 8) in found
+    assert {s[1] for s in found if s[0] == 8} == {1, 2}
+    assert {s[1] for s in found if s[0] == 4} == {1}
+    assert {s[1] for s in found if s[0] == 2} == {1, 2, 4, 8}
+
+
+def test_starved_short_sequences_still_search_without_cp():
+    """512-token sequences, 8 a step, on 64 GPUs: every tp is starved, and cp2's chunks
+    would be 128 tokens (below the 512 searched), so no cp; the layouts without it (tp8
+    x dp8, each replica one sequence) stay searched rather than none at all."""
+    m, c, t = setup("llama3-8b", "h100", 64, seq=512, global_batch=8)
+    found = shapes(layouts(m, c, t))
+    assert (8, 1, 1, 8) in found and {s[1] for s in found} == {1}
 
 
 def test_moe_free_search_covers_megatron_bridge_deepseek_layout():

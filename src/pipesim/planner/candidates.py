@@ -179,14 +179,13 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
     experts, ep x etp folded over each stage's tp x cp x dp GPUs (``expert_tensor_sizes``).
     Layouts ``layout_problem`` refuses are left out."""
     gpus = c.gpus
-    if pins.tp:
-        tps = [pins.tp]
-    else:
-        tps = [x for x in (1, 2, 4, 8) if x <= c.domain and gpus % x == 0 and tp_problem(m, x) is None]
+    free = tensor_sizes(m, c)
+    tps = [pins.tp] if pins.tp else free
     for tp in tps:
         # starved at this tensor degree: no pipeline depth feeds its replicas without cp
         # (judged per tp: a larger tp feeding its fewer replicas says nothing of tp1's)
         starved = not any(fed(t, gpus // (tp * pp), pp) for pp in pipeline_sizes(gpus // tp))
+        widest = tp >= max(free, default=1)  # tp cannot grow: cp is the next split of a sequence
         for pp in [pins.pp] if pins.pp else pipeline_sizes(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
@@ -195,7 +194,7 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
             elif pins.dp:  # the context ranks the pinned data ranks leave
                 cps = [gpus // (tp * pp * pins.dp)] if gpus % (tp * pp * pins.dp) == 0 else []
             else:
-                cps = context_sizes(t, gpus // (tp * pp), starved)
+                cps = context_sizes(t, gpus // (tp * pp), starved, widest)
             for cp in cps:
                 if (gpus // (tp * pp)) % cp:
                     continue
@@ -215,6 +214,12 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
                             lay = Layout(pp=pp, dp=dp, tp=tp, ep=ep, micro_batch=mb, cp=cp, etp=etp)
                             if layout_problem(m, t, lay) is None:
                                 yield lay
+
+
+def tensor_sizes(m: Model, c: Cluster) -> list[int]:
+    """The tp degrees the free search takes: 1 to 8, inside an NVLink domain, dividing the
+    GPUs and the model's query and key/value heads."""
+    return [x for x in (1, 2, 4, 8) if x <= c.domain and c.gpus % x == 0 and tp_problem(m, x) is None]
 
 
 def expert_tensor_sizes(m: Model, tp: int) -> list[int]:
@@ -245,6 +250,28 @@ def expert_degrees(m: Model, folded: int, etp: int) -> list[int]:
 #: sequence; below this the blockwise attention's blocks are too small to hide the ring)
 MIN_CP_CHUNK = 512
 
+#: ... and, on a short sequence (under ``LONG_SEQ``) whose GPUs the global batch already
+#: feeds, down to chunks of this many beside the largest tp searched (where tp cannot
+#: grow, cp is the next split of a sequence): the published runs that split such a
+#: sequence, Llama 3.1 405B at 8192 tokens on CP2 (2 x 2 chunks of 2048 tokens), run it
+#: beside TP8 on H100, the cp ring across two 8-GPU nodes: Megatron-Bridge 25.09 and
+#: 25.11's recipe (TP8 PP8 VPP8 CP2, ../shared/PUBLISHED_RUNS.md), NVIDIA's MLPerf Training
+#: v5.0 submission (training_results_v5.0, read in the fork prishajain1/training_results_v5.0
+#: at 0fdc28f: NVIDIA/benchmarks/llama31_405b/.../config_DGXH100_64x8x288xtp8pp8cp2.sh)
+#: and NVIDIA/dgxc-benchmarking's llama3.1 405B recipe (H100 TP8 PP8 CP2, seq 8192). None
+#: splits a sequence shorter than 8192 tokens. Left out, for plan speed: cp2 beside a
+#: smaller tp, as the GB200 NVL72 submissions run it (TP4 PP8 CP2 inside the NVLink
+#: domain, config_GB200_384x4x48xtp4pp8cp2.sh). Beside tp4 and tp8 the cold plan of
+#: llama3-405b on b200 took 9.3 s CPU (6.7 s without cp2, same run), beside every tp
+#: 10.2 s (6.4 s), past the 10 s target of benchmarks/plan_speed.py; beside the largest tp
+#: alone, 7.5-7.9 s (5.9-6.3 s).
+FED_CP_CHUNK = 2048
+
+#: sequences this long or longer search every cp down to ``MIN_CP_CHUNK``, where
+#: activations crowd memory (the published CP rows of torchtitan and Llama 3 run 64K to
+#: 256K tokens)
+LONG_SEQ = 16384
+
 
 def fed(t: Training, replicas: int, pp: int) -> bool:
     """Whether ``replicas`` data-parallel pipelines of pp stages each get whole sequences and
@@ -252,17 +279,22 @@ def fed(t: Training, replicas: int, pp: int) -> bool:
     return replicas <= t.global_batch and t.global_batch % replicas == 0 and t.global_batch // replicas >= 2 * pp
 
 
-def context_sizes(t: Training, replicas: int, starved: bool) -> list[int]:
+def context_sizes(t: Training, replicas: int, starved: bool, widest: bool = True) -> list[int]:
     """The cp degrees searched for ``replicas`` = cp x dp GPUs per pipeline stage and tensor
-    rank: 1, and the powers of two the sequence splits into chunks of at least
-    ``MIN_CP_CHUNK`` tokens where context parallelism can pay: a long sequence (16K
-    tokens or more, where activations crowd memory), fewer sequences in the global
-    batch than replicas to feed, or a cluster ``starved`` of sequences (no pipeline
-    depth searched gets 2pp micro-batches per replica without it: ``fed``)."""
-    if t.seq < 16384 and replicas <= t.global_batch and not starved:
-        return [1]
-    top = t.seq // (2 * MIN_CP_CHUNK)
-    return [x for x in _powers(min(top, replicas)) if t.seq % (2 * x) == 0]
+    rank: 1, and the powers of two the sequence splits into 2cp chunks of at least
+    ``MIN_CP_CHUNK`` tokens where context parallelism is needed to feed or fit the GPUs:
+    a long sequence (``LONG_SEQ`` or more, where activations crowd memory), fewer
+    sequences in the global batch than replicas to feed, or a cluster ``starved`` of
+    sequences (no pipeline depth searched gets 2pp micro-batches per replica without
+    it: ``fed``). Elsewhere, at the ``widest`` tensor degree searched, chunks of at least
+    ``FED_CP_CHUNK`` tokens (cp2 at 8K tokens, none at 4K), where published runs trade
+    data-parallel replicas for context ranks to halve each rank's activations and double
+    each pipeline's micro-batches."""
+    if t.seq < LONG_SEQ and replicas <= t.global_batch and not starved:
+        top = t.seq // (2 * FED_CP_CHUNK) if widest else 1
+    else:
+        top = t.seq // (2 * MIN_CP_CHUNK)
+    return [1] + [x for x in _powers(min(top, replicas))[1:] if t.seq % (2 * x) == 0]
 
 
 def pipeline_sizes(n: int) -> list[int]:
