@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import PipesimError
 from ..ir import Op
@@ -43,7 +43,7 @@ from .results import GB, Result
 from .specs import Cluster, Model, Training
 from .split import most_stages
 from .stages import component_costs, stage_parts
-from .step import per_microbatch, step_overhead
+from .step import StepSync, per_microbatch, step_sync
 from .stragglers import slowest_share
 
 
@@ -145,10 +145,13 @@ class Prepared:
     memory: object
     budgets: Budgets  # per rank, its own usable memory (device_memory.usable_on_rank)
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states (bounds.static_bytes)
-    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds
+    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds (a floor: ``step``)
     floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
     evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
     exact: Callable[[], float] | None = field(default=None, repr=False, compare=False)  # ``bound``, priced when asked
+    # ``sync`` in its parts, the gradient reduction to be timed on the simulation where
+    # the framework overlaps it chunk by chunk (``sync`` is then its floor, ``StepSync.before``)
+    step: StepSync | None = field(default=None, repr=False, compare=False)
 
     @property
     def bound(self) -> float:
@@ -337,8 +340,11 @@ def _within_memory(
             return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
 
         floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, _memo(memo, "floors", dict))
+        # a rank whose order has overlapped pairs may end its last backward in one
+        paired = tuple(any(key[0] == "pair" for sh in shapes for key in sh.counts[r]) for r in range(lay.pp))
     else:
         floor = None
+        paired = (False,) * lay.pp  # orders without overlapped pairs (``unpaired_work``)
 
         def work():
             return _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
@@ -347,14 +353,15 @@ def _within_memory(
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
-    sync = sum(_memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_overhead(c, t, lay, pl, mm, costs, M)))
-    sync += tied_embedding_sync(m, c, t, lay)
+    step = _memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
+    step = replace(step.paired(paired), extra=tied_embedding_sync(m, c, t, lay))
+    sync = step.before
 
     def bound() -> float:
         return pipeline_bound(pl, costs, *work(), passes) + sync
 
     if floor is None:
-        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, sync, bound(), evened)
+        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, sync, bound(), evened, step=step)
     # more work and less deferrable W can only lengthen pipeline_bound: a floor under it
     return Prepared(
         cand,
@@ -369,6 +376,7 @@ def _within_memory(
         pipeline_bound(pl, costs, *floor, passes) + sync,
         evened,
         bound,
+        step,
     )
 
 
@@ -418,9 +426,11 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
                 r = over(peaks, p.budgets.bytes)
                 if r is not None:
                     return refused(cand, "peak memory", peaks[r], r, p.budgets, memory_gb=peaks[r] / GB)
-            x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory)
+            x = measure(shared.program(cand.schedule, pp, M, p.options), costs, p.memory, p.step)
         else:
-            x = extrapolated(lambda n: measure(shared.program(cand.schedule, pp, n, p.options), costs, p.memory), M, points)
+            x = extrapolated(
+                lambda n: measure(shared.program(cand.schedule, pp, n, p.options), costs, p.memory, p.step), M, points
+            )
     except PipesimError as e:
         return Result(cand, False, f"cannot run: {e}")
     # a fit's fullest rank and the one with the least room; a misfit's rank furthest over
@@ -431,7 +441,10 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     # the pipeline runs at the pace of the job's slowest GPU (``stragglers``): every
     # hand-off and collective waits for it
     makespan = x.makespan / slowest_share(c.gpus, c.gpu_speed_sd)
-    step = makespan + p.sync
+    # the gradient reduction as the timeline shows it, where it is timed (no less than
+    # the floor ``p.sync`` counted it at: the bound holds)
+    sync = p.sync if p.step is None else p.step.after(x.reduced)
+    step = makespan + sync
     tokens = t.global_batch * t.seq
     return Result(
         cand,
@@ -439,7 +452,7 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
         "" if r is None else refused(cand, "peak memory", x.peak[r], r, p.budgets).reason,
         step_time=step,
         makespan=makespan,
-        dp_sync=p.sync,
+        dp_sync=sync,
         bubble=1 - sum(x.busy) / (pp * x.makespan),
         compute_utilization=sum(x.compute) / (pp * x.makespan),
         exposed_comm=max(x.exposed),

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from ..memory import memory
 from ..metrics import busy_and_span, stream_times
 from ..simulate import Program, simulate
+from .grad_reduction import reduction_tails
+from .step import StepSync
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,10 @@ class Measured:
     peak: tuple[float, ...]  # memory, bytes per rank
     static: tuple[float, ...]
     params: tuple[float, ...]
+    # per rank, what its timed gradient reductions show past its last item
+    # (grad_reduction.reduction_tails; empty where none is timed): the cool-down's
+    # shape, the same at every M past the warm-up, so the line keeps it
+    reduced: tuple[float, ...] = ()
 
     def toward(self, other: Measured, k: float) -> Measured:
         """self + k * (other - self), field by field: the affine extrapolation in M."""
@@ -37,11 +43,15 @@ class Measured:
         """Every field equal to ``other``'s, to rounding (1e-9 of its size)."""
         mine = [v for f in fields(self) for v in _values(getattr(self, f.name))]
         theirs = [v for f in fields(other) for v in _values(getattr(other, f.name))]
-        return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-12) for x, y in zip(mine, theirs))
+        return _close(mine, theirs)
 
 
 def _values(x) -> tuple[float, ...]:
     return x if isinstance(x, tuple) else (x,)
+
+
+def _close(xs, ys) -> bool:
+    return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-12) for x, y in zip(xs, ys))
 
 
 def extrapolated(run: Callable[[int], Measured], M: int, points: tuple[int, int]) -> Measured:
@@ -54,14 +64,20 @@ def extrapolated(run: Callable[[int], Measured], M: int, points: tuple[int, int]
     1.386 s every 4 micro-batches from M=8 to 12 and 1.423 s from 16 on, and the line through 8 and 12
     put it 2.3% fast with a negative bubble; so did the line through 4, 8 and 12, a
     transient with the faster rank's pace, which no rank's work may outgrow
-    (``_steady``). While the third point is off the line or outgrown the window moves a
-    period on; with no room left before M, M is simulated."""
+    (``_steady``). What the timed gradient reductions show (``reduced``) must be the same
+    at all three: it is the cool-down's, which a periodic order repeats whatever M, but
+    where a chunk's last backward lies further from the end the more micro-batches there
+    are (LoopedBFS: every backward of the later chunk before any of the earlier's) it
+    shrinks with M until the reduction hides, and a line through it would run on below
+    what it levels off at. While the third point is off the line, outgrown or its
+    reductions not yet settled the window moves a period on; with no room left before M,
+    M is simulated."""
     m1, m2 = points
     q = m2 - m1
     a, b = run(m1), run(m2)
     while m2 + q < M:
         c = run(m2 + q)
-        if a.toward(b, 2.0).matches(c) and _steady(b, c):
+        if a.toward(b, 2.0).matches(c) and _steady(b, c) and _close(a.reduced, b.reduced):
             return b.toward(c, (M - m2) / q)
         a, b, m2 = b, c, m2 + q
     return run(M)
@@ -75,7 +91,9 @@ def _steady(b: Measured, c: Measured) -> bool:
     return all(y - x <= grows * (1 + 1e-9) + 1e-12 for x, y in zip(b.busy, c.busy))
 
 
-def measure(prog: Program, costs, mm) -> Measured:
+def measure(prog: Program, costs, mm, sync: StepSync | None = None) -> Measured:
+    """The simulation's totals; with ``sync``'s timed reductions (``StepSync.reduce``)
+    what they show on this timeline."""
     tl = simulate(prog, costs)
     makespan = tl.end - tl.start
     busy, _ = busy_and_span(tl)
@@ -83,6 +101,14 @@ def measure(prog: Program, costs, mm) -> Measured:
     # compute as summarize's utilization times the makespan gives it (the same floats)
     compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
     mem = memory(prog.schedule, tl, mm, curves=False)
+    reduced = () if sync is None or sync.reduce is None else reduction_tails(tl, sync.reduce, sync.rate)
     return Measured(
-        makespan, tuple(busy), compute, tuple(x for _, x in streams), tuple(mem.peak), tuple(mem.static), tuple(mem.params)
+        makespan,
+        tuple(busy),
+        compute,
+        tuple(x for _, x in streams),
+        tuple(mem.peak),
+        tuple(mem.static),
+        tuple(mem.params),
+        reduced,
     )

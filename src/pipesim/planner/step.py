@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
+
 from ..components import ComponentCosts
 from ..ir import Op
 from ..memory import MemoryModel
@@ -88,10 +91,95 @@ def optimizer_seconds(c: Cluster, t: Training, local: float, shard: float, scale
     return (local * (zero + nan + scale) + shard * (main + update)) / hbm_rate(c, t)
 
 
+@dataclass(frozen=True)
+class StepSync:
+    """The step's exposed data-parallel collectives and optimizer step (``step_sync``),
+    kept apart where the simulation prices the gradient reduction (``reduce`` set).
+
+    ``rest``: per rank, its exposed collectives besides that reduction (the parameter
+    gather, or all of them where the reduction is not timed); ``floor``: per rank, the
+    reduction's exposure known before simulating (``reduction_floor``: never above what
+    ``tail_exposure`` finds, so the search's bound stays a lower bound); ``reduce``: per
+    rank, per chunk, the reduction's seconds; ``rate``: the speed compute keeps beside it
+    (``dp_overlap``); ``opt``: the worst rank's optimizer step; ``extra``: what is added
+    after (the tied embedding's all-reduce)."""
+
+    rest: tuple[float, ...]
+    floor: tuple[float, ...]
+    opt: float
+    reduce: tuple[tuple[float, ...], ...] | None = None
+    rate: float = 1.0
+    extra: float = 0.0
+
+    @property
+    def before(self) -> float:
+        """Seconds the step adds to the pipeline, known before simulating (a lower bound)."""
+        return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0) + self.opt + self.extra
+
+    def paired(self, ranks: tuple[bool, ...]) -> StepSync:
+        """The floor where a rank's order has overlapped pairs (``ranks``: per rank): its
+        last backward may be in one, whose time only the simulation prices, so each
+        chunk's reduction counts against no window, (1 - rate) of it (``reduction_floor``)."""
+        if self.reduce is None or not any(ranks):
+            return self
+        floor = tuple(
+            reduction_floor(g, (math.inf,) * len(g), self.rate) if p else f for g, f, p in zip(self.reduce, self.floor, ranks)
+        )
+        return replace(self, floor=floor)
+
+    def after(self, shows: tuple[float, ...]) -> float:
+        """Seconds the step adds to the pipeline, given per rank what its timed reduction
+        shows past its last compute (``grad_reduction.reduction_tails``); ``before`` if
+        none is timed."""
+        if self.reduce is None:
+            return self.before
+        return max((r + s for r, s in zip(self.rest, shows)), default=0.0) + self.opt + self.extra
+
+
+def reduction_floor(reduce: tuple[float, ...], windows: tuple[float, ...], rate: float) -> float:
+    """What one rank's reductions (``reduce``, seconds per chunk) show at least, before
+    simulating: the rank's last item holds some chunk's last backward, so that chunk's
+    reduction starts no earlier than that item and runs beside no more compute than it;
+    ``exposed`` of it against the item is a floor of ``tail_exposure`` (the queue can only
+    start it later, earlier reductions only slow the item more). Which chunk ends last is
+    the simulation's to say, so the least over the chunks; ``windows``: per chunk, the
+    longest item its last backward can be (math.inf where it may be in an overlapped pair,
+    whose time is not priced before simulating: then (1 - rate) of it)."""
+    return min((exposed(g, w, rate) for g, w in zip(reduce, windows)), default=0.0)
+
+
 def step_overhead(
     c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
 ) -> tuple[float, float]:
-    """(exposed data-parallel communication, optimizer step) in seconds, worst rank.
+    """(exposed data-parallel communication, optimizer step) in seconds, worst rank, as
+    known before simulating (``step_sync``'s, of an order without overlapped pairs)."""
+    sync = step_sync(c, t, lay, pl, mm, costs, microbatches)
+    return max((r + f for r, f in zip(sync.rest, sync.floor)), default=0.0), sync.opt
+
+
+def timed(t: Training) -> bool:
+    """Whether the simulation prices the gradient reduction chunk by chunk
+    (``grad_reduction``): a DDP whose reduction overlaps the backward (ZeRO below 3,
+    ``dp_overlap`` above 0: Megatron-Core's --overlap-grad-reduce). Not FSDP (ZeRO-3,
+    whose reduction under PyTorch's pipelining waits for the stage's last backward,
+    REDUCE_GRAD), nor a reduction after the whole backward (``dp_overlap`` 0: Megatron-LM
+    2021's local DDP, DeepSpeed's pipeline engine and its ZeRO-1 all-reduce), whose every
+    chunk shows whole."""
+    return t.zero < 3 and t.dp_overlap > 0
+
+
+def step_sync(
+    c: Cluster,
+    t: Training,
+    lay: Layout,
+    pl,
+    mm: MemoryModel,
+    costs: ComponentCosts,
+    microbatches: int,
+) -> StepSync:
+    """The exposed data-parallel communication, per rank, and the optimizer step (worst
+    rank) in seconds, for an order without overlapped pairs (``StepSync.paired`` for one
+    with them).
 
     Gradients are reduce-scattered (ZeRO >= 1) or all-reduced over their replicas (dense
     parameters over dp, experts over dp / ep) at ``grad_reduce_bytes`` per element; with
@@ -123,21 +211,31 @@ def step_overhead(
     so the whole reduction shows, whether the stage was kept gathered or regathered for
     each micro-batch. The optimizer step reads gradients and reads and writes master
     weights and moments (its shard, under ZeRO) and writes the bf16 weights, at HBM
-    bandwidth, after everything else."""
-    worst_comm = worst_opt = 0.0
+    bandwidth, after everything else.
+
+    Where the reduction overlaps the backward (``timed``) each chunk's reduction is timed
+    on the simulated order (``grad_reduction``): beside its own last backward and the
+    rank's backwards after it, not all of them beside one micro-batch's backward.
+    Before simulating it counts only as much as ``reduction_floor`` says."""
+    rests, floors, reduces = [], [], []
+    worst_opt = 0.0
     r = t.dp_overlap
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
         grads = gather = opt = copy_out = 0.0
+        per_chunk = []
         for st in held:
+            mine = 0.0  # this chunk's reduction
             dense, experts = mm.params_at(st)
             f8 = float8_params_at(mm, st)  # gathered in one byte (fsdp_float8_all_gather)
             copy_out += ((dense + experts - f8) * t.param_bytes + f8) * 2 / hbm_rate(c, t)
             for n, group, one_byte in ((dense, "cpdp", f8), (experts, "edp", 0.0)):
                 replicas = lay.size(group)
                 reduce = "reduce_scatter" if t.zero >= 1 and not t.zero1_allreduce else "all_reduce"
-                grads += ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
+                one = ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
+                grads += one
+                mine += one
                 gathered = (n - one_byte) * t.param_bytes + one_byte
                 gather += ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
                 shard = replicas if t.zero >= 1 else 1
@@ -145,6 +243,7 @@ def step_overhead(
                 # precompute_float8_dynamic_scale_for_fsdp: the amax of every float8 shard once
                 # a step (torch._foreach_norm over the fp32 shards; torchao eab345c fsdp_utils.py)
                 opt += one_byte / shard * FP32 / hbm_rate(c, t)
+            per_chunk.append(mine)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
             # under pipelining the gradients wait for one exposed reduce-scatter a stage
             # (REDUCE_GRAD) after the last backward; without it each micro-batch's
@@ -157,7 +256,22 @@ def step_overhead(
             comm = grads + exposed(gather, fwd, r) + copy_out
         elif t.zero >= 3:  # kept gathered without pp (fsdp_reshard = "never")
             comm = exposed(grads, bwd, r) + exposed(gather, fwd, r) + copy_out
+        elif timed(t):
+            floors.append(reduction_floor(tuple(per_chunk), tuple(_last_backward(costs, st) for st in held), r))
+            reduces.append(tuple(per_chunk))
+            rests.append(exposed(gather, fwd, r))
+            worst_opt = max(worst_opt, opt)
+            continue
         else:
             comm = exposed(grads, bwd, r) + exposed(gather, fwd, r)
-        worst_comm, worst_opt = max(worst_comm, comm), max(worst_opt, opt)
-    return worst_comm, worst_opt
+        rests.append(comm)
+        floors.append(0.0)
+        worst_opt = max(worst_opt, opt)
+    return StepSync(tuple(rests), tuple(floors), worst_opt, tuple(reduces) if timed(t) else None, r)
+
+
+def _last_backward(costs: ComponentCosts, st: int) -> float:
+    """The longest lone item a stage's last backward can be: the fused BW, or a B and its W
+    (``reduction_floor``'s window: the longer, the less it claims)."""
+    b, w, bw = (costs.op_time(Op(k, 0, 0), st) for k in ("B", "W", "BW"))
+    return max(bw, b + w)
