@@ -73,16 +73,20 @@ def test_only_an_overlapped_ddp_is_timed():
 @pytest.mark.parametrize("seed, network_gbps", [(0, None), (1, 2.0)])
 def test_the_bound_stays_below_the_simulated_step(seed, network_gbps):
     """The search prunes on ``Prepared.bound`` (its floor counts the timed reduction at
-    ``reduction_floor``): on random candidates of every family, interleaved, V-shaped and
-    paired ones among them, it never exceeds the step the simulation gives; nor on a
-    slow network, where the reductions outlast the backwards they run beside."""
+    ``reduction_floor``: the least chunk, or the one an order without deferred W's ends
+    on, against the longest item its last backward can be): on random candidates of
+    every family, interleaved, V-shaped and paired ones among them, it never exceeds the
+    step the simulation gives; nor on a slow network, where the reductions outlast the
+    backwards they run beside."""
     m = load_model("llama3-8b")
     c = load_cluster("h100", gpus=32)
     c = c if network_gbps is None else dataclasses.replace(c, network_gbps=network_gbps)
     t = load_training(global_batch=128, seq=2048)
     cands = [x for x in candidates_mod.candidates(m, c, t) if x.layout.pp > 1 and x.layout.dp > 1]
     picked = random.Random(seed).sample(cands, 40)
-    picked += [x for x in cands if x.schedule in ("dualpipe", "dualpipev", "interleaved-1f1b-overlap")][:6]
+    rng = random.Random(seed + 1)
+    for names in (("dualpipe", "dualpipev", "interleaved-1f1b-overlap"), ("interleaved-1f1b", "looped-bfs")):
+        picked += rng.sample([x for x in cands if x.schedule in names], 8)
     checked = timed_late = 0
     for cand in picked:
         p = evaluate_mod.prepare(m, c, t, cand)

@@ -342,9 +342,17 @@ def _within_memory(
         floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, _memo(memo, "floors", dict))
         # a rank whose order has overlapped pairs may end its last backward in one
         paired = tuple(any(key[0] == "pair" for sh in shapes for key in sh.counts[r]) for r in range(lay.pp))
+        # one route and no deferred W: every micro-batch's backward reaches the rank's lowest
+        # stage after its others, so that chunk's backward ends the rank's
+        split = [any(key[0] == "W" for sh in shapes for key in sh.counts[r]) for r in range(lay.pp)]
+        last = tuple(
+            None if len(pl.routes) > 1 or split[r] or paired[r] else min(range(len(h)), key=h.__getitem__)
+            for r, h in enumerate(held)
+        )
     else:
         floor = None
         paired = (False,) * lay.pp  # orders without overlapped pairs (``unpaired_work``)
+        last = (None,) * lay.pp
 
         def work():
             return _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
@@ -354,7 +362,7 @@ def _within_memory(
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
     step = _memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
-    step = replace(step.paired(paired), extra=tied_embedding_sync(m, c, t, lay))
+    step = replace(step.ordered(paired, last), extra=tied_embedding_sync(m, c, t, lay))
     sync = step.before
 
     def bound() -> float:

@@ -110,22 +110,29 @@ class StepSync:
     reduce: tuple[tuple[float, ...], ...] | None = None
     rate: float = 1.0
     extra: float = 0.0
+    windows: tuple[tuple[float, ...], ...] = ()  # per rank, per chunk: the longest item its last backward can be
 
     @property
     def before(self) -> float:
         """Seconds the step adds to the pipeline, known before simulating (a lower bound)."""
         return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0) + self.opt + self.extra
 
-    def paired(self, ranks: tuple[bool, ...]) -> StepSync:
-        """The floor where a rank's order has overlapped pairs (``ranks``: per rank): its
-        last backward may be in one, whose time only the simulation prices, so each
-        chunk's reduction counts against no window, (1 - rate) of it (``reduction_floor``)."""
-        if self.reduce is None or not any(ranks):
+    def ordered(self, paired: tuple[bool, ...], last: tuple[int | None, ...]) -> StepSync:
+        """The floor as the order says more, per rank: ``paired``, its order has overlapped
+        pairs, so its last backward may be in one, whose time only the simulation prices,
+        and each chunk's reduction counts against no window, (1 - rate) of it; ``last``, the
+        chunk known to end the rank's backwards (None: any may), whose reduction alone
+        counts against its window (``reduction_floor``)."""
+        if self.reduce is None or not (any(paired) or any(x is not None for x in last)):
             return self
-        floor = tuple(
-            reduction_floor(g, (math.inf,) * len(g), self.rate) if p else f for g, f, p in zip(self.reduce, self.floor, ranks)
-        )
-        return replace(self, floor=floor)
+        floor = []
+        for g, w, f, p, x in zip(self.reduce, self.windows, self.floor, paired, last):
+            if p:
+                f = reduction_floor(g, (math.inf,) * len(g), self.rate)
+            elif x is not None:
+                f = reduction_floor(g[x : x + 1], w[x : x + 1], self.rate)
+            floor.append(f)
+        return replace(self, floor=tuple(floor))
 
     def after(self, shows: tuple[float, ...]) -> float:
         """Seconds the step adds to the pipeline, given per rank what its timed reduction
@@ -178,8 +185,8 @@ def step_sync(
     microbatches: int,
 ) -> StepSync:
     """The exposed data-parallel communication, per rank, and the optimizer step (worst
-    rank) in seconds, for an order without overlapped pairs (``StepSync.paired`` for one
-    with them).
+    rank) in seconds, for any order on the placement (``StepSync.ordered`` for what an
+    order says more).
 
     Gradients are reduce-scattered (ZeRO >= 1) or all-reduced over their replicas (dense
     parameters over dp, experts over dp / ep) at ``grad_reduce_bytes`` per element; with
@@ -217,7 +224,7 @@ def step_sync(
     on the simulated order (``grad_reduction``): beside its own last backward and the
     rank's backwards after it, not all of them beside one micro-batch's backward.
     Before simulating it counts only as much as ``reduction_floor`` says."""
-    rests, floors, reduces = [], [], []
+    rests, floors, reduces, windows = [], [], [], []
     worst_opt = 0.0
     r = t.dp_overlap
     for held in pl.held():
@@ -257,7 +264,8 @@ def step_sync(
         elif t.zero >= 3:  # kept gathered without pp (fsdp_reshard = "never")
             comm = exposed(grads, bwd, r) + exposed(gather, fwd, r) + copy_out
         elif timed(t):
-            floors.append(reduction_floor(tuple(per_chunk), tuple(_last_backward(costs, st) for st in held), r))
+            windows.append(tuple(_last_backward(costs, st) for st in held))
+            floors.append(reduction_floor(tuple(per_chunk), windows[-1], r))
             reduces.append(tuple(per_chunk))
             rests.append(exposed(gather, fwd, r))
             worst_opt = max(worst_opt, opt)
@@ -267,7 +275,7 @@ def step_sync(
         rests.append(comm)
         floors.append(0.0)
         worst_opt = max(worst_opt, opt)
-    return StepSync(tuple(rests), tuple(floors), worst_opt, tuple(reduces) if timed(t) else None, r)
+    return StepSync(tuple(rests), tuple(floors), worst_opt, tuple(reduces) if timed(t) else None, r, windows=tuple(windows))
 
 
 def _last_backward(costs: ComponentCosts, st: int) -> float:
