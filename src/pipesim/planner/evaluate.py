@@ -21,6 +21,7 @@ from ..simulate import Program
 from .bounds import (
     _ends,
     affine,
+    item_time,
     pipeline_bound,
     rank_stages,
     rank_work,
@@ -349,24 +350,40 @@ def _within_memory(
             None if len(pl.routes) > 1 or split[r] or paired[r] else min(range(len(h)), key=h.__getitem__)
             for r, h in enumerate(held)
         )
+        pairs = [{key for sh in shapes for key in sh.counts[r] if key[0] == "pair"} for r in range(lay.pp)]
+
+        def priced():  # the bound's: a paired rank's last item at most its longest pair
+            for keys in pairs:
+                for key in keys - times.keys():
+                    times[key] = item_time(key, costs)
+            longest = tuple(max((times[key] for key in keys), default=0.0) if keys else None for keys in pairs)
+            return replace(step_sync_of().ordered(paired, last, longest), extra=tied).before
     else:
         floor = None
         paired = (False,) * lay.pp  # orders without overlapped pairs (``unpaired_work``)
         last = (None,) * lay.pp
 
+        def priced():
+            return sync
+
         def work():
             return _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
 
     passes = _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages))
+
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
-    step = _memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
-    step = replace(step.ordered(paired, last), extra=tied_embedding_sync(m, c, t, lay))
+    def step_sync_of():
+        return _memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
+
+    tied = tied_embedding_sync(m, c, t, lay)
+    step = replace(step_sync_of().ordered(paired, last), extra=tied)
     sync = step.before
 
     def bound() -> float:
-        return pipeline_bound(pl, costs, *work(), passes) + sync
+        busy = work()  # prices the order's items (a paired rank's pairs among them) first
+        return pipeline_bound(pl, costs, *busy, passes) + (sync if not any(paired) else max(sync, priced()))
 
     if floor is None:
         return Prepared(cand, stages, parts, opts, costs, mm, own, statics, sync, bound(), evened, step=step)

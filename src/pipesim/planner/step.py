@@ -117,18 +117,19 @@ class StepSync:
         """Seconds the step adds to the pipeline, known before simulating (a lower bound)."""
         return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0) + self.opt + self.extra
 
-    def ordered(self, paired: tuple[bool, ...], last: tuple[int | None, ...]) -> StepSync:
+    def ordered(self, paired: tuple[bool, ...], last: tuple[int | None, ...], longest: tuple[float | None, ...] = ()) -> StepSync:
         """The floor as the order says more, per rank: ``paired``, its order has overlapped
-        pairs, so its last backward may be in one, whose time only the simulation prices,
-        and each chunk's reduction counts against no window, (1 - rate) of it; ``last``, the
-        chunk known to end the rank's backwards (None: any may), whose reduction alone
-        counts against its window (``reduction_floor``)."""
+        pairs, so its last backward may be in one, and each chunk's reduction counts
+        against ``longest`` (the rank's longest item, where priced) or else no window,
+        (1 - rate) of it; ``last``, the chunk known to end the rank's backwards (None: any
+        may), whose reduction alone counts against its window (``reduction_floor``)."""
         if self.reduce is None or not (any(paired) or any(x is not None for x in last)):
             return self
         floor = []
-        for g, w, f, p, x in zip(self.reduce, self.windows, self.floor, paired, last):
+        for r, (g, w, f, p, x) in enumerate(zip(self.reduce, self.windows, self.floor, paired, last)):
             if p:
-                f = reduction_floor(g, (math.inf,) * len(g), self.rate)
+                most = longest[r] if r < len(longest) and longest[r] is not None else math.inf
+                f = reduction_floor(g, tuple(max(most, v) for v in w), self.rate)
             elif x is not None:
                 f = reduction_floor(g[x : x + 1], w[x : x + 1], self.rate)
             floor.append(f)
