@@ -574,3 +574,13 @@ def test_equal_steps_go_to_the_simplest_schedule(capsys):
     tied = [r["schedule"] for r in rest if r["pp"] == 1 and abs(r["step_seconds"] / best["step_seconds"] - 1) < 1e-12]
     assert "zb-auto" in tied  # it ties, and ranks behind
     assert plan["recipe"]["megatron"]["runs"]  # Megatron-LM runs 1F1B
+
+
+def test_one_micro_batch_at_pp1_is_planned_as_1f1b(capsys):
+    # llama3-8b on 1024 B200: one micro-batch a replica, where GPipe and 1F1B are the same
+    # order; the tie goes to the schedule Megatron-LM runs too
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "b200", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    best = plan["recommendation"]
+    assert (best["pp"], best["microbatches"], best["schedule"]) == (1, 1, "1f1b")
+    assert plan["recipe"]["megatron"]["runs"]

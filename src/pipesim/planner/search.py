@@ -133,8 +133,9 @@ def _search(
     return plan
 
 
-#: the families from the simplest to run (GPipe, 1F1B) to the most involved, as registered
-SIMPLEST_FIRST = {name: i for i, name in enumerate(REGISTRY)}
+#: the families from the simplest to run to the most involved: 1F1B first, which every
+#: framework runs (Megatron-LM has no GPipe), then as registered (GPipe, interleaved, ...)
+SIMPLEST_FIRST = {name: i for i, name in enumerate(["1f1b", *(n for n in REGISTRY if n != "1f1b")])}
 
 
 def rank_key(r: Result) -> tuple:
