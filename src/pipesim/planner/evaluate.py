@@ -35,6 +35,7 @@ from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
 from .device_memory import LayoutHeld, layout_held, rank_usables, roomiest
 from .footprint import memory_model
+from .grad_reduction import order_ends
 from .layout import Layout
 from .measured import extrapolated, measure
 from .pipeline_layout import is_layout, stage_count
@@ -341,16 +342,7 @@ def _within_memory(
             return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
 
         floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, _memo(memo, "floors", dict))
-        # a rank whose order has overlapped pairs may end its last backward in one
-        paired = tuple(any(key[0] == "pair" for sh in shapes for key in sh.counts[r]) for r in range(lay.pp))
-        # one route and no deferred W: every micro-batch's backward reaches the rank's lowest
-        # stage after its others, so that chunk's backward ends the rank's
-        split = [any(key[0] == "W" for sh in shapes for key in sh.counts[r]) for r in range(lay.pp)]
-        last = tuple(
-            None if len(pl.routes) > 1 or split[r] or paired[r] else min(range(len(h)), key=h.__getitem__)
-            for r, h in enumerate(held)
-        )
-        pairs = [{key for sh in shapes for key in sh.counts[r] if key[0] == "pair"} for r in range(lay.pp)]
+        paired, last, pairs = order_ends(shapes, held, len(pl.routes))
 
         def priced():  # the bound's: a paired rank's last item at most its longest pair
             for keys in pairs:

@@ -136,3 +136,24 @@ def _last_items(t, chunks: int, kinds: tuple[int, ...]) -> np.ndarray:
         if len(hit):
             np.maximum.at(out, rank[hit] * chunks + chunk[hit], hit)
     return out.reshape(pp, chunks)
+
+
+def order_ends(shapes, held, routes: int) -> tuple[tuple[bool, ...], tuple[int | None, ...], list[set]]:
+    """What the reduction's floor may assume of each rank's order before it is simulated
+    (``step.StepSync.ordered``), from the order's item counts (``shapes``: its
+    ``programs.Shape`` at the sampled micro-batch counts; ``held``: per rank, its chunks'
+    model stages; ``routes``: the placement's routes):
+
+    - whether the rank has overlapped pairs, in one of which its last backward may end;
+    - the local chunk whose backward ends the rank's, where that is known: with one route,
+      no deferred W and no pairs, every micro-batch's backward reaches the rank's lowest
+      stage after its others (None elsewhere);
+    - its pair items, the longest of which bounds a paired rank's last item."""
+    counts = [[key for sh in shapes for key in sh.counts[r]] for r in range(len(held))]
+    paired = tuple(any(key[0] == "pair" for key in keys) for keys in counts)
+    split = [any(key[0] == "W" for key in keys) for keys in counts]
+    last = tuple(
+        None if routes > 1 or split[r] or paired[r] else min(range(len(h)), key=h.__getitem__) for r, h in enumerate(held)
+    )
+    pairs = [{key for key in keys if key[0] == "pair"} for keys in counts]
+    return paired, last, pairs
