@@ -35,6 +35,19 @@ GPU = Cluster(
     **test_nccl.BANDWIDTH_ONLY,
 )  # fmt: skip
 # (and bandwidth-only collectives: NCCL's latencies and network shares are tests/test_nccl.py's)
+
+
+def one_node(gpus: int, bf16_tflops: float = 100, nccl_latencies: bool = False) -> Cluster:
+    """``gpus`` GPUs of one 8-GPU node on 100 GB/s NVLink, no FP8, no slowest-GPU spread:
+    the data-parallel tests' cluster, with bandwidth-only collectives unless
+    ``nccl_latencies`` (then NCCL's protocol latencies count too)."""
+    nccl = {} if nccl_latencies else test_nccl.BANDWIDTH_ONLY
+    return Cluster(
+        "t", "X", gpus=gpus, gpus_per_node=8, bf16_tflops=bf16_tflops, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100,
+        network_gbps=10, gpu_speed_sd=0.0, **nccl,
+    )  # fmt: skip
+
+
 # the rooflines by hand, without the small-kernel floors (tests/test_floors.py) and the
 # slowest-GPU share (tests/test_stragglers.py), which would hide them at these sizes
 T = Training(seq=32, global_batch=16, hbm_efficiency=0.5, kernel_floor_us=0, host_us_per_kernel=0)
@@ -368,18 +381,7 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     gradients (1/2 of them cross) and all-gathers the bf16 weights back; the windows they
     hide behind are dp_overlap = 0 of the backward and forward: nothing hides. The Adam
     step touches its half: 4 (grad) + 2 x 12 (master, moments) + 2 (weights) bytes each."""
-    c = Cluster(
-        "t",
-        "X",
-        gpus=2,
-        gpus_per_node=8,
-        bf16_tflops=100,
-        fp8_tflops=0,
-        hbm_gb=80,
-        nvlink_gbps=100,
-        network_gbps=10,
-        gpu_speed_sd=0.0,
-    )
+    c = one_node(2, nccl_latencies=True)
     t = Training(seq=32, global_batch=2, dp_overlap=0.0, hbm_efficiency=0.5, zero=1)
     lay = Layout(pp=1, dp=2)
     n = 4 * (attention_params(TINY) + 3 * 64 * 128 + 128) + 2 * 100 * 64  # layers, embedding, head (by hand)
@@ -418,7 +420,7 @@ def test_data_parallel_sync_slows_the_compute_it_hides_behind():
     """The ZeRO-1 step of the test above with dp_overlap 0.84 on a slow GPU (so both
     collectives are far shorter than their windows): each shows 0.16 of itself, what the
     slowed backward and forward lose while it runs (arXiv 2507.03114's 18.9% slowdown)."""
-    c = Cluster("t", "X", gpus=2, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
+    c = one_node(2, bf16_tflops=1e-3)
     t = Training(seq=32, global_batch=2, dp_overlap=0.84, hbm_efficiency=0.5, zero=1)
     lay = Layout(pp=1, dp=2)
     mm = memory_model(TINY, t, lay, 1, "none")
@@ -435,19 +437,7 @@ def test_zero3_gathers_and_copies_per_micro_batch_by_hand():
     n * 2 bytes cross NVLink at 100 GB/s each time) and reduce-scatters its gradients
     (the same bytes); each gather's output is copied into the parameters on the compute
     stream, n * (2 + 2) bytes at 3.35 TB/s x 0.5."""
-    c = Cluster(
-        "t",
-        "X",
-        gpus=2,
-        gpus_per_node=8,
-        bf16_tflops=100,
-        fp8_tflops=0,
-        hbm_gb=80,
-        nvlink_gbps=100,
-        network_gbps=10,
-        gpu_speed_sd=0.0,
-        **test_nccl.BANDWIDTH_ONLY,
-    )
+    c = one_node(2)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=1, dp=2)
     n = 4 * (12288 + 3 * 64 * 128 + 128) + 2 * 100 * 64
@@ -613,19 +603,7 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     parameters, and the gradients it accumulates unsharded until the last backward, are
     then held whole (ZeRO-1's bytes). fsdp_reshard = "always" regathers
     for every micro-batch's forward and backward, as without pipeline parallelism."""
-    c = Cluster(
-        "t",
-        "X",
-        gpus=4,
-        gpus_per_node=8,
-        bf16_tflops=100,
-        fp8_tflops=0,
-        hbm_gb=80,
-        nvlink_gbps=100,
-        network_gbps=10,
-        gpu_speed_sd=0.0,
-        **test_nccl.BANDWIDTH_ONLY,
-    )
+    c = one_node(4)
     t = Training(seq=32, global_batch=6, dp_overlap=0.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     pl = Placement.standard("flat", 2, 1)
@@ -655,7 +633,7 @@ def test_fsdp_with_pipeline_parallelism_reduce_scatter_is_exposed():
     gather hides behind the first forward, leaving its copy-out (n x 4 bytes at 3.35 TB/s
     x 0.5). Without pipeline parallelism (pp1, M micro-batches) the gradients reduce behind
     each micro-batch's backward and hide there."""
-    c = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
+    c = one_node(4, bf16_tflops=1e-3)
     t = Training(seq=32, global_batch=6, dp_overlap=1.0, hbm_efficiency=0.5, zero=3)
     lay = Layout(pp=2, dp=2)
     mm = memory_model(TINY, t, lay, 2, "none")
