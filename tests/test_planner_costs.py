@@ -24,7 +24,7 @@ from pipesim.planner.params import attention_params, embedding_params, layer_par
 from pipesim.planner.specs import Cluster, Training, load_cluster, load_model, load_training, model_training
 from pipesim.planner.split import balanced_partition
 from pipesim.planner.stages import component_costs, stage_parts
-from pipesim.planner.step import exposed, step_overhead
+from pipesim.planner.step import exposed, step_sync
 
 # test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
 TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
@@ -389,14 +389,15 @@ def test_data_parallel_sync_and_optimizer_by_hand():
     mm = memory_model(TINY, t, lay, 1, "none")
     costs = component_costs(TINY, c, t, lay, 1, "none")
     pl = Placement.standard("flat", 1, 1)
-    comm, opt = step_overhead(c, t, lay, pl, mm, costs, 1)
+    sync = step_sync(c, t, lay, pl, mm, costs, 1)
+    comm, opt = sync.comm, sync.opt
     # 347 KB go by NCCL's LL protocol: each collective pays its latency, 6.6 us and one
     # 0.6 us NVLink step (2 ranks), and moves at half NVLink's rate (planner/nccl.py)
     assert comm == pytest.approx(1 / 2 * n * 2 / 50e9 + 1 / 2 * n * 2 / 50e9 + 2 * (6.6 + 0.6) * 1e-6)
     assert opt == pytest.approx(n / 2 * 30 / (3.35e12 * 0.5))
     # with the whole windows usable, only what exceeds them shows
     t2 = Training(seq=32, global_batch=2, dp_overlap=1.0, hbm_efficiency=0.5, zero=1)
-    comm2, _ = step_overhead(c, t2, lay, pl, mm, component_costs(TINY, c, t2, lay, 1, "none"), 1)
+    comm2 = step_sync(c, t2, lay, pl, mm, component_costs(TINY, c, t2, lay, 1, "none"), 1).comm
     bwd = costs.op_time(Op("B", 0, 0), 0) + costs.op_time(Op("W", 0, 0), 0)
     fwd = costs.op_time(Op("F", 0, 0), 0)
     half = 1 / 2 * n * 2 / 100e9
@@ -425,7 +426,7 @@ def test_data_parallel_sync_slows_the_compute_it_hides_behind():
     lay = Layout(pp=1, dp=2)
     mm = memory_model(TINY, t, lay, 1, "none")
     costs = component_costs(TINY, c, t, lay, 1, "none")
-    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 1)
+    comm = step_sync(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 1).comm
     half = 1 / 2 * sum(mm.params_at(0)) * 2 / 100e9
     assert costs.op_time(Op("F", 0, 0), 0) > half
     assert comm == pytest.approx(2 * 0.16 * half)
@@ -443,7 +444,7 @@ def test_zero3_gathers_and_copies_per_micro_batch_by_hand():
     n = 4 * (12288 + 3 * 64 * 128 + 128) + 2 * 100 * 64
     mm = memory_model(TINY, t, lay, 1, "none")
     costs = component_costs(TINY, c, t, lay, 1, "none")
-    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 3)
+    comm = step_sync(c, t, lay, Placement.standard("flat", 1, 1), mm, costs, 3).comm
     ring = 1 / 2 * n * 2 / 100e9
     copy = n * 4 / (3.35e12 * 0.5)
     assert comm == pytest.approx(3 * (ring + 2 * ring + 2 * copy))
@@ -612,13 +613,13 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_a_step_by_hand():
     n0 = sum(mm.params_at(0))  # the first stage's parameters, the busier end for the gathers
     n1 = sum(mm.params_at(1))
     costs = component_costs(TINY, c, t, lay, 2, "none")
-    comm, _ = step_overhead(c, t, lay, pl, mm, costs, 3)
+    comm = step_sync(c, t, lay, pl, mm, costs, 3).comm
     once = max(2 * (1 / 2 * n * 2 / 100e9) + n * 4 / (3.35e12 * 0.5) for n in (n0, n1))
     assert comm == pytest.approx(once)
     always = replace(t, fsdp_reshard="always")
     mm3 = memory_model(TINY, always, lay, 2, "none")
     assert mm3.zero == 3
-    per_mb, _ = step_overhead(c, always, lay, pl, mm3, component_costs(TINY, c, always, lay, 2, "none"), 3)
+    per_mb = step_sync(c, always, lay, pl, mm3, component_costs(TINY, c, always, lay, 2, "none"), 3).comm
     # two gathers and copy-outs a micro-batch; the gradients still reduce once (REDUCE_GRAD)
     assert per_mb == pytest.approx(
         max(3 * (2 * (1 / 2 * n * 2 / 100e9) + 2 * n * 4 / (3.35e12 * 0.5)) + 1 / 2 * n * 2 / 100e9 for n in (n0, n1))
@@ -638,11 +639,11 @@ def test_fsdp_with_pipeline_parallelism_reduce_scatter_is_exposed():
     lay = Layout(pp=2, dp=2)
     mm = memory_model(TINY, t, lay, 2, "none")
     costs = component_costs(TINY, c, t, lay, 2, "none")
-    comm, _ = step_overhead(c, t, lay, Placement.standard("flat", 2, 1), mm, costs, 3)
+    comm = step_sync(c, t, lay, Placement.standard("flat", 2, 1), mm, costs, 3).comm
     assert comm == pytest.approx(
         max(1 / 2 * n * 2 / 100e9 + n * 4 / (3.35e12 * 0.5) for n in map(sum, map(mm.params_at, (0, 1))))
     )
     flat = Layout(pp=1, dp=4)
     mm1 = memory_model(TINY, t, flat, 1, "none")
-    hidden, _ = step_overhead(c, t, flat, Placement.standard("flat", 1, 1), mm1, component_costs(TINY, c, t, flat, 1, "none"), 3)
+    hidden = step_sync(c, t, flat, Placement.standard("flat", 1, 1), mm1, component_costs(TINY, c, t, flat, 1, "none"), 3).comm
     assert hidden == pytest.approx(3 * 2 * sum(mm1.params_at(0)) * 4 / (3.35e12 * 0.5))

@@ -23,7 +23,7 @@ from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Cluster, Training, load_cluster, load_training
 from pipesim.planner.stages import component_costs
-from pipesim.planner.step import step_overhead
+from pipesim.planner.step import step_sync
 from test_planner_costs import TINY
 
 TORCHAO = Training(seq=32, precision="fp8", fp8_scaling="tensor", fp8_casts="torchao")
@@ -100,14 +100,14 @@ def test_float8_all_gather_by_hand():
     results = {}
     for run in (bf16_gather, t):
         mm = memory_model(TINY, run, lay, 1, "none")
-        results[run.fsdp_float8_all_gather] = step_overhead(c, run, lay, pl, mm, component_costs(TINY, c, run, lay, 1, "none"), 3)
-    comm, opt = results[True]
+        results[run.fsdp_float8_all_gather] = step_sync(c, run, lay, pl, mm, component_costs(TINY, c, run, lay, 1, "none"), 3)
+    comm, opt = results[True].comm, results[True].opt
     gathered = linears * 1 + rest * 2
     ring = 1 / 2 * gathered / 100e9
     reduce = 1 / 2 * (linears + rest) * 2 / 100e9  # the gradients stay bf16
     copy = gathered * 2 / (3.35e12 * 0.5)
     assert comm == pytest.approx(3 * (ring + ring + reduce + 2 * copy))
-    assert opt - results[False][1] == pytest.approx(linears / 2 * 4 / (3.35e12 * 0.5))
+    assert opt - results[False].opt == pytest.approx(linears / 2 * 4 / (3.35e12 * 0.5))
 
 
 def test_fp8_casts_is_checked():

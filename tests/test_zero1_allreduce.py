@@ -22,7 +22,7 @@ from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Cluster, Training, load_training
 from pipesim.planner.stages import component_costs
-from pipesim.planner.step import step_overhead
+from pipesim.planner.step import step_sync
 
 TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
 GPU = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
@@ -32,7 +32,7 @@ def dp_comm(t: Training) -> tuple[float, float]:
     """(the exposed data-parallel communication, the stage's parameters) of pp2 x dp2."""
     lay = Layout(pp=2, dp=2)
     mm = memory_model(TINY, t, lay, 2, "none")
-    comm, _ = step_overhead(GPU, t, lay, Placement.standard("flat", 2, 1), mm, component_costs(TINY, GPU, t, lay, 2, "none"), 3)
+    comm = step_sync(GPU, t, lay, Placement.standard("flat", 2, 1), mm, component_costs(TINY, GPU, t, lay, 2, "none"), 3).comm
     return comm, max(map(sum, map(mm.params_at, (0, 1))))
 
 

@@ -16,7 +16,7 @@ from .specs import Cluster, Training
 
 
 def per_microbatch(t: Training, lay: Layout) -> bool:
-    """Whether ``step_overhead`` depends on the micro-batch count: only FSDP regathering
+    """Whether ``step_sync`` depends on the micro-batch count: only FSDP regathering
     the parameters for every micro-batch does (each branch below that reads it)."""
     return t.zero >= 3 and not keeps_gathered(t, lay)
 
@@ -113,9 +113,15 @@ class StepSync:
     windows: tuple[tuple[float, ...], ...] = ()  # per rank, per chunk: the longest item its last backward can be
 
     @property
+    def comm(self) -> float:
+        """The worst rank's exposed data-parallel communication, known before simulating
+        (its timed reduction at its floor): a lower bound."""
+        return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0)
+
+    @property
     def before(self) -> float:
         """Seconds the step adds to the pipeline, known before simulating (a lower bound)."""
-        return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0) + self.opt + self.extra
+        return self.comm + self.opt + self.extra
 
     def ordered(self, paired: tuple[bool, ...], last: tuple[int | None, ...], longest: tuple[float | None, ...] = ()) -> StepSync:
         """The floor as the order says more, per rank: ``paired``, its order has overlapped
@@ -154,15 +160,6 @@ def reduction_floor(reduce: tuple[float, ...], windows: tuple[float, ...], rate:
     longest item its last backward can be (math.inf where it may be in an overlapped pair,
     whose time is not priced before simulating: then (1 - rate) of it)."""
     return min((exposed(g, w, rate) for g, w in zip(reduce, windows)), default=0.0)
-
-
-def step_overhead(
-    c: Cluster, t: Training, lay: Layout, pl, mm: MemoryModel, costs: ComponentCosts, microbatches: int
-) -> tuple[float, float]:
-    """(exposed data-parallel communication, optimizer step) in seconds, worst rank, as
-    known before simulating (``step_sync``'s, of an order without overlapped pairs)."""
-    sync = step_sync(c, t, lay, pl, mm, costs, microbatches)
-    return max((r + f for r, f in zip(sync.rest, sync.floor)), default=0.0), sync.opt
 
 
 def timed(t: Training) -> bool:
