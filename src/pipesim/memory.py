@@ -132,25 +132,26 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     route_of = np.asarray(pl.route_of, np.int32)
     sizes = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)
     w = model.w_share
-    act_peak, series = [], []
-    for r in range(schedule.pp):
+    act_peak, series, live = [], [], []
+    for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes)):
         kind, chunk, mb, start, end = timeline.rank_ops(r)
-        size = sizes[grid[route_of[mb], r, chunk]]
+        stage = grid[route_of[mb], r, chunk]
+        size = sizes[stage]
         delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
         act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series if curves else None)))
+        if model.grads_in_backward:
+            live.append(_peak_with_grads(model, kind, stage, start, end, delta, held))
     if model.grads_in_backward:
-        live = [
-            _peak_with_grads(schedule, timeline, model, r, sizes, held)
-            for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes))
-        ]
         peak = [p + o + x for p, o, x in zip(params, opt, live)]
     else:
         peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 
 
-def _peak_with_grads(schedule: Schedule, timeline: Timeline, model: MemoryModel, r: int, sizes, held) -> float:
-    """Rank r's most activation and gradient bytes at once, each stage's gradients held
+def _peak_with_grads(model: MemoryModel, kind, stage, start, end, act, held) -> float:
+    """A rank's most activation and gradient bytes at once (its ops' ``kind``, model
+    ``stage``, ``start`` and ``end``, and the activation change ``act`` each makes, as
+    ``memory`` finds them; ``held``: its chunks' stages), each stage's gradients held
     from the end of its first weight-gradient op (BW or W) to the end of its last
     (``MemoryModel.grads_in_backward``). FSDP2 keeping a stage gathered under
     torch.distributed.pipelining (PyTorch 1963fc8, torchtitan's published runs): every
@@ -164,12 +165,6 @@ def _peak_with_grads(schedule: Schedule, timeline: Timeline, model: MemoryModel,
     Order at one instant: an op's end before the next op's start; at a weight op's end
     its activation goes, then its gradients come (the peak is taken there), then go if
     it was the stage's last."""
-    kind, chunk, mb, start, end = timeline.rank_ops(r)
-    pl = schedule.placement
-    stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], r, chunk]
-    w = model.w_share
-    size = sizes[stage]
-    act = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
     # (time, rank of the event at that time, bytes): ends 0-2, starts 3
     when = [np.where(kind == 0, start, end)]
     order = [np.where(kind == 0, 3, 0)]
