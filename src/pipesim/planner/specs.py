@@ -30,8 +30,8 @@ from .training import (  # noqa: F401
     OPTIMIZER_STEPS,
     TP_OVERLAPS,
     Training,
-    check_training,
 )
+from .training_checks import check_training  # noqa: F401
 
 PRESETS = Path(__file__).parent / "presets"
 
