@@ -79,6 +79,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import PipesimError
+from .recompute_modules import rerun_modules
 from .saved_widths import BF16, FP32, INDEX, MASK, fp8_swiglu_cache, gathered_width, layer_mode
 from .specs import Model, Training
 from .training import norm_fused
@@ -150,8 +151,11 @@ def _attention(m: Model, t: Training, tp: int, recompute: str, lin: float, hid: 
     return out
 
 
-def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: float, etp: int = 1) -> dict[str, float]:
-    """The MLP's saved tensors after its norm."""
+def _mlp(
+    m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: float, etp: int = 1, act_rerun: bool = False
+) -> dict[str, float]:
+    """The MLP's saved tensors after its norm (``act_rerun``: Megatron-Core's "moe_act"
+    recompute module drops the experts' activation output, fc2's input)."""
     eager = not t.fused_elementwise
     if not m.is_moe_layer(layer):
         f = m.dense_ffn / tp
@@ -163,7 +167,7 @@ def _mlp(m: Model, layer: int, t: Training, tp: int, lin: float, seq_share: floa
     if fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
         per_copy = lin * 2 * f
     else:
-        per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + lin * f
+        per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + (0.0 if act_rerun else lin * f)
     routed = {
         "router scores (fp32 softmax)": FP32 * e.experts * seq_share,
         "top-k indices": INDEX * k * seq_share,
@@ -238,8 +242,10 @@ def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str =
         norm = _norm(t, layernorm, hid, lin, gathered_width(m, t, hid))
     out = _prefixed("attention norm", norm)
     out |= _attention(m, t, tp, recompute, lin, hid)
-    out |= _prefixed("mlp norm", norm)
-    out |= _mlp(m, layer, t, tp, lin, seq_share, etp)
+    # Megatron-Core's recompute modules keep the norm's input alone and drop the activation's output
+    rerun = rerun_modules(m, layer, t, recompute)
+    out |= _prefixed("mlp norm", {"input": BF16 * hid} if "layernorm" in rerun else norm)
+    out |= _mlp(m, layer, t, tp, lin, seq_share, etp, act_rerun="moe_act" in rerun)
     if t.hidden_dropout:
         out["residual dropout masks"] = 2 * MASK * hid
     return out

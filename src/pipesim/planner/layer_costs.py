@@ -19,11 +19,12 @@ from .compute import (
     mlp_shapes,
 )
 from .cp_steps import extra_kernels, pass_bytes
-from .elementwise import elementwise_bytes, inductor_recompute_bytes, two_pass_norm
+from .elementwise import elementwise_bytes, elementwise_terms, inductor_recompute_bytes, two_pass_norm
 from .floors import expert_casts, floored, issue_floor, layer_kernels
 from .layout import Layout
 from .moe_bias import bias_bytes, bias_kernels
 from .params import attention_params, mlp_params
+from .recompute_modules import rerun_bytes, rerun_kernels
 from .saved_widths import layer_mode
 from .specs import Cluster, Model, Training
 from .te_tensor_parallel import te_tp_seconds
@@ -68,6 +69,8 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     mlp_fwd = mlp_f + ew_mlp + regroup + bias_f
     attn_b = proj_b + core_b + ew_attn_b + cp_b + merge_b
     mlp_bwd = mlp_b + ew_mlp_b + regroup + bias_b
+    # Megatron-Core's recompute modules run their forward again (recompute_modules.py)
+    mlp_bwd += rerun_bytes(m, layer, t, lay, recompute, elementwise_terms(m, layer, t, lay)) / hbm_rate(c, t)
     # Transformer Engine's amax all-reduces and userbuffers' copies, reduce and SM margin
     # (te_tensor_parallel.py), on the compute stream: a full recompute runs the forward's again
     te_af, te_ab, te_mf, te_mb = te_tp_seconds(m, layer, c, t, lay)
@@ -236,8 +239,9 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
     ``moe_layer_issue_ms``, the time Megatron-LM's benchmark measures for a bare
     ``MoELayer`` (router, dispatcher, experts; no attention:
     tests/functional_tests/test_cases/common/moe_perf/__main__.py at d98e8a6), and the
-    issue of the kernels the benchmark's layer does not run (BF16, no biases): per-expert
-    FP8 casts and the experts' output bias added expert by expert (``moe_bias``), less the
+    issue of the kernels the benchmark's layer does not run (BF16, no biases, no
+    recompute): per-expert FP8 casts, the experts' output bias added expert by expert
+    (``moe_bias``) and the recompute modules' reruns (``recompute_modules``), less the
     collectives they wait for
     (the GPU is busy with them meanwhile). Where the attention sits depends on whether
     the host waits inside the block:
@@ -257,9 +261,10 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
     local = m.moe.experts // max(1, lay.ep) if m.is_moe_layer(layer) else 1
     kf, kb, kw = layer_kernels(m, layer, t, local)
     ring_f, ring_b = extra_kernels(m, c, t, lay)
-    # beyond what the issue floor measured: the experts' biases
+    # beyond what the issue floor measured: the experts' biases and the recompute modules
     bias_f, bias_b = bias_kernels(m, layer, t, local)
-    kf, kb = kf + ring_f + bias_f, kb + ring_b + bias_b
+    rerun = rerun_kernels(m, layer, t, recompute)
+    kf, kb = kf + ring_f + bias_f, kb + ring_b + bias_b + rerun
     if recompute in ("full", "op"):  # op reruns every kernel but the cached multiplies and attention
         kb += kf
     out = []
@@ -272,9 +277,9 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
         return tuple(out)
     casts = expert_casts(m, layer, t, local)
     cf = casts + bias_f
-    cb = casts + bias_b + (cf if recompute in ("full", "op") else 0)
-    # the floor was measured in BF16 on bias-free experts: shared by those kernels, the
-    # rest issued on top
+    cb = casts + bias_b + rerun + (cf if recompute in ("full", "op") else 0)
+    # the floor was measured in BF16 on bias-free experts without recompute: shared by
+    # those kernels, the rest issued on top
     bf16 = (kf - cf, kb - cb + kw)
     stops = dispatch_stops_host(t)
     waits = (comm[0] if stops else comm[1], comm[2])

@@ -118,10 +118,14 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (which Megatron's tensor-parallel examples export): "
             "leave it unset or set it above 1"
         )
-    if cand.recompute == "selective":
-        flags.append("--recompute-granularity selective")
-    elif cand.recompute == "full":
+    modules = t.recompute_modules if cand.recompute in ("none", "selective") else ()
+    if cand.recompute == "full":
         flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    elif cand.recompute == "selective" or modules:
+        flags.append("--recompute-granularity selective")
+        if modules:  # the list replaces Megatron's default ["core_attn"], which selective prices
+            kept = ("core_attn",) if cand.recompute == "selective" else ()
+            flags.append("--recompute-modules " + " ".join(kept + modules))
     if (lay.tp > 1 or lay.cp > 1) and t.zero != 3 and name not in COMBINED:
         # validate_args (d98e8a6) asserts it before Blackwell unless Megatron-FSDP or the
         # expert all-to-all overlap is on (those only warn)

@@ -130,6 +130,10 @@ class Training:
     # "inductor", skips them whatever this says); false: the whole forward again
     # (Megatron-LM's and DeepSpeed's own checkpoint functions)
     recompute_early_stop: bool = False
+    # Megatron-Core's --recompute-modules beside recompute: "layernorm" (on its Transformer
+    # Engine layer, an MoE layer's pre-MLP norm) and "moe_act" (the experts' activation),
+    # each rerun in the backward and its output not kept (recompute_modules.py); (): none
+    recompute_modules: tuple[str, ...] = ()
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     # share of dense peak every matrix multiply reaches, BF16 or FP8 (compute.gemm_efficiency);
     # 0: the cluster's gemm_efficiency, or for FP8 its fp8_gemm_efficiency / fp8_tensor_gemm_efficiency

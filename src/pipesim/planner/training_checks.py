@@ -3,8 +3,11 @@ field, the value and what is accepted, once every field has its type."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import PipesimError
 from .pipeline_layout import check_syntax, is_layout
+from .recompute_modules import check_recompute_modules
 from .training import (
     ATTENTION_BLOCK_ORDERS,
     CP_COMMS,
@@ -124,4 +127,5 @@ def check_training(t: Training, where: str) -> Training:
         )
     if t.compute_efficiency > 1:
         raise PipesimError(f"{where}: compute_efficiency must be between 0 and 1, got {t.compute_efficiency}")
-    return t
+    # the training file's list, as a tuple: a Training is hashed and compared
+    return replace(t, recompute_modules=check_recompute_modules(t.recompute_modules, t, where))
