@@ -79,6 +79,30 @@ def test_a_windowed_layers_fused_attention_time_scales_with_its_pairs():
     assert attention_core(OSS, H100, eager, lay, 0) == attention_core(OSS, H100, eager, lay, 1)
 
 
+def te_window_cells(seq: int, left: int) -> int:
+    """Cells Transformer Engine's window (left, 0) leaves under the causal mask: query i
+    reads keys i - left .. i inclusive (dot_product_attention.py's window_size docstring at
+    v2.9), counted by torch."""
+    torch = pytest.importorskip("torch")
+    i = torch.arange(seq)[:, None]
+    j = torch.arange(seq)[None, :]
+    return int(((j <= i) & (j >= i - left)).sum())
+
+
+def test_a_run_handing_sliding_window_to_te_as_its_left_edge_prices_a_key_more():
+    """Megatron-Bridge's GPT-OSS provider runs gpt-oss's sliding_window 128 as TE's (128, 0):
+    129 keys a query, the cells of transformers' mask for a window of 129. The time follows
+    those pairs; the model's FLOPs (MFU) stay the model's."""
+    t = load_training(base={"seq": 8192})
+    lay = Layout(pp=1, dp=1, micro_batch=16)
+    te = replace(t, sliding_window_as_te_left=True)
+    assert te_window_cells(8192, 128) == masked_cells(8192, 129)
+    (hf_f, hf_b), (te_f, te_b) = attention_core(OSS, H100, t, lay, 0), attention_core(OSS, H100, te, lay, 0)
+    share = (te_window_cells(8192, 128) - 129 / 2) / (masked_cells(8192, 128) - 128 / 2)
+    assert te_f / hf_f == pytest.approx(share, rel=1e-3) and te_b / hf_b == pytest.approx(share, rel=1e-3)
+    assert attention_core(OSS, H100, te, lay, 1) == attention_core(OSS, H100, t, lay, 1)  # a full layer
+
+
 def test_a_windowed_kernels_blocks_stop_at_the_window():
     # 512 rows in blocks of 128, window 128: each block reads its rows and the window before
     # its first row (FlashAttention's n_block_min), capped by the keys before its last row

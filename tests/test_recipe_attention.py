@@ -126,3 +126,13 @@ def test_torchtitan_runs_gpt_oss_without_context_parallelism_and_says_its_pipeli
     assert pp["runs"] and any("lists pipeline parallelism as to do" in n for n in pp["notes"])
     flat = recipe(plan_of(m, Layout(pp=1, dp=64, ep=8)))["torchtitan"]
     assert not any("pipeline parallelism as to do" in n for n in flat["notes"])
+
+
+def test_megatron_flags_say_the_window_the_run_priced():
+    """Megatron-Bridge's GPT-OSS provider hands gpt-oss's 128 to Transformer Engine as
+    window_size (128, 0): TE keeps keys i - 128 .. i, 129 (dot_product_attention.py's
+    window_size docstring at v2.9). Priced so (sliding_window_as_te_left), the flag is what
+    Bridge passes."""
+    m = load_model(str(HF / "gpt-oss-120b.json"))
+    flags = recipe(plan_of(m, Layout(pp=8, dp=8, ep=8), sliding_window_as_te_left=True))["megatron"]["flags"]
+    assert "--window-size 128,0" in flags

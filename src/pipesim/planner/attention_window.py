@@ -64,6 +64,25 @@ def layer_window(window: int, layer_types: tuple[str, ...], layer: int) -> int:
     return window
 
 
+def run_window(m, t, layer: int) -> int:
+    """Keys a query of ``layer`` reads as the run runs it (0: the whole sequence): the
+    model's ``sliding_window`` w in transformers' meaning, or w + 1 where the run hands w to
+    Transformer Engine as its left window (``Training.sliding_window_as_te_left``). TE's
+    ``window_size`` (left, right) lets query i read keys i - left to i + right inclusive
+    (NVIDIA/TransformerEngine v2.9, pytorch/attention/dot_product_attention/
+    dot_product_attention.py, the ``window_size`` docstring; its cuDNN path sets
+    ``set_diagonal_band_left_bound(window_size_left + 1)``, common/fused_attn/
+    fused_attn_f16_arbitrary_seqlen.cu), so (128, 0) reads 129 keys, where transformers'
+    mask for sliding_window 128 reads 128 (huggingface/transformers 2ccc6cae,
+    src/transformers/masking_utils.py ``sliding_window_overlay``: kv_idx > q_idx -
+    sliding_window), as does OpenAI's reference (openai/gpt-oss a194b990,
+    gpt_oss/torch/model.py ``sdpa``: ``tril(..., diagonal=-sliding_window)`` masked).
+    Megatron-Bridge's GPT-OSS provider sets window_size (128, 0) for gpt-oss's 128
+    (src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py at v0.2.1)."""
+    window = m.window(layer)
+    return window + 1 if window and t.sliding_window_as_te_left else window
+
+
 def windowed_layers(window: int, layer_types: tuple[str, ...], layers: int) -> int:
     """How many of the model's layers attend over the window."""
     return sum(1 for i in range(layers) if layer_window(window, layer_types, i))

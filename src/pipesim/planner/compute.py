@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from .attention_grid import attention_grid_fill, grid_fill
-from .attention_window import causal_pairs
+from .attention_window import causal_pairs, run_window
 from .collectives import a2a_ranks
 from .cp_steps import attention_steps
 from .floors import kernel_floor
@@ -342,15 +342,17 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout, layer: int) -
     causal work: its tokens against the whole sequence's keys, half of them masked. Fused,
     it runs that as its scheme's kernels (``cp_attention_core``); unfused, as one.
 
-    A layer attending over a sliding window (``Model.window``): fused, each query row reads
-    min(window, position + 1) keys (FlashAttention's ``window_size``: its blocks skip the key
-    blocks left of the window, flash_fwd_kernel.h's n_block_min), so the FLOPs are the
+    A layer attending over a sliding window (``attention_window.run_window``: the model's,
+    or a key more where the run hands it to Transformer Engine as its left edge): fused,
+    each query row reads min(window, position + 1) keys (FlashAttention's ``window_size``:
+    its blocks skip the key blocks left of the window, flash_fwd_kernel.h's n_block_min),
+    so the FLOPs are the
     window's pairs (``attention_window.causal_pairs``) and each block's work is capped at
     its rows plus the window. Unfused, the score square is computed whole and masked
     (Megatron's and transformers' eager attention add the mask to the full square), so a
     window changes nothing there."""
     qk, v = attention_dims(m)
-    T, heads, window = lay.tokens(t.seq), m.heads / lay.tp, m.window(layer)
+    T, heads, window = lay.tokens(t.seq), m.heads / lay.tp, run_window(m, t, layer)
     window = window if window < t.seq else 0  # a window as long as the sequence is none
     if t.flash_attention and lay.cp > 1:
         return cp_attention_core(m, c, t, lay, window)

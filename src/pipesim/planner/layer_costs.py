@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from ..components import LayerCosts
+from .attention_window import run_window
 from .collectives import cp_exchange, moe_comm, tp_allreduce, tp_halves
 from .compute import (
     accumulation_seconds,
@@ -58,7 +59,7 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     core_f, core_b = attention_core(m, c, t, lay, layer)
     cp_f, cp_b = cp_exchange(m, c, t, lay, core_f, core_b)  # what the context ranks' exchange leaves exposed
     # and the merges and accumulations between its per-step kernels (cp_steps.pass_bytes)
-    window = m.window(layer) if m.window(layer) < t.seq else 0
+    window = run_window(m, t, layer) if run_window(m, t, layer) < t.seq else 0
     merge_f, merge_b = (x / hbm_rate(c, t) for x in pass_bytes(m, c, t, lay, window))
     ew_attn, ew_mlp = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay))
     ew_attn_b, ew_mlp_b = (x / hbm_rate(c, t) for x in elementwise_bytes(m, layer, t, lay, backward=True))

@@ -11,6 +11,7 @@ no GPipe, Zero Bubble, V or DualPipe schedule.
 
 from __future__ import annotations
 
+from .attention_window import run_window
 from .collectives import a2a_size
 from .naming import COMBINED
 from .plan_stages import Part, placement_of
@@ -102,7 +103,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         notes += moe_notes(t, combined=name in COMBINED)
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
-    flags += attention_flags(m)
+    flags += attention_flags(m, t)
     notes += attention_notes(m)
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
     if t.zero >= 1:
@@ -217,7 +218,7 @@ def moe_notes(t: Training, combined: bool = False) -> list[str]:
     return notes
 
 
-def attention_flags(m: Model) -> list[str]:
+def attention_flags(m: Model, t: Training) -> list[str]:
     """The attention the plan priced that Megatron-LM must be told of (arguments.py at
     d98e8a6): the sliding window and the layers that take it, and gpt-oss's sinks.
 
@@ -226,15 +227,17 @@ def attention_flags(m: Model) -> list[str]:
     the keys from i - left to i + right, inclusive (TE's DotProductAttention docstring,
     dot_product_attention.py at d0067d0da),
     so the model file's ``sliding_window`` w (keys read, the query's own included, as
-    transformers' mask keeps them) is (w - 1, 0). ``--window-attn-skip-freq`` N leaves
+    transformers' mask keeps them) is (w - 1, 0), and a run that hands w to TE as its left
+    window (``Training.sliding_window_as_te_left``) is (w, 0): the keys priced, less one
+    (``attention_window.run_window``). ``--window-attn-skip-freq`` N leaves
     full attention on the layers whose 1-indexed number is a multiple of N, a list one
     entry a layer, 1 for a windowed one (core/transformer/utils.py
     is_layer_window_attention; arguments.py moe_freq_type reads either). Megatron-Bridge's
-    gpt-oss provider writes (128, 0), a key more than transformers' 128: OpenAI's reference
-    mask's count. ``--softmax-type learnable`` is TransformerConfig.softmax_type, the
-    sinks' learned offset a head."""
+    gpt-oss provider writes (128, 0), a key more than transformers' 128 and OpenAI's
+    reference mask (gpt_oss/torch/model.py ``sdpa``). ``--softmax-type learnable`` is
+    TransformerConfig.softmax_type, the sinks' learned offset a head."""
     flags = []
-    windows = [m.window(i) for i in range(m.layers)]
+    windows = [run_window(m, t, i) for i in range(m.layers)]
     if any(windows):
         flags.append(f"--window-size {max(windows) - 1},0")
         windowed = [bool(w) for w in windows]

@@ -134,6 +134,11 @@ class Training:
     # Engine layer, an MoE layer's pre-MLP norm) and "moe_act" (the experts' activation),
     # each rerun in the backward and its output not kept (recompute_modules.py); (): none
     recompute_modules: tuple[str, ...] = ()
+    # the run hands the model's sliding_window w to Transformer Engine as its left window,
+    # window_size (w, 0), which keeps w + 1 keys a query (Megatron-Bridge's GPT-OSS provider:
+    # (128, 0) for gpt-oss's 128); false: w keys, as transformers' mask keeps them
+    # (attention_window.run_window)
+    sliding_window_as_te_left: bool = False
     tokens: float = 1e12  # tokens of the whole run (for its GPU-hours)
     # share of dense peak every matrix multiply reaches, BF16 or FP8 (compute.gemm_efficiency);
     # 0: the cluster's gemm_efficiency, or for FP8 its fp8_gemm_efficiency / fp8_tensor_gemm_efficiency
