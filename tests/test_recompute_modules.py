@@ -24,6 +24,7 @@ from pipesim.planner.layout import Layout
 from pipesim.planner.recipe import recipe
 from pipesim.planner.recompute_modules import rerun_kernels
 from pipesim.planner.specs import load_cluster, load_model, load_training
+from test_hardening import one_line, run
 from test_recipe_attention import plan_of
 
 HF = "tests/data/hf"
@@ -80,6 +81,14 @@ def test_bad_values_are_one_line(value, says):
     with pytest.raises(PipesimError, match=says) as err:
         load_training(recompute_modules=value)
     assert "\n" not in str(err.value)
+
+
+def test_a_bad_training_file_is_one_line_and_exit_2(capsys, tmp_path):
+    path = tmp_path / "train.toml"
+    path.write_text('recompute_modules = ["layernorm", "mlp"]\n')
+    code, out, err = run(capsys, "plan", "--model", f"{HF}/gpt-oss-120b.json", "--cluster", "h100", "--training", path)
+    one_line(code, err, "recompute_modules entry 'mlp' is not one pipesim prices")
+    assert out == ""
 
 
 def test_only_on_transformer_engines_layer():
