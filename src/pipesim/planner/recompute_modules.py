@@ -67,7 +67,7 @@ def check_recompute_modules(value: object, t: Training, where: str) -> tuple[str
     if value and t.fused_kernels != "te":
         raise PipesimError(
             f"{where}: recompute_modules is Megatron-Core's selective recompute on Transformer Engine's layer; "
-            f'set fused_kernels = "te" or leave recompute_modules empty'
+            'set fused_kernels = "te" or leave recompute_modules empty'
         )
     return tuple(value)
 
