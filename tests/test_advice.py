@@ -82,3 +82,20 @@ def test_a_batch_too_small_for_the_gpus_says_what_would_feed_them():
         assert f"A global batch of {need} sequences or more" in note
     assert batch_note(c, load_training(seq=8192, global_batch=32768), 126, 8) is None  # fed at pp16: 16 x 2 x 1024
     assert batch_note(c, load_training(seq=16384, global_batch=2048), 126, 8) is None  # long: CP's case, not the batch
+
+
+def test_no_pipeline_advice_names_the_sharding_the_layout_needs():
+    """At pp1 the advice said the model fits "with data parallelism alone" even where the
+    layout shards it over tensor ranks: Llama 3 8B's 8.03B parameters at 2 bytes, with 4-byte
+    gradients, are 48 GB before activations, and pinned to tp2 the report must not claim
+    dp alone; pinned to tp1 (the 16 GPUs all data-parallel) it may."""
+    m, c = load_model("llama3-8b"), load_cluster("h100", 16)
+    t = load_training(base=None, seq=4096, global_batch=64)
+
+    def pp1_line(tp: int) -> str:
+        lines = advice(search(m, c, t, ["1f1b"], pins=Pins(pp=1, tp=tp, dp=16 // tp, micro_batch=1)))
+        return next(x for x in lines if x.startswith("Pipeline parallelism is not needed"))
+
+    assert pp1_line(1).endswith("with data parallelism alone.")
+    sharded = pp1_line(2)
+    assert "alone" not in sharded and "tp2" in sharded

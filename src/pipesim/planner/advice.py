@@ -76,12 +76,21 @@ def advice(plan: Plan) -> list[str]:
     note = batch_note(c, plan.training, m.layers, lay.tp)
     if note:
         out.append(note)
-    if best.candidate.layout.pp == 1:
-        out.append("Pipeline parallelism is not needed: the model fits on each GPU with data parallelism alone.")
+    if lay.pp == 1:
+        out.append(f"Pipeline parallelism is not needed: the model fits on each GPU {_without_pipeline(lay)}.")
     tight = tight_memory(plan)
     if tight:
         out.append(tight)
     return out
+
+
+def _without_pipeline(lay) -> str:
+    """What a pp1 layout fits with: data parallelism alone only where it shards nothing
+    else (gpt-oss-120b's 117B parameters need tp and ep to fit an 80 GB card at pp1)."""
+    shards = [f"{name}{n}" for name, n in (("tp", lay.tp), ("cp", lay.cp), ("ep", lay.ep), ("etp", lay.etp)) if n > 1]
+    if not shards:
+        return "with data parallelism alone"
+    return f"with {' x '.join(shards)} sharding it beside data parallelism"
 
 
 def tight_memory(plan: Plan) -> str | None:
