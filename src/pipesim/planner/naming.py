@@ -40,3 +40,15 @@ def hours_for_run(r: Result, t: Training) -> float:
 def fmt_hours(h: float) -> str:
     """GPU-hours as the report prints them: 1.23M, 456K or 789."""
     return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"
+
+
+def wall_clock(hours: float) -> str:
+    """How long a run takes on its GPUs, in days from two days up ("48 days"), hours or
+    minutes below: a one-day run printed as "1 days" and a short one as "0 days"."""
+    if hours >= 47.5:  # rounds to 48 hours or more: two days
+        return f"{hours / 24:.0f} days"
+    if hours >= 1.5:
+        return f"{hours:.0f} hours"
+    if hours >= 0.5:
+        return "1 hour"
+    return f"{max(1.0, hours * 60):.0f} minute{'' if hours * 60 < 1.5 else 's'}"

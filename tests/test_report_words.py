@@ -1,0 +1,29 @@
+"""The plan report's words for a run's length and for its recomputation mode."""
+
+from __future__ import annotations
+
+import re
+
+from pipesim.cli import main
+from pipesim.planner.naming import wall_clock
+
+
+def test_wall_clock_speaks_days_hours_or_minutes():
+    # by hand: 2.34M GPU-hours on 2048 GPUs is 1142.6 hours, 47.6 days (docs/plan.md's 48);
+    # gpt-oss-120b's 26K GPU-hours on 1024 GPUs is 25.4 hours, which printed as "1 days"
+    assert wall_clock(2.34e6 / 2048) == "48 days"
+    assert wall_clock(26e3 / 1024) == "25 hours"
+    assert wall_clock(0.75) == "1 hour"
+    assert wall_clock(0.2) == "12 minutes"
+    assert wall_clock(0.001) == "1 minute"
+
+
+def test_a_short_run_is_not_zero_days(capsys):
+    # 1e9 tokens of Llama 3 8B on 16 H100s: under a day, so never "0 days" or "1 days"
+    code = main(
+        ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--pp", "1", "--tp", "1", "--tokens", "1e9"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    run = re.search(r"GPU-hours \(([^)]*) on 16 GPUs\) for 0.001T tokens", out)
+    assert run and not re.match(r"[01] days", run.group(1)), out
