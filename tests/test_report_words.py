@@ -27,3 +27,13 @@ def test_a_short_run_is_not_zero_days(capsys):
     assert code == 0
     run = re.search(r"GPU-hours \(([^)]*) on 16 GPUs\) for 0.001T tokens", out)
     assert run and not re.match(r"[01] days", run.group(1)), out
+
+
+def test_no_recomputation_is_said_in_words(capsys):
+    # --recompute none: "none recomputation" read as a typo in the memory header and the plan
+    code = main(["memory", "--model", "llama3-8b", "--pp", "2", "--recompute", "none", "-s", "1f1b"])
+    out = capsys.readouterr().out
+    assert code == 0 and ", no recomputation, M=8;" in out.splitlines()[0] and "none recomputation" not in out
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--pp", "2", "--recompute", "none"])
+    out = capsys.readouterr().out
+    assert code == 0 and "per pipeline per step, no recomputation." in out and "none recomputation" not in out

@@ -92,6 +92,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
     from ..planner.layout import Layout, with_default_ep
+    from ..planner.naming import recompute_text
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
 
@@ -120,7 +121,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             cache[held] = component_costs(model, cluster, training, lay, pl.stages, recompute, parts)
         return cache[held]
 
-    text = f"{model.name} on {cluster.name} ({lay}, {recompute} recomputation; seconds, from the planner's estimate)"
+    text = f"{model.name} on {cluster.name} ({lay}, {recompute_text(recompute)}; seconds, from the planner's estimate)"
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
 
 

@@ -16,6 +16,7 @@ from .device_memory import held_params, rank_usables
 from .footprint import memory_model, stage_params
 from .layout import Layout, layout_problem, local_training, with_default_ep
 from .memory_lines import no_fit_line, usable_dict, usable_lines
+from .naming import recompute_text
 from .pipeline_layout import is_layout, stage_count
 from .saved_widths import layer_mode
 from .spec_args import specs_from
@@ -109,7 +110,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         + (f", ep{ep}" if ep > 1 else "")
         + (f" x etp{lay.etp}" if lay.etp > 1 else "")
         + (f", {lay.micro_batch} sequences a micro-batch" if lay.micro_batch > 1 else "")
-        + f", ZeRO-{training.zero}, {recompute} recomputation, M={M}; per GPU, worst rank:"
+        + f", ZeRO-{training.zero}, {recompute_text(recompute)}, M={M}; per GPU, worst rank:"
     )
     for r in rows:
         out.print(

@@ -52,3 +52,9 @@ def wall_clock(hours: float) -> str:
     if hours >= 0.5:
         return "1 hour"
     return f"{max(1.0, hours * 60):.0f} minute{'' if hours * 60 < 1.5 else 's'}"
+
+
+def recompute_text(mode: str) -> str:
+    """A recomputation mode in words: "selective recomputation", "no recomputation" (not
+    "none recomputation")."""
+    return "no recomputation" if mode == "none" else f"{mode} recomputation"

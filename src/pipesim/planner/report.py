@@ -17,7 +17,7 @@ from .assumptions import assumptions
 from .calibrate import RANGES, Uncertainty
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
-from .naming import fmt_hours, hours_for_run, layout_text, schedule_text, wall_clock
+from .naming import fmt_hours, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
 from .params import published_active_params, total_params
 from .results import Plan, Result
 from .verdicts import family_verdicts, rejection
@@ -177,7 +177,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         "## Recommendation",
         "",
         f"**{schedule_text(best)} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
-        f"per pipeline per step, {cand.recompute} recomputation.",
+        f"per pipeline per step, {recompute_text(cand.recompute)}.",
         "",
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
         f"optimizer step {best.dp_sync:.2f} s)",

@@ -23,6 +23,7 @@ from ..schedules import REGISTRY
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
 from .evaluate import Prepared, Shared, finish, prepare, too_many_slots
+from .naming import recompute_text
 from .rank_fit import least_over
 from .results import GB, Plan, Result
 from .specs import Cluster, Model, Training
@@ -210,10 +211,10 @@ def closest_miss(plan: Plan) -> str:
     least = least_over(plan, plan.rejected)
     if least is None:
         r = plan.rejected[0]
-        return f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation: {r.reason}"
+        return f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}: {r.reason}"
     r, need, usable = least
     against = f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
     return (
-        f"{r.candidate.label} at {r.candidate.layout}, {r.candidate.recompute} recomputation, the least over its memory: "
+        f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its memory: "
         f"{r.reason} ({need:.1f} GB against {against}: {need - usable:.1f} GB over)"
     )
