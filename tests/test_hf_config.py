@@ -180,7 +180,14 @@ def edited(name: str, **changes) -> dict:
     "config,needle",
     [
         (edited("llama-3.1-8b", model_type="gemma2"), "model_type 'gemma2' is not a family pipesim reads; supported: llama, "),
-        (edited("llama-3.1-8b", model_type=...), "no model_type is not a family pipesim reads"),
+        # the refusal said "no model_type is not a family pipesim reads": name the field
+        (edited("llama-3.1-8b", model_type=...), "missing field 'model_type' (one of llama, mistral, "),
+        # Gemma 3 4B-27B's config.json ("gemma3", Gemma3ForConditionalGeneration) holds the
+        # text model under text_config; say that pipesim reads that part and how to give it
+        (
+            {"model_type": "gemma3", "text_config": {**edited("gemma-3-1b"), "vocab_size": 262_208}},
+            "model_type 'gemma3' is not a family pipesim reads, but its text_config is ('gemma3_text'): save text_config",
+        ),
         (edited("llama-3.1-8b", intermediate_size=...), "missing field 'intermediate_size'"),
         (edited("mixtral-8x7b-v0.1", num_local_experts=...), "missing field 'num_local_experts'"),
         (edited("qwen3-32b", head_dim=...), "missing field 'head_dim'"),
@@ -407,3 +414,14 @@ def test_gemma_3_text_takes_its_classes_defaults(tmp_path):
     assert [i for i in range(m.layers) if not m.window(i)] == [5, 11, 17, 23]
     f.write_text(json.dumps({**config, "num_attention_heads": 8, "sliding_window_pattern": 2}))
     assert [i for i in range(26) if not load_model(str(f)).window(i)] == list(range(1, 26, 2))
+
+
+def test_a_wrapped_text_config_saved_alone_is_read(tmp_path, capsys):
+    # what the gemma3 refusal tells the user to do gives the text model itself
+    text = edited("gemma-3-1b")
+    wrapped, alone = tmp_path / "gemma3.json", tmp_path / "text.json"
+    wrapped.write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    alone.write_text(json.dumps(text))
+    assert main(["memory", "--model", str(wrapped), "--pp", "2"]) == 2
+    assert "save text_config as a config.json of its own" in capsys.readouterr().err
+    assert load_model(str(alone)).layers == 26  # Gemma 3 1B's num_hidden_layers

@@ -74,8 +74,18 @@ def table_from_config(config: object, name: str, where: str, bounds: dict | None
     kind = config.get("model_type")
     read = READERS.get(kind) if isinstance(kind, str) else None
     if read is None:
-        shown = "no model_type" if kind is None else f"model_type {kind!r}"
-        raise PipesimError(f"{where}: {shown} is not a family pipesim reads; supported: {', '.join(READERS)}")
+        supported = ", ".join(READERS)
+        if kind is None:
+            raise PipesimError(f"{where}: missing field 'model_type' (one of {supported})")
+        text = config.get("text_config")
+        inner = text.get("model_type") if isinstance(text, dict) else None
+        if isinstance(inner, str) and inner in READERS:
+            # an image-and-text model (Gemma 3 4B-27B's "gemma3") wraps a text model pipesim reads
+            raise PipesimError(
+                f"{where}: model_type {kind!r} is not a family pipesim reads, but its text_config is ({inner!r}): "
+                "save text_config as a config.json of its own and give that"
+            )
+        raise PipesimError(f"{where}: model_type {kind!r} is not a family pipesim reads; supported: {supported}")
     return {"name": name, **read(_Fields(config, where, bounds or {}))}
 
 
