@@ -192,6 +192,16 @@ def test_failed_command_writes_nothing(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == [out]  # no temporary files left behind
 
 
+def test_plan_json_into_a_markdown_name_is_refused(capsys, tmp_path):
+    # --json -o plan.md wrote JSON into plan.md; a .md name says Markdown (docs/plan.md)
+    out = tmp_path / "plan.md"
+    code, _, err = run(
+        capsys, "plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--pp", "2", "--json", "-o", str(out)
+    )
+    assert code == 2 and err.count("\n") == 1 and "give a .json name or drop --json" in err
+    assert not out.exists()
+
+
 def test_console_script_entry_point():
     r = subprocess.run(
         [sys.executable, "-m", "pipesim.cli", "simulate", "--schedule", "dualpipe", "--pp", "5"], capture_output=True, text=True

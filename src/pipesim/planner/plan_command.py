@@ -38,6 +38,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out = None if args.output == "-" else args.output  # -: the report on stdout
     if out and not out.endswith((".md", ".json")):
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
+    if out and args.json and out.endswith(".md"):  # the file's name says Markdown: JSON in it would be a surprise
+        raise PipesimError(f"--json writes JSON, but --output {out!r} names a Markdown file: give a .json name or drop --json")
     calibration = _calibration(args, model, cluster, training)
     fitted = calibration.text(cluster, training) if calibration else None
     if calibration:
