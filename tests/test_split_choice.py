@@ -3,6 +3,8 @@ without those moves: under a fixed order the totals are not the pace."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipesim.planner.candidates import Candidate
 from pipesim.planner.evaluate import Shared, _simulated, evaluate, prepare
 from pipesim.planner.layout import Layout
@@ -43,3 +45,25 @@ def test_memory_simulates_the_split_the_planner_keeps(capsys):
     assert planned.stage_layers != tuple(
         len(r) for r in prepare(m, c, t, planned.candidate, Shared(m, c, t), splits=(True,)).parts
     )
+
+
+def test_memory_keeps_the_split_the_plan_keeps(capsys):
+    """Llama 3.1 405B on 2048 H800s, zb-v at pp32 x dp8 x tp2 x cp4, M=128: the evened
+    split puts two layers beside the embedding and does not fit; the plan keeps the split
+    without the moves, which fits, and recommends it. memory kept the faster split whatever
+    its fit and called the plan's own recommendation "does not fit"."""
+    import json
+
+    import pytest
+
+    from pipesim.cli import main
+
+    config = str(Path(__file__).parent / "data" / "hf" / "llama-3.1-405b.json")
+    pins = ["--model", config, "--cluster", "h800-2048", "--pp", "32", "--dp", "8", "--tp", "2"]
+    pins += ["--cp", "4", "--recompute", "selective"]
+    assert main(["plan", *pins, "--schedules", "zb-v", "--microbatches", "128", "--micro-batch-size", "1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["recommendation"]
+    assert main(["memory", *pins, "-s", "zb-v", "-m", "128", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["schedules"][-1]
+    assert row["fits"] and plan["schedule"] == "zb-v"
+    assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9) and row["rank"] == plan["memory_rank"]

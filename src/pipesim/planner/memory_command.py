@@ -188,15 +188,24 @@ def _chunks(chunks: int | None) -> dict:
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
     s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
-    # as the planner splits (evaluate.finish): the evened split and the one without its
-    # moves, where they differ, the faster of the two kept
+    # as the planner splits (evaluate.finish): the evened split, or the one without its
+    # moves where that differs and the evened one does not fit, or both fit and it is
+    # faster; keeping the faster alone called a plan's fitting recommendation unfit
     held = s.placement.held()
     splits = {
         tuple(map(len, p)): p
         for p in (stage_parts(model, cluster, training, lay, stages, recompute, held, e) for e in (True, False))
     }
-    runs = [(simulate(s, component_costs(model, cluster, training, lay, stages, recompute, p)), p) for p in splits.values()]
-    tl, parts = min(runs, key=lambda x: x[0].end - x[0].start)
+    rows = [_split_row(model, cluster, training, lay, s, recompute, M, parts, name) for parts in splits.values()]
+    evened, other = rows[0], rows[-1]
+    pick = other if not evened[1]["fits"] or (other[1]["fits"] and other[0] < evened[0]) else evened
+    return pick[1]
+
+
+def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int, parts, name: str) -> tuple[float, dict]:
+    """One stage split's makespan and memory row, the worst rank's."""
+    stages, held = s.placement.stages, s.placement.held()
+    tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
     mm = memory_model(model, training, lay, stages, recompute, parts)
     mem = memory(s, tl, mm)
     pl = s.placement
@@ -207,7 +216,7 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     # the worst rank: the least room under its own usable memory (the highest peak on a tie)
     worst = min(range(s.pp), key=lambda r: (usables[r].bytes - mem.peak[r], -mem.peak[r]))
     n = held_params(mm, held[worst])  # the worst rank's parameters, every copy
-    return {
+    return tl.end - tl.start, {
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
         "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
         "chunks": s.placement.chunks,
