@@ -4,6 +4,7 @@ second parameter copy only where the schedule keeps one."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,17 @@ def test_the_second_copy_is_explained_without_calling_it_small(capsys):
     line = next(x for x in out.splitlines() if "the second copy doubles" in x)
     assert code == 0 and "small" not in line.lower()
     assert "a pp8 stage holds 17.5B parameters" in line and "keeps only 2.73B" in line and "doubles 2.73B, not 17.5B" in line
+
+
+def test_zb_auto_is_ordered_as_the_plan_orders_it(capsys):
+    """zb-auto's order is searched for a candidate's own per-stage costs and the room its
+    ranks leave; memory built it at unit costs, so for Qwen2.5-72B at pp4 x dp64 x tp4, M=16
+    it printed a 58.9 GB peak where the plan, for the same layout, gives 78.6 GB."""
+    config = str(Path(__file__).parent / "data" / "hf" / "qwen2.5-72b-instruct.json")
+    pins = ["--model", config, "--cluster", "h100", "--pp", "4", "--dp", "64", "--tp", "4", "--recompute", "selective"]
+    assert main(["plan", *pins, "--schedules", "zb-auto", "--microbatches", "16", "--micro-batch-size", "1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["recommendation"]
+    code, out, _ = _run(capsys, *pins, "-s", "zb-auto", "-m", 16, "--json")
+    row = json.loads(out)["schedules"][-1]
+    assert code == 0 and plan["schedule"] == "zb-auto"
+    assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9) and row["rank"] == plan["memory_rank"]

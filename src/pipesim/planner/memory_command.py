@@ -12,7 +12,9 @@ from ..output import console, emit_json
 from ..schedules import build, family
 from ..simulate import simulate
 from .activations import head_activation, head_saved, layer_activation, layer_saved
+from .candidates import COST_OPTIONS, Candidate
 from .device_memory import held_params, rank_usables
+from .evaluate import Prepared, prepare
 from .footprint import memory_model, stage_params
 from .layout import Layout, layout_problem, local_training, with_default_ep
 from .memory_lines import no_fit_line, usable_dict, usable_lines
@@ -192,14 +194,39 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
     # moves where that differs and the evened one does not fit, or both fit and it is
     # faster; keeping the faster alone called a plan's fitting recommendation unfit
     held = s.placement.held()
-    splits = {
-        tuple(map(len, p)): p
-        for p in (stage_parts(model, cluster, training, lay, stages, recompute, held, e) for e in (True, False))
-    }
-    rows = [_split_row(model, cluster, training, lay, s, recompute, M, parts, name) for parts in splits.values()]
+    splits: dict[tuple, tuple[bool, list[range]]] = {}
+    for e in (True, False):
+        parts = stage_parts(model, cluster, training, lay, stages, recompute, held, e)
+        splits.setdefault(tuple(map(len, parts)), (e, parts))
+    rows = [
+        _split_row(
+            model,
+            cluster,
+            training,
+            lay,
+            _as_planned(model, cluster, training, lay, name, s, recompute, M, e, options),
+            recompute,
+            M,
+            parts,
+            name,
+        )
+        for e, parts in splits.values()
+    ]
     evened, other = rows[0], rows[-1]
     pick = other if not evened[1]["fits"] or (other[1]["fits"] and other[0] < evened[0]) else evened
     return pick[1]
+
+
+def _as_planned(model, cluster, training, lay: Layout, name: str, s, recompute: str, M: int, evened: bool, options: dict):
+    """The schedule as the plan builds it on this split: a family that orders itself for
+    the candidate's costs (zb-auto) gets the layout's own per-stage F/B/W, P2P latency and
+    the room its ranks leave (``evaluate.builder_options``), not unit costs, whose order
+    (and memory) differs from the plan's; ``s`` for the others, or where the plan would
+    refuse the layout before building it."""
+    if not set(COST_OPTIONS) <= family(name).options.keys():
+        return s
+    p = prepare(model, cluster, training, Candidate(lay, name, options.get("chunks"), recompute, M), splits=(evened,))
+    return build(name, lay.pp, M, **p.options) if isinstance(p, Prepared) else s
 
 
 def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int, parts, name: str) -> tuple[float, dict]:
