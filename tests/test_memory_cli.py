@@ -130,3 +130,20 @@ def test_zb_auto_is_ordered_as_the_plan_orders_it(capsys):
     row = json.loads(out)["schedules"][-1]
     assert code == 0 and plan["schedule"] == "zb-auto"
     assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9) and row["rank"] == plan["memory_rank"]
+
+
+def test_a_plan_with_a_megatron_group_is_priced_as_planned(capsys):
+    """M=8 at pp3 is not a multiple of pp, so Megatron runs combined 1F1B with a micro-batch
+    group (--microbatch-group-size-per-virtual-pipeline-stage; the plan gives g=4): memory
+    refused the plan's own layout, naming a --group-size flag that memory does not take."""
+    config = str(Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json")
+    pins = ["--model", config, "--cluster", "h100", "--gpus", "24", "--pp", "3", "--dp", "8", "--ep", "8"]
+    pins += ["--global-batch", "64", "--recompute", "selective", "--chunks", "2"]
+    plan_args = ["--schedules", "interleaved-1f1b-overlap", "--microbatches", "8", "--micro-batch-size", "1", "--json"]
+    assert main(["plan", *pins, *plan_args]) == 0
+    plan = json.loads(capsys.readouterr().out)["recommendation"]
+    code, out, err = _run(capsys, *pins, "-s", "interleaved-1f1b-overlap", "-m", 8, "--json")
+    assert code == 0, err
+    row = json.loads(out)["schedules"][-1]
+    assert plan["group_size"] == 4 and row["schedule"] == "interleaved-1f1b-overlap (v=2, g=4)"
+    assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9)

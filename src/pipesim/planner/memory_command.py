@@ -20,6 +20,7 @@ from .layout import Layout, layout_problem, local_training, with_default_ep
 from .memory_lines import no_fit_line, usable_dict, usable_lines
 from .naming import recompute_text
 from .pipeline_layout import is_layout, stage_count
+from .programs import megatron_group
 from .saved_widths import layer_mode
 from .spec_args import specs_from
 from .stages import component_costs, stage_parts
@@ -61,7 +62,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
             f"schedule beside 1f1b, which runs {pp} (one a rank): pipesim plan with the same pins and --schedules gives "
             "this split's memory"
         )
-    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _chunks(args.chunks))])
+    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _options(second, pp, M, args.chunks))])
     rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
     for name, opts in options[1:]:
         try:
@@ -183,8 +184,13 @@ def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]
     return rows
 
 
-def _chunks(chunks: int | None) -> dict:
-    return {} if chunks is None else {"chunks": chunks}
+def _options(name: str, pp: int, M: int, chunks: int | None) -> dict:
+    """The second schedule's options: its chunks, and Megatron's micro-batch group where
+    M is not a multiple of pp, the smallest the plan gives it (``programs.megatron_group``):
+    without it memory refused the plan's own interleaved-1f1b-overlap (g=...) layouts,
+    naming a --group-size that memory does not take."""
+    opts = {} if chunks is None else {"chunks": chunks}
+    return opts | megatron_group(name, pp, M, opts)
 
 
 def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
@@ -208,13 +214,21 @@ def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recomp
             recompute,
             M,
             parts,
-            name,
+            _label(name, s.placement.chunks, options.get("group_size")),
         )
         for e, parts in splits.values()
     ]
     evened, other = rows[0], rows[-1]
     pick = other if not evened[1]["fits"] or (other[1]["fits"] and other[0] < evened[0]) else evened
     return pick[1]
+
+
+def _label(name: str, chunks: int, group: int | None) -> str:
+    """The schedule as the plan names it: an interleaved placement's chunks per rank, and
+    Megatron's micro-batch group where one is set (v=4, g=12)."""
+    if "chunks" not in family(name).options:
+        return name
+    return f"{name} (v={chunks}" + (f", g={group})" if group else ")")
 
 
 def _as_planned(model, cluster, training, lay: Layout, name: str, s, recompute: str, M: int, evened: bool, options: dict):
@@ -229,7 +243,7 @@ def _as_planned(model, cluster, training, lay: Layout, name: str, s, recompute: 
     return build(name, lay.pp, M, **p.options) if isinstance(p, Prepared) else s
 
 
-def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int, parts, name: str) -> tuple[float, dict]:
+def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int, parts, label: str) -> tuple[float, dict]:
     """One stage split's makespan and memory row, the worst rank's."""
     stages, held = s.placement.stages, s.placement.held()
     tl = simulate(s, component_costs(model, cluster, training, lay, stages, recompute, parts))
@@ -245,7 +259,7 @@ def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int,
     n = held_params(mm, held[worst])  # the worst rank's parameters, every copy
     return tl.end - tl.start, {
         # an interleaved placement's chunks per rank, as the plan writes them (v=4)
-        "schedule": name + (f" (v={s.placement.chunks})" if "chunks" in family(name).options else ""),
+        "schedule": label,
         "chunks": s.placement.chunks,
         "stage_layers": [len(p) for p in parts],  # layers per model stage, as simulated
         "copies": copies,
