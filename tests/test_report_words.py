@@ -37,3 +37,14 @@ def test_no_recomputation_is_said_in_words(capsys):
     code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--pp", "2", "--recompute", "none"])
     out = capsys.readouterr().out
     assert code == 0 and "per pipeline per step, no recomputation." in out and "none recomputation" not in out
+
+
+def test_a_search_of_some_schedules_says_which(capsys):
+    # --compare 1f1b,dualpipe searches those two alone: Llama 3 70B on 64 H100s was then
+    # "recommended" 1f1b with no word that zb-v, faster, had not been looked at
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--pp", "2"]
+    assert main([*argv, "--compare", "1f1b,dualpipe"]) == 0
+    intro = capsys.readouterr().out.splitlines()[2]
+    assert "candidate layouts and schedules of 1f1b, dualpipe alone" in intro
+    assert main(argv) == 0
+    assert " alone " not in capsys.readouterr().out.splitlines()[2]

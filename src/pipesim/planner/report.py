@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..schedules import REGISTRY
 from . import recipe
 from .advice import advice
 from .assumptions import assumptions
 from .calibrate import RANGES, Uncertainty
+from .candidates import skipped_families
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
 from .naming import fmt_hours, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
@@ -165,7 +167,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines.append(
         f"{m.name}: {total_params(m) / 1e9:.3g}B parameters ({published_active_params(m) / 1e9:.3g}B active per token), {m.layers} layers. "
         f"Training: {t.global_batch} sequences of {t.seq} tokens per step, {t.precision}, ZeRO-{t.zero}, "
-        f"{t.tokens / 1e12:g}T tokens in all. Searched {plan.considered} candidate layouts and schedules; "
+        f"{t.tokens / 1e12:g}T tokens in all. Searched {plan.considered} candidate layouts and schedules{_only(plan)}; "
         f"{len(plan.results)} fit and were simulated to the end, {plan.skipped} more fit but provably could not win."
     )
     lines.append("")
@@ -247,6 +249,16 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines += ["## Assumptions", "", "| name | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in assumptions(plan)] + [""]
     lines += [f"Model FLOPs per token: {model_flops_per_token(m, t.seq) / 1e9:.0f} GFLOP (training, no recomputation).", ""]
     return "\n".join(lines)
+
+
+def _only(plan: Plan) -> str:
+    """Which schedules, where --schedules, --compare or a pin (--chunks) left some out: the
+    recommendation is the best of those alone (--compare 1f1b,dualpipe on Llama 3 70B
+    recommended 1f1b, a zb-v plan being faster), and the report must say so."""
+    every = [n for n in REGISTRY if n not in skipped_families()]
+    if not plan.searched or set(every) <= set(plan.searched):
+        return ""
+    return f" of {', '.join(plan.searched)} alone (the recommendation is the best of these, not of every schedule)"
 
 
 def _least_room(r: Result) -> str:
