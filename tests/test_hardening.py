@@ -98,6 +98,9 @@ ISSUE_CASES = [
     ({"c.toml": COSTS + "atn_b = 1\n"}, ["pair", "--components", "c.toml"], "unknown key 'atn_b' (did you mean attn_b?)"),
     ({"m.toml": LLAMA.replace("hidden =", "hiden =")}, ["memory", "--model", "m.toml", "--pp", "2"], "did you mean hidden?"),
     ({}, ["plan", "--model", "lama3-8b", "--cluster", "h100"], "(did you mean llama3-8b?)"),
+    # the preset the name begins, not the one a letter away: h800 was offered h200, gb200 b200
+    ({}, ["plan", "--model", "llama3-8b", "--cluster", "h800"], "unknown cluster 'h800' (did you mean h800-2048?)"),
+    ({}, ["plan", "--model", "llama3-8b", "--cluster", "gb200"], "unknown cluster 'gb200' (did you mean gb200-nvl72?)"),
 ]  # fmt: skip
 
 

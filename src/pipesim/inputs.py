@@ -192,7 +192,11 @@ def number(
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
+    """ " (did you mean X?)": the one known word the name begins (--cluster h800 means
+    h800-2048, not the h200 one letter away), else the closest by spelling."""
+    known = list(known)
+    begun = [k for k in known if k.lower().startswith(name.lower())] if name else []
+    close = begun if len(begun) == 1 else difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
