@@ -251,3 +251,14 @@ def test_further_than_one_edit_gets_the_list(capsys):
 def test_python_m_pipesim_is_the_command():
     done = subprocess.run([sys.executable, "-m", "pipesim", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("pipesim ")
+
+
+def test_nothing_fits_names_the_nearest_and_no_remedy_that_cannot_help(capsys):
+    """Mixtral 8x7B's 46.7B parameters at 18 bytes each (bf16 weights, fp32 gradients, Adam's
+    fp32 master and moments) are 840 GB, more than 8 H100s' 8 x 85.5 = 684 GB: no batch or
+    sequence length fits it there. The refusal advised lowering them, and named no candidate."""
+    config = str(REFERENCE.parent / "hf" / "mixtral-8x7b-v0.1.json")
+    code, out, err = run(capsys, "plan", "--model", config, "--cluster", "h100", "--gpus", "8")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "the least over its memory" in err and "GB over)" in err
+    assert "lower the global batch" not in err and "would not help" in err

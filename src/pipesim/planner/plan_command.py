@@ -15,7 +15,8 @@ from ..schedules import family
 from . import calibrate
 from .candidates import Pins
 from .naming import layout_text
-from .search import search
+from .rank_fit import least_over
+from .search import closest_miss, search
 from .spec_args import specs_from
 from .specs import (
     model_published,
@@ -54,8 +55,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     as_json = args.json or (out or "").endswith(".json")
     if plan.best is None:  # a failed search is an answer the user must act on, not a report
         raise PipesimError(
-            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts: "
-            "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
+            f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts; "
+            f"{closest_miss(plan)}; {_remedy(plan)}"
         )
     pick(plan, args.layout)  # a --layout beyond the ranking: one line, nothing written
     text = (
@@ -73,6 +74,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _remedy(plan) -> str:
+    """What would make something fit. Where even the nearest candidate's parameters,
+    gradients and optimizer states exceed the whole card (Mixtral 8x7B's 46.7B parameters
+    on 8 H100s: 18 bytes each is 840 GB), a smaller batch or sequence frees nothing, so it
+    is not offered."""
+    least = least_over(plan, plan.rejected)
+    # against the whole card, not the rank's usable memory: that is less the loss's and a
+    # recomputed layer's transients, which a shorter sequence does shrink
+    if least is not None and (least[0].static_gb or 0.0) > plan.cluster.hbm_gb:
+        return (
+            "add GPUs (--gpus) or use a larger-memory GPU (parameters, gradients and optimizer states alone are over, "
+            "so a smaller global batch or sequence would not help)"
+        )
+    return "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
 
 
 def _calibration(args, model, cluster, training):
