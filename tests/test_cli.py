@@ -262,3 +262,13 @@ def test_nothing_fits_names_the_nearest_and_no_remedy_that_cannot_help(capsys):
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "the least over its memory" in err and "GB over)" in err
     assert "lower the global batch" not in err and "would not help" in err
+
+
+def test_nothing_runs_is_not_called_a_memory_problem(capsys):
+    # 'Et|(tt|)*15tL' is 17 stages (Et, fifteen tt, tL): 17 is prime and does not divide 16 GPUs,
+    # so no layout runs it; the refusal said "nothing fits" and advised more memory
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--stage-split", "Et|(tt|)*15tL"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "none for want of memory" in err and "names 17" in err
+    assert "nothing fits" not in err and "larger-memory" not in err

@@ -241,7 +241,11 @@ def prepare(
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if is_layout(t.stage_split) and stage_count(t.stage_split) != stages:
-        return Result(cand, False, f"has {stages} stages; stage_split {t.stage_split!r} names {stage_count(t.stage_split)}")
+        return Result(
+            cand,
+            False,
+            f"has {stages} stage{'s' * (stages > 1)}; stage_split {t.stage_split!r} names {stage_count(t.stage_split)}",
+        )
     if stages > most_stages(m.layers, t.stage_split):
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []

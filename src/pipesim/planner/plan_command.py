@@ -53,6 +53,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,
     )
     as_json = args.json or (out or "").endswith(".json")
+    if plan.best is None and least_over(plan, plan.rejected) is None:  # no candidate was refused for memory
+        raise PipesimError(
+            f"no layout of {model.name} on {cluster.name} can run among {plan.considered}, none for want of memory: "
+            f"{closest_miss(plan)}"
+        )
     if plan.best is None:  # a failed search is an answer the user must act on, not a report
         raise PipesimError(
             f"nothing fits {model.name} on {cluster.name} ({cluster.hbm_gb:.3g} GB per GPU) among {plan.considered} layouts; "
