@@ -272,3 +272,32 @@ def test_nothing_runs_is_not_called_a_memory_problem(capsys):
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "none for want of memory" in err and "names 17" in err
     assert "nothing fits" not in err and "larger-memory" not in err
+
+
+def test_fp8_on_a_gpu_without_it(capsys, tmp_path):
+    """The A100 has no FP8 tensor cores (NVIDIA's A100 data sheet: TF32, BF16/FP16, INT8;
+    the preset's fp8_tflops = 0). FP8 there priced the multiplies at BF16 but the casts,
+    FP8-saved activations and one-byte dispatch as FP8, a run nothing makes. Asked for, it is
+    refused; carried in by DeepSeek-V3's [training], the run is priced as BF16 and says so."""
+    out = tmp_path / "plan.md"
+    code, _, err = run(capsys, "plan", "--model", "llama3-8b", "--cluster", "a100", "--precision", "fp8", "-o", str(out))
+    assert code == 2 and err.count("\n") == 1 and "A100 has no FP8" in err and "give bf16" in err
+    assert not out.exists()
+    code, text, err = run(capsys, "memory", "--model", "deepseek-v3", "--cluster", "a100", "--pp", "16", "-s", "1f1b", "--json")
+    assert code == 0 and "priced as bf16" in err
+    code, bf16, _ = run(
+        capsys,
+        "memory",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "a100",
+        "--pp",
+        "16",
+        "-s",
+        "1f1b",
+        "--precision",
+        "bf16",
+        "--json",
+    )
+    assert json.loads(text) == json.loads(bf16)

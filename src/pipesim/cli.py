@@ -33,7 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "run", None):
             raise PipesimError("no command given; give one, e.g. pipesim simulate -s 1f1b (see 'pipesim --help')")
         check_args(args)
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        for note in getattr(args, "notes", ()) if code == 0 else ():  # what a command changed of the input, and why
+            print(note, file=sys.stderr)
+        return code
     except PipesimError as e:
         print(f"pipesim: error: {e}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ and the model, cluster and training they load."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..errors import PipesimError
 from ..options import positive_float, positive_int, whole_number
@@ -66,9 +67,10 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
 def specs_from(args: argparse.Namespace):
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.gpus)
+    base = model_training(args.model)
     training = load_training(
         args.training,
-        base=model_training(args.model),
+        base=base,
         seq=args.seq,
         global_batch=args.global_batch,
         precision=args.precision,
@@ -84,4 +86,24 @@ def specs_from(args: argparse.Namespace):
             f"{args.cluster}: sms = {cluster.sms} leaves none for compute beside the training's comm_sms = {training.comm_sms}; "
             f"give sms from {training.comm_sms + 1} up (or a training file with a smaller comm_sms)"
         )
+    if training.precision == "fp8" and not cluster.fp8_tflops:
+        training = _without_fp8(args, cluster, base, training)
     return model, cluster, training
+
+
+def _without_fp8(args: argparse.Namespace, cluster, base: dict, training):
+    """FP8 on a GPU without it (A100: fp8_tflops = 0). Its multiplies ran at BF16 while the
+    FP8 casts, FP8-saved activations and one-byte dispatch were priced, a run no framework
+    makes (Transformer Engine's FP8 needs Hopper or later). Asked for by --precision or a
+    training file, it is refused; carried in by a model preset's [training] (DeepSeek-V3's
+    fp8 on a100), the plan is of the BF16 run, and says so."""
+    from_file = bool(args.training) and load_training(args.training, base=None).precision == "fp8"
+    if args.precision == "fp8" or from_file or base.get("precision") != "fp8":
+        where = "--precision fp8" if args.precision == "fp8" else f'{args.training}: precision = "fp8"'
+        raise PipesimError(f"{where}, but {cluster.gpu} has no FP8 (fp8_tflops = 0 in {args.cluster}): give bf16")
+    # said once the command has succeeded (cli.main): a refusal stays one line
+    vars(args).setdefault("notes", []).append(
+        f"pipesim: note: {args.model}'s [training] says precision fp8, but {cluster.gpu} has no FP8 "
+        f"(fp8_tflops = 0 in {args.cluster}): priced as bf16"
+    )
+    return replace(training, precision="bf16")
