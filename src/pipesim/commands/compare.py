@@ -92,6 +92,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
     from ..planner.layout import Layout, with_default_ep
+    from ..planner.memory_command import memory_row
     from ..planner.naming import recompute_text
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
@@ -122,6 +123,15 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         return cache[held]
 
     text = f"{model.name} on {cluster.name} ({lay}, {recompute_text(recompute)}; seconds, from the planner's estimate)"
+    # the layout is tp1 with every other GPU data-parallel, which a large model may not fit
+    # (Llama 3 70B at pp2: 35B parameters a GPU, 212 GB of weights and gradients alone):
+    # the timings stand, but say that this layout cannot run them
+    row = memory_row(model, cluster, training, lay, "1f1b", max(pp, args.microbatches or 0), recompute)
+    if not row["fits"]:
+        text += (
+            f"; this layout does not fit: 1f1b needs {row['peak_gb']:.0f} GB on rank {row['rank']}, "
+            f"{row['usable']['usable_bytes'] / 1e9:.0f} GB usable (pipesim plan finds one that fits)"
+        )
     return CompareCosts(costs_for(build("1f1b", pp, pp)), costs_for, PerToken(training.seq, lay.micro_batch, 1.0, pp), text)
 
 

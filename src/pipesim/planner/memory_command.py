@@ -63,10 +63,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "this split's memory"
         )
     options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _options(second, pp, M, args.chunks))])
-    rows = [_memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
+    rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
     for name, opts in options[1:]:
         try:
-            rows.append(_memory_row(model, cluster, training, lay, name, M, recompute, **opts))
+            rows.append(memory_row(model, cluster, training, lay, name, M, recompute, **opts))
         except PipesimError as e:
             if args.schedule:
                 raise
@@ -193,7 +193,7 @@ def _options(name: str, pp: int, M: int, chunks: int | None) -> dict:
     return opts | megatron_group(name, pp, M, opts)
 
 
-def _memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
+def memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
     s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
     # as the planner splits (evaluate.finish): the evened split, or the one without its
