@@ -314,3 +314,10 @@ def test_compare_says_when_its_model_layout_cannot_fit(capsys):
         capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "4", "--schedules", "1f1b", "--width", "0"
     )
     assert code == 0 and "does not fit" not in out
+
+
+def test_compare_prices_fp8_as_plan_does_on_a_gpu_without_it(capsys):
+    # as plan and memory (test_fp8_on_a_gpu_without_it): DeepSeek-V3's fp8 on an A100 is priced as bf16
+    argv = ["compare", "--pp", "16", "-m", "32", "--schedules", "1f1b", "--model", "deepseek-v3", "--cluster", "a100", "--json"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "priced as bf16" in err and json.loads(out)["schedules"]

@@ -94,6 +94,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     from ..planner.layout import Layout, with_default_ep
     from ..planner.memory_command import memory_row
     from ..planner.naming import recompute_text
+    from ..planner.spec_args import without_fp8
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
 
@@ -105,6 +106,8 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         raise PipesimError("--model brings its own costs; drop the cost flags (--f, --b, --preset, ...)")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     training = load_training(None, base=model_training(args.model), seq=seq)
+    if training.precision == "fp8" and not cluster.fp8_tflops:  # as plan and memory price it (spec_args)
+        training = without_fp8(args, cluster, model_training(args.model), training)
     if cluster.gpus % pp:
         raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
     dp = cluster.gpus // pp

@@ -87,19 +87,20 @@ def specs_from(args: argparse.Namespace):
             f"give sms from {training.comm_sms + 1} up (or a training file with a smaller comm_sms)"
         )
     if training.precision == "fp8" and not cluster.fp8_tflops:
-        training = _without_fp8(args, cluster, base, training)
+        training = without_fp8(args, cluster, base, training)
     return model, cluster, training
 
 
-def _without_fp8(args: argparse.Namespace, cluster, base: dict, training):
+def without_fp8(args: argparse.Namespace, cluster, base: dict, training):
     """FP8 on a GPU without it (A100: fp8_tflops = 0). Its multiplies ran at BF16 while the
     FP8 casts, FP8-saved activations and one-byte dispatch were priced, a run no framework
     makes (Transformer Engine's FP8 needs Hopper or later). Asked for by --precision or a
     training file, it is refused; carried in by a model preset's [training] (DeepSeek-V3's
     fp8 on a100), the plan is of the BF16 run, and says so."""
-    from_file = bool(args.training) and load_training(args.training, base=None).precision == "fp8"
-    if args.precision == "fp8" or from_file or base.get("precision") != "fp8":
-        where = "--precision fp8" if args.precision == "fp8" else f'{args.training}: precision = "fp8"'
+    asked, file = getattr(args, "precision", None), getattr(args, "training", None)  # compare takes neither
+    from_file = bool(file) and load_training(file, base=None).precision == "fp8"
+    if asked == "fp8" or from_file or base.get("precision") != "fp8":
+        where = "--precision fp8" if asked == "fp8" else f'{file}: precision = "fp8"'
         raise PipesimError(f"{where}, but {cluster.gpu} has no FP8 (fp8_tflops = 0 in {args.cluster}): give bf16")
     # said once the command has succeeded (cli.main): a refusal stays one line
     vars(args).setdefault("notes", []).append(
