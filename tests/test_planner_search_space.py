@@ -153,3 +153,15 @@ def test_a_plan_shows_no_runner_up_that_is_its_selective_twin_holding_more():
         s = selective.get(key(r))
         if r.candidate.recompute == "none" and s is not None:
             assert r.step_time < s.step_time or r.memory_gb < s.memory_gb
+
+
+def test_a_pinned_etp_searches_the_ep_degrees_its_fold_takes():
+    """Mixtral 8x22B on 64 H100s, --etp 8 --pp 2: a stage's 32 GPUs fold as etp x ep x edp
+    (Megatron-Core's MoE parallel folding), so etp8 takes ep 1, 2 and 4 (8 x 4 = 32). The
+    free search's rule for etp > 1, ep = the experts (8, which 32 / 8 = 4 GPUs cannot hold),
+    left the pin no layout, refused as "no layout ... divides 64 GPUs"."""
+    from pipesim.planner.candidates import Pins
+
+    m, c, t = setup("mixtral-8x22b", "h100", 64)
+    found = list(layouts(m, c, t, Pins(etp=8, pp=2, tp=1)))
+    assert {lay.ep for lay in found} == {1, 2, 4} and {lay.etp for lay in found} == {8}

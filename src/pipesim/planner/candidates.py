@@ -204,7 +204,9 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
                 experts = []
                 for etp in [pins.etp] if pins.etp else expert_tensor_sizes(m, tp):
                     folded = tp * cp * dp // etp
-                    eps = [pins.ep] if pins.ep else expert_degrees(m, folded, etp) if m.moe else [1]
+                    # a pinned etp with ep free: every ep the fold takes, not only ep = experts
+                    # (the free search's rule for etp > 1), which left --etp 8 alone no layout
+                    eps = [pins.ep] if pins.ep else expert_degrees(m, folded, 1 if pins.etp else etp) if m.moe else [1]
                     experts += [(ep, etp) for ep in eps]
                 for ep, etp in experts:
                     for mb in [pins.micro_batch] if pins.micro_batch else t.micro_batch_sizes:
