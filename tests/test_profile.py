@@ -184,7 +184,9 @@ def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, caps
     prof = profile(path)
     assert not prof.gpu and {r.component.field: r.per_layer for r in prof.rows} == {"attn_f": 300e-6, "mlp_f": 500e-6}
     assert main(["profile", str(path)]) == 0
-    assert "no GPU kernels in the trace: times are the CPU durations" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no GPU kernels in the trace: times are the CPU durations" in out
+    assert "components: 1 layer; times per layer" in out  # one instance of each: one layer, not "1 layers"
 
 
 def test_a_fifo_is_refused_not_read(tmp_path, capsys):

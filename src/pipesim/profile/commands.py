@@ -200,7 +200,7 @@ def print_profile(prof: Profile) -> None:
     for note in prof.notes:
         out.print(f"[dim]{note}[/]")
     if prof.rows:
-        t = Table(title=f"components: {prof.layers} layers; times per layer of one micro-batch")
+        t = Table(title=f"components: {prof.layers} layer{'s' * (prof.layers != 1)}; times per layer of one micro-batch")
         for col in ("component", "instances", "ms per layer", "busy ms per layer", "stream", "share of window", "kernels"):
             t.add_column(col, justify="left" if col == "component" else "right")
         for r in prof.rows:
