@@ -291,6 +291,27 @@ def test_megatron_flags_for_deepseek_like_plans():
 
 
 @pytest.mark.parametrize(
+    "schedule, chunks, runs",
+    [("interleaved-1f1b-overlap", 4, False), ("interleaved-1f1b", 2, False), ("1f1b-overlap", None, True)],
+)
+def test_no_virtual_stages_at_pp1(schedule, chunks, runs):
+    # Megatron-Core's megatron/core/parallel_state.py, initialize_model_parallel, raises
+    # "pipeline-model-parallel size should be greater than 1 with interleaved schedule"
+    # where virtual stages are asked for at pp1: the flags without them ran the one stage
+    # whole, not the chunked order the plan simulated (DeepSeek-V3 config on h800-2048 was
+    # recommended interleaved-1f1b-overlap (v=4) on pp1 x dp512 x tp4, 1.51 s; the plain
+    # combined 1F1B those flags run priced 2.41 s)
+    m, c = load_model("deepseek-v3"), load_cluster("h800-2048", 2048)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=1024))
+    layout = Layout(pp=1, dp=512, tp=4, ep=256)
+    plan.results.append(Result(Candidate(layout, schedule, chunks, "selective", 2), True, step_time=1.0))
+    meg = recipe(plan, 1)["megatron"]
+    assert meg["runs"] == runs, meg
+    if not runs:
+        assert "virtual pipeline stages at pp1" in meg["why"]
+
+
+@pytest.mark.parametrize(
     "ep, recompute, runs", [(64, "selective", True), (64, "none", True), (64, "full", False), (1, "selective", False)]
 )
 def test_combined_1f1b_recipes_only_where_megatron_takes_them(ep, recompute, runs):

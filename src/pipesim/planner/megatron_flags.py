@@ -64,6 +64,15 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"pipesim's interleaved order for M={cand.microbatches} not a multiple of pp={lay.pp} is PyTorch's "
             "rounds, not Megatron's",
         }
+    if lay.pp == 1 and pl.chunks > 1:
+        # megatron/core/parallel_state.py, initialize_model_parallel: "pipeline-model-parallel
+        # size should be greater than 1 with interleaved schedule"; the flags without virtual
+        # stages would run the one stage whole, not the chunked order the plan simulated
+        return {
+            "runs": False,
+            "why": f"Megatron-LM refuses virtual pipeline stages at pp1 (parallel_state: pipeline-model-parallel size "
+            f"should be greater than 1 with interleaved schedule), and {name} (v={pl.chunks}) on one rank needs them",
+        }
     if name in COMBINED and lay.pp > 1 and pl.chunks < 2:
         return {
             "runs": False,
