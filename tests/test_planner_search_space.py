@@ -57,6 +57,41 @@ def test_bridge_405b_cp2_layout_is_searched_and_starved_tp_keeps_deeper_cp():
     assert {s[1] for s in found if s[0] == 2} == {1, 2, 4, 8}
 
 
+def test_nvl72_domain_searches_cp2_beside_tp4_as_mlperf_gb200_runs_it():
+    """NVIDIA's MLPerf Training v5.0 Llama 3.1 405B on GB200 NVL72 runs TP4 PP8 CP2, the tp x
+    cp group of 8 inside the 72-GPU NVLink domain (training_results_v5.0, read in the fork
+    prishajain1/training_results_v5.0 at 0fdc28f: config_GB200_64x4x112xtp4pp8cp2_cg.sh,
+    config_GB200_128x4x112xtp4pp8cp2_cg_dplast.sh, config_GB200_384x4x48xtp4pp8cp2.sh).
+    Its 256, 512 and 1536 GPUs are no multiple of a 72-GPU rack, which the preset takes;
+    8 racks, 576 GPUs, at the preset's 2048 sequences of 8192 tokens. By hand: tp4 leaves
+    144 = 16 x 9 GPUs a tensor rank; pipeline depths are the powers of two dividing it and
+    those times 9. No tp is starved (pp9 leaves 576 / (tp x 9), a power of two of
+    replicas, each fed 2048 / replicas >= 18 = 2pp micro-batches), so at 8K tokens cp2
+    alone (2 x 2 chunks of 2048 tokens), now beside tp4 too: 4 x 2 = 8 GPUs fill whole
+    slots of a 72-GPU domain. cp2 needs 144 / pp even (pp 1, 2, 4, 8, 9, 18, 36, 72), and
+    dp = 72 / pp must divide the 2048 sequences: pp 9, 18, 36, 72."""
+    m, c, t = setup("llama3-405b", "gb200-nvl72", 576, seq=8192, global_batch=2048)
+    found = shapes(layouts(m, c, t))
+    assert {s for s in found if s[:2] == (4, 2)} == {(4, 2, 9, 8), (4, 2, 18, 4), (4, 2, 36, 2), (4, 2, 72, 1)}
+    assert {s[1] for s in found} == {1, 2}  # cp4 would cut 8K into chunks of 1024: not searched fed
+    assert {s[0] for s in found if s[1] > 1} == {4, 8}  # tp2 x cp2 and tp1 x cp2: narrower than tp8, left out
+
+
+def test_eight_gpu_nodes_keep_cp2_beside_the_largest_tp_alone():
+    """On a node of 8 (b200 and h100: no NVLink domain past the node) cp2 beside tp4 would
+    send the ring between nodes: the candidates stay as they were. llama3-405b at the
+    presets' 1024 GPUs, 2048 sequences of 8192 tokens, by hand: tp 1, 2, 4, 8 (128 query
+    and 8 key/value heads); none starved (replicas 1024 / (tp x pp) get 2 x tp x pp >= 2pp
+    micro-batches each); cp2 beside tp8 alone, wherever a stage's 128 / pp GPUs hold two
+    context ranks (pp 1 to 64; pp128 exceeds the 126 layers), dp = 64 / pp."""
+    by_hand = {(8, 2, pp, 64 // pp) for pp in (1, 2, 4, 8, 16, 32, 64)}
+    for cluster in ("b200", "h100"):
+        m, c, t = setup("llama3-405b", cluster, 1024, seq=8192, global_batch=2048)
+        found = shapes(layouts(m, c, t))
+        assert {s for s in found if s[1] > 1} == by_hand, cluster
+        assert {s[0] for s in found} == {1, 2, 4, 8}, cluster
+
+
 def test_starved_short_sequences_still_search_without_cp():
     """512-token sequences, 8 a step, on 64 GPUs: every tp is starved, and cp2's chunks
     would be 128 tokens (below the 512 searched), so no cp; the layouts without it (tp8

@@ -185,7 +185,7 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
         # starved at this tensor degree: no pipeline depth feeds its replicas without cp
         # (judged per tp: a larger tp feeding its fewer replicas says nothing of tp1's)
         starved = not any(fed(t, gpus // (tp * pp), pp) for pp in pipeline_sizes(gpus // tp))
-        widest = tp >= max(free, default=1)  # tp cannot grow: cp is the next split of a sequence
+        fed_cp = fed_context(c, tp, max(free, default=1))
         for pp in [pins.pp] if pins.pp else pipeline_sizes(gpus // tp):
             if pp > m.layers or (gpus // tp) % pp:
                 continue
@@ -194,7 +194,7 @@ def layouts(m: Model, c: Cluster, t: Training, pins: Pins = NO_PINS) -> Iterator
             elif pins.dp:  # the context ranks the pinned data ranks leave
                 cps = [gpus // (tp * pp * pins.dp)] if gpus % (tp * pp * pins.dp) == 0 else []
             else:
-                cps = context_sizes(t, gpus // (tp * pp), starved, widest)
+                cps = context_sizes(t, gpus // (tp * pp), starved, fed_cp)
             for cp in cps:
                 if (gpus // (tp * pp)) % cp:
                     continue
@@ -253,20 +253,20 @@ def expert_degrees(m: Model, folded: int, etp: int) -> list[int]:
 MIN_CP_CHUNK = 512
 
 #: ... and, on a short sequence (under ``LONG_SEQ``) whose GPUs the global batch already
-#: feeds, down to chunks of this many beside the largest tp searched (where tp cannot
-#: grow, cp is the next split of a sequence): the published runs that split such a
-#: sequence, Llama 3.1 405B at 8192 tokens on CP2 (2 x 2 chunks of 2048 tokens), run it
-#: beside TP8 on H100, the cp ring across two 8-GPU nodes: Megatron-Bridge 25.09 and
-#: 25.11's recipe (TP8 PP8 VPP8 CP2, ../shared/PUBLISHED_RUNS.md), NVIDIA's MLPerf Training
-#: v5.0 submission (training_results_v5.0, read in the fork prishajain1/training_results_v5.0
-#: at 0fdc28f: NVIDIA/benchmarks/llama31_405b/.../config_DGXH100_64x8x288xtp8pp8cp2.sh)
-#: and NVIDIA/dgxc-benchmarking's llama3.1 405B recipe (H100 TP8 PP8 CP2, seq 8192). None
-#: splits a sequence shorter than 8192 tokens. Left out, for plan speed: cp2 beside a
-#: smaller tp, as the GB200 NVL72 submissions run it (TP4 PP8 CP2 inside the NVLink
-#: domain, config_GB200_384x4x48xtp4pp8cp2.sh). Beside tp4 and tp8 the cold plan of
-#: llama3-405b on b200 took 9.3 s CPU (6.7 s without cp2, same run), beside every tp
-#: 10.2 s (6.4 s), past the 10 s target of benchmarks/plan_speed.py; beside the largest tp
-#: alone, 7.5-7.9 s (5.9-6.3 s).
+#: feeds, down to chunks of this many (``fed_context`` says beside which tp): the
+#: published runs that split such a sequence, Llama 3.1 405B at 8192 tokens on CP2 (2 x 2
+#: chunks of 2048 tokens), run it beside TP8 on H100, the cp ring across two 8-GPU nodes:
+#: Megatron-Bridge 25.09 and 25.11's recipe (TP8 PP8 VPP8 CP2, ../shared/PUBLISHED_RUNS.md),
+#: NVIDIA's MLPerf Training v5.0 submission (training_results_v5.0, read in the fork
+#: prishajain1/training_results_v5.0 at 0fdc28f: NVIDIA/benchmarks/llama31_405b/.../
+#: config_DGXH100_64x8x288xtp8pp8cp2.sh) and NVIDIA/dgxc-benchmarking's llama3.1 405B
+#: recipe (H100 TP8 PP8 CP2, seq 8192); and beside TP4 on GB200 NVL72, the tp x cp group
+#: of 8 inside the 72-GPU NVLink domain (the same submission's
+#: config_GB200_384x4x48xtp4pp8cp2.sh: TP4 PP8 CP2). None splits a sequence shorter than
+#: 8192 tokens. Beside a smaller tp on an 8-GPU node it is left out, for plan speed: beside
+#: tp4 and tp8 the cold plan of llama3-405b on b200 took 9.3 s CPU (6.7 s without cp2,
+#: same run), beside every tp 10.2 s (6.4 s), past the 10 s target of
+#: benchmarks/plan_speed.py; beside the largest tp alone, 7.5-7.9 s (5.9-6.3 s).
 FED_CP_CHUNK = 2048
 
 #: sequences this long or longer search every cp down to ``MIN_CP_CHUNK``, where
@@ -281,19 +281,41 @@ def fed(t: Training, replicas: int, pp: int) -> bool:
     return replicas <= t.global_batch and t.global_batch % replicas == 0 and t.global_batch // replicas >= 2 * pp
 
 
-def context_sizes(t: Training, replicas: int, starved: bool, widest: bool = True) -> list[int]:
+def fed_context(c: Cluster, tp: int, widest: int) -> int | None:
+    """The cp searched beside tp on a fed short sequence (``FED_CP_CHUNK``): at the
+    ``widest`` tp searched every cp the chunks allow (None: tp cannot grow, cp is the next
+    split of a sequence, its ring across nodes if it must be, as the H100 runs have it);
+    beside a smaller tp, the cp whose tp x cp group is as wide as the widest tp's,
+    where whole such groups sit inside an NVLink domain larger than a node (the GB200
+    NVL72 runs' TP4 CP2: eight GPUs split four ways by tensor and two by context, ring
+    and tensor collectives on NVLink); elsewhere 1, no cp (on a node of 8, tp4 x cp2
+    would send the ring over the network). Narrower groups (tp2 x cp2, tp1 x cp2) are
+    left out for plan speed: with them the cold plan of llama3-70b on gb200-nvl72 took
+    10.3-10.5 s CPU (8.7-8.9 s without, 9.4-9.7 s with tp4 x cp2 alone), past the 10 s
+    target of benchmarks/plan_speed.py."""
+    if tp >= widest:
+        return None
+    if c.domain <= c.gpus_per_node or c.domain % widest or widest % tp:
+        return 1
+    return widest // tp
+
+
+def context_sizes(t: Training, replicas: int, starved: bool, fed_cp: int | None = None) -> list[int]:
     """The cp degrees searched for ``replicas`` = cp x dp GPUs per pipeline stage and tensor
     rank: 1, and the powers of two the sequence splits into 2cp chunks of at least
     ``MIN_CP_CHUNK`` tokens where context parallelism is needed to feed or fit the GPUs:
     a long sequence (``LONG_SEQ`` or more, where activations crowd memory), fewer
     sequences in the global batch than replicas to feed, or a cluster ``starved`` of
     sequences (no pipeline depth searched gets 2pp micro-batches per replica without
-    it: ``fed``). Elsewhere, at the ``widest`` tensor degree searched, chunks of at least
-    ``FED_CP_CHUNK`` tokens (cp2 at 8K tokens, none at 4K), where published runs trade
+    it: ``fed``). Elsewhere chunks of at least ``FED_CP_CHUNK`` tokens (cp2 at 8K tokens,
+    none at 4K), each of them where ``fed_cp`` is None, else ``fed_cp`` alone
+    (``fed_context``: beside a tp smaller than the widest), where published runs trade
     data-parallel replicas for context ranks to halve each rank's activations and double
     each pipeline's micro-batches."""
     if t.seq < LONG_SEQ and replicas <= t.global_batch and not starved:
-        top = t.seq // (2 * FED_CP_CHUNK) if widest else 1
+        top = t.seq // (2 * FED_CP_CHUNK)
+        if fed_cp is not None:
+            return [1] + ([fed_cp] if 1 < fed_cp <= min(top, replicas) and t.seq % (2 * fed_cp) == 0 else [])
     else:
         top = t.seq // (2 * MIN_CP_CHUNK)
     return [1] + [x for x in _powers(min(top, replicas))[1:] if t.seq % (2 * x) == 0]
