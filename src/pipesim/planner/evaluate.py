@@ -462,9 +462,9 @@ def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -
     # the pipeline runs at the pace of the job's slowest GPU (``stragglers``): every
     # hand-off and collective waits for it
     makespan = x.makespan / slowest_share(c.gpus, c.gpu_speed_sd)
-    # the gradient reduction as the timeline shows it, where it is timed (no less than
-    # the floor ``p.sync`` counted it at: the bound holds)
-    sync = p.sync if p.step is None else p.step.after(x.reduced)
+    # the gradient reduction and parameter gather as the timeline shows them, where timed (no less than
+    # the floors ``p.sync`` counted them at: the bound holds)
+    sync = p.sync if p.step is None else p.step.after(x.reduced, x.gathered)
     step = makespan + sync
     tokens = t.global_batch * t.seq
     return Result(

@@ -69,7 +69,7 @@ def tail_exposure(starts, ends, ready: list[int | None], reduce: tuple[float, ..
             free = begin + reduce[order[k][1]]
             queue.append((begin, free))
             k += 1
-        late = wait + _slowed(start, en[j] - st[j], queue, rate)
+        late = wait + slowed(start, en[j] - st[j], queue, rate)
         if k == inside and start >= free:
             # no reduction runs from here on: the items after only pass the delay on,
             # each idle gap before one absorbing some of it
@@ -84,7 +84,7 @@ def tail_exposure(starts, ends, ready: list[int | None], reduce: tuple[float, ..
     return max(late, free - last, 0.0)
 
 
-def _slowed(start: float, work: float, queue: list[tuple[float, float]], rate: float) -> float:
+def slowed(start: float, work: float, queue: list[tuple[float, float]], rate: float) -> float:
     """How much longer than ``work`` an item starting at ``start`` takes, progressing at
     ``rate`` while a reduction in ``queue`` runs and at full speed otherwise."""
     t, left, lost = start, work, 0.0

@@ -10,6 +10,7 @@ from ..memory import memory
 from ..metrics import busy_and_span, stream_times
 from ..simulate import Program, simulate
 from .grad_reduction import reduction_tails
+from .param_gather import gather_heads
 from .step import StepSync
 
 
@@ -28,6 +29,9 @@ class Measured:
     # (grad_reduction.reduction_tails; empty where none is timed): the cool-down's
     # shape, the same at every M past the warm-up, so the line keeps it
     reduced: tuple[float, ...] = ()
+    # per rank, how much its timed parameter gathers delay it (param_gather.gather_heads;
+    # empty where none is timed): the warm-up's, the same at every M past it
+    gathered: tuple[float, ...] = ()
 
     def toward(self, other: Measured, k: float) -> Measured:
         """self + k * (other - self), field by field: the affine extrapolation in M."""
@@ -77,7 +81,7 @@ def extrapolated(run: Callable[[int], Measured], M: int, points: tuple[int, int]
     a, b = run(m1), run(m2)
     while m2 + q < M:
         c = run(m2 + q)
-        if a.toward(b, 2.0).matches(c) and _steady(b, c) and _close(a.reduced, b.reduced):
+        if a.toward(b, 2.0).matches(c) and _steady(b, c) and _close(a.reduced, b.reduced) and _close(a.gathered, b.gathered):
             return b.toward(c, (M - m2) / q)
         a, b, m2 = b, c, m2 + q
     return run(M)
@@ -92,8 +96,8 @@ def _steady(b: Measured, c: Measured) -> bool:
 
 
 def measure(prog: Program, costs, mm, sync: StepSync | None = None) -> Measured:
-    """The simulation's totals; with ``sync``'s timed reductions (``StepSync.reduce``)
-    what they show on this timeline."""
+    """The simulation's totals; with ``sync``'s timed reductions (``StepSync.reduce``) and
+    parameter gathers (``StepSync.gather``) what they show on this timeline."""
     tl = simulate(prog, costs)
     makespan = tl.end - tl.start
     busy, _ = busy_and_span(tl)
@@ -102,6 +106,7 @@ def measure(prog: Program, costs, mm, sync: StepSync | None = None) -> Measured:
     compute = tuple((c / makespan if makespan > 0 else 0.0) * makespan for c, _ in streams)
     mem = memory(prog.schedule, tl, mm, curves=False)
     reduced = () if sync is None or sync.reduce is None else reduction_tails(tl, sync.reduce, sync.rate)
+    gathered = () if sync is None or sync.gather is None else gather_heads(tl, sync.gather, sync.rate)
     return Measured(
         makespan,
         tuple(busy),
@@ -111,4 +116,5 @@ def measure(prog: Program, costs, mm, sync: StepSync | None = None) -> Measured:
         tuple(mem.static),
         tuple(mem.params),
         reduced,
+        gathered,
     )

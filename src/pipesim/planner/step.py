@@ -12,6 +12,7 @@ from .collectives import ring_seconds
 from .compute import hbm_rate
 from .footprint import float8_params_at
 from .layout import Layout, keeps_gathered
+from .param_gather import combined
 from .specs import Cluster, Training
 
 
@@ -96,13 +97,16 @@ class StepSync:
     """The step's exposed data-parallel collectives and optimizer step (``step_sync``),
     kept apart where the simulation prices the gradient reduction (``reduce`` set).
 
-    ``rest``: per rank, its exposed collectives besides that reduction (the parameter
-    gather, or all of them where the reduction is not timed); ``floor``: per rank, the
+    ``rest``: per rank, its exposed collectives besides the timed reduction and parameter
+    gather (all of them where the reduction is not timed); ``floor``: per rank, the
     reduction's exposure known before simulating (``reduction_floor``: never above what
     ``tail_exposure`` finds, so the search's bound stays a lower bound); ``reduce``: per
     rank, per chunk, the reduction's seconds; ``rate``: the speed compute keeps beside it
     (``dp_overlap``); ``opt``: the worst rank's optimizer step; ``extra``: what is added
-    after (the tied embedding's all-reduce)."""
+    after (the tied embedding's all-reduce); ``gather``: per rank, per chunk, the timed
+    parameter gather's seconds (``param_gather``), ``head_floor`` what the ranks' gathers
+    add at least before simulating (``gather_floor``), ``chunks`` the chunks a rank
+    holds (``param_gather.combined``)."""
 
     rest: tuple[float, ...]
     floor: tuple[float, ...]
@@ -111,12 +115,16 @@ class StepSync:
     rate: float = 1.0
     extra: float = 0.0
     windows: tuple[tuple[float, ...], ...] = ()  # per rank, per chunk: the longest item its last backward can be
+    gather: tuple[tuple[float, ...], ...] | None = None
+    head_floor: float = 0.0
+    chunks: int = 1
 
     @property
     def comm(self) -> float:
-        """The worst rank's exposed data-parallel communication, known before simulating
-        (its timed reduction at its floor): a lower bound."""
-        return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0)
+        """The exposed data-parallel communication known before simulating (the worst
+        rank's, its timed reduction at its floor, and the timed gathers at theirs): a
+        lower bound."""
+        return max((r + f for r, f in zip(self.rest, self.floor)), default=0.0) + self.head_floor
 
     @property
     def before(self) -> float:
@@ -141,13 +149,15 @@ class StepSync:
             floor.append(f)
         return replace(self, floor=tuple(floor))
 
-    def after(self, shows: tuple[float, ...]) -> float:
+    def after(self, shows: tuple[float, ...], heads: tuple[float, ...] = ()) -> float:
         """Seconds the step adds to the pipeline, given per rank what its timed reduction
-        shows past its last compute (``grad_reduction.reduction_tails``); ``before`` if
+        shows past its last compute (``grad_reduction.reduction_tails``) and how much its
+        timed parameter gathers delay it (``param_gather.gather_heads``); ``before`` if
         none is timed."""
         if self.reduce is None:
             return self.before
-        return max((r + s for r, s in zip(self.rest, shows)), default=0.0) + self.opt + self.extra
+        tails = max((r + s for r, s in zip(self.rest, shows)), default=0.0)
+        return tails + combined(heads, self.chunks) + self.opt + self.extra
 
 
 def reduction_floor(reduce: tuple[float, ...], windows: tuple[float, ...], rate: float) -> float:
@@ -164,8 +174,9 @@ def reduction_floor(reduce: tuple[float, ...], windows: tuple[float, ...], rate:
 
 def timed(t: Training) -> bool:
     """Whether the simulation prices the gradient reduction chunk by chunk
-    (``grad_reduction``): a DDP whose reduction overlaps the backward (ZeRO below 3,
-    ``dp_overlap`` above 0: Megatron-Core's --overlap-grad-reduce). Not FSDP (ZeRO-3,
+    (``grad_reduction``), and with ZeRO 1 or 2 the parameter gather (``param_gather``): a
+    DDP whose reduction overlaps the backward (ZeRO below 3, ``dp_overlap`` above 0:
+    Megatron-Core's --overlap-grad-reduce, and --overlap-param-gather beside it). Not FSDP (ZeRO-3,
     whose reduction under PyTorch's pipelining waits for the stage's last backward,
     REDUCE_GRAD), nor a reduction after the whole backward (``dp_overlap`` 0: Megatron-LM
     2021's local DDP, DeepSpeed's pipeline engine and its ZeRO-1 all-reduce), whose every
@@ -221,17 +232,20 @@ def step_sync(
     Where the reduction overlaps the backward (``timed``) each chunk's reduction is timed
     on the simulated order (``grad_reduction``): beside its own last backward and the
     rank's backwards after it, not all of them beside one micro-batch's backward.
-    Before simulating it counts only as much as ``reduction_floor`` says."""
-    rests, floors, reduces, windows = [], [], [], []
+    Before simulating it counts only as much as ``reduction_floor`` says. So is each
+    chunk's parameter gather (``param_gather``: Megatron-Core's --overlap-param-gather),
+    from when the code launches it to the chunk's first forward, not the whole stage's
+    beside one micro-batch's forward; before simulating, ``gather_floor``."""
+    rests, floors, reduces, windows, gathers = [], [], [], [], []
     worst_opt = 0.0
     r = t.dp_overlap
     for held in pl.held():
         fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
         bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
         grads = gather = opt = copy_out = 0.0
-        per_chunk = []
+        per_chunk, per_gather = [], []
         for st in held:
-            mine = 0.0  # this chunk's reduction
+            mine = theirs = 0.0  # this chunk's reduction and gather
             dense, experts = mm.params_at(st)
             f8 = float8_params_at(mm, st)  # gathered in one byte (fsdp_float8_all_gather)
             copy_out += ((dense + experts - f8) * t.param_bytes + f8) * 2 / hbm_rate(c, t)
@@ -242,13 +256,16 @@ def step_sync(
                 grads += one
                 mine += one
                 gathered = (n - one_byte) * t.param_bytes + one_byte
-                gather += ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
+                one = ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
+                gather += one
+                theirs += one
                 shard = replicas if t.zero >= 1 else 1
                 opt += optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)
                 # precompute_float8_dynamic_scale_for_fsdp: the amax of every float8 shard once
                 # a step (torch._foreach_norm over the fp32 shards; torchao eab345c fsdp_utils.py)
                 opt += one_byte / shard * FP32 / hbm_rate(c, t)
             per_chunk.append(mine)
+            per_gather.append(theirs)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
             # under pipelining the gradients wait for one exposed reduce-scatter a stage
             # (REDUCE_GRAD) after the last backward; without it each micro-batch's
@@ -265,7 +282,8 @@ def step_sync(
             windows.append(tuple(_last_backward(costs, st) for st in held))
             floors.append(reduction_floor(tuple(per_chunk), windows[-1], r))
             reduces.append(tuple(per_chunk))
-            rests.append(exposed(gather, fwd, r))
+            gathers.append(tuple(per_gather))
+            rests.append(0.0)
             worst_opt = max(worst_opt, opt)
             continue
         else:
@@ -273,7 +291,41 @@ def step_sync(
         rests.append(comm)
         floors.append(0.0)
         worst_opt = max(worst_opt, opt)
-    return StepSync(tuple(rests), tuple(floors), worst_opt, tuple(reduces) if timed(t) else None, r, windows=tuple(windows))
+    if not timed(t):
+        return StepSync(tuple(rests), tuple(floors), worst_opt, None, r)
+    held = pl.held()
+    firsts = tuple(costs.op_time(Op("F", 0, 0), h[0]) for h in held)
+    head = gather_floor(tuple(gathers), firsts, bool(held) and held[0][0] == 0, r)
+    return StepSync(
+        tuple(rests),
+        tuple(floors),
+        worst_opt,
+        tuple(reduces),
+        r,
+        windows=tuple(windows),
+        gather=tuple(gathers) if t.zero >= 1 else None,
+        head_floor=head,
+        chunks=pl.chunks,
+    )
+
+
+def gather_floor(gathers: tuple[tuple[float, ...], ...], firsts: tuple[float, ...], opens: bool, rate: float) -> float:
+    """What the timed parameter gathers (``gathers``: per rank, per chunk, seconds) add to the
+    step at least, before simulating (``param_gather.combined`` of per-rank floors, never above
+    ``gather_heads``' on any order); ``firsts``: per rank, the forward of its chunk 0's stage.
+    Rank 0, where it holds stage 0 as its chunk 0 (``opens``), starts the step with that
+    forward beside chunk 0's gather, the first dispatched: at least ``exposed`` of the two.
+    With one chunk a rank every later rank launches its gather at its first forward, that
+    chunk's, and waits for all of it, or (where it too starts with the step) runs it beside:
+    at least ``exposed`` again. With more, a later rank's gathers start with the step and may
+    hide: nothing."""
+    heads = [0.0] * len(gathers)
+    if opens and gathers and gathers[0]:
+        heads[0] = exposed(gathers[0][0], firsts[0], rate)
+    chunks = max((len(g) for g in gathers), default=1)
+    if chunks == 1:
+        heads[1:] = [exposed(g[0], f, rate) for g, f in zip(gathers[1:], firsts[1:])]
+    return combined(heads, chunks)
 
 
 def _last_backward(costs: ComponentCosts, st: int) -> float:
