@@ -27,6 +27,11 @@ def _megatron_table(M: int, chunks: int, group: int) -> list[int]:
     return out
 
 
+def _firsts(table: list[int]) -> list[int]:
+    """Each chunk's first virtual micro-batch in the table."""
+    return [table.index(c) for c in range(max(table) + 1)]
+
+
 def test_pipesims_interleaved_forwards_follow_megatrons_table():
     """The launch rule indexes the rank's forwards by Megatron's virtual micro-batch id;
     pipesim's interleaved 1F1B runs them in the table's order (group = pp, Megatron's
@@ -48,14 +53,15 @@ def test_launches_by_hand():
     pp4, 3 chunks, M2 (one group of 2): chunk 1 first at 2; rank 3 would need id -1, so
     chunk 2 is dispatched by its own first forward, id 4. One chunk (1F1B, no aligned
     gather): at its first forward."""
-    t = _megatron_table(8, 3, 4)
-    assert [launches(t, 3, r) for r in range(4)] == [[None, None, 4], [None, None, 3], [None, None, 2], [None, None, 1]]
-    t = _megatron_table(4, 4, 2)
-    assert [launches(t, 4, r) for r in range(2)] == [[None, None, 2, 4], [None, None, 1, 3]]
-    t = _megatron_table(2, 3, 4)
-    assert t == [0, 0, 1, 1, 2, 2]
-    assert launches(t, 3, 2) == [None, None, 0] and launches(t, 3, 3) == [None, None, 4]
-    assert launches([0, 0, 0], 1, 2) == [0]
+    t = _firsts(_megatron_table(8, 3, 4))
+    assert t == [0, 4, 8]
+    assert [launches(t, r) for r in range(4)] == [[None, None, 4], [None, None, 3], [None, None, 2], [None, None, 1]]
+    t = _firsts(_megatron_table(4, 4, 2))
+    assert [launches(t, r) for r in range(2)] == [[None, None, 2, 4], [None, None, 1, 3]]
+    t = _firsts(_megatron_table(2, 3, 4))
+    assert t == [0, 2, 4]
+    assert launches(t, 2) == [None, None, 0] and launches(t, 3) == [None, None, 4]
+    assert launches([0], 2) == [0]
 
 
 def test_interleaved_by_hand():

@@ -53,25 +53,22 @@ from .grad_reduction import slowed
 _F = KINDS.index("F")
 
 
-def launches(fwd_chunks: Sequence[int], chunks: int, rank: int) -> list[int | None]:
-    """Per local chunk (Megatron's model chunk, stage ``chunk * pp + rank`` under interleaving),
-    the index into the rank's forwards at whose start its gather is dispatched; None:
-    before the schedule's first item (the step's start).
+def launches(first: Sequence[int | None], rank: int) -> list[int | None]:
+    """Per chunk, the index into the rank's forwards at whose start its gather is
+    dispatched; None: before the schedule's first item (the step's start).
 
-    ``fwd_chunks``: the chunk of each of the rank's forward items, in order (Megatron's
+    ``first``: per chunk (Megatron's model chunk, stage ``chunk * pp + rank`` under
+    interleaving), the index of its first forward among the rank's forwards (Megatron's
     virtual micro-batch ids index the same sequence). One chunk: at its first forward (the
     pre-hook; ``align_param_gather`` is off). More: chunks 0 and 1 before the loop, chunk
-    j >= 2 at forward ``first(j - 1) - rank``, or at its own first forward where that is
+    j >= 2 at forward ``first[j - 1] - rank``, or at its own first forward where that is
     before the first (the pre-hook dispatches it)."""
-    first: dict[int, int] = {}
-    for i, c in enumerate(fwd_chunks):
-        first.setdefault(c, i)
-    if chunks == 1:
-        return [first.get(0)]
-    out: list[int | None] = [None] * min(chunks, 2)
-    for j in range(2, chunks):
-        k = first.get(j - 1, -1) - rank
-        own = first.get(j)
+    if len(first) == 1:
+        return [first[0]]
+    out: list[int | None] = [None] * min(len(first), 2)
+    for j in range(2, len(first)):
+        prev, own = first[j - 1], first[j]
+        k = -1 if prev is None else prev - rank
         out.append(k if k >= 0 and (own is None or k <= own) else own)
     return out
 
@@ -106,7 +103,7 @@ def head_exposure(
     todo = [c for c in range(len(gather)) if first[c] is not None and gather[c] > 0.0]
     if not todo or n == 0:
         return 0.0
-    st, en = np.asarray(starts, np.float64).tolist(), np.asarray(ends, np.float64).tolist()
+    starts, ends = np.asarray(starts, np.float64), np.asarray(ends, np.float64)
     at: dict[int, list[int]] = {}
     for c in sorted(todo, key=lambda c: first[c]):  # dispatched together: in the order first run
         at.setdefault(-1 if launch[c] is None else launch[c], []).append(c)
@@ -125,14 +122,22 @@ def head_exposure(
     dispatch(-1, origin)
     firsts = {first[c]: c for c in todo}
     last_needed = max(max(firsts), max((k for k in at if k >= 0), default=0))
+    # the items up to the last first forward as Python floats (the loop rarely goes much
+    # further); any after, one at a time
+    st, en = starts[: last_needed + 1].tolist(), ends[: last_needed + 1].tolist()
     late = 0.0
     for j in range(n):
+        if j == len(st):
+            st.append(float(starts[j]))
+            en.append(float(ends[j]))
         start = st[j] + late
-        dispatch(j, start)
+        if j in at:
+            dispatch(j, start)
         c = firsts.get(j)
         if c is not None and c != bucketed:
             start = max(start, done[c])
-        end = start + (en[j] - st[j]) + slowed(start, en[j] - st[j], queue, rate)
+        work = en[j] - st[j]
+        end = start + work + (slowed(start, work, queue, rate) if free > start else 0.0)
         if c is not None and c == bucketed:
             end = max(end, done[c])
         late = end - en[j]
@@ -151,19 +156,23 @@ def gather_heads(tl, gather: tuple[tuple[float, ...], ...], rate: float) -> tupl
     out = []
     for r, per_chunk in enumerate(gather):
         a, b = int(off[r]), int(off[r + 1])
+        n = len(per_chunk)
         fwd = np.flatnonzero(t.kind[a:b] == _F)
-        fwd_chunks = t.chunk[a:b][fwd].tolist()
-        first: list[int | None] = [None] * len(per_chunk)
-        for i, c in zip(fwd.tolist(), fwd_chunks):
-            if c < len(first) and first[c] is None:
-                first[c] = i
+        chunks = t.chunk[a:b][fwd]
+        at: list[int | None] = [None] * n  # per chunk: its first forward, among the rank's forwards
+        for c in range(n):
+            hit = chunks == c
+            p = int(hit.argmax())
+            at[c] = p if hit[p] else None
         # the rule's "chunk j" is the j-th the rank runs: Megatron's chunk j under
         # interleaving; where an order starts a rank on a later chunk (DualPipe's last
         # rank, a V's), that one is "chunk 0"
-        ranked = sorted(range(len(per_chunk)), key=lambda c: (first[c] is None, first[c] or 0, c))
-        label = {c: j for j, c in enumerate(ranked)}
-        by_label = launches([label[c] for c in fwd_chunks], len(per_chunk), r)
-        launch = [None if by_label[label[c]] is None else int(fwd[by_label[label[c]]]) for c in range(len(per_chunk))]
+        ranked = sorted(range(n), key=lambda c: (at[c] is None, at[c] or 0, c))
+        by_rank = launches([at[c] for c in ranked], r)
+        launch: list[int | None] = [None] * n
+        for k, c in zip(by_rank, ranked):
+            launch[c] = None if k is None else int(fwd[k])
+        first = [None if p is None else int(fwd[p]) for p in at]
         # Megatron buckets only where the gather is on the critical path, pipeline rank 0's
         # first chunk (DDP: "data-parallel communication on these stages is not on the
         # critical path"): the chunk that opens the step; so here the first chunk of any
