@@ -318,7 +318,9 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
                 else "gradients reduce-scattered (ZeRO >= 1) or all-reduced"
             )
             + ", parameters all-gathered back, behind the last backward "
-            f"and the first forward, the compute beside them at {t.dp_overlap:g} of its speed (dp_overlap; 18.9% slower on "
+            "and the first forward (where they overlap, Megatron-Core's way chunk by chunk on the simulated order: "
+            "each chunk's reduction from its last backward, its gather from where the schedule launches it to its "
+            f"first forward), the compute beside them at {t.dp_overlap:g} of its speed (dp_overlap; 18.9% slower on "
             "average, arXiv 2507.03114); ZeRO-3 per micro-batch, or with pipeline parallelism "
             "once a step per stage, its parameters kept gathered from the first forward to the last backward (fsdp_reshard "
             f"= {plan.training.fsdp_reshard}), each gather copied out on the compute stream (FSDP2); NVLink inside a "
