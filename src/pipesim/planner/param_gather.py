@@ -31,8 +31,10 @@ What the code does (NVIDIA/Megatron-LM d98e8a64):
   pipeline-parallel group"). A chunk never reached so (a rank past that id) is dispatched
   by its own pre-hook. Without it (one chunk a rank: 1F1B) the first pre-hook of the
   rank's first forward dispatches the gather, after that forward's input has arrived
-  (the receive is waited on, ``batch_p2p_sync`` synchronizes, and NCCL's stream waits for
-  the compute stream at dispatch), so on every rank but the first the whole gather shows,
+  (``forward_backward_pipelining_without_interleaving`` receives before ``forward_step``;
+  p2p_communication.py ``_communicate`` waits on the receive and, with the default
+  ``batch_p2p_sync``, synchronizes; NCCL's stream waits for the compute stream at
+  dispatch anyway), so on every rank but the first the whole gather shows,
   and each rank's wait delays the inputs of the ranks after it.
 
 A rank's gathers share its data-parallel communicator, whose collectives NCCL runs one
