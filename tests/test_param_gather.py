@@ -136,4 +136,55 @@ def test_one_chunk_never_shows_less_than_one_forward_window_and_the_floor_holds(
             assert all(h >= o * (1 - 1e-12) for h, o in zip(heads, old))
             assert combined(heads, 1) >= max(old) * (1 - 1e-12)
         firsts = tuple(f[r] for r in range(pp))  # chunk c of rank r holds stage c * pp + r
-        assert gather_floor(gathers, firsts, True, rate) <= combined(heads, v) * (1 + 1e-12) + 1e-12
+        fed = tuple(v == 1 and r > 0 for r in range(pp))  # 1F1B: rank r > 0 waits for rank r - 1's forward
+        assert gather_floor(gathers, firsts, True, rate, fed) <= combined(heads, v) * (1 + 1e-12) + 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_searchs_bound_stays_below_the_simulated_step_with_the_gathers(seed):
+    """The search skips a candidate whose bound (``bounds.pipeline_bound`` on the order's
+    item counts plus ``step_sync``'s floors, ``gather_floor`` among them) cannot beat the
+    best so far, so the bound must stay at or below the step the simulation then gives:
+    its makespan plus ``combined`` of ``gather_heads`` (the other parts zero here). With one
+    chunk a rank whose stage is fed by another's forward counts its whole gather, as
+    step_sync says (``fed``). On random per-stage costs, hops, gathers and compute rates
+    over flat, interleaved, V and DualPipe orders, it does."""
+    from pipesim.planner.bounds import pipeline_bound, rank_work
+    from pipesim.planner.programs import shape
+
+    rng = random.Random(seed)
+    orders = [
+        ("1f1b", {}),
+        ("gpipe", {}),
+        ("zb-h1", {}),
+        ("zb-h2", {}),
+        ("interleaved-1f1b", {"chunks": 2}),
+        ("interleaved-1f1b", {"chunks": 3}),
+        ("interleaved-zb", {"chunks": 2}),
+        ("zb-v", {}),
+        ("v-half", {}),
+        ("dualpipe", {}),
+    ]
+    for _ in range(60):
+        name, opts = rng.choice(orders)
+        pp = rng.choice([2, 4]) if name == "dualpipe" else rng.choice([2, 3, 4])
+        prog = build(name, pp, 2 * pp * rng.choice([1, 2]), **opts)
+        pl = prog.placement
+        f = tuple(rng.uniform(0.2, 2.0) for _ in range(pl.stages))
+        costs = Costs(
+            f=f,
+            b=tuple(x * rng.uniform(0.8, 1.5) for x in f),
+            w=tuple(x * rng.uniform(0.3, 1.2) for x in f),
+            comm=rng.choice([0.0, 0.1, 0.4]),
+        )
+        tl = simulate(prog, costs)
+        rate = rng.choice([0.0, 0.5, 0.84, 1.0])
+        scale = rng.choice([0.1, 1.0, 5.0, 20.0])
+        gathers = tuple(tuple(rng.uniform(0.0, scale) for _ in range(pl.chunks)) for _ in range(pp))
+        held = pl.held()
+        firsts = tuple(f[h[0]] for h in held)
+        fed = tuple(pl.chunks == 1 and h[0] > 0 and f[h[0] - 1] > 0 for h in held)
+        floor = gather_floor(gathers, firsts, held[0][0] == 0, rate, fed)
+        bound = pipeline_bound(pl, costs, *rank_work(shape(prog).counts, costs)) + floor
+        simulated = (tl.end - tl.start) + combined(gather_heads(tl, gathers, rate), pl.chunks)
+        assert bound <= simulated * (1 + 1e-9) + 1e-12, (name, pp)

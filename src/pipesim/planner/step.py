@@ -295,7 +295,9 @@ def step_sync(
         return StepSync(tuple(rests), tuple(floors), worst_opt, None, r)
     held = pl.held()
     firsts = tuple(costs.op_time(Op("F", 0, 0), h[0]) for h in held)
-    head = gather_floor(tuple(gathers), firsts, bool(held) and held[0][0] == 0, r)
+    # with one chunk a rank, stage s > 0's first forward waits for stage s - 1's on another rank
+    fed = tuple(pl.chunks == 1 and h[0] > 0 and costs.op_time(Op("F", 0, 0), h[0] - 1) > 0.0 for h in held)
+    head = gather_floor(tuple(gathers), firsts, bool(held) and held[0][0] == 0, r, fed)
     return StepSync(
         tuple(rests),
         tuple(floors),
@@ -309,22 +311,27 @@ def step_sync(
     )
 
 
-def gather_floor(gathers: tuple[tuple[float, ...], ...], firsts: tuple[float, ...], opens: bool, rate: float) -> float:
+def gather_floor(
+    gathers: tuple[tuple[float, ...], ...], firsts: tuple[float, ...], opens: bool, rate: float, fed: tuple[bool, ...] = ()
+) -> float:
     """What the timed parameter gathers (``gathers``: per rank, per chunk, seconds) add to the
     step at least, before simulating (``param_gather.combined`` of per-rank floors, never above
     ``gather_heads``' on any order); ``firsts``: per rank, the forward of its chunk 0's stage.
     Rank 0, where it holds stage 0 as its chunk 0 (``opens``), starts the step with that
     forward beside chunk 0's gather, the first dispatched: at least ``exposed`` of the two.
-    With one chunk a rank every later rank launches its gather at its first forward, that
-    chunk's, and waits for all of it, or (where it too starts with the step) runs it beside:
-    at least ``exposed`` again. With more, a later rank's gathers start with the step and may
-    hide: nothing."""
+    With one chunk a rank every rank launches its gather at its first forward, that chunk's:
+    one whose first forward waits for another rank's (``fed``: per rank, its stage's input
+    comes from a forward of nonzero time, so it cannot start with the step and its gather is
+    one bucket, ``param_gather.gather_heads``) waits for all of it; one that may start with
+    the step runs it beside: at least ``exposed`` of it. With more chunks a later rank's
+    gathers start with the step and may hide: nothing."""
+    chunks = max((len(g) for g in gathers), default=1)
+    if chunks == 1:
+        waits = [r < len(fed) and fed[r] for r in range(len(gathers))]
+        return combined([g[0] if w else exposed(g[0], f, rate) for g, f, w in zip(gathers, firsts, waits)], 1)
     heads = [0.0] * len(gathers)
     if opens and gathers and gathers[0]:
         heads[0] = exposed(gathers[0][0], firsts[0], rate)
-    chunks = max((len(g) for g in gathers), default=1)
-    if chunks == 1:
-        heads[1:] = [exposed(g[0], f, rate) for g, f in zip(gathers[1:], firsts[1:])]
     return combined(heads, chunks)
 
 
