@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from ..schedules.combined import warmup
 from .memory_lines import usable_gb
-from .naming import COMBINED, DUAL_FAMILY, layout_text, schedule_text
+from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
 from .results import Plan
+from .runnable import COMBINED
 from .verdicts import family_verdicts, rejection
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from .attention_window import run_window
 from .collectives import a2a_size
-from .naming import COMBINED
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
+from .runnable import COMBINED, chunks_problem, combined_problem
 from .specs import Model, Training
 
 
@@ -64,31 +64,18 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "why": f"pipesim's interleaved order for M={cand.microbatches} not a multiple of pp={lay.pp} is PyTorch's "
             "rounds, not Megatron's",
         }
-    if lay.pp == 1 and pl.chunks > 1:
-        # megatron/core/parallel_state.py, initialize_model_parallel: "pipeline-model-parallel
-        # size should be greater than 1 with interleaved schedule"; the flags without virtual
-        # stages would run the one stage whole, not the chunked order the plan simulated
-        return {
-            "runs": False,
-            "why": f"Megatron-LM refuses virtual pipeline stages at pp1 (parallel_state: pipeline-model-parallel size "
-            f"should be greater than 1 with interleaved schedule), and {name} (v={pl.chunks}) on one rank needs them",
-        }
+    if refused := chunks_problem(lay.pp, pl.chunks):
+        # the flags without virtual stages would run the one stage whole, not the chunked
+        # order the plan simulated (the search leaves such candidates out: ``runnable``)
+        return {"runs": False, "why": f"{name} (v={pl.chunks}): {refused}"}
     if name in COMBINED and lay.pp > 1 and pl.chunks < 2:
         return {
             "runs": False,
             "why": "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1: "
             "use interleaved-1f1b-overlap",
         }
-    if name in COMBINED and (lay.ep == 1 or cand.recompute == "full"):
-        # TransformerConfig.__post_init__ (d98e8a6) asserts expert_model_parallel_size > 1 and
-        # recompute_granularity != "full" (no recompute method or layer count) under
-        # overlap_moe_expert_parallel_comm
-        why = "without expert parallelism (ep1)" if lay.ep == 1 else "with full recomputation"
-        return {
-            "runs": False,
-            "why": f"Megatron-LM refuses --overlap-moe-expert-parallel-comm (combined 1F1B) {why}: it needs "
-            "--expert-model-parallel-size above 1 and recomputation selective or none",
-        }
+    if name in COMBINED and (refused := combined_problem(lay.ep, cand.recompute)):
+        return {"runs": False, "why": refused}
     flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
     if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')

@@ -9,9 +9,6 @@ from .specs import Training
 #: DualPipe's two forms: two parameter copies, or one folded into a V
 DUAL_FAMILY = ("dualpipe", "dualpipev")
 
-#: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
-COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
-
 
 def layout_text(r: Result, plan: Plan) -> str:
     """The result's parallel degrees, e.g. "pp16 x dp128, ep64 (8 nodes)"."""

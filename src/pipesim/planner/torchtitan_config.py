@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
-from .naming import COMBINED
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
+from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
 

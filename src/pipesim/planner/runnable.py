@@ -1,0 +1,56 @@
+"""What no trainer runs: schedule and layout combinations the search leaves out and the
+recipe refuses, each rule written once here and worded as both say it.
+
+Pure functions of plain values (no results, no plans), so that the search
+(``candidates``) and the recipe (``megatron_flags``) can both ask them."""
+
+from __future__ import annotations
+
+#: combined 1F1B (Megatron's EP-overlapped 1F1B), under the names pipesim gives it
+COMBINED = ("1f1b-overlap", "interleaved-1f1b-overlap")
+
+
+def chunks_problem(pp: int, chunks: int) -> str | None:
+    """Why ``chunks`` model chunks on each of ``pp`` pipeline ranks cannot run, or None.
+
+    More than one chunk per rank (interleaved, V and dual placements) is a pipeline of
+    virtual stages, and neither trainer pipelines one rank: Megatron-Core raises
+    "pipeline-model-parallel size should be greater than 1 with interleaved schedule"
+    where virtual stages are asked for at pp1 (megatron/core/parallel_state.py,
+    initialize_model_parallel, NVIDIA/Megatron-LM d98e8a6), and torchtitan builds no
+    pipeline schedule at pp1 (ParallelDims.pp_enabled is pp > 1; trainer.py then runs
+    the micro-batches one after another as gradient accumulation: pytorch/torchtitan
+    b5bcd76)."""
+    if pp == 1 and chunks > 1:
+        return (
+            "more than one chunk per rank needs pp 2 or more: Megatron-Core refuses virtual pipeline stages at pp1 "
+            "(parallel_state: pipeline-model-parallel size should be greater than 1 with interleaved schedule) "
+            "and torchtitan runs no pipeline schedule there; at pp1 one-chunk schedules run (1f1b, 1f1b-overlap, "
+            "gpipe, zb-h1, ...)"
+        )
+    return None
+
+
+def combined_problem(ep: int, recompute: str) -> str | None:
+    """Why Megatron-LM refuses combined 1F1B (``--overlap-moe-expert-parallel-comm``) at
+    this expert degree and recomputation, or None. TransformerConfig.__post_init__
+    (megatron/core/transformer/transformer_config.py, d98e8a6) asserts, under that flag,
+    ``expert_model_parallel_size > 1`` ("only supported with expert model parallelism":
+    expert tensor parallelism does not count, so ep1 x etp8 is refused) and
+    ``recompute_granularity != 'full'`` (with no recompute method or layer count)."""
+    if ep == 1:
+        why = "without expert parallelism (ep1; expert tensor parallelism does not count)"
+    elif recompute == "full":
+        why = "with full recomputation"
+    else:
+        return None
+    return (
+        f"Megatron-LM refuses --overlap-moe-expert-parallel-comm (combined 1F1B) {why}: it needs "
+        "--expert-model-parallel-size above 1 and recomputation selective or none"
+    )
+
+
+def candidate_problem(schedule: str, chunks: int, pp: int, ep: int, recompute: str) -> str | None:
+    """The first of the rules above a candidate breaks (``chunks``: its placement's chunks
+    per rank), or None: what the search leaves out."""
+    return chunks_problem(pp, chunks) or (combined_problem(ep, recompute) if schedule in COMBINED else None)
