@@ -8,7 +8,7 @@ from .memory_lines import usable_gb
 from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
 from .results import Plan
-from .runnable import COMBINED
+from .runnable import COMBINED, combined_problem
 from .verdicts import family_verdicts, rejection
 
 
@@ -132,7 +132,10 @@ def combined_advice(plan: Plan) -> str:
     head += ", as DualPipe does, with one copy of the parameters"
     found = [r for r in plan.results if r.candidate.schedule in COMBINED]
     if plan.searched and not set(COMBINED) & set(plan.searched):
-        return f"{head}; it was not searched (--schedules)."
+        # left out by --schedules, or by Megatron's own refusal at every layout searched
+        eps = {r.candidate.layout.ep for r in (*plan.results, *plan.rejected)}
+        refused = combined_problem(2, plan.training.recompute) or (combined_problem(1, "none") if eps == {1} else None)
+        return f"{head}; it was not searched ({refused or '--schedules'})."
     if not found:
         return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]

@@ -4,7 +4,9 @@ some of them.
 Candidates are (pp, dp, tp, ep, micro-batch size, schedule, chunks, recomputation); any
 of the layout's dimensions may be pinned (``Pins``). The schedules are the registry's
 families (``pipesim.schedules.REGISTRY``), each with the options its ``Family`` entry
-declares, so a family added there is searched without editing this file."""
+declares, so a family added there is searched without editing this file. A candidate no
+trainer runs (``runnable``: more than one chunk per rank at pp1, combined 1F1B where
+Megatron refuses it) is left out."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ..errors import PipesimError
 from ..ir import Placement
 from ..schedules import REGISTRY, family
 from .layout import Layout, cp_problem, expert_problem, fold_problem, layout_problem, tp_problem
+from .runnable import candidate_problem
 from .specs import Cluster, Model, Training
 
 #: searched schedules (not periodic) are built only up to this many (rank, micro-batch)
@@ -341,15 +344,28 @@ def candidates(
 ) -> Iterator[Candidate]:
     from .stages import selective_changes_nothing  # costs sit above the search space
 
-    variants = schedule_variants(schedules, pins)
+    variants = [(name, ch, placement_chunks(name, ch)) for name, ch in schedule_variants(schedules, pins)]
     recomputes = ("none", "selective", "full") if t.recompute == "auto" else (t.recompute,)
+    # what no trainer runs (``runnable``): why, the families, the first layout; said only
+    # where nothing else is left, in place of "no layout divides"
+    unrunnable: dict[str, tuple[list[str], Layout]] = {}
+    found = False
     for lay in layouts(m, c, t, pins):
         M = t.global_batch // (lay.dp * lay.micro_batch)
         # no recomputation where selective costs nothing more is the same step with more
         # memory: left out, but for families ordered under the candidate's own memory room
         twin = "selective" in recomputes and "none" in recomputes and selective_changes_nothing(m, c, t, lay)
-        for name, chunks in variants:
+        for name, chunks, held in variants:
             cost_ordered = set(COST_OPTIONS) <= REGISTRY[name].options.keys()
             for rc in recomputes:
-                if not (twin and rc == "none" and not cost_ordered):
-                    yield Candidate(lay, name, chunks, rc, M)
+                if twin and rc == "none" and not cost_ordered:
+                    continue
+                if refused := candidate_problem(name, held, lay.pp, lay.ep, rc):
+                    names = unrunnable.setdefault(refused, ([], lay))[0]
+                    names += [name] if name not in names else []
+                    continue
+                found = True
+                yield Candidate(lay, name, chunks, rc, M)
+    if unrunnable and not found:
+        why, (names, lay) = next(iter(unrunnable.items()))
+        raise PipesimError(f"no candidate searched can run: {', '.join(names)} on {lay}, for one: {why}")
