@@ -100,3 +100,11 @@ def test_the_advice_says_why_combined_1f1b_was_not_searched(capsys):
     assert main(["plan", *qwen]) == 0
     out = capsys.readouterr().out
     assert "Combined 1F1B" in out and "it was not searched (Megatron-LM refuses" in out and "with full recomputation" in out
+
+
+def test_a_comparison_with_combined_1f1b_on_a_dense_model_says_why_it_has_no_plan(capsys):
+    # a dense model has no expert parallelism: Megatron refuses combined 1F1B at every layout
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--compare", "1f1b,1f1b-overlap"]) == 0
+    out = capsys.readouterr().out
+    assert "1f1b-overlap has no plan that fits: not searched: Megatron-LM refuses" in out
+    assert "without expert parallelism" in out

@@ -16,14 +16,13 @@ from . import recipe
 from .advice import advice
 from .assumptions import assumptions
 from .calibrate import RANGES, Uncertainty
-from .candidates import placement_chunks, skipped_families
+from .candidates import skipped_families
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
 from .naming import fmt_hours, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
 from .params import published_active_params, total_params
 from .results import Plan, Result
-from .runnable import candidate_problem
-from .verdicts import family_verdicts, rejection
+from .verdicts import family_verdicts, nowhere, rejection
 
 
 @dataclass(frozen=True)
@@ -256,22 +255,10 @@ def _only(plan: Plan) -> str:
     """Which schedules, where --schedules, --compare or a pin (--chunks) left some out: the
     recommendation is the best of those alone (--compare 1f1b,dualpipe on Llama 3 70B
     recommended 1f1b, a zb-v plan being faster), and the report must say so."""
-    every = [n for n in REGISTRY if n not in skipped_families() and _runs_somewhere(plan, n)]
+    every = [n for n in REGISTRY if n not in skipped_families() and nowhere(plan, n) is None]
     if not plan.searched or set(every) <= set(plan.searched):
         return ""
     return f" of {', '.join(plan.searched)} alone (the recommendation is the best of these, not of every schedule)"
-
-
-def _runs_somewhere(plan: Plan, name: str) -> bool:
-    """Whether some layout and recomputation the search looked at could run ``name``: one
-    that runs nowhere (``runnable``: combined 1F1B for a dense model, chunked orders where
-    every layout is pp1) was left out by no flag, and the report must not say otherwise."""
-    default = REGISTRY[name].options.get("chunks")
-    held = placement_chunks(name, default if isinstance(default, int) else None)
-    looked = plan.results + plan.rejected
-    return any(
-        candidate_problem(name, held, r.candidate.layout.pp, r.candidate.layout.ep, r.candidate.recompute) is None for r in looked
-    )
 
 
 def _least_room(r: Result) -> str:

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import Counter
 
 from ..schedules import REGISTRY
-from .candidates import skipped_families
+from .candidates import placement_chunks, skipped_families
 from .naming import layout_text
 from .rank_fit import digits, least_over
 from .results import Plan
+from .runnable import candidate_problem
 
 
 def family_verdicts(plan: Plan) -> dict[str, str]:
@@ -51,10 +52,25 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
     return out
 
 
+def nowhere(plan: Plan, name: str) -> str | None:
+    """Why no layout and recomputation the search looked at could run ``name``, or None
+    where one could (``runnable``: combined 1F1B for a dense model, chunked orders where
+    every layout is pp1): such a family was left out by no flag."""
+    default = REGISTRY[name].options.get("chunks")
+    held = placement_chunks(name, default if isinstance(default, int) else None)
+    why = None
+    for r in plan.results + plan.rejected:
+        lay = r.candidate.layout
+        why = candidate_problem(name, held, lay.pp, lay.ep, r.candidate.recompute)
+        if why is None:
+            return None
+    return why
+
+
 def rejection(plan: Plan, name: str) -> str:
     mine = [r for r in plan.rejected if r.candidate.schedule == name]
     if not mine:
-        return "not searched"
+        return f"not searched: {why}" if (why := nowhere(plan, name)) else "not searched"
     least = least_over(plan, mine)  # the refusal nearest to fitting, as the closest miss names it
     if least is not None:
         # the cheap checks give lower bounds (static memory, plus one micro-batch's
