@@ -7,7 +7,9 @@ The expected sets are written out by hand from the cited code:
   b5bcd76 pipelines only where pp > 1 (ParallelDims.pp_enabled). So at pp1 only the
   registry's flat families are candidates.
 - megatron/core/transformer/transformer_config.py d98e8a6, TransformerConfig.__post_init__,
-  under overlap_moe_expert_parallel_comm: assert expert_model_parallel_size > 1, and
+  under overlap_moe_expert_parallel_comm: assert virtual_pipeline_model_parallel_size is
+  not None where pipeline_model_parallel_size > 1 (megatron/training/arguments.py sets it
+  to None at one virtual stage a rank), expert_model_parallel_size > 1, and
   recompute_granularity != 'full'."""
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ def deepseek():
 def test_at_pp1_only_one_chunk_orders_are_candidates():
     """The walkthrough's layout (DeepSeek-V3 on h800-2048, pp1 x dp512 x tp4, ep256) was
     recommended interleaved-1f1b-overlap (v=4); at pp1 only flat families remain, at pp2
-    the chunked ones come back."""
+    the chunked ones come back and one-chunk combined 1F1B goes (Megatron wants virtual
+    stages for it wherever pp > 1)."""
     m, c, t = deepseek()
     at = {pp: {x.schedule for x in candidates(m, c, t, pins=Pins(pp=pp, tp=4, ep=256))} for pp in (1, 2)}
     assert at[1] == FLAT
-    assert at[2] == FLAT | CHUNKED
+    assert at[2] == (FLAT - {"1f1b-overlap"}) | CHUNKED
     chunks = {x.chunks for x in candidates(m, c, t, pins=Pins(pp=1, tp=4, ep=256)) if x.schedule == "1f1b-overlap"}
     assert chunks == {None}
 
@@ -92,6 +95,8 @@ def test_pinned_combined_1f1b_where_megatron_refuses_it_is_one_line(capsys):
     assert "without expert parallelism" in err and "--expert-model-parallel-size above 1" in err
     err = refusal([*qwen, "--ep", "8", "--recompute", "full"], capsys)
     assert "with full recomputation" in err
+    err = refusal([*qwen, "--ep", "8", "--pp", "2"], capsys)
+    assert "only with virtual stages when pp > 1" in err and "use interleaved-1f1b-overlap" in err
 
 
 def test_the_advice_says_why_combined_1f1b_was_not_searched(capsys):

@@ -68,13 +68,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         # the flags without virtual stages would run the one stage whole, not the chunked
         # order the plan simulated (the search leaves such candidates out: ``runnable``)
         return {"runs": False, "why": f"{name} (v={pl.chunks}): {refused}"}
-    if name in COMBINED and lay.pp > 1 and pl.chunks < 2:
-        return {
-            "runs": False,
-            "why": "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1: "
-            "use interleaved-1f1b-overlap",
-        }
-    if name in COMBINED and (refused := combined_problem(lay.ep, cand.recompute)):
+    if name in COMBINED and (refused := combined_problem(lay.ep, cand.recompute, lay.pp, pl.chunks)):
         return {"runs": False, "why": refused}
     flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
     if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)

@@ -31,17 +31,25 @@ def chunks_problem(pp: int, chunks: int) -> str | None:
     return None
 
 
-def combined_problem(ep: int, recompute: str) -> str | None:
+def combined_problem(ep: int, recompute: str, pp: int = 1, chunks: int = 1) -> str | None:
     """Why Megatron-LM refuses combined 1F1B (``--overlap-moe-expert-parallel-comm``) at
-    this expert degree and recomputation, or None. TransformerConfig.__post_init__
-    (megatron/core/transformer/transformer_config.py, d98e8a6) asserts, under that flag,
-    ``expert_model_parallel_size > 1`` ("only supported with expert model parallelism":
-    expert tensor parallelism does not count, so ep1 x etp8 is refused) and
+    this expert degree, recomputation, pipeline depth and chunks per rank, or None.
+    TransformerConfig.__post_init__ (megatron/core/transformer/transformer_config.py,
+    d98e8a6) asserts, under that flag, virtual pipeline stages wherever pp > 1
+    (``virtual_pipeline_model_parallel_size is not None``, which megatron/training/
+    arguments.py sets to None at one chunk a rank: one-chunk combined 1F1B runs at pp1
+    alone), ``expert_model_parallel_size > 1`` ("only supported with expert model
+    parallelism": expert tensor parallelism does not count, so ep1 x etp8 is refused) and
     ``recompute_granularity != 'full'`` (with no recompute method or layer count)."""
     if ep == 1:
         why = "without expert parallelism (ep1; expert tensor parallelism does not count)"
     elif recompute == "full":
         why = "with full recomputation"
+    elif pp > 1 and chunks < 2:  # after the two above: a dense model's reason is its ep1
+        return (
+            "Megatron-LM overlaps the expert all-to-all (combined 1F1B) only with virtual stages when pp > 1 "
+            "(TransformerConfig: virtual_pipeline_model_parallel_size must be specified): use interleaved-1f1b-overlap"
+        )
     else:
         return None
     return (
@@ -53,4 +61,4 @@ def combined_problem(ep: int, recompute: str) -> str | None:
 def candidate_problem(schedule: str, chunks: int, pp: int, ep: int, recompute: str) -> str | None:
     """The first of the rules above a candidate breaks (``chunks``: its placement's chunks
     per rank), or None: what the search leaves out."""
-    return chunks_problem(pp, chunks) or (combined_problem(ep, recompute) if schedule in COMBINED else None)
+    return chunks_problem(pp, chunks) or (combined_problem(ep, recompute, pp, chunks) if schedule in COMBINED else None)
