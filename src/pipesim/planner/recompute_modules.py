@@ -35,41 +35,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import PipesimError
-from ..inputs import shorten
 from .training import Training
 
-if TYPE_CHECKING:  # specs checks a training file with this module, and layout reads specs
+if TYPE_CHECKING:  # annotations only: layout and specs sit above the training fields
     from .layout import Layout
     from .specs import Model
 
-#: Megatron-Core's recompute module names pipesim prices
-RECOMPUTE_MODULES = ("layernorm", "moe_act")
 #: each module's forward row in ``elementwise.elementwise_terms`` (the MLP block's)
 _ROWS = {"layernorm": "norm", "moe_act": "swiglu"}
-
-
-def check_recompute_modules(value: object, t: Training, where: str) -> tuple[str, ...]:
-    """``value`` as a tuple of module names, or one line naming what is wrong."""
-    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
-        raise PipesimError(
-            f'{where}: recompute_modules must be a list of Megatron-Core module names ("layernorm", "moe_act"), '
-            f"got {shorten(value)}"
-        )
-    wrong = [x for x in value if x not in RECOMPUTE_MODULES]
-    if wrong:
-        raise PipesimError(
-            f"{where}: recompute_modules entry {wrong[0]!r} is not one pipesim prices; give "
-            '"layernorm" or "moe_act" (core_attn and mla_up_proj are recompute = "selective")'
-        )
-    if len(set(value)) != len(value):
-        raise PipesimError(f"{where}: recompute_modules names a module twice, got {shorten(value)}; give each once")
-    if value and t.fused_kernels != "te":
-        raise PipesimError(
-            f"{where}: recompute_modules is Megatron-Core's selective recompute on Transformer Engine's layer; "
-            'set fused_kernels = "te" or leave recompute_modules empty'
-        )
-    return tuple(value)
 
 
 def rerun_modules(m: Model, layer: int, t: Training, recompute: str) -> tuple[str, ...]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import PipesimError
+from ..inputs import shorten
 from .pipeline_layout import check_syntax, is_layout
-from .recompute_modules import check_recompute_modules
 from .training import (
     ATTENTION_BLOCK_ORDERS,
     CP_COMMS,
@@ -129,3 +129,30 @@ def check_training(t: Training, where: str) -> Training:
         raise PipesimError(f"{where}: compute_efficiency must be between 0 and 1, got {t.compute_efficiency}")
     # the training file's list, as a tuple: a Training is hashed and compared
     return replace(t, recompute_modules=check_recompute_modules(t.recompute_modules, t, where))
+
+
+#: Megatron-Core's recompute module names pipesim prices (``recompute_modules.py``)
+RECOMPUTE_MODULES = ("layernorm", "moe_act")
+
+
+def check_recompute_modules(value: object, t: Training, where: str) -> tuple[str, ...]:
+    """``value`` as a tuple of module names, or one line naming what is wrong."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+        raise PipesimError(
+            f'{where}: recompute_modules must be a list of Megatron-Core module names ("layernorm", "moe_act"), '
+            f"got {shorten(value)}"
+        )
+    wrong = [x for x in value if x not in RECOMPUTE_MODULES]
+    if wrong:
+        raise PipesimError(
+            f"{where}: recompute_modules entry {wrong[0]!r} is not one pipesim prices; give "
+            '"layernorm" or "moe_act" (core_attn and mla_up_proj are recompute = "selective")'
+        )
+    if len(set(value)) != len(value):
+        raise PipesimError(f"{where}: recompute_modules names a module twice, got {shorten(value)}; give each once")
+    if value and t.fused_kernels != "te":
+        raise PipesimError(
+            f"{where}: recompute_modules is Megatron-Core's selective recompute on Transformer Engine's layer; "
+            'set fused_kernels = "te" or leave recompute_modules empty'
+        )
+    return tuple(value)
