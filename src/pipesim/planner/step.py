@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -240,30 +241,23 @@ def step_sync(
     worst_opt = 0.0
     r = t.dp_overlap
     for held in pl.held():
-        fwd = sum(costs.op_time(Op("F", 0, 0), st) for st in held)
-        bwd = sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
+        # the rank's forward and backward seconds: only the untimed branches read them
+        fwd = 0.0 if timed(t) else sum(costs.op_time(Op("F", 0, 0), st) for st in held)
+        bwd = 0.0 if timed(t) else sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
         grads = gather = opt = copy_out = 0.0
         per_chunk, per_gather = [], []
         for st in held:
             mine = theirs = 0.0  # this chunk's reduction and gather
             dense, experts = mm.params_at(st)
-            f8 = float8_params_at(mm, st)  # gathered in one byte (fsdp_float8_all_gather)
-            copy_out += ((dense + experts - f8) * t.param_bytes + f8) * 2 / hbm_rate(c, t)
-            for n, group, one_byte in ((dense, "cpdp", f8), (experts, "edp", 0.0)):
-                replicas = lay.size(group)
-                reduce = "reduce_scatter" if t.zero >= 1 and not t.zero1_allreduce else "all_reduce"
-                one = ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
+            out, groups = stage_terms(c, t, lay, dense, experts, float8_params_at(mm, st))
+            copy_out += out
+            for one, their, update, amax in groups:
                 grads += one
                 mine += one
-                gathered = (n - one_byte) * t.param_bytes + one_byte
-                one = ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
-                gather += one
-                theirs += one
-                shard = replicas if t.zero >= 1 else 1
-                opt += optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)
-                # precompute_float8_dynamic_scale_for_fsdp: the amax of every float8 shard once
-                # a step (torch._foreach_norm over the fp32 shards; torchao eab345c fsdp_utils.py)
-                opt += one_byte / shard * FP32 / hbm_rate(c, t)
+                gather += their
+                theirs += their
+                opt += update
+                opt += amax
             per_chunk.append(mine)
             per_gather.append(theirs)
         if t.zero >= 3 and not keeps_gathered(t, lay):  # regathered for every micro-batch's forward and backward
@@ -309,6 +303,35 @@ def step_sync(
         head_floor=head,
         chunks=pl.chunks,
     )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def stage_terms(
+    c: Cluster, t: Training, lay: Layout, dense: float, experts: float, f8: float
+) -> tuple[float, tuple[tuple[float, float, float, float], ...]]:
+    """What ``step_sync`` adds up for one stage of ``dense`` and ``experts`` parameters on a
+    GPU, ``f8`` of them gathered in float8 (``float8_params_at``): the seconds of its
+    gathered parameters' copy-out, and for its dense parameters (over cp x dp) then its
+    experts (over edp), the seconds of their reduction, their gather and the optimizer's
+    two passes (the update, and the amax of a float8 shard). The same for every placement,
+    split and micro-batch count with a stage of these parameters: kept (a MoE search asks
+    for it thousands of times), returned apart so ``step_sync`` sums them in its own order."""
+    # gathered in one byte (fsdp_float8_all_gather)
+    copy_out = ((dense + experts - f8) * t.param_bytes + f8) * 2 / hbm_rate(c, t)
+    groups = []
+    for n, group, one_byte in ((dense, "cpdp", f8), (experts, "edp", 0.0)):
+        replicas = lay.size(group)
+        reduce = "reduce_scatter" if t.zero >= 1 and not t.zero1_allreduce else "all_reduce"
+        one = ring_seconds(c, lay, group, reduce, n * t.grad_reduce_bytes)
+        gathered = (n - one_byte) * t.param_bytes + one_byte
+        their = ring_seconds(c, lay, group, "all_gather", gathered) if t.zero >= 1 else 0.0
+        shard = replicas if t.zero >= 1 else 1
+        update = optimizer_seconds(c, t, n, n / shard, lay.size("cpdp") > 1)
+        # precompute_float8_dynamic_scale_for_fsdp: the amax of every float8 shard once
+        # a step (torch._foreach_norm over the fp32 shards; torchao eab345c fsdp_utils.py)
+        amax = one_byte / shard * FP32 / hbm_rate(c, t)
+        groups.append((one, their, update, amax))
+    return copy_out, tuple(groups)
 
 
 def gather_floor(
