@@ -16,6 +16,7 @@ embeddings, routing permutes and FP8 casts by the bytes they move at HBM bandwid
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from .attention_grid import attention_grid_fill, grid_fill
 from .attention_window import causal_pairs, run_window
@@ -49,10 +50,11 @@ def _core_rows(seq: float, window: int) -> float:
     return 2 * causal_pairs(seq, window) / seq
 
 
+@lru_cache(maxsize=64)
 def model_flops_per_token(m: Model, seq: int) -> float:
     """Training FLOPs per token without recomputation (forward, B and W: three times the
     forward, attention scores included since their backward costs twice their forward):
-    the numerator of MFU."""
+    the numerator of MFU. Kept per model and length: a search reads it for every result."""
     forward = sum(sum(layer_flops(m, i, seq).values()) for i in range(m.layers)) + 2 * m.hidden * m.vocab
     return 3 * forward
 

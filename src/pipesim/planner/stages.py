@@ -34,11 +34,18 @@ def _kind(m: Model, i: int) -> tuple[bool, int]:
     return m.is_moe_layer(i), m.window(i)
 
 
+@lru_cache(maxsize=64)
+def _kinds(m: Model) -> tuple[tuple[bool, int], ...]:
+    """Each layer's kind (``_kind``), in layer order: read for every split and cost model
+    of a search, worked out once a model."""
+    return tuple(_kind(m, i) for i in range(m.layers))
+
+
 def _first_of_kinds(m: Model) -> list[tuple[int, tuple[bool, int]]]:
     """(the first layer of each kind, its kind), in layer order."""
     firsts: dict[tuple[bool, int], int] = {}
-    for i in range(m.layers):
-        firsts.setdefault(_kind(m, i), i)
+    for i, k in enumerate(_kinds(m)):
+        firsts.setdefault(k, i)
     return [(i, k) for k, i in firsts.items()]
 
 
@@ -76,7 +83,7 @@ def stage_parts(
     if is_layout(t.stage_split):
         return ranges_of(layout_sizes(t.stage_split, m.layers, m.mtp_layers, stages))
     kinds = {k: work(_layer(m, i, c, t, lay, recompute)) for i, k in _first_of_kinds(m)}
-    layer_work = tuple(kinds[_kind(m, i)] for i in range(m.layers))
+    layer_work = tuple(kinds[k] for k in _kinds(m))
     embed, head, mtp = _ends(m, c, t, lay, recompute)
     last = work(head) + sum(work(x) for x in mtp)
     return balanced_partition(layer_work, work(embed), last, stages, ranks, even_out)
@@ -89,10 +96,11 @@ def component_costs(
     embed, head, mtp = _ends(m, c, t, lay, recompute)
     # one lookup per kind of layer, not per layer: the cache's key hashes every spec
     kinds = {k: _layer(m, i, c, t, lay, recompute) for i, k in _first_of_kinds(m)}
+    of = _kinds(m)
     stage_layers = []
     for s, rng in enumerate(parts):
         row = [embed] if s == 0 else []
-        row += [kinds[_kind(m, i)] for i in rng]
+        row += [kinds[of[i]] for i in rng]
         if s == stages - 1:
             row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:
