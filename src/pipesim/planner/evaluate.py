@@ -68,6 +68,7 @@ class Shared:
         self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
+        self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: a few kept
         self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
         self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
         self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
@@ -116,8 +117,7 @@ class Shared:
             other = self.costs.get((lay, stages, recompute, held, not even_out))
             if other is not None and other[0] == parts:
                 return other
-            costs = component_costs(self.m, self.c, self.t, lay, stages, recompute, parts)
-            mm = memory_model(self.m, self.t, lay, stages, recompute, parts)
+            costs, mm = self.models(lay, stages, recompute, parts)
             # the last: what candidates sharing this cost model compute of it (item times,
             # placements' work and step overheads), computed once (``_memo``)
             return parts, costs, mm, static_bytes(held, mm), {}
@@ -132,6 +132,25 @@ class Shared:
                 self.costs.popitem(last=False)
         else:
             self.costs.move_to_end(key)
+        return hit
+
+    def models(self, lay: Layout, stages: int, recompute: str, parts: list[range]) -> tuple:
+        """The component cost model and memory model of a stage split: placements that
+        hold their stages differently often split the layers alike, and neither model
+        reads the placement (the last few kept, as ``cost_model``'s)."""
+        key = (lay, stages, recompute, tuple(parts))
+        hit = self.priced.get(key)
+        if hit is not None:
+            self.priced.move_to_end(key)
+            return hit
+        hit = (
+            component_costs(self.m, self.c, self.t, lay, stages, recompute, parts),
+            memory_model(self.m, self.t, lay, stages, recompute, parts),
+        )
+        if not self.exhaustive:
+            self.priced[key] = hit
+            if len(self.priced) > 64:
+                self.priced.popitem(last=False)
         return hit
 
 
