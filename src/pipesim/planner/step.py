@@ -23,6 +23,9 @@ def per_microbatch(t: Training, lay: Layout) -> bool:
     return t.zero >= 3 and not keeps_gathered(t, lay)
 
 
+#: the ops step_sync asks a cost model about, made once (an Op is a frozen dataclass)
+_F, _B, _W, _BW = (Op(k, 0, 0) for k in ("F", "B", "W", "BW"))
+
 #: bytes of an fp32 master weight the copy into the bf16 parameters reads
 FP32 = 4
 
@@ -242,8 +245,8 @@ def step_sync(
     r = t.dp_overlap
     for held in pl.held():
         # the rank's forward and backward seconds: only the untimed branches read them
-        fwd = 0.0 if timed(t) else sum(costs.op_time(Op("F", 0, 0), st) for st in held)
-        bwd = 0.0 if timed(t) else sum(costs.op_time(Op("B", 0, 0), st) + costs.op_time(Op("W", 0, 0), st) for st in held)
+        fwd = 0.0 if timed(t) else sum(costs.op_time(_F, st) for st in held)
+        bwd = 0.0 if timed(t) else sum(costs.op_time(_B, st) + costs.op_time(_W, st) for st in held)
         grads = gather = opt = copy_out = 0.0
         per_chunk, per_gather = [], []
         for st in held:
@@ -288,9 +291,9 @@ def step_sync(
     if not timed(t):
         return StepSync(tuple(rests), tuple(floors), worst_opt, None, r)
     held = pl.held()
-    firsts = tuple(costs.op_time(Op("F", 0, 0), h[0]) for h in held)
+    firsts = tuple(costs.op_time(_F, h[0]) for h in held)
     # with one chunk a rank, stage s > 0's first forward waits for stage s - 1's on another rank
-    fed = tuple(pl.chunks == 1 and h[0] > 0 and costs.op_time(Op("F", 0, 0), h[0] - 1) > 0.0 for h in held)
+    fed = tuple(pl.chunks == 1 and h[0] > 0 and costs.op_time(_F, h[0] - 1) > 0.0 for h in held)
     head = gather_floor(tuple(gathers), firsts, bool(held) and held[0][0] == 0, r, fed)
     return StepSync(
         tuple(rests),
@@ -361,5 +364,5 @@ def gather_floor(
 def _last_backward(costs: ComponentCosts, st: int) -> float:
     """The longest lone item a stage's last backward can be: the fused BW, or a B and its W
     (``reduction_floor``'s window: the longer, the less it claims)."""
-    b, w, bw = (costs.op_time(Op(k, 0, 0), st) for k in ("B", "W", "BW"))
+    b, w, bw = (costs.op_time(op, st) for op in (_B, _W, _BW))
     return max(bw, b + w)
