@@ -40,6 +40,7 @@ activations; each part held back below is a field of the cluster or training fil
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .activations import cp_attention_transient, loss_transient, recompute_transient
 from .footprint import float8_gathered
@@ -304,8 +305,10 @@ def roomiest(m, c, t, lay, recompute: str, common: LayoutHeld | None = None) -> 
     return usable(c, t, lay, common.transient[False], common.gathered, 0.0, fsdp_stream_pools(m, t, lay, 0.0))
 
 
+@lru_cache(maxsize=1 << 12)
 def usable(c, t, lay, transient: float = 0.0, gathered: float = 0.0, kept: float = 0.0, pools: float = 0.0) -> Usable:
-    """The bytes a rank of this layout can fill on one of the cluster's GPUs."""
+    """The bytes a rank of this layout can fill on one of the cluster's GPUs. Kept (it is
+    frozen): a search asks it for every rank of every placement, most ranks alike."""
     capacity = c.hbm_gb * 1e9
     groups = communicators(lay)
     held = [

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..costs import PerStage, at_stage
 from ..memory import MemoryModel
@@ -18,8 +19,10 @@ from .split import partition
 FP32 = 4  # bytes of an fp32 parameter shard
 
 
+@lru_cache(maxsize=1 << 14)
 def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:
-    """(non-expert, expert) parameters one GPU holds for a stage of these layers."""
+    """(non-expert, expert) parameters one GPU holds for a stage of these layers. Kept: a
+    search's splits share most of their stages (a deep model's, summed layer by layer)."""
     dense = experts = 0.0
     for i in rng:
         d, e = mlp_params(m, i)
