@@ -235,3 +235,49 @@ def test_memory_peaks_floor_the_simulated_peak_under_gradients_in_backward(name,
                 assert all(f <= p * (1 + 1e-12) for f, p in zip(floor, peak))
             else:
                 assert floor == pytest.approx(peak, rel=1e-12)
+
+
+def test_kept_stage_sync_terms_answer_what_fresh_ones_answer():
+    """``step.stage_terms`` is kept across placements and searches: after the cache has
+    seen other clusters, trainings, layouts and parameter counts, each answer is the one
+    computed afresh (a key that forgot an input would hand back another's)."""
+    from pipesim.planner.layout import Layout
+    from pipesim.planner.specs import load_cluster, load_training
+    from pipesim.planner.step import stage_terms
+
+    rng = random.Random(7)
+    clusters = [load_cluster(name) for name in ("h800-2048", "h100", "b200")]
+    trainings = [load_training(zero=z, zero1_allreduce=z == 1 and a) for z in (0, 1, 2, 3) for a in (False, True)]
+    layouts = [Layout(pp=8, dp=32, tp=2, cp=4, ep=32), Layout(pp=4, dp=16, tp=8, ep=8), Layout(pp=2, dp=64)]
+    asked = []
+    for _ in range(300):
+        args = (rng.choice(clusters), rng.choice(trainings), rng.choice(layouts))
+        dense, experts = rng.choice([0.0, 1e8, 3.5e9]), rng.choice([0.0, 2e9, 7.25e9])
+        asked.append((*args, dense, experts, rng.choice([0.0, dense / 2])))
+    for args in asked + asked[::-1]:
+        assert stage_terms(*args) == stage_terms.__wrapped__(*args)
+    assert len({stage_terms(*a) for a in asked}) > 50  # the inputs do change the answer
+
+
+def test_placements_with_one_split_share_its_models_and_get_fresh_ones():
+    """``Shared.models`` hands placements that split the layers alike one cost and memory
+    model: each is what ``component_costs`` and ``memory_model`` make afresh for that split."""
+    from pipesim.planner.evaluate import Shared
+    from pipesim.planner.footprint import memory_model
+    from pipesim.planner.layout import Layout
+    from pipesim.planner.specs import load_cluster, load_model, load_training
+    from pipesim.planner.stages import component_costs, stage_parts
+
+    m, c, t = load_model("deepseek-v3"), load_cluster("h800-2048"), load_training()
+    shared = Shared(m, c, t)
+    lay = Layout(pp=8, dp=32, tp=2, ep=64)
+    for stages, held in [(8, None), (16, tuple((r, 15 - r) for r in range(8))), (16, tuple((r, r + 8) for r in range(8)))]:
+        for recompute in ("none", "full"):
+            for even_out in (True, False):
+                parts = stage_parts(m, c, t, lay, stages, recompute, held, even_out)
+                costs, mm = shared.models(lay, stages, recompute, parts)
+                assert mm == memory_model(m, t, lay, stages, recompute, parts)
+                fresh = component_costs(m, c, t, lay, stages, recompute, parts)
+                for kind in ("F", "B", "W", "BW"):
+                    op = Op(kind, 0, 0)
+                    assert [costs.op_time(op, s) for s in range(stages)] == [fresh.op_time(op, s) for s in range(stages)]
