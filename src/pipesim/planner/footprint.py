@@ -19,7 +19,7 @@ from .split import partition
 FP32 = 4  # bytes of an fp32 parameter shard
 
 
-@lru_cache(maxsize=1 << 14)
+@lru_cache(maxsize=1 << 16)
 def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> tuple[float, float]:
     """(non-expert, expert) parameters one GPU holds for a stage of these layers. Kept: a
     search's splits share most of their stages (a deep model's, summed layer by layer)."""
