@@ -147,3 +147,21 @@ def test_a_plan_with_a_megatron_group_is_priced_as_planned(capsys):
     row = json.loads(out)["schedules"][-1]
     assert plan["group_size"] == 4 and row["schedule"] == "interleaved-1f1b-overlap (v=2, g=4)"
     assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9)
+
+
+def test_the_second_copy_is_weighed_on_one_gpu(capsys):
+    # DualPipe's rank r holds stage r of one direction and stage pp-1-r of the other
+    # (DeepSeek's DualPipe, deepseek-ai/DualPipe dualpipe.py), each stage split as 1F1B
+    # splits it: on dualpipe's worst rank the second copy is 1F1B's rank pp-1-r's static
+    # memory. Comparing the two schedules' worst ranks (1F1B's rank 0 holds the
+    # embedding) gave 51.0 GB here, where the copy on one GPU is 52.1.
+    code, out, _ = _run(capsys, "--model", "llama3-70b", "--pp", 8, "-s", "dualpipe", "--json")
+    assert code == 0
+    data = json.loads(out)
+    first, second = data["schedules"]
+    r = data["extra_copy_rank"]
+    assert r == second["rank"]
+    assert data["extra_copy_gb"] == pytest.approx(first["static_per_rank_gb"][8 - 1 - r], rel=1e-9)
+    assert second["static_per_rank_gb"][r] == pytest.approx(
+        first["static_per_rank_gb"][r] + first["static_per_rank_gb"][8 - 1 - r], rel=1e-9
+    )

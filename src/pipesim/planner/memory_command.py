@@ -74,7 +74,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
             raise PipesimError(
                 f"{e} (dualpipe is the schedule memory sets beside 1f1b by default: give --schedule 1f1b or another)"
             ) from None
-    extra = rows[-1]["static_gb"] - rows[0]["static_gb"]
+    # on one GPU, the one that decides the second schedule's fit (its worst rank): the two
+    # schedules' worst ranks can be different GPUs, whose stages differ by more than the
+    # second copy (1f1b's rank 0 holds the embedding)
+    extra_rank = rows[-1]["rank"]
+    extra = rows[-1]["static_per_rank_gb"][extra_rank] - rows[0]["static_per_rank_gb"][extra_rank]
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
     whole = sum(stage_params(model, middle, False, False, Layout(pp=pp, dp=1)))
@@ -95,6 +99,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "recompute": recompute,
         "schedules": rows,
         "extra_copy_gb": extra,
+        "extra_copy_rank": extra_rank,
         "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
         "stage_parameters": whole,
         "stage_parameters_per_gpu": per_gpu,
@@ -129,8 +134,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         out.print(no_fit_line(unfit, lay.micro_batch, recompute))
     if len(rows) > 1:
         out.print(
-            f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB per GPU beside 1f1b's "
-            f"({extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.1f} GB)."
+            f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB beside 1f1b's on {second}'s "
+            f"worst rank (rank {extra_rank}, the same GPU under both; {extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.1f} GB)."
         )
     if rows[-1]["copies"] < 2:  # no second copy: nothing below to explain
         return 0
@@ -268,6 +273,7 @@ def _split_row(model, cluster, training, lay: Layout, s, recompute: str, M: int,
         "grads_gb": mem.grads[worst] / GB,
         "optimizer_gb": mem.optimizer[worst] / GB,
         "static_gb": mem.static[worst] / GB,
+        "static_per_rank_gb": [x / GB for x in mem.static],  # every rank's, for the rank-by-rank comparison
         "activations_gb": mem.activation_peak[worst] / GB,
         "peak_gb": mem.peak[worst] / GB,
         "rank": worst,
