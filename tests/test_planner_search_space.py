@@ -9,9 +9,10 @@ from dataclasses import replace
 from pipesim.planner.bounds import static_floor
 from pipesim.planner.candidates import Candidate, layouts
 from pipesim.planner.device_memory import rank_usables
-from pipesim.planner.evaluate import Prepared, Shared, prepare
+from pipesim.planner.evaluate import Prepared, prepare
 from pipesim.planner.footprint import memory_model
 from pipesim.planner.layout import Layout
+from pipesim.planner.shared import Shared
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
 from pipesim.planner.stages import stage_parts
 

@@ -157,7 +157,7 @@ def test_a_search_reads_each_placement_once_by_identity():
     their own, and a placement whose micro-batches use one of two routes runs fewer
     stages than it holds."""
     from pipesim.planner.bounds import rank_stages
-    from pipesim.planner.evaluate import Shared
+    from pipesim.planner.shared import Shared
     from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
     from pipesim.schedules import REGISTRY
 
@@ -262,9 +262,9 @@ def test_kept_stage_sync_terms_answer_what_fresh_ones_answer():
 def test_placements_with_one_split_share_its_models_and_get_fresh_ones():
     """``Shared.models`` hands placements that split the layers alike one cost and memory
     model: each is what ``component_costs`` and ``memory_model`` make afresh for that split."""
-    from pipesim.planner.evaluate import Shared
     from pipesim.planner.footprint import memory_model
     from pipesim.planner.layout import Layout
+    from pipesim.planner.shared import Shared
     from pipesim.planner.specs import load_cluster, load_model, load_training
     from pipesim.planner.stages import component_costs, stage_parts
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipesim.planner.candidates import Candidate
-from pipesim.planner.evaluate import Shared, _simulated, evaluate, prepare
+from pipesim.planner.evaluate import _simulated, evaluate, prepare
 from pipesim.planner.layout import Layout
+from pipesim.planner.shared import Shared
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
 
 

@@ -29,11 +29,12 @@ from ..errors import PipesimError
 from ..inputs import MAX_COUNT, integer
 from ..schedules import REGISTRY
 from .candidates import Candidate, Pins, schedule_variants, skipped_families
-from .evaluate import Shared, evaluate
+from .evaluate import evaluate
 from .layer_costs import layer_costs
 from .layout import Layout, layout_problem
 from .programs import ProgramCache
 from .results import Result
+from .shared import Shared
 from .specs import Cluster, Model, Training
 
 LAYOUT_KEYS = ("pp", "dp", "tp", "ep", "cp", "etp", "micro_batch", "schedule", "chunks", "recompute")

@@ -10,148 +10,37 @@ the loss's transient and logits, each its own receive buffers and FSDP pools."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..errors import PipesimError
 from ..ir import Op
 from ..schedules import REGISTRY
-from ..simulate import Program
 from .bounds import (
     _ends,
     affine,
     item_time,
     pipeline_bound,
-    rank_stages,
     rank_work,
     stage_passes,
-    static_bytes,
     unpaired_work,
     work_floor,
 )
 from .candidates import COST_OPTIONS, COST_ORDERED_MAX_SLOTS, SEARCHED_MAX_SLOTS, Candidate
 from .collectives import tied_embedding_sync
 from .compute import model_flops_per_token
-from .device_memory import LayoutHeld, layout_held, rank_usables, roomiest
-from .footprint import memory_model
+from .device_memory import rank_usables
 from .grad_reduction import order_ends
-from .layout import Layout
 from .measured import extrapolated, measure
 from .pipeline_layout import is_layout, stage_count
-from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape, megatron_group, memory_peaks, sample_points
+from .programs import megatron_group, memory_peaks, sample_points
 from .rank_fit import Budgets, over, refused
 from .results import GB, Result
+from .shared import Shared, kept
 from .specs import Cluster, Model, Training
 from .split import most_stages
-from .stages import component_costs, stage_parts
 from .step import StepSync, per_microbatch, step_sync
 from .stragglers import slowest_share
-
-
-class Shared:
-    """What one search computes once: programs, item counts, cost models."""
-
-    def __init__(
-        self,
-        m: Model,
-        c: Cluster,
-        t: Training,
-        cache_bytes: int = PROGRAM_CACHE_BYTES,
-        exhaustive: bool = False,
-        programs: ProgramCache | None = None,
-    ):
-        self.m, self.c, self.t = m, c, t
-        self.exhaustive = exhaustive
-        # programs do not depend on the cluster or training costs: searches of one model
-        # under varied assumptions may share them
-        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
-        self.costs: OrderedDict[tuple, object] = OrderedDict()
-        self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
-        self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: a few kept
-        self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
-        self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
-        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
-
-    def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
-        """What the search reads of a placement (shared among every schedule, micro-batch
-        count and layout that has it), worked out once: the stages each rank holds
-        (``Placement.held``) and runs (``bounds.rank_stages``). Kept by identity, the
-        placement kept with them so its id stays its own."""
-        hit = self.placements.get(id(pl))
-        if hit is None:
-            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))))
-        return hit[1], hit[2]
-
-    def most_usable(self, lay: Layout, recompute: str) -> float:
-        """Bytes no rank of this layout can fill more than (``device_memory.roomiest``),
-        computed once per layout and recomputation: a bound for refusing a layout before
-        its placements are looked at, never below any rank's own usable memory."""
-        common = self.layout_held(lay, recompute)
-        return _memo(self.roomiest, (lay, recompute), lambda: roomiest(self.m, self.c, self.t, lay, recompute, common).bytes)
-
-    def layout_held(self, lay: Layout, recompute: str) -> LayoutHeld:
-        """What each rank of this layout holds back whatever its placement
-        (``device_memory.layout_held``), once per layout and recomputation."""
-        return _memo(self.held, (lay, recompute), lambda: layout_held(self.m, self.t, lay, recompute))
-
-    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
-        return self.programs.program(name, pp, M, options)
-
-    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
-        """A built schedule's shape."""
-        return self.programs.shape(name, pp, M, options)
-
-    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
-        """The candidate's stage split, component costs, memory model and per rank static
-        bytes; candidates of one layout and placement (``held``: the model stages each
-        rank holds, which the split balances) share them (a few are kept: a deep model's
-        plans are large, and rebuilding one from its parts is cheap). The split with and
-        without evening out the ranks is often the same: then so is the rest."""
-
-        def make():
-            key = (lay, stages, recompute, held, even_out)
-            parts = self.splits.get(key)
-            if parts is None:
-                parts = self.splits[key] = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held, even_out)
-            other = self.costs.get((lay, stages, recompute, held, not even_out))
-            if other is not None and other[0] == parts:
-                return other
-            costs, mm = self.models(lay, stages, recompute, parts)
-            # the last: what candidates sharing this cost model compute of it (item times,
-            # placements' work and step overheads), computed once (``_memo``)
-            return parts, costs, mm, static_bytes(held, mm), {}
-
-        if self.exhaustive:
-            return make()
-        key = (lay, stages, recompute, held, even_out)
-        hit = self.costs.get(key)
-        if hit is None:
-            hit = self.costs[key] = make()
-            if len(self.costs) > 16:
-                self.costs.popitem(last=False)
-        else:
-            self.costs.move_to_end(key)
-        return hit
-
-    def models(self, lay: Layout, stages: int, recompute: str, parts: list[range]) -> tuple:
-        """The component cost model and memory model of a stage split: placements that
-        hold their stages differently often split the layers alike, and neither model
-        reads the placement (the last few kept, as ``cost_model``'s)."""
-        key = (lay, stages, recompute, tuple(parts))
-        hit = self.priced.get(key)
-        if hit is not None:
-            self.priced.move_to_end(key)
-            return hit
-        hit = (
-            component_costs(self.m, self.c, self.t, lay, stages, recompute, parts),
-            memory_model(self.m, self.t, lay, stages, recompute, parts),
-        )
-        if not self.exhaustive:
-            self.priced[key] = hit
-            if len(self.priced) > 64:
-                self.priced.popitem(last=False)
-        return hit
 
 
 @dataclass
@@ -306,7 +195,7 @@ def _within_memory(
         bytes_ = [u.bytes for u in rank_usables(m, c, t, lay, cand.recompute, held, stages, M, mm, common)]
         return Budgets(bytes_, lambda r: rank_usables(m, c, t, lay, cand.recompute, held[r : r + 1], stages, M, mm, common)[0])
 
-    own = _memo(memo, ("usable", M), make)
+    own = kept(memo, ("usable", M), make)
     budgets = own.bytes
     r = over(statics, budgets)
     if r is not None:
@@ -341,7 +230,7 @@ def _within_memory(
             usable=own.usable(tight),
         )
     runs = shared.placement(pl)[1]
-    ones = _memo(  # the same for every schedule of this placement and cost model
+    ones = kept(  # the same for every schedule of this placement and cost model
         memo,
         ("one", runs),
         lambda: [statics[r] + max((mm.activation_bytes(x) for x in held), default=0.0) for r, held in enumerate(runs)],
@@ -358,13 +247,13 @@ def _within_memory(
         r = over(peaks, budgets)
         if r is not None:
             return refused(cand, "peak memory", peaks[r], r, own, memory_gb=peaks[r] / GB)
-        times = _memo(memo, "items", dict)
+        times = kept(memo, "items", dict)
 
         def work():
             (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c, times), shapes, costs)
             return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
 
-        floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, _memo(memo, "floors", dict))
+        floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, kept(memo, "floors", dict))
         paired, last, pairs = order_ends(shapes, held, len(pl.routes))
 
         def priced():  # the bound's: a paired rank's last item at most its longest pair
@@ -382,15 +271,15 @@ def _within_memory(
             return sync
 
         def work():
-            return _memo(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
+            return kept(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
 
-    passes = _memo(memo, ("passes", stages), lambda: stage_passes(costs, stages))
+    passes = kept(memo, ("passes", stages), lambda: stage_passes(costs, stages))
 
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
     def step_sync_of():
-        return _memo(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
+        return kept(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
 
     tied = tied_embedding_sync(m, c, t, lay)
     step = replace(step_sync_of().ordered(paired, last), extra=tied)
@@ -420,15 +309,6 @@ def _within_memory(
     )
 
 
-def _memo(memo: dict, key, make):
-    """``memo[key]``, made on first use: a value of one cost model that candidates of
-    several schedules or micro-batch counts share."""
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = make()
-    return hit
-
-
 def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
     """Simulate a prepared candidate and measure it. Where the split that evens out the
     ranks differs from the split without those moves, both are simulated and the faster
@@ -445,9 +325,14 @@ def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None
     if not isinstance(q, Prepared) or q.parts == p.parts or (res.fits and q.bound >= res.step_time):
         return res  # the same split, or one whose busiest rank alone is no faster
     alt = _simulated(m, c, t, q, shared)
-    if not res.fits or (alt.fits and alt.step_time < res.step_time):
-        return alt
-    return res
+    return alt if keeps_other(res.fits, res.step_time, alt.fits, alt.step_time) else res
+
+
+def keeps_other(fits: bool, step: float, other_fits: bool, other_step: float) -> bool:
+    """Whether the split without the evening moves is kept over the evened one: where the
+    evened one does not fit, or the other fits and is faster (``finish``; ``pipesim
+    memory`` chooses its split by the same rule)."""
+    return not fits or (other_fits and other_step < step)
 
 
 def _simulated(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared) -> Result:

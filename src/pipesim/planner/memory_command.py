@@ -14,11 +14,11 @@ from ..simulate import simulate
 from .activations import head_activation, head_saved, layer_activation, layer_saved
 from .candidates import COST_OPTIONS, Candidate
 from .device_memory import held_params, rank_usables
-from .evaluate import Prepared, prepare
+from .evaluate import Prepared, keeps_other, prepare
 from .footprint import memory_model, stage_params
 from .layout import Layout, layout_problem, local_training, with_default_ep
 from .memory_lines import no_fit_line, usable_dict, usable_lines
-from .naming import recompute_text
+from .naming import recompute_text, schedule_label
 from .pipeline_layout import is_layout, stage_count
 from .programs import megatron_group
 from .saved_widths import layer_mode
@@ -219,21 +219,13 @@ def memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompu
             recompute,
             M,
             parts,
-            _label(name, s.placement.chunks, options.get("group_size")),
+            # a chunked family's chunks per rank, as the plan writes them (v=4)
+            schedule_label(name, s.placement.chunks, options.get("group_size")) if "chunks" in family(name).options else name,
         )
         for e, parts in splits.values()
     ]
-    evened, other = rows[0], rows[-1]
-    pick = other if not evened[1]["fits"] or (other[1]["fits"] and other[0] < evened[0]) else evened
-    return pick[1]
-
-
-def _label(name: str, chunks: int, group: int | None) -> str:
-    """The schedule as the plan names it: an interleaved placement's chunks per rank, and
-    Megatron's micro-batch group where one is set (v=4, g=12)."""
-    if "chunks" not in family(name).options:
-        return name
-    return f"{name} (v={chunks}" + (f", g={group})" if group else ")")
+    (step, evened), (other_step, other) = rows[0], rows[-1]
+    return other if keeps_other(evened["fits"], step, other["fits"], other_step) else evened
 
 
 def _as_planned(model, cluster, training, lay: Layout, name: str, s, recompute: str, M: int, evened: bool, options: dict):

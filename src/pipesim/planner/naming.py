@@ -22,11 +22,16 @@ def layout_text(r: Result, plan: Plan) -> str:
     return text
 
 
+def schedule_label(name: str, chunks: int | None, group: int | None) -> str:
+    """A schedule as the plan names it: its chunks per rank where given and Megatron's
+    micro-batch group where one is set, e.g. "interleaved-1f1b (v=4, g=12)"."""
+    given = ([f"v={chunks}"] if chunks else []) + ([f"g={group}"] if group is not None else [])
+    return name + (f" ({', '.join(given)})" if given else "")
+
+
 def schedule_text(r: Result) -> str:
     """The schedule's label, with Megatron's micro-batch group where the search set one."""
-    if r.group_size is None:
-        return r.candidate.label
-    return r.candidate.label.removesuffix(")") + (", " if r.candidate.chunks else " (") + f"g={r.group_size})"
+    return schedule_label(r.candidate.schedule, r.candidate.chunks, r.group_size)
 
 
 def hours_for_run(r: Result, t: Training) -> float:

@@ -4,7 +4,7 @@ Candidates (``candidates``) are checked and bounded from below (``evaluate.prepa
 then simulated in order of their bound with the component cost model; the search stops
 when the bounds prove the rest cannot enter the top rows or beat their own family's best.
 
-What the candidates share is computed once (``evaluate.Shared``): compiled programs
+What the candidates share is computed once (``shared.Shared``): compiled programs
 (kept in a cache bounded in bytes, ``programs``), per-rank item counts for the bounds,
 cost models (and, through ``pipesim.components``, the plans of their items).
 """
@@ -22,10 +22,11 @@ from ..errors import PipesimError
 from ..schedules import REGISTRY
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
-from .evaluate import Prepared, Shared, finish, prepare, too_many_slots
+from .evaluate import Prepared, finish, prepare, too_many_slots
 from .naming import recompute_text
 from .rank_fit import least_over
 from .results import GB, Plan, Result
+from .shared import Shared
 from .specs import Cluster, Model, Training
 
 #: the search, and what its callers hold of it

@@ -1,0 +1,131 @@
+"""What one search computes once and every candidate of it reads (``Shared``): compiled
+programs, placements' held stages, stage splits, cost and memory models, and what each
+layout holds back; and ``kept``, the small keyed store the candidates of one cost model
+share their derived values through."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..simulate import Program
+from .bounds import rank_stages, static_bytes
+from .device_memory import LayoutHeld, layout_held, roomiest
+from .footprint import memory_model
+from .layout import Layout
+from .programs import PROGRAM_CACHE_BYTES, ProgramCache, Shape
+from .specs import Cluster, Model, Training
+from .stages import component_costs, stage_parts
+
+
+class Shared:
+    """What one search computes once: programs, item counts, cost models."""
+
+    def __init__(
+        self,
+        m: Model,
+        c: Cluster,
+        t: Training,
+        cache_bytes: int = PROGRAM_CACHE_BYTES,
+        exhaustive: bool = False,
+        programs: ProgramCache | None = None,
+    ):
+        self.m, self.c, self.t = m, c, t
+        self.exhaustive = exhaustive
+        # programs do not depend on the cluster or training costs: searches of one model
+        # under varied assumptions may share them
+        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
+        self.costs: OrderedDict[tuple, object] = OrderedDict()
+        self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
+        self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: a few kept
+        self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
+        self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
+        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
+
+    def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
+        """What the search reads of a placement (shared among every schedule, micro-batch
+        count and layout that has it), worked out once: the stages each rank holds
+        (``Placement.held``) and runs (``bounds.rank_stages``). Kept by identity, the
+        placement kept with them so its id stays its own."""
+        hit = self.placements.get(id(pl))
+        if hit is None:
+            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))))
+        return hit[1], hit[2]
+
+    def most_usable(self, lay: Layout, recompute: str) -> float:
+        """Bytes no rank of this layout can fill more than (``device_memory.roomiest``),
+        computed once per layout and recomputation: a bound for refusing a layout before
+        its placements are looked at, never below any rank's own usable memory."""
+        common = self.layout_held(lay, recompute)
+        return kept(self.roomiest, (lay, recompute), lambda: roomiest(self.m, self.c, self.t, lay, recompute, common).bytes)
+
+    def layout_held(self, lay: Layout, recompute: str) -> LayoutHeld:
+        """What each rank of this layout holds back whatever its placement
+        (``device_memory.layout_held``), once per layout and recomputation."""
+        return kept(self.held, (lay, recompute), lambda: layout_held(self.m, self.t, lay, recompute))
+
+    def program(self, name: str, pp: int, M: int, options: dict) -> Program:
+        return self.programs.program(name, pp, M, options)
+
+    def shape(self, name: str, pp: int, M: int, options: dict) -> Shape:
+        """A built schedule's shape."""
+        return self.programs.shape(name, pp, M, options)
+
+    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
+        """The candidate's stage split, component costs, memory model and per rank static
+        bytes; candidates of one layout and placement (``held``: the model stages each
+        rank holds, which the split balances) share them (a few are kept: a deep model's
+        plans are large, and rebuilding one from its parts is cheap). The split with and
+        without evening out the ranks is often the same: then so is the rest."""
+
+        def make():
+            key = (lay, stages, recompute, held, even_out)
+            parts = self.splits.get(key)
+            if parts is None:
+                parts = self.splits[key] = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held, even_out)
+            other = self.costs.get((lay, stages, recompute, held, not even_out))
+            if other is not None and other[0] == parts:
+                return other
+            costs, mm = self.models(lay, stages, recompute, parts)
+            # the last: what candidates sharing this cost model compute of it (item times,
+            # placements' work and step overheads), computed once (``kept``)
+            return parts, costs, mm, static_bytes(held, mm), {}
+
+        if self.exhaustive:
+            return make()
+        key = (lay, stages, recompute, held, even_out)
+        hit = self.costs.get(key)
+        if hit is None:
+            hit = self.costs[key] = make()
+            if len(self.costs) > 16:
+                self.costs.popitem(last=False)
+        else:
+            self.costs.move_to_end(key)
+        return hit
+
+    def models(self, lay: Layout, stages: int, recompute: str, parts: list[range]) -> tuple:
+        """The component cost model and memory model of a stage split: placements that
+        hold their stages differently often split the layers alike, and neither model
+        reads the placement (the last few kept, as ``cost_model``'s)."""
+        key = (lay, stages, recompute, tuple(parts))
+        hit = self.priced.get(key)
+        if hit is not None:
+            self.priced.move_to_end(key)
+            return hit
+        hit = (
+            component_costs(self.m, self.c, self.t, lay, stages, recompute, parts),
+            memory_model(self.m, self.t, lay, stages, recompute, parts),
+        )
+        if not self.exhaustive:
+            self.priced[key] = hit
+            if len(self.priced) > 64:
+                self.priced.popitem(last=False)
+        return hit
+
+
+def kept(store: dict, key, make):
+    """``store[key]``, made on first use: a value of one cost model that candidates of
+    several schedules or micro-batch counts share."""
+    hit = store.get(key)
+    if hit is None:
+        hit = store[key] = make()
+    return hit
