@@ -34,6 +34,7 @@ network_gbps = 50
         ("training", "precision = false", "precision must be a string, got false"),
         ("training", "tp_overlap = [true]", "tp_overlap must be one of none, backward, all, micro_pipeline"),
         ("training", "tp_overlap = [true]", "(true: all, false: none), got [true]"),
+        ("training", 'p2p_sync = "always"', "p2p_sync must be one of none, megatron-core, megatron-2021, got 'always'"),
     ],
 )
 def test_a_wrong_value_is_quoted_as_toml_spells_it(capsys, tmp_path, kind, line, message):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .attention_window import causal_pairs
-from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families
+from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, placement_chunks
 from .collectives import float8_gathers
 from .compute import (
     ALIBI_SCORE_BYTES,
@@ -22,6 +22,7 @@ from .device_memory import SOURCES
 from .footprint import float8_gathered
 from .memory_lines import held_text
 from .nccl import HOSTS
+from .p2p_sync import sync_text
 from .parallelism import domain_text, layout_assumptions
 from .pipeline_layout import split_text
 from .results import Plan
@@ -310,6 +311,7 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
             ),
         ),
         ("p2p", "each activation and its gradient between stages: latency plus its bytes (1/tp per shard) at network bandwidth"),
+        *p2p_sync_assumptions(plan),
         (
             "data parallelism",
             (
@@ -349,6 +351,18 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ),
     ]
     return rows + window_assumptions(plan) + sink_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
+
+
+def p2p_sync_assumptions(plan: Plan) -> list[tuple[str, str]]:
+    """Megatron's device synchronize after each stage-to-stage exchange, where the plan's
+    best layout runs one (p2p_sync.py)."""
+    best = plan.best
+    if best is None:
+        return []
+    cand = best.candidate
+    pp = cand.layout.pp
+    text = sync_text(plan.training, pp * placement_chunks(cand.schedule, cand.chunks), pp)
+    return [("p2p sync", text)] if text else []
 
 
 def window_assumptions(plan: Plan) -> list[tuple[str, str]]:

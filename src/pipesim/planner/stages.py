@@ -8,6 +8,7 @@ from ..components import ComponentCosts
 from .collectives import p2p_seconds
 from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs, mtp_costs
 from .layout import Layout
+from .p2p_sync import sync_costs
 from .pipeline_layout import is_layout, layout_sizes
 from .specs import Cluster, Model, Training
 from .split import balanced_partition, partition, ranges_of, work
@@ -105,6 +106,9 @@ def component_costs(
             row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:
             row.append(blocking_p2p(s, stages, p2p_seconds(m, c, t, lay)))
+        sync = sync_costs(t, s, stages, lay.pp)  # Megatron's device synchronize after each exchange
+        if sync is not None:
+            row.append(sync)
         stage_layers.append(tuple(row))
     # Every tensor-parallel collective overlaps the multiplies around it when the run
     # chunks them so (``tp_overlap = "all"``: Megatron-Core's userbuffers, AsyncTP),

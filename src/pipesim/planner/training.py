@@ -35,6 +35,9 @@ FUSED_KERNELS = ("te", "megatron-jit", "inductor")
 #: whose eager block runs without fused kernels (``Training.eager_block``)
 EAGER_BLOCKS = ("torchtitan", "llm-foundry")
 
+#: whose pipeline synchronizes the device after each stage-to-stage exchange (``Training.p2p_sync``)
+P2P_SYNCS = ("none", "megatron-core", "megatron-2021")
+
 #: what the optimizer step runs besides the collectives (step.optimizer_seconds)
 OPTIMIZER_STEPS = ("adam", "megatron", "megatron-fp16")
 
@@ -171,6 +174,13 @@ class Training:
     dp_overlap: float = 0.84  # speed compute keeps beside a data-parallel collective (step.exposed: 1/1.189, arXiv 2507.03114)
     p2p_latency_us: float = 10  # fixed cost of one point-to-point transfer
     p2p_overlap: bool = True  # stage-to-stage transfers overlap compute; false: each op waits for its sends and receives
+    # the host's torch.cuda.synchronize() after each batched stage-to-stage exchange, which
+    # exposes the next op's first launch (p2p_sync.py): "megatron-core" where Megatron-Core
+    # batches them (batch_p2p_comm with its default batch_p2p_sync: 1F1B without virtual
+    # stages, as Megatron-LM and Megatron-Bridge set it), "megatron-2021" after every
+    # exchange of Megatron-LM 2021 (interleaved too); "none": PyTorch's pipelining,
+    # DeepSpeed, a run that turns batch_p2p_sync off
+    p2p_sync: str = "none"
     # zb-auto's cap on each rank's activations, in micro-batches of the largest stage's: the
     # Zero Bubble fork's --zero-bubble-max-pending-backward (sail-sg/zero-bubble-pipeline-
     # parallelism 77b9eed9, zb_schedules.py: that many times a stage's forward memory;

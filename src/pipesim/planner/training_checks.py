@@ -18,6 +18,7 @@ from .training import (
     MOE_EXPERT_GEMMS,
     NORM_KERNELS,
     OPTIMIZER_STEPS,
+    P2P_SYNCS,
     UB_FPROP_RS,
     Training,
 )
@@ -67,6 +68,8 @@ def check_training(t: Training, where: str) -> Training:
             f'{where}: eager_block = "{t.eager_block}" names an eager block, but fused_elementwise = true runs fused '
             'kernels; set fused_elementwise = false or leave eager_block at "torchtitan"'
         )
+    if t.p2p_sync not in P2P_SYNCS:
+        raise PipesimError(f"{where}: p2p_sync must be one of {', '.join(P2P_SYNCS)}, got {t.p2p_sync!r}")
     if t.ub_fprop_rs not in UB_FPROP_RS:
         raise PipesimError(f"{where}: ub_fprop_rs must be one of {', '.join(UB_FPROP_RS)}, got {t.ub_fprop_rs!r}")
     if t.ub_fprop_rs != "none" and t.tp_overlap != "all":
