@@ -110,7 +110,7 @@ def parse_costs(data: dict) -> tuple[ComponentCosts, MemoryModel | None]:
     act, w_share = layer_activation(m["hidden"], m["heads"], m["seq"], m.get("micro_batch", 1), m.get("flash_attention", False))
     extra = {k: m[k] for k in ("dp", "zero", "param_bytes", "grad_bytes", "optimizer_bytes") if k in m}
     params = m.get("params", 12 * m["hidden"] ** 2 * layers)
-    return costs, MemoryModel(params=params, activation=act * layers, w_share=w_share, **extra)
+    return costs, MemoryModel(params=params, activation=act * layers, w_share=w_share, layer_bytes=(act,) * layers, **extra)
 
 
 def format_cost_file(layer: dict[str, float], top: dict, measured: dict | None = None, comments: tuple[str, ...] = ()) -> str:

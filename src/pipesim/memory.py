@@ -30,7 +30,7 @@ import numpy as np
 
 from .costs import PerStage, at_stage
 from .errors import PipesimError
-from .ir import Schedule
+from .ir import KINDS, Schedule
 from .metrics import running_peak
 from .timeline import Timeline
 
@@ -64,6 +64,11 @@ class MemoryModel:
     # a stage's gradients are held from the end of its first weight-gradient op (B+W or
     # W) to the end of its last, not through the whole step (``grad_lifetimes``)
     grads_in_backward: bool = False
+    # per stage, the bytes of its layers in the order its forward runs them (one tuple of
+    # numbers: the same layers on every stage), the rest of ``activation`` (the head's)
+    # made after them: an overlapped pair then runs layer by layer (``pair_peak``);
+    # empty, a pair makes its forward whole before its backward frees anything
+    layer_bytes: tuple = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.w_share < float("inf"):  # above 1 a B adds memory (module docstring)
@@ -90,6 +95,62 @@ class MemoryModel:
 
     def activation_bytes(self, stage: int) -> float:
         return at_stage(self.activation, stage, "memory sizes")
+
+    def layers_at(self, stage: int) -> tuple[tuple[float, ...], float]:
+        """(a stage's layers' bytes in forward order, the bytes made after them): without
+        ``layer_bytes``, the whole stage as one layer."""
+        whole = self.activation_bytes(stage)
+        if not self.layer_bytes:
+            return (whole,), 0.0
+        every = isinstance(self.layer_bytes[0], (int, float))
+        if not every and stage >= len(self.layer_bytes):
+            raise PipesimError(
+                f"memory sizes list layers for {len(self.layer_bytes)} stages, but the schedule has a stage {stage}"
+            )
+        layers = tuple(float(x) for x in (self.layer_bytes if every else self.layer_bytes[stage]))
+        rest = whole - sum(layers)
+        if rest < -1e-9 * whole:
+            raise PipesimError(f"stage {stage}'s layers hold {sum(layers):g} bytes, more than its activation of {whole:g}")
+        return layers, max(0.0, rest)
+
+
+def pair_peak(model: MemoryModel, f_stage: int, b_stage: int, keep: float) -> float:
+    """The most bytes an overlapped pair adds at once to what was live before it (which
+    holds its backward's micro-batch whole), ``keep`` the share of each layer the
+    backward leaves for a later W (``w_share`` for a B, 0 for a BW).
+
+    Megatron-Core's combined 1F1B runs a pair layer by layer (NVIDIA/Megatron-LM d98e8a6,
+    combined_1f1b.py ``combined_forward_backward_step``: the loss's backward, then
+    model_chunk_schedule_plan.py ``TransformerModelChunkSchedulePlan.run``): the
+    backward's post-process (head) first, then for i = 0, 1, ... the forward's layer i
+    beside the backward's layer L-1-i (``TransformerLayerSchedulePlan.run``; each
+    ScheduleNode's backward runs autograd with keep_graph=False and releases its state,
+    and the layer's delayed weight gradients run within the same step), then whichever
+    chunk has layers left, then the forward's post-process (head, loss). DeepSeek's
+    DualPipe pairs run the same way: its published training profile of one pair with
+    4 MoE layers a chunk (deepseek-ai/profile-data, train.json) repeats combine(B),
+    attn(F), mlp(B), dispatch(F), dispatch(B), mlp(W), mlp(F), attn(B), attn(W),
+    combine(F) four times. So at step i the forward holds its layers 0..i and the
+    backward its layers 0..L-1-i. A layer counts whole until its step ends: an upper
+    bound by the backward layer's MLP part, which both orders free before the forward's
+    MLP runs (left out the other way: under --delay-wgrad-compute Megatron-Core runs the
+    backward's layer 0 attention weight gradient after the forward's layers left, its
+    inputs held that long). A model without ``layer_bytes`` is one layer a stage: the forward whole,
+    then the backward (DualPipe's example hook; torch.distributed.pipelining's
+    OVERLAP_F_B runs its forward's sub-action, then its backward's)."""
+    fwd, f_rest = model.layers_at(f_stage)
+    bwd, b_rest = model.layers_at(b_stage)
+    freed = 1.0 - keep  # below 0 (keep above 1): the backward adds memory
+    live = -freed * b_rest
+    peak = max(0.0, live)
+    for i in range(max(len(fwd), len(bwd))):
+        if i < len(fwd):
+            live += fwd[i]
+            peak = max(peak, live)
+        if i < len(bwd):
+            live -= freed * bwd[-1 - i]
+            peak = max(peak, live)
+    return max(peak, live + f_rest)
 
 
 @dataclass(frozen=True)
@@ -127,17 +188,21 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
         grads.append(sum(x[1] for x in sizes))
         opt.append(sum(x[2] for x in sizes))
     # activations: an F allocates its stage's at its start; a B frees all but the share W
-    # needs, the W the rest, a fused BW all of it, at their ends
+    # needs, the W the rest, a fused BW all of it, at their ends; an overlapped pair
+    # reaches its layer-by-layer peak at its start (``pair_peak``)
     grid = pl.stage_grid()
     route_of = np.asarray(pl.route_of, np.int32)
     sizes = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)
     w = model.w_share
     act_peak, series, live = [], [], []
+    pairs: dict[tuple[int, int, int], float] = {}  # (f stage, b stage, b kind) -> pair_peak
     for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes)):
         kind, chunk, mb, start, end = timeline.rank_ops(r)
         stage = grid[route_of[mb], r, chunk]
         size = sizes[stage]
         delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
+        a, b = timeline.table.offsets[r], timeline.table.offsets[r + 1]
+        _pairs_by_layer(model, delta, kind, stage, np.flatnonzero(timeline.table.kind2[a:b] >= 0), b - a, pairs)
         act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series if curves else None)))
         if model.grads_in_backward:
             live.append(_peak_with_grads(model, kind, stage, start, end, delta, held))
@@ -146,6 +211,22 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     else:
         peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
+
+
+_B = KINDS.index("B")  # a pair's backward kind that leaves the W its share
+
+
+def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, seen: dict) -> None:
+    """In place on one rank's activation changes (``memory``'s ``delta``; its ``items``
+    first ops, then the backwards of the items ``pair``): a pair's forward adds at its
+    start the most its layer-by-layer run holds above what was live (``pair_peak``), its
+    backward at its end the rest of what the pair changes."""
+    for f, b in zip(pair.tolist(), range(items, items + len(pair))):
+        key = (int(stage[f]), int(stage[b]), int(kind[b]))
+        if key not in seen:
+            seen[key] = pair_peak(model, key[0], key[1], model.w_share if key[2] == _B else 0.0)
+        delta[b] += delta[f] - seen[key]
+        delta[f] = seen[key]
 
 
 def _peak_with_grads(model: MemoryModel, kind, stage, start, end, act, held) -> float:

@@ -77,7 +77,7 @@ def memory_model(
     parts = parts or partition(m.layers, stages)
     # context parallelism: a GPU keeps the activations of its 1/cp of each sequence
     local = local_training(t, lay)
-    params, experts, acts, shares = [], [], [], []
+    params, experts, acts, shares, layers = [], [], [], [], []
     by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
 
     def kept(i: int) -> tuple[float, float]:
@@ -93,6 +93,7 @@ def memory_model(
         last = s == stages - 1
         mtp = [m.layers - 1] * m.mtp_layers if last else []
         pairs = [kept(i) for i in [*rng, *mtp]]
+        layers.append(tuple(b for b, _ in pairs))  # Megatron-Core runs MTP layers after the decoder's
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
             pairs.append((activations.head_activation(m, local, lay), 0.0))
         # torch.distributed.pipelining: the first layer's saved input is the receive
@@ -135,6 +136,12 @@ def memory_model(
         dp=lay.size("cpdp"),  # the distributed optimizer shards over the context and data ranks
         # those unsharded gradients live from the stage's first backward to its last
         grads_in_backward=t.grads_from_first_backward and t.zero == 3 and keeps_gathered(t, lay),
+        # an overlapped pair runs layer by layer in Megatron-Core and DeepSeek's DualPipe
+        # (``memory.pair_peak``); torch.distributed.pipelining (whose buffers
+        # pp_keeps_outputs counts) runs OVERLAP_F_B's forward, then its backward
+        # (torch/distributed/pipelining/schedules.py, _PipelineScheduleRuntime: its
+        # sub-actions one after the other, where no custom function is registered)
+        layer_bytes=() if t.pp_keeps_outputs else tuple(layers),
     )
     if float8_gathered(t):  # torchao converts the blocks' dense linears
         linears = [sum(attention_params(m) + mlp_params(m, i)[0] for i in rng) / lay.tp for rng in parts]

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..ir import KINDS, Schedule
+from ..memory import pair_peak
 from ..schedules import REGISTRY, build, cache
 from ..schedules.classic import smallest_group
 from ..simulate import Program, compile
@@ -91,7 +92,8 @@ class Shape:
     """What a schedule's order says without costs, per rank: how often each cost key occurs
     (so a rank's busy time under any costs is a short sum): ("F", stage) for a lone op,
     ("pair", backward kind, f stage, b stage), in the order they first occur; and the
-    activations live right after each forward starts (so peak memory under any sizes is a
+    activations live right after each forward starts (a pair's: just before it, its own
+    peak added per memory model) (so peak memory under any sizes is a
     max of short sums), as arrays with one row per item that starts a forward and one
     after each item that ends a B (where a W share above 1 peaks): ``u`` the
     whole ones and ``v`` the ones kept for W alone, per column, where column j of rank r is
@@ -107,6 +109,11 @@ class Shape:
     used: tuple[int, ...]  # the stages that occur, ascending
     has: np.ndarray  # the ranks with rows
     has_rows: np.ndarray  # where each of those ranks' rows start
+    # an overlapped pair's row leaves its forward out of ``u``: ``memory.pair_peak`` adds
+    # what the pair holds at its layer-by-layer worst, per memory model
+    pair_rows: np.ndarray  # int64: the rows of pairs
+    pair_of: np.ndarray  # int64: each such row's index into ``pairs``
+    pairs: tuple[tuple[int, int, int], ...]  # (forward stage, backward stage, backward kind)
 
 
 def shape(s: Schedule) -> Shape:
@@ -157,21 +164,30 @@ def shape(s: Schedule) -> Shape:
     # and right after each item that ends a B: with a W share above 1 a B adds memory
     # (``MemoryModel.w_share``), so a peak may fall there; below 1 those rows are lower
     ends_b = np.unique(o_item[o_kind == B])
-    through = before(start_u + end_u) + start_u
+    prior = before(start_u + end_u)
+    lone = (t.kind2 < 0)[:, None]  # a pair's forward: what it adds is pair_peak's
     items = np.concatenate([fwd, ends_b])
     order = np.argsort(items, kind="stable")  # items are numbered rank by rank
-    u = np.concatenate([through[fwd], (through + end_u)[ends_b]])[order]
+    u = np.concatenate([(prior + start_u * lone)[fwd], (prior + start_u + end_u)[ends_b]])[order]
     v = np.concatenate([before(end_v)[fwd], (before(end_v) + end_v)[ends_b]])[order]
     rows = np.searchsorted(items[order], t.offsets).astype(np.int64)
     row_rank = np.repeat(np.arange(pp), np.diff(rows))
     has = np.flatnonzero(np.diff(rows) > 0)
     used = tuple(np.unique(cols[cols >= 0]).tolist())
-    return Shape(counts, cols, rows, u, v, cols[row_rank], used, has, rows[has])
+    # each pair's row (its forward's, the first of its item's rows) and its stages' key
+    is_pair = np.concatenate([t.kind2[fwd] >= 0, np.zeros(len(ends_b), bool)])[order]
+    pair_rows = np.flatnonzero(is_pair)
+    paired = items[order][pair_rows]
+    keys = np.stack([o_stage[paired], stage2[paired], t.kind2[paired].astype(np.int64)], axis=1)
+    pairs, pair_of = np.unique(keys.reshape(-1, 3), axis=0, return_inverse=True)
+    pairs = tuple(tuple(int(x) for x in k) for k in pairs.tolist())
+    return Shape(counts, cols, rows, u, v, cols[row_rank], used, has, rows[has], pair_rows, pair_of.reshape(-1), pairs)
 
 
 def activation_peaks(sh: Shape, mm) -> list[float]:
     """Per rank, the most activation bytes live at once (summed stage by stage in
-    ascending order, as a plain sum over the rank's stages would)."""
+    ascending order, as a plain sum over the rank's stages would; an overlapped pair's
+    at its layer-by-layer worst, ``memory.pair_peak``)."""
     w = mm.w_share
     # per cell, its stage's bytes (0 where no stage): a table lookup, the table holding
     # only the stages that occur (an empty column's -1 reads the appended 0)
@@ -182,6 +198,9 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
     total = np.zeros(len(live))
     for j in range(live.shape[1]):  # column by column: the rank's stages in ascending order
         total = total + live[:, j]
+    if len(sh.pair_rows):  # at a pair's row, the most its layer-by-layer run holds besides
+        extra = [pair_peak(mm, f, b, w if k == B else 0.0) for f, b, k in sh.pairs]
+        total[sh.pair_rows] += np.asarray(extra)[sh.pair_of]
     out = [0.0] * sh.cols.shape[0]
     if len(sh.has):
         for r, x in zip(sh.has.tolist(), np.maximum.reduceat(total, sh.has_rows).tolist()):
