@@ -147,3 +147,17 @@ def test_layers_larger_than_the_stage_are_refused_in_one_line():
 
     with pytest.raises(PipesimError, match="stage 0's layers hold 12 bytes, more than its activation of 10"):
         pair_peak(MemoryModel(params=0.0, activation=10.0, layer_bytes=(6.0, 6.0)), 0, 0, 0.0)
+
+
+def test_a_cost_files_pairs_run_its_layers_one_by_one():
+    """A cost file's [memory] sizes each of its ``layers`` by Korthikanti et al.'s eq. 1,
+    s h (34 + 5 a s / h) bytes, and a pair runs them one by one: 1f1b-overlap's rank r
+    peaks at 2(pp-r) - 1 stages and one layer."""
+    from pipesim.costfile import parse_costs
+
+    h, heads, seq, layers, pp = 1024, 8, 2048, 3, 4
+    _, mm = parse_costs({"layers": layers, "layer": {"attn_f": 1.0}, "memory": {"hidden": h, "heads": heads, "seq": seq}})
+    layer = seq * h * (34 + 5 * heads * seq / h)
+    s = build("1f1b-overlap", pp, 8)
+    peaks = memory(s, simulate(s), mm).activation_peak
+    assert peaks == pytest.approx([(2 * (pp - r) - 1) * layers * layer + layer for r in range(pp)])

@@ -14,7 +14,7 @@ combine_f = 1.0
 # attn_b, attn_w, mlp_b, mlp_w default to the forward time; dispatch_b, combine_b
 # to the forward communication
 
-[memory]              # optional: sizes for the memory timeline
+[memory]              # optional: sizes for the memory timeline (a pair's taken layer by layer)
 hidden = 4096
 heads = 32
 seq = 4096
