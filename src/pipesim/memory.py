@@ -220,13 +220,21 @@ def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, se
     """In place on one rank's activation changes (``memory``'s ``delta``; its ``items``
     first ops, then the backwards of the items ``pair``): a pair's forward adds at its
     start the most its layer-by-layer run holds above what was live (``pair_peak``), its
-    backward at its end the rest of what the pair changes."""
-    for f, b in zip(pair.tolist(), range(items, items + len(pair))):
-        key = (int(stage[f]), int(stage[b]), int(kind[b]))
-        if key not in seen:
-            seen[key] = pair_peak(model, key[0], key[1], model.w_share if key[2] == _B else 0.0)
-        delta[b] += delta[f] - seen[key]
-        delta[f] = seen[key]
+    backward at its end the rest of what the pair changes. ``seen``: pair_peak by
+    (forward stage, backward stage, backward kind), kept across ranks."""
+    if not len(pair) or not model.layer_bytes:  # a stage one piece: the F's and B's own changes give its peak
+        return
+    back = np.arange(items, items + len(pair))
+    cols = np.stack([stage[pair], stage[back], kind[back]]).astype(np.int64)
+    _, first, which = np.unique(cols[0] * (1 << 40) + cols[1] * 4 + cols[2], return_index=True, return_inverse=True)
+    peaks = []
+    for f, b, bk in cols[:, first].T.tolist():
+        if (f, b, bk) not in seen:
+            seen[f, b, bk] = pair_peak(model, f, b, model.w_share if bk == _B else 0.0)
+        peaks.append(seen[f, b, bk])
+    peak = np.asarray(peaks)[which.reshape(-1)]
+    delta[back] += delta[pair] - peak
+    delta[pair] = peak
 
 
 def _peak_with_grads(model: MemoryModel, kind, stage, start, end, act, held) -> float:
