@@ -127,17 +127,19 @@ def pair_peak(model: MemoryModel, f_stage: int, b_stage: int, keep: float) -> fl
     ScheduleNode's backward runs autograd with keep_graph=False and releases its state,
     and the layer's delayed weight gradients run within the same step), then whichever
     chunk has layers left, then the forward's post-process (head, loss). DeepSeek's
-    DualPipe pairs run the same way: its published training profile of one pair with
-    4 MoE layers a chunk (deepseek-ai/profile-data, train.json) repeats combine(B),
-    attn(F), mlp(B), dispatch(F), dispatch(B), mlp(W), mlp(F), attn(B), attn(W),
-    combine(F) four times. So at step i the forward holds its layers 0..i and the
-    backward its layers 0..L-1-i. A layer counts whole until its step ends: an upper
+    DualPipe pairs run the same way: its published training profile of one pair with 4
+    MoE layers a chunk (deepseek-ai/profile-data 4496024, train.json) repeats
+    combine(B), attn(F), mlp(B), dispatch(F), dispatch(B), mlp(W), mlp(F), attn(B),
+    attn(W), combine(F) four times. So at step i the forward holds its layers 0..i and
+    the backward its layers 0..L-1-i. A layer counts whole until its step ends: an upper
     bound by the backward layer's MLP part, which both orders free before the forward's
     MLP runs (left out the other way: under --delay-wgrad-compute Megatron-Core runs the
     backward's layer 0 attention weight gradient after the forward's layers left, its
-    inputs held that long). A model without ``layer_bytes`` is one layer a stage: the forward whole,
-    then the backward (DualPipe's example hook; torch.distributed.pipelining's
-    OVERLAP_F_B runs its forward's sub-action, then its backward's)."""
+    inputs held that long). A model without ``layer_bytes`` is one layer a stage: the
+    forward whole, then the backward, as the DualPipe library's example hook runs a pair
+    (deepseek-ai/DualPipe 3da1bbe, examples/example_dualpipe.py
+    ``overlapped_forward_backward``) and torch.distributed.pipelining its OVERLAP_F_B
+    (the forward's sub-action, then the backward's)."""
     fwd, f_rest = model.layers_at(f_stage)
     bwd, b_rest = model.layers_at(b_stage)
     freed = 1.0 - keep  # below 0 (keep above 1): the backward adds memory
