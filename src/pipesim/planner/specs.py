@@ -16,6 +16,7 @@ from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
 from .attention_window import layer_window, read_layer_types
+from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates
 from .model_checks import check_model
 
 # the run's fields live in training.py; specs is where callers import them from
@@ -76,9 +77,10 @@ BOUNDS = {
     "cuda_context_mib": (0, 1e10),
     "dp_overlap": (0, 1),
     "nccl_mib_per_group": (0, 1e10),
-    "nvlink_gbps": (0.001, 1e7),
-    "network_gbps": (0.001, 1e7),
-    "hbm_tbps": (0.001, 1e4),
+    # per GPU, in the units the names end in; the tops are past any GPU's (cluster_checks.py)
+    "nvlink_gbps": (0.001, MAX_NVLINK_GBPS),
+    "network_gbps": (0.001, MAX_NETWORK_GBPS),
+    "hbm_tbps": (0.001, MAX_HBM_TBPS),
     "gemm_efficiency": (0.01, 1),
     "fp8_gemm_efficiency": (0.01, 1),
     "fp8_tensor_gemm_efficiency": (0.01, 1),
@@ -177,8 +179,8 @@ class Cluster:
     bf16_tflops: float  # dense peak per GPU
     fp8_tflops: float  # dense peak per GPU (0: no FP8)
     hbm_gb: float  # device memory in decimal GB; a cluster file gives memory_mib, from which this is set
-    nvlink_gbps: float  # what NCCL reaches per GPU, one direction, inside an NVLink domain
-    network_gbps: float  # the NIC's line rate per GPU, one direction, between domains
+    nvlink_gbps: float  # GB/s (gigabytes) NCCL reaches per GPU, one direction, inside an NVLink domain
+    network_gbps: float  # GB/s (gigabytes, not gigabits) of the NIC's line rate per GPU, one direction, between domains
     sms: int = 132
     hbm_tbps: float = 3.35  # HBM bandwidth per GPU, TB/s (data sheet)
     gemm_efficiency: float = 0.75  # achieved share of BF16 dense peak on large matrix multiplies
@@ -377,6 +379,8 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value <= 1:
             raise PipesimError(f"{where}: {key} must be above 0 and at most 1 (a share of line rate), got {value}")
     _share_below_one(data, "gpu_speed_sd", where)
+    if isinstance(data, dict):
+        check_rates(data, where)
     required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
     if isinstance(data, dict) and "nccl_algorithms" in data:
         data = {**data, "nccl_algorithms": _nccl_algorithms(data["nccl_algorithms"], where)}
@@ -387,30 +391,10 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     if c.host_cpu not in HOST_CPUS:
         raise PipesimError(f"{where}: host_cpu must be one of {', '.join(map(repr, HOST_CPUS))}, got {c.host_cpu!r}")
     c = replace(c, hbm_gb=c.memory_mib * MIB / 1e9)
-    for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps", "hbm_tbps"):
+    for key in ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib"):
         if getattr(c, key) <= 0:
             raise PipesimError(f"{where}: {key} must be > 0, got {getattr(c, key)}")
-    if c.memory_mib <= c.cuda_context_mib:
-        # the CUDA context alone takes cuda_context_mib: a smaller figure is GB or GiB written as MiB
-        raise PipesimError(
-            f"{where}: memory_mib = {c.memory_mib:g} is not more than cuda_context_mib = {c.cuda_context_mib:g}, the "
-            "CUDA context alone; give the device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, "
-            "e.g. memory_mib = 81559 for an H100 80GB, and a context below it"
-        )
-    for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
-        if not 0 < getattr(c, key) <= 1:
-            raise PipesimError(f"{where}: {key} must be above 0 and at most 1, got {getattr(c, key)}")
-    if c.gpus > c.gpus_per_node and c.gpus % c.gpus_per_node:  # as --gpus is held (Cluster.resized)
-        whole = [n * c.gpus_per_node for n in (c.gpus // c.gpus_per_node, c.gpus // c.gpus_per_node + 1)]
-        raise PipesimError(
-            f"{where}: gpus = {c.gpus} is not a whole number of {c.gpus_per_node}-GPU nodes (gpus_per_node); "
-            f"give {' or '.join(map(str, whole))}, or fewer GPUs than one node"
-        )
-    if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
-        raise PipesimError(
-            f"{where}: nvlink_domain {c.nvlink_domain} must be a multiple of gpus_per_node {c.gpus_per_node} "
-            f"and divide the cluster's {c.gpus} GPUs"
-        )
+    check_cluster(c, where)
     return c.resized(gpus) if gpus is not None else c
 
 
