@@ -160,8 +160,10 @@ def test_nvl72_presets_name_their_domain():
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--ep", "3"], "--ep 3 must divide deepseek-v3's 256 experts"),
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--ep", "2"], "has no experts"),
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64", "--etp", "4"], "must divide tp x cp x dp = 128"),
-        (["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "100"], "multiple of its 72-GPU NVLink domain (e.g. 72 or 144)"),
-        (["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "52"], "72-GPU NVLink domain (e.g. 72)\n"),
+        # 25 trays split only into shares of 5 (20 GPUs, two could share a rack); 24 and 26 trays into 2 x 12 and 2 x 13
+        (["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "100"], "give e.g. 96 (2 NVLink domains of 48) or 104 (2 NVLink domains of 52)\n"),
+        # 19 trays, a prime above the 18 of a rack: only shares of one tray
+        (["--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "76"], "equal shares of 40 to 72 GPUs, one a 72-GPU NVLink domain, as Slurm's --segment places a job across racks; give e.g. 72 or 80 (2 NVLink domains of 40)\n"),
         # the fold against a stage's GPUs when only --pp (or nothing) fixes them, not "no layout ... change or drop a pin"
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--pp", "16", "--ep", "256", "--etp", "2"], "= 512 must divide a pipeline stage's tp x cp x dp GPUs (128: 2048 GPUs / --pp 16)"),
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--gpus", "1024", "--ep", "256", "--etp", "8"], "= 2048 must divide a pipeline stage's tp x cp x dp GPUs (1024: at most"),

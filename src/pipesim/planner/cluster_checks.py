@@ -21,6 +21,7 @@ GPU has is refused as the slip it most likely is:
 from __future__ import annotations
 
 from ..errors import PipesimError
+from .domains import placement_problem
 
 MAX_HBM_TBPS = 100
 MAX_NETWORK_GBPS = 200
@@ -73,7 +74,7 @@ def check_rates(data: dict, where: str) -> None:
 
 def check_cluster(c, where: str) -> None:
     """The checks of a filled Cluster ``c``: memory above the CUDA context, efficiencies,
-    whole nodes and NVLink domains."""
+    whole nodes, and a GPU count its NVLink domains can hold."""
     if c.memory_mib <= c.cuda_context_mib:
         # the CUDA context alone takes cuda_context_mib: a smaller figure is GB or GiB written as MiB
         raise PipesimError(
@@ -90,8 +91,11 @@ def check_cluster(c, where: str) -> None:
             f"{where}: gpus = {c.gpus} is not a whole number of {c.gpus_per_node}-GPU nodes (gpus_per_node); "
             f"give {' or '.join(map(str, whole))}, or fewer GPUs than one node"
         )
-    if c.nvlink_domain and (c.nvlink_domain % c.gpus_per_node or c.gpus % c.nvlink_domain):
+    d = c.nvlink_domain
+    if d and d % c.gpus_per_node:
         raise PipesimError(
-            f"{where}: nvlink_domain {c.nvlink_domain} must be a multiple of gpus_per_node {c.gpus_per_node} "
-            f"and divide the cluster's {c.gpus} GPUs"
+            f"{where}: nvlink_domain {d} must be a multiple of gpus_per_node {c.gpus_per_node} (a domain holds whole nodes)"
         )
+    problem = placement_problem(c.gpus, c.gpus_per_node, d)
+    if problem:
+        raise PipesimError(f"{where}: gpus = {c.gpus} with nvlink_domain {d}: {problem}")

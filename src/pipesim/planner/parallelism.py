@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .candidates import fed, pipeline_sizes
 from .collectives import a2a_size
+from .domains import placement_text
 from .layout import Layout
 from .results import Plan
 from .specs import Cluster, Model, Training
@@ -59,11 +60,13 @@ def mesh_text(lay: Layout) -> str:
 
 
 def domain_text(c: Cluster) -> str:
-    if c.domain == c.gpus_per_node:
+    """The report's line on where the GPUs sit: nodes, and on an NVLink fabric larger than
+    a node, the job's share of each domain (domains.placement_text)."""
+    if not c.nvlink_domain or c.nvlink_domain == c.gpus_per_node:
         return f"{c.nodes} x {c.gpus_per_node} GPUs"
     return (
-        f"{c.nodes} x {c.gpus_per_node} GPUs in {c.gpus // c.domain} NVLink domains of {c.domain}; each group priced by "
-        "where its members sit (NVLink inside a domain, the network between, the slowest link setting a ring)"
+        f"{c.nodes} x {c.gpus_per_node} GPUs, {placement_text(c.gpus, c.gpus_per_node, c.nvlink_domain)}; each group "
+        "priced by where its members sit (NVLink inside a domain, the network between, the slowest link setting a ring)"
     )
 
 

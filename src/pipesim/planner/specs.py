@@ -9,6 +9,7 @@ Every assumption the planner makes is a field of ``Training``, printed in the re
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import get_type_hints
 
@@ -17,6 +18,7 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 from .attention_window import layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates
+from .domains import domain_share, neighbours, placement_problem
 from .model_checks import check_model
 
 # the run's fields live in training.py; specs is where callers import them from
@@ -228,22 +230,24 @@ class Cluster:
     def nodes(self) -> int:
         return max(1, self.gpus // self.gpus_per_node)
 
-    @property
+    @cached_property  # read for every group priced; kept in the instance, not a field
     def domain(self) -> int:
-        """GPUs one NVLink fabric reaches."""
-        return self.nvlink_domain or self.gpus_per_node
+        """The job's GPUs in each NVLink domain it uses, consecutive ranks filling one
+        before the next: a node's without a larger fabric; on NVL72 racks the job's
+        equal share of each (domains.domain_share: 512 GPUs sit 64 a rack)."""
+        if not self.nvlink_domain:
+            return self.gpus_per_node
+        return domain_share(self.gpus, self.gpus_per_node, self.nvlink_domain) or self.nvlink_domain
 
     def resized(self, gpus: int) -> Cluster:
         if gpus < 1:
             raise PipesimError(f"--gpus must be >= 1, got {gpus}")
         if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
-            raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node, got {gpus}")
-        if self.nvlink_domain and gpus % self.nvlink_domain:
-            d = self.nvlink_domain
-            near = [n * d for n in (gpus // d, gpus // d + 1) if n]  # the multiples on either side
-            raise PipesimError(
-                f"--gpus {gpus} on {self.name}: give a multiple of its {d}-GPU NVLink domain (e.g. {' or '.join(map(str, near))})"
-            )
+            near = " or ".join(map(str, neighbours(gpus, self.gpus_per_node, self.nvlink_domain)))
+            raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node (e.g. {near}), got {gpus}")
+        problem = placement_problem(gpus, self.gpus_per_node, self.nvlink_domain)
+        if problem:
+            raise PipesimError(f"--gpus {gpus} on {self.name}: {problem}")
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
         return replace(self, name=name, gpus=gpus)
 
