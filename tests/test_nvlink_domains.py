@@ -156,6 +156,20 @@ network_gbps = 50
     [
         ("gpus = 100\nnvlink_domain = 72\n", "gpus = 100 with nvlink_domain 72: its 25 nodes of 4 GPUs do not split"),
         ("gpus = 144\nnvlink_domain = 70\n", "nvlink_domain 70 must be a multiple of gpus_per_node 4"),
+        (
+            "gpus = 1152\nnvlink_domain = 72\ndomain_share = 66\n",
+            "domain_share 66 must be whole 4-GPU nodes (gpus_per_node), at most nvlink_domain 72",
+        ),
+        (
+            "gpus = 1152\nnvlink_domain = 72\ndomain_share = 76\n",
+            "domain_share 76 must be whole 4-GPU nodes (gpus_per_node), at most nvlink_domain 72",
+        ),
+        ("gpus = 1152\ndomain_share = 64\n", "domain_share is the job's GPUs in each NVLink domain; give nvlink_domain too"),
+        # 1080 = 15 x 72 is not a whole number of 64s; 1024 = 16 x 64 and 1088 = 17 x 64 are
+        (
+            "gpus = 1080\nnvlink_domain = 72\ndomain_share = 64\n",
+            "domain_share = 64 does not divide it (a job takes 64 GPUs of each domain); give e.g. 1024 (16 NVLink domains of 64) or 1088 (17 NVLink domains of 64)",
+        ),
     ],
 )
 def test_cluster_files_whose_gpus_cannot_be_placed_are_one_line(capsys, tmp_path, lines, needle):
@@ -170,3 +184,19 @@ def test_a_cluster_file_of_part_racks_loads(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text(CLUSTER + "gpus = 1024\nnvlink_domain = 72\n")
     assert load_cluster(str(f)).domain == 64  # 256 trays: 16 racks of 16
+
+
+def test_a_pinned_share_places_1152_gpus_as_mlperf_did(tmp_path):
+    """MLPerf Training v5.1's 1152-GPU Flux run: 288 trays, SEGMENT=16, on "Tyche-hsg (18x
+    NVIDIA GB200 NVL72)" (flux1/.../hsg_ngpu1152: config_GB200_288x04x08xtp4.sh and
+    NVIDIA/systems/hsg_ngpu1152_ngc25.09_nemo.json): 18 racks of 64. Unpinned, 1152 GPUs
+    fill 16 racks; with domain_share = 64 they sit as that run's did, and an ep64 group of
+    ranks 64-127 stays in one rack (8 + 56 across two racks otherwise)."""
+    f = tmp_path / "c.toml"
+    f.write_text(CLUSTER + "gpus = 1152\nnvlink_domain = 72\ndomain_share = 64\n")
+    c = load_cluster(str(f))
+    assert c.domain == 64 and "1152 GPUs as 18 NVLink domains of 64 of 72" in domain_text(c)
+    lay = Layout(pp=9, dp=128, ep=64)
+    assert lay.span("ep", c.domain).inside and not lay.span("ep", load_cluster("gb200-nvl72").domain).inside
+    assert load_cluster(str(f), gpus=512).domain == 64  # --gpus keeps the pinned share
+    assert load_cluster(str(f), gpus=72).domain == 72  # one rack's job is one domain

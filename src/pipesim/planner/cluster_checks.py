@@ -96,6 +96,13 @@ def check_cluster(c, where: str) -> None:
         raise PipesimError(
             f"{where}: nvlink_domain {d} must be a multiple of gpus_per_node {c.gpus_per_node} (a domain holds whole nodes)"
         )
-    problem = placement_problem(c.gpus, c.gpus_per_node, d)
+    if c.domain_share and not d:
+        raise PipesimError(f"{where}: domain_share is the job's GPUs in each NVLink domain; give nvlink_domain too, or drop it")
+    if c.domain_share % c.gpus_per_node or c.domain_share > d:
+        raise PipesimError(
+            f"{where}: domain_share {c.domain_share} must be whole {c.gpus_per_node}-GPU nodes (gpus_per_node), at most "
+            f"nvlink_domain {d} (NVIDIA's MLPerf GB200 jobs take 64 of 72)"
+        )
+    problem = placement_problem(c.gpus, c.gpus_per_node, d, c.domain_share)
     if problem:
         raise PipesimError(f"{where}: gpus = {c.gpus} with nvlink_domain {d}: {problem}")

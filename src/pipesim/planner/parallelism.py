@@ -65,7 +65,7 @@ def domain_text(c: Cluster) -> str:
     if not c.nvlink_domain or c.nvlink_domain == c.gpus_per_node:
         return f"{c.nodes} x {c.gpus_per_node} GPUs"
     return (
-        f"{c.nodes} x {c.gpus_per_node} GPUs, {placement_text(c.gpus, c.gpus_per_node, c.nvlink_domain)}; each group "
+        f"{c.nodes} x {c.gpus_per_node} GPUs, {placement_text(c.gpus, c.gpus_per_node, c.nvlink_domain, c.domain_share)}; each group "
         "priced by where its members sit (NVLink inside a domain, the network between, the slowest link setting a ring)"
     )
 

@@ -18,7 +18,7 @@ from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml,
 from . import hf_config
 from .attention_window import layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates
-from .domains import domain_share, neighbours, placement_problem
+from .domains import job_share, neighbours, placement_problem
 from .model_checks import check_model
 
 # the run's fields live in training.py; specs is where callers import them from
@@ -69,6 +69,7 @@ BOUNDS = {
     # denormal (1e-300) cannot turn a step time into inf or nan
     "sms": (1, 100_000),
     "nvlink_domain": (0, 1_000_000),
+    "domain_share": (0, 1_000_000),
     "comm_sms": (0, 100_000),
     "seq": (0, 100_000_000),
     "sliding_window": (0, 100_000_000),  # as long as a sequence may be
@@ -225,6 +226,10 @@ class Cluster:
     # GPUs one NVLink fabric reaches (0: a node's): 72 on a GB200/GB300 NVL72 rack, whose
     # nodes (compute trays) hold 4; network_gbps is the link between domains
     nvlink_domain: int = 0
+    # the job's GPUs in each NVLink domain it spans, whole nodes (0: the largest equal share
+    # above half a domain that the GPU count allows, domains.py): 64 as NVIDIA's MLPerf
+    # GB200 jobs run, 16 of each rack's 18 trays (sbatch --segment 16)
+    domain_share: int = 0
 
     @property
     def nodes(self) -> int:
@@ -234,18 +239,18 @@ class Cluster:
     def domain(self) -> int:
         """The job's GPUs in each NVLink domain it uses, consecutive ranks filling one
         before the next: a node's without a larger fabric; on NVL72 racks the job's
-        equal share of each (domains.domain_share: 512 GPUs sit 64 a rack)."""
+        equal share of each (domains.job_share: 512 GPUs sit 64 a rack)."""
         if not self.nvlink_domain:
             return self.gpus_per_node
-        return domain_share(self.gpus, self.gpus_per_node, self.nvlink_domain) or self.nvlink_domain
+        return job_share(self.gpus, self.gpus_per_node, self.nvlink_domain, self.domain_share) or self.nvlink_domain
 
     def resized(self, gpus: int) -> Cluster:
         if gpus < 1:
             raise PipesimError(f"--gpus must be >= 1, got {gpus}")
         if gpus > self.gpus_per_node and gpus % self.gpus_per_node:
-            near = " or ".join(map(str, neighbours(gpus, self.gpus_per_node, self.nvlink_domain)))
+            near = " or ".join(map(str, neighbours(gpus, self.gpus_per_node, self.nvlink_domain, self.domain_share)))
             raise PipesimError(f"--gpus must be a multiple of the {self.gpus_per_node} GPUs per node (e.g. {near}), got {gpus}")
-        problem = placement_problem(gpus, self.gpus_per_node, self.nvlink_domain)
+        problem = placement_problem(gpus, self.gpus_per_node, self.nvlink_domain, self.domain_share)
         if problem:
             raise PipesimError(f"--gpus {gpus} on {self.name}: {problem}")
         name = self.name if gpus == self.gpus else f"{self.name.split('-')[0]}-{gpus}"
