@@ -17,11 +17,25 @@ class Parser(argparse.ArgumentParser):
 
     typed: list[str] = []  # the command line, set by main: which command's flags to suggest from
 
+    def __init__(self, *args, **kwargs) -> None:
+        # No abbreviated long flags (argparse takes --mic for --microbatches by default): a
+        # script that abbreviates would start failing, or mean another flag, the day a
+        # command gains a flag with the same prefix. Sub-parsers are this class too.
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         hint = self._suggestion(message)
         if hint:  # the one likely meant rather than the whole list of choices
             message = message.split(" (choose from ")[0]
-        raise PipesimError(f"{message}{hint} (see '{self.prog} --help')")
+        raise PipesimError(f"{message}{hint} (see '{self._help_of()} --help')")
+
+    def _help_of(self) -> str:
+        """The command whose help answers the error: argparse reports a command's unknown
+        flags from the top parser, whose help lists only the commands."""
+        if self._subparsers and self.typed and self.typed[0] in self._subparsers._group_actions[0].choices:
+            return f"{self.prog} {self.typed[0]}"
+        return self.prog
 
     def _suggestion(self, message: str) -> str:
         bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
@@ -34,6 +48,10 @@ class Parser(argparse.ArgumentParser):
             for word in unknown.group(1).split():
                 if word.startswith("--") and (hint := did_you_mean_one_edit(word.split("=")[0], flags)):
                     return hint
+            for word in unknown.group(1).split():
+                longer = sorted(f for f in flags if word.startswith("--") and f.startswith(word.split("=")[0]))
+                if longer:  # an abbreviation: name the whole flag(s) it could stand for
+                    return f" (flags are not abbreviated: did you mean {' or '.join(longer)}?)"
         return ""
 
 

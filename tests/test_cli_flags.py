@@ -1,0 +1,28 @@
+"""Flags as typed: no abbreviations of long flags, on any command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from pipesim.parser import make_parser
+
+
+def test_an_abbreviated_flag_is_refused_in_one_line():
+    # argparse's default took --microbatch for --microbatches: a script written so would
+    # change meaning the day another flag starting --microbatch is added
+    done = subprocess.run(
+        [sys.executable, "-m", "pipesim", "simulate", "-s", "1f1b", "--pp", "2", "--microbatch", "4", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "unrecognized arguments: --microbatch 4" in done.stderr
+    assert "did you mean --microbatches?" in done.stderr and "'pipesim simulate --help'" in done.stderr
+
+
+def test_no_parser_takes_abbreviations():
+    top = make_parser()
+    commands = top._subparsers._group_actions[0].choices
+    assert top.allow_abbrev is False and len(commands) > 10
+    assert [name for name, p in commands.items() if p.allow_abbrev] == []
