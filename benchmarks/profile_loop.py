@@ -40,7 +40,8 @@ from pipesim import REGISTRY, PipesimError, build, kernel, simulate
 from pipesim.engine import compile, edge_latency
 from pipesim.ir import Pair
 from pipesim.metrics import summarize
-from pipesim.profile.measure import between_items, profile
+from pipesim.profile.measure import profile
+from pipesim.profile.pipeline_actions import between_items
 from pipesim.runtime import TinyTransformer, execute_many, job
 
 

@@ -18,7 +18,8 @@ from ..files import json_text, output_extension, timeline_to_dict, write_text_at
 from ..metrics import summarize
 from ..output import console, emit_json, num, pct
 from .labels import COMM, COMPONENTS, Mapping
-from .measure import Profile, filled_note, measured_kinds, profile
+from .measure import Profile, profile
+from .pipeline_actions import filled_note, measured_kinds
 
 LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
