@@ -113,3 +113,27 @@ def test_a_comparison_with_combined_1f1b_on_a_dense_model_says_why_it_has_no_pla
     out = capsys.readouterr().out
     assert "1f1b-overlap has no plan that fits: not searched: Megatron-LM refuses" in out
     assert "without expert parallelism" in out
+
+
+def test_combined_refusals_name_every_rule_broken():
+    # TransformerConfig's three asserts (module doc), each broken alone and all at once; the
+    # advice asks this directly instead of probing combined_problem with a made-up ep
+    from pipesim.planner.runnable import combined_problem, combined_refusals
+
+    assert combined_refusals(8, "selective", pp=4, chunks=2) == ()
+    assert combined_refusals(1, "selective", pp=1) == ("ep",)
+    assert combined_refusals(8, "full", pp=1) == ("recompute",)
+    assert combined_refusals(8, "none", pp=2, chunks=1) == ("chunks",)
+    assert combined_refusals(1, "full", pp=2, chunks=1) == ("ep", "recompute", "chunks")
+    # the refusal states the first, as before: a dense model's reason is its ep1
+    assert "without expert parallelism" in combined_problem(1, "full", pp=2, chunks=1)
+
+
+def test_the_advice_names_no_rule_that_only_some_layouts_break(capsys):
+    # Qwen3-30B-A3B searched with its experts spread (ep > 1 at some layouts, ep1 at others)
+    # and selective recomputation: no rule refuses combined 1F1B everywhere, so only
+    # --schedules left it out
+    qwen = ["--model", "tests/data/hf/qwen3-30b-a3b.json", "--cluster", "h100", "--gpus", "16", "--schedules", "1f1b,zb-h1"]
+    assert main(["plan", *qwen]) == 0
+    out = capsys.readouterr().out
+    assert "Combined 1F1B" in out and "it was not searched (--schedules)" in out

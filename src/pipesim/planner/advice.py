@@ -8,7 +8,7 @@ from .memory_lines import usable_gb
 from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
 from .results import Plan
-from .runnable import COMBINED, combined_problem
+from .runnable import COMBINED, COMBINED_RULES, combined_reason, combined_refusals
 from .verdicts import family_verdicts, rejection
 
 
@@ -132,10 +132,13 @@ def combined_advice(plan: Plan) -> str:
     head += ", as DualPipe does, with one copy of the parameters"
     found = [r for r in plan.results if r.candidate.schedule in COMBINED]
     if plan.searched and not set(COMBINED) & set(plan.searched):
-        # left out by --schedules, or by Megatron's own refusal at every layout searched
+        # left out by --schedules, or by a rule of Megatron's that refuses it at every expert
+        # degree searched (chunks per rank are the search's to choose, so not that rule)
         eps = {r.candidate.layout.ep for r in (*plan.results, *plan.rejected)}
-        refused = combined_problem(2, plan.training.recompute) or (combined_problem(1, "none") if eps == {1} else None)
-        return f"{head}; it was not searched ({refused or '--schedules'})."
+        refusals = [set(combined_refusals(ep, plan.training.recompute)) - {"chunks"} for ep in eps]
+        everywhere = set.intersection(*refusals) if refusals else set()
+        rule = next((r for r in COMBINED_RULES if r in everywhere), None)
+        return f"{head}; it was not searched ({combined_reason(rule) if rule else '--schedules'})."
     if not found:
         return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]
