@@ -95,7 +95,7 @@ def test_flags_override_the_preset(capsys):
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--f", "2"], "--f describe per-chunk costs"),
+        (["simulate", "-s", "1f1b", "--preset", "ep-1to1", "--f", "2"], "--f describes per-chunk costs"),
         (["simulate", "-s", "1f1b", "--preset", "nope"], "invalid choice: 'nope'"),
         (["simulate", "-s", "1f1b", "--attn", "-1"], "--attn: expected a number from 0 to 1e+15"),
         (

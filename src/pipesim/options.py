@@ -159,7 +159,8 @@ def costs_from(args: argparse.Namespace) -> CostModel:
     if simple:
         flags = ", ".join(f"--{k}" for k in simple)
         raise PipesimError(
-            f"{flags} describe per-chunk costs; with component costs give per-layer times (--attn, --mlp, --dispatch, --combine)"
+            f"{flags} {'describe' if len(simple) > 1 else 'describes'} per-chunk costs; with component costs give per-layer "
+            "times (--attn, --mlp, --dispatch, --combine)"
         )
     if file and preset:
         raise PipesimError("give either --preset or --components, not both")

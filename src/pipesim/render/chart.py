@@ -131,7 +131,9 @@ def _chart(panels: Sequence[Panel], span: float, width: float, fig_h: float, fig
         ax = fig.add_axes((LEFT / fig_w, (top - TITLE - rows) / fig_h, width / fig_w, rows / fig_h))
         _draw_panel(ax, panel, len(fig.axes) - 1, span, width * 72 / span, _row_height(panel.timeline.pp) * 72)
         top -= h + GAP
-    fig.axes[-1].set_xlabel("time (cost-model units)", fontsize=7, loc="right", labelpad=1)
+    # a measured timeline (pipesim run, pipesim profile --timeline) is in seconds
+    measured = all(p.timeline.source != "simulated" for p in panels)
+    fig.axes[-1].set_xlabel("time (s, measured)" if measured else "time (cost-model units)", fontsize=7, loc="right", labelpad=1)
     _legend(fig, panels, fig_w)
     return fig
 

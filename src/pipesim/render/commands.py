@@ -61,8 +61,8 @@ def add_commands(command) -> None:
     c.add_argument(
         "--time-unit",
         choices=tuple(UNITS),
-        default="us",
-        help="what one cost-model unit is in the trace (default us: one unit = 1 microsecond)",
+        help="what one cost-model unit is in a Chrome trace, -o x.json (default us: one unit = 1 microsecond; "
+        "a measured timeline is in s)",
     )
     c.add_argument("--width", type=_inches, help="chart time axis width in inches (default: from the shortest op, 6 to 40)")
 
@@ -128,7 +128,13 @@ def cmd_draw(args: argparse.Namespace) -> int:
         for p in args.output
     ]
     costs = costs_from(args)
+    if ".json" not in exts and args.time_unit is not None:
+        raise PipesimError(
+            "--time-unit sets what one time unit is in a Chrome trace (-o x.json); a chart's axis shows the timeline's "
+            "own units: drop it or add a .json output"
+        )
     if args.measured:
+        _refuse_with_measured(args, costs)
         runs = [load_timeline(args.measured)]
     else:
         names = [args.schedule] if args.schedule else _names(args.schedules)
@@ -138,8 +144,9 @@ def cmd_draw(args: argparse.Namespace) -> int:
         if ext == ".json":
             from .trace import trace_json
 
-            settings = _settings(args, costs, runs)
-            files.append((path, trace_json(runs, time_unit=args.time_unit, settings=settings)))
+            settings = _settings(args, None if args.measured else costs, runs)
+            unit = args.time_unit or ("s" if args.measured else "us")
+            files.append((path, trace_json(runs, time_unit=unit, settings=settings)))
         else:
             from .chart import Panel, chart_bytes
 
@@ -147,6 +154,21 @@ def cmd_draw(args: argparse.Namespace) -> int:
     for path, data in files:
         _write(path, data)
     return 0
+
+
+def _refuse_with_measured(args: argparse.Namespace, costs) -> None:
+    """A measured timeline brings its own schedule, shape and times (in seconds): a flag
+    that would shape or price a simulated one is refused, not silently dropped."""
+    shaping = [f for f, v in (("--pp", args.pp), ("--microbatches", args.microbatches), ("--chunks", args.chunks)) if v]
+    shaping += [f for f, v in (("--delay-wgrad", args.delay_wgrad), ("--group-size", args.group_size)) if v]
+    if costs != Costs() or args.costs_per != "chunk":
+        shaping.append("the cost flags")
+    if shaping:
+        raise PipesimError(
+            f"--measured draws a measured timeline, which brings its own schedule and times: drop {', '.join(shaping)}"
+        )
+    if args.time_unit not in (None, "s"):
+        raise PipesimError(f"a measured timeline is in seconds; drop --time-unit {args.time_unit} (or give s)")
 
 
 def costs_text(costs: Costs) -> str:
@@ -159,10 +181,12 @@ def costs_text(costs: Costs) -> str:
     )
 
 
-def _settings(args: argparse.Namespace, costs: Costs, runs: list[tuple[Schedule, object]]) -> dict:
-    """What the trace was made from (a schedule file brings its own pp and M)."""
+def _settings(args: argparse.Namespace, costs: Costs | None, runs: list[tuple[Schedule, object]]) -> dict:
+    """What the trace was made from (a schedule file brings its own pp and M; a measured
+    timeline its times, no costs)."""
     s = runs[0][0]
-    d: dict = {"schedules": [s.name for s, _ in runs], "pp": s.pp, "microbatches": s.microbatches, "costs": costs.to_dict()}
+    d: dict = {"schedules": [s.name for s, _ in runs], "pp": s.pp, "microbatches": s.microbatches}
+    d.update({"costs": costs.to_dict()} if costs is not None else {"source": "measured"})
     if getattr(args, "chunks", None):
         d["chunks"] = args.chunks
     return d

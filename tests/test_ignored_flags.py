@@ -1,0 +1,64 @@
+"""A flag a command would accept and then not use is refused in one line (exit 2, nothing
+written), so that no one reads an output as shaped by a flag that shaped nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipesim import build
+from pipesim.cli import main
+from pipesim.files import timeline_to_dict
+from pipesim.timeline import Event, Timeline
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def measured_file(tmp_path):
+    """A measured 1F1B run at pp=2, M=1 in seconds, as pipesim profile --timeline writes it:
+    F 20 ms on each rank, then BW 40 ms back."""
+    s = build("1f1b", 2, 1)
+    times = {(0, "F0.0"): (0.0, 0.02), (1, "F0.0"): (0.02, 0.04), (1, "BW0.0"): (0.04, 0.08), (0, "BW0.0"): (0.08, 0.12)}
+    events = tuple(tuple(Event(r, it, *times[(r, str(it))]) for it in s.ranks[r]) for r in range(2))
+    path = tmp_path / "tl.json"
+    path.write_text(json.dumps(timeline_to_dict(s, Timeline(2, events, (), source="measured"))))
+    return path
+
+
+def test_a_measured_trace_is_in_seconds(capsys, tmp_path):
+    # the Chrome trace format counts microseconds: 0.12 s is 120000, where the default
+    # cost-model unit (us) wrote 0.12
+    tl, out = measured_file(tmp_path), tmp_path / "t.json"
+    assert run(capsys, "draw", "--measured", tl, "-o", out)[0] == 0
+    spans = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(120000)
+    assert "costs" not in json.loads(out.read_text())["otherData"]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--pp", "4"], "drop --pp"),
+        (["-m", "8"], "drop --microbatches"),
+        (["--f", "2"], "drop the cost flags"),
+        (["--preset", "ep-1to1"], "drop the cost flags"),
+        (["--time-unit", "ms", "-o", "t.json"], "a measured timeline is in seconds"),
+    ],
+)
+def test_measured_timelines_refuse_what_shapes_a_simulated_one(capsys, tmp_path, monkeypatch, extra, needle):
+    monkeypatch.chdir(tmp_path)
+    tl = measured_file(tmp_path)
+    code, out, err = run(capsys, "draw", "--measured", tl, "-o", "c.png", *extra)
+    assert code == 2 and needle in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tl.json"]
+
+
+def test_time_unit_without_a_trace_is_refused(capsys, tmp_path):
+    code, _, err = run(capsys, "draw", "-s", "1f1b", "--pp", 2, "-m", 2, "-o", tmp_path / "c.png", "--time-unit", "ms")
+    assert code == 2 and "--time-unit sets what one time unit is in a Chrome trace" in err
+    assert list(tmp_path.iterdir()) == []
