@@ -62,3 +62,36 @@ def test_time_unit_without_a_trace_is_refused(capsys, tmp_path):
     code, _, err = run(capsys, "draw", "-s", "1f1b", "--pp", 2, "-m", 2, "-o", tmp_path / "c.png", "--time-unit", "ms")
     assert code == 2 and "--time-unit sets what one time unit is in a Chrome trace" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _no_launch(*args, **kwargs):
+    raise AssertionError("a process was started")
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--tolerance", "1e-3"], "--tolerance sets what --check passes; add --check"),
+        (["--width", "50"], "--width squeezes the drawn timeline; add --timeline"),
+        (["--json", "--timeline"], "--json prints each measured timeline as data, --timeline draws it"),
+        (["--input-shape", "4,16"], "--input-shape is the input of a list of layers (--model MODULE:NAME)"),
+        (["--model", "somewhere:layers", "--dim", "64"], "--dim shapes --model tiny or moe"),
+        (["--model", "somewhere:layers", "--layers", "3"], "--layers shapes --model tiny or moe"),
+    ],
+)
+def test_run_refuses_flags_it_would_not_use_before_any_process(capsys, monkeypatch, extra, needle):
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code, out, err = run(capsys, "run", "-s", "1f1b", "--pp", 2, "-m", 2, *extra)
+    assert code == 2 and out == "" and needle in err and err.count("\n") == 1
+
+
+def test_run_refuses_an_input_shape_for_a_stage_model(capsys, monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "stagemod.py").write_text(
+        "from pipesim.runtime.model import TinyTransformer\nstage = TinyTransformer(dim=16, layers_per_stage=1)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code, _, err = run(capsys, "run", "-s", "1f1b", "--pp", 2, "-m", 2, "--model", "stagemod:stage", "--input-shape", "4,16")
+    assert code == 2 and "is a stage model, whose microbatch() makes its input: drop --input-shape" in err

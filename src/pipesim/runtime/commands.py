@@ -140,6 +140,11 @@ def _user_model(args):
         except Exception as e:
             raise PipesimError(f"--model {args.model}: calling {attr}() failed: {_first_line(e)}") from None
     if all(hasattr(obj, m) for m in ("build", "boundary", "microbatch", "loss")):
+        if args.input_shape is not None:  # a stage model makes its own micro-batches
+            raise PipesimError(
+                f"--model {args.model} is a stage model, whose microbatch() makes its input: drop --input-shape "
+                "(it is for a list of layers)"
+            )
         return obj
     layers = list(obj) if isinstance(obj, (nn.Sequential, nn.ModuleList, list, tuple)) else None
     if not layers or not all(isinstance(x, nn.Module) for x in layers):
@@ -179,9 +184,36 @@ MODEL_DEFAULTS = {
 }
 
 
+#: the relative error --check passes by default: float64 runs of one model in two orders
+TOLERANCE = 1e-9
+
+
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Flags that only some runs use, refused where this run would not use them (a flag
+    silently dropped reads as if it had shaped the result)."""
+    if args.tolerance is not None and not args.check:
+        raise PipesimError("--tolerance sets what --check passes; add --check or drop it")
+    if args.timeline and args.json:
+        raise PipesimError("--json prints each measured timeline as data, --timeline draws it: drop one of them")
+    if args.width is not None and not args.timeline:
+        raise PipesimError("--width squeezes the drawn timeline; add --timeline or drop it")
+    user = args.model not in ("tiny", "moe")
+    if args.input_shape is not None and not user:
+        raise PipesimError(
+            f"--input-shape is the input of a list of layers (--model MODULE:NAME); --model {args.model} makes its own: drop it"
+        )
+    if user and not args.synthetic:
+        for k in ("layers", "dim"):
+            if getattr(args, k) != MODEL_DEFAULTS[k]:
+                raise PipesimError(
+                    f"--{k} shapes --model tiny or moe; --model {args.model} is your own model, built as it is: drop it"
+                )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
+    _refuse_unused(args)
     if (args.schedule is None) == (args.schedules is None):
         raise PipesimError("give --schedule NAME (or a JSON file) or --schedules a,b,c|all")
     if args.synthetic:  # ops sleep: a model flag would be silently ignored, its timings read as the model's
@@ -239,7 +271,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             model,
             check=args.check,
             synthetic=costs,
-            tolerance=args.tolerance,
+            tolerance=TOLERANCE if args.tolerance is None else args.tolerance,
             profile=profile,
             ep=args.ep,
             a2a_delay=args.a2a_delay,
@@ -380,7 +412,9 @@ def add_commands(command) -> None:
     add_shape(c)
     c.add_argument("--check", action="store_true", help="compare losses and every gradient with one process")
     c.add_argument(
-        "--tolerance", type=nonneg_float, default=1e-9, help="largest relative error that passes (default 1e-9, float64)"
+        "--tolerance",
+        type=nonneg_float,
+        help=f"with --check: largest relative error that passes (default {TOLERANCE:g}, float64)",
     )
     c.add_argument("--synthetic", action="store_true", help="ops sleep for set durations; compare with the simulation")
     add_durations(c)
