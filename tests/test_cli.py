@@ -306,13 +306,9 @@ def test_fp8_on_a_gpu_without_it(capsys, tmp_path):
 def test_compare_says_when_its_model_layout_cannot_fit(capsys):
     # compare --model prices pp x dp at tp1: Llama 3 70B at pp2 is 35B parameters a GPU,
     # 35B x (2-byte weights + 4-byte gradients) = 212 GB before activations, over an H100's 85.5
-    code, out, _ = run(
-        capsys, "compare", "--model", "llama3-70b", "--cluster", "h100", "--pp", "2", "--schedules", "1f1b", "--width", "0"
-    )
+    code, out, _ = run(capsys, "compare", "--model", "llama3-70b", "--cluster", "h100", "--pp", "2", "--schedules", "1f1b")
     assert code == 0 and "this layout does not fit" in out
-    code, out, _ = run(
-        capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "4", "--schedules", "1f1b", "--width", "0"
-    )
+    code, out, _ = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "4", "--schedules", "1f1b")
     assert code == 0 and "does not fit" not in out
 
 

@@ -95,3 +95,25 @@ def test_run_refuses_an_input_shape_for_a_stage_model(capsys, monkeypatch, tmp_p
     monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
     code, _, err = run(capsys, "run", "-s", "1f1b", "--pp", 2, "-m", 2, "--model", "stagemod:stage", "--input-shape", "4,16")
     assert code == 2 and "is a stage model, whose microbatch() makes its input: drop --input-shape" in err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["simulate", "-s", "1f1b", "--json", "--width", "40"], "--width squeezes the terminal timeline, which --json drops"),
+        (["simulate", "-s", "1f1b", "--no-timeline", "--width", "40"], "which --no-timeline drops"),
+        (["compare", "--width", "40"], "--width squeezes the timelines --timelines draws; add --timelines"),
+        (["compare", "--json", "--timelines"], "--json prints the metrics only, --timelines draws each timeline"),
+        # pair was priced by the ep-1to1 preset whatever --f said
+        (["pair", "--f", "5"], "--f sets the per-chunk costs of the other commands: drop it"),
+        (["pair", "--costs-per", "stage"], "--costs-per sets the per-chunk costs"),
+        (["pair", "--json", "--width", "50"], "--width sets the terminal picture's columns, which --json drops"),
+        (["pair", "--json", "-o", "p.png"], "-o draws the pair as a chart, without --json"),
+        (["pair", "--width", "50", "-o", "p.png"], "-o draws the pair as a chart, without --width"),
+    ],
+)
+def test_terminal_flags_with_outputs_that_drop_them(capsys, tmp_path, monkeypatch, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and needle in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

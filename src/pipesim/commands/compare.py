@@ -139,6 +139,10 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.timelines and args.json:
+        raise PipesimError("--json prints the metrics only, --timelines draws each timeline: drop one of them")
+    if args.width is not None and not args.timelines:
+        raise PipesimError("--width squeezes the timelines --timelines draws; add --timelines or drop it")
     names = schedule_names(args.schedules)
     pp, M = shape(args)
     # the work limit holds for the whole comparison: every schedule is built, simulated

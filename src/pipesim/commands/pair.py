@@ -11,6 +11,8 @@ import sys
 from rich.table import Table
 
 from ..components import PRESETS, ComponentCosts
+from ..costs import Costs
+from ..errors import PipesimError
 from ..files import write_bytes_atomic
 from ..ir import Op, Pair
 from ..options import add_costs, costs_from, whole_number
@@ -40,8 +42,22 @@ def picture_path(text: str) -> str:
 
 def cmd_pair(args: argparse.Namespace) -> int:
     """One overlapped F&B pair on two streams, beside the same two ops run alone."""
+    if args.output and (args.json or args.width):
+        raise PipesimError(f"-o draws the pair as a chart, without {'--json' if args.json else '--width'}: drop one of them")
+    if args.json and args.width:
+        raise PipesimError("--width sets the terminal picture's columns, which --json drops: drop one of them")
     costs = costs_from(args)
     if not isinstance(costs, ComponentCosts):
+        # a pair is priced part by part: per-chunk times would be replaced by the preset, unsaid
+        if costs != Costs() or args.costs_per != "chunk":
+            given = [f"--{k}" for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k) is not None]
+            given += ["--costs-per"] if args.costs_per != "chunk" else []
+            one = len(given) == 1
+            raise PipesimError(
+                "pair prices the parts of one pair (--attn, --mlp, --dispatch, --combine, --preset or --components); "
+                f"{', '.join(given)} {'sets' if one else 'set'} the per-chunk costs of the other commands: "
+                f"drop {'it' if one else 'them'}"
+            )
         costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 1)
     pair = Pair(Op("F", 0, 1), Op(args.backward, 1, 0))
     segs = costs.segments(pair, (0, 0))

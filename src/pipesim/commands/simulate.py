@@ -10,6 +10,7 @@ from rich.table import Table
 from .. import theory
 from ..costfile import load_cost_file
 from ..costs import CostModel, chunk_costs
+from ..errors import PipesimError
 from ..files import Stream
 from ..ir import Schedule
 from ..memory import MemoryModel, memory
@@ -111,6 +112,10 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.width is not None and (args.json or args.no_timeline):
+        raise PipesimError(
+            f"--width squeezes the terminal timeline, which {'--json' if args.json else '--no-timeline'} drops: drop one"
+        )
     s = schedule_from(args)
     costs = costs_from(args)
     mem_model = memory_from(args)
