@@ -117,3 +117,63 @@ def test_terminal_flags_with_outputs_that_drop_them(capsys, tmp_path, monkeypatc
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and needle in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compare", "--pp", 4, "-m", 8, "--schedules", "1f1b,zb-h1", "--chunks", 3],
+        ["sweep", "--pp", 4, "-m", "8:16", "--schedules", "1f1b,zb-h1", "--chunks", 3],
+        ["report", "--pp", 4, "-m", 8, "--schedules", "1f1b,zb-h1", "--chunks", 3, "-o", "r.html"],
+        ["draw", "--pp", 4, "-m", 8, "--schedules", "1f1b,zb-h1", "--chunks", 3, "-o", "d.svg"],
+        ["run", "--pp", 2, "-m", 2, "--schedules", "1f1b,zb-h1", "--chunks", 3],
+    ],
+)
+def test_a_builder_option_no_listed_schedule_takes_is_refused(capsys, tmp_path, monkeypatch, argv):
+    # --chunks went to the schedules that take it, and with none of them listed, nowhere
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--chunks is an option of interleaved-1f1b, interleaved-1f1b-overlap, looped-bfs, interleaved-zb" in err
+    assert "none of 1f1b, zb-h1 takes it" in err and list(tmp_path.iterdir()) == []
+
+
+def test_sweep_takes_the_builder_options_its_siblings_take(capsys, tmp_path):
+    # sweep had --chunks only: --delay-wgrad and --group-size were unknown there. With
+    # --delay-wgrad each W of combined 1F1B is an op of its own (Megatron's
+    # --delay-wgrad-compute); the sweep's makespan is simulate's for the same order
+    csv = tmp_path / "s.csv"
+    assert run(capsys, "sweep", "--pp", 4, "-m", "8:8", "--schedules", "1f1b-overlap", "--delay-wgrad", "-o", csv)[0] == 0
+    out = csv.read_text()
+    _, sim, _ = run(capsys, "simulate", "-s", "1f1b-overlap", "--pp", 4, "-m", 8, "--delay-wgrad", "--json")
+    row = dict(zip(*[line.split(",") for line in out.strip().splitlines()[:2]]))
+    assert float(row["makespan"]) == json.loads(sim)["makespan"]
+
+
+def test_import_takes_no_builder_options(capsys, tmp_path):
+    # PyTorch's classes and a CSV bring their own order: --chunks, --group-size and
+    # --delay-wgrad were accepted and changed nothing
+    code, _, err = run(capsys, "import", "--torch", "DualPipeV", "--pp", 4, "-m", 8, "--chunks", 3, "-o", tmp_path / "x.json")
+    assert code == 2 and "unrecognized arguments: --chunks 3" in err
+    csv = tmp_path / "s.csv"
+    csv.write_text("0F0,0B0\n1F0,1B0\n")
+    code, _, err = run(capsys, "import", "--csv", csv, "--stages-per-rank", 3, "-o", tmp_path / "y.json")
+    assert code == 2 and "--stages-per-rank sets a PyTorch class's stages (--torch); a CSV names its own" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]
+
+
+def test_run_of_several_schedules_gives_each_its_builder_options(capsys, monkeypatch):
+    # run --schedules passed --chunks alone: combined 1F1B ran without --delay-wgrad, unsaid
+    pytest.importorskip("torch")
+    ran = []
+
+    def fake(jobs, **kwargs):
+        ran.extend(j.schedule for j in jobs)
+        return None  # as a torchrun rank other than 0 returns: nothing to report
+
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", fake)
+    assert run(capsys, "run", "--schedules", "1f1b-overlap,1f1b", "--pp", 2, "-m", 2, "--delay-wgrad")[0] == 0
+    # with the W split off, each of the 2 micro-batches' backwards on each of the 2 ranks
+    # adds a W op: 8 ops (F and BW per micro-batch and rank) become 12
+    assert [s.num_ops for s in ran] == [12, 8]

@@ -72,9 +72,16 @@ nonneg_float = number(lambda v: 0 <= v <= MAX_VALUE, f"a number from 0 to {MAX_V
 DEFAULT_PP, DEFAULT_MICROBATCHES = 8, 16
 
 
-def add_shape(p: argparse.ArgumentParser) -> None:
+def add_shape(p: argparse.ArgumentParser, builders: bool = True) -> None:
+    """--pp and --microbatches, and with ``builders`` the options of pipesim's schedule
+    builders (a command that builds none, such as import, does not take them)."""
     p.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
     p.add_argument("--microbatches", "-m", type=positive_int, help=f"micro-batches per step (default {DEFAULT_MICROBATCHES})")
+    if builders:
+        add_builder_options(p)
+
+
+def add_builder_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
     p.add_argument(
         "--delay-wgrad",
@@ -87,6 +94,24 @@ def add_shape(p: argparse.ArgumentParser) -> None:
         help="interleaved 1F1B (plain and combined): micro-batches per group through each chunk "
         "(Megatron's --microbatch-group-size-per-virtual-pipeline-stage; default pp)",
     )
+
+
+#: the builder options a list of schedules hands to those that take them
+BUILDER_FLAGS = {"chunks": "--chunks", "group_size": "--group-size", "delay_wgrad": "--delay-wgrad"}
+
+
+def refuse_options_none_take(args: argparse.Namespace, names: list[str]) -> None:
+    """A list of schedules (compare, sweep, report, draw, run) gives each the builder
+    options it takes; one that no schedule of the list takes would change nothing, unsaid.
+    Files and unknown names are left to the commands (a file refuses builder options)."""
+    built = [n for n in names if n in REGISTRY]
+    for key, flag in BUILDER_FLAGS.items():
+        if getattr(args, key, None) in (None, False) or not built:
+            continue
+        if not any(key in REGISTRY[n].options for n in built):
+            takers = ", ".join(n for n, fam in REGISTRY.items() if key in fam.options)
+            which = f"{built[0]} does not take it" if len(built) == 1 else f"none of {', '.join(built)} takes it"
+            raise PipesimError(f"{flag} is an option of {takers}; {which}: drop it")
 
 
 def shape(args: argparse.Namespace) -> tuple[int, int]:

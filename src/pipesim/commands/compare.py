@@ -16,7 +16,17 @@ from ..errors import PipesimError
 from ..inputs import work
 from ..ir import Schedule
 from ..metrics import Report
-from ..options import add_costs, add_shape, columns, costs_from, positive_float, positive_int, schedule_names, shape
+from ..options import (
+    add_costs,
+    add_shape,
+    columns,
+    costs_from,
+    positive_float,
+    positive_int,
+    refuse_options_none_take,
+    schedule_names,
+    shape,
+)
 from ..output import console, emit_json, num, pct
 from ..pertoken import SECONDS, PerToken
 from ..render.terminal import print_timeline
@@ -144,6 +154,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.width is not None and not args.timelines:
         raise PipesimError("--width squeezes the timelines --timelines draws; add --timelines or drop it")
     names = schedule_names(args.schedules)
+    refuse_options_none_take(args, names)
     pp, M = shape(args)
     # the work limit holds for the whole comparison: every schedule is built, simulated
     # and kept (two chunks per rank bounds a V's and DualPipe's ops)

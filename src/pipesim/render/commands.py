@@ -23,6 +23,7 @@ from ..ir import Schedule
 from ..options import (
     DEFAULT_PP,
     SCHEDULE_HELP,
+    add_builder_options,
     add_costs,
     add_shape,
     costs_from,
@@ -30,6 +31,7 @@ from ..options import (
     number,
     options_from,
     positive_int,
+    refuse_options_none_take,
     schedule_from,
     schedule_names,
     shape,
@@ -69,7 +71,7 @@ def add_commands(command) -> None:
     c = command("sweep", cmd_sweep, "bubble and activation memory over a range of micro-batch counts: a plot, CSV or table")
     c.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
     c.add_argument("--microbatches", "-m", help=f"{RANGE_HELP} (default PP:16*PP)")
-    c.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
+    add_builder_options(c)  # the builder options draw, compare and report take
     c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
     add_costs(c)
     c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
@@ -111,6 +113,7 @@ _names = schedule_names
 def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
     if len(names) == 1 and args.schedule:
         return [schedule_from(args, names[0])]
+    refuse_options_none_take(args, names)
     out = []
     for name in names:
         if is_schedule_file(name):
@@ -201,6 +204,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
     work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
     names = _names(args.schedules)
+    refuse_options_none_take(args, names)
     ext = (
         output_extension(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data")
         if args.output
@@ -227,8 +231,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"pipesim: {note}", file=sys.stderr)
     if not ext and not args.csv:
         t = Table(title=f"sweep: pp={pp}, M in {Ms}, costs {costs_text(costs)}")
-        for col in COLUMNS:  # spaces let the headers wrap instead of being cut
-            t.add_column(col.replace("_", " "), justify="left" if col == "schedule" else "right")
+        for col in COLUMNS:  # spaces let the headers wrap instead of being cut; names keep their width
+            if col == "schedule":
+                t.add_column("schedule", min_width=max(len(p.schedule) for p in points), no_wrap=True)
+            else:
+                t.add_column(col.replace("_", " "), justify="right")
         for p in points:
             cells = [getattr(p, col) for col in COLUMNS]
             t.add_row(
@@ -267,6 +274,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     output_extension(args.output, (".html", ".htm"), ".html")
     names = _names(args.schedules)
+    refuse_options_none_take(args, names)
     costs = costs_from(args)
     pp, M = shape(args)
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None

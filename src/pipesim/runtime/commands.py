@@ -23,7 +23,9 @@ from ..options import (
     columns,
     is_schedule_file,
     nonneg_float,
+    options_from,
     positive_int,
+    refuse_options_none_take,
     schedule_from,
     shape,
 )
@@ -236,6 +238,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, k) is None:
             setattr(args, k, DEFAULT_DURATION)
     schedules, skipped = [], []
+    if args.schedules:
+        refuse_options_none_take(args, _names(args))
     for name in [args.schedule] if args.schedule else _names(args):
         try:
             schedules.append(validate(schedule_from(args, name) if args.schedule else _build_for_many(args, name)))
@@ -314,7 +318,9 @@ def _profile_dir(args, schedule, count: int) -> str | None:
 
 
 def _build_for_many(args, name: str):
-    opts = {"chunks": args.chunks} if args.chunks and "chunks" in family(name).options else {}
+    # each schedule gets the builder options it takes (--delay-wgrad and --group-size
+    # were dropped here, unsaid), as compare gives them
+    opts = {k: v for k, v in options_from(args, name).items() if k in family(name).options}
     return build(name, *shape(args), **opts)
 
 

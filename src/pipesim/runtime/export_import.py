@@ -93,6 +93,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
     else:
+        if args.stages_per_rank is not None:
+            raise PipesimError("--stages-per-rank sets a PyTorch class's stages (--torch); a CSV names its own: drop it")
         rows = read_csv(read_text(args.csv, "--csv file"), args.csv)
         if args.pp is not None and args.pp != len(rows):
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
@@ -132,6 +134,6 @@ def add_commands(command) -> None:
         "--torch", metavar="CLASS", help="a torch.distributed.pipelining schedule: 1F1B, DualPipeV, ZBVZeroBubble, ..."
     )
     c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
-    add_shape(c)
+    add_shape(c, builders=False)  # PyTorch's classes and a CSV bring their own order: no --chunks, --group-size
     c.add_argument("--stages-per-rank", type=positive_int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
     c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")
