@@ -475,3 +475,18 @@ def test_a_gzip_bomb_of_metadata_is_refused_before_it_is_decoded(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "more than 1,048,576 characters" in err, err
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300_000  # KB
+
+
+@pytest.mark.parametrize(
+    "name, kw, named", [("zb-h1", {}, "-s zb-h1 "), ("interleaved-1f1b", {"chunks": 3}, "-s interleaved-1f1b --chunks 3 ")]
+)
+def test_the_simulate_line_names_the_schedule_that_ran(tmp_path, capsys, name, kw, named):
+    # the line said "-s SCHEDULE" though pipesim's labels name the schedule; it names it
+    # where building it again gives the order measured (with --chunks where not the default)
+    s = build(name, 2, 4, **kw)
+    d = action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name))
+    assert main(["profile", str(d)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(f"simulate with: pipesim simulate {named}--pp 2 -m 4 --f ")
+    argv = line.removeprefix("simulate with: pipesim ").split()
+    assert main([*argv, "--no-timeline"]) == 0  # the line runs as printed

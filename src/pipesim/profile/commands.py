@@ -15,8 +15,10 @@ from rich.table import Table
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
 from ..files import json_text, output_extension, timeline_to_dict, write_text_atomic
+from ..ir import Schedule
 from ..metrics import summarize
 from ..output import console, emit_json, num, pct
+from ..schedules import REGISTRY, build
 from .labels import COMM, COMPONENTS, Mapping
 from .measure import Profile, profile
 from .pipeline_actions import filled_note, measured_kinds
@@ -190,6 +192,20 @@ def to_dict(prof: Profile) -> dict:
     return d
 
 
+def rerun_name(s: Schedule) -> str:
+    """The registry schedule (with its --chunks) that builds the order measured, to simulate
+    it again; SCHEDULE where none does (PyTorch's labels, zb-auto's cost-dependent order)."""
+    fam = REGISTRY.get(s.name)
+    if fam is None:
+        return "SCHEDULE"
+    chunks = {"chunks": s.placement.chunks} if "chunks" in fam.options and s.placement.chunks != fam.options["chunks"] else {}
+    try:
+        same = build(s.name, s.pp, s.microbatches, **chunks).ranks == s.ranks
+    except PipesimError:
+        same = False
+    return f"{s.name}{f' --chunks {s.placement.chunks}' if chunks else ''}" if same else "SCHEDULE"
+
+
 def print_profile(prof: Profile) -> None:
     out = console()
     where = prof.sources[0] if len(prof.sources) == 1 else f"{len(prof.sources)} traces ({Path(prof.sources[0]).parent})"
@@ -242,4 +258,4 @@ def print_profile(prof: Profile) -> None:
         out.print(t)
         if prof.filled:
             out.print("* not measured: no op of that kind ran at that stage; the mean of the stages that ran it")
-        out.print(f"simulate with: pipesim simulate -s SCHEDULE --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")
+        out.print(f"simulate with: pipesim simulate -s {rerun_name(s)} --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")
