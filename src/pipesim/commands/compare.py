@@ -54,7 +54,8 @@ def add_commands(command) -> None:
     g.add_argument("--time-unit", choices=tuple(SECONDS), help="what one cost-model time unit is")
     g.add_argument(
         "--model",
-        help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's model",
+        help="a model preset (deepseek-v3, llama3-70b, ...), TOML file or HuggingFace config.json: costs from the planner's "
+        "model, on one layout (tp1, every other GPU data-parallel, the model's default ep; pipesim plan searches layouts)",
     )
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
     c.add_argument(
