@@ -26,3 +26,17 @@ def test_no_parser_takes_abbreviations():
     commands = top._subparsers._group_actions[0].choices
     assert top.allow_abbrev is False and len(commands) > 10
     assert [name for name, p in commands.items() if p.allow_abbrev] == []
+
+
+def test_one_file_named_for_two_outputs_is_refused(tmp_path, capsys):
+    # sweep -o x.csv --csv x.csv wrote the file twice and said so twice; draw -o a.png -o a.png too
+    from pipesim.cli import main
+
+    for argv in (
+        ["sweep", "--pp", "4", "-m", "8:16", "-o", str(tmp_path / "s.csv"), "--csv", str(tmp_path / "." / "s.csv")],
+        ["draw", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(tmp_path / "a.svg"), "-o", str(tmp_path / "a.svg")],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "give each output its own file" in err
+    assert list(tmp_path.iterdir()) == []

@@ -82,6 +82,15 @@ def check_args(args: argparse.Namespace) -> None:
     outputs = [
         ("-o" if k == "output" else "--" + k.replace("_", "-"), v) for k in written for v in _listed(getattr(args, k, None))
     ]
+    seen: dict[str, str] = {}
+    for flag, out in outputs:  # one file named twice would be written twice, the first copy lost
+        key = os.path.realpath(out) if out != "-" else ""
+        if key in seen:
+            first = seen[key]
+            said = "is given twice" if first == f"{flag} {out}" else f"names the file {first} writes too"
+            raise PipesimError(f"{flag} {out} {said}; give each output its own file")
+        if key:
+            seen[key] = f"{flag} {out}"
     for flag, out in outputs:
         target = output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
         if target is not None:
