@@ -40,3 +40,15 @@ def test_one_file_named_for_two_outputs_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "give each output its own file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_chunks_help_names_every_schedule_that_takes_it(capsys):
+    # it named interleaved-1f1b alone; looped-bfs (and the others) take --chunks as well
+    from pipesim.cli import main
+
+    for name in ("interleaved-1f1b", "interleaved-1f1b-overlap", "looped-bfs", "interleaved-zb"):
+        assert main(["simulate", "-s", name, "--pp", "2", "-m", "4", "--chunks", "3", "--no-timeline"]) == 0
+    capsys.readouterr()
+    help_text = make_parser()._subparsers._group_actions[0].choices["simulate"].format_help()
+    chunks = " ".join(help_text.split("--chunks CHUNKS")[-1].split("--delay-wgrad")[0].split())
+    assert "interleaved-1f1b, interleaved-1f1b-overlap, looped-bfs, interleaved-zb" in chunks

@@ -82,7 +82,8 @@ def add_shape(p: argparse.ArgumentParser, builders: bool = True) -> None:
 
 
 def add_builder_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chunks", type=positive_int, help="model chunks per rank (interleaved-1f1b; default 2)")
+    takers = ", ".join(n for n, fam in REGISTRY.items() if "chunks" in fam.options)
+    p.add_argument("--chunks", type=positive_int, help=f"model chunks per rank ({takers}; default 2)")
     p.add_argument(
         "--delay-wgrad",
         action="store_true",
