@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipesim import build
+from pipesim import build, simulate
 from pipesim.cli import main
 from pipesim.files import timeline_to_dict
 from pipesim.timeline import Event, Timeline
@@ -177,3 +177,19 @@ def test_run_of_several_schedules_gives_each_its_builder_options(capsys, monkeyp
     # with the W split off, each of the 2 micro-batches' backwards on each of the 2 ranks
     # adds a W op: 8 ops (F and BW per micro-batch and rank) become 12
     assert [s.num_ops for s in ran] == [12, 8]
+
+
+def test_a_measured_terminal_timeline_says_its_axis_is_seconds(tmp_path):
+    # pipesim run --timeline drew an axis of 0, 0.002, 0.004 ... with no unit
+    from rich.console import Console
+
+    from pipesim.files import load_timeline
+    from pipesim.render.terminal import print_timeline
+
+    s, tl = load_timeline(measured_file(tmp_path))
+    out = Console(record=True, width=200)
+    print_timeline(out, s, tl, 80)
+    assert "time in seconds, measured" in out.export_text()
+    out = Console(record=True, width=200)
+    print_timeline(out, s, simulate(s), 80)
+    assert "seconds" not in out.export_text()

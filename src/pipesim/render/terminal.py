@@ -194,6 +194,8 @@ def print_timeline(out: Console, schedule: Schedule, timeline: Timeline, width: 
         note += f"; {unlabelled} cells too narrow for their label are left blank"
     if note:
         note += " (widen with --width, 0 = never squeeze)"
+    if timeline.source != "simulated":  # the axis of a measured run counts seconds, not cost units
+        note += "; time in seconds, measured"
     out.print(f"[dim]{legend(schedule)}{note}[/]")
 
 
