@@ -193,3 +193,16 @@ def test_a_measured_terminal_timeline_says_its_axis_is_seconds(tmp_path):
     out = Console(record=True, width=200)
     print_timeline(out, s, simulate(s), 80)
     assert "seconds" not in out.export_text()
+
+
+def test_profile_flags_with_json_is_refused(capsys, tmp_path):
+    # --flags won and --json was dropped, unsaid
+    code, out, err = run(capsys, "profile", tmp_path, "--flags", "--json")
+    assert code == 2 and out == "" and "--flags prints the per-stage costs as flags, --json everything" in err
+
+
+def test_run_refuses_a_synthetic_list_of_the_wrong_length_before_any_process(capsys, monkeypatch):
+    # it failed inside rank 2, after the launch: "rank 2 raised PipesimError at F0.0", exit 1
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    code, out, err = run(capsys, "run", "-s", "zb-h1", "--pp", 4, "-m", 4, "--synthetic", "--f", "1,2")
+    assert code == 2 and err == "pipesim: error: --f lists 2 values, but zb-h1 has 4 stages: give one value, or one per stage\n"

@@ -47,6 +47,8 @@ def add_commands(command) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    if args.flags and args.json:  # --flags printed the flags alone, unsaid
+        raise PipesimError("--flags prints the per-stage costs as flags, --json everything found as JSON: drop one of them")
     if args.output:
         output_extension(args.output, (".toml",), "a .toml component cost file (what --components reads)")
     if args.timeline:

@@ -249,6 +249,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             skipped.append((name, str(e)))
     if not schedules:
         raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    if args.synthetic:  # a per-stage list of the wrong length failed inside the ranks, after the launch
+        for s in schedules:
+            Costs(f=args.f, b=args.b, w=args.w, bw=args.bw).check_stages(s.placement.stages, s.name)
     # the trace files --profile writes are checked against the inputs before torch is
     # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
     profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
