@@ -206,3 +206,9 @@ def test_run_refuses_a_synthetic_list_of_the_wrong_length_before_any_process(cap
     monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
     code, out, err = run(capsys, "run", "-s", "zb-h1", "--pp", 4, "-m", 4, "--synthetic", "--f", "1,2")
     assert code == 2 and err == "pipesim: error: --f lists 2 values, but zb-h1 has 4 stages: give one value, or one per stage\n"
+
+
+def test_compare_with_a_model_refuses_costs_per(capsys):
+    # the model prices each schedule's chunks by what they hold; --costs-per stage changed nothing
+    code, out, err = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", 4, "--costs-per", "stage")
+    assert code == 2 and out == "" and "--model prices each chunk by the layers it holds" in err

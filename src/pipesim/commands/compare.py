@@ -115,6 +115,8 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         raise PipesimError("--model times are in seconds; drop --time-unit")
     if costs_from(args) != Costs():
         raise PipesimError("--model brings its own costs; drop the cost flags (--f, --b, --preset, ...)")
+    if args.costs_per != "chunk":  # each chunk is priced by the layers it holds already
+        raise PipesimError("--model prices each chunk by the layers it holds (a V chunk half a stage); drop --costs-per")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     training = load_training(None, base=model_training(args.model), seq=seq)
     if training.precision == "fp8" and not cluster.fp8_tflops:  # as plan and memory price it (spec_args)
