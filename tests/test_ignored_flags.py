@@ -104,9 +104,9 @@ def test_run_refuses_an_input_shape_for_a_stage_model(capsys, monkeypatch, tmp_p
         (["simulate", "-s", "1f1b", "--no-timeline", "--width", "40"], "which --no-timeline drops"),
         (["compare", "--width", "40"], "--width squeezes the timelines --timelines draws; add --timelines"),
         (["compare", "--json", "--timelines"], "--json prints the metrics only, --timelines draws each timeline"),
-        # pair was priced by the ep-1to1 preset whatever --f said
-        (["pair", "--f", "5"], "--f sets the per-chunk costs of the other commands: drop it"),
-        (["pair", "--costs-per", "stage"], "--costs-per sets the per-chunk costs"),
+        # pair took the per-chunk cost flags and priced the ep-1to1 preset whatever they said
+        (["pair", "--f", "5"], "unrecognized arguments: --f 5"),
+        (["pair", "--costs-per", "stage"], "unrecognized arguments: --costs-per stage"),
         (["pair", "--json", "--width", "50"], "--width sets the terminal picture's columns, which --json drops"),
         (["pair", "--json", "-o", "p.png"], "-o draws the pair as a chart, without --json"),
         (["pair", "--width", "50", "-o", "p.png"], "-o draws the pair as a chart, without --width"),

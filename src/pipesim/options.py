@@ -131,7 +131,15 @@ def add_op_costs(g) -> None:
     g.add_argument("--comm", type=nonneg_float, help="P2P latency per cross-rank transfer (default 0)")
 
 
-def add_costs(p: argparse.ArgumentParser) -> None:
+def add_costs(p: argparse.ArgumentParser, per_chunk: bool = True) -> None:
+    """The cost flags: per-chunk times (unless ``per_chunk`` is False: pair prices one pair
+    part by part, and took --f and --costs-per only to drop them) and per-layer components."""
+    if per_chunk:
+        add_chunk_costs(p)
+    add_component_costs(p)
+
+
+def add_chunk_costs(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("costs per chunk (a comma-separated list gives one value per stage)")
     add_op_costs(g)
     g.add_argument("--bw", type=cost_value, help="fused backward time (default B + W)")
@@ -143,6 +151,9 @@ def add_costs(p: argparse.ArgumentParser) -> None:
         help="chunk (default): the times are one chunk's, whatever its size; stage: they are one 1F1B stage's "
         "(1/pp of the model), and V or interleaved chunks cost their share, to compare schedules on one model",
     )
+
+
+def add_component_costs(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group(
         "component costs per layer (instead of --f/--b/--w: a chunk is --layers layers of attention, "
         "dispatch, MLP, combine; overlapped pairs run on two streams)"

@@ -11,7 +11,6 @@ import sys
 from rich.table import Table
 
 from ..components import PRESETS, ComponentCosts
-from ..costs import Costs
 from ..errors import PipesimError
 from ..files import write_bytes_atomic
 from ..ir import Op, Pair
@@ -23,7 +22,7 @@ from ..render.terminal import MAX_COLUMNS
 
 def add_commands(command) -> None:
     c = command("pair", cmd_pair, "the two-stream timeline of one overlapped F&B pair (component costs)")
-    add_costs(c)
+    add_costs(c, per_chunk=False)
     c.add_argument(
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
@@ -48,16 +47,6 @@ def cmd_pair(args: argparse.Namespace) -> int:
         raise PipesimError("--width sets the terminal picture's columns, which --json drops: drop one of them")
     costs = costs_from(args)
     if not isinstance(costs, ComponentCosts):
-        # a pair is priced part by part: per-chunk times would be replaced by the preset, unsaid
-        if costs != Costs() or args.costs_per != "chunk":
-            given = [f"--{k}" for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k) is not None]
-            given += ["--costs-per"] if args.costs_per != "chunk" else []
-            one = len(given) == 1
-            raise PipesimError(
-                "pair prices the parts of one pair (--attn, --mlp, --dispatch, --combine, --preset or --components); "
-                f"{', '.join(given)} {'sets' if one else 'set'} the per-chunk costs of the other commands: "
-                f"drop {'it' if one else 'them'}"
-            )
         costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 1)
     pair = Pair(Op("F", 0, 1), Op(args.backward, 1, 0))
     segs = costs.segments(pair, (0, 0))
