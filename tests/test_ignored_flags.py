@@ -212,3 +212,14 @@ def test_compare_with_a_model_refuses_costs_per(capsys):
     # the model prices each schedule's chunks by what they hold; --costs-per stage changed nothing
     code, out, err = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", 4, "--costs-per", "stage")
     assert code == 2 and out == "" and "--model prices each chunk by the layers it holds" in err
+
+
+def test_layers_beside_a_cost_file_with_memory_is_refused(capsys, tmp_path):
+    # the times took --layers 8 while the [memory] sizes stayed the file's 4 layers a chunk:
+    # simulate printed the same memory for twice the layers
+    toml = tmp_path / "c.toml"
+    toml.write_text("layers = 4\n[layer]\nattn_f = 1.0\nmlp_f = 1.0\n[memory]\nhidden = 4096\nheads = 32\nseq = 4096\n")
+    argv = ["simulate", "-s", "1f1b", "--pp", 2, "-m", 2, "--components", toml, "--no-timeline"]
+    assert run(capsys, *argv, "--layers", 4)[0] == 0
+    code, out, err = run(capsys, *argv, "--layers", 8)
+    assert code == 2 and out == "" and "--layers 8 overrides" in err and "layers = 4" in err

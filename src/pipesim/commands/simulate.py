@@ -40,8 +40,19 @@ def add_commands(command) -> None:
 
 
 def memory_from(args: argparse.Namespace) -> MemoryModel | None:
+    """The [memory] sizes of a --components file, which are one chunk of the file's own
+    layers: a --layers that overrides them would time one chunk and size another."""
     file = getattr(args, "components", None)
-    return load_cost_file(file)[1] if file else None
+    if not file:
+        return None
+    costs, mem = load_cost_file(file)
+    layers = len(costs.stages[0])
+    if mem is not None and args.layers is not None and args.layers != layers:
+        raise PipesimError(
+            f"--layers {args.layers} overrides {file}'s layers = {layers}, which its [memory] sizes a chunk by: "
+            "set layers in the file instead"
+        )
+    return mem
 
 
 GB = 1e9  # memory is printed in decimal GB everywhere, as GPU data sheets and cluster files give it
