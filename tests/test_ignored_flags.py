@@ -77,6 +77,7 @@ def _no_launch(*args, **kwargs):
         (["--input-shape", "4,16"], "--input-shape is the input of a list of layers (--model MODULE:NAME)"),
         (["--model", "somewhere:layers", "--dim", "64"], "--dim shapes --model tiny or moe"),
         (["--model", "somewhere:layers", "--layers", "3"], "--layers shapes --model tiny or moe"),
+        (["--serial-pairs"], "--serial-pairs splits overlapped F&B pairs, and 1f1b runs none: drop it"),
     ],
 )
 def test_run_refuses_flags_it_would_not_use_before_any_process(capsys, monkeypatch, extra, needle):

@@ -17,6 +17,7 @@ import sys
 from ..costs import Costs
 from ..errors import PipesimError
 from ..files import input_files, refuse_overwrite
+from ..ir import Pair
 from ..options import (
     SCHEDULE_HELP,
     add_shape,
@@ -249,6 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             skipped.append((name, str(e)))
     if not schedules:
         raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    if args.serial_pairs and not any(isinstance(it, Pair) for s in schedules for _, it in s.items()):
+        names = ", ".join(s.name for s in schedules)
+        runs = "runs" if len(schedules) == 1 else "run"
+        raise PipesimError(f"--serial-pairs splits overlapped F&B pairs, and {names} {runs} none: drop it")
     if args.synthetic:  # a per-stage list of the wrong length failed inside the ranks, after the launch
         for s in schedules:
             Costs(f=args.f, b=args.b, w=args.w, bw=args.bw).check_stages(s.placement.stages, s.name)
