@@ -490,3 +490,13 @@ def test_the_simulate_line_names_the_schedule_that_ran(tmp_path, capsys, name, k
     assert line.startswith(f"simulate with: pipesim simulate {named}--pp 2 -m 4 --f ")
     argv = line.removeprefix("simulate with: pipesim ").split()
     assert main([*argv, "--no-timeline"]) == 0  # the line runs as printed
+
+
+def test_the_window_of_several_traces_says_it_is_their_sum(tmp_path, capsys):
+    # two ranks, each trace 210 us from first to last work (F 100 us, a 10 us gap, BW
+    # 100 us: action_traces): "window" printed their sum, 420 us, as if one span of the run
+    s = build("1f1b", 2, 1)
+    d = action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name))
+    assert main(["profile", str(d)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("window 0.42 ms (summed over the 2 traces)")

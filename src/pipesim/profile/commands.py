@@ -215,6 +215,8 @@ def print_profile(prof: Profile) -> None:
     out.print(
         f"[bold]{where}[/]{device}: {prof.kernels} GPU kernels, {prof.unassigned} unassigned "
         f"({num(prof.unassigned_time * 1e3)} ms); window {num(prof.window * 1e3)} ms"
+        # each trace's first-to-last work, added up: longer than the run it measured
+        + (f" (summed over the {len(prof.sources)} traces)" if len(prof.sources) > 1 else "")
     )
     for note in prof.notes:
         out.print(f"[dim]{note}[/]")
