@@ -224,3 +224,11 @@ def test_layers_beside_a_cost_file_with_memory_is_refused(capsys, tmp_path):
     assert run(capsys, *argv, "--layers", 4)[0] == 0
     code, out, err = run(capsys, *argv, "--layers", 8)
     assert code == 2 and out == "" and "--layers 8 overrides" in err and "layers = 4" in err
+
+
+def test_compare_refuses_a_memory_limit_that_drops_every_schedule(capsys):
+    # it printed an empty table and exit 0; 1F1B and ZB-H1 at pp=4 hold pp = 4 stages'
+    # activations on rank 0 (docs/schedules.md), over a limit of 1
+    code, out, err = run(capsys, "compare", "--pp", 4, "-m", 8, "--memory-limit", 1, "--schedules", "1f1b,zb-h1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "no schedule of 1f1b, zb-h1 fits --memory-limit 1 stages at pp=4, M=8: the least peak is 4 stages" in err

@@ -170,6 +170,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.memory_limit is not None:
         keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]
         dropped = [r for r in rows if r not in keep]
+        if not any(r.report for r in keep):  # a table of nothing is no answer, as refuse_if_none_runs says
+            least = min(max(r.report.peak_activation_memory) for r in dropped)
+            raise PipesimError(
+                f"no schedule of {', '.join(names)} fits --memory-limit {args.memory_limit:g} stages at pp={pp}, M={M}: "
+                f"the least peak is {least:g} stages; raise the limit to at least that or add schedules"
+            )
         rows = keep
     front = pareto(rows)
     hours = per_token.table([(r.name, r.report.makespan) for r in rows if r.report], M) if per_token else {}
