@@ -232,3 +232,16 @@ def test_compare_refuses_a_memory_limit_that_drops_every_schedule(capsys):
     code, out, err = run(capsys, "compare", "--pp", 4, "-m", 8, "--memory-limit", 1, "--schedules", "1f1b,zb-h1")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "no schedule of 1f1b, zb-h1 fits --memory-limit 1 stages at pp=4, M=8: the least peak is 4 stages" in err
+
+
+def test_import_csv_with_another_microbatch_count_says_so(capsys, tmp_path):
+    # a CSV of micro-batches 0 and 1 at -m 1 was "not a valid schedule: ... names
+    # micro-batch 1, but there is 1" and a count of problems; --pp is refused in one line
+    csv = tmp_path / "s.csv"
+    csv.write_text("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n")
+    assert run(capsys, "import", "--csv", csv, "-m", 2, "-o", tmp_path / "ok.json")[0] == 0
+    code, _, err = run(capsys, "import", "--csv", csv, "-m", 1, "-o", tmp_path / "x.json")
+    assert (
+        code == 2 and err == "pipesim: error: --microbatches 1 disagrees with the CSV's 2 micro-batches (0..1); drop the flag\n"
+    )
+    assert not (tmp_path / "x.json").exists()

@@ -101,6 +101,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         name = os.path.splitext(os.path.basename(args.csv))[0]
         where = args.csv
         M = args.microbatches
+        if M is not None:  # as --pp: said in one line, not as a list of ops the count leaves out
+            found = from_torch_rows(rows, name, None, source=args.csv).microbatches
+            if found != M:
+                raise PipesimError(
+                    f"--microbatches {M} disagrees with the CSV's {found} micro-batches (0..{found - 1}); drop the flag"
+                )
     s = from_torch_rows(rows, name, M, source=None if args.torch else args.csv)
     try:
         compile(s)  # the array check: validate walks every op as an object
