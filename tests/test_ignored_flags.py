@@ -245,3 +245,28 @@ def test_import_csv_with_another_microbatch_count_says_so(capsys, tmp_path):
         code == 2 and err == "pipesim: error: --microbatches 1 disagrees with the CSV's 2 micro-batches (0..1); drop the flag\n"
     )
     assert not (tmp_path / "x.json").exists()
+
+
+def test_ops_and_validate_take_zb_autos_costs(capsys):
+    # ops gave zb-auto's order for unit costs only; simulate and export took its costs.
+    # With W cheap and a P2P latency its order differs from the unit-cost one (rank 1
+    # below), and ops now prints the order simulate runs
+    costs = ["--f", 1, "--b", 1, "--w", 0.2, "--comm", 0.5]
+    _, sim, _ = run(capsys, "simulate", "-s", "zb-auto", "--pp", 4, "-m", 8, *costs, "--json")
+    code, out, _ = run(capsys, "ops", "-s", "zb-auto", "--pp", 4, "-m", 8, *costs)
+    assert code == 0
+    shown = [line.split(": ", 1)[1].split() for line in out.strip().splitlines()]
+    assert shown == json.loads(sim)["ranks"]
+    unit = [line.split(": ", 1)[1].split() for line in run(capsys, "ops", "-s", "zb-auto", "--pp", 4, "-m", 8)[1].splitlines()]
+    assert unit != shown
+    assert run(capsys, "validate", "-s", "zb-auto", "--pp", 4, "-m", 8, *costs)[0] == 0
+
+
+@pytest.mark.parametrize("command", ["ops", "validate"])
+def test_ops_and_validate_refuse_costs_that_order_nothing(capsys, tmp_path, command):
+    code, _, err = run(capsys, command, "-s", "1f1b", "--f", 2)
+    assert code == 2 and "--f orders zb-auto, whose builder takes costs; 1f1b is built without them: drop it" in err
+    path = tmp_path / "s.json"
+    assert run(capsys, "ops", "-s", "1f1b", "--pp", 2, "-m", 2, "-o", path)[0] == 0
+    code, _, err = run(capsys, command, "-s", path, "--comm", 1)
+    assert code == 2 and "a schedule file brings its order: drop it" in err

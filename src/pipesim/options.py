@@ -17,7 +17,7 @@ from .errors import PipesimError
 from .files import load_schedule
 from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
 from .ir import Schedule
-from .schedules import REGISTRY, build
+from .schedules import REGISTRY, build, family
 
 
 def whole_number(lo: int, hi: int) -> Callable[[str], int]:
@@ -240,6 +240,20 @@ SEARCH_FLAGS = ("memory_limit", "w_memory", "activation_bytes", "time_limit")
 #: what --schedule takes, wherever a command reads one (schedule_from)
 SCHEDULE_HELP = "a schedule name (see 'pipesim schedules') or a schedule JSON file"
 COST_OPTIONS = ("f", "b", "w", "comm")
+
+
+def refuse_order_costs(args: argparse.Namespace) -> None:
+    """For commands that print or check an order (ops, validate, export): the cost flags
+    order zb-auto only, and changed nothing of another schedule or a file, unsaid."""
+    costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
+    if not costs:
+        return
+    if is_schedule_file(args.schedule):
+        raise PipesimError(f"--{costs[0]} orders zb-auto, whose builder takes costs; a schedule file brings its order: drop it")
+    if not set(costs) <= family(args.schedule).options.keys():  # an unknown name: family's one line
+        raise PipesimError(
+            f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
+        )
 
 
 def options_from(args: argparse.Namespace, name: str | None = None) -> dict:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..files import Stream, output_extension, save_schedule
-from ..options import SCHEDULE_HELP, add_shape, schedule_from
+from ..options import SCHEDULE_HELP, add_op_costs, add_search, add_shape, refuse_order_costs, schedule_from
 from ..output import emit_json
 
 
@@ -15,17 +15,27 @@ def add_commands(command) -> None:
     c = command("ops", cmd_ops, "print a schedule's op order per rank (reference notation)")
     c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
+    add_zb_auto(c)
     c.add_argument("--json", action="store_true", help='print {"ranks": [[op, ...], ...]}')
     c.add_argument("--output", "-o", help="write the schedule as a JSON file instead (- for stdout)")
 
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
     c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
+    add_zb_auto(c)
+
+
+def add_zb_auto(c) -> None:
+    """zb-auto's costs and search flags, which its order depends on, as simulate and export
+    take them: without them ops and validate gave zb-auto's order for unit costs only."""
+    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
+    add_search(c)
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
     if args.output and args.output != "-":
         output_extension(args.output, (".json",), ".json for a schedule file (a picture: pipesim draw)")
+    refuse_order_costs(args)
     s = schedule_from(args)
     if args.output:
         save_schedule(s, args.output)
@@ -43,6 +53,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..engine import compile
 
+    refuse_order_costs(args)
     s = schedule_from(args)
     compile(s)  # the array check; validate's per-op walk words a failure (1M ranks: 36 s -> a few)
     print(f"{s.name}: pp={s.pp}, M={s.microbatches}, {s.num_ops} ops: valid")

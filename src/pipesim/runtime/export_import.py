@@ -16,28 +16,22 @@ from ..errors import PipesimError
 from ..files import output_extension, save_schedule, write_chunks_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..options import (
-    COST_OPTIONS,
     SCHEDULE_HELP,
     add_op_costs,
     add_search,
     add_shape,
-    is_schedule_file,
     positive_int,
+    refuse_order_costs,
     schedule_from,
     shape,
 )
-from ..schedules import family
 from .commands import _torch
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .torch_export import check_torch, csv_chunks, torchtitan_hint
 
-    costs = [k for k in COST_OPTIONS if getattr(args, k, None) is not None]
-    if costs and not is_schedule_file(args.schedule) and not set(costs) <= family(args.schedule).options.keys():
-        raise PipesimError(
-            f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
-        )
+    refuse_order_costs(args)
     s = schedule_from(args)
     check_torch(s)  # refuses what PyTorch cannot run, before writing
     if args.check:
