@@ -51,6 +51,16 @@ def test_pair_json(capsys):
     }
 
 
+def test_pair_flags_change_the_pair_plain_pair_shows(capsys):
+    # plain `pipesim pair` shows ep-1to1 (dispatch and combine as long as the compute), but
+    # `pair --layers 2` started from zero communication: a pair with nothing to hide
+    code, out, _ = run(capsys, "pair", "--layers", "2", "--json")
+    layers = json.loads(out)
+    code2, out, _ = run(capsys, "pair", "--preset", "ep-1to1", "--layers", "2", "--json")
+    assert code == code2 == 0 and layers == json.loads(out)
+    assert any(g["part"].startswith("DISPATCH(F)") and g["end"] > g["start"] for g in layers["segments"])
+
+
 def test_pair_text_names_what_hides_what(capsys):
     code, out, _ = run(capsys, "pair", "--preset", "ep-1to1")
     assert code == 0 and "hides behind" in out and "compute │" in out

@@ -49,7 +49,7 @@ def test_pair_table_stops_at_its_row_cap(capsys):
     parts = len(json.loads(out)["segments"])
     assert parts > 400
     code, out, _ = run(capsys, "pair", "--layers", 100)
-    assert code == 0 and f"the first 400 of {parts} parts; --json lists them all" in out
+    assert code == 0 and f"the first 400 of {parts:,} parts; --json lists them all" in out
     assert out.count("ATTN(F)") + out.count("MLP(F)") < parts
 
 

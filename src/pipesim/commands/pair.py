@@ -10,7 +10,6 @@ import sys
 
 from rich.table import Table
 
-from ..components import PRESETS, ComponentCosts
 from ..errors import PipesimError
 from ..files import write_bytes_atomic
 from ..ir import Op, Pair
@@ -21,7 +20,9 @@ from ..render.terminal import MAX_COLUMNS
 
 
 def add_commands(command) -> None:
-    c = command("pair", cmd_pair, "the two-stream timeline of one overlapped F&B pair (component costs)")
+    c = command(
+        "pair", cmd_pair, "the two-stream timeline of one overlapped F&B pair (component costs; default --preset ep-1to1)"
+    )
     add_costs(c, per_chunk=False)
     c.add_argument(
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
@@ -45,9 +46,11 @@ def cmd_pair(args: argparse.Namespace) -> int:
         raise PipesimError(f"-o draws the pair as a chart, without {'--json' if args.json else '--width'}: drop one of them")
     if args.json and args.width:
         raise PipesimError("--width sets the terminal picture's columns, which --json drops: drop one of them")
+    if args.preset is None and args.components is None:
+        # the per-layer flags change the ep-1to1 pair that plain `pipesim pair` shows; on
+        # costs_from's own base (dispatch and combine 0) `pair --layers 2` had nothing to hide
+        args.preset = "ep-1to1"
     costs = costs_from(args)
-    if not isinstance(costs, ComponentCosts):
-        costs = ComponentCosts.uniform(PRESETS["ep-1to1"], 1)
     pair = Pair(Op("F", 0, 1), Op(args.backward, 1, 0))
     segs = costs.segments(pair, (0, 0))
     t_pair = costs.pair_time(pair, 0, 0)
