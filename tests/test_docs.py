@@ -4,12 +4,19 @@ docs/dualpipe.md is what docs/make_docs.py builds from pipesim's output: the tex
 and compared byte for byte (it holds the hash of each picture's data), and the checked-in
 pictures show the timelines the library simulates now. Every other page (README.md and every
 docs/*.md, whoever added it) is checked by docs/pages.py: each command it shows runs and exits
-as the page says, and the output and figures it quotes are what the command prints now."""
+as the page says, and the output and figures it quotes are what the command prints now.
+The figures docs/layouts.md and docs/fidelity.md quote from benchmarks/published_runs.py,
+which the checker does not run (a page runs in a fresh folder), are compared here with one
+run of its rows, and the bounds docs/limits.md names with the constants that hold them."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
+import io
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -101,3 +108,183 @@ def test_the_checker_catches_a_stale_page(tmp_path):
     found = pages.check(page)
     assert len(found) == 3, found
     assert "no longer prints 'makespan 34 ...'" in found[0] and "'35'" in found[1] and "exited 2, not 0" in found[2]
+
+
+# --- figures the pages quote from benchmarks/published_runs.py --------------------------------
+
+BENCH = pages.ROOT / "benchmarks" / "published_runs.py"
+#: the benchmark's summary of a group of rows (its ``figures``), and a page quoting one
+FIGURES = re.compile(
+    r"median \|error\| ([\d.]+%), mean ([\d.]+%), worst ([\d.]+%) \((.+?)\), (\d+) within 10%, (\d+) within 15%; "
+    r"bias \(mean signed error\) ([-+][\d.]+%), (\d+) of (\d+)"
+)
+WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+class Published:
+    """What ``python benchmarks/published_runs.py --no-search`` prints, and its records.
+
+    Its rows run once for the module (about 2 s of CPU: every row on its published layout,
+    the 500 W rows again at their bound, no search)."""
+
+    def __init__(self):
+        bench = load_script(BENCH)
+        rows = tomllib.loads(bench.DATA.read_text())["run"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            self.done = bench.run_rows(rows)
+            bench.print_rows(self.done)
+            bench.print_speed_ups(self.done)
+        self.bench, self.text = bench, out.getvalue()
+        table = self.text.split("## Pinned", 1)[1].split("\n\n")[1].splitlines()[2:]
+        #: each row of the pinned table by name (its * left off): layout, fits, published
+        #: step, predicted step, error, published -> predicted, MFU
+        self.rows = {}
+        for line in table:
+            name, *cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            self.rows[name.removesuffix(" *")] = cells
+        self.speed_ups = {}
+        for line in self.text.split("## One change on the same hardware", 1)[1].split("\n\n")[1].splitlines()[2:]:
+            name, change, published, predicted, _ = [c.strip() for c in line.strip().strip("|").split("|")]
+            self.speed_ups[name] = (published, predicted)
+
+    def error(self, name: str) -> str:
+        return self.rows[name][4]
+
+    def metric(self, name: str) -> tuple[str, str]:
+        """The published figure and pipesim's, as the row prints them (``1619 -> 1708 ...``)."""
+        published, predicted = re.match(r"([\d.]+) -> ([\d.]+)", self.rows[name][5]).groups()
+        return published, predicted
+
+    def summary(self, starts: str) -> tuple:
+        """The figures of the summary line that starts so."""
+        line = next(x for x in self.text.splitlines() if x.startswith(starts))
+        return FIGURES.search(line).groups()
+
+    def figures(self, recs: list[dict]) -> tuple:
+        """The benchmark's figures over ``recs``, as it prints them for a group."""
+        return FIGURES.search(self.bench.figures(recs)).groups()
+
+
+@pytest.fixture(scope="module")
+def published():
+    return Published()
+
+
+def doc(name: str) -> str:
+    """A page's text, its whitespace squeezed (a figure may break across lines)."""
+    return pages.squeeze((DOCS / name).read_text())
+
+
+def quoted(name: str, pattern: str) -> tuple[str, ...]:
+    found = re.search(pattern, doc(name))
+    assert found, f"docs/{name} no longer says {pattern!r}: update the test with the page"
+    return found.groups()
+
+
+def pct(x: str) -> float:
+    return float(x.rstrip("%"))
+
+
+def test_the_headline_the_pages_quote_is_what_the_benchmark_prints(published):
+    n, *figures = quoted("fidelity.md", r"On the (\d+) rows on known hardware: " + FIGURES.pattern)
+    bench = published.summary(f"{n} rows on known hardware: ")
+    assert figures[:3] + figures[4:] == list(bench[:3] + bench[4:])
+    assert bench[3].startswith(figures[3]), f"the worst row is {bench[3]}"
+    n, median, within = quoted(
+        "layouts.md", r"The headline over the (\d+) rows on known hardware is a median of ([\d.]+%), with (\d+) rows within 15%"
+    )
+    assert (n, median, within) == (bench[8], bench[0], bench[5])
+
+
+def test_the_headline_rows_the_fidelity_page_names_are_the_benchmarks(published):
+    """The rows outside 10%, and the headline without the MT-NLG rows."""
+    count, deepseek = quoted(
+        "fidelity.md", r"The rows outside 10% are MT-NLG's (\w+) \(below\) and DeepSeek-V3 \(([-+][\d.]+%)\)"
+    )
+    known = [rec for rec in published.done if not published.bench.apart(rec["row"])]
+    outside = [rec["row"]["name"] for rec in known if abs(rec["error"]) > 0.10]
+    assert sorted(outside) == sorted([n for n in outside if n.startswith("MT-NLG")] + ["DeepSeek-V3"])
+    assert WORDS.index(count) == len(outside) - 1 and deepseek == published.error("DeepSeek-V3")
+    n, mean, worst, bias = quoted(
+        "fidelity.md",
+        r"without the MT-NLG rows the other (\d+) give a mean of ([\d.]+%), a worst of ([\d.]+%) and a bias of ([-+][\d.]+%)",
+    )
+    rest = [rec for rec in known if not rec["row"]["name"].startswith("MT-NLG")]
+    figures = published.figures(rest)
+    assert (int(n), mean, worst, bias) == (len(rest), figures[1], figures[2], figures[6])
+
+
+def test_the_groups_left_out_are_quoted_as_the_benchmark_prints_them(published):
+    n, sxm, nvl = quoted(
+        "fidelity.md",
+        r"All (\d+) are predicted fast, by (\d+)% on average \(the mean signed error\) at the H100 SXM's peak and (\d+)% at the H100 NVL's",
+    )
+    at_sxm = published.summary(f"{n} rows (marked *) left out of those figures: 96 GB")
+    at_nvl = published.summary(f"The same {n} rows at the other end")
+    for shown, bench in ((sxm, at_sxm), (nvl, at_nvl)):
+        assert bench[7] == bench[8] == n and int(shown) == round(-pct(bench[6])), bench
+    median, mean, worst, bias = quoted(
+        "fidelity.md",
+        r"All six are predicted fast: median \|error\| ([\d.]+%), mean ([\d.]+%), worst ([\d.]+%) \(MPT-13B, 64 GPUs\), none within 15%; bias ([-+][\d.]+%)",
+    )
+    mpt = published.summary("6 rows (marked *) left out of those figures: MosaicML's MPT rows")
+    assert (median, mean, worst, "0", bias, "6") == (mpt[0], mpt[1], mpt[2], mpt[5], mpt[6], mpt[7]) and mpt[3].startswith(
+        "MPT-13B"
+    )
+    dense = quoted("fidelity.md", r"The dense rows are ([-+][\d.]+%) and ([-+][\d.]+%)")
+    assert dense == (
+        published.error("Megatron-Bridge 25.09 Llama 3 70B, 64 H100"),
+        published.error("Megatron-Bridge 25.09 Llama 3.1 405B, 1024 H100 (CP2)"),
+    )
+    at8, at128, pub8, pub128 = quoted(
+        "fidelity.md", r"predicted ([\d.]+x) at 8 GPUs and ([\d.]+x) at 128, against a published ([\d.]+x) and ([\d.]+x)"
+    )
+    float8 = [published.speed_ups[f"torchtitan Llama 3 8B, {n} H100, FSDP + compile + Float8"] for n in (8, 128)]
+    assert [(pub8, at8), (pub128, at128)] == float8
+
+
+def test_the_layouts_page_quotes_each_row_as_the_benchmark_prints_it(published):
+    """The table of rows (named as the benchmark names them), the count within 15%, and the
+    figures the prose takes from single rows."""
+    section = (DOCS / "layouts.md").read_text().split("## Against published runs", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    within = 0
+    for line in table:
+        name, shown, pipesim, error = [c.strip() for c in line.strip().strip("|").split("|")]
+        name = re.sub(r" [*†‡]$", "", name)
+        assert name in published.rows, f"docs/layouts.md names {name!r}, which benchmarks/published_runs.py has not"
+        assert (re.match(r"[\d.]+", shown).group(), pipesim, error) == (*published.metric(name), published.error(name)), name
+        within += abs(pct(error)) <= 15
+    count, of = quoted("layouts.md", r"(\w+) of the (\w+) are within 15%")
+    assert (WORDS.index(count.lower()), WORDS.index(of)) == (within, len(table))
+    implied, error = quoted("layouts.md", r"pipesim's step implies (\d+) \(([-+][\d.]+%)")
+    cp16 = "Llama 3 405B, 16384 GPUs, seq 131072 (CP16)"
+    assert (implied, error) == (published.metric(cp16)[1], published.error(cp16))
+    qwen30, qwen235 = quoted("layouts.md", r"The Qwen3 MoE rows are fast by (\d+)% \(30B\) and (\d+)% \(235B\)")
+    qwen = ["Megatron-Bridge 25.09 Qwen3-30B-A3B, 16 H100 (EP8)", "Megatron-Bridge 25.09 Qwen3-235B-A22B, 256 H100 (TP2 EP32)"]
+    assert [int(qwen30), int(qwen235)] == [round(-pct(published.error(q))) for q in qwen]
+    # benchmarks/published_layouts.py's published layouts are these rows' (its searches take minutes)
+    bridge = "Megatron-Bridge 25.09 Llama 3.1 405B, 1024 H100 (CP2)"
+    assert quoted("layouts.md", r"this row ([\d.]+%) faster than published")[0] == published.error(bridge).lstrip("-")
+    assert quoted("layouts.md", r"idles \d+% of the step \(([\d.]+) s\)")[0] == published.rows["Llama 3 405B, 16384 GPUs"][3]
+    assert quoted("layouts.md", r"on its own interleaved 1F1B\) at ([\d.]+) s")[0] == published.rows[bridge][3]
+    assert quoted("layouts.md", r"the published layout's ([\d.]+) s")[0] == published.rows[qwen[1]][3]
+
+
+# --- limits the pages state ----------------------------------------------------------------------
+
+
+def test_the_limits_the_page_names_are_the_code():
+    """The work limit, and every figure the table of other bounds gives beside a constant's
+    name, are those constants."""
+    text = doc("limits.md")
+    assert [int(n.replace(",", "")) for n in re.findall(r"\*\*([\d,]+) ops\*\*", text)] == [
+        importlib.import_module("pipesim.inputs").MAX_OPS
+    ]
+    found = re.findall(r"(\d[\d,]*)( GiB)?[^|(]*\(`([\w.]+)`\)", text.split("## The other bounds", 1)[1])
+    assert len(found) >= 12, found
+    for number, gib, name in found:
+        where, _, const = name.rpartition(".")
+        module = importlib.import_module(f"pipesim.{where or 'inputs'}")
+        assert int(number.replace(",", "")) << (30 if gib else 0) == getattr(module, const), name
