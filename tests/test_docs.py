@@ -288,3 +288,20 @@ def test_the_limits_the_page_names_are_the_code():
         where, _, const = name.rpartition(".")
         module = importlib.import_module(f"pipesim.{where or 'inputs'}")
         assert int(number.replace(",", "")) << (30 if gib else 0) == getattr(module, const), name
+
+
+def test_the_op_counts_the_architecture_page_times_are_the_schedules():
+    """The speed table's op counts (pp=64, M=1024) are the ops each schedule builds."""
+    section = doc("architecture.md").split("| pp=64, M=1024 | ops |", 1)[1]
+    rows = re.findall(r"\| ([\w-]+)(?: \([^)]*\))? \| ([\d,]+) \|", section)
+    assert len(rows) == 4, rows
+    for name, ops in rows:
+        assert int(ops.replace(",", "")) == build(name, 64, 1024).num_ops, name
+
+
+def test_the_rank_capacity_the_runtime_page_states_is_the_code():
+    capacity = importlib.import_module("pipesim.runtime.capacity")
+    per_core, mb = quoted(
+        "runtime-moe.md", r"more rank processes than this machine can run: (\d+) per core, and (\d+) MB of free memory"
+    )
+    assert (int(per_core), int(mb) << 20) == (capacity.PER_CORE, capacity.RANK_MEMORY)
