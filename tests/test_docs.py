@@ -305,3 +305,39 @@ def test_the_rank_capacity_the_runtime_page_states_is_the_code():
         "runtime-moe.md", r"more rank processes than this machine can run: (\d+) per core, and (\d+) MB of free memory"
     )
     assert (int(per_core), int(mb) << 20) == (capacity.PER_CORE, capacity.RANK_MEMORY)
+
+
+def test_the_peak_memory_figures_the_fidelity_page_quotes_are_the_benchmarks():
+    """``python benchmarks/peak_memory.py`` (under a second: no schedule search) against the
+    summary and the rows its paragraph names."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        load_script(pages.ROOT / "benchmarks" / "peak_memory.py").main()
+    rows = {}
+    for line in out.getvalue().splitlines():
+        if line.startswith("| ") and line.endswith("% |"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells
+    summary = re.search(
+        r"(\d+) rows: (\d+) within 10% \(target: all\), mean \|error\| ([\d.]+%), mean signed ([-+][\d.]+%)", out.getvalue()
+    )
+    within, n, mean, signed = quoted(
+        "fidelity.md", r"(\d+) of its (\d+) rows are within 10% \(mean \|error\| ([\d.]+%), mean signed ([-+][\d.]+%)"
+    )
+    assert (n, within, mean, signed) == summary.groups()
+    pp = "405B FSDP8 TP8 PP8 "
+    shown = quoted(
+        "fidelity.md",
+        r"on the 405B 1F1B row \(([-+][\d.]+%)\), the CP1 row \(([-+][\d.]+%)\) and the interleaved row \(([-+][\d.]+%)\)",
+    )
+    assert shown == tuple(rows[pp + r][-1] for r in ("1f1b", "CP1 s32K", "interleaved-1f1b"))
+    peaks = quoted(
+        "fidelity.md",
+        r"interleaved 1F1B now peaks below 1F1B \(([\d.]+) against ([\d.]+) GiB\), as the published figures do \(([\d.]+) against ([\d.]+)\)",
+    )
+    assert peaks == (
+        rows[pp + "interleaved-1f1b"][-2],
+        rows[pp + "1f1b"][-2],
+        rows[pp + "interleaved-1f1b"][2],
+        rows[pp + "1f1b"][2],
+    )
