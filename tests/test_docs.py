@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import importlib.util
 import io
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -341,3 +342,42 @@ def test_the_peak_memory_figures_the_fidelity_page_quotes_are_the_benchmarks():
         rows[pp + "interleaved-1f1b"][2],
         rows[pp + "1f1b"][2],
     )
+
+
+def test_the_b200_figures_the_fidelity_page_quotes_are_the_benchmarks():
+    """``python benchmarks/measured_b200.py`` (about a second): its summary, and the spread
+    of each kind of layout's error, as the tightest whole percentages around them."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        load_script(pages.ROOT / "benchmarks" / "measured_b200.py").main([])
+    text = out.getvalue()
+    step = re.search(
+        r"Step time: pipesim mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%); SimuMax mean \|err\| ([\d.]+%)", text
+    )
+    memory = re.search(
+        r"Peak allocated memory: pipesim mean \|err\| ([\d.]+%), bias -[\d.]+%; SimuMax mean \|err\| ([\d.]+%)", text
+    )
+    shown = quoted(
+        "fidelity.md",
+        r"Step time: pipesim's mean \|error\| is ([\d.]+%) \(bias ([-+][\d.]+%), worst ([\d.]+%)\) against SimuMax's ([\d.]+%); "
+        r"peak allocated memory ([\d.]+%) low against SimuMax's ([\d.]+%)",
+    )
+    assert shown == step.groups() + memory.groups()
+    kinds: dict[str, list[float]] = {"pure pipeline": [], "CP": [], "tensor-parallel": [], "MoE": []}
+    for layout, error in re.findall(r"^\| \w+ \| ([^|]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ([-+][\d.]+)% \|", text, re.M):
+        kind = (
+            "MoE"
+            if " ep" in layout
+            else "CP"
+            if " cp" in layout
+            else "pure pipeline"
+            if layout.startswith("tp1 ")
+            else "tensor-parallel"
+        )
+        kinds[kind].append(abs(float(error)))
+    assert sum(map(len, kinds.values())) == 43
+    spread = quoted(
+        "fidelity.md",
+        r"the pure pipeline cases are (\d+)-(\d+)% fast and the CP cases (\d+)-(\d+)%, the tensor-parallel ones (\d+)-(\d+)% and the MoE ones (\d+)-(\d+)%",
+    )
+    assert [int(x) for x in spread] == [f(g(kinds[k])) for k in kinds for f, g in ((math.floor, min), (math.ceil, max))]
