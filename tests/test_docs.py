@@ -381,3 +381,46 @@ def test_the_b200_figures_the_fidelity_page_quotes_are_the_benchmarks():
         r"the pure pipeline cases are (\d+)-(\d+)% fast and the CP cases (\d+)-(\d+)%, the tensor-parallel ones (\d+)-(\d+)% and the MoE ones (\d+)-(\d+)%",
     )
     assert [int(x) for x in spread] == [f(g(kinds[k])) for k in kinds for f, g in ((math.floor, min), (math.ceil, max))]
+
+
+def test_the_a100_figures_the_fidelity_page_quotes_are_the_benchmarks():
+    """``python benchmarks/measured_a100.py`` (about a second): the step and memory summary,
+    the three passes, the 22B layer, and each schedule's speed-up and memory figures."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        load_script(pages.ROOT / "benchmarks" / "measured_a100.py").main([])
+    text = out.getvalue()
+    step = re.search(
+        r"Step time: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%)\. Peak memory: mean \|err\| ([\d.]+%)", text
+    )
+    shown = quoted(
+        "fidelity.md",
+        r"step time within ([\d.]+%) on average \(bias ([-+][\d.]+%), worst ([\d.]+%)\), peak memory within ([\d.]+%)",
+    )
+    assert shown == step.groups()
+    passes = re.search(r"F: mean \|err\| [\d.]+%, bias ([-+][\d.]+%).*; B: .*bias ([-+][\d.]+%).*; W: .*bias ([-+][\d.]+%)", text)
+    f, w, b = quoted("fidelity.md", r"forward ([-+][\d.]+%), weight gradient ([-+][\d.]+%), input gradient ([-+][\d.]+%)")
+    assert (f, b, w) == passes.groups()
+    layer = re.search(
+        r"\| no recompute \| ([\d.]+) \| ([\d.]+) \| ([-+][\d.]+%) \| ([\d.]+) \| ([\d.]+) \| ([-+][\d.]+%) \|", text
+    )
+    shown = quoted(
+        "fidelity.md",
+        r"forward ([\d.]+) ms against ([\d.]+) \(([-+][\d.]+%)\), backward ([\d.]+) against ([\d.]+) \(([-+][\d.]+%)\)",
+    )
+    assert shown == tuple(layer.group(i) for i in (2, 1, 3, 5, 4, 6))
+    core = re.search(r"- selective recompute: measured ([\d.]+) ms, pipesim ([\d.]+) ms \(([-+][\d.]+%)\)", text)
+    assert (
+        quoted("fidelity.md", r"= ([\d.]+) ms\) measures that core .*?: pipesim gives ([\d.]+) ms \(([-+][\d.]+%)\) head by head")
+        == core.groups()
+    )
+    table = (DOCS / "fidelity.md").read_text().split("| schedule | pinned as | speed-up:", 1)[1].split("\n\n", 1)[0]
+    for name in ("1F1B-I", "ZB-1p", "ZB-2p"):
+        row = re.search(
+            rf"^\| {name} \| [^|]+ \| ([\d.]+%) \| ([-+][\d.]+%) \| ([\d.]+%) \| ([\d.]+%) \| ([-+][\d.]+%) \|$", table, re.M
+        )
+        printed = re.search(
+            rf"- {name}: speed-up: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%); memory: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%)",
+            text,
+        )
+        assert row and row.groups() == printed.groups(), name
