@@ -187,6 +187,14 @@ def pct(x: str) -> float:
     return float(x.rstrip("%"))
 
 
+def printed(script: str, *args) -> str:
+    """What benchmarks/SCRIPT prints, its ``main(*args)`` run in this process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        load_script(pages.ROOT / "benchmarks" / script).main(*args)
+    return out.getvalue()
+
+
 def test_the_headline_the_pages_quote_is_what_the_benchmark_prints(published):
     n, *figures = quoted("fidelity.md", r"On the (\d+) rows on known hardware: " + FIGURES.pattern)
     bench = published.summary(f"{n} rows on known hardware: ")
@@ -311,16 +319,14 @@ def test_the_rank_capacity_the_runtime_page_states_is_the_code():
 def test_the_peak_memory_figures_the_fidelity_page_quotes_are_the_benchmarks():
     """``python benchmarks/peak_memory.py`` (under a second: no schedule search) against the
     summary and the rows its paragraph names."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        load_script(pages.ROOT / "benchmarks" / "peak_memory.py").main()
+    text = printed("peak_memory.py")
     rows = {}
-    for line in out.getvalue().splitlines():
+    for line in text.splitlines():
         if line.startswith("| ") and line.endswith("% |"):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0]] = cells
     summary = re.search(
-        r"(\d+) rows: (\d+) within 10% \(target: all\), mean \|error\| ([\d.]+%), mean signed ([-+][\d.]+%)", out.getvalue()
+        r"(\d+) rows: (\d+) within 10% \(target: all\), mean \|error\| ([\d.]+%), mean signed ([-+][\d.]+%)", text
     )
     within, n, mean, signed = quoted(
         "fidelity.md", r"(\d+) of its (\d+) rows are within 10% \(mean \|error\| ([\d.]+%), mean signed ([-+][\d.]+%)"
@@ -347,10 +353,7 @@ def test_the_peak_memory_figures_the_fidelity_page_quotes_are_the_benchmarks():
 def test_the_b200_figures_the_fidelity_page_quotes_are_the_benchmarks():
     """``python benchmarks/measured_b200.py`` (about a second): its summary, and the spread
     of each kind of layout's error, as the tightest whole percentages around them."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        load_script(pages.ROOT / "benchmarks" / "measured_b200.py").main([])
-    text = out.getvalue()
+    text = printed("measured_b200.py", [])
     step = re.search(
         r"Step time: pipesim mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%); SimuMax mean \|err\| ([\d.]+%)", text
     )
@@ -386,10 +389,7 @@ def test_the_b200_figures_the_fidelity_page_quotes_are_the_benchmarks():
 def test_the_a100_figures_the_fidelity_page_quotes_are_the_benchmarks():
     """``python benchmarks/measured_a100.py`` (about a second): the step and memory summary,
     the three passes, the 22B layer, and each schedule's speed-up and memory figures."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        load_script(pages.ROOT / "benchmarks" / "measured_a100.py").main([])
-    text = out.getvalue()
+    text = printed("measured_a100.py", [])
     step = re.search(
         r"Step time: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%)\. Peak memory: mean \|err\| ([\d.]+%)", text
     )
@@ -419,8 +419,8 @@ def test_the_a100_figures_the_fidelity_page_quotes_are_the_benchmarks():
         row = re.search(
             rf"^\| {name} \| [^|]+ \| ([\d.]+%) \| ([-+][\d.]+%) \| ([\d.]+%) \| ([\d.]+%) \| ([-+][\d.]+%) \|$", table, re.M
         )
-        printed = re.search(
+        summary = re.search(
             rf"- {name}: speed-up: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%), worst ([\d.]+%); memory: mean \|err\| ([\d.]+%), bias ([-+][\d.]+%)",
             text,
         )
-        assert row and row.groups() == printed.groups(), name
+        assert row and row.groups() == summary.groups(), name
