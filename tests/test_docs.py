@@ -424,3 +424,13 @@ def test_the_a100_figures_the_fidelity_page_quotes_are_the_benchmarks():
             text,
         )
         assert row and row.groups() == summary.groups(), name
+
+
+def test_pipesims_side_of_the_calculon_comparison_is_the_benchmarks():
+    """``python benchmarks/peer_calculon.py`` without a Calculon checkout prints pipesim's
+    side alone (under a second); Calculon's figures need its source and are not checked."""
+    line = re.search(
+        r"pipesim: +mean \|error\| ([\d.]+%), worst ([-+][\d.]+%), bias \(mean signed\) ([-+][\d.]+%)",
+        printed("peer_calculon.py", []),
+    )
+    assert quoted("fidelity.md", r"pipesim ([\d.]+%) \(worst ([-+][\d.]+%), bias ([-+][\d.]+%)\)") == line.groups()
