@@ -18,6 +18,7 @@ import io
 import math
 import re
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from conftest import load_script
 from pipesim import build, simulate
 from pipesim.components import PRESETS, ComponentCosts
 from pipesim.ir import Op, Pair
+from pipesim.planner.specs import Cluster
+from pipesim.planner.stragglers import slowest_share
 from pipesim.render.chart import Panel
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -434,3 +437,10 @@ def test_pipesims_side_of_the_calculon_comparison_is_the_benchmarks():
         printed("peer_calculon.py", []),
     )
     assert quoted("fidelity.md", r"pipesim ([\d.]+%) \(worst ([-+][\d.]+%), bias ([-+][\d.]+%)\)") == line.groups()
+
+
+def test_the_slowest_gpu_figures_are_the_stragglers_models():
+    """fidelity.md's slowdown at 8 and 8192 GPUs, at the cluster files' default spread."""
+    sd = next(f.default for f in fields(Cluster) if f.name == "gpu_speed_sd")
+    at8, at8192 = quoted("fidelity.md", r"maximum of N normal draws: ([\d.]+)% at 8 GPUs, ([\d.]+)% at 8192")
+    assert (at8, at8192) == tuple(f"{100 * (1 - slowest_share(n, sd)):.1f}" for n in (8, 8192))
