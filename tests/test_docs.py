@@ -25,7 +25,7 @@ import pytest
 
 import svgread as sv
 from conftest import load_script
-from pipesim import build, simulate
+from pipesim import build, inputs, simulate
 from pipesim.components import PRESETS, ComponentCosts
 from pipesim.ir import Op, Pair
 from pipesim.planner.specs import Cluster
@@ -288,18 +288,17 @@ def test_the_layouts_page_quotes_each_row_as_the_benchmark_prints_it(published):
 
 
 def test_the_limits_the_page_names_are_the_code():
-    """The work limit, and every figure the table of other bounds gives beside a constant's
-    name, are those constants."""
+    """The work limit, every figure the table of other bounds gives beside a constant's name,
+    and the largest cost files-and-limits.md states, are those constants."""
     text = doc("limits.md")
-    assert [int(n.replace(",", "")) for n in re.findall(r"\*\*([\d,]+) ops\*\*", text)] == [
-        importlib.import_module("pipesim.inputs").MAX_OPS
-    ]
+    assert [int(n.replace(",", "")) for n in re.findall(r"\*\*([\d,]+) ops\*\*", text)] == [inputs.MAX_OPS]
     found = re.findall(r"(\d[\d,]*)( GiB)?[^|(]*\(`([\w.]+)`\)", text.split("## The other bounds", 1)[1])
     assert len(found) >= 12, found
     for number, gib, name in found:
         where, _, const = name.rpartition(".")
         module = importlib.import_module(f"pipesim.{where or 'inputs'}")
         assert int(number.replace(",", "")) << (30 if gib else 0) == getattr(module, const), name
+    assert float(quoted("files-and-limits.md", r"numbers must be finite \(costs up to (1e\d+)\)")[0]) == inputs.MAX_VALUE
 
 
 def test_the_op_counts_the_architecture_page_times_are_the_schedules():
