@@ -443,3 +443,10 @@ def test_the_slowest_gpu_figures_are_the_stragglers_models():
     sd = next(f.default for f in fields(Cluster) if f.name == "gpu_speed_sd")
     at8, at8192 = quoted("fidelity.md", r"maximum of N normal draws: ([\d.]+)% at 8 GPUs, ([\d.]+)% at 8192")
     assert (at8, at8192) == tuple(f"{100 * (1 - slowest_share(n, sd)):.1f}" for n in (8, 8192))
+
+
+def test_the_fuzz_run_the_architecture_page_describes_is_the_scripts_default():
+    cases = re.search(r'"--cases", type=int, default=([\d_]+)', (pages.ROOT / "benchmarks" / "fuzz.py").read_text())
+    assert cases, "benchmarks/fuzz.py no longer sets --cases' default where this test reads it"
+    shown = quoted("architecture.md", r"`python benchmarks/fuzz.py` runs ([\d,]+) hostile command lines")[0]
+    assert int(shown.replace(",", "")) == int(cases.group(1))
