@@ -76,10 +76,11 @@ def parse(text: str) -> tuple[list[Block], str]:
     while i < len(lines):
         line = lines[i]
         if not line.startswith("```"):
-            prose.append(line)
             q = QUOTED.match(line.strip())
             if q and blocks:
                 blocks[-1].quoted += [t.strip() for t in q.group(1).split(";") if t.strip()]
+            if not q:  # the marker names what the prose quotes; counted as prose it would find itself
+                prose.append(line)
             if line.strip():
                 last_text = line.strip()
             i += 1

@@ -114,6 +114,17 @@ def test_the_checker_catches_a_stale_page(tmp_path):
     assert "no longer prints 'makespan 34 ...'" in found[0] and "'35'" in found[1] and "exited 2, not 0" in found[2]
 
 
+def test_a_quoted_figure_must_be_in_the_prose(tmp_path):
+    """The marker names figures the prose quotes; a figure only the marker names (the prose
+    reworded or dropped it) is reported, not found in the marker line itself."""
+    page = tmp_path / "reworded.md"
+    page.write_text(
+        "```\n$ pipesim simulate --schedule 1f1b --pp 4 -m 8 --no-timeline\n```\n\nIt takes a while.\n<!-- quoted: 33 -->\n"
+    )
+    found = pages.check(page)
+    assert len(found) == 1 and "quoted '33' is not in the page's prose" in found[0], found
+
+
 # --- figures the pages quote from benchmarks/published_runs.py --------------------------------
 
 BENCH = pages.ROOT / "benchmarks" / "published_runs.py"
