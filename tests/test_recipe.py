@@ -82,6 +82,14 @@ MEGATRON_FLAGS = {
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
     "--moe-grouped-gemm",
+    # precision, dropout and CUDA graphs: ModelParallelConfig.bf16, TransformerConfig's fp8
+    # ("--fp8-format"), fp8_recipe, attention_dropout, hidden_dropout and cuda_graph_impl
+    "--bf16",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--attention-dropout",
+    "--hidden-dropout",
+    "--cuda-graph-impl",
     # ZeRO-3: Megatron-FSDP (DistributedDataParallelConfig.use_megatron_fsdp and arguments.py's
     # --data-parallel-sharding-strategy, choices no_shard, optim, optim_grads, optim_grads_params)
     "--use-megatron-fsdp",

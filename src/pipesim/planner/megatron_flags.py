@@ -96,6 +96,23 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     flags += attention_flags(m, t)
     notes += attention_notes(m)
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
+    flags += precision_flags(t)
+    notes += precision_notes(t)
+    if not t.hidden_dropout:
+        # priced without dropout (Llama 3, DeepSeek-V3): TransformerConfig's hidden_dropout and
+        # attention_dropout default to 0.1 (d98e8a6), whose masks the plan did not price
+        flags += ["--attention-dropout 0.0", "--hidden-dropout 0.0"]
+    if t.cuda_graphs and not m.moe:
+        # the plan launches each layer as one graph: Transformer Engine's per-layer graphs
+        # (TransformerConfig.cuda_graph_impl, default "none"; cuda_graph_modules "full")
+        flags.append("--cuda-graph-impl transformer_engine")
+    elif t.cuda_graphs:
+        notes.append(
+            "the plan priced each layer launched as one CUDA graph (cuda_graphs = true): Megatron-Core captures an MoE "
+            "layer's experts only with static shapes (--cuda-graph-impl transformer_engine with --cuda-graph-modules "
+            "attn moe and --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity), which the flags above "
+            "do not set"
+        )
     if t.zero >= 1:
         flags.append("--use-distributed-optimizer")
     if t.zero == 3:
@@ -133,6 +150,36 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         else:
             notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
     return {"runs": True, "flags": flags, "notes": notes}
+
+
+#: Megatron-Core's FP8 recipe and format for each of pipesim's scalings (TransformerConfig at
+#: d98e8a6: fp8, "--fp8-format", Literal e4m3 or hybrid; fp8_recipe, Literal tensorwise,
+#: delayed, mxfp8, blockwise or custom, default "delayed", which pipesim does not price):
+#: "block" is Transformer Engine's Float8BlockScaling, 1x128 and 128x128 tiles in E4M3, as
+#: Megatron-Core's MoE README gives it ("--fp8-format e4m3 --fp8-recipe blockwise");
+#: "tensor" its per-tensor current scaling, in the hybrid format its tensorwise functional
+#: tests run (tests/functional_tests/test_cases/.../model_config.yaml)
+FP8_RECIPES = {"block": ("e4m3", "blockwise"), "tensor": ("hybrid", "tensorwise")}
+
+
+def precision_flags(t: Training) -> list[str]:
+    """The multiplies' precision the plan priced. Without ``--bf16`` Megatron-LM keeps its
+    parameters and runs its multiplies in fp32 (ModelParallelConfig.bf16 defaults to
+    False); FP8 runs through Transformer Engine on top of it."""
+    if t.precision != "fp8":
+        return ["--bf16"]
+    fmt, recipe = FP8_RECIPES[t.fp8_scaling]
+    return ["--bf16", f"--fp8-format {fmt}", f"--fp8-recipe {recipe}"]
+
+
+def precision_notes(t: Training) -> list[str]:
+    """Where the plan's FP8 casts are not the kernels Megatron-LM runs."""
+    if t.precision == "fp8" and t.fp8_casts == "torchao":
+        return [
+            "the plan priced torchao's FP8 casts (fp8_casts = torchao); Megatron-LM makes its FP8 operands with "
+            "Transformer Engine's kernels (fp8_casts = transformer_engine prices those)"
+        ]
+    return []
 
 
 def tp_overlap_flags(t: Training) -> list[str]:
