@@ -38,12 +38,16 @@ TORCHTITAN_PARALLELISM = {
 }
 TORCHTITAN_PARALLELISM |= {"context_parallel_degree", "context_parallel_load_balancer"}
 TORCHTITAN_TRAINING = {"num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length"}
+# and TrainingConfig.disable_cuda_graphs (#3559, 2026-08-13), which Trainer.Config's
+# _validate_cuda_graphs asks for with pipeline or expert parallelism (trainer.py at b5bcd76)
+TORCHTITAN_TRAINING |= {"disable_cuda_graphs"}
 # the TOML job file of torchtitan before its config refactor (#2386), read at 9810191bb^
 # (torchtitan/config/job_config.py: Parallelism and Training)
 OLD_TORCHTITAN_PARALLELISM = (TORCHTITAN_PARALLELISM - {"num_pp_microbatches", "context_parallel_load_balancer"}) | {
     "pipeline_parallel_microbatch_size",
     "context_parallel_rotate_method",
     "expert_tensor_parallel_degree",
+    "enable_async_tensor_parallel",  # moved to CompileConfig by #4045 (2026-08-12)
 }
 OLD_TORCHTITAN_TRAINING = {"local_batch_size", "global_batch_size", "seq_len"}
 # its schedule names (torch.distributed.pipelining get_schedule_class, torch 2.13)
@@ -180,7 +184,7 @@ def test_torchtitan_block_parses_and_uses_its_setting_names(model, cluster, gpus
             assert not tt["runs"] and "two copies" in tt["why"]
             continue
         old = tomllib.loads(tt["toml"])
-        assert set(old) <= {"parallelism", "training", "activation_checkpoint"}
+        assert set(old) <= {"parallelism", "training", "activation_checkpoint", "compile"}
         assert set(old["parallelism"]) <= OLD_TORCHTITAN_PARALLELISM
         assert set(old["training"]) <= OLD_TORCHTITAN_TRAINING
         assert old["training"]["global_batch_size"] == plan.training.global_batch

@@ -1,9 +1,14 @@
 """What a recipe sets beyond the layout, so that the framework runs what the plan priced:
-the multiplies' precision, dropout and CUDA graphs in Megatron-LM's flags. Each expected
-name is read from the framework's source at the commit cited beside it; results are made
-by hand, as in test_recipe.py."""
+the multiplies' precision, dropout and CUDA graphs in Megatron-LM's flags, and in
+torchtitan's configuration function CUDA graphs (which its Trainer refuses with pipeline
+parallelism), the base configuration's Float8 converters and AsyncTP. Each expected name
+is read from the framework's source at the commit cited beside it; results are made by
+hand, as in test_recipe.py."""
 
 from __future__ import annotations
+
+import ast
+import tomllib
 
 import pytest
 
@@ -17,6 +22,12 @@ def plan_of(model: str, layout: Layout, gpus: int, schedule: str = "1f1b", **tra
     plan = Plan(load_model(model), load_cluster("h100", gpus), load_training(seq=4096, global_batch=1024, **training))
     plan.results.append(Result(Candidate(layout, schedule, None, "full", 64), True, step_time=1.0))
     return plan
+
+
+def python_lines(plan: Plan) -> list[str]:
+    code = recipe(plan)["torchtitan"]["python"]
+    ast.parse(code)
+    return [x.split("#")[0].strip() for x in code.splitlines()]
 
 
 # Megatron-LM at d98e8a6 (2026-08-22), megatron/core/transformer/transformer_config.py:
@@ -57,3 +68,69 @@ def test_megatron_captures_cuda_graphs_where_the_plan_priced_them(model, graphed
     assert graphed or any("--cuda-graph-modules attn moe" in n for n in mg["notes"])
     plan = plan_of(model, Layout(pp=2, dp=4, tp=2, ep=1), 16, cuda_graphs=False)
     assert not any(f.startswith("--cuda-graph") for f in recipe(plan)["megatron"]["flags"])
+
+
+# torchtitan at b5bcd76 (2026-08-21), torchtitan/trainer.py Trainer.Config._validate_cuda_graphs
+# (#3559, f84224af0): unless training.disable_cuda_graphs, "CUDA graphs do not support
+# pipeline parallelism yet" with pipeline_parallel_degree > 1, and expert parallelism only
+# with HybridEP's non-blocking dispatch or MinimalAsyncEP; TrainingConfig.disable_cuda_graphs
+# defaults to False, and llama3_8b's configuration leaves it so
+@pytest.mark.parametrize(
+    "model, pp, ep, graphs, disabled",
+    [
+        ("llama3-8b", 2, 1, False, True),
+        ("llama3-8b", 2, 1, True, True),  # refused with a pipeline: a note says so
+        ("llama3-8b", 1, 1, True, False),
+        ("llama3-8b", 1, 1, False, True),  # priced without graphs
+        ("mixtral-8x22b", 1, 4, True, True),  # refused with expert parallelism
+    ],
+)
+def test_torchtitan_turns_cuda_graphs_off_where_its_trainer_refuses_them(model, pp, ep, graphs, disabled):
+    plan = plan_of(model, Layout(pp=pp, dp=16 // pp // 2, tp=2, ep=ep), 16, cuda_graphs=graphs)
+    tt = recipe(plan)["torchtitan"]
+    assert tt["training"]["disable_cuda_graphs"] is disabled
+    if tt["python"]:
+        assert f"config.training.disable_cuda_graphs = {disabled}" in python_lines(plan)
+    # tyro's bool flags, as torchtitan's own error message and docs/debugging.md write them
+    flag = "--training.disable_cuda_graphs" if disabled else "--training.no-disable-cuda-graphs"
+    assert flag in (tt["command_line"] or flag).split()
+    refused = [n for n in tt["notes"] if "Trainer refuses" in n]
+    assert len(refused) == (graphs and disabled)
+
+
+# torchtitan at b5bcd76, torchtitan/models/llama3/config_registry.py: llama3_405b builds its
+# model spec with model_registry("405B", converters=[Float8LinearConverter.Config(...)]);
+# llama3_8b with model_registry("8B") alone; torchtitan/components/quantization/float8.py:
+# Float8LinearConverter.Config.recipe_name Literal["rowwise", "rowwise_with_gw_hp"] (#3127)
+@pytest.mark.parametrize("model, gpus, reset", [("llama3-405b", 512, True), ("llama3-8b", 16, False)])
+def test_torchtitan_runs_bf16_where_the_base_converts_to_float8(model, gpus, reset):
+    plan = plan_of(model, Layout(pp=2, dp=gpus // 16, tp=8), gpus)
+    lines = python_lines(plan)
+    assert ('config.model_spec = model_registry("405B")' in lines) == reset
+    assert ("from torchtitan.models.llama3 import model_registry" in lines) == reset
+
+
+@pytest.mark.parametrize("scaling", ["block", "tensor"])
+def test_torchtitan_says_it_has_no_fp8_of_the_plans_scaling(scaling):
+    plan = plan_of("llama3-8b", Layout(pp=2, dp=4, tp=2), 16, precision="fp8", fp8_scaling=scaling)
+    tt = recipe(plan)["torchtitan"]
+    (said,) = [n for n in tt["notes"] if "Float8" in n]
+    assert '"rowwise"' in said and "bf16" in said
+    assert ('"tensorwise"' in said) == (scaling == "tensor")  # the recipe #3127 removed
+    assert not any("Float8" in x or "MXFP8" in x for x in python_lines(plan))
+
+
+# torchtitan at b5bcd76, torchtitan/config/configs.py CompileConfig: enable,
+# enable_async_tensor_parallel (moved there from ParallelismConfig by #4045, 737594746), and
+# __post_init__ refusing AsyncTP without enable and "model" in components; before #2386
+# (job_config.py at 9810191bb^) Parallelism.enable_async_tensor_parallel with Compile.enable
+@pytest.mark.parametrize("overlap, on", [("all", True), ("micro_pipeline", True), ("none", False), ("backward", False)])
+def test_torchtitan_sets_async_tp_as_the_plan_overlaps(overlap, on):
+    plan = plan_of("llama3-8b", Layout(pp=2, dp=4, tp=2), 16, tp_overlap=overlap)
+    lines = python_lines(plan)
+    assert ("config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)" in lines) == on
+    assert ("config.compile.enable_async_tensor_parallel = False" in lines) == (not on)
+    assert ("from torchtitan.config import CompileConfig, ParallelismConfig" in lines) == on
+    old = tomllib.loads(recipe(plan)["torchtitan"]["toml"])
+    assert old["parallelism"].get("enable_async_tensor_parallel", False) == on
+    assert old.get("compile") == ({"enable": True} if on else None)

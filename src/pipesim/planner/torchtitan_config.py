@@ -23,6 +23,7 @@ from .results import Plan, Result
 from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
+from .torchtitan_trainer import TrainerLines, trainer_lines
 
 
 def csv_name(r: Result) -> str:
@@ -52,6 +53,8 @@ def _toml_value(v) -> str:
         return "[\n" + "".join(f"  {_toml_value(x)},\n" for x in v) + "]"
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     return str(v)
 
 
@@ -140,15 +143,18 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     ac = activation_checkpoint(cand.recompute)
     if ac.note:
         notes.append(ac.note)
+    extra = trainer_lines(m, lay, t, torchtitan_base(m)[1])
+    notes += extra.notes
     training = {
         "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
         "num_tokens_per_train_step": t.global_batch * t.seq,
         "max_context_length": t.seq,
+        **extra.training,
     }
     # the batch and sequence too: without them a base configuration's own would run
     flags = " ".join(
         [f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part"]
-        + [f"--training.{k} {v}" for k, v in training.items()]
+        + [_flag(f"training.{k}", v) for k, v in training.items()]
     )
     # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
     # setting runs it; torchtitan today has no expert tensor parallelism
@@ -159,7 +165,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "parallelism": par,
         "training": training,
         "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
-        "python": None if split_experts else torchtitan_python(plan, par, training, ac),
+        "python": None if split_experts else torchtitan_python(plan, par, training, ac, extra),
         "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
         if split_experts
         else None,
@@ -211,15 +217,15 @@ def tp_overlap_notes(t: Training) -> list[str]:
     setting hides only the backward's."""
     if t.tp_overlap == "all":
         return [
-            "the plan overlaps every tensor-parallel collective (tp_overlap = all): turn on AsyncTP, "
-            "config.compile.enable = True and config.compile.enable_async_tensor_parallel = True (before torchtitan "
-            "#4045, 2026-08-12: parallelism.enable_async_tensor_parallel, with torch.compile on); without it DTensor "
-            "waits for each (price that with tp_overlap = none)"
+            "the plan overlaps every tensor-parallel collective (tp_overlap = all): the configuration compiles the "
+            "model with AsyncTP (config.compile; before torchtitan #4045, 2026-08-12, and so in the TOML form: "
+            "parallelism.enable_async_tensor_parallel with compile.enable); without it DTensor waits for each "
+            "(price that with tp_overlap = none)"
         ]
     if t.tp_overlap == "micro_pipeline":
         return [
             "the plan overlaps the tensor-parallel collectives torch Inductor's micro-pipeline pass fuses "
-            "(tp_overlap = micro_pipeline): turn on AsyncTP as for tp_overlap = all; the backward's input-gradient "
+            "(tp_overlap = micro_pipeline): AsyncTP, as for tp_overlap = all; the backward's input-gradient "
             "reduce-scatters stay exposed"
         ]
     if t.tp_overlap == "backward":
@@ -247,7 +253,7 @@ OLD_HEAD = "output"
 #: which torchtitan versions read the TOML form
 TORCHTITAN_TOML_VERSIONS = (
     "torchtitan before its config refactor (#2386, 2026-02-23) read TOML job files (--job.config_file) with these "
-    "[parallelism], [training] and [activation_checkpoint] names; from #2386 on, a configuration is a Python function returning "
+    "[parallelism], [training], [activation_checkpoint] and [compile] names; from #2386 on, a configuration is a Python function returning "
     "Trainer.Config, run with --module and --config"
 )
 
@@ -359,15 +365,30 @@ def launch_line(plan: Plan) -> str:
     )
 
 
-def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) -> str:
+def _flag(key: str, v) -> str:
+    """A setting on torchtitan's command line (tyro): a bool is a flag (its error message's
+    ``--training.disable_cuda_graphs``), ``no-`` before the hyphenated name its negation
+    (docs/debugging.md at b5bcd76: ``--profiler.no-enable-memory-snapshot``); anything
+    else takes its value."""
+    if isinstance(v, bool):
+        section, name = key.rsplit(".", 1)
+        return f"--{section}.{name}" if v else f"--{section}.no-{name.replace('_', '-')}"
+    return f"--{key} {v}"
+
+
+def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing, extra: TrainerLines) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
-    here the model's own full configuration with the plan's parallelism, batch and
-    activation checkpointing."""
+    here the model's own full configuration with the plan's parallelism, batch, activation
+    checkpointing, CUDA graphs, precision and AsyncTP (``torchtitan_trainer``)."""
     module, base, hint = torchtitan_base(plan.model)
     policy = (ac.python or "").removesuffix(".Config()")
+    configs = sorted(
+        {"ParallelismConfig", *(x.split(" import ")[1] for x in extra.imports if x.startswith("from torchtitan.config "))}
+    )
+    imports = [x for x in extra.imports if not x.startswith("from torchtitan.config ")]
     lines = [
         f"# my_plan.py; {launch_line(plan)}",
-        "from torchtitan.config import ParallelismConfig",
+        f"from torchtitan.config import {', '.join(configs)}",
         *([f"from torchtitan.distributed.activation_checkpoint import {policy}"] if policy and policy != "None" else []),
         # no torchtitan configuration of its own matches the model: say what the import must give
         *(
@@ -379,6 +400,7 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
             else []
         ),
         f"from {module} import {base}",
+        *imports,
         "",
         "",
         "def pipesim_plan():",
@@ -396,6 +418,7 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing) 
     lines += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
     if ac.python:
         lines.append(f"    config.activation_checkpoint = {ac.python}")
+    lines += extra.lines
     lines.append("    return config")
     return "\n".join(lines) + "\n"
 
@@ -416,6 +439,11 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
         old["expert_tensor_parallel_degree"] = etp
     if lay.pp > 1:
         old["pipeline_parallel_microbatch_size"] = lay.micro_batch
+    # AsyncTP was a parallelism setting, with torch.compile on, until #4045 (job_config.py
+    # at 9810191bb^: Parallelism.enable_async_tensor_parallel, Compile.enable)
+    async_tp = lay.tp > 1 and t.tp_overlap in ("all", "micro_pipeline")
+    if async_tp:
+        old["enable_async_tensor_parallel"] = True
     rotate = ROTATE_METHODS.get(t.cp_comm)
     if lay.cp > 1 and rotate:
         old["context_parallel_rotate_method"] = rotate
@@ -428,6 +456,8 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
     if ac.toml:
         toml += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(v)}" for k, v in ac.toml.items()]
+    if async_tp:
+        toml += ["", "[compile]", "enable = true"]
     return "\n".join(toml) + "\n"
 
 

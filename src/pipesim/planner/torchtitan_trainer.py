@@ -1,0 +1,113 @@
+"""What torchtitan's ``Trainer.Config`` needs beyond its parallelism and batch for a plan to
+run as priced: whether it captures the step in CUDA graphs, the multiplies' precision
+(its quantization converters) and AsyncTP under torch.compile; each as lines of the
+configuration function (the current form) and notes where torchtitan cannot run what
+the plan priced.
+
+Read from pytorch/torchtitan at b5bcd76 (2026-08-21; check them again against the version
+you run): torchtitan/trainer.py ``Trainer.Config._validate_cuda_graphs`` (added by #3559,
+f84224af0, 2026-08-13), torchtitan/config/configs.py ``TrainingConfig.disable_cuda_graphs``
+and ``CompileConfig``, torchtitan/components/quantization/float8.py
+``Float8LinearConverter.Config.recipe_name`` and the model config registries.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .layout import Layout
+from .specs import Model, Training
+
+#: the base configurations (config_registry.py at b5bcd76) whose model spec converts its
+#: linears to Float8 (torchao, recipe "rowwise", the lm_head kept bf16): llama3_405b's
+#: ``model_registry("405B", converters=[Float8LinearConverter.Config(...)])``; the same
+#: call without converters is its bf16 model (the registry's default attention, flex, as
+#: the base's). base function -> (module of model_registry, its flavour)
+FLOAT8_BASES = {"llama3_405b": ("torchtitan.models.llama3", "405B")}
+
+#: when torchtitan's Float8 lost its tensorwise recipe: #3127 (6348d93d1, 2026-04-27)
+#: narrowed Float8LinearConverter's recipe_name to "rowwise" and "rowwise_with_gw_hp";
+#: before it (and so in every version that read TOML job files, #2386 on 2026-02-23)
+#: ``[quantize.linear.float8] recipe_name`` took "tensorwise" too
+TENSORWISE_UNTIL = "#3127 (2026-04-27)"
+
+
+class TrainerLines(NamedTuple):
+    """Lines of the configuration function after the parallelism (``lines``), the imports
+    they need, the ``training`` settings they add, and notes."""
+
+    lines: list[str]
+    imports: list[str]
+    training: dict
+    notes: list[str]
+
+
+def cuda_graphs(m: Model, lay: Layout, t: Training) -> tuple[bool, list[str]]:
+    """``training.disable_cuda_graphs`` for the plan, and a note where the plan priced
+    graphs torchtitan will not capture. torchtitan's Trainer captures the whole forward and
+    backward by default since #3559, and its ``_validate_cuda_graphs`` raises unless the
+    setting is on with pipeline parallelism ("CUDA graphs do not support pipeline
+    parallelism yet") and with expert parallelism over a dispatcher that synchronizes with
+    the host (all but HybridEP with a non-blocking capacity factor and MinimalAsyncEP, none
+    of which pipesim prices). A plan priced without graphs (``cuda_graphs = false``)
+    turns them off too: their launches are the host time it priced."""
+    refused = "pipeline parallelism" if lay.pp > 1 else "expert parallelism" if m.moe and lay.ep > 1 else ""
+    if not t.cuda_graphs:
+        return True, []
+    if refused:
+        return True, [
+            f"the plan priced CUDA graphs (cuda_graphs = true), which torchtitan's Trainer refuses with {refused} "
+            "(Trainer.Config._validate_cuda_graphs): the configuration turns them off; price it with cuda_graphs = false"
+        ]
+    return False, []
+
+
+def precision(base: str, t: Training) -> tuple[list[str], list[str], list[str]]:
+    """(lines, imports, notes) that make torchtitan's multiplies the plan's precision: a
+    base that converts its linears to Float8 gets its bf16 model spec back for a bf16
+    plan; an FP8 plan gets a note, since torchtitan's Float8 today is row-wise scaled and
+    MXFP8 block-scaled by 32, neither the plan's per-tensor or 128-tile block scaling."""
+    lines, imports, notes = [], [], []
+    reset = FLOAT8_BASES.get(base)
+    if reset:
+        module, flavour = reset
+        imports.append(f"from {module} import model_registry")
+        lines.append(f'    config.model_spec = model_registry("{flavour}")  # {base} converts its linears to Float8')
+    if t.precision == "fp8":
+        scaled = {"tensor": "one scale per tensor", "block": "DeepSeek-V3's 1x128 and 128x128 tiles"}[t.fp8_scaling]
+        notes.append(
+            f"the plan priced FP8 multiplies scaled by {scaled} (fp8_scaling = {t.fp8_scaling}); torchtitan's Float8 "
+            'is row-wise scaled (Float8LinearConverter recipe_name "rowwise" or "rowwise_with_gw_hp") and its MXFP8 '
+            "Blackwell's 32-element blocks, neither of which pipesim prices, so the configuration runs its multiplies "
+            "in bf16 (price that with precision = bf16)"
+            + (
+                f'; torchtitan before {TENSORWISE_UNTIL} took recipe_name = "tensorwise" ([quantize.linear.float8] in '
+                'the TOML form, with converters = ["quantize.linear.float8"] under [model])'
+                if t.fp8_scaling == "tensor"
+                else ""
+            )
+        )
+    return lines, imports, notes
+
+
+def async_tp(lay: Layout, t: Training) -> tuple[list[str], list[str]]:
+    """(lines, imports) for AsyncTP where tensor parallelism is on: compiled with it where
+    the plan overlaps the collectives (``tp_overlap`` all or micro_pipeline), off where it
+    does not (llama3_405b's base turns it on). CompileConfig's __post_init__ refuses
+    AsyncTP without ``enable`` and "model" among its components, so the config is built
+    whole rather than patched."""
+    if lay.tp == 1:
+        return [], []
+    if t.tp_overlap in ("all", "micro_pipeline"):
+        return ["    config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)  # AsyncTP"], [
+            "from torchtitan.config import CompileConfig"
+        ]
+    return ["    config.compile.enable_async_tensor_parallel = False"], []
+
+
+def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines:
+    """All of the above for one plan."""
+    off, notes = cuda_graphs(m, lay, t)
+    lines, imports, more = precision(base, t)
+    compiled, compile_imports = async_tp(lay, t)
+    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more)
