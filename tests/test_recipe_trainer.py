@@ -134,3 +134,30 @@ def test_torchtitan_sets_async_tp_as_the_plan_overlaps(overlap, on):
     old = tomllib.loads(recipe(plan)["torchtitan"]["toml"])
     assert old["parallelism"].get("enable_async_tensor_parallel", False) == on
     assert old.get("compile") == ({"enable": True} if on else None)
+
+
+# torchtitan at b5bcd76: torchtitan/models/deepseek_v3/__init__.py model_registry(flavor,
+# attn_backend="flex", moe_comm_backend="standard", ...), config_registry.py's
+# deepseek_v3_671b calling model_registry("671B", attn_backend="flex"); and
+# models/common/config_utils.py's comm_backend values "standard" (PyTorch's all-to-all) and
+# "deepep" (DeepEP's kernels)
+@pytest.mark.parametrize(
+    "dispatcher, ep, line",
+    [
+        ("deepep", 8, 'config.model_spec = model_registry("671B", attn_backend="flex", moe_comm_backend="deepep")'),
+        ("alltoall", 8, None),
+        ("deepep", 1, None),  # no expert parallelism: nothing to dispatch between ranks
+    ],
+)
+def test_torchtitan_dispatches_experts_as_the_plan_priced(dispatcher, ep, line):
+    plan = plan_of("deepseek-v3", Layout(pp=8, dp=32, tp=1, ep=ep), 256, moe_dispatcher=dispatcher)
+    lines = python_lines(plan)
+    specs = [x for x in lines if x.startswith("config.model_spec")]
+    assert specs == ([line] if line else [])
+    assert ("from torchtitan.models.deepseek_v3 import model_registry" in lines) == bool(line)
+    # before #2386, Parallelism.expert_parallel_comm_backend ("standard" or "deepep", from
+    # #2107; job_config.py at 9810191bb^)
+    tt = recipe(plan)["torchtitan"]
+    old = tomllib.loads(tt["toml"])["parallelism"]
+    assert old.get("expert_parallel_comm_backend") == ("deepep" if line else None)
+    assert ("#2107" in tt["toml_versions"]) == bool(line)

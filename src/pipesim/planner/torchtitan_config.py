@@ -170,7 +170,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         if split_experts
         else None,
         "toml": torchtitan_toml(plan, r, par, lay, ac, lay.etp if expert_tp else None),
-        "toml_versions": _toml_versions(m, lay, expert_tp),
+        "toml_versions": _toml_versions(m, lay, expert_tp, _deepep(m, lay, t)),
         "command_line": None if split_experts else flags,
         "notes": notes,
     }
@@ -278,6 +278,16 @@ TORCHTITAN_ETP_TOML_VERSIONS = (
 EP_ANY_FROM = "#1660 (2025-12-17)"
 
 
+#: the TOML form's setting of DeepEP's dispatch: Parallelism.expert_parallel_comm_backend
+#: ("standard" or "deepep", job_config.py at 9810191bb^), added by #2107
+DEEPEP_TOML = "; DeepEP's dispatch (expert_parallel_comm_backend) from #2107 (2025-12-17)"
+
+
+def _deepep(m: Model, lay, t: Training) -> bool:
+    """Whether the plan dispatches experts between ranks with DeepEP."""
+    return bool(m.moe) and lay.ep > 1 and t.moe_dispatcher == "deepep"
+
+
 def _experts_borrow_shards(m: Model, lay) -> bool:
     """Whether the plan's expert ranks reach beyond cp x tp (less the tp ways experts are
     split) into the data-parallel ranks, which torchtitan lends to experts only when
@@ -285,12 +295,13 @@ def _experts_borrow_shards(m: Model, lay) -> bool:
     return bool(m.moe) and lay.ep > 1 and (lay.cp * lay.tp // lay.etp) % lay.ep != 0
 
 
-def _toml_versions(m: Model, lay, expert_tp: bool) -> str:
+def _toml_versions(m: Model, lay, expert_tp: bool, deepep: bool = False) -> str:
     """Which torchtitan versions read the TOML form of this plan: before #2386; with
     expert parallelism the versions that had it (from #1324, and with tp the ones with
     expert_tensor_parallel_degree, from #1555), and only from #1660 where ep does not
-    cover all of cp (and tp, where experts are not split tp ways)."""
-    text = TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS
+    cover all of cp (and tp, where experts are not split tp ways); with DeepEP's dispatch
+    from #2107."""
+    text = (TORCHTITAN_ETP_TOML_VERSIONS if expert_tp else TORCHTITAN_TOML_VERSIONS) + (DEEPEP_TOML if deepep else "")
     if not (m.moe and lay.ep > 1):
         return text
     uncovered = [f"cp{lay.cp}"] if lay.cp > 1 else []
@@ -444,6 +455,8 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
     async_tp = lay.tp > 1 and t.tp_overlap in ("all", "micro_pipeline")
     if async_tp:
         old["enable_async_tensor_parallel"] = True
+    if _deepep(plan.model, lay, t):
+        old["expert_parallel_comm_backend"] = "deepep"
     rotate = ROTATE_METHODS.get(t.cp_comm)
     if lay.cp > 1 and rotate:
         old["context_parallel_rotate_method"] = rotate

@@ -18,12 +18,24 @@ from typing import NamedTuple
 from .layout import Layout
 from .specs import Model, Training
 
-#: the base configurations (config_registry.py at b5bcd76) whose model spec converts its
-#: linears to Float8 (torchao, recipe "rowwise", the lm_head kept bf16): llama3_405b's
-#: ``model_registry("405B", converters=[Float8LinearConverter.Config(...)])``; the same
-#: call without converters is its bf16 model (the registry's default attention, flex, as
-#: the base's). base function -> (module of model_registry, its flavour)
-FLOAT8_BASES = {"llama3_405b": ("torchtitan.models.llama3", "405B")}
+#: how each base configuration builds its model spec (config_registry.py at b5bcd76), so
+#: that the recipe can build it again where the plan differs: base function -> (module of
+#: its model_registry, the call's arguments, whether it converts the linears to Float8).
+#: llama3_405b passes converters=[Float8LinearConverter.Config(...)] (torchao, "rowwise",
+#: the lm_head kept bf16); the same call without them is its bf16 model.
+MODEL_SPECS = {
+    "llama3_405b": ("torchtitan.models.llama3", '"405B"', True),
+    "deepseek_v3_671b": ("torchtitan.models.deepseek_v3", '"671B", attn_backend="flex"', False),
+    "qwen3_30b_a3b": ("torchtitan.models.qwen3", '"30B-A3B"', False),
+    "gpt_oss_20b": ("torchtitan.models.gpt_oss", '"20b"', False),
+    "gpt_oss_120b": ("torchtitan.models.gpt_oss", '"120b"', False),
+}
+
+#: the MoE models' ``moe_comm_backend`` for pipesim's ``moe_dispatcher``: each
+#: model_registry takes one (deepseek_v3, qwen3 and gpt_oss __init__.py at b5bcd76), default
+#: "standard", PyTorch's all-to-all; "deepep" is DeepEP's kernels
+#: (models/common/config_utils.py: "standard", "deepep", "hybridep", "minimal_async_ep")
+COMM_BACKENDS = {"alltoall": "standard", "deepep": "deepep"}
 
 #: when torchtitan's Float8 lost its tensorwise recipe: #3127 (6348d93d1, 2026-04-27)
 #: narrowed Float8LinearConverter's recipe_name to "rowwise" and "rowwise_with_gw_hp";
@@ -62,17 +74,22 @@ def cuda_graphs(m: Model, lay: Layout, t: Training) -> tuple[bool, list[str]]:
     return False, []
 
 
-def precision(base: str, t: Training) -> tuple[list[str], list[str], list[str]]:
-    """(lines, imports, notes) that make torchtitan's multiplies the plan's precision: a
-    base that converts its linears to Float8 gets its bf16 model spec back for a bf16
-    plan; an FP8 plan gets a note, since torchtitan's Float8 today is row-wise scaled and
-    MXFP8 block-scaled by 32, neither the plan's per-tensor or 128-tile block scaling."""
+def precision(base: str, m: Model, lay: Layout, t: Training) -> tuple[list[str], list[str], list[str]]:
+    """(lines, imports, notes) that make torchtitan's model the one priced: the base's model
+    spec built again where it converts its linears to Float8 (a bf16 plan, or an FP8 one
+    torchtitan has no scaling of) or where the plan's expert dispatcher is not its default
+    all-to-all; an FP8 plan gets a note, since torchtitan's Float8 today is row-wise scaled
+    and MXFP8 block-scaled by 32, neither the plan's per-tensor or 128-tile block scaling."""
     lines, imports, notes = [], [], []
-    reset = FLOAT8_BASES.get(base)
-    if reset:
-        module, flavour = reset
+    module, call, float8 = MODEL_SPECS.get(base, (None, "", False))
+    backend = COMM_BACKENDS[t.moe_dispatcher] if m.moe and lay.ep > 1 else "standard"
+    if module and (float8 or backend != "standard"):
+        why = [f"{base} converts its linears to Float8"] if float8 else []
+        if backend != "standard":
+            call += f', moe_comm_backend="{backend}"'
+            why.append(f"the plan's dispatcher is {t.moe_dispatcher}")
         imports.append(f"from {module} import model_registry")
-        lines.append(f'    config.model_spec = model_registry("{flavour}")  # {base} converts its linears to Float8')
+        lines.append(f"    config.model_spec = model_registry({call})  # {'; '.join(why)}")
     if t.precision == "fp8":
         scaled = {"tensor": "one scale per tensor", "block": "DeepSeek-V3's 1x128 and 128x128 tiles"}[t.fp8_scaling]
         notes.append(
@@ -108,6 +125,6 @@ def async_tp(lay: Layout, t: Training) -> tuple[list[str], list[str]]:
 def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines:
     """All of the above for one plan."""
     off, notes = cuda_graphs(m, lay, t)
-    lines, imports, more = precision(base, t)
+    lines, imports, more = precision(base, m, lay, t)
     compiled, compile_imports = async_tp(lay, t)
     return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more)
