@@ -49,6 +49,7 @@ OLD_TORCHTITAN_PARALLELISM = (TORCHTITAN_PARALLELISM - {"num_pp_microbatches", "
     "expert_tensor_parallel_degree",
     "enable_async_tensor_parallel",  # moved to CompileConfig by #4045 (2026-08-12)
     "expert_parallel_comm_backend",  # "standard" or "deepep" (#2107, 2025-12-17)
+    "pipeline_parallel_expert_parallel_overlap",  # DualPipeV's, #1721 (2025-12-12) to #2774
 }
 OLD_TORCHTITAN_TRAINING = {"local_batch_size", "global_batch_size", "seq_len"}
 # its schedule names (torch.distributed.pipelining get_schedule_class, torch 2.13)

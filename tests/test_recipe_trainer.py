@@ -161,3 +161,30 @@ def test_torchtitan_dispatches_experts_as_the_plan_priced(dispatcher, ep, line):
     old = tomllib.loads(tt["toml"])["parallelism"]
     assert old.get("expert_parallel_comm_backend") == ("deepep" if line else None)
     assert ("#2107" in tt["toml_versions"]) == bool(line)
+
+
+# torchtitan's DualPipeV expert-parallel overlap: ParallelismConfig's
+# pipeline_parallel_expert_parallel_overlap (job_config.py at 9810191bb^, default true, from
+# #1721), refused with activation checkpointing by dual_pipe_v.py's get_dual_pipe_v_flag
+# ("Expert Parallel with DualPipeV and Activation Checkpointing cannot be used together"),
+# and dual_pipe_v.py removed by #2774 (fe80b63cf), so b5bcd76's configs.py has no such field
+@pytest.mark.parametrize(
+    "model, schedule, recompute, overlap",
+    [
+        ("deepseek-v3", "dualpipev", "none", True),
+        ("deepseek-v3", "dualpipev", "full", True),
+        ("deepseek-v3", "zb-v", "none", False),
+        ("llama3-8b", "dualpipev", "none", False),  # dense: no all-to-all to hide
+    ],
+)
+def test_dualpipev_expert_overlap_only_where_torchtitan_had_it(model, schedule, recompute, overlap):
+    plan = Plan(load_model(model), load_cluster("h100", 256), load_training(seq=4096, global_batch=1024))
+    ep = 8 if model == "deepseek-v3" else 1
+    plan.results.append(Result(Candidate(Layout(pp=8, dp=32, ep=ep), schedule, None, recompute, 64), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    old = tomllib.loads(tt["toml"])["parallelism"]
+    assert old.get("pipeline_parallel_expert_parallel_overlap", False) == overlap
+    assert "pipeline_parallel_expert_parallel_overlap" not in tt["parallelism"]
+    notes = " ".join(tt["notes"])
+    assert ("#2774" in notes) == overlap and ("#1721" in tt["toml_versions"]) == overlap
+    assert ("NotImplementedError" in notes) == (overlap and recompute != "none")

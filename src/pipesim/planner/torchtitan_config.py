@@ -23,7 +23,7 @@ from .results import Plan, Result
 from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
-from .torchtitan_trainer import TrainerLines, trainer_lines
+from .torchtitan_trainer import DUALPIPEV_OVERLAP, TrainerLines, dualpipev_overlap, trainer_lines
 
 
 def csv_name(r: Result) -> str:
@@ -143,6 +143,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     ac = activation_checkpoint(cand.recompute)
     if ac.note:
         notes.append(ac.note)
+    overlap, said = dualpipev_overlap(m, lay, cand.schedule, cand.recompute)
+    notes += said
     extra = trainer_lines(m, lay, t, torchtitan_base(m)[1])
     notes += extra.notes
     training = {
@@ -169,8 +171,9 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
         if split_experts
         else None,
-        "toml": torchtitan_toml(plan, r, par, lay, ac, lay.etp if expert_tp else None),
-        "toml_versions": _toml_versions(m, lay, expert_tp, _deepep(m, lay, t)),
+        "toml": torchtitan_toml(plan, r, {**par, **overlap}, lay, ac, lay.etp if expert_tp else None),
+        "toml_versions": _toml_versions(m, lay, expert_tp, _deepep(m, lay, t))
+        + (f"; DualPipeV's expert-parallel overlap from {DUALPIPEV_OVERLAP}" if overlap else ""),
         "command_line": None if split_experts else flags,
         "notes": notes,
     }

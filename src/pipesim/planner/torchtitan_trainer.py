@@ -128,3 +128,33 @@ def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines
     lines, imports, more = precision(base, m, lay, t)
     compiled, compile_imports = async_tp(lay, t)
     return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more)
+
+
+#: torchtitan's expert-parallel overlap inside DualPipeV's forward-and-backward pairs: added
+#: by #1721 (fcc5643f4, 2025-12-12) as ParallelismConfig.pipeline_parallel_expert_parallel_overlap
+#: (default true; job_config.py at 9810191bb^), refused with activation checkpointing
+#: (dual_pipe_v.py get_dual_pipe_v_flag: NotImplementedError unless mode "none"), removed
+#: by #2774 (fe80b63cf, 2026-04-02: "doesn't compose with SAC and is not maintained").
+#: Without it PyTorch's ScheduleDualPipeV runs an OVERLAP_F_B action's forward and backward
+#: one after the other (torch 2.13 schedules.py, _PipelineScheduleRuntime)
+DUALPIPEV_OVERLAP = "#1721 (2025-12-12)"
+
+
+def dualpipev_overlap(m: Model, lay: Layout, schedule: str, recompute: str) -> tuple[dict, list[str]]:
+    """(TOML settings, notes) for a DualPipeV plan whose pairs hide the expert all-to-all:
+    today's torchtitan runs the pairs unoverlapped; the TOML form's versions from #1721
+    overlapped them, without activation checkpointing only."""
+    if schedule != "dualpipev" or not m.moe or lay.ep == 1 or lay.pp == 1:
+        return {}, []
+    notes = [
+        "the plan overlaps each DualPipeV forward-and-backward pair's expert all-to-all with the other's compute; "
+        "torchtitan from #2774 (2026-04-02) runs the pair's forward and backward one after the other, its "
+        "overlap removed, so the all-to-all stays exposed (Megatron-LM's combined 1F1B, or the TOML form's "
+        f"versions from {DUALPIPEV_OVERLAP}, overlap it)"
+    ]
+    if recompute != "none":
+        notes.append(
+            f"the TOML form's versions (from {DUALPIPEV_OVERLAP}) refuse that overlap with activation checkpointing "
+            '(NotImplementedError unless [activation_checkpoint] mode = "none"): plan with --recompute none for it'
+        )
+    return {"pipeline_parallel_expert_parallel_overlap": True}, notes
