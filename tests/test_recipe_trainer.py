@@ -188,3 +188,13 @@ def test_dualpipev_expert_overlap_only_where_torchtitan_had_it(model, schedule, 
     notes = " ".join(tt["notes"])
     assert ("#2774" in notes) == overlap and ("#1721" in tt["toml_versions"]) == overlap
     assert ("NotImplementedError" in notes) == (overlap and recompute != "none")
+
+
+# torchtitan at b5bcd76, torchtitan/models/deepseek_v3/MTP.md: "The current implementation
+# explicitly rejects CP and PP when MTP is enabled"
+@pytest.mark.parametrize("pp, cp, refused", [(1, 2, "context"), (2, 1, "pipeline"), (2, 2, "pipeline and context"), (1, 1, None)])
+def test_torchtitan_says_its_deepseek_v3_refuses_mtp_with_cp_and_pp(pp, cp, refused):
+    plan = plan_of("deepseek-v3", Layout(pp=pp, dp=256 // pp // cp, cp=cp, ep=8), 256)
+    said = [n for n in recipe(plan)["torchtitan"]["notes"] if "with MTP enabled" in n]
+    assert said == ([] if refused is None else [said[0]])
+    assert refused is None or f"refuses {refused} parallelism with MTP enabled" in said[0]

@@ -135,9 +135,11 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "torchtitan's gpt-oss lists pipeline parallelism as to do (torchtitan/models/gpt_oss/README.md), though its "
             "model spec passes pipeline_llm: the split below is untried there"
         )
-    if m.mtp_layers and lay.pp > 1:
+    if m.mtp_layers and (lay.pp > 1 or lay.cp > 1):
+        # MTP.md at b5bcd76: "explicitly rejects CP and PP when MTP is enabled"
+        refused = " and ".join(x for x, on in (("pipeline", lay.pp > 1), ("context", lay.cp > 1)) if on)
         notes.append(
-            "torchtitan's DeepSeek-V3 refuses pipeline parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
+            f"torchtitan's DeepSeek-V3 refuses {refused} parallelism with MTP enabled (models/deepseek_v3/MTP.md): "
             "train without MTP there, or use Megatron-LM"
         )
     ac = activation_checkpoint(cand.recompute)
