@@ -136,6 +136,12 @@ def test_torchtitan_sets_async_tp_as_the_plan_overlaps(overlap, on):
     assert ("config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)" in lines) == on
     assert ("config.compile.enable_async_tensor_parallel = False" in lines) == (not on)
     assert ("from torchtitan.config import CompileConfig, ParallelismConfig" in lines) == on
+    # the command line as tyro reads the same CompileConfig fields (flags, "no-" negated)
+    flags = recipe(plan)["torchtitan"]["command_line"].split()
+    compiled = (
+        ["--compile.enable", "--compile.enable_async_tensor_parallel"] if on else ["--compile.no-enable-async-tensor-parallel"]
+    )
+    assert [f for f in flags if f.startswith("--compile.")] == compiled
     old = tomllib.loads(recipe(plan)["torchtitan"]["toml"])
     assert old["parallelism"].get("enable_async_tensor_parallel", False) == on
     assert old.get("compile") == ({"enable": True} if on else None)

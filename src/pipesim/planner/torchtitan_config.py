@@ -159,6 +159,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     flags = " ".join(
         [f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part"]
         + [_flag(f"training.{k}", v) for k, v in training.items()]
+        + [_flag(f"compile.{k}", v) for k, v in extra.compile.items()]
     )
     # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
     # setting runs it; torchtitan today has no expert tensor parallelism

@@ -46,12 +46,14 @@ TENSORWISE_UNTIL = "#3127 (2026-04-27)"
 
 class TrainerLines(NamedTuple):
     """Lines of the configuration function after the parallelism (``lines``), the imports
-    they need, the ``training`` settings they add, and notes."""
+    they need, the ``training`` settings they add, notes, and the ``compile`` settings
+    its lines make, for the command line."""
 
     lines: list[str]
     imports: list[str]
     training: dict
     notes: list[str]
+    compile: dict
 
 
 def cuda_graphs(m: Model, lay: Layout, t: Training) -> tuple[bool, list[str]]:
@@ -133,7 +135,14 @@ def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines
     off, notes = cuda_graphs(m, lay, t)
     lines, imports, more = precision(base, m, lay, t)
     compiled, compile_imports = async_tp(lay, t)
-    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more)
+    settings = (
+        {}
+        if lay.tp == 1
+        else {"enable": True, "enable_async_tensor_parallel": True}
+        if compile_imports
+        else {"enable_async_tensor_parallel": False}
+    )
+    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more, settings)
 
 
 #: torchtitan's expert-parallel overlap inside DualPipeV's forward-and-backward pairs: added
