@@ -10,13 +10,16 @@ from .domains import placement_text
 from .layout import Layout
 from .results import Plan
 from .specs import Cluster, Model, Training
+from .torchtitan_sharding import CP_LOAD_BALANCER
 
 #: torchtitan's context parallelism (pytorch/torchtitan at b5bcd76, 2026-08-21): the
-#: degree and ``context_parallel_load_balancer = "headtail"`` (the 2 of 2cp chunks each
-#: rank takes) in ParallelismConfig; the exchange is PyTorch's context_parallel, which
+#: degree and the load balancer for its flex attention (torchtitan_sharding.CP_LOAD_BALANCER)
+#: in ParallelismConfig; the exchange is PyTorch's context_parallel, which
 #: all-gathers key/value shards (its rotate method setting was removed in #3666, 2026-06;
 #: before it, ``context_parallel_rotate_method`` chose "allgather" or "alltoall")
-TORCHTITAN_CP = 'context_parallel_degree = {cp}, context_parallel_load_balancer = "headtail" (PyTorch\'s all-gather of K/V)'
+TORCHTITAN_CP = (
+    f'context_parallel_degree = {{cp}}, context_parallel_load_balancer = "{CP_LOAD_BALANCER}" (PyTorch\'s all-gather of K/V)'
+)
 
 #: Training.cp_comm -> (what it does, Megatron-LM flags, whether torchtitan runs it)
 CP_SCHEMES = {

@@ -23,6 +23,7 @@ from .results import Plan, Result
 from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
+from .torchtitan_sharding import ROTATE_METHODS, context_parallel, data_parallel
 from .torchtitan_trainer import DUALPIPEV_OVERLAP, TrainerLines, dualpipev_overlap, trainer_lines
 
 
@@ -85,34 +86,10 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
     par["tensor_parallel_degree"] = lay.tp
     if lay.tp > 1:
         notes += tp_overlap_notes(t)
-    if t.zero == 0 and not _experts_borrow_shards(m, lay):
-        par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"] = lay.dp, 1
-    else:
-        if t.zero == 0:
-            notes.append(
-                f"torchtitan's expert parallelism takes its ranks from FSDP's shard dimension with cp and tp "
-                f"(ParallelDims: ep divides dp_shard x cp x tp; replicated data parallelism lends none): the "
-                f"plan's ep{lay.ep} reaches into its data-parallel ranks, so they shard (FSDP over dp{lay.dp})"
-            )
-        par["data_parallel_shard_degree"] = lay.dp
-        if t.fsdp_reshard != "default":
-            par["fsdp_reshard_after_forward"] = t.fsdp_reshard
-        if t.zero != 3:
-            notes.append(f"torchtitan shards over data parallelism with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
-    if lay.cp > 1:
-        par["context_parallel_degree"] = lay.cp
-        par["context_parallel_load_balancer"] = "headtail"
-        if t.cp_comm != "all_gather":
-            notes.append(
-                f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
-                f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
-                + (
-                    '; the TOML form below passes them in a ring (context_parallel_rotate_method = "alltoall", '
-                    "which torchtitan took until #3666, 2026-06-14)"
-                    if t.cp_comm in ROTATE_METHODS
-                    else " (neither form splits heads over the context ranks)"
-                )
-            )
+    dp, said = data_parallel(m, lay, t)
+    cp, more = context_parallel(lay, t)
+    par.update(dp | cp)
+    notes += said + more
     if m.moe:
         par["expert_parallel_degree"] = lay.ep
         if lay.etp > 1 and lay.etp != lay.tp:
@@ -242,14 +219,6 @@ def tp_overlap_notes(t: Training) -> list[str]:
     return []
 
 
-#: the old form's ``context_parallel_rotate_method`` for each cp_comm it can run. PyTorch's
-#: context_parallel (torch 2.13, distributed/tensor/experimental/_context_parallel/
-#: _attention.py) takes "allgather" (_AllGatherRotater: every rank's keys and values
-#: gathered) or "alltoall" (_AllToAllRotater: permute_tensor to rank + 1, a ring passing
-#: one chunk a step, overlapped with the next block: pipesim's p2p); neither is Ulysses' a2a.
-ROTATE_METHODS = {"p2p": "alltoall", "all_gather": "allgather"}
-
-
 #: the output head's module name in torchtitan's models before #2937 (2026-04-27), and so in
 #: every version that read TOML job files (its llama3, qwen3, deepseek_v3 model.py at
 #: 9810191bb^: ``self.output``; pipeline_parallel.py splits on "norm", "output")
@@ -292,13 +261,6 @@ DEEPEP_TOML = "; DeepEP's dispatch (expert_parallel_comm_backend) from #2107 (20
 def _deepep(m: Model, lay, t: Training) -> bool:
     """Whether the plan dispatches experts between ranks with DeepEP."""
     return bool(m.moe) and lay.ep > 1 and t.moe_dispatcher == "deepep"
-
-
-def _experts_borrow_shards(m: Model, lay) -> bool:
-    """Whether the plan's expert ranks reach beyond cp x tp (less the tp ways experts are
-    split) into the data-parallel ranks, which torchtitan lends to experts only when
-    FSDP shards over them."""
-    return bool(m.moe) and lay.ep > 1 and (lay.cp * lay.tp // lay.etp) % lay.ep != 0
 
 
 def _toml_versions(m: Model, lay, expert_tp: bool, deepep: bool = False) -> str:
@@ -416,12 +378,12 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing, 
             if module == PLACEHOLDER[0]
             else []
         ),
-        f"from {module} import {base}",
+        f"from {module} import {extra.base}",
         *imports,
         "",
         "",
         "def pipesim_plan():",
-        f"    config = {base}()",
+        f"    config = {extra.base}()",
         "    config.parallelism = ParallelismConfig(",
     ]
     for k, v in par.items():
