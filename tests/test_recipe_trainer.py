@@ -209,3 +209,80 @@ def test_torchtitan_says_its_deepseek_v3_refuses_mtp_with_cp_and_pp(pp, cp, refu
     said = [n for n in recipe(plan)["torchtitan"]["notes"] if "with MTP enabled" in n]
     assert said == ([] if refused is None else [said[0]])
     assert refused is None or f"refuses {refused} parallelism with MTP enabled" in said[0]
+
+
+def run_without_torchao(code: str, monkeypatch) -> dict:
+    """Run the configuration function against stand-ins for torchtitan's modules, whose
+    llama3_405b() raises as torchtitan b5bcd76's does without torchao (model_registry builds
+    Float8LinearConverter, whose __init__ raises ImportError "torchao is not installed"),
+    and return what the configuration set."""
+    import sys
+    import types
+
+    class Settings(types.SimpleNamespace):
+        def __getattr__(self, name):  # any section the code reaches into
+            value = Settings()
+            setattr(self, name, value)
+            return value
+
+    def module(name, **attrs):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(**attrs))
+
+    def no_torchao():
+        raise ImportError("torchao is not installed. Please install it to use float8 linear layers.")
+
+    def made(kind):
+        return lambda *args, **kwargs: (kind, args, kwargs)
+
+    config = Settings(made_from="llama3_70b")
+    registry = dict(llama3_405b=no_torchao, llama3_70b=lambda: config)
+    module("torchtitan.models.llama3.config_registry", **registry)
+    module("torchtitan.models.llama3", model_registry=made("model_registry"))
+    module("torchtitan.config", ParallelismConfig=made("ParallelismConfig"), CompileConfig=made("CompileConfig"))
+    module("torchtitan.distributed.activation_checkpoint", FullAC=Settings(Config=made("FullAC")))
+    module(
+        "torchtitan.components.optimizer",
+        default_adamw=made("default_adamw"),
+        LRSchedulersContainer=Settings(Config=made("LRSchedulersContainer")),
+    )
+    scope: dict = {}
+    exec(compile(code, "my_plan.py", "exec"), scope)
+    return vars(scope["pipesim_plan"]())
+
+
+# torchtitan at b5bcd76: torchtitan/models/llama3/config_registry.py llama3_405b calls
+# model_registry("405B", converters=[Float8LinearConverter.Config(...)]), and
+# models/llama3/__init__.py model_registry builds each converter (c.build().convert(config));
+# torchtitan/components/quantization/float8.py Float8LinearConverter.__init__ raises
+# ImportError without torchao. llama3_405b's own settings beside llama3_70b's (same file):
+# hf_assets_path "./assets/hf/Llama-3.1-405B", default_adamw(lr=8e-5),
+# LRSchedulersContainer.Config(warmup_steps=600), steps=3000, CompileConfig(enable=True, ...)
+@pytest.mark.parametrize("overlap", ["none", "all"])
+def test_a_bf16_405b_recipe_runs_without_torchao(overlap, monkeypatch):
+    plan = plan_of("llama3-405b", Layout(pp=8, dp=8, tp=8), 512, tp_overlap=overlap)
+    tt = recipe(plan)["torchtitan"]
+    config = run_without_torchao(tt["python"], monkeypatch)
+    assert config["made_from"] == "llama3_70b"
+    assert config["model_spec"] == ("model_registry", ("405B",), {})
+    assert config["hf_assets_path"] == "./assets/hf/Llama-3.1-405B"
+    assert config["optimizer"] == ("default_adamw", (), {"lr": 8e-5})
+    assert config["lr_scheduler"] == ("LRSchedulersContainer", (), {"warmup_steps": 600})
+    assert config["training"].steps == 3000
+    compiled = {"enable": True, **({"enable_async_tensor_parallel": True} if overlap == "all" else {})}
+    assert config["compile"] == ("CompileConfig", (), compiled)
+    assert any("pip install torchao" in n for n in tt["notes"])
+
+
+# torchtitan at b5bcd76: the MoE model registries take moe_comm_backend (deepseek_v3,
+# qwen3 and gpt_oss __init__.py), "deepep" selecting DeepEP (models/common/config_utils.py);
+# a model with no torchtitan configuration (Mixtral) gets a placeholder base whose model
+# spec the user builds, so the recipe can only say what to pass
+@pytest.mark.parametrize("dispatcher, said", [("deepep", True), ("alltoall", False)])
+def test_a_placeholder_moe_base_is_told_the_plans_dispatcher(dispatcher, said):
+    plan = plan_of("mixtral-8x22b", Layout(pp=2, dp=8, tp=1, ep=8), 16, moe_dispatcher=dispatcher)
+    tt = recipe(plan)["torchtitan"]
+    assert "from your_configs import your_base_config" in tt["python"]
+    notes = [n for n in tt["notes"] if "moe_comm_backend" in n]
+    assert len(notes) == said
+    assert not said or 'moe_comm_backend="deepep"' in notes[0]
+    assert tomllib.loads(tt["toml"])["parallelism"].get("expert_parallel_comm_backend") == ("deepep" if said else None)

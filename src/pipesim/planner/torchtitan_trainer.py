@@ -17,19 +17,51 @@ from typing import NamedTuple
 
 from .layout import Layout
 from .specs import Model, Training
+from .torchtitan_bases import PLACEHOLDER
 
-#: how each base configuration builds its model spec (config_registry.py at b5bcd76), so
-#: that the recipe can build it again where the plan differs: base function -> (module of
-#: its model_registry, the call's arguments, whether it converts the linears to Float8).
-#: llama3_405b passes converters=[Float8LinearConverter.Config(...)] (torchao, "rowwise",
-#: the lm_head kept bf16); the same call without them is its bf16 model.
+#: how each MoE base configuration builds its model spec (config_registry.py at b5bcd76),
+#: so that the recipe can build it again with the plan's expert dispatcher: base function
+#: -> (module of its model_registry, the call's arguments)
 MODEL_SPECS = {
-    "llama3_405b": ("torchtitan.models.llama3", '"405B"', True),
-    "deepseek_v3_671b": ("torchtitan.models.deepseek_v3", '"671B", attn_backend="flex"', False),
-    "qwen3_30b_a3b": ("torchtitan.models.qwen3", '"30B-A3B"', False),
-    "gpt_oss_20b": ("torchtitan.models.gpt_oss", '"20b"', False),
-    "gpt_oss_120b": ("torchtitan.models.gpt_oss", '"120b"', False),
+    "deepseek_v3_671b": ("torchtitan.models.deepseek_v3", '"671B", attn_backend="flex"'),
+    "qwen3_30b_a3b": ("torchtitan.models.qwen3", '"30B-A3B"'),
+    "gpt_oss_20b": ("torchtitan.models.gpt_oss", '"20b"'),
+    "gpt_oss_120b": ("torchtitan.models.gpt_oss", '"120b"'),
 }
+
+#: the base a configuration starts from instead where calling the preset's own needs what a
+#: bf16 run does not: llama3_405b() passes converters=[Float8LinearConverter.Config(...)] to
+#: model_registry, which builds the converter there and then (llama3/__init__.py at
+#: b5bcd76: ``c.build().convert(config)``), and Float8LinearConverter.__init__
+#: (components/quantization/float8.py) raises ImportError without torchao and ValueError on
+#: a GPU older than SM89, before the recipe could replace the spec. llama3_70b() builds
+#: none, and differs from llama3_405b() (config_registry.py) only in what these lines set
+#: again: the model, its Hugging Face assets, lr 8e-5 (1.5e-4), a 600-step warm-up (the
+#: default), 3000 steps (1000) and compile on; its loss counts the same 128256-token
+#: vocabulary (decoder_vocab_size), its data, checkpointing, validation and FullAC match.
+#: base -> (the base called instead, the lines after the parallelism, their imports)
+REBASED = {
+    "llama3_405b": (
+        "llama3_70b",
+        [
+            "    # llama3_405b() builds its Float8 converter when called, which needs torchao and an SM89+ GPU: its",
+            "    # settings on llama3_70b()'s configuration, without the converter",
+            '    config.model_spec = model_registry("405B")',
+            '    config.hf_assets_path = "./assets/hf/Llama-3.1-405B"',
+            "    config.optimizer = default_adamw(lr=8e-5)",
+            "    config.lr_scheduler = LRSchedulersContainer.Config(warmup_steps=600)",
+            "    config.training.steps = 3000",
+        ],
+        [
+            "from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw",
+            "from torchtitan.models.llama3 import model_registry",
+        ],
+    ),
+}
+
+#: the compile setting of a rebased base's own configuration (llama3_405b: CompileConfig(
+#: enable=True, enable_async_tensor_parallel=True), AsyncTP being set as the plan overlaps)
+REBASED_COMPILE = "    config.compile = CompileConfig(enable=True)"
 
 #: the MoE models' ``moe_comm_backend`` for pipesim's ``moe_dispatcher``: each
 #: model_registry takes one (deepseek_v3, qwen3 and gpt_oss __init__.py at b5bcd76), default
@@ -47,13 +79,15 @@ TENSORWISE_UNTIL = "#3127 (2026-04-27)"
 class TrainerLines(NamedTuple):
     """Lines of the configuration function after the parallelism (``lines``), the imports
     they need, the ``training`` settings they add, notes, and the ``compile`` settings
-    its lines make, for the command line."""
+    its lines make, for the command line; ``base``, the configuration function the
+    configuration calls."""
 
     lines: list[str]
     imports: list[str]
     training: dict
     notes: list[str]
     compile: dict
+    base: str
 
 
 def cuda_graphs(m: Model, lay: Layout, t: Training) -> tuple[bool, list[str]]:
@@ -89,15 +123,29 @@ def precision(base: str, m: Model, lay: Layout, t: Training) -> tuple[list[str],
     all-to-all; an FP8 plan gets a note, since torchtitan's Float8 today is row-wise scaled
     and MXFP8 block-scaled by 32, neither the plan's per-tensor or 128-tile block scaling."""
     lines, imports, notes = [], [], []
-    module, call, float8 = MODEL_SPECS.get(base, (None, "", False))
+    if base in REBASED:
+        _, lines, imports = REBASED[base]
+        lines, imports = list(lines), list(imports)
+        notes.append(
+            f"{base}() builds a Float8 converter when called (model_registry's converters), which raises without "
+            "torchao (pip install torchao) or on a GPU older than SM89, even where the model spec is replaced after: "
+            f"the configuration starts from {REBASED[base][0]}() and sets {base}'s own settings again; the "
+            f"command-line form over --config {base} needs torchao"
+        )
+    module, call = MODEL_SPECS.get(base, (None, ""))
     backend = COMM_BACKENDS[t.moe_dispatcher] if m.moe and lay.ep > 1 else "standard"
-    if module and (float8 or backend != "standard"):
-        why = [f"{base} converts its linears to Float8"] if float8 else []
-        if backend != "standard":
-            call += f', moe_comm_backend="{backend}"'
-            why.append(f"the plan's dispatcher is {t.moe_dispatcher}")
+    if module and backend != "standard":
         imports.append(f"from {module} import model_registry")
-        lines.append(f"    config.model_spec = model_registry({call})  # {'; '.join(why)}")
+        lines.append(
+            f'    config.model_spec = model_registry({call}, moe_comm_backend="{backend}")  # the plan\'s dispatcher, {t.moe_dispatcher}'
+        )
+    elif base == PLACEHOLDER[1] and backend != "standard":
+        # your_base_config is the user's: its MoE model spec must ask for the dispatcher too
+        notes.append(
+            f"the plan dispatches experts with {t.moe_dispatcher} (moe_dispatcher = {t.moe_dispatcher}): build "
+            f"{PLACEHOLDER[1]}'s model spec with moe_comm_backend=\"{backend}\", as each of torchtitan's MoE "
+            'model_registry takes it (its default "standard" is PyTorch\'s all-to-all)'
+        )
     if t.precision == "fp8":
         scaled = {"tensor": "one scale per tensor", "block": "DeepSeek-V3's 1x128 and 128x128 tiles"}[t.fp8_scaling]
         notes.append(
@@ -142,7 +190,11 @@ def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines
         if compile_imports
         else {"enable_async_tensor_parallel": False}
     )
-    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more, settings)
+    called = REBASED[base][0] if base in REBASED else base
+    if base in REBASED and not compile_imports:
+        # the base's own compile on, AsyncTP off (CompileConfig's default) where the plan has none
+        compiled, compile_imports = [REBASED_COMPILE], ["from torchtitan.config import CompileConfig"]
+    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more, settings, called)
 
 
 #: torchtitan's expert-parallel overlap inside DualPipeV's forward-and-backward pairs: added
