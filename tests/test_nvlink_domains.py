@@ -114,6 +114,17 @@ def test_the_placement_is_in_the_json_report(capsys):
     code = main([*args, "--tp", "8", "--pp", "1", "--schedules", "1f1b"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and "512 GPUs as 8 NVLink domains of 64 of 72" in out["assumptions"]["nodes"]
+    # the same as fields: 128 trays of 4 (DGXNNODES=128), 8 racks of 72 holding 64 of the job's each
+    want = {"gpus_per_node": 4, "nodes": 128, "nvlink_domain": 72, "gpus_per_domain": 64, "domains": 8}
+    assert out["placement"] == want
+
+
+def test_an_eight_gpu_node_is_its_own_domain_in_the_json_report(capsys):
+    args = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--json"]
+    code = main([*args, "--tp", "8", "--pp", "1", "--schedules", "1f1b"])
+    out = json.loads(capsys.readouterr().out)
+    want = {"gpus_per_node": 8, "nodes": 8, "nvlink_domain": 8, "gpus_per_domain": 8, "domains": 8}
+    assert code == 0 and out["placement"] == want
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from .memory_lines import held_text, usable_gb
 from .naming import fmt_hours, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
 from .params import published_active_params, total_params
 from .results import Plan, Result
+from .specs import Cluster
 from .verdicts import family_verdicts, nowhere, rejection
 
 
@@ -103,12 +104,25 @@ def _published_choice(plan: Plan, ref: dict) -> str | None:
     return f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]}) did not fit or was not searched here."
 
 
+def placement(c: Cluster) -> dict:
+    """Where the job's GPUs sit, as the report's "nodes" line says in words: nodes, and the
+    NVLink domains the job spans with its GPUs in each (``Cluster.domain``)."""
+    return {
+        "gpus_per_node": c.gpus_per_node,
+        "nodes": c.nodes,
+        "nvlink_domain": c.nvlink_domain or c.gpus_per_node,
+        "gpus_per_domain": c.domain,
+        "domains": max(1, c.gpus // c.domain),
+    }
+
+
 def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | None = None, layout: int = 1) -> dict:
     best = plan.best
     d = {
         "model": plan.model.name,
         "cluster": plan.cluster.name,
         "gpus": plan.cluster.gpus,
+        "placement": placement(plan.cluster),
         "parameters": total_params(plan.model),
         "active_parameters": published_active_params(plan.model),  # as the maker counts them
         "training": asdict(plan.training),
