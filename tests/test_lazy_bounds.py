@@ -5,16 +5,20 @@ every candidate first, and a floor never above the bound it stands for."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from pipesim.ir import Op, Pair
 from pipesim.planner import bounds as bounds_mod
+from pipesim.planner import candidates as candidates_mod
 from pipesim.planner import evaluate as evaluate_mod
 from pipesim.planner import search as search_mod
 from pipesim.planner.layout import Layout
+from pipesim.planner.shared import Shared
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
 from pipesim.planner.stages import component_costs, stage_parts
+from pipesim.schedules import REGISTRY
 
 
 class Fake:
@@ -91,3 +95,30 @@ def test_lazy_pricing_finds_the_plan_pricing_everything_finds(model, gpus, monke
     ]
     assert [(r.candidate, r.reason) for r in lazy.rejected] == [(r.candidate, r.reason) for r in eager.rejected]
     assert lazy.skipped == eager.skipped
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "extra"),
+    [("deepseek-v3", "h800-2048", {}), ("llama3-8b", "h100", {"zero": 3})],  # ZeRO-3: FSDP's own sync terms
+)
+def test_a_sync_worked_out_when_priced_is_the_one_a_fresh_search_works_out(model, cluster, extra):
+    """A candidate's step sync is worked out when it is first priced and kept per cost model
+    (and per micro-batch count where FSDP regathers for each): priced in another order,
+    after candidates of other layouts, schedules and micro-batch counts filled the store,
+    each has the bound, sync and step a fresh search's state gives it, and a floor (which
+    counts the sync only where its cost model's was known) under its bound."""
+    m, c = load_model(model), load_cluster(cluster, gpus=None if model == "deepseek-v3" else 32)
+    t = load_training(**{**model_training(model), "global_batch": 512, **extra})
+    rng = random.Random(model)
+    picked = rng.sample(list(candidates_mod.candidates(m, c, t)), 120)
+    shared = Shared(m, c, t)
+    prepared = [p for p in (evaluate_mod.prepare(m, c, t, x, shared) for x in picked) if isinstance(p, evaluate_mod.Prepared)]
+    rng.shuffle(prepared)
+    periodic = set()
+    for p in prepared:
+        floor = p.floor
+        fresh = evaluate_mod.prepare(m, c, t, p.candidate, Shared(m, c, t))
+        assert floor <= p.bound == fresh.bound, p.candidate
+        assert p.sync == fresh.sync and p.step == fresh.step, p.candidate
+        periodic.add(REGISTRY[p.candidate.schedule].periodic)
+    assert len(prepared) >= 20 and periodic == {True, False}

@@ -55,13 +55,14 @@ class Prepared:
     memory: object
     budgets: Budgets  # per rank, its own usable memory (device_memory.usable_on_rank)
     statics: list[float]  # per rank, bytes of parameters, gradients and optimizer states (bounds.static_bytes)
-    sync: float  # exposed data-parallel (and tied-embedding) collectives and the optimizer step, seconds (a floor: ``step``)
-    floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``)
+    # the step's exposed data-parallel (and tied-embedding) collectives and optimizer
+    # step, in its parts (``sync``, ``StepSync.before``, is their floor; the gradient
+    # reduction is timed on the simulation where the framework overlaps it chunk by
+    # chunk), or the function that works them out when first asked (``step``)
+    steps: StepSync | Callable[[], StepSync] | None = field(repr=False, compare=False)
+    floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``) or the sync
     evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
     exact: Callable[[], float] | None = field(default=None, repr=False, compare=False)  # ``bound``, priced when asked
-    # ``sync`` in its parts, the gradient reduction to be timed on the simulation where
-    # the framework overlaps it chunk by chunk (``sync`` is then its floor, ``StepSync.before``)
-    step: StepSync | None = field(default=None, repr=False, compare=False)
 
     @property
     def bound(self) -> float:
@@ -75,6 +76,18 @@ class Prepared:
     @property
     def priced(self) -> bool:
         return self.exact is None
+
+    @property
+    def step(self) -> StepSync:
+        if callable(self.steps):
+            self.steps = self.steps()
+        return self.steps
+
+    @property
+    def sync(self) -> float:
+        """Exposed data-parallel (and tied-embedding) collectives and the optimizer step,
+        seconds (a floor: ``step``)."""
+        return self.step.before
 
 
 def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pending: int = 0) -> dict:
@@ -268,7 +281,7 @@ def _within_memory(
         last = (None,) * lay.pp
 
         def priced():
-            return sync
+            return sync()
 
         def work():
             return kept(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
@@ -278,35 +291,44 @@ def _within_memory(
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
     # the micro-batch count matters only where FSDP regathers for each micro-batch
+    syncs = kept(memo, "sync", dict)  # (its own store: what a candidate priced later holds on to)
+    per_m = M if per_microbatch(t, lay) else None
+
     def step_sync_of():
-        return kept(memo, ("sync", M if per_microbatch(t, lay) else None), lambda: step_sync(c, t, lay, pl, mm, costs, M))
+        return kept(syncs, per_m, lambda: step_sync(c, t, lay, pl, mm, costs, M))
 
     tied = tied_embedding_sync(m, c, t, lay)
-    step = replace(step_sync_of().ordered(paired, last), extra=tied)
-    sync = step.before
+
+    def step_of() -> StepSync:
+        return replace(step_sync_of().ordered(paired, last), extra=tied)
+
+    # the sync is worked out when first asked (the bound's pricing, or the simulation):
+    # most candidates of a wide search never reach the front of its queue, and their
+    # floors count none of it. Where this cost model's is known already, the floor
+    # counts it (cheaply tighter)
+    step = step_of() if per_m in syncs else step_of
+    known = step.before if isinstance(step, StepSync) else 0.0
+
+    def sync() -> float:
+        return step.before if isinstance(step, StepSync) else got.sync
+
+    if floor is None:  # no floor cheaper than the work itself: summed now
+        ahead = pipeline_bound(pl, costs, *work(), passes)
+        if any(paired):  # an exhaustive search's paired order: priced at once
+            step = step if isinstance(step, StepSync) else step_of()
+            return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced()), evened)
+        got = Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + known, evened, lambda: ahead + sync())
+        return got
 
     def bound() -> float:
         busy = work()  # prices the order's items (a paired rank's pairs among them) first
-        return pipeline_bound(pl, costs, *busy, passes) + (sync if not any(paired) else max(sync, priced()))
+        return pipeline_bound(pl, costs, *busy, passes) + (sync() if not any(paired) else max(sync(), priced()))
 
-    if floor is None:
-        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, sync, bound(), evened, step=step)
-    # more work and less deferrable W can only lengthen pipeline_bound: a floor under it
-    return Prepared(
-        cand,
-        stages,
-        parts,
-        opts,
-        costs,
-        mm,
-        own,
-        statics,
-        sync,
-        pipeline_bound(pl, costs, *floor, passes) + sync,
-        evened,
-        bound,
-        step,
-    )
+    # more work and less deferrable W can only lengthen pipeline_bound, and sync is at
+    # least 0: a floor under the bound
+    below = pipeline_bound(pl, costs, *floor, passes) + known
+    got = Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, below, evened, bound)
+    return got
 
 
 def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
