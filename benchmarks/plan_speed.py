@@ -15,7 +15,9 @@ has; without it both read the user's cache, where earlier runs left the searched
 
 Targets (issue 10): every pair under 10 s CPU and 500 MB peak RSS; DeepSeek-V3 on
 h800-2048 under 5 s. Issue 19 adds one case past the presets: llama3-405b on 131072 H100
-(``--gpus 131072``), under 10 s, where context parallelism has to be searched.
+(``--gpus 131072``), under 10 s, where context parallelism has to be searched; and a
+user's HuggingFace config of Qwen3-235B-A22B (``tests/data/hf/qwen3-235b-a22b.json``: 94
+layers, 128 experts) on h800-2048, b200 and gb200-nvl72, under 10 s like the presets.
 """
 
 from __future__ import annotations
@@ -38,8 +40,14 @@ RUN = "import sys; from pipesim.cli import main; sys.exit(main(sys.argv[1:]))"
 CPU_TARGET, RSS_TARGET_MB, DEEPSEEK_TARGET = 10.0, 500.0, 5.0
 
 
-#: cases past the preset pairs: (model, cluster, extra flags)
-EXTRA = [("llama3-405b", "h100", ("--gpus", "131072"))]
+#: cases past the preset pairs: (model, cluster, extra flags); a model may be a
+#: HuggingFace config.json, shown by its file's name
+QWEN3 = str(SRC.parent / "tests" / "data" / "hf" / "qwen3-235b-a22b.json")
+EXTRA = [("llama3-405b", "h100", ("--gpus", "131072"))] + [(QWEN3, c, ()) for c in ("h800-2048", "b200", "gb200-nvl72")]
+
+
+def shown(model: str) -> str:
+    return Path(model).stem if model.endswith(".json") else model
 
 
 def run_case(src: Path, model: str, cluster: str, timeout: float, cold: bool = False, extra: tuple = ()) -> dict:
@@ -125,11 +133,11 @@ def main() -> None:
     models = sorted(p.stem for p in (PRESETS / "models").glob("*.toml"))
     clusters = sorted(p.stem for p in (PRESETS / "clusters").glob("*.toml"))
     pairs = [(m, c, ()) for m in models for c in clusters if not args.only or args.only in m or args.only in c]
-    pairs += [x for x in EXTRA if not args.only or args.only in x[0] or args.only in x[1]]
+    pairs += [x for x in EXTRA if not args.only or args.only in shown(x[0]) or args.only in x[1]]
     if args.pairs:
         wanted = [tuple(x.split(":")) for x in args.pairs.split(",")]
-        pairs = [p for p in pairs if p[:2] in wanted]
-    head = f"{'model':14s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
+        pairs = [p for p in pairs if (shown(p[0]), p[1]) in wanted]
+    head = f"{'model':16s} {'cluster':10s} {'this: CPU, peak RSS':>20s} {'peer':>20s} {'CPU ratio':>9s} {'RSS ratio':>9s} target  answer"
     cache = "an empty cache per case (cold)" if args.cold else "the user's cache (searched orders kept from earlier runs)"
     print(f"pipesim plan: CPU seconds and peak RSS per case, {cache}; peer = {'none' if args.no_peer else args.peer_src}")
     print(head, flush=True)
@@ -140,7 +148,7 @@ def main() -> None:
         m, c, extra = pair
         mine = run_case(Path(args.src), m, c, args.timeout, args.cold, extra)
         peer = None if args.no_peer else run_case(Path(args.peer_src), m, c, args.timeout, args.cold, extra)
-        return m, c + "".join(f" {x}" for x in extra[1:]), mine, peer
+        return shown(m), c + "".join(f" {x}" for x in extra[1:]), mine, peer
 
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         for m, c, mine, peer in pool.map(measure, pairs):
@@ -150,7 +158,7 @@ def main() -> None:
             worst_cpu, worst_rss = max(worst_cpu, mine["cpu"]), max(worst_rss, mine["rss_mb"])
             answer = mine.get("answer") or " ".join(mine.get("error", ["timed out"]))
             print(
-                f"{m:14s} {c:10s} {cell(mine, args.timeout):>20s} {cell(peer, args.timeout):>20s} {ratio(peer, mine, 'cpu'):>9s} "
+                f"{m:16s} {c:10s} {cell(mine, args.timeout):>20s} {cell(peer, args.timeout):>20s} {ratio(peer, mine, 'cpu'):>9s} "
                 f"{ratio(peer, mine, 'rss_mb'):>9s} <{limit:g}s {'ok' if ok else 'MISS'}  {answer}",
                 flush=True,
             )
