@@ -10,7 +10,7 @@ config registry (torchtitan read TOML files until #2386, 2026-02, and named the
 micro-batch setting ``pipeline_parallel_microbatch_size`` until #4121, 2026-08); the
 stage placement and CSV handling in torchtitan/distributed/pipeline_parallel.py; module
 names from its LLM models (``tok_embeddings``, ``layers.N``, ``norm``, ``lm_head``). Its
-DeepSeek-V3 refuses pipeline parallelism with MTP (torchtitan/models/deepseek_v3/MTP.md).
+DeepSeek-V3 refuses context and pipeline parallelism with MTP (torchtitan/models/deepseek_v3/MTP.md).
 """
 
 from __future__ import annotations
