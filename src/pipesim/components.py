@@ -153,7 +153,8 @@ class ComponentCosts:
             else f"{len(self.stages)} stages of per-layer components"
         )
         lone = ", lone ops overlap half micro-batches" if self.lone_overlap else ""
-        return f"{head}; {len(stage)} layers per chunk; p2p {self.p2p:g}; communication holds {self.comm_sms:g}/{self.total_sms:g} SMs{lone}"
+        layers = f"{len(stage)} layer{'s' if len(stage) != 1 else ''} per chunk"
+        return f"{head}; {layers}; p2p {self.p2p:g}; communication holds {self.comm_sms:g}/{self.total_sms:g} SMs{lone}"
 
     @property
     def comm_share(self) -> float:
