@@ -152,3 +152,34 @@ def test_pair_chart_names_every_part(capsys, tmp_path):
     for g in parts:
         part = g["part"].split(" ")[0]
         assert sum(part in t for t in texts) >= sum(p["part"].split(" ")[0] == part for p in parts)
+
+
+def test_one_layer_per_chunk_is_singular(capsys):
+    # the header read "1 layers per chunk"; English wants the singular for one
+    code, out, _ = run(capsys, "simulate", "-s", "1f1b", "--pp", "2", "-m", "2", "--preset", "ep-1to1", "--no-timeline")
+    assert code == 0 and "; 1 layer per chunk;" in out
+    code, out, _ = run(capsys, "simulate", "-s", "1f1b", "--pp", "2", "-m", "2", "--preset", "ep-1to1", "--layers", "3")
+    assert code == 0 and "; 3 layers per chunk;" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "-s", "1f1b", "--no-timeline"],
+        ["compare", "--pp", "2", "-m", "4"],
+        ["sweep", "--pp", "2", "-m", "4,8", "--schedules", "1f1b"],
+        ["draw", "-s", "1f1b", "--pp", "2", "-m", "4", "-o", "OUT.svg"],
+        ["report", "--pp", "2", "-m", "4", "--schedules", "1f1b", "-o", "OUT.html"],
+    ],
+)
+@pytest.mark.parametrize("lone", [["--layers", "3"], ["--p2p", "5"], ["--attn-b", "2"], ["--comm-sms", "10"], ["--lone-overlap"]])
+def test_a_lone_component_adjustment_is_refused(argv, lone, capsys, tmp_path):
+    # `simulate --layers 3` switched the whole model to default component layers with zero
+    # dispatch and combine, unsaid: plain `simulate` prices F=B=W=1 per chunk
+    argv = [str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    code, out, err = run(capsys, *argv, *lone)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{lone[0]} adjusts a component cost model" in err and "--preset, --components" in err
+    assert list(tmp_path.iterdir()) == []
+    # with a base that makes the model, the same flag is taken
+    assert run(capsys, *argv, *lone, "--attn", "1")[0] == 0

@@ -193,6 +193,7 @@ def costs_from(args: argparse.Namespace) -> CostModel:
     file, preset = getattr(args, "components", None), getattr(args, "preset", None)
     if not (layer or extras or file or preset or getattr(args, "lone_overlap", False)):
         return Costs(**simple)
+    _refuse_lone_modifiers(layer, extras, file or preset, getattr(args, "lone_overlap", False), simple)
     if simple:
         flags = ", ".join(f"--{k}" for k in simple)
         raise PipesimError(
@@ -216,6 +217,23 @@ def costs_from(args: argparse.Namespace) -> CostModel:
         fields_now.update(layer)
     layers = extras.pop("layers", 1)
     return ComponentCosts.uniform(LayerCosts(**fields_now), layers, lone_overlap=lone, **extras)
+
+
+#: the flags that make a component model on their own: a preset, a file, a forward time
+_COMPONENT_BASES = "--preset, --components or a forward time (--attn, --mlp, --dispatch, --combine)"
+
+
+def _refuse_lone_modifiers(layer: dict, extras: dict, base: object, lone: bool, simple: dict) -> None:
+    """A flag that only adjusts a component model (--layers, --p2p, a backward time...)
+    given without one of the flags that make it: it switched the whole cost model to
+    default layers (attention and MLP 1, dispatch and combine 0), which the user asked
+    for nowhere (`simulate --layers 3` printed another model than `simulate`)."""
+    if base or any(k in layer for k in _LAYER_FIELD.values()):
+        return
+    modifiers = [*(k for k in COMPONENT_FLAGS if _LAYER_FIELD.get(k, k) in layer), *extras, *(["lone_overlap"] if lone else [])]
+    flag = "--" + modifiers[0].replace("_", "-")
+    hint = " (per-chunk P2P latency is --comm)" if modifiers[0] == "p2p" and not simple else ""
+    raise PipesimError(f"{flag} adjusts a component cost model; give {_COMPONENT_BASES} with it, or drop it{hint}")
 
 
 def add_search(p: argparse.ArgumentParser) -> None:
