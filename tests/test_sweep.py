@@ -39,6 +39,8 @@ def test_range_syntax(text, values):
         ("8:16:0", "values must be from 1 to 16,000,000, got 0"),
         ("1:2:3:4", "too many ':'"),
         ("", "is not a whole number"),
+        ("4,4,4", "4 is given 3 times; give each value once"),
+        ("4,8,4", "4 is given 2 times"),
     ],
 )
 def test_bad_ranges_say_what_is_right(text, needle):
@@ -116,3 +118,24 @@ def test_end_labels_never_overlap():
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--pp", "2", "-m", "4,4,4", "--schedules", "1f1b", "--csv", "OUT.csv"],
+        ["sweep", "--pp", "2", "-m", "4,8", "--schedules", "1f1b,zb-h1,1f1b", "--csv", "OUT.csv"],
+        ["compare", "--pp", "2", "-m", "4", "--schedules", "1f1b,1F1B"],
+        ["draw", "--pp", "2", "-m", "4", "--schedules", "1f1b,1f1b", "-o", "OUT.svg"],
+        ["report", "--pp", "2", "-m", "4", "--schedules", "1f1b,gpipe", "--sweep", "8,8", "-o", "OUT.html"],
+    ],
+)
+def test_repeats_are_refused_not_run_twice(argv, tmp_path, capsys):
+    # 1f1b,zb-h1,1f1b built, simulated and printed 1f1b twice, and 4,4,4 ran as one 4
+    from pipesim.cli import main
+
+    argv = [str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "once" in err
+    assert list(tmp_path.iterdir()) == []

@@ -17,7 +17,7 @@ from .errors import PipesimError
 from .files import load_schedule
 from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
 from .ir import Schedule
-from .schedules import REGISTRY, build, family
+from .schedules import REGISTRY, build, canonical, family
 
 
 def whole_number(lo: int, hi: int) -> Callable[[str], int]:
@@ -326,4 +326,11 @@ def schedule_names(text: str | None) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise PipesimError(f"--schedules {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
+    seen: dict[str, str] = {}
+    for n in names:  # the same schedule twice was built, simulated and printed twice
+        key = canonical(n) or n  # 1F1B and Schedule1F1B are 1f1b; a file or unknown name is itself
+        if key in seen:
+            same = "is given twice" if seen[key] == n else f"names the same schedule as {seen[key]}"
+            raise PipesimError(f"--schedules {text!r}: {n} {same}; give each schedule once")
+        seen[key] = n
     return names

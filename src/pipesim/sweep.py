@@ -5,7 +5,7 @@ The range syntax (``--microbatches`` of ``pipesim sweep``):
 * ``8:128``: powers of two from 8 to 128 (8, 16, 32, 64, 128), the doubling that shows
   a bubble shrinking as 1/M;
 * ``8:128:8``: from 8 to 128 in steps of 8 (both ends included when the step lands there);
-* ``8,12,16``: exactly these;
+* ``8,12,16``: exactly these (each once: a repeat is refused, not run twice or dropped);
 * ``16``: one value.
 
 A (pp, M) a schedule cannot take (DualPipe needs M >= 2pp, interleaved needs pp | M)
@@ -44,10 +44,15 @@ def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
 
     text = text.strip()
     if "," in text:
-        values = sorted({whole(p.strip()) for p in text.split(",") if p.strip()})
-        if not values or len(values) > MAX_POINTS:
+        given = [whole(p.strip()) for p in text.split(",") if p.strip()]
+        if not given or len(given) > MAX_POINTS:
             raise PipesimError(f"{flag} {text!r}: give from 1 to {MAX_POINTS:,} values")
-        return values
+        # a value typed twice is a slip for another one (4,8,4 for 4,8,16): "exactly these"
+        # cannot say which was meant, so it is named rather than silently dropped
+        twice = next((v for i, v in enumerate(given) if v in given[:i]), None)
+        if twice is not None:
+            raise PipesimError(f"{flag} {text!r}: {twice} is given {given.count(twice)} times; give each value once")
+        return sorted(given)
     parts = text.split(":")
     if len(parts) == 1:
         return [whole(parts[0])]
