@@ -152,6 +152,30 @@ def test_killed_rank_ends_the_command_with_one_line_and_no_process_left(monkeypa
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
 
+def test_timeout_counts_start_up_and_leaves_no_process(tmp_path):
+    """--timeout "give up after this long" counted from after the ranks had started: the
+    forkserver's torch import (seconds) was free, and a 0.5 s run ran to its end and
+    succeeded. No run starts two processes that import torch within 0.5 s, so it times
+    out, in one line, with neither forkserver nor rank left behind."""
+    name, value = "PIPESIM_TEST_RUN", f"{os.getpid()}-{time.monotonic_ns()}"
+    marker = f"{name}={value}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipesim.cli", "run", "-s", "1f1b", "--pp", "2", "-m", "2", "--timeout", "0.5"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, name: value},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("pipesim: error: timed out after 0.5 s: ") and proc.stderr.count("\n") == 1, proc.stderr
+    deadline = time.monotonic() + 15
+    while with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert with_marker(marker) == []
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_ranks_exit_when_the_launcher_dies(tmp_path):
     """SIGKILL the pipesim process mid-run: its forkserver and ranks do not outlive it."""
     name, value = "PIPESIM_TEST_RUN", f"{os.getpid()}-{time.monotonic_ns()}"

@@ -119,9 +119,12 @@ def _signature(fn) -> str:
         return "(?)"
 
 
-def execute_many(jobs: list[Job], *, backend: str = "auto", timeout: float = 600.0) -> list[RunResult] | None:
+def execute_many(
+    jobs: list[Job], *, backend: str = "auto", timeout: float = 600.0, since: float | None = None
+) -> list[RunResult] | None:
     """Run several schedules (all with the same pp) in one launch: the processes and the
-    process group are set up once. Returns None on torchrun ranks other than 0."""
+    process group are set up once. Returns None on torchrun ranks other than 0.
+    ``timeout`` counts from ``since`` (a ``time.monotonic()``; default: this call)."""
     if not jobs:
         return []
     pps = {(j.schedule.pp, j.ep) for j in jobs}
@@ -140,7 +143,7 @@ def execute_many(jobs: list[Job], *, backend: str = "auto", timeout: float = 600
             return None
     else:
         check_capacity(nprocs, pp, ep)
-        per_rank = launch(RUN_JOBS, jobs, nprocs, backend, timeout, fault)
+        per_rank = launch(RUN_JOBS, jobs, nprocs, backend, timeout, fault, since=since)
     return [assemble(j.schedule, [reports[i] for reports in per_rank], j.tolerance, j.costs) for i, j in enumerate(jobs)]
 
 

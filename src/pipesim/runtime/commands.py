@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+import time
 
 from ..costs import Costs
 from ..errors import PipesimError
@@ -214,6 +215,7 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    since = time.monotonic()  # --timeout's "this long" is the user's wait: start-up, torch's import included
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
     _refuse_unused(args)
@@ -292,7 +294,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for s, profile in zip(schedules, profiles)
     ]
     try:
-        results = execute_many(jobs, backend=args.backend, timeout=args.timeout)
+        results = execute_many(jobs, backend=args.backend, timeout=args.timeout, since=since)
     except RunFailed as e:
         print(f"pipesim: error: {e}", file=sys.stderr)
         return 1

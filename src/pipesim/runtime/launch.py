@@ -77,13 +77,20 @@ def launch(
     timeout: float = 600.0,
     fault: Fault | None = None,
     preload: tuple[str, ...] = (),
+    since: float | None = None,
 ) -> list:
     """Run ``target(ctx, payload)`` in ``nprocs`` processes and return their results by
     rank (``target`` is "module:function", imported in the ranks only); raise RunFailed
     naming the first rank that failed. Results come back by
     rank. ``preload``: modules the
     target needs, imported once in the forkserver rather than in every rank (only the
-    first launch of a process starts the forkserver, so only its list counts)."""
+    first launch of a process starts the forkserver, so only its list counts).
+    ``timeout`` counts from ``since`` (a ``time.monotonic()``; default now), start-up
+    included: the forkserver's torch import takes seconds, and a limit that began after it
+    let a 0.5 s run take 11 s before it said anything."""
+    deadline = (time.monotonic() if since is None else since) + timeout
+    if time.monotonic() > deadline:  # the launcher's own torch import took it all
+        raise RunFailed(f"timed out after {timeout:g} s: at start-up, before any rank started; give --timeout more time")
     ctx = mp.get_context("forkserver")
     # what every rank needs: autograd.grad with grad_outputs imports torch.fx's symbolic
     # shapes (sympy) on first use, half a second per process
@@ -106,24 +113,47 @@ def launch(
             or f"cannot open the rendezvous on 127.0.0.1 ({_line(e)}): is the loopback interface up (ip link set lo up)?"
         ) from None
     where = ctx.Array("c", WHERE * nprocs, lock=False)
-    procs, conns, alive = [], [], []
+    procs, conns, alive, failed = [], [], [], []
+    port = store.port
+
+    def start_ranks() -> None:
+        # a rank's start waits for the forkserver's imports: in a thread, so that the
+        # deadline can end the wait
+        try:
+            for rank in range(nprocs):
+                recv_end, send_end = ctx.Pipe(duplex=False)
+                alive_r, alive_w = ctx.Pipe(duplex=False)
+                conns.append(recv_end)
+                alive.append(alive_w)
+                p = ctx.Process(
+                    target=_child,
+                    args=(rank, nprocs, port, backend, timeout, target, payload, where, send_end, alive_r, fault),
+                    daemon=True,
+                    name=f"pipesim-rank{rank}",
+                )
+                try:
+                    p.start()
+                    procs.append(p)
+                finally:
+                    send_end.close()
+                    alive_r.close()
+        except BaseException as e:  # re-raised in the launcher's thread
+            failed.append(e)
+
     try:
-        for rank in range(nprocs):
-            recv_end, send_end = ctx.Pipe(duplex=False)
-            alive_r, alive_w = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=_child,
-                args=(rank, nprocs, store.port, backend, timeout, target, payload, where, send_end, alive_r, fault),
-                daemon=True,
-                name=f"pipesim-rank{rank}",
+        starter = threading.Thread(target=start_ranks, daemon=True, name="pipesim-start-ranks")
+        starter.start()
+        starter.join(max(0.0, deadline - time.monotonic()))
+        if starter.is_alive():
+            _stop_forkserver()  # its imports are what the ranks wait for; the wait ends with it
+            starter.join(5)
+            raise RunFailed(
+                f"timed out after {timeout:g} s: at start-up, {len(procs)} of {nprocs} ranks started "
+                "(the first launch imports torch, seconds); give --timeout more time"
             )
-            p.start()
-            send_end.close()
-            alive_r.close()
-            procs.append(p)
-            conns.append(recv_end)
-            alive.append(alive_w)
-        return _watch(procs, conns, where, timeout)
+        if failed:
+            raise failed[0]
+        return _watch(procs, conns, where, deadline, timeout)
     except RunFailed as e:
         e.pids = [p.pid for p in procs]  # for whoever wants to see that none is left
         raise
@@ -136,6 +166,19 @@ def launch(
         for c in conns + alive:
             c.close()
         del store
+
+
+def _stop_forkserver() -> None:
+    """Kill the forkserver this process started (a later launch starts another: the
+    forkserver's own check finds it dead and reaps it)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _start_forkserver() -> None:
@@ -160,12 +203,11 @@ def _where(buf, rank: int) -> str:
     return raw.decode(errors="replace") or "start-up"
 
 
-def _watch(procs, conns, where, timeout: float) -> list:
+def _watch(procs, conns, where, deadline: float, timeout: float) -> list:
     n = len(procs)
     results: list = [None] * n
     done = [False] * n
     failures: list[tuple[int, int, str]] = []  # (priority, rank, message); lower is likelier the cause
-    deadline = time.monotonic() + timeout
     first_failure = None
     while not all(done):
         now = time.monotonic()
@@ -176,7 +218,8 @@ def _watch(procs, conns, where, timeout: float) -> list:
             failures.append((3, -1, f"timed out after {timeout:g} s: {stuck}"))
             break
         ready = wait(
-            [c for r, c in enumerate(conns) if not done[r]] + [p.sentinel for r, p in enumerate(procs) if not done[r]], 0.2
+            [c for r, c in enumerate(conns) if not done[r]] + [p.sentinel for r, p in enumerate(procs) if not done[r]],
+            min(0.2, max(0.0, deadline - now) + 0.01),
         )
         for r in range(n):
             if done[r]:
