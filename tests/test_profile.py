@@ -281,8 +281,9 @@ def torch_label(op, stage: int) -> str:
     return torch_sched._get_profiler_function_name(torch_sched._Action(stage, kind, op.mb))
 
 
-def action_traces(tmp_path, schedule, label, dur=lambda op: 100):
-    """One CPU-only trace per rank: the schedule's items back to back, 10 us apart."""
+def action_traces(tmp_path, schedule, label, dur=lambda op: 100, **meta):
+    """One CPU-only trace per rank: the schedule's items back to back, 10 us apart;
+    ``meta``: top-level keys beside traceEvents."""
     pl = schedule.placement
     for r, items in enumerate(schedule.ranks):
         t, ev = 0, []
@@ -291,7 +292,7 @@ def action_traces(tmp_path, schedule, label, dur=lambda op: 100):
             d = sum(dur(op) for op in ops_of(item))
             ev.append(ann(label(item, r, stages), t, d))
             t += d + 10
-        write(tmp_path / f"rank{r}.json", ev, distributedInfo={"rank": r})
+        write(tmp_path / f"rank{r}.json", ev, distributedInfo={"rank": r}, **meta)
     return tmp_path
 
 
@@ -500,3 +501,25 @@ def test_the_window_of_several_traces_says_it_is_their_sum(tmp_path, capsys):
     assert main(["profile", str(d)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("window 0.42 ms (summed over the 2 traces)")
+
+
+@pytest.mark.parametrize("old_stamp", ["2026-12-05T08:00:00Z/0a1b2c3d", None])
+def test_traces_of_two_runs_of_the_same_schedule_are_refused(tmp_path, capsys, old_stamp):
+    """A failed run writes only the ranks that finished: its rank0.json beside an earlier
+    run's rank1.json of the same schedule and pp read as one run. Each run stamps its
+    traces (pipesimRun); two stamps, or a stamp beside an unstamped trace, are refused."""
+    s = build("1f1b", 2, 4)
+    old = {} if old_stamp is None else {"pipesimRun": old_stamp}
+    action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp), **old)
+    (tmp_path / "new").mkdir()
+    new = "2026-12-05T09:00:00Z/ffee0011"
+    action_traces(tmp_path / "new", s, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp), pipesimRun=new)
+    assert main(["profile", str(tmp_path / "new"), "--flags"]) == 0  # one run's traces: read
+    capsys.readouterr()
+    (tmp_path / "new" / "rank0.json").replace(tmp_path / "rank0.json")
+    assert main(["profile", str(tmp_path), "--flags"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert f"rank0.json from the run of {new}" in err
+    assert ("rank1.json from " + (f"the run of {old_stamp}" if old_stamp else "an unstamped run")) in err
+    assert "give the traces of one run" in err

@@ -160,3 +160,27 @@ def test_the_profiler_starts_before_the_runs_clock(tmp_path, monkeypatch):
         dist.destroy_process_group()
     assert order == ["profiler", "clock"]
     assert (tmp_path / "rank0.json").exists()
+
+
+@pytest.mark.runtime
+@pytest.mark.xdist_group("runtime")
+def test_each_run_stamps_its_traces_and_profile_refuses_two_runs(tmp_path, capsys):
+    """Two runs of one schedule at one pp (two jobs of a launch): every rank's trace of a
+    run carries the same pipesimRun stamp, the two runs' differ, and rank 0 of one beside
+    rank 1 of the other (what a failed rerun leaves in its folder) is refused."""
+    from pipesim import Costs
+
+    s = build("1f1b", 2, 2)
+    costs = Costs(f=0.002, b=0.002, w=0.002)
+    execute_many([job(s, synthetic=costs, profile=tmp_path / name) for name in ("a", "b")], backend="gloo", timeout=240)
+    stamps = {}
+    for name in ("a", "b"):
+        got = {json.loads((tmp_path / name / f"rank{r}.json").read_text()).get("pipesimRun") for r in range(2)}
+        assert len(got) == 1 and None not in got, got
+        stamps[name] = got.pop()
+    assert stamps["a"] != stamps["b"]
+    (tmp_path / "b" / "rank1.json").replace(tmp_path / "a" / "rank1.json")
+    assert main(["profile", str(tmp_path / "a"), "--flags"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"rank0.json from the run of {stamps['a']}" in err and f"rank1.json from the run of {stamps['b']}" in err

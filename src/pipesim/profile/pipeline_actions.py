@@ -39,7 +39,7 @@ def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sc
         return (*_one_item(runs, gpu), ())
     # rank of each trace: the label's, else the trace's distributedInfo, else its place
     per_rank: dict[int, list[tuple[Item, tuple[int, ...], float, float, Instance, Attributed]]] = {}
-    runs_of: dict[int, tuple[str, str | None, int | None]] = {}  # rank -> (trace, schedule, pp) its labels name
+    runs_of: dict[int, tuple[str, str | None, int | None, str | None]] = {}  # rank -> (trace, schedule, pp, run)
     names = Counter()
     for i, run in acted:
         acts = [a for a in run.actions if a.what.compute]
@@ -54,9 +54,9 @@ def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sc
             rows.append((a.item, stages, start, end, inst, run))
             names[a.schedule or ("torch" if not a.chunks_known else "measured")] += 1
         per_rank[rank] = rows
-        runs_of[rank] = (run.trace.path, acts[0].what.schedule, acts[0].what.pp)
+        runs_of[rank] = (run.trace.path, acts[0].what.schedule, acts[0].what.pp, run.trace.run)
     _one_run(runs_of)
-    said = next((pp for _, _, pp in runs_of.values() if pp is not None), None)  # the labels' pp, when they say it
+    said = next((pp for _, _, pp, _ in runs_of.values() if pp is not None), None)  # the labels' pp, when they say it
     pp = max(max(per_rank) + 1, said or 0)
     if len(per_rank) < pp:  # the first gap, found without listing them all (a label may name rank 10**9)
         missing = next(r for r in range(pp) if r not in per_rank)
@@ -107,20 +107,27 @@ def filled_note(filled: tuple[Filled, ...]) -> str:
     return f"not measured (no such op ran there), filled with the mean of the stages that ran it: {said}"
 
 
-def _one_run(runs_of: dict[int, tuple[str, str | None, int | None]]) -> None:
-    """Refuse traces whose pipesim labels name different schedules or pipeline sizes: a
-    folder keeps an earlier run's rank files past the next run's pp, and read together
-    they make a run of neither."""
+def _one_run(runs_of: dict[int, tuple[str, str | None, int | None, str | None]]) -> None:
+    """Refuse traces whose pipesim labels name different schedules or pipeline sizes, or
+    that different runs wrote (their ``pipesimRun`` stamps differ): a folder keeps an
+    earlier run's rank files past the next run's pp, and a failed run writes only the
+    ranks that finished, so its rank 0 can sit beside an earlier run's rank 1 of the same
+    schedule and pp; read together they make a run of neither."""
     seen: dict[tuple[str | None, int | None], str] = {}
-    for path, name, pp in (runs_of[r] for r in sorted(runs_of)):
+    stamps: dict[str | None, list[str]] = {}
+    for path, name, pp, stamp in (runs_of[r] for r in sorted(runs_of)):
         if name is not None:
             seen.setdefault((name, pp), path)
+            stamps.setdefault(stamp, []).append(Path(path).name)
+    what = "give the traces of one run (a --profile folder keeps an earlier run's rank files: give each run an empty one)"
     if len(seen) > 1:
         shown = ", ".join(f"{Path(p).name} ran {n}" + (f" at pp={pp}" if pp else "") for (n, pp), p in seen.items())
-        raise PipesimError(
-            f"traces of more than one run: {shown}; give the traces of one run (a --profile folder keeps an earlier "
-            "run's rank files: give each run an empty one)"
+        raise PipesimError(f"traces of more than one run: {shown}; {what}")
+    if len(stamps) > 1:  # no stamp: a trace of a pipesim from before the stamps, not of this run either
+        shown = "; ".join(
+            f"{', '.join(files)} from {f'the run of {s}' if s else 'an unstamped run'}" for s, files in stamps.items()
         )
+        raise PipesimError(f"traces of more than one run of the same schedule: {shown}; {what}")
 
 
 def between_items(schedule: Schedule, timeline: Timeline) -> tuple[float, float]:

@@ -39,6 +39,7 @@ MAX_VALUE = 64 << 20  # characters one event may take
 MAX_META = 1 << 20  # characters one top-level value beside traceEvents may take: Kineto's are a few KB
 MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
 MAX_TS_US = 1e17  # Kineto's clock (microseconds since the epoch, ~1.8e15 now) for 3,000 years
+RUN_KEY = "pipesimRun"  # beside traceEvents: the run that wrote it (pipesim run --profile; runtime.worker.run_stamp)
 _KIND = {"int": "a number", "float": "a number", "str": "a string", "list": "a list", "bool": "true or false", "NoneType": "null"}
 
 
@@ -72,6 +73,7 @@ class Trace:
     launches: dict[int, tuple[object, object, float]] = field(default_factory=dict)  # corr -> (pid, tid, ts)
     kernels: list[Kernel] = field(default_factory=list)
     rank: int | None = None  # distributedInfo.rank
+    run: str | None = None  # RUN_KEY: the run's identity, the same in every rank's trace of one run
     device: str | None = None
     total_sms: int | None = None
     events: int = 0  # events read, of any kind
@@ -156,6 +158,9 @@ def read_trace(path: str | Path, wanted=lambda name: True) -> Trace:
     dist = meta.get("distributedInfo")
     if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
         tr.rank = dist["rank"]
+    run = meta.get(RUN_KEY)
+    if isinstance(run, str):
+        tr.run = run[:100]
     props = meta.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], dict):
         tr.device = props[0].get("name")

@@ -324,7 +324,27 @@ def _profile_dir(args, schedule, count: int) -> str | None:
         [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
         input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
     )
+    _refuse_other_traces(args.profile, folder, schedule.pp)
     return folder
+
+
+def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
+    """A trace in ``folder`` that this run will not replace (rank5.json beside a pp=2
+    run, a file of the user's): ``pipesim profile`` reads every trace of the folder, so it
+    would sit beside this run's. Named now, before the run, and left where it is: the
+    user's to move or remove. This run's own rank files are replaced, as -o replaces."""
+    if not os.path.isdir(folder):
+        return
+    ours = {f"rank{r}.json" for r in range(pp)}
+    other = sorted(
+        e.name for e in os.scandir(folder) if e.is_file() and e.name.endswith((".json", ".json.gz")) and e.name not in ours
+    )
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise PipesimError(
+            f"--profile {flag}: {folder!r} holds {shown}, which this pp={pp} run does not write and pipesim profile would "
+            "read beside its traces; move them away or give an empty folder"
+        )
 
 
 def _build_for_many(args, name: str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import signal
 import statistics
 import time
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from ..costs import Costs
 from ..ir import Schedule
+from ..profile.trace import RUN_KEY
 from .check import max_relative_error
 from .executor import Fault, RealWork, SyntheticWork, Transport, build_modules, execute_rank, model_shape, synthetic_shape
 from .model import Reference, reference
@@ -121,11 +123,12 @@ def run_job(ctx: RankContext, job: Job, references: dict, offset: float = 0.0) -
         work = make_work(s, rank, job, ctx.device, experts, fault)
         shape_of = model_shape(s, job.model, ep)
     transport = Transport(rank, plan, shape_of, ctx.device, ctx.p2p_group, base)
+    stamp = run_stamp() if job.profile is not None else None
     if job.profile is None or base > 0:  # one trace per pipeline rank: its first replica's
         t0 = common_start(ctx, offset)
         run = execute_rank(s, rank, work, transport, t0, ctx.at, fault, ctx.sync)
     else:
-        with profiled(s, ctx, job.profile, getattr(work, "offthread", None)) as mark:
+        with profiled(s, ctx, job.profile, getattr(work, "offthread", None), stamp) as mark:
             work.mark = record_part
             # the clock starts once the profiler has: its start-up (0.7-1.4 s a rank here,
             # each its own) is not the run's time, nor a head start for a faster rank
@@ -191,8 +194,19 @@ def sum_over_experts(work, experts: ExpertGroup, report: RankReport) -> None:
         report.losses = {m: v / experts.size for m, v in zip(mbs, t.tolist())}
 
 
+def run_stamp() -> str:
+    """The identity of this run, the same on every rank (a collective: every rank calls
+    it): rank 0's start time and a random tag. Each rank's trace carries it, so that
+    ``pipesim profile`` can tell one run's rank files from an earlier run's left in the
+    same folder (a failed run writes only the ranks that finished), even when both ran
+    the same schedule at the same pp."""
+    stamp = [f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{secrets.token_hex(4)}" if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(stamp, src=0)
+    return stamp[0]
+
+
 @contextlib.contextmanager
-def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list | None = None):
+def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list | None = None, stamp: str | None = None):
     """Record a torch.profiler trace of this rank's run into ``folder``/rank{r}.json (CPU
     activities, and CUDA on a GPU), each item under the label ``pipesim profile`` reads
     (``profile.labels.pipesim_label``: item, rank, model stages, schedule).
@@ -200,7 +214,8 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
     ``offthread``: (label, start, end) of the steps a communication thread ran, filled
     during the run. torch.profiler records ranges only on the thread that started it, so
     those are written into the trace afterwards, on a thread of their own, placed by a
-    clock mark recorded at the start."""
+    clock mark recorded at the start. ``stamp``: the run's identity (``run_stamp``),
+    written beside ``traceEvents`` as ``pipesimRun``."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from ..ir import ops_of
@@ -224,10 +239,10 @@ def profiled(schedule: Schedule, ctx: RankContext, folder: str, offthread: list 
         with _quiet_stderr():
             prof.stop()
     os.makedirs(folder, exist_ok=True)  # made here, once the run has started: see api.job
-    save_trace(prof, os.path.join(folder, f"rank{ctx.rank}.json"), clock, offthread or [])
+    save_trace(prof, os.path.join(folder, f"rank{ctx.rank}.json"), clock, offthread or [], stamp)
 
 
-def save_trace(prof, path: str, clock: float, ranges: list) -> None:
+def save_trace(prof, path: str, clock: float, ranges: list, stamp: str | None = None) -> None:
     """Export ``prof`` to ``path`` whole or not at all. A large trace takes seconds to
     write, and the launcher kills a rank mid-write when another rank fails, on Ctrl-C or
     at the timeout: written in place, that left a cut rank{r}.json (and a previous run's
@@ -236,7 +251,7 @@ def save_trace(prof, path: str, clock: float, ranges: list) -> None:
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
         prof.export_chrome_trace(tmp)
-        add_thread_ranges(tmp, clock, ranges)
+        add_thread_ranges(tmp, clock, ranges, stamp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -246,26 +261,29 @@ def save_trace(prof, path: str, clock: float, ranges: list) -> None:
 CLOCK_MARK = "pipesim/clock"
 
 
-def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, float, int]]) -> None:
+def add_thread_ranges(path: str, clock: float, ranges: list[tuple[str, float, float, int]], stamp: str | None = None) -> None:
     """Write ``ranges`` ((label, start, end) in perf_counter seconds, and the thread's
     system id, which Kineto's events carry too, so a GPU kernel that thread launched is
     attributed to its range) into the Chrome trace at ``path`` as user annotations; drop
-    the clock mark."""
+    the clock mark; write ``stamp`` (the run's identity) as ``pipesimRun``."""
     import json
 
     with open(path) as f:
         trace = json.load(f)
     events = trace.get("traceEvents", [])
     mark = next((e for e in events if e.get("name") == CLOCK_MARK and e.get("ph") == "X"), None)
-    if mark is None:
+    if mark is None and stamp is None:
         return
-    events.remove(mark)
-    pid, base = mark.get("pid"), float(mark["ts"])
-    for label, start, end, tid in ranges:
-        ts = base + (start - clock) * 1e6
-        events.append(
-            {"ph": "X", "cat": "user_annotation", "name": label, "pid": pid, "tid": tid, "ts": ts, "dur": (end - start) * 1e6}
-        )
+    if mark is not None:
+        events.remove(mark)
+        pid, base = mark.get("pid"), float(mark["ts"])
+        for label, start, end, tid in ranges:
+            ts = base + (start - clock) * 1e6
+            events.append(
+                {"ph": "X", "cat": "user_annotation", "name": label, "pid": pid, "tid": tid, "ts": ts, "dur": (end - start) * 1e6}
+            )
+    if stamp is not None:
+        trace[RUN_KEY] = stamp
     with open(path, "w") as f:
         json.dump(trace, f)
 
