@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -52,3 +53,45 @@ def test_the_chunks_help_names_every_schedule_that_takes_it(capsys):
     help_text = make_parser()._subparsers._group_actions[0].choices["simulate"].format_help()
     chunks = " ".join(help_text.split("--chunks CHUNKS")[-1].split("--delay-wgrad")[0].split())
     assert "interleaved-1f1b, interleaved-1f1b-overlap, looped-bfs, interleaved-zb" in chunks
+
+
+def test_each_command_is_listed_with_the_module_that_registers_it():
+    # make_parser(argv) imports only the module COMMANDS lists for the command typed: a
+    # command registered elsewhere than listed would be an unknown command on its own line
+    import importlib
+
+    from pipesim.parser import COMMANDS
+
+    for module, names in COMMANDS.items():
+        registered = []
+
+        def command(name, run, help, registered=registered):
+            registered.append(name)
+            return make_parser()  # a throwaway sub-parser to take the flags
+
+        importlib.import_module(module).add_commands(command)
+        assert tuple(registered) == names, module
+    top = make_parser()._subparsers._group_actions[0].choices
+    assert list(top) == [n for names in COMMANDS.values() for n in names]
+
+
+def test_a_command_line_imports_its_own_command_only():
+    # pipesim --version built every command's parser, the planner's and the profile
+    # reader's modules with them; simulate did too
+    code = (
+        "import json, sys\nfrom pipesim.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('pipesim.commands.', 'pipesim.planner', "
+        "'pipesim.profile', 'pipesim.render.commands', 'pipesim.runtime')))))"
+    )
+
+    def imported(*argv):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert imported("--version") == []
+    assert imported("simulate", "-s", "1f1b", "--no-timeline") == ["pipesim.commands.simulate"]
+    got = imported("memory", "--help")
+    assert "pipesim.planner.commands" in got and "pipesim.commands.simulate" not in got
+    assert "pipesim.planner.memory_command" not in got  # the evaluator: imported when memory runs
+    assert "pipesim.commands.simulate" in imported("--help")  # the top help lists every command

@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     what = f"pipesim {argv[0]}" if argv and not argv[0].startswith("-") else "pipesim"
     try:
-        parser = make_parser()  # inside: a Ctrl-C while the commands import is one line too
+        parser = make_parser(argv)  # inside: a Ctrl-C while the commands import is one line too
         parser.typed = argv
         args = parser.parse_args(argv)
         args.argv = argv  # as typed, for reports that say how to reproduce them

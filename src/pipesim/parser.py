@@ -73,7 +73,11 @@ def _edits(a: str, b: str) -> int:
     return d[-1][-1]
 
 
-def make_parser() -> Parser:
+def make_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The parser of every command; given the command line ``argv``, of the command it
+    names only (each command module imports what its flags need: the planner's specs,
+    the profile reader, ...), or of none when it names none and asks for no help
+    (``pipesim --version``). What a command line prints is the same either way."""
     from . import __version__
 
     p = Parser(
@@ -91,23 +95,36 @@ def make_parser() -> Parser:
         c.set_defaults(run=run)
         return c
 
-    for module in COMMANDS:
+    for module in COMMANDS if argv is None else _modules_for(argv):
         importlib.import_module(module).add_commands(command)
     return p
 
 
-# The modules that hold the commands, in the order ``pipesim --help`` lists them. Each
+def _modules_for(argv: Sequence[str]) -> list[str]:
+    """The command modules ``argv`` needs: the one holding the command it names; none for
+    a line of top-level flags only (--version; no command is an error of its own); all
+    for the top-level help, or a word that is no command (the did-you-mean lists them)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None:
+        return list(COMMANDS) if any(a in ("-h", "--help") for a in argv) else []
+    held = [module for module, names in COMMANDS.items() if word in names]
+    return held or list(COMMANDS)
+
+
+# The modules that hold the commands, in the order ``pipesim --help`` lists them, each
+# with the commands it defines (so that a command line imports its command's module only;
+# tests/test_cli_flags.py checks these names against what the modules register). Each
 # defines ``add_commands(command)`` and calls ``command(name, run, help)`` (which returns
 # the sub-parser) once per command; it imports its heavy dependencies (matplotlib, torch)
 # inside ``run`` so that start-up stays fast and the core needs neither.
-COMMANDS: tuple[str, ...] = (
-    "pipesim.commands.simulate",
-    "pipesim.commands.compare",
-    "pipesim.commands.order",
-    "pipesim.commands.pair",
-    "pipesim.render.commands",
-    "pipesim.runtime.commands",
-    "pipesim.runtime.export_import",
-    "pipesim.planner.commands",
-    "pipesim.profile.commands",
-)
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "pipesim.commands.simulate": ("schedules", "simulate"),
+    "pipesim.commands.compare": ("compare",),
+    "pipesim.commands.order": ("ops", "validate"),
+    "pipesim.commands.pair": ("pair",),
+    "pipesim.render.commands": ("draw", "sweep", "report"),
+    "pipesim.runtime.commands": ("run",),
+    "pipesim.runtime.export_import": ("export", "import"),
+    "pipesim.planner.commands": ("plan", "memory"),
+    "pipesim.profile.commands": ("profile",),
+}

@@ -8,8 +8,6 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rich.table import Table
-
 from ..comparison import Row, compare_columns, compare_rows, refuse_if_none_runs
 from ..costs import CostModel, Costs
 from ..errors import PipesimError
@@ -152,6 +150,8 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from rich.table import Table  # imported when a table is printed: not to build the parser
+
     if args.timelines and args.json:
         raise PipesimError("--json prints the metrics only, --timelines draws each timeline: drop one of them")
     if args.width is not None and not args.timelines:

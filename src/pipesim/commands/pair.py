@@ -8,8 +8,6 @@ import bisect
 import itertools
 import sys
 
-from rich.table import Table
-
 from ..errors import PipesimError
 from ..files import write_bytes_atomic
 from ..ir import Op, Pair
@@ -42,6 +40,8 @@ def picture_path(text: str) -> str:
 
 def cmd_pair(args: argparse.Namespace) -> int:
     """One overlapped F&B pair on two streams, beside the same two ops run alone."""
+    from rich.table import Table  # imported when a table is printed: not to build the parser
+
     if args.output and (args.json or args.width):
         raise PipesimError(f"-o draws the pair as a chart, without {'--json' if args.json else '--width'}: drop one of them")
     if args.json and args.width:

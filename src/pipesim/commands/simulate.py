@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
 from .. import theory
 from ..costfile import load_cost_file
 from ..costs import CostModel, chunk_costs
@@ -88,6 +86,8 @@ def search_line(s: Schedule) -> str | None:
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
+    from rich.table import Table  # imported when a table is printed: not to build the parser
+
     rows = []
     for name, fam in REGISTRY.items():
         form = theory.FORMS.get(name)

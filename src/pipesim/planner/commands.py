@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from ..options import positive_float, positive_int
-from .memory_command import cmd_memory
-from .plan_command import cmd_plan
 from .spec_args import add_specs
+
+
+def cmd_plan(args) -> int:
+    from .plan_command import cmd_plan  # the planner's search, imported when plan runs, not to build the parser
+
+    return cmd_plan(args)
+
+
+def cmd_memory(args) -> int:
+    from .memory_command import cmd_memory  # the evaluator behind it: ~50 ms of imports that --help does not need
+
+    return cmd_memory(args)
 
 
 def add_commands(command) -> None:

@@ -9,8 +9,7 @@ import argparse
 import sys
 import tomllib
 from pathlib import Path
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
@@ -20,8 +19,10 @@ from ..metrics import summarize
 from ..output import console, emit_json, num, pct
 from ..schedules import REGISTRY, build
 from .labels import COMM, COMPONENTS, Mapping
-from .measure import Profile, profile
 from .pipeline_actions import filled_note, measured_kinds
+
+if TYPE_CHECKING:
+    from .measure import Profile
 
 LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
@@ -53,6 +54,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         output_extension(args.output, (".toml",), "a .toml component cost file (what --components reads)")
     if args.timeline:
         output_extension(args.timeline, (".json",), "a .json timeline (what draw --measured reads)", flag="--timeline")
+    from .measure import profile  # the trace reader: imported when a profile is read, not to build the parser
+
     prof = profile(args.trace, Mapping.parse(args.map))
     files = []
     if args.output:
@@ -209,6 +212,8 @@ def rerun_name(s: Schedule) -> str:
 
 
 def print_profile(prof: Profile) -> None:
+    from rich.table import Table  # imported when a table is printed: not to build the parser
+
     out = console()
     where = prof.sources[0] if len(prof.sources) == 1 else f"{len(prof.sources)} traces ({Path(prof.sources[0]).parent})"
     device = f" on {prof.device}" if prof.device else ""

@@ -12,8 +12,6 @@ import argparse
 import shlex
 import sys
 
-from rich.table import Table
-
 from ..comparison import compare_columns, compare_rows, refuse_if_none_runs
 from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
@@ -200,6 +198,8 @@ def _settings(args: argparse.Namespace, costs: Costs | None, runs: list[tuple[Sc
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from rich.table import Table  # imported when a table is printed: not to build the parser
+
     pp = args.pp or DEFAULT_PP
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
     work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
