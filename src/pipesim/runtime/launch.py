@@ -140,13 +140,11 @@ def launch(
         except BaseException as e:  # re-raised in the launcher's thread
             failed.append(e)
 
+    starter = threading.Thread(target=start_ranks, daemon=True, name="pipesim-start-ranks")
     try:
-        starter = threading.Thread(target=start_ranks, daemon=True, name="pipesim-start-ranks")
         starter.start()
         starter.join(max(0.0, deadline - time.monotonic()))
         if starter.is_alive():
-            _stop_forkserver()  # its imports are what the ranks wait for; the wait ends with it
-            starter.join(5)
             raise RunFailed(
                 f"timed out after {timeout:g} s: at start-up, {len(procs)} of {nprocs} ranks started "
                 "(the first launch imports torch, seconds); give --timeout more time"
@@ -158,6 +156,9 @@ def launch(
         e.pids = [p.pid for p in procs]  # for whoever wants to see that none is left
         raise
     finally:
+        if starter.is_alive():  # the deadline, or Ctrl-C, while the forkserver still imported
+            _stop_forkserver()  # its imports are what the starts wait for; the wait ends with it
+            starter.join(5)
         for p in procs:
             if p.is_alive():
                 p.kill()
