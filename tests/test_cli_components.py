@@ -183,3 +183,12 @@ def test_a_lone_component_adjustment_is_refused(argv, lone, capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
     # with a base that makes the model, the same flag is taken
     assert run(capsys, *argv, *lone, "--attn", "1")[0] == 0
+
+
+@pytest.mark.parametrize("flag", [["--layers", "3"], ["--f", "1"], ["--lone-overlap"]])
+def test_compare_with_a_model_names_its_own_costs_for_any_cost_flag(flag, capsys):
+    # a lone --layers beside --model asked for --preset, which --model then refused; and
+    # --f 1 (the default's value) passed unsaid, compared equal to no flag at all
+    code, out, err = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "4", *flag)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--model brings its own costs; drop the cost flags" in err

@@ -185,6 +185,12 @@ _LAYER_FIELD = {"attn": "attn_f", "mlp": "mlp_f", "dispatch": "dispatch_f", "com
 _COMPONENT_EXTRAS = ("layers", "p2p", "comm_sms", "total_sms")
 
 
+def cost_flags_given(args: argparse.Namespace) -> bool:
+    """Whether any cost flag (per chunk or per component) is on the command line."""
+    keys = ("f", "b", "w", "bw", "pair", "comm", *COMPONENT_FLAGS, *_COMPONENT_EXTRAS, "components", "preset")
+    return any(getattr(args, k, None) is not None for k in keys) or getattr(args, "lone_overlap", False)
+
+
 def costs_from(args: argparse.Namespace) -> CostModel:
     """The cost model the flags describe: per-chunk ``Costs`` or per-layer ``ComponentCosts``."""
     simple = {k: getattr(args, k) for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k, None) is not None}

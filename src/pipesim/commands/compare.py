@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..comparison import Row, compare_columns, compare_rows, refuse_if_none_runs
-from ..costs import CostModel, Costs
+from ..costs import CostModel
 from ..errors import PipesimError
 from ..inputs import work
 from ..ir import Schedule
@@ -18,6 +18,7 @@ from ..options import (
     add_costs,
     add_shape,
     columns,
+    cost_flags_given,
     costs_from,
     positive_float,
     positive_int,
@@ -111,7 +112,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
         raise PipesimError("--model needs --cluster (a cluster preset such as h800-2048, or a TOML file)")
     if unit is not None:
         raise PipesimError("--model times are in seconds; drop --time-unit")
-    if costs_from(args) != Costs():
+    if cost_flags_given(args):  # before costs_from, whose refusals ask for more cost flags
         raise PipesimError("--model brings its own costs; drop the cost flags (--f, --b, --preset, ...)")
     if args.costs_per != "chunk":  # each chunk is priced by the layers it holds already
         raise PipesimError("--model prices each chunk by the layers it holds (a V chunk half a stage); drop --costs-per")
