@@ -420,6 +420,10 @@ def case(pick: Pick) -> Case:
     outs: list[str] = []
     pick.tags = set()
     pick.tame = pick.chance(0.35)
+    if pick.chance(0.25):  # the planner's recent keys, counts and pins (fuzzing_planner.py)
+        from fuzzing_planner import planner_case
+
+        return planner_case(pick)
     command = pick.one(["simulate"] * 3 + ["compare"] * 2 + ["ops", "validate", "pair", "draw", "sweep", "report", "plan", "memory", "export", "import", "schedules", "profile"])  # fmt: skip
     argv = [command]
     if command in ("simulate", "ops", "validate", "export"):
@@ -559,6 +563,7 @@ def prepare(folder: Path, c: Case) -> None:
     if not (folder / "fifo").exists():
         os.mkfifo(folder / "fifo")
     for name, data in c.files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # a config.json in its folder
         (folder / name).write_bytes(data)
     if not (folder / "link.json").exists():
         (folder / "link.json").symlink_to("in.json")
