@@ -73,14 +73,23 @@ def check_rates(data: dict, where: str) -> None:
 
 
 def check_cluster(c, where: str) -> None:
-    """The checks of a filled Cluster ``c``: memory above the CUDA context, efficiencies,
-    whole nodes, and a GPU count its NVLink domains can hold."""
+    """The checks of a filled Cluster ``c``: memory above the CUDA context and above one
+    communicator's NCCL buffers, efficiencies, whole nodes, and a GPU count its NVLink
+    domains can hold."""
     if c.memory_mib <= c.cuda_context_mib:
         # the CUDA context alone takes cuda_context_mib: a smaller figure is GB or GiB written as MiB
         raise PipesimError(
             f"{where}: memory_mib = {c.memory_mib:g} is not more than cuda_context_mib = {c.cuda_context_mib:g}, the "
             "CUDA context alone; give the device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, "
             "e.g. memory_mib = 81559 for an H100 80GB, and a context below it"
+        )
+    if c.nccl_mib_per_group >= c.memory_mib:
+        # one communicator's buffers as large as the device is MiB mistyped (bytes, KiB):
+        # every layout's usable memory would read negative and every plan be refused
+        raise PipesimError(
+            f"{where}: nccl_mib_per_group = {c.nccl_mib_per_group:g} is not less than memory_mib = {c.memory_mib:g}, "
+            "the whole device; give NCCL's buffers for one communicator in MiB (688 on A100s with NVLink, "
+            "NVIDIA/nccl#964; device_memory.py)"
         )
     for key in ("gemm_efficiency", "fp8_gemm_efficiency", "fp8_tensor_gemm_efficiency"):
         if not 0 < getattr(c, key) <= 1:
