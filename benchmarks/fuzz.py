@@ -15,7 +15,10 @@ cap), a rejection that is not exactly one line, an invalid output, a clobbered o
 partial file; beside them the slowest case and the largest peak RSS, with their seeds.
 ``new`` counts the cases that drew from issue 23's classes (digit-heavy integers,
 int32/int64 boundaries, zeros and denormals, negative and zero counts; with --huge,
-legal-but-huge sizes in every spec field).
+legal-but-huge sizes in every spec field), ``recent`` those of the planner's recent
+inputs (tests/fuzzing_planner.py: NVL72 GPU counts, cluster and training keys, pins
+against the runnable rules, HuggingFace config.json files, cost files' layer-by-layer
+memory).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fuzzing import RandomPick, case, run_case, verdict  # noqa: E402
+from fuzzing_planner import RECENT_CLASSES  # noqa: E402
 
 SETTINGS = {"timeout": 60.0, "memory_mb": 4096.0, "huge": False}
 KINDS = ["traceback", "hang", "memory", "bad-error", "bad-output", "clobbered", "partial"]
@@ -146,7 +150,8 @@ def main() -> None:
     for seed, command, argv, tags, rc, bad, wall, rss in results:
         row = by_command.setdefault(command, Counter())
         row["cases"] += 1
-        row["new"] += bool(tags)
+        row["new"] += bool(set(tags) - set(RECENT_CLASSES))
+        row["recent"] += bool(set(tags) & set(RECENT_CLASSES))
         if isinstance(rc, int):  # a traceback or a hang is counted once, as a failure below
             row[f"exit {rc}"] += 1
         row["wall"] += wall
@@ -160,17 +165,17 @@ def main() -> None:
         f"pipesim fuzz: {a.cases} cases, seed {a.seed}, workers {a.workers}, limits {a.timeout:g} s and {a.memory:g} MB "
         f"per case{huge}, {time.monotonic() - start:.0f} s wall"
     )
-    head = ["command", "cases", "new", "exit 0", "exit 2", *KINDS, "slowest s", "(seed)", "peak MB", "(seed)"]
+    head = ["command", "cases", "new", "recent", "exit 0", "exit 2", *KINDS, "slowest s", "(seed)", "peak MB", "(seed)"]
     print(" | ".join(f"{h:>10}" for h in head))
     total: Counter = Counter()
     for command in sorted(by_command):
         row = by_command[command]
         total.update(row)
         (wall, wseed), (rss, rseed) = slowest[command], largest[command]
-        cells = [f"{row[h]:>10}" for h in head[1 : 4 + len(KINDS)]]
+        cells = [f"{row[h]:>10}" for h in head[1 : 5 + len(KINDS)]]
         print(" | ".join([f"{command:>10}", *cells, f"{wall:>10.1f}", f"{wseed:>10}", f"{rss:>10.0f}", f"{rseed:>10}"]))
     (wall, wseed), (rss, rseed) = max(slowest.values()), max(largest.values())
-    cells = [f"{total[h]:>10}" for h in head[1 : 4 + len(KINDS)]]
+    cells = [f"{total[h]:>10}" for h in head[1 : 5 + len(KINDS)]]
     print(" | ".join([f"{'all':>10}", *cells, f"{wall:>10.1f}", f"{wseed:>10}", f"{rss:>10.0f}", f"{rseed:>10}"]))
     for seed, (kind, why), argv in sorted(failures)[:30]:
         shown = " ".join(x if len(x) < 60 else f"{x[:20]}...({len(x)} chars)" for x in argv)
