@@ -26,7 +26,9 @@ RECENT_CLASSES = ("nvl72", "cluster-keys", "training-keys", "pins", "hf-config",
 NVL72_GPUS = ["512", "520", "100", "514", "1152", "72", "36", "1", "64", "576", "2560", "1008", "4", "6", "68", "144"]
 NVL72_HOSTILE = ["0", "-72", "9999996", "10000000", "10000004", "1e3", "72.0", "2147483648"]
 
-# key -> (values a reader takes, values it must refuse in one line); TOML text
+# key -> (values in the key's range and unit, values out of it: the wrong unit, past a
+# bound, the wrong type), as TOML text. Either may end in one line's refusal beside the
+# other keys (a domain_share that does not divide gpus), and both kinds must.
 CLUSTER_VALUES = {
     "nvlink_domain": (["72", "0", "8", "144", "36", "1000000"], ["70", "-72", "72.5", '"72"', "1000001", "true", "4", "2"]),
     "domain_share": (["64", "72", "0", "68", "40"], ["36", "66", "80", "-4", "3", "1000000", "64.0", '"64"']),
@@ -89,7 +91,7 @@ def _tag(pick: Pick, kind: str) -> None:
 
 
 def _keyed(pick: Pick, keys: dict[str, str], values: dict, tame: bool) -> None:
-    """Set one to three keys of ``values``: taken ones in a tame case, else mostly refused ones."""
+    """Set one to three keys of ``values``: in-range values in a tame case, else mostly out-of-range ones."""
     for _ in range(1 + pick.chance(0.5) + pick.chance(0.25)):
         key = pick.one(list(values))
         good, bad = values[key]
@@ -102,7 +104,7 @@ def _toml(keys: dict[str, str]) -> bytes:
 
 def cluster_file(pick: Pick) -> bytes:
     """A cluster file, an NVL72 rack's (4-GPU trays, 72-GPU domains) or a node's, its new
-    keys set to taken or refused values, sometimes with one hostile change more."""
+    keys set to in-range or out-of-range values, sometimes with one hostile change more."""
     rack = pick.chance(0.6)
     keys = {
         "name": '"c"', "gpu": '"G"', "gpus": pick.one(NVL72_GPUS) if rack else "8", "gpus_per_node": "4" if rack else "8",
