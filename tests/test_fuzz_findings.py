@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 H100 = (SRC / "pipesim" / "planner" / "presets" / "clusters" / "h100.toml").read_text()
 
@@ -52,16 +50,11 @@ def simulate(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="options.costs_from lets --layers override the cost file's layers for the times, while the file's "
-    "[memory] sizes (load_cost_file's MemoryModel, layer_bytes) keep its own count: not a file this branch owns",
-)
 def test_layers_flag_and_a_cost_files_memory_agree(tmp_path):
     """``--layers 8`` over a cost file of 2 layers with ``[memory]``: the times are 8
     layers' (a makespan 4x the file's), but the memory printed was the file's 2 layers'
-    (peak 39.0 and 42.2 GB), where a file of 8 layers reads 146.1 and 168.8. Either
-    refuse the flag beside [memory] in one line, or size the memory for 8 layers."""
+    (peak 39.0 and 42.2 GB), where a file of 8 layers reads 146.1 and 168.8. The flag
+    beside [memory] is now refused in one line; sizing the memory for 8 layers would do too."""
     (tmp_path / "two.toml").write_text("layers = 2\n" + COSTS + MEMORY)
     (tmp_path / "eight.toml").write_text("layers = 8\n" + COSTS + MEMORY)
     run = ("-s", "dualpipev", "--pp", "2", "-m", "8")
