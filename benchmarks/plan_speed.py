@@ -18,6 +18,9 @@ h800-2048 under 5 s. Issue 19 adds one case past the presets: llama3-405b on 131
 (``--gpus 131072``), under 10 s, where context parallelism has to be searched; and a
 user's HuggingFace config of Qwen3-235B-A22B (``tests/data/hf/qwen3-235b-a22b.json``: 94
 layers, 128 experts) on h800-2048, b200 and gb200-nvl72, under 10 s like the presets.
+DeepSeek-V3 on one GB200 NVL72 rack (``--gpus 72``), the size GB200 users ask about
+first, under 10 s and 500 MB: pp9 and pp18 there leave micro-batch counts that are no
+multiple of pp, so the interleaved orders run Megatron's groups at up to M = 15360.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ CPU_TARGET, RSS_TARGET_MB, DEEPSEEK_TARGET = 10.0, 500.0, 5.0
 #: cases past the preset pairs: (model, cluster, extra flags); a model may be a
 #: HuggingFace config.json, shown by its file's name
 QWEN3 = str(SRC.parent / "tests" / "data" / "hf" / "qwen3-235b-a22b.json")
-EXTRA = [("llama3-405b", "h100", ("--gpus", "131072"))] + [(QWEN3, c, ()) for c in ("h800-2048", "b200", "gb200-nvl72")]
+EXTRA = [("llama3-405b", "h100", ("--gpus", "131072")), ("deepseek-v3", "gb200-nvl72", ("--gpus", "72"))]
+EXTRA += [(QWEN3, c, ()) for c in ("h800-2048", "b200", "gb200-nvl72")]
 
 
 def shown(model: str) -> str:

@@ -33,7 +33,7 @@ class Shared:
         self.exhaustive = exhaustive
         # programs do not depend on the cluster or training costs: searches of one model
         # under varied assumptions may share them
-        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes)
+        self.programs = programs or ProgramCache(0 if exhaustive else cache_bytes, continued=not exhaustive)
         self.costs: OrderedDict[tuple, object] = OrderedDict()
         self.splits: dict[tuple, list[range]] = {}  # stage splits: small, all kept
         self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: the last 1024 kept
