@@ -3,13 +3,16 @@ the simulator, and its pairs priced on two streams like DualPipe's."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim import Costs, Op, Pair, PipesimError, build, simulate, summarize, theory, validate
 from pipesim.components import PRESETS, ComponentCosts
-from pipesim.ir import ops_of
+from pipesim.ir import RankTable, ops_of
 from pipesim.schedules.combined import schedule_table
 
 
@@ -256,3 +259,58 @@ def test_why_the_steady_windows_differ():
     share = {round(e.inside.compute / e.duration, 3) for evs in dual for e in evs if isinstance(e.item, Pair)}
     (combined_share,) = {round(e.inside.compute / e.duration, 3) for evs in inside("1f1b-overlap") for e in evs}
     assert combined_share in share and min(e.inside.compute / e.duration for x in lone for e in x if e.item.kind == "F") == 0.5
+
+
+def object_order(pp, r, M, v, g, delay_wgrad):
+    """Rank r's combined order one Op object at a time, as the builder made it before it
+    built arrays (and as the module docstring states it): warm-up forwards, then forward
+    warm+k paired with backward k (table entry k, chunk reversed), then the lone
+    backwards; with delay_wgrad a B whose W follows it in the same step."""
+    table = schedule_table(M, v, g)
+    total = len(table)
+    warm = min(2 * (pp - r - 1) + (v - 1) * g + 1, total)
+    back = "B" if delay_wgrad else "BW"
+
+    def fwd(k):
+        mb, c = table[k]
+        return Op("F", c, mb)
+
+    def bwd(k):
+        mb, c = table[k]
+        return [Op(back, v - 1 - c, mb)] + ([Op("W", v - 1 - c, mb)] if delay_wgrad else [])
+
+    items = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        b, *w = bwd(k)
+        items += [Pair(fwd(warm + k), b), *w]
+    for k in range(total - warm, total):
+        items += bwd(k)
+    return tuple(items)
+
+
+def test_array_orders_are_the_object_orders():
+    # a seeded sample of every (pp, v, M, g, delay_wgrad) Megatron takes at pp 2-9, v 1-4,
+    # M up to 4pp+2, and a few large M (a long last group, none, one of a whole M): the
+    # same items, and the same columns as RankTable.of makes from the objects
+    rng = random.Random(0)
+    grid = []
+    for pp in range(2, 10):
+        for v in range(1, 5):
+            for M in range(pp, 4 * pp + 3):
+                for g in [pp] if v == 1 else [g for g in range(pp, M + 1) if not 0 < M % g < pp]:
+                    grid += [(pp, v, M, g, False), (pp, v, M, g, True)]
+    cases = rng.sample(grid, 300)
+    for pp, v, M, g in ((9, 4, 99, 10), (7, 2, 140, 7), (5, 3, 123, 123), (4, 1, 250, 4)):
+        cases += [(pp, v, M, g, False), (pp, v, M, g, True)]
+    assert {c[1] for c in cases} == {1, 2, 3, 4} and {c[4] for c in cases} == {False, True}
+    for pp, v, M, g, delay in cases:
+        if v == 1:
+            s = build("1f1b-overlap", pp, M, delay_wgrad=delay)
+        else:
+            s = build("interleaved-1f1b-overlap", pp, M, chunks=v, group_size=g, delay_wgrad=delay)
+        want = tuple(object_order(pp, r, M, v, g, delay) for r in range(pp))
+        assert s.ranks == want, (pp, v, M, g, delay)
+        ref = RankTable.of(want)
+        for col in ("offsets", "kind", "chunk", "mb", "kind2", "chunk2", "mb2"):
+            a, b = getattr(s.table, col), getattr(ref, col)
+            assert a.dtype == b.dtype and np.array_equal(a, b), (pp, v, M, g, delay, col)

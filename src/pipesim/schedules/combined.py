@@ -38,8 +38,12 @@ Megatron's training arguments ask for vp >= 2 when pp > 1.
 
 from __future__ import annotations
 
-from ..ir import Item, Op, Pair, Placement, Schedule
+import numpy as np
+
+from ..ir import Placement, RankTable, Schedule
 from .classic import schedule_table
+
+F, B, W, BW = 0, 1, 2, 3  # indices into ir.KINDS
 
 
 def warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> int:
@@ -47,37 +51,43 @@ def warmup(pp: int, rank: int, microbatches: int, chunks: int, group: int) -> in
     return min(2 * (pp - rank - 1) + (chunks - 1) * group + 1, microbatches * chunks)
 
 
-def _rank(pp: int, r: int, M: int, v: int, g: int, delay_wgrad: bool) -> tuple[Item, ...]:
-    table = schedule_table(M, v, g)
-    total = len(table)
-    bkind = "B" if delay_wgrad else "BW"
+def _rank(warm: int, table_mb: np.ndarray, table_c: np.ndarray, v: int, delay_wgrad: bool) -> list[np.ndarray]:
+    """One rank's columns (kind, chunk, mb, kind2, chunk2, mb2) as ``RankTable`` holds
+    them: ``warm`` lone forwards, then pairs (forward warm+k, backward k), then the lone
+    backwards; with ``delay_wgrad`` each backward's W right after the item holding it.
+    Arrays, not an Op per item: a large order (pp=9, M=7680, v=4) has over half a million."""
+    total = len(table_mb)
+    n = total - warm  # pairs
+    back_c = v - 1 - table_c  # backward k runs table entry k with the chunk reversed
+    back = B if delay_wgrad else BW
+    lone = np.full(warm, -1, np.int8)
+    zero = np.zeros(warm, np.int32)  # a lone op's backward columns, as RankTable.of fills them
+    cols = [
+        np.concatenate([np.full(total, F, np.int8), np.full(warm, back, np.int8)]),
+        np.concatenate([table_c, back_c[n:]]),
+        np.concatenate([table_mb, table_mb[n:]]),
+        np.concatenate([lone, np.full(n, back, np.int8), lone]),
+        np.concatenate([zero, back_c[:n], zero]),
+        np.concatenate([zero, table_mb[:n], zero]),
+    ]
+    if not delay_wgrad:
+        return cols
+    # item warm+k holds backward k (a pair's second half, or a lone B): its W follows it
+    zeros = np.zeros(total, np.int32)
+    ws = (np.full(total, W, np.int8), back_c, table_mb, np.full(total, -1, np.int8), zeros, zeros)
+    return [np.concatenate([col[:warm], np.column_stack([col[warm:], w]).ravel()]) for col, w in zip(cols, ws)]
 
-    def fwd(k: int) -> Op:
-        mb, c = table[k]
-        return Op("F", c, mb)
 
-    def bwd(k: int) -> tuple[Op, tuple[Op, ...]]:
-        mb, c = table[k]
-        c = v - 1 - c
-        return Op(bkind, c, mb), ((Op("W", c, mb),) if delay_wgrad else ())
-
-    warm = warmup(pp, r, M, v, g)
-    items: list[Item] = [fwd(k) for k in range(warm)]
-    for k in range(total - warm):
-        b, w = bwd(k)
-        items += [Pair(fwd(warm + k), b), *w]
-    for k in range(total - warm, total):
-        b, w = bwd(k)
-        items += [b, *w]
-    return tuple(items)
+def _ranks(pp: int, M: int, v: int, g: int, delay_wgrad: bool) -> RankTable:
+    table_mb, table_c = np.array(schedule_table(M, v, g), np.int32).reshape(-1, 2).T
+    return RankTable.stack([_rank(warmup(pp, r, M, v, g), table_mb, table_c, v, delay_wgrad) for r in range(pp)])
 
 
 def one_f_one_b_overlap(pp: int, microbatches: int, delay_wgrad: bool = False) -> Schedule:
     """Combined 1F1B with one chunk per rank: 2(pp-r-1)+1 warm-up forwards, then F&B pairs
     (with one chunk the group size changes nothing: the table is 0..M-1)."""
     M = microbatches
-    ranks = tuple(_rank(pp, r, M, 1, pp, delay_wgrad) for r in range(pp))
-    return Schedule("1f1b-overlap", pp, M, Placement.flat(pp, M), ranks)
+    return Schedule("1f1b-overlap", pp, M, Placement.flat(pp, M), _ranks(pp, M, 1, pp, delay_wgrad))
 
 
 def interleaved_1f1b_overlap(
@@ -87,5 +97,5 @@ def interleaved_1f1b_overlap(
     in groups of ``group_size`` micro-batches (default pp)."""
     M, v = microbatches, chunks  # chunks >= 2 and Megatron's group checks: the registry's
     g = pp if group_size is None else group_size
-    ranks = tuple(_rank(pp, r, M, v, g, delay_wgrad) for r in range(pp))
+    ranks = _ranks(pp, M, v, g, delay_wgrad)
     return Schedule("interleaved-1f1b-overlap", pp, M, Placement.interleaved(pp, M, v), ranks)
