@@ -269,9 +269,17 @@ def block_orders(
     block collides. With ``squeeze``, every op also moves as early as it can after each
     pass (the Ws placed first), as the authors' generator does: the second pass then
     starts from a tighter order (V-Half at pp=8, M=9 gets their 71 slots, 72 without)."""
+    return block_variants(pp, M, block, paired, (squeeze,))[0]
+
+
+def block_variants(
+    pp: int, M: int, block: Block, paired: bool, squeezes: tuple[bool, ...]
+) -> list[list[list[tuple[int, int, int]]] | None]:
+    """``block_orders`` for each of ``squeezes``: the first pass (with the Ws placed) does
+    not depend on ``squeeze``, so it runs once for all of them (half of a block's time)."""
     times = block.times(pp)
     if times is None:
-        return None
+        return [None for _ in squeezes]
     tf, tb = times
     S = 2 * pp
     occ: list[Slots] = []
@@ -286,6 +294,12 @@ def block_orders(
     horizon = max(max(o) for o in occ) + 2
     bound = max(max(_memory(o, horizon, False)) for o in occ)
     _reorder(pp, M, occ, bound, with_ws=True, paired=paired)
+    # the second pass reads the first's slots and builds its own: each variant starts from them
+    return [_second_pass(pp, M, occ, bound, paired, squeeze) for squeeze in squeezes]
+
+
+def _second_pass(pp: int, M: int, occ: list[Slots], bound: int, paired: bool, squeeze: bool) -> list[list[tuple[int, int, int]]]:
+    """``block_orders`` from the first pass on; ``occ`` is left as it was."""
     occ = _without_ws(_squeeze(pp, occ) if squeeze else occ)
     _reorder(pp, M, occ, bound, with_ws=False, paired=paired)
     if squeeze:

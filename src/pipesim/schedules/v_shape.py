@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from ..autoschedule import repeat
-from ..autoschedule.blocks import Block, block_orders, v_half_blocks, v_min_block, zb_v_block
+from ..autoschedule.blocks import Block, block_variants, v_half_blocks, v_min_block, zb_v_block
 from ..autoschedule.evaluate import Index, asap, orders_of
 from ..autoschedule.greedy import Policy, list_schedule
 from ..autoschedule.polish import fits, makespan_key, polish, span_makespan_key
@@ -89,32 +89,57 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
     (kept in V order, squeezed) if ``variants``."""
     plans = []
     choices = ((False, False), (True, False), (False, True), (True, True)) if variants else ((False, False),)
+    squeezes = pairings = (False, True) if variants else (False,)
+    keep = 6 * pp * M <= KEEP_OPS
     for block in blocks:
+        built = {
+            paired: _block_orders(pp, M, block, paired, squeezes) if keep else _Built(pp, M, block, paired, squeezes)
+            for paired in pairings
+        }
         for paired, squeeze in choices:
-            orders = (
-                _block_orders(pp, M, block, paired, squeeze)
-                if 6 * pp * M <= KEEP_OPS
-                else block_orders(pp, M, block, paired, squeeze)
-            )
+            got = built[paired]
+            orders = got.orders[squeezes.index(squeeze)]
             if orders is not None and all(fits(index, seq) for seq in orders):
-                plan = asap(index, orders)
+                plan = got.timed(index, squeezes.index(squeeze))
                 if plan is not None:
                     plans.append(plan)
     return plans
 
 
+class _Built:
+    """A block's orders for each squeeze (``block_variants``: they share the first pass),
+    and their times by the costs they were timed under. ZB-V, V-Half and V-Min at one size
+    try the same blocks under the same unit costs and differ only in the memory limit,
+    which the caller checks (``fits``) and the times do not read: each order is timed once
+    for the three."""
+
+    def __init__(self, pp: int, M: int, block: Block, paired: bool, squeezes: tuple[bool, ...]):
+        self.orders = [
+            None if o is None else tuple(tuple(seq) for seq in o) for o in block_variants(pp, M, block, paired, squeezes)
+        ]
+        self.ranks: dict[tuple, tuple | None] = {}
+
+    def timed(self, index: Index, n: int) -> Plan | None:
+        """``asap`` of the n-th orders under ``index``'s problem."""
+        prob = index.prob
+        key = (n, prob.placement, prob.f, prob.b, prob.w, prob.comm, prob.split)  # all that timing reads
+        if key not in self.ranks:
+            plan = asap(index, self.orders[n])
+            self.ranks[key] = None if plan is None else plan.ranks
+        ranks = self.ranks[key]
+        return None if ranks is None else Plan(prob, ranks, "asap")
+
+
 #: sizes up to which the blocks' orders are kept for the process (pp x M = 4096, the
 #: planner's largest V): ZB-V, V-Half and V-Min at one size share most of their blocks.
-#: 64 of them: a planner run asks for up to 16 a size (four blocks, four variants each)
-#: at four or five sizes, and 32 dropped some before their second use (68 built, 80
-#: asked for, in a cold plan of Llama 3 405B on b200), for about 9 MB more
+#: 64 of them (each a block with or without the V order, its one or two squeezes): a
+#: planner run asks for up to 8 a size (four blocks, two each) at four or five sizes
 KEEP_OPS = 6 * 4096
 
 
 @functools.lru_cache(maxsize=64)
-def _block_orders(pp: int, M: int, block: Block, paired: bool, squeeze: bool):
-    orders = block_orders(pp, M, block, paired, squeeze)
-    return None if orders is None else tuple(tuple(seq) for seq in orders)
+def _block_orders(pp: int, M: int, block: Block, paired: bool, squeezes: tuple[bool, ...]) -> _Built:
+    return _Built(pp, M, block, paired, squeezes)
 
 
 def forget() -> None:
