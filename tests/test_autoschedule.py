@@ -70,8 +70,10 @@ def test_fast_model_reports_a_deadlock():
 def test_retiming_from_a_base_equals_timing_in_full(name, pp, M, f, w, c, moves):
     """``timed`` resumed from the timing of an order that differs on one rank from a
     position on (polish's trials: one op moved earlier) gives the full pass's plan and
-    ends table exactly, deadlock included, and so does a chain of such re-timings.
-    Zero-length Ws put ops on the boundary time itself."""
+    ends table exactly, deadlock included, and so does a chain of such re-timings; so
+    does one told where the rank holds base's ops again (``same_from``), which stops
+    once what is left keeps base's times. Zero-length Ws put ops on the boundary time
+    itself."""
     s = build(name, pp, M, **({"chunks": 2} if name == "interleaved-1f1b" else {}))
     split = any(op.kind == "W" for ops in s.ranks for op in ops)
     index = Index(Problem.of(s.placement, Costs(f=f, b=2 * f, w=w, comm=c), split=split))
@@ -87,12 +89,14 @@ def test_retiming_from_a_base_equals_timing_in_full(name, pp, M, f, w, c, moves)
         trial[r] = seq[:q] + [seq[p]] + seq[q:p] + seq[p + 1 :]
         full = timed(index, trial)
         again = timed(index, trial, base, r, q)
+        settled = timed(index, trial, base, r, q, same_from=p + 1)
         if full is None:
-            assert again is None
+            assert again is None and settled is None
             continue
         assert again is not None
         assert again[0].ranks == full[0].ranks and again[1] == full[1]
-        cur, base = trial, again
+        assert settled[0].ranks == full[0].ranks and settled[1] == full[1]
+        cur, base = trial, settled
 
 
 @given(

@@ -8,6 +8,7 @@ they come from another rank). The tests check it against ``simulate``.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
@@ -50,13 +51,46 @@ class Timed(tuple):
     ``stage * M + mb``, Bs after the Fs), the state a re-timing resumes from."""
 
 
-def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0, since: int = 0) -> Timed | None:
+def timed(
+    index: Index,
+    orders: Order,
+    base: Timed | None = None,
+    rank: int = 0,
+    since: int = 0,
+    cap: float = math.inf,
+    spans: bool = False,
+    same_from: int | None = None,
+    rest: Sequence[Sequence[float]] | None = None,
+    tails: tuple[list[float], list[float]] | None = None,
+) -> Timed | None:
     """``asap``, with the ends table beside the plan. Given ``base``, the timing of
     orders that differ from these only on ``rank`` from position ``since`` on, only what
     can have changed is timed again: an op that started before the end of ``rank``'s op
     ``since - 1`` in ``base`` depends on nothing after it there (what it waits for ends no
     later than it starts), so it keeps its time, and the ops after it are resumed from
-    there as the full pass would have timed them."""
+    there as the full pass would have timed them.
+
+    With ``cap``, None as soon as an op ends past it (from its rank's first start with
+    ``spans``, from 0 without): the orders' makespan (or longest span) is then past it
+    too, whatever the ops not yet timed do. A search that only keeps orders scoring
+    below ``cap`` stops timing the others there (most of its trials). With ``rest`` (per
+    rank, at each place of its order no more than the cost of the ops after it there:
+    ``rest_of``), an op that ends within ``cap`` but whose rank's ops after it cannot
+    also stops it, long before the rank gets there. With ``tails`` (``tails_of`` base,
+    and ``same_from``; makespan only), so does an op that starts in ``base`` after the ops
+    ``rank``'s moved (its base's place ``same_from - 1`` and before) end there, and whose
+    longest path to the end in ``base`` would take its end past ``cap``: no such path
+    reaches the ops that moved (it would in ``base`` too, which runs them before the op),
+    so the path is there as it was.
+
+    With ``same_from`` (``rank``'s orders hold the ops of ``base``'s at the same places
+    from there on, as every other rank's do), timing stops once what is left must time as
+    in ``base``: each rank's last op timed ends as the op at its place in ``base`` (and
+    ``rank`` is past ``same_from``), and every F or B timed whose end differs from
+    ``base``'s has fed the op it feeds. Every op left then starts when its rank's previous
+    op and its input end, as in ``base``, so it keeps ``base``'s time (by induction along
+    the order they would be timed in); its place in ``base`` holds it. A move in the
+    warm-up otherwise times every op after it again, though most settle within a few."""
     prob = index.prob
     S, M = index.S, index.M
     stage, f_lat, b_lat = index.stage, index.f_lat, index.b_lat
@@ -85,8 +119,18 @@ def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0,
             for kind, c, i, _, end in ops[ptr[r] :] if again < 0 else ops[: ptr[r]]:
                 if kind != 2:
                     done[(SM if kind == B else 0) + stage_r[c][i] * M + i] = -1.0 if again < 0 else end
+    if rest is None:
+        rest = [[0.0] * len(seq) for seq in orders] if cap < math.inf else ()
     parked: dict[int, list[int]] = {}
     ready = deque(range(n))
+    settle = base is not None and same_from is not None
+    if tails is not None:
+        tail, base_start = tails
+        moved_end = plan.ranks[rank][same_from - 1][4]  # the last of the ops that moved, as base ran them
+    if settle:
+        base_ranks, base_done, start = plan.ranks, kept, list(ptr)
+        differ: set[int] = set()  # Fs and Bs timed whose end differs from base's, their feed not yet timed
+        unlike = {rank}  # ranks whose last op timed ends otherwise than its place in base
     while ready:
         r = ready.popleft()
         seq = orders[r]
@@ -96,6 +140,10 @@ def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0,
         append = row.append
         stage_r = stage[r]
         n_ops = len(seq)
+        # where this rank's ops may end: from its first start with ``spans`` (not yet
+        # known when it has timed none, so the first op looks again)
+        lim = (row[0][3] + cap if row else -math.inf) if spans else cap
+        rest_r = rest[r] if rest else None
         while p < n_ops:
             kind, c, i = seq[p]
             s = stage_r[c][i]
@@ -108,6 +156,8 @@ def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0,
                     if e < 0:
                         parked.setdefault(own - M, []).append(r)
                         break
+                    if settle:
+                        differ.discard(own - M)
                     e += f_lat[own]
                     t = e if e > t_free else t_free
             elif kind == B:
@@ -116,6 +166,8 @@ def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0,
                 if e < 0:
                     parked.setdefault(key, []).append(r)
                     break
+                if settle:
+                    differ.discard(key)
                 e += b_lat[own]
                 t = e if e > t_free else t_free
             else:
@@ -124,21 +176,97 @@ def timed(index: Index, orders: Order, base: Timed | None = None, rank: int = 0,
                     break
                 t = t_free
             end = t + costs[kind][s]
+            if rest_r is not None and end + rest_r[p] > lim:
+                lim = t + cap if spans and not row else lim
+                if end + rest_r[p] > lim:
+                    return None
+            elif tails is not None and end + tail[kind * SM + own] > cap and base_start[kind * SM + own] > moved_end:
+                return None
             append((kind, c, i, t, end))
             t_free = end
             p += 1
             if kind != 2:
                 key = SM + own if kind == B else own
                 done[key] = end
+                if settle and end != base_done[key] and (kind == F or s):  # B of stage 0 feeds no other rank
+                    differ.add(key)
                 if parked:
                     waiting = parked.pop(key, None)
                     if waiting:
                         ready.extend(waiting)
         ptr[r] = p
         free[r] = t_free
+        if settle:
+            if (r != rank or p >= same_from) and (t_free == base_ranks[r][p - 1][4] if p else True):
+                unlike.discard(r)
+            else:
+                unlike.add(r)
+            if not differ and not unlike:
+                return _settled(index, base_ranks, base_done, start, ptr, out)
     if any(ptr[r] < len(orders[r]) for r in range(n)):
         return None
     return Timed((Plan(prob, tuple(tuple(x) for x in out), "asap"), done))
+
+
+def _settled(index: Index, base_ranks, base_done: list[float], start: list[int], ptr: list[int], out: list[list]) -> Timed:
+    """``timed`` once what is left keeps ``base``'s times: each rank's ops timed so far,
+    then ``base``'s from there; the ends table ``base``'s but for the ops timed again."""
+    SM, M, stage = index.S * index.M, index.M, index.stage
+    done = list(base_done)
+    for r, row in enumerate(out):
+        stage_r = stage[r]
+        for kind, c, i, _, end in row[start[r] :]:
+            if kind != 2:
+                done[(SM if kind == B else 0) + stage_r[c][i] * M + i] = end
+    ranks = tuple(tuple(row) + ops[k:] for row, ops, k in zip(out, base_ranks, ptr))
+    return Timed((Plan(index.prob, ranks, "asap"), done))
+
+
+def tails_of(index: Index, plan: Plan) -> tuple[list[float], list[float]] | None:
+    """Per op (by ``kind * S * M + stage * M + mb``), its longest path in ``plan`` from
+    its end to the end of the last op (each later op's cost, and the P2P latency of the
+    inputs it passes), and its start there: ``timed``'s ``tails``. None where an op costs
+    nothing (the start order that this reads the ops in then need not follow the paths)."""
+    prob = index.prob
+    costs = (prob.f, prob.b, prob.w)
+    if min(min(prob.f), min(prob.b), min(prob.w)) <= 0:
+        return None
+    S, M = index.S, index.M
+    SM = S * M
+    stage, f_lat, b_lat = index.stage, index.f_lat, index.b_lat
+    tail = [0.0] * (3 * SM)
+    start = [0.0] * (3 * SM)
+    ops = sorted(((op[3], r, k) for r, row in enumerate(plan.ranks) for k, op in enumerate(row)), reverse=True)
+    for t, r, k in ops:  # every later op (on a path from this one) first
+        row = plan.ranks[r]
+        kind, c, i, _, _ = row[k]
+        s = stage[r][c][i]
+        own = s * M + i
+        best = 0.0
+        if k + 1 < len(row):  # the next op on the rank
+            nk, nc, ni, _, _ = row[k + 1]
+            ns = stage[r][nc][ni]
+            best = costs[nk][ns] + tail[nk * SM + ns * M + ni]
+        if kind == F or (kind == B and s > 0):  # the pass its output feeds
+            nk, ns = (F, s + 1) if kind == F and s < S - 1 else (B, S - 1 if kind == F else s - 1)
+            nown = ns * M + i
+            via = (f_lat if nk == F else b_lat)[nown] + costs[nk][ns] + tail[nk * SM + nown]
+            best = via if via > best else best
+        tail[kind * SM + own] = best
+        start[kind * SM + own] = t
+    return tail, start
+
+
+def rest_of(index: Index, seq: Sequence[tuple[int, int, int]], rank: int) -> list[float]:
+    """The cost of the ops after each place of ``rank``'s order (``timed``'s ``rest``)."""
+    costs, stage_r = (index.prob.f, index.prob.b, index.prob.w), index.stage[rank]
+    out = [0.0] * len(seq)
+    total = 0.0
+    for p in range(len(seq) - 1, -1, -1):
+        out[p] = total
+        kind, c, i = seq[p]
+        total += costs[kind][stage_r[c][i]]
+    return out
 
 
 def _start(op: tuple[int, int, int, float, float]) -> float:

@@ -9,10 +9,11 @@ deterministic and bounded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-from .evaluate import Index, orders_of, timed
-from .problem import Plan
+from .evaluate import Index, orders_of, rest_of, tails_of, timed
+from .problem import B, F, Plan, W
 
 Key = Callable[[Plan], tuple]
 
@@ -30,9 +31,33 @@ def span_makespan_key(plan: Plan) -> tuple:
     return (round(plan.span, 9),) + makespan_key(plan)
 
 
+#: what the first term of each key is: the longest span (True) or the makespan (False),
+#: so that ``timed`` can stop a trial once an op ends past the best key's first term
+_SPANS = {makespan_key: False, span_key: True, span_makespan_key: True}
+
+# the keys round to 9 digits: an op ending this far past a key's first term (rounded)
+# puts the trial's first term past it too
+_CAP_MARGIN = 1e-6
+
+
 def fits(index: Index, seq: list[tuple[int, int, int]]) -> bool:
     """Does one rank's order stay within the memory limit (``Problem.fits``)?"""
     return index.prob.fits(op[0] for op in seq)
+
+
+def _fed_by(index: Index, rank: int, op: tuple[int, int, int], ops: list[tuple[int, int, int]]) -> bool:
+    """Is ``op``'s input (the W's B, the previous stage's F, the next stage's B or, at the
+    last stage, the F) among ``ops`` of ``rank``?"""
+    kind, c, i = op
+    stage_r = index.stage[rank]
+    s = stage_r[c][i]
+    if kind == W:
+        want_kind, want = B, s
+    elif kind == F:
+        want_kind, want = F, s - 1
+    else:
+        want_kind, want = (F, s) if s == index.S - 1 else (B, s + 1)
+    return any(k == want_kind and m == i and stage_r[ch][m] == want for k, ch, m in ops)
 
 
 def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budget: int = 4000) -> Plan:
@@ -41,6 +66,15 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
     # the current orders' own times: a trial differs from them on one rank from the
     # spot it moves an op to, and only what can have changed is timed again
     base = timed(index, orders)
+    # a trial is kept only below best_key: one whose first term passes it cannot be
+    spans = _SPANS.get(key)
+    cap = best_key[0] + _CAP_MARGIN if spans is not None else math.inf
+    spans = bool(spans)
+    # per rank, the cost of its ops after each place of its order: an op's end plus that
+    # is a bound on the rank's end, so a trial stops as soon as one passes ``cap``
+    rest = [rest_of(index, seq, r) for r, seq in enumerate(orders)] if cap < math.inf else None
+    # and (makespan first) each op's longest path to the end
+    tails = tails_of(index, plan) if cap < math.inf and not spans else None
     evals = 0
     improved = True
     while improved and evals < budget:
@@ -59,13 +93,26 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
                     trial = seq[:q] + [op] + seq[q:p] + seq[p + 1 :]
                     if not fits(index, trial):
                         continue
-                    orders[r] = trial
                     evals += 1
-                    got = timed(index, orders, base, r, q)
+                    if _fed_by(index, r, op, seq[q:p]):
+                        continue  # it would wait for an op now after it on its own rank: a deadlock
+                    orders[r] = trial
+                    if rest is not None:
+                        # after any place of q..p no less than after p: what was after p still is
+                        kept_rest = rest[r]
+                        rest[r] = kept_rest[:q] + [kept_rest[p]] * (p - q + 1) + kept_rest[p + 1 :]
+                    got = timed(index, orders, base, r, q, cap, spans, same_from=p + 1, rest=rest, tails=tails)
+                    if rest is not None:
+                        rest[r] = kept_rest
                     if got is not None:
                         k = key(got[0])
                         if k < best_key:
                             (best, _), base, best_key, seq = got, got, k, trial
+                            cap = best_key[0] + _CAP_MARGIN if cap < math.inf else cap
+                            if rest is not None:
+                                rest[r] = rest_of(index, trial, r)
+                            if tails is not None:
+                                tails = tails_of(index, best)
                             improved = True
                             break
                     orders[r] = seq
