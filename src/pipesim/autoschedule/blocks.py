@@ -19,8 +19,10 @@ memory: once with the Ws in place, once more for the cool-down with the Ws taken
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .problem import B, F, W
 
@@ -145,13 +147,24 @@ def _profile(
     return prof, pend
 
 
-def _input_end(end: dict[tuple[int, int, int], int], S: int, kind: int, s: int, i: int) -> int:
-    """The slot after which the input of (kind, stage s, micro-batch i) is there."""
+def _placed_profile(o: Slots, horizon: int) -> tuple[list[int], list[int]]:
+    """``_profile`` of a rank whose Ws are placed, from slot 0 on: a running sum of +1 at
+    each F and -1 at each W (no W is ever pending)."""
+    step = [0] * horizon
+    for t, op in o.items():
+        if op[0] != B:
+            step[t] = 1 if op[0] == F else -1
+    return list(accumulate(step)), [0] * horizon
+
+
+def _input_end(end: list[int], S: int, M: int, kind: int, s: int, i: int) -> int:
+    """The slot after which the input of (kind, stage s, micro-batch i) is there; ``end``
+    holds each op's end slot at ``(kind * S + stage) * M + mb``."""
     if kind == F:
-        return 0 if s == 0 else end[(F, s - 1, i)]
+        return 0 if s == 0 else end[(s - 1) * M + i]
     if kind == B:
-        return end[(F, s, i)] if s == S - 1 else end[(B, s + 1, i)]
-    return end[(B, s, i)]
+        return end[s * M + i] if s == S - 1 else end[(S + s + 1) * M + i]
+    return end[(S + s) * M + i]
 
 
 def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paired: bool = False) -> None:
@@ -162,7 +175,7 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     horizon = max(max(o) for o in occ if o) + 2
     # the memory after each slot and (without the Ws) the Ws pending after it: the state
     # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
-    prof, pend = (list(x) for x in zip(*(_profile(o, horizon, not with_ws) for o in occ)))
+    prof, pend = (list(x) for x in zip(*(_placed_profile(o, horizon) if with_ws else _profile(o, horizon, True) for o in occ)))
     # ranks whose whole profile is within the bound (every rank once a move is kept): a
     # trial there need not check the slots it leaves as they were
     within = [max(p, default=0) <= bound for p in prof]
@@ -170,24 +183,34 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     # an op that stays where it is ends in the slot after its own: every op's end so, and
     # those the pass moves overwritten as it goes (an op reads only the ends of ops before
     # it in slot order, which the pass has then been through)
-    end: dict[tuple[int, int, int], int] = {op: t + 1 for t, _, op in ops}
+    end = [0] * (6 * pp * M)  # by (kind * S + stage) * M + mb, as _input_end reads it
+    for t, _, (kind, s, i) in ops:
+        end[(kind * 2 * pp + s) * M + i] = t + 1
     last_w: dict[int, int] = {}
     # the phases, by position in slot order: the warm-up until the first backward of stage
     # 0, the cool-down from the first forward of the last micro-batch (chunk 0) after it;
     # the steady state between them moves nothing (nor the warm-up without the Ws)
-    steady = next((n for n, (_, _, (kind, s, _)) in enumerate(ops) if kind == B and s == 0), len(ops))
-    cool = next(
-        (n for n in range(steady, len(ops)) if ops[n][2][0] == F and ops[n][2][1] < pp and ops[n][2][2] == M - 1), len(ops)
-    )
+    # (found by their slots, which ``end`` holds, not by reading every op: stage s < pp
+    # is on rank s, so each is a (slot, rank) to look up in ``ops``)
+    S = 2 * pp
+    steady = min((bisect_left(ops, (end[(S + 0) * M + i] - 1, 0)) for i in range(M)), default=len(ops))
+    cool = min((n for s in range(pp) if (n := bisect_left(ops, (end[s * M + M - 1] - 1, s))) >= steady), default=len(ops))
     state = (occ, prof, pend, within, end, last_w)
     if with_ws:
-        _moves(pp, ops[:steady], state, bound, horizon, True, paired)
+        _moves(pp, M, ops[:steady], state, bound, horizon, True, paired)
         # the steady state's Ws stay where they are: each rank's last before the cool-down
-        last_w.update({r: t + 1 for t, r, (kind, _, _) in ops[steady:cool] if kind == W})
-    _moves(pp, ops[cool:], state, bound, horizon, with_ws, paired)
+        steady_w: dict[int, int] = {}
+        for n in range(cool - 1, steady - 1, -1):  # from the last back, until every rank has one
+            t, r, op = ops[n]
+            if op[0] == W and r not in steady_w:
+                steady_w[r] = t + 1
+                if len(steady_w) == len(occ):
+                    break
+        last_w.update(steady_w)
+    _moves(pp, M, ops[cool:], state, bound, horizon, with_ws, paired)
 
 
-def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: bool, paired: bool) -> None:
+def _moves(pp: int, M: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: bool, paired: bool) -> None:
     """``_reorder``'s moves of ``ops`` (a warm-up or cool-down, in slot order): each into
     the earliest free slot its inputs and the memory bound allow."""
     occ, prof, pend, within, end, last_w = state
@@ -195,16 +218,17 @@ def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: 
     for t0, r, (kind, s, i) in ops:
         o = occ[r]
         at = t0
-        ready = _input_end(end, S, kind, s, i)
+        at_end = (kind * S + s) * M + i
+        ready = _input_end(end, S, M, kind, s, i)
         if paired and kind == W:
             ready = max(ready, last_w.get(r, 0))  # the Ws of a rank stay first in, first out
         elif i > 0:
-            ready = max(ready, end[(kind, s, i - 1)])
+            ready = max(ready, end[at_end - 1])
         if paired and (kind == F and s >= pp or kind == B and s < pp):
             # also keep a rank's two passes of one micro-batch in V order (F of
             # chunk 0 before F of chunk 1, B of chunk 1 before B of chunk 0): fewer
             # moves, which sometimes squeeze better
-            ready = max(ready, end[(kind, S - 1 - s, i)])
+            ready = max(ready, end[(kind * S + S - 1 - s) * M + i])
         if with_ws and kind == F and ready < t0:
             # an F fits at t when every slot from t to t0 stays under the bound: the
             # slots that allow it are a run ending at t0, back to the last slot at the
@@ -239,22 +263,26 @@ def _moves(pp: int, ops: list, state: tuple, bound: int, horizon: int, with_ws: 
                 break
             del o[t]
             o[t0] = (kind, s, i)
-        end[(kind, s, i)] = at + 1
+        end[at_end] = at + 1
         if kind == W:
             last_w[r] = at + 1
 
 
-def _squeeze(pp: int, occ: list[Slots]) -> list[Slots]:
+def _squeeze(pp: int, M: int, occ: list[Slots]) -> list[Slots]:
     """Every op moved to the earliest slot its input and its rank's previous op allow,
     each rank's order kept (taken in slot order, every input is already placed)."""
-    S = 2 * pp
-    end: dict[tuple[int, int, int], int] = {}
-    free = [0] * len(occ)
+    S, n = 2 * pp, len(occ)
+    end = [0] * (3 * S * M)  # by _at(S, M, kind, s, i)
+    free = [0] * n
     out: list[Slots] = [{} for _ in occ]
-    for _, r, (kind, s, i) in sorted((t, r, op) for r, o in enumerate(occ) for t, op in o.items()):
-        t = max(_input_end(end, S, kind, s, i), free[r])
-        out[r][t] = (kind, s, i)
-        end[(kind, s, i)] = free[r] = t + 1
+    # slot order, ranks in turn within a slot (t * n + r orders as (t, r) does)
+    for key, op in sorted((t * n + r, op) for r, o in enumerate(occ) for t, op in o.items()):
+        r = key % n
+        kind, s, i = op
+        ready, f = _input_end(end, S, M, kind, s, i), free[r]
+        t = ready if ready > f else f
+        out[r][t] = op
+        end[(kind * S + s) * M + i] = free[r] = t + 1
     return out
 
 
@@ -300,12 +328,12 @@ def block_variants(
 
 def _second_pass(pp: int, M: int, occ: list[Slots], bound: int, paired: bool, squeeze: bool) -> list[list[tuple[int, int, int]]]:
     """``block_orders`` from the first pass on; ``occ`` is left as it was."""
-    occ = _without_ws(_squeeze(pp, occ) if squeeze else occ)
+    occ = _without_ws(_squeeze(pp, M, occ) if squeeze else occ)
     _reorder(pp, M, occ, bound, with_ws=False, paired=paired)
     if squeeze:
         for o in occ:
             _place_ws(o)
-        occ = _without_ws(_squeeze(pp, occ))
+        occ = _without_ws(_squeeze(pp, M, occ))
     for o in occ:
         if paired:
             _place_ws_by_chunk(o, pp)
