@@ -19,6 +19,7 @@ memory: once with the Ws in place, once more for the cool-down with the Ws taken
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
@@ -115,16 +116,28 @@ def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: in
 
 
 def _profile(
-    occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0, settle=None
-) -> tuple[list[int], list[int]]:
+    occ: Slots,
+    horizon: int,
+    implicit_w: bool,
+    start: int = 0,
+    live: int = 0,
+    pending: int = 0,
+    settle=None,
+    bound: float = math.inf,
+) -> tuple[list[int], list[int]] | None:
     """``_memory``, and beside it the Ws pending after each slot. With ``settle`` (the
     previous profiles and the last slot that changed), stop at the first slot from there
-    on whose state is the previous one: every later slot is then as before."""
+    on whose state is the previous one: every later slot is then as before. None as soon
+    as the memory passes ``bound`` (a trial move that would is dropped whatever the rest
+    of the slots hold), or before the first slot where the state before it already does
+    (the slot holds the moved F or B, which leaves at least that)."""
     prof: list[int] = []
     pend: list[int] = []
     add, add_pending, get = prof.append, pend.append, occ.get
     # without ``settle``, a first slot to compare from that no slot reaches
     old, old_pending, check = settle if settle is not None else ((), (), horizon)
+    if live > bound:
+        return None
     for t in range(start, horizon):
         op = get(t)
         if op is None:
@@ -135,6 +148,8 @@ def _profile(
             kind = op[0]
             if kind == F:
                 live += 1
+                if live > bound:
+                    return None
             elif kind == B:
                 if implicit_w:
                     pending += 1
@@ -251,11 +266,11 @@ def _moves(pp: int, M: int, ops: list, state: tuple, bound: int, horizon: int, w
             del o[t0]
             o[t] = (kind, s, i)
             before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
-            tail, waiting = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0))
-            n = t + len(tail)
-            if max(tail, default=0) <= bound and (
-                within[r] or (max(prof[r][:t], default=0) <= bound and max(prof[r][n:], default=0) <= bound)
-            ):
+            got = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0), bound=bound)
+            if got is not None:
+                tail, waiting = got
+                n = t + len(tail)
+            if got is not None and (within[r] or (max(prof[r][:t], default=0) <= bound and max(prof[r][n:], default=0) <= bound)):
                 prof[r][t:n] = tail
                 pend[r][t:n] = waiting
                 within[r] = True
