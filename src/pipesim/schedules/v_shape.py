@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from array import array
 
 import numpy as np
 
@@ -117,17 +118,29 @@ class _Built:
         self.orders = [
             None if o is None else tuple(tuple(seq) for seq in o) for o in block_variants(pp, M, block, paired, squeezes)
         ]
-        self.ranks: dict[tuple, tuple | None] = {}
+        # per rank, each op's start and end as plain doubles: a tuple per op would hold a
+        # planner run's kept blocks in about 10% more memory
+        self.times: dict[tuple, tuple | None] = {}
 
     def timed(self, index: Index, n: int) -> Plan | None:
         """``asap`` of the n-th orders under ``index``'s problem."""
         prob = index.prob
         key = (n, prob.placement, prob.f, prob.b, prob.w, prob.comm, prob.split)  # all that timing reads
-        if key not in self.ranks:
+        if key not in self.times:
             plan = asap(index, self.orders[n])
-            self.ranks[key] = None if plan is None else plan.ranks
-        ranks = self.ranks[key]
-        return None if ranks is None else Plan(prob, ranks, "asap")
+            self.times[key] = None if plan is None else tuple(_columns(ops) for ops in plan.ranks)
+            return plan
+        times = self.times[key]
+        if times is None:
+            return None
+        ranks = tuple(
+            tuple((*op, t, e) for op, t, e in zip(seq, starts, ends)) for seq, (starts, ends) in zip(self.orders[n], times)
+        )
+        return Plan(prob, ranks, "asap")
+
+
+def _columns(ops: tuple) -> tuple[array, array]:
+    return array("d", [op[3] for op in ops]), array("d", [op[4] for op in ops])
 
 
 #: sizes up to which the blocks' orders are kept for the process (pp x M = 4096, the
