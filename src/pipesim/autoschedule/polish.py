@@ -74,7 +74,7 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
     # is a bound on the rank's end, so a trial stops as soon as one passes ``cap``
     rest = [rest_of(index, seq, r) for r, seq in enumerate(orders)] if cap < math.inf else None
     # and (makespan first) each op's longest path to the end
-    tails = tails_of(index, plan) if cap < math.inf and not spans else None
+    tails = tails_of(index, base[0]) if cap < math.inf and not spans else None
     evals = 0
     improved = True
     while improved and evals < budget:
