@@ -174,7 +174,8 @@ def _stop_forkserver() -> None:
     forkserver's own check finds it dead and reaps it)."""
     from multiprocessing import forkserver
 
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    # a private attribute (CPython 3.8-3.13): where another Python lacks it, nothing is killed
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
     if pid:
         try:
             os.kill(pid, signal.SIGKILL)
