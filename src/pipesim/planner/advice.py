@@ -8,7 +8,7 @@ from .memory_lines import usable_gb
 from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
 from .results import Plan
-from .runnable import COMBINED, COMBINED_RULES, combined_reason, combined_refusals
+from .runnable import COMBINED, combined_problem
 from .verdicts import family_verdicts, rejection
 
 
@@ -134,11 +134,10 @@ def combined_advice(plan: Plan) -> str:
     if plan.searched and not set(COMBINED) & set(plan.searched):
         # left out by --schedules, or by a rule of Megatron's that refuses it at every expert
         # degree searched (chunks per rank are the search's to choose, so not that rule)
+        # (ep1 refuses it at every degree only where the widest is 1; recomputation at all)
         eps = {r.candidate.layout.ep for r in (*plan.results, *plan.rejected)}
-        refusals = [set(combined_refusals(ep, plan.training.recompute)) - {"chunks"} for ep in eps]
-        everywhere = set.intersection(*refusals) if refusals else set()
-        rule = next((r for r in COMBINED_RULES if r in everywhere), None)
-        return f"{head}; it was not searched ({combined_reason(rule) if rule else '--schedules'})."
+        why = combined_problem(max(eps), plan.training.recompute) if eps else None
+        return f"{head}; it was not searched ({why or '--schedules'})."
     if not found:
         return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]
