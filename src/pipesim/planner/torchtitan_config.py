@@ -24,7 +24,14 @@ from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
 from .torchtitan_sharding import ROTATE_METHODS, context_parallel, data_parallel
-from .torchtitan_trainer import DUALPIPEV_OVERLAP, TrainerLines, dualpipev_overlap, trainer_lines
+from .torchtitan_trainer import (
+    DUALPIPEV_OVERLAP,
+    TrainerLines,
+    async_tp_on,
+    comm_backend,
+    dualpipev_overlap,
+    trainer_lines,
+)
 
 
 def csv_name(r: Result) -> str:
@@ -152,7 +159,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         if split_experts
         else None,
         "toml": torchtitan_toml(plan, r, {**par, **overlap}, lay, ac, lay.etp if expert_tp else None),
-        "toml_versions": _toml_versions(m, lay, expert_tp, _deepep(m, lay, t))
+        "toml_versions": _toml_versions(m, lay, expert_tp, comm_backend(m, lay, t) == "deepep")
         + (f"; DualPipeV's expert-parallel overlap from {DUALPIPEV_OVERLAP}" if overlap else ""),
         "command_line": None if split_experts else flags,
         "notes": notes,
@@ -256,11 +263,6 @@ EP_ANY_FROM = "#1660 (2025-12-17)"
 #: the TOML form's setting of DeepEP's dispatch: Parallelism.expert_parallel_comm_backend
 #: ("standard" or "deepep", job_config.py at 9810191bb^), added by #2107
 DEEPEP_TOML = "; DeepEP's dispatch (expert_parallel_comm_backend) from #2107 (2025-12-17)"
-
-
-def _deepep(m: Model, lay, t: Training) -> bool:
-    """Whether the plan dispatches experts between ranks with DeepEP."""
-    return bool(m.moe) and lay.ep > 1 and t.moe_dispatcher == "deepep"
 
 
 def _toml_versions(m: Model, lay, expert_tp: bool, deepep: bool = False) -> str:
@@ -420,10 +422,9 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
         old["pipeline_parallel_microbatch_size"] = lay.micro_batch
     # AsyncTP was a parallelism setting, with torch.compile on, until #4045 (job_config.py
     # at 9810191bb^: Parallelism.enable_async_tensor_parallel, Compile.enable)
-    async_tp = lay.tp > 1 and t.tp_overlap in ("all", "micro_pipeline")
-    if async_tp:
+    if async_tp_on(lay, t):
         old["enable_async_tensor_parallel"] = True
-    if _deepep(plan.model, lay, t):
+    if comm_backend(plan.model, lay, t) == "deepep":
         old["expert_parallel_comm_backend"] = "deepep"
     rotate = ROTATE_METHODS.get(t.cp_comm)
     if lay.cp > 1 and rotate:
@@ -437,7 +438,7 @@ def torchtitan_toml(plan: Plan, r: Result, par: dict, lay, ac: Checkpointing, et
     toml += ["[training]"] + [f"{k} = {_toml_value(v)}" for k, v in training.items()]
     if ac.toml:
         toml += ["", "[activation_checkpoint]"] + [f"{k} = {_toml_value(v)}" for k, v in ac.toml.items()]
-    if async_tp:
+    if async_tp_on(lay, t):
         toml += ["", "[compile]", "enable = true"]
     return "\n".join(toml) + "\n"
 

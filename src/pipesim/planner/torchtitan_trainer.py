@@ -133,7 +133,7 @@ def precision(base: str, m: Model, lay: Layout, t: Training) -> tuple[list[str],
             f"command-line form over --config {base} needs torchao"
         )
     module, call = MODEL_SPECS.get(base, (None, ""))
-    backend = COMM_BACKENDS[t.moe_dispatcher] if m.moe and lay.ep > 1 else "standard"
+    backend = comm_backend(m, lay, t)
     if module and backend != "standard":
         imports.append(f"from {module} import model_registry")
         lines.append(
@@ -163,6 +163,18 @@ def precision(base: str, m: Model, lay: Layout, t: Training) -> tuple[list[str],
     return lines, imports, notes
 
 
+def async_tp_on(lay: Layout, t: Training) -> bool:
+    """Whether torchtitan runs AsyncTP for the plan: tensor parallelism whose collectives
+    the plan overlaps (``tp_overlap`` all or micro_pipeline)."""
+    return lay.tp > 1 and t.tp_overlap in ("all", "micro_pipeline")
+
+
+def comm_backend(m: Model, lay: Layout, t: Training) -> str:
+    """The ``moe_comm_backend`` that dispatches the plan's experts ("standard" without
+    expert parallelism)."""
+    return COMM_BACKENDS[t.moe_dispatcher] if m.moe and lay.ep > 1 else "standard"
+
+
 def async_tp(lay: Layout, t: Training) -> tuple[list[str], list[str]]:
     """(lines, imports) for AsyncTP where tensor parallelism is on: compiled with it where
     the plan overlaps the collectives (``tp_overlap`` all or micro_pipeline), off where it
@@ -171,7 +183,7 @@ def async_tp(lay: Layout, t: Training) -> tuple[list[str], list[str]]:
     whole rather than patched."""
     if lay.tp == 1:
         return [], []
-    if t.tp_overlap in ("all", "micro_pipeline"):
+    if async_tp_on(lay, t):
         return ["    config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)  # AsyncTP"], [
             "from torchtitan.config import CompileConfig"
         ]
@@ -183,15 +195,16 @@ def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines
     off, notes = cuda_graphs(m, lay, t)
     lines, imports, more = precision(base, m, lay, t)
     compiled, compile_imports = async_tp(lay, t)
+    on = async_tp_on(lay, t)
     settings = (
         {}
         if lay.tp == 1
         else {"enable": True, "enable_async_tensor_parallel": True}
-        if compile_imports
+        if on
         else {"enable_async_tensor_parallel": False}
     )
     called = REBASED[base][0] if base in REBASED else base
-    if base in REBASED and not compile_imports:
+    if base in REBASED and not on:
         # the base's own compile on, AsyncTP off (CompileConfig's default) where the plan has none
         compiled, compile_imports = [REBASED_COMPILE], ["from torchtitan.config import CompileConfig"]
     return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more, settings, called)
