@@ -242,6 +242,14 @@ def _refuse_lone_modifiers(layer: dict, extras: dict, base: object, lone: bool, 
     raise PipesimError(f"{flag} adjusts a component cost model; give {_COMPONENT_BASES} with it, or drop it{hint}")
 
 
+def add_zb_auto(c) -> None:
+    """zb-auto's costs and search flags, which its order depends on (simulate's costs are
+    its own): ops, validate and export take them so as to give zb-auto's order for the
+    costs, not for unit costs."""
+    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
+    add_search(c)
+
+
 def add_search(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("search (zb-auto: the cost flags above are its costs too)")
     g.add_argument(

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..files import Stream, output_extension, save_schedule
-from ..options import SCHEDULE_HELP, add_op_costs, add_search, add_shape, refuse_order_costs, schedule_from
+from ..options import SCHEDULE_HELP, add_shape, add_zb_auto, refuse_order_costs, schedule_from
 from ..output import emit_json
 
 
@@ -23,13 +23,6 @@ def add_commands(command) -> None:
     c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
     add_zb_auto(c)
-
-
-def add_zb_auto(c) -> None:
-    """zb-auto's costs and search flags, which its order depends on, as simulate and export
-    take them: without them ops and validate gave zb-auto's order for unit costs only."""
-    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
-    add_search(c)
 
 
 def cmd_ops(args: argparse.Namespace) -> int:

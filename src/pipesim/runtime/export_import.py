@@ -17,9 +17,8 @@ from ..files import output_extension, save_schedule, write_chunks_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..options import (
     SCHEDULE_HELP,
-    add_op_costs,
-    add_search,
     add_shape,
+    add_zb_auto,
     positive_int,
     refuse_order_costs,
     schedule_from,
@@ -122,8 +121,7 @@ def add_commands(command) -> None:
     c = command("export", cmd_export, "write a schedule as torch.distributed.pipelining's compute-only CSV")
     c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
-    add_op_costs(c.add_argument_group("zb-auto's costs, by which it orders (a comma-separated list: one per stage)"))
-    add_search(c)
+    add_zb_auto(c)
     c.add_argument("--to", choices=("torch",), default="torch", help="the target (torch: _PipelineScheduleRuntime's CSV)")
     c.add_argument("--output", "-o", help="write here (default: print)")
     c.add_argument("--check", action="store_true", help="first run it in PyTorch's runtime (gloo) and compare gradients")
