@@ -49,7 +49,8 @@ def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
             raise PipesimError(f"{flag} {text!r}: give from 1 to {MAX_POINTS:,} values")
         # a value typed twice is a slip for another one (4,8,4 for 4,8,16): "exactly these"
         # cannot say which was meant, so it is named rather than silently dropped
-        twice = next((v for i, v in enumerate(given) if v in given[:i]), None)
+        seen: set[int] = set()
+        twice = next((v for v in given if v in seen or seen.add(v)), None)
         if twice is not None:
             raise PipesimError(f"{flag} {text!r}: {twice} is given {given.count(twice)} times; give each value once")
         return sorted(given)

@@ -117,9 +117,10 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     if args.costs_per != "chunk":  # each chunk is priced by the layers it holds already
         raise PipesimError("--model prices each chunk by the layers it holds (a V chunk half a stage); drop --costs-per")
     model, cluster = load_model(args.model), load_cluster(args.cluster)
-    training = load_training(None, base=model_training(args.model), seq=seq)
+    base = model_training(args.model)
+    training = load_training(None, base=base, seq=seq)
     if training.precision == "fp8" and not cluster.fp8_tflops:  # as plan and memory price it (spec_args)
-        training = without_fp8(args, cluster, model_training(args.model), training)
+        training = without_fp8(args, cluster, base, training)
     if cluster.gpus % pp:
         raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
     dp = cluster.gpus // pp

@@ -93,14 +93,16 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
         name = os.path.splitext(os.path.basename(args.csv))[0]
         where = args.csv
-        M = args.microbatches
-        if M is not None:  # as --pp: said in one line, not as a list of ops the count leaves out
-            found = from_torch_rows(rows, name, None, source=args.csv).microbatches
-            if found != M:
-                raise PipesimError(
-                    f"--microbatches {M} disagrees with the CSV's {found} micro-batches (0..{found - 1}); drop the flag"
-                )
-    s = from_torch_rows(rows, name, M, source=None if args.torch else args.csv)
+        # the CSV's own count, read once; a different -m is said in one line, as --pp is,
+        # not as a list of ops the count leaves out
+        s = from_torch_rows(rows, name, None, source=args.csv)
+        M, found = args.microbatches, s.microbatches
+        if M is not None and found != M:
+            raise PipesimError(
+                f"--microbatches {M} disagrees with the CSV's {found} micro-batches (0..{found - 1}); drop the flag"
+            )
+    if args.torch:
+        s = from_torch_rows(rows, name, M, source=None)
     try:
         compile(s)  # the array check: validate walks every op as an object
     except PipesimError as e:
