@@ -108,24 +108,18 @@ def _place_ws_by_chunk(occ: Slots, pp: int) -> None:
         t += 1
 
 
-def _memory(occ: Slots, horizon: int, implicit_w: bool, start: int = 0, live: int = 0, pending: int = 0) -> list[int]:
-    """Live chunk-activations after each slot from ``start`` on, given the state before
-    it; with ``implicit_w`` the Ws are not placed and a pending one is taken to run in
-    every free slot."""
-    return _profile(occ, horizon, implicit_w, start, live, pending)[0]
-
-
 def _profile(
     occ: Slots,
     horizon: int,
-    implicit_w: bool,
     start: int = 0,
     live: int = 0,
     pending: int = 0,
     settle=None,
     bound: float = math.inf,
 ) -> tuple[list[int], list[int]] | None:
-    """``_memory``, and beside it the Ws pending after each slot. With ``settle`` (the
+    """Live chunk-activations after each slot from ``start`` on, given the state before
+    it, of a rank whose Ws are not placed (a pending one is taken to run in every free
+    slot), and beside it the Ws pending after each slot. With ``settle`` (the
     previous profiles and the last slot that changed), stop at the first slot from there
     on whose state is the previous one: every later slot is then as before. None as soon
     as the memory passes ``bound`` (a trial move that would is dropped whatever the rest
@@ -141,7 +135,7 @@ def _profile(
     for t in range(start, horizon):
         op = get(t)
         if op is None:
-            if implicit_w and pending:
+            if pending:
                 live -= 1
                 pending -= 1
         else:
@@ -151,8 +145,7 @@ def _profile(
                 if live > bound:
                     return None
             elif kind == B:
-                if implicit_w:
-                    pending += 1
+                pending += 1
             elif kind == W:
                 live -= 1
         add(live)
@@ -190,7 +183,7 @@ def _reorder(pp: int, M: int, occ: list[Slots], bound: int, with_ws: bool, paire
     horizon = max(max(o) for o in occ if o) + 2
     # the memory after each slot and (without the Ws) the Ws pending after it: the state
     # before any slot, kept up to date as ops move, so a trial move recomputes only its tail
-    prof, pend = (list(x) for x in zip(*(_placed_profile(o, horizon) if with_ws else _profile(o, horizon, True) for o in occ)))
+    prof, pend = (list(x) for x in zip(*(_placed_profile(o, horizon) if with_ws else _profile(o, horizon) for o in occ)))
     # ranks whose whole profile is within the bound (every rank once a move is kept): a
     # trial there need not check the slots it leaves as they were
     within = [max(p, default=0) <= bound for p in prof]
@@ -266,7 +259,7 @@ def _moves(pp: int, M: int, ops: list, state: tuple, bound: int, horizon: int, w
             del o[t0]
             o[t] = (kind, s, i)
             before = (prof[r][t - 1], pend[r][t - 1]) if t else (0, 0)
-            got = _profile(o, horizon, True, t, *before, settle=(prof[r], pend[r], t0), bound=bound)
+            got = _profile(o, horizon, t, *before, settle=(prof[r], pend[r], t0), bound=bound)
             if got is not None:
                 tail, waiting = got
                 n = t + len(tail)
@@ -287,7 +280,7 @@ def _squeeze(pp: int, M: int, occ: list[Slots]) -> list[Slots]:
     """Every op moved to the earliest slot its input and its rank's previous op allow,
     each rank's order kept (taken in slot order, every input is already placed)."""
     S, n = 2 * pp, len(occ)
-    end = [0] * (3 * S * M)  # by _at(S, M, kind, s, i)
+    end = [0] * (3 * S * M)  # at (kind * S + stage) * M + mb, as _input_end reads it
     free = [0] * n
     out: list[Slots] = [{} for _ in occ]
     # slot order, ranks in turn within a slot (t * n + r orders as (t, r) does)
@@ -335,7 +328,7 @@ def block_variants(
         _place_ws(o)
         occ.append(o)
     horizon = max(max(o) for o in occ) + 2
-    bound = max(max(_memory(o, horizon, False)) for o in occ)
+    bound = max(max(_placed_profile(o, horizon)[0]) for o in occ)  # the Ws are placed here
     _reorder(pp, M, occ, bound, with_ws=True, paired=paired)
     # the second pass reads the first's slots and builds its own: each variant starts from them
     return [_second_pass(pp, M, occ, bound, paired, squeeze) for squeeze in squeezes]

@@ -89,7 +89,6 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
     """The timed orders of the repeated blocks that fit in memory, with their variants
     (kept in V order, squeezed) if ``variants``."""
     plans = []
-    choices = ((False, False), (True, False), (False, True), (True, True)) if variants else ((False, False),)
     squeezes = pairings = (False, True) if variants else (False,)
     keep = 6 * pp * M <= KEEP_OPS
     for block in blocks:
@@ -97,13 +96,14 @@ def _block_plans(index: Index, pp: int, M: int, blocks: tuple[Block, ...], varia
             paired: _block_orders(pp, M, block, paired, squeezes) if keep else _Built(pp, M, block, paired, squeezes)
             for paired in pairings
         }
-        for paired, squeeze in choices:
-            got = built[paired]
-            orders = got.orders[squeezes.index(squeeze)]
-            if orders is not None and all(fits(index, seq) for seq in orders):
-                plan = got.timed(index, squeezes.index(squeeze))
-                if plan is not None:
-                    plans.append(plan)
+        for n in range(len(squeezes)):  # each squeeze, then each pairing: the order plans are tried in
+            for paired in pairings:
+                got = built[paired]
+                orders = got.orders[n]
+                if orders is not None and all(fits(index, seq) for seq in orders):
+                    plan = got.timed(index, n)
+                    if plan is not None:
+                        plans.append(plan)
     return plans
 
 
