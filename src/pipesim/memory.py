@@ -30,8 +30,8 @@ import numpy as np
 
 from .costs import PerStage, at_stage
 from .errors import PipesimError
-from .ir import KINDS, Schedule
-from .metrics import running_peak
+from .ir import Schedule
+from .metrics import B, running_peak
 from .timeline import Timeline
 
 
@@ -155,6 +155,12 @@ def pair_peak(model: MemoryModel, f_stage: int, b_stage: int, keep: float) -> fl
     return max(peak, live + f_rest)
 
 
+def pair_peak_of(model: MemoryModel, f_stage: int, b_stage: int, b_kind: int) -> float:
+    """``pair_peak`` of a pair whose backward is of kind ``b_kind`` (ir.KINDS' index): a B
+    leaves each layer's ``w_share`` for a later W, a fused BW nothing."""
+    return pair_peak(model, f_stage, b_stage, model.w_share if b_kind == B else 0.0)
+
+
 @dataclass(frozen=True)
 class MemoryReport:
     params: list[float]  # bytes per rank
@@ -215,9 +221,6 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 
 
-_B = KINDS.index("B")  # a pair's backward kind that leaves the W its share
-
-
 def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, seen: dict) -> None:
     """In place on one rank's activation changes (``memory``'s ``delta``; its ``items``
     first ops, then the backwards of the items ``pair``): a pair's forward adds at its
@@ -232,7 +235,7 @@ def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, se
     peaks = []
     for f, b, bk in cols[:, first].T.tolist():
         if (f, b, bk) not in seen:
-            seen[f, b, bk] = pair_peak(model, f, b, model.w_share if bk == _B else 0.0)
+            seen[f, b, bk] = pair_peak_of(model, f, b, bk)
         peaks.append(seen[f, b, bk])
     peak = np.asarray(peaks)[which.reshape(-1)]
     delta[back] += delta[pair] - peak

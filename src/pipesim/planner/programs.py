@@ -10,7 +10,7 @@ import numpy as np
 
 from ..engine import BW, B, F, W, op_stages
 from ..ir import KINDS, Schedule
-from ..memory import pair_peak
+from ..memory import pair_peak_of
 from ..schedules import REGISTRY, build, cache
 from ..schedules.classic import smallest_group
 from ..simulate import Program, compile
@@ -215,7 +215,7 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
     for j in range(live.shape[1]):  # column by column: the rank's stages in ascending order
         total = total + live[:, j]
     if len(sh.pair_rows):  # at a pair's row, the most its layer-by-layer run holds besides
-        extra = [pair_peak(mm, f, b, w if k == B else 0.0) for f, b, k in sh.pairs]
+        extra = [pair_peak_of(mm, f, b, k) for f, b, k in sh.pairs]
         total[sh.pair_rows] += np.asarray(extra)[sh.pair_of]
     out = [0.0] * sh.cols.shape[0]
     if len(sh.has):
