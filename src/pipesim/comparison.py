@@ -12,7 +12,7 @@ from .costs import CostModel, Costs, chunk_costs
 from .errors import PipesimError
 from .ir import Schedule
 from .metrics import Report, summarize
-from .options import options_from, shape
+from .options import options_for, shape
 from .output import num, pct
 from .schedules import build, family
 from .simulate import simulate
@@ -58,12 +58,11 @@ def compare_rows(
     the schedule's stage count) replaces ``costs`` when given."""
     rows = []
     for name in names:
-        fam = family(name)  # an unknown name is an error, not a row
+        family(name)  # an unknown name is an error, not a row
         try:
             # each schedule gets the options it takes: --chunks, and for zb-auto the
             # costs and the memory limit (it then uses all the memory allowed)
-            opts = {k: v for k, v in options_from(args, name).items() if k in fam.options}
-            s = build(name, *shape(args), **opts)
+            s = build(name, *shape(args), **options_for(args, name))
             tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
         except PipesimError as e:

@@ -308,6 +308,13 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     return opts
 
 
+def options_for(args: argparse.Namespace, name: str) -> dict:
+    """``options_from`` narrowed to the options schedule ``name`` takes: what each of a
+    list of schedules is built with (compare, run), the flags given for the others left out."""
+    takes = family(name).options
+    return {k: v for k, v in options_from(args, name).items() if k in takes}
+
+
 def is_schedule_file(name: str) -> bool:
     """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule."""
     return name.endswith(".json") or "/" in name

@@ -25,7 +25,7 @@ from ..options import (
     columns,
     is_schedule_file,
     nonneg_float,
-    options_from,
+    options_for,
     positive_int,
     refuse_options_none_take,
     schedule_from,
@@ -350,8 +350,7 @@ def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
 def _build_for_many(args, name: str):
     # each schedule gets the builder options it takes (--delay-wgrad and --group-size
     # were dropped here, unsaid), as compare gives them
-    opts = {k: v for k, v in options_from(args, name).items() if k in family(name).options}
-    return build(name, *shape(args), **opts)
+    return build(name, *shape(args), **options_for(args, name))
 
 
 def report(args, results, skipped) -> int:
