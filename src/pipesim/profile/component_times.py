@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from .attribute import Attributed, Instance
 from .labels import COMPONENTS, PHASES, Component
-
-US = 1e-6
+from .trace import US
 
 
 @dataclass(frozen=True)

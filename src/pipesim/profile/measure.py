@@ -24,9 +24,7 @@ from .attribute import Attributed, attribute, union_length
 from .component_times import ComponentRow, component_rows
 from .labels import EXPECTED, Mapping, action
 from .pipeline_actions import Filled, pipeline_of
-from .trace import read_trace
-
-US = 1e-6
+from .trace import US, read_trace
 
 
 @dataclass

@@ -15,8 +15,7 @@ from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule, ops_of
 from ..timeline import Event, Inside, Segment, Timeline
 from .attribute import Attributed, Instance
-
-US = 1e-6
+from .trace import US
 
 
 @dataclass(frozen=True)

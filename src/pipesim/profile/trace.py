@@ -37,6 +37,7 @@ READ_CATS = LAUNCH_CATS | GPU_CATS | RANGE_CATS
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE = 64 << 20  # characters one event may take
 MAX_META = 1 << 20  # characters one top-level value beside traceEvents may take: Kineto's are a few KB
+US = 1e-6  # seconds in a trace's time unit: Chrome traces count microseconds
 MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
 MAX_TS_US = 1e17  # Kineto's clock (microseconds since the epoch, ~1.8e15 now) for 3,000 years
 RUN_KEY = "pipesimRun"  # beside traceEvents: the run that wrote it (pipesim run --profile; runtime.worker.run_stamp)
