@@ -9,7 +9,6 @@ import argparse
 import sys
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
@@ -19,10 +18,8 @@ from ..metrics import summarize
 from ..output import console, emit_json, num, pct
 from ..schedules import REGISTRY, build
 from .labels import COMM, COMPONENTS, Mapping
+from .measure import Profile, profile
 from .pipeline_actions import filled_note, measured_kinds
-
-if TYPE_CHECKING:
-    from .measure import Profile
 
 LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
@@ -54,8 +51,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         output_extension(args.output, (".toml",), "a .toml component cost file (what --components reads)")
     if args.timeline:
         output_extension(args.timeline, (".json",), "a .json timeline (what draw --measured reads)", flag="--timeline")
-    from .measure import profile  # the trace reader: imported when a profile is read, not to build the parser
-
     prof = profile(args.trace, Mapping.parse(args.map))
     files = []
     if args.output:
