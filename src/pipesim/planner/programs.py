@@ -278,15 +278,14 @@ def group_points(name: str, pp: int, M: int, options: dict) -> tuple[int, int, i
     micro-batches insert one more period of the same items, and the order's counts grow
     by that period's while its activation rows repeat. The first point leaves room for
     every rank's warm-up (at most 2pp + (v-1)g virtual micro-batches) and two periods."""
-    g = options.get("group_size")
-    if g is None or not REGISTRY[name].periodic:
+    g, fam = options.get("group_size"), REGISTRY[name]
+    if g is None or not fam.periodic:
         return None
     base = 2 * pp + 2 * g
     m1 = base + (M - base) % g
     if M <= m1 + 2 * g:
         return None
     points = (m1, m1 + g, m1 + 2 * g)
-    fam = REGISTRY[name]
     return points if all(fam.check(pp, x, **options) is None for x in points) else None
 
 

@@ -99,14 +99,13 @@ def cuda_graphs(m: Model, lay: Layout, t: Training) -> tuple[bool, list[str]]:
     the host (all but HybridEP with a non-blocking capacity factor and MinimalAsyncEP, none
     of which pipesim prices). A plan priced without graphs (``cuda_graphs = false``)
     turns them off too: their launches are the host time it priced."""
+    if not t.cuda_graphs:
+        return True, []
     refused = "pipeline parallelism" if lay.pp > 1 else "expert parallelism" if m.moe and lay.ep > 1 else ""
     if not refused and t.fsdp_reshard == "always":
         # #3559's known limitations: FSDP's all-gathers on its own streams break the capture
         # (CUDA_ERROR_STREAM_CAPTURE_ISOLATION) under reshard_after_forward = always
         refused = 'fsdp_reshard_after_forward = "always"'
-
-    if not t.cuda_graphs:
-        return True, []
     if refused:
         return True, [
             f"the plan priced CUDA graphs (cuda_graphs = true), which torchtitan's Trainer refuses with {refused} "

@@ -241,9 +241,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, k) is None:
             setattr(args, k, DEFAULT_DURATION)
     schedules, skipped = [], []
+    names = [args.schedule] if args.schedule else _names(args)
     if args.schedules:
-        refuse_options_none_take(args, _names(args))
-    for name in [args.schedule] if args.schedule else _names(args):
+        refuse_options_none_take(args, names)
+    for name in names:
         try:
             schedules.append(validate(schedule_from(args, name) if args.schedule else _build_for_many(args, name)))
         except PipesimError as e:
