@@ -192,3 +192,41 @@ def test_failed_write_leaves_no_file(capsys, tmp_path):
     code, _, err = run(capsys, "draw", "-s", "1f1b", "--pp", 2, "-m", 2, "-o", target)
     assert code == 2 and "is a folder" in err
     assert [p.name for p in tmp_path.iterdir()] == ["taken.png"] and not any(target.iterdir())
+
+
+# zb-auto orders by its costs: at pp=4, M=8 with F=1, B=1, W=0.2 and a P2P latency of 1
+# its order for those costs ends at 35.0, its order for unit costs at 38.6 (both simulated
+# at the flags' costs). A list of schedules built zb-auto without the cost flags.
+ZB_COSTS = {"f": 1, "b": 1, "w": 0.2, "comm": 1}
+ZB_FLAGS = [x for k, v in ZB_COSTS.items() for x in (f"--{k}", v)]
+
+
+def _zb_auto_report():
+    s = build("zb-auto", 4, 8, **ZB_COSTS)
+    return summarize(s, simulate(s, Costs(**ZB_COSTS)))
+
+
+def test_draw_of_a_list_builds_zb_auto_for_the_cost_flags(capsys, tmp_path):
+    out = tmp_path / "t.json"
+    code, _, err = run(capsys, "draw", "--schedules", "zb-auto,1f1b", "--pp", 4, "-m", 8, *ZB_FLAGS, "-o", out)
+    assert code == 0, err
+    spans = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X" and e["pid"] <= 4]  # zb-auto's ranks
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(_zb_auto_report().makespan) == pytest.approx(35.0)
+
+
+def test_sweep_of_zb_auto_builds_it_for_the_cost_flags(capsys, tmp_path):
+    out = tmp_path / "s.csv"
+    code, _, err = run(capsys, "sweep", "--schedules", "zb-auto,1f1b", "--pp", 4, "-m", "8:8", *ZB_FLAGS, "-o", out)
+    assert code == 0, err
+    rows = {r["schedule"]: r for r in csv.DictReader(out.read_text().splitlines())}
+    assert float(rows["zb-auto"]["makespan"]) == pytest.approx(_zb_auto_report().makespan) == pytest.approx(35.0)
+
+
+def test_report_sweep_of_zb_auto_builds_it_for_the_cost_flags(capsys, tmp_path):
+    out = tmp_path / "r.html"
+    argv = ["report", "--schedules", "zb-auto", "--pp", 4, "-m", 8, *ZB_FLAGS, "--sweep", "8:8", "-o", out]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    data = json.loads(re.search(r'id="pipesim-data">(.*?)</script>', out.read_text(), re.S)[1])
+    (series,) = data["sweep"]["series"]
+    assert series["bubble"] == [pytest.approx(_zb_auto_report().bubble_ratio, abs=1e-4)]

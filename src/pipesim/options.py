@@ -315,6 +315,14 @@ def options_for(args: argparse.Namespace, name: str) -> dict:
     return {k: v for k, v in options_from(args, name).items() if k in takes}
 
 
+def list_options(args: argparse.Namespace) -> dict:
+    """The options a list of schedules shares, for a caller that gives each schedule those
+    its family takes (``sweep.run_sweep``): ``options_from`` with the cost flags as well,
+    which zb-auto orders by. Without a name ``options_from`` leaves them out, and a sweep
+    of zb-auto was built for unit costs while simulated at the flags'."""
+    return {**options_from(args), **{k: v for k in COST_OPTIONS if (v := getattr(args, k, None)) is not None}}
+
+
 def is_schedule_file(name: str) -> bool:
     """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule."""
     return name.endswith(".json") or "/" in name

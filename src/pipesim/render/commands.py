@@ -26,8 +26,9 @@ from ..options import (
     add_shape,
     costs_from,
     is_schedule_file,
+    list_options,
     number,
-    options_from,
+    options_for,
     positive_int,
     refuse_options_none_take,
     schedule_from,
@@ -35,7 +36,7 @@ from ..options import (
     shape,
 )
 from ..output import console, pct
-from ..schedules import REGISTRY, build, family
+from ..schedules import REGISTRY, build
 from ..simulate import simulate
 from ..sweep import COLUMNS, RANGE_HELP, parse_range, run_sweep, skip_lines, to_csv
 from .trace import UNITS
@@ -117,9 +118,8 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
         if is_schedule_file(name):
             out.append(schedule_from(args, name))
             continue
-        # --chunks goes to the schedules that take it, as in compare
-        opts = {k: v for k, v in options_from(args).items() if k in family(name).options}
-        out.append(build(name, *shape(args), **opts))
+        # each schedule takes the options it takes, zb-auto the cost flags it orders by, as in compare
+        out.append(build(name, *shape(args), **options_for(args, name)))
     return out
 
 
@@ -213,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.csv:
         output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
-    points, skips = run_sweep(names, pp, Ms, costs, options_from(args), args.costs_per)
+    points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per)
     notes = skip_lines(skips)
     if not points:
         raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
@@ -283,7 +283,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
     notes: list[str] = []
     if Ms:
-        points, skips = run_sweep(names, pp, Ms, costs, options_from(args), args.costs_per)
+        points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per)
         notes = skip_lines(skips)
         data["sweep"] = sweep_data(points) if points else None
     columns = compare_columns(costs)
