@@ -47,6 +47,11 @@ def test_a_measured_trace_is_in_seconds(capsys, tmp_path):
         (["-m", "8"], "drop --microbatches"),
         (["--f", "2"], "drop the cost flags"),
         (["--preset", "ep-1to1"], "drop the cost flags"),
+        # a cost equal to the default priced nothing either; compared with Costs() it passed
+        (["--f", "1"], "drop the cost flags"),
+        (["--comm", "0"], "drop the cost flags"),
+        # a component modifier: costs_from's refusal asked for a forward time to go with it
+        (["--layers", "3"], "drop the cost flags"),
         (["--time-unit", "ms", "-o", "t.json"], "a measured timeline is in seconds"),
     ],
 )

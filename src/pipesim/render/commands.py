@@ -24,6 +24,7 @@ from ..options import (
     add_builder_options,
     add_costs,
     add_shape,
+    cost_flags_given,
     costs_from,
     is_schedule_file,
     list_options,
@@ -128,6 +129,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
         output_extension(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace")
         for p in args.output
     ]
+    if args.measured:  # before costs_from, whose refusals would ask for more cost flags
+        _refuse_with_measured(args)
     costs = costs_from(args)
     if ".json" not in exts and args.time_unit is not None:
         raise PipesimError(
@@ -135,7 +138,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
             "own units: drop it or add a .json output"
         )
     if args.measured:
-        _refuse_with_measured(args, costs)
+        if args.time_unit not in (None, "s"):
+            raise PipesimError(f"a measured timeline is in seconds; drop --time-unit {args.time_unit} (or give s)")
         runs = [load_timeline(args.measured)]
     else:
         names = [args.schedule] if args.schedule else _names(args.schedules)
@@ -157,19 +161,17 @@ def cmd_draw(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_with_measured(args: argparse.Namespace, costs) -> None:
+def _refuse_with_measured(args: argparse.Namespace) -> None:
     """A measured timeline brings its own schedule, shape and times (in seconds): a flag
     that would shape or price a simulated one is refused, not silently dropped."""
     shaping = [f for f, v in (("--pp", args.pp), ("--microbatches", args.microbatches), ("--chunks", args.chunks)) if v]
     shaping += [f for f, v in (("--delay-wgrad", args.delay_wgrad), ("--group-size", args.group_size)) if v]
-    if costs != Costs() or args.costs_per != "chunk":
+    if cost_flags_given(args) or args.costs_per != "chunk":  # --f 1 too: it prices nothing here
         shaping.append("the cost flags")
     if shaping:
         raise PipesimError(
             f"--measured draws a measured timeline, which brings its own schedule and times: drop {', '.join(shaping)}"
         )
-    if args.time_unit not in (None, "s"):
-        raise PipesimError(f"a measured timeline is in seconds; drop --time-unit {args.time_unit} (or give s)")
 
 
 def costs_text(costs: Costs) -> str:
