@@ -3,24 +3,44 @@
 >>> import pipesim
 >>> s = pipesim.build("dualpipe", pp=8, microbatches=16)
 >>> report = pipesim.summarize(s, pipesim.simulate(s, pipesim.Costs(f=1, b=1, w=1)))
+
+The public names load on first use (PEP 562's module ``__getattr__``): ``import pipesim``
+alone, and ``pipesim --version``, import neither numpy nor the schedule builders, which
+every name below brings in. (A command's ``--help`` still does: its flags' help names
+the schedules that take them.)
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
+from __future__ import annotations
 
-from .costs import Costs
-from .errors import DeadlockError, PipesimError
-from .ir import Op, Pair, Placement, Schedule, parse_item, parse_op
-from .metrics import Report, summarize
-from .schedules import REGISTRY, build
-from .simulate import simulate
-from .timeline import Event, Segment, Timeline, Transfer
-from .validate import validate
+import sys
+from importlib import import_module
+from types import ModuleType
 
-try:
-    __version__ = _version("pipesim")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+TYPE_CHECKING = False  # typing's own flag, without importing typing (~20 ms)
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from .costs import Costs
+    from .errors import DeadlockError, PipesimError
+    from .ir import Op, Pair, Placement, Schedule, parse_item, parse_op
+    from .metrics import Report, summarize
+    from .schedules import REGISTRY, build
+    from .simulate import simulate
+    from .timeline import Event, Segment, Timeline, Transfer
+    from .validate import validate
+
+#: each public name (__all__) and the submodule that defines it
+_HOMES = {
+    "Costs": "costs",
+    "DeadlockError": "errors",
+    "PipesimError": "errors",
+    **dict.fromkeys(("Op", "Pair", "Placement", "Schedule", "parse_item", "parse_op"), "ir"),
+    "Report": "metrics",
+    "summarize": "metrics",
+    "REGISTRY": "schedules",
+    "build": "schedules",
+    "simulate": "simulate",
+    **dict.fromkeys(("Event", "Segment", "Timeline", "Transfer"), "timeline"),
+    "validate": "validate",
+}
 
 __all__ = [
     "Costs",
@@ -43,3 +63,42 @@ __all__ = [
     "summarize",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "__version__":
+        value: object = _version()
+    elif name in _HOMES:
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # looked up once: later uses find it in the module
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, "__version__"})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # importlib.metadata alone costs ~50 ms
+
+    try:
+        return version("pipesim")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+class _Package(ModuleType):
+    """The package, whose ``simulate`` and ``validate`` stay the functions. Importing a
+    submodule binds its name on the package; eagerly the functions were imported after
+    their modules and so won, but loaded lazily the first internal ``from .simulate
+    import ...`` would leave ``pipesim.simulate`` the module."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if isinstance(value, ModuleType) and _HOMES.get(name) == name:
+            return  # the submodule stays reachable as sys.modules["pipesim.<name>"]
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Sequence
 
 from .errors import PipesimError
-from .files import input_files, output_target, refuse_overwrite
 from .parser import make_parser
 
 #: the pip extra that brings each optional import (a missing one is a one-line hint)
@@ -91,6 +90,10 @@ def check_args(args: argparse.Namespace) -> None:
             raise PipesimError(f"{flag} {out} {said}; give each output its own file")
         if key:
             seen[key] = f"{flag} {out}"
+    # here, not at the top: files reads schedules (ir, numpy), which --version and --help,
+    # which end in parse_args, never need
+    from .files import input_files, output_target, refuse_overwrite
+
     for flag, out in outputs:
         target = output_target(out)  # a device, FIFO, folder or missing folder: refused before any work
         if target is not None:
