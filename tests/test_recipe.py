@@ -103,6 +103,18 @@ MEGATRON_FLAGS = {
     # arguments.py's --ckpt-format (choices torch, torch_dist, torch_dcp, fsdp_dtensor; default
     # torch_dist): validate_args asserts fsdp_dtensor under --use-megatron-fsdp (d98e8a6)
     "--ckpt-format",
+    # data parallelism and the optimizer (arguments.py at d98e8a6: --overlap-grad-reduce,
+    # --overlap-param-gather, --ddp-average-in-collective, --grad-reduce-in-bf16,
+    # --use-precision-aware-optimizer, --exp-avg-dtype, --exp-avg-sq-dtype) and the attention
+    # kernels (TransformerConfig.attention_backend: flash, fused, unfused, local, auto)
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--ddp-average-in-collective",
+    "--grad-reduce-in-bf16",
+    "--use-precision-aware-optimizer",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
+    "--attention-backend",
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .attention_window import run_window
 from .collectives import a2a_size
+from .megatron_data_parallel import data_parallel_flags
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
 from .runnable import COMBINED, chunks_problem, combined_problem
@@ -75,9 +76,9 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
     notes = []
     if lay.tp > 1:
-        flags.append("--sequence-parallel")
-        flags += tp_overlap_flags(t)
-        notes += tp_overlap_notes(t)
+        tp_flags, said = tensor_parallel_flags(t)
+        flags += tp_flags
+        notes += said
     if lay.cp > 1:
         flags += [f"--context-parallel-size {lay.cp}", f"--cp-comm-type {t.cp_comm}"]
         if t.cp_comm == "a2a+p2p":
@@ -95,6 +96,11 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
     flags += attention_flags(m, t)
     notes += attention_notes(m)
+    if not t.flash_attention:
+        # priced as the score square through HBM: Megatron-Core's own DotProductAttention
+        # (TransformerConfig.attention_backend, AttnBackend at d98e8a6: flash, fused, unfused,
+        # local, auto; "auto" picks Transformer Engine's fused or flash kernels)
+        flags.append("--attention-backend unfused")
     flags += [f"--micro-batch-size {lay.micro_batch}", f"--global-batch-size {t.global_batch}", f"--seq-length {t.seq}"]
     flags += precision_flags(t)
     notes += precision_notes(t)
@@ -113,27 +119,12 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "attn moe and --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity), which the flags above "
             "do not set"
         )
-    if t.zero >= 1:
-        flags.append("--use-distributed-optimizer")
-    if t.zero == 3:
-        # the distributed optimizer shards optimizer states and gradients only; parameters too
-        # is Megatron-FSDP (arguments.py at d98e8a6: --use-megatron-fsdp, version 1 by default,
-        # which keeps the distributed optimizer, with the default sharding optim_grads_params).
-        # validate_args then asserts ckpt_format == "fsdp_dtensor" (the default is torch_dist)
-        # and CUDA_DEVICE_MAX_CONNECTIONS unset or above 1
-        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params", "--ckpt-format fsdp_dtensor"]
-        notes.append(
-            "Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (which Megatron's tensor-parallel examples export): "
-            "leave it unset or set it above 1"
-        )
-    modules = t.recompute_modules if cand.recompute in ("none", "selective") else ()
-    if cand.recompute == "full":
-        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    elif cand.recompute == "selective" or modules:
-        flags.append("--recompute-granularity selective")
-        if modules:  # the list replaces Megatron's default ["core_attn"], which selective prices
-            kept = ("core_attn",) if cand.recompute == "selective" else ()
-            flags.append("--recompute-modules " + " ".join(kept + modules))
+    dp_flags, said = data_parallel_flags(t)
+    flags += dp_flags
+    notes += said
+    rc_flags, said = recompute_flags(cand.recompute, t)
+    flags += rc_flags
+    notes += said
     if (lay.tp > 1 or lay.cp > 1) and t.zero != 3 and name not in COMBINED:
         # validate_args (d98e8a6) asserts it before Blackwell unless Megatron-FSDP or the
         # expert all-to-all overlap is on (those only warn)
@@ -180,6 +171,55 @@ def precision_notes(t: Training) -> list[str]:
             "Transformer Engine's kernels (fp8_casts = transformer_engine prices those)"
         ]
     return []
+
+
+def recompute_flags(recompute: str, t: Training) -> tuple[list[str], list[str]]:
+    """(flags, notes) for the plan's recomputation: full layers (uniform, one a group) or
+    Megatron-Core's selective recomputation of the attention core, with the recompute
+    modules the plan priced; torchtitan's per-op policy (``op``) and a checkpoint every Nth
+    layer (``every-N``) have no Megatron-LM setting, which a note says rather than leave
+    the recipe without recomputation unsaid."""
+    modules = t.recompute_modules if recompute in ("none", "selective") else ()
+    if recompute == "full":
+        return ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"], []
+    if recompute == "selective" or modules:
+        flags = ["--recompute-granularity selective"]
+        if modules:  # the list replaces Megatron's default ["core_attn"], which selective prices
+            kept = ("core_attn",) if recompute == "selective" else ()
+            flags.append("--recompute-modules " + " ".join(kept + modules))
+        return flags, []
+    if recompute == "op":
+        return [], [
+            "the plan recomputes torchtitan's per-op selection (recompute = op), which Megatron-LM has no setting for: "
+            "the flags above recompute nothing, so its activations outgrow the plan's (plan with --recompute selective "
+            "or full for a Megatron-LM run)"
+        ]
+    if recompute.startswith("every-"):
+        n = recompute.removeprefix("every-")
+        return [], [
+            f"the plan checkpoints every {n}th layer whole (recompute = {recompute}), which Megatron-LM has no setting "
+            "for: --recompute-method block --recompute-num-layers K checkpoints the first K layers of each stage "
+            "instead, and the flags above recompute nothing (plan with --recompute full or selective for a Megatron-LM "
+            "run)"
+        ]
+    return [], []
+
+
+def tensor_parallel_flags(t: Training) -> tuple[list[str], list[str]]:
+    """(flags, notes) for tensor parallelism: sequence parallelism where the plan priced it
+    (``sequence_parallel``) and the collectives' overlap, which validate_args (d98e8a6)
+    asserts only beside sequence parallelism ("Tensor parallel communication/GEMM overlap
+    can happen only when sequence parallelism is enabled")."""
+    if t.sequence_parallel:
+        return ["--sequence-parallel", *tp_overlap_flags(t)], tp_overlap_notes(t)
+    notes = tp_overlap_notes(t)
+    if t.tp_overlap == "all":
+        notes.append(
+            "the plan overlaps every tensor-parallel all-reduce (tp_overlap = all) without sequence parallelism "
+            "(sequence_parallel = false), which Megatron-LM refuses (--tp-comm-overlap needs --sequence-parallel): "
+            "without it the backward's collectives alone run beside their multiplies (tp_overlap = backward prices that)"
+        )
+    return [], notes
 
 
 def tp_overlap_flags(t: Training) -> list[str]:
