@@ -286,3 +286,38 @@ def test_a_placeholder_moe_base_is_told_the_plans_dispatcher(dispatcher, said):
     assert len(notes) == said
     assert not said or 'moe_comm_backend="deepep"' in notes[0]
     assert tomllib.loads(tt["toml"])["parallelism"].get("expert_parallel_comm_backend") == ("deepep" if said else None)
+
+
+def _command_line_compile(command_line: str, base: dict) -> dict:
+    """The CompileConfig fields the command-line form leaves over ``base``'s, as tyro reads
+    the flags (a bool flag sets it, ``no-`` before the hyphenated name clears it)."""
+    out = dict(base)
+    for flag in command_line.split():
+        if flag.startswith("--compile."):
+            name = flag.removeprefix("--compile.")
+            out[name.removeprefix("no-").replace("-", "_")] = not name.startswith("no-")
+    return out
+
+
+# torchtitan at b5bcd76: config_registry.py's llama3_405b has CompileConfig(enable=True,
+# enable_async_tensor_parallel=True), which the command-line form (over --config
+# llama3_405b) starts from; configs.py's CompileConfig defaults enable_async_tensor_parallel
+# to False, which the configuration function's CompileConfig(enable=True) leaves
+@pytest.mark.parametrize("tp, overlap", [(1, "all"), (1, "none"), (8, "none"), (8, "all")])
+def test_the_405b_command_line_compiles_as_its_configuration_function(tp, overlap, monkeypatch):
+    plan = plan_of("llama3-405b", Layout(pp=8, dp=64 // tp, tp=tp), 512, tp_overlap=overlap)
+    tt = recipe(plan)["torchtitan"]
+    kind, _, given = run_without_torchao(tt["python"], monkeypatch)["compile"]
+    python = {"enable": False, "enable_async_tensor_parallel": False, **given}
+    over_base = _command_line_compile(tt["command_line"], {"enable": True, "enable_async_tensor_parallel": True})
+    assert kind == "CompileConfig" and over_base == python
+    assert python["enable_async_tensor_parallel"] == (tp > 1 and overlap == "all")
+
+
+def test_the_405b_command_line_says_it_keeps_the_float8_converter():
+    # llama3_405b's model_registry("405B", converters=[Float8LinearConverter.Config(...)])
+    # converts the spec's linears when the base is called (models/llama3/__init__.py at
+    # b5bcd76): the command line, run over that base, trains them in Float8
+    plan = plan_of("llama3-405b", Layout(pp=8, dp=64, tp=1), 512)
+    (said,) = [n for n in recipe(plan)["torchtitan"]["notes"] if "--config llama3_405b" in n]
+    assert "row-wise Float8" in said and "did not price" in said

@@ -131,7 +131,8 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         notes.append(ac.note)
     overlap, said = dualpipev_overlap(m, lay, cand.schedule, cand.recompute)
     notes += said
-    extra = trainer_lines(m, lay, t, torchtitan_base(m)[1])
+    base = torchtitan_base(m)
+    extra = trainer_lines(m, lay, t, base[1])
     notes += extra.notes
     training = {
         "num_tokens_per_microbatch_per_dp_rank": lay.micro_batch * t.seq,
@@ -154,7 +155,7 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "parallelism": par,
         "training": training,
         "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
-        "python": None if split_experts else torchtitan_python(plan, par, training, ac, extra),
+        "python": None if split_experts else torchtitan_python(plan, base, par, training, ac, extra),
         "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
         if split_experts
         else None,
@@ -357,16 +358,16 @@ def _flag(key: str, v) -> str:
     return f"--{key} {v}"
 
 
-def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing, extra: TrainerLines) -> str:
+def torchtitan_python(
+    plan: Plan, base: tuple[str, str, str], par: dict, training: dict, ac: Checkpointing, extra: TrainerLines
+) -> str:
     """The current form (torchtitan from #2386): a function returning ``Trainer.Config``,
-    here the model's own full configuration with the plan's parallelism, batch, activation
-    checkpointing, CUDA graphs, precision and AsyncTP (``torchtitan_trainer``)."""
-    module, base, hint = torchtitan_base(plan.model)
+    here the model's own full configuration (``base``: ``torchtitan_base``'s module,
+    function and hint) with the plan's parallelism, batch, activation checkpointing, CUDA
+    graphs, precision and AsyncTP (``torchtitan_trainer``)."""
+    module, function, hint = base
     policy = (ac.python or "").removesuffix(".Config()")
-    configs = sorted(
-        {"ParallelismConfig", *(x.split(" import ")[1] for x in extra.imports if x.startswith("from torchtitan.config "))}
-    )
-    imports = [x for x in extra.imports if not x.startswith("from torchtitan.config ")]
+    configs = sorted({"ParallelismConfig", *extra.config_names})
     lines = [
         f"# my_plan.py; {launch_line(plan)}",
         f"from torchtitan.config import {', '.join(configs)}",
@@ -374,14 +375,14 @@ def torchtitan_python(plan: Plan, par: dict, training: dict, ac: Checkpointing, 
         # no torchtitan configuration of its own matches the model: say what the import must give
         *(
             [
-                f"# {module}.{base}: yours to write, a function returning Trainer.Config for {plan.model.name} "
+                f"# {module}.{function}: yours to write, a function returning Trainer.Config for {plan.model.name} "
                 f"(its model_spec, data, optimizer{'; ' + hint if hint else ''})"
             ]
             if module == PLACEHOLDER[0]
             else []
         ),
         f"from {module} import {extra.base}",
-        *imports,
+        *extra.imports,
         "",
         "",
         "def pipesim_plan():",

@@ -59,9 +59,10 @@ REBASED = {
     ),
 }
 
-#: the compile setting of a rebased base's own configuration (llama3_405b: CompileConfig(
-#: enable=True, enable_async_tensor_parallel=True), AsyncTP being set as the plan overlaps)
-REBASED_COMPILE = "    config.compile = CompileConfig(enable=True)"
+#: the compile settings of a rebased base's own configuration (llama3_405b:
+#: CompileConfig(enable=True, enable_async_tensor_parallel=True)), which the command-line
+#: form, run over that base, starts from
+REBASED_COMPILE = {"llama3_405b": {"enable": True, "enable_async_tensor_parallel": True}}
 
 #: the MoE models' ``moe_comm_backend`` for pipesim's ``moe_dispatcher``: each
 #: model_registry takes one (deepseek_v3, qwen3 and gpt_oss __init__.py at b5bcd76), default
@@ -77,13 +78,16 @@ TENSORWISE_UNTIL = "#3127 (2026-04-27)"
 
 
 class TrainerLines(NamedTuple):
-    """Lines of the configuration function after the parallelism (``lines``), the imports
-    they need, the ``training`` settings they add, notes, and the ``compile`` settings
-    its lines make, for the command line; ``base``, the configuration function the
+    """Lines of the configuration function after the parallelism (``lines``), the import
+    lines they need besides torchtitan.config's, the names they import from
+    torchtitan.config (``config_names``, merged into the one import line of it), the
+    ``training`` settings they add, notes, the ``compile`` settings the command-line form
+    passes over the base it names, and ``base``, the configuration function the
     configuration calls."""
 
     lines: list[str]
     imports: list[str]
+    config_names: tuple[str, ...]
     training: dict
     notes: list[str]
     compile: dict
@@ -129,7 +133,9 @@ def precision(base: str, m: Model, lay: Layout, t: Training) -> tuple[list[str],
             f"{base}() builds a Float8 converter when called (model_registry's converters), which raises without "
             "torchao (pip install torchao) or on a GPU older than SM89, even where the model spec is replaced after: "
             f"the configuration starts from {REBASED[base][0]}() and sets {base}'s own settings again; the "
-            f"command-line form over --config {base} needs torchao"
+            f"command-line form over --config {base} keeps that converter (it is built into the base's model spec, "
+            "which no command-line setting reaches), so it runs torchtitan's row-wise Float8 multiplies, which the "
+            "plan did not price, and needs torchao and an SM89+ GPU: run the configuration function instead"
         )
     module, call = MODEL_SPECS.get(base, (None, ""))
     backend = comm_backend(m, lay, t)
@@ -174,39 +180,41 @@ def comm_backend(m: Model, lay: Layout, t: Training) -> str:
     return COMM_BACKENDS[t.moe_dispatcher] if m.moe and lay.ep > 1 else "standard"
 
 
-def async_tp(lay: Layout, t: Training) -> tuple[list[str], list[str]]:
-    """(lines, imports) for AsyncTP where tensor parallelism is on: compiled with it where
-    the plan overlaps the collectives (``tp_overlap`` all or micro_pipeline), off where it
-    does not (llama3_405b's base turns it on). CompileConfig's __post_init__ refuses
-    AsyncTP without ``enable`` and "model" among its components, so the config is built
-    whole rather than patched."""
+def compile_settings(base: str, lay: Layout, t: Training) -> tuple[dict, list[str], tuple[str, ...]]:
+    """(the ``compile`` settings over the base's own, the configuration's lines for them,
+    the names they import from torchtitan.config) for AsyncTP: compiled with it where the
+    plan overlaps the tensor-parallel collectives (``tp_overlap`` all or micro_pipeline),
+    off where it does not. CompileConfig's __post_init__ refuses AsyncTP without ``enable``
+    and "model" among its components, so the config is built whole rather than patched.
+
+    A rebased base (``REBASED``: llama3_405b) is called as another whose compile is off, so
+    the configuration turns compile on as the base had it; its AsyncTP only as the plan
+    has it. The command-line form runs over the base itself, which has AsyncTP on, so it
+    turns that off where the plan has none, at tp1 too: torchtitan enables AsyncTP only on
+    a tensor-parallel mesh (distributed/compile.py ``_maybe_enable_async_tp`` returns
+    without one), but both forms then give the same configuration."""
+    on = async_tp_on(lay, t)
+    if on:
+        return (
+            {"enable": True, "enable_async_tensor_parallel": True},
+            ["    config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)  # AsyncTP"],
+            ("CompileConfig",),
+        )
+    if base in REBASED_COMPILE:
+        over = {"enable_async_tensor_parallel": False} if REBASED_COMPILE[base]["enable_async_tensor_parallel"] else {}
+        return over, ["    config.compile = CompileConfig(enable=True)"], ("CompileConfig",)
     if lay.tp == 1:
-        return [], []
-    if async_tp_on(lay, t):
-        return ["    config.compile = CompileConfig(enable=True, enable_async_tensor_parallel=True)  # AsyncTP"], [
-            "from torchtitan.config import CompileConfig"
-        ]
-    return ["    config.compile.enable_async_tensor_parallel = False"], []
+        return {}, [], ()
+    return {"enable_async_tensor_parallel": False}, ["    config.compile.enable_async_tensor_parallel = False"], ()
 
 
 def trainer_lines(m: Model, lay: Layout, t: Training, base: str) -> TrainerLines:
     """All of the above for one plan."""
     off, notes = cuda_graphs(m, lay, t)
     lines, imports, more = precision(base, m, lay, t)
-    compiled, compile_imports = async_tp(lay, t)
-    on = async_tp_on(lay, t)
-    settings = (
-        {}
-        if lay.tp == 1
-        else {"enable": True, "enable_async_tensor_parallel": True}
-        if on
-        else {"enable_async_tensor_parallel": False}
-    )
+    settings, compiled, names = compile_settings(base, lay, t)
     called = REBASED[base][0] if base in REBASED else base
-    if base in REBASED and not on:
-        # the base's own compile on, AsyncTP off (CompileConfig's default) where the plan has none
-        compiled, compile_imports = [REBASED_COMPILE], ["from torchtitan.config import CompileConfig"]
-    return TrainerLines(lines + compiled, compile_imports + imports, {"disable_cuda_graphs": off}, notes + more, settings, called)
+    return TrainerLines(lines + compiled, imports, names, {"disable_cuda_graphs": off}, notes + more, settings, called)
 
 
 #: torchtitan's expert-parallel overlap inside DualPipeV's forward-and-backward pairs: added
