@@ -37,6 +37,9 @@ TORCHTITAN_PARALLELISM = {
     "expert_parallel_degree",
 }
 TORCHTITAN_PARALLELISM |= {"context_parallel_degree", "context_parallel_load_balancer"}
+# the weights its split is generated from (the same ParallelismConfig; command-line options in
+# tests/unit_tests/test_no_new_cli_options.py at b5bcd76)
+TORCHTITAN_PARALLELISM |= {"pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"}
 TORCHTITAN_TRAINING = {"num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length"}
 # and TrainingConfig.disable_cuda_graphs (#3559, 2026-08-13), which Trainer.Config's
 # _validate_cuda_graphs asks for with pipeline or expert parallelism (trainer.py at b5bcd76)

@@ -24,6 +24,7 @@ from .runnable import COMBINED
 from .specs import Model, Training
 from .torchtitan_bases import PLACEHOLDER, torchtitan_base
 from .torchtitan_sharding import ROTATE_METHODS, context_parallel, data_parallel
+from .torchtitan_split import command_line_split
 from .torchtitan_trainer import (
     DUALPIPEV_OVERLAP,
     TrainerLines,
@@ -140,9 +141,12 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         "max_context_length": t.seq,
         **extra.training,
     }
+    # the split as the settings torchtitan generates it from: the list itself cannot be given
+    split, said = command_line_split(parts, m.layers, lay.pp, len(parts) == lay.pp) if lay.pp > 1 else ({}, None)
+    notes += [said] if said else []
     # the batch and sequence too: without them a base configuration's own would run
     flags = " ".join(
-        [f"--parallelism.{k} {v}" for k, v in par.items() if k != "module_fqns_per_model_part"]
+        [f"--parallelism.{k} {v}" for k, v in {**par, **split}.items() if k != "module_fqns_per_model_part"]
         + [_flag(f"training.{k}", v) for k, v in training.items()]
         + [_flag(f"compile.{k}", v) for k, v in extra.compile.items()]
     )
