@@ -73,3 +73,15 @@ def test_torchtitan_says_fsdp_shards_over_the_context_ranks(zero, cp, said):
     par = tomllib.loads(tt["toml"])["parallelism"]
     assert par["data_parallel_shard_degree"] == (1 if zero == 0 else 2)
     assert par.get("data_parallel_replicate_degree") == (2 if zero == 0 else None)
+
+
+# torchtitan at b5bcd76, torchtitan/config/configs.py: TrainingConfig.mixed_precision_reduce:
+# Literal["float32"] = "float32" ("torch dtype to use for reductions when applying mixed
+# precision via FSDP"), the only value it takes
+@pytest.mark.parametrize("reduce_bytes, dp, said", [(2, 8, True), (4, 8, False), (2, 1, False)])
+def test_torchtitan_says_it_reduces_gradients_in_fp32(reduce_bytes, dp, said):
+    m, c = load_model("llama3-8b"), load_cluster("h100", 2 * dp)
+    plan = Plan(m, c, load_training(seq=4096, global_batch=256, grad_reduce_bytes=reduce_bytes))
+    plan.results.append(Result(Candidate(Layout(pp=2, dp=dp), "1f1b", None, "full", 8), True, step_time=1.0))
+    notes = [n for n in recipe(plan)["torchtitan"]["notes"] if "mixed_precision_reduce" in n]
+    assert len(notes) == said

@@ -49,7 +49,7 @@ def data_parallel(m: Model, lay: Layout, t: Training) -> tuple[dict, list[str]]:
     """(ParallelismConfig's data-parallel settings, notes). ZeRO-0 replicates over dp
     unless experts need its ranks; any other ZeRO stage is FSDP over dp. FSDP shards over
     the context-parallel ranks too whenever cp > 1, whatever the plan priced."""
-    notes: list[str] = []
+    notes = reduction_dtype(lay, t)
     if t.zero == 0 and not experts_borrow_shards(m, lay):
         par = {"data_parallel_replicate_degree": lay.dp, "data_parallel_shard_degree": 1}
         if lay.cp > 1:
@@ -77,6 +77,19 @@ def data_parallel(m: Model, lay: Layout, t: Training) -> tuple[dict, list[str]]:
         over = f"data and context parallelism (dp{lay.dp} x cp{lay.cp})" if lay.cp > 1 else "data parallelism"
         notes.append(f"torchtitan shards over {over} with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
     return par, notes
+
+
+def reduction_dtype(lay: Layout, t: Training) -> list[str]:
+    """A note where the plan reduces gradients in other than fp32: torchtitan's FSDP reduces
+    in ``TrainingConfig.mixed_precision_reduce``, whose one value is "float32" (configs.py at
+    b5bcd76: Literal["float32"]), and its replicated data parallelism keeps fp32 parameters
+    (mixed_precision_param applies through autocast there), so fp32 gradients."""
+    if lay.dp * lay.cp == 1 or t.grad_reduce_bytes == 4:
+        return []
+    return [
+        f'torchtitan reduces gradients in fp32 (training.mixed_precision_reduce takes only "float32"), where the plan '
+        f"reduced them in {t.grad_reduce_bytes:g} bytes an element (grad_reduce_bytes): price it with grad_reduce_bytes = 4"
+    ]
 
 
 def context_parallel(lay: Layout, t: Training) -> tuple[dict, list[str]]:
