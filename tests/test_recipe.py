@@ -440,6 +440,18 @@ def test_plan_layout_flag_gives_the_runner_ups_recipe(capsys):
     )
 
 
+def test_the_wrote_line_names_the_plan_whose_recipe_the_file_holds(tmp_path, capsys):
+    # the file's "How to run it" is for plan #2: the line on stderr must not leave #1 alone
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--schedules", "1f1b,zb-v"]
+    assert main([*argv, "--layout", "2", "-o", str(out)]) == 0
+    wrote = capsys.readouterr().err.strip().splitlines()[-1]
+    second = json.loads(out.read_text())["runners_up"][0]
+    assert wrote.endswith(
+        f"how to run plan #2: {second['schedule']} on {second['layout']}: {second['step_seconds']:.2f} s per step"
+    )
+
+
 def test_markdown_report_says_how_to_run_it():
     from pipesim.planner.report import markdown
 

@@ -71,10 +71,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     if out:
         write_text_atomic(out, text)
-        best = plan.best
-        summary = (
-            f"{best.candidate.label} on {layout_text(best, plan)}: {best.step_time:.2f} s per step" if best else "nothing fits"
-        )
+        summary = _summary(plan.best, plan)
+        if args.layout != 1:  # the file says how to run another plan than the best: name it too
+            summary += f"; how to run plan #{args.layout}: {_summary(pick(plan, args.layout), plan)}"
         print(f"wrote {out}: {summary}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -112,6 +111,10 @@ def _calibration(args, model, cluster, training):
         costs, _ = load_cost_file(args.calibrate)
         return calibrate.from_components(model, cluster, training, lay, costs, args.calibrate)
     return calibrate.from_step(model, cluster, training, lay, args.measured_step)
+
+
+def _summary(r, plan) -> str:
+    return f"{r.candidate.label} on {layout_text(r, plan)}: {r.step_time:.2f} s per step"
 
 
 def _names(text: str) -> list[str]:
