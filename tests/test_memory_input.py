@@ -234,3 +234,21 @@ def test_a_cluster_value_of_the_wrong_kind_is_shown_as_toml_spells_it(capsys, tm
     code, _, err = run(capsys, "memory", "--model", "llama3-8b", "--cluster", c, "--pp", "4")
     one_line(code, err, f"nvlink_domain must be a whole number from 0 to 1,000,000, {shown}")
     assert "True" not in err and "False" not in err
+
+
+# as plan leaves them out of its search (docs/plan.md, planner/runnable.py): Megatron-LM
+# d98e8a6 refuses virtual stages at pp1 (parallel_state.initialize_model_parallel) and
+# --overlap-moe-expert-parallel-comm without expert parallelism (TransformerConfig)
+@pytest.mark.parametrize(
+    "model, argv, needle",
+    [
+        ("llama3-8b", ["--pp", "1", "-s", "interleaved-1f1b", "--chunks", "2"], "more than one chunk per rank needs pp 2"),
+        ("llama3-8b", ["--pp", "2", "-s", "1f1b-overlap"], "without expert parallelism"),
+        ("llama3-8b", ["--pp", "2", "-s", "interleaved-1f1b-overlap", "--chunks", "2"], "without expert parallelism"),
+        ("deepseek-v3", ["--pp", "8", "-s", "1f1b-overlap"], "only with virtual stages when pp > 1"),
+    ],
+)
+def test_memory_refuses_what_plan_says_no_trainer_runs(capsys, model, argv, needle):
+    code, out, err = run(capsys, "memory", "--model", model, "--gpus", "2048", *argv)
+    one_line(code, err, needle)
+    assert out == ""

@@ -21,6 +21,7 @@ from .memory_lines import no_fit_line, usable_dict, usable_lines
 from .naming import recompute_text, schedule_label
 from .pipeline_layout import is_layout, stage_count
 from .programs import megatron_group
+from .runnable import candidate_problem
 from .saved_widths import layer_mode
 from .spec_args import specs_from
 from .stages import component_costs, stage_parts
@@ -66,6 +67,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
     for name, opts in options[1:]:
         try:
+            # what no trainer runs, as plan leaves it out of its search (runnable.py): one line
+            chunks = build(name, pp, M, **opts).placement.chunks
+            if refused := candidate_problem(name, chunks, pp, ep, recompute):
+                raise PipesimError(f"{_label(name, chunks, opts)} on pp{pp}: {refused}")
             rows.append(memory_row(model, cluster, training, lay, name, M, recompute, **opts))
         except PipesimError as e:
             if args.schedule:
@@ -198,6 +203,11 @@ def _options(name: str, pp: int, M: int, chunks: int | None) -> dict:
     return opts | megatron_group(name, pp, M, opts)
 
 
+def _label(name: str, chunks: int, options: dict) -> str:
+    """A chunked family's name with its chunks per rank, as the plan writes it (v=4)."""
+    return schedule_label(name, chunks, options.get("group_size")) if "chunks" in family(name).options else name
+
+
 def memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompute: str, **options) -> dict:
     s = build(name, lay.pp, M, **options)
     stages = s.placement.stages
@@ -219,8 +229,7 @@ def memory_row(model, cluster, training, lay: Layout, name: str, M: int, recompu
             recompute,
             M,
             parts,
-            # a chunked family's chunks per rank, as the plan writes them (v=4)
-            schedule_label(name, s.placement.chunks, options.get("group_size")) if "chunks" in family(name).options else name,
+            _label(name, s.placement.chunks, options),
         )
         for e, parts in splits.values()
     ]
