@@ -321,3 +321,23 @@ def test_the_405b_command_line_says_it_keeps_the_float8_converter():
     plan = plan_of("llama3-405b", Layout(pp=8, dp=64, tp=1), 512)
     (said,) = [n for n in recipe(plan)["torchtitan"]["notes"] if "--config llama3_405b" in n]
     assert "row-wise Float8" in said and "did not price" in said
+
+
+# torchtitan at b5bcd76, models/common/decoder.py Decoder.Config.update_from_config: "if
+# self.enable_weight_tying and parallelism.pipeline_parallel_degree > 1: raise
+# NotImplementedError('Weight tying is not supported with Pipeline Parallel.')" (added to
+# Qwen3 by #2461, 6b081f404); Qwen3-0.6B ties them (its config.json: tie_word_embeddings
+# true), as torchtitan's qwen3 "0.6B" flavour does (enable_weight_tying=True)
+@pytest.mark.parametrize("pp, refused", [(2, True), (1, False)])
+def test_torchtitan_refuses_tied_embeddings_under_a_pipeline(pp, refused, tmp_path):
+    config = tmp_path / "qwen3-0.6b.json"
+    config.write_text(
+        '{"model_type": "qwen3", "head_dim": 128, "hidden_size": 1024, "intermediate_size": 3072, '
+        '"num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "vocab_size": 151936, '
+        '"tie_word_embeddings": true}'
+    )
+    plan = Plan(load_model(str(config)), load_cluster("h100", 16), load_training(seq=4096, global_batch=256))
+    plan.results.append(Result(Candidate(Layout(pp=pp, dp=16 // pp), "1f1b", None, "full", 8), True, step_time=1.0))
+    tt = recipe(plan)["torchtitan"]
+    assert (tt["python"] is None and tt["command_line"] is None) == refused
+    assert refused == ("Weight tying is not supported with Pipeline Parallel." in (tt["python_why"] or ""))

@@ -150,25 +150,57 @@ def torchtitan(plan: Plan, r: Result, parts: list[Part]) -> dict:
         + [_flag(f"training.{k}", v) for k, v in training.items()]
         + [_flag(f"compile.{k}", v) for k, v in extra.compile.items()]
     )
-    # experts split tp ways (etp = tp > 1): only the TOML form of the versions with the
-    # setting runs it; torchtitan today has no expert tensor parallelism
-    split_experts = bool(m.moe) and lay.etp > 1
+    # what only the TOML form's versions run (experts split tp ways; tied embeddings split
+    # over stages): no configuration function or command line for it
     expert_tp = bool(m.moe) and lay.ep > 1 and lay.tp > 1  # the TOML's setting decides who holds experts
+    now = not_now(m, lay)
+    if now and m.tied_embeddings and lay.pp > 1:
+        notes.append(TIED_BEFORE)
     return {
         "runs": True,
         "parallelism": par,
         "training": training,
         "activation_checkpoint": {"python": ac.python, "toml": ac.toml},
-        "python": None if split_experts else torchtitan_python(plan, base, par, training, ac, extra),
-        "python_why": f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
-        if split_experts
-        else None,
+        "python": None if now else torchtitan_python(plan, base, par, training, ac, extra),
+        "python_why": now,
         "toml": torchtitan_toml(plan, r, {**par, **overlap}, lay, ac, lay.etp if expert_tp else None),
         "toml_versions": _toml_versions(m, lay, expert_tp, comm_backend(m, lay, t) == "deepep")
         + (f"; DualPipeV's expert-parallel overlap from {DUALPIPEV_OVERLAP}" if overlap else ""),
-        "command_line": None if split_experts else flags,
+        "command_line": None if now else flags,
         "notes": notes,
     }
+
+
+#: when torchtitan began refusing tied embeddings under pipeline parallelism: #2461
+#: (6b081f404, 2026-03-03) in Qwen3's model, then every decoder's (models/common/decoder.py
+#: at b5bcd76, Decoder.Config.update_from_config: NotImplementedError "Weight tying is not
+#: supported with Pipeline Parallel.")
+TIED_PP_FROM = "#2461 (2026-03-03)"
+
+#: what the TOML form's versions did with it: the model ties output.weight to
+#: tok_embeddings.weight in __init__ (qwen3/model/model.py at 9810191bb^), and each stage is
+#: a deep copy of the whole model with the other stages' modules dropped
+#: (distributed/pipeline_parallel.py there), so the first stage's embedding and the last
+#: stage's head are two weights that train apart
+TIED_BEFORE = (
+    "the TOML form's versions ran tied embeddings under pipeline parallelism without refusing them, but each stage "
+    "is a copy of the model with the others' modules dropped, so the first stage's embedding and the last stage's "
+    "head train as two weights, not one"
+)
+
+
+def not_now(m: Model, lay) -> str | None:
+    """Why torchtitan today (its configuration function and command line) cannot run the
+    plan where its older TOML form did, or None."""
+    if m.moe and lay.etp > 1:
+        return f"it has no expert tensor parallelism since #3167 (2026-04-30); the plan splits experts etp{lay.etp} ways"
+    if m.tied_embeddings and lay.pp > 1:
+        return (
+            f"it refuses tied embeddings with pipeline parallelism since {TIED_PP_FROM} (Decoder.Config."
+            f'update_from_config: "Weight tying is not supported with Pipeline Parallel."), and {m.name} ties its '
+            f"output head to its embedding; plan with --pp 1 for a layout it runs"
+        )
+    return None
 
 
 def _pipeline(r: Result, parts: list[Part], notes: list[str]) -> dict:
