@@ -118,6 +118,8 @@ MEGATRON_FLAGS = {
     "--exp-avg-dtype",
     "--exp-avg-sq-dtype",
     "--attention-backend",
+    # arguments.py at d98e8a6: --untie-embeddings-and-output-weights (store_true; tied without it)
+    "--untie-embeddings-and-output-weights",
 }
 
 

@@ -6,6 +6,8 @@ results are made by hand, as in test_recipe.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipesim.planner.layout import Layout
@@ -94,3 +96,15 @@ def test_unfused_attention_is_megatrons_own():
     # TransformerConfig.attention_backend defaults to auto (Transformer Engine's kernels)
     assert "--attention-backend unfused" in megatron_of(flash_attention=False)["flags"]
     assert not any(f.startswith("--attention-backend") for f in megatron_of()["flags"])
+
+
+@pytest.mark.parametrize("model, tied", [("llama3-8b", False), ("deepseek-v3", False), ("tests/data/hf/llama-3.2-1b.json", True)])
+def test_megatron_unties_the_head_where_the_model_does(model, tied):
+    # gpt_builders.py at d98e8a6: share_embeddings_and_output_weights = not
+    # args.untie_embeddings_and_output_weights; Llama 3.2 1B's config.json ties them
+    # (tie_word_embeddings true), Llama 3 8B's and DeepSeek-V3's do not
+    lay = Layout(pp=2, dp=8, tp=1, ep=8) if model == "deepseek-v3" else None
+    flags = megatron_of(model=str(Path(__file__).parent.parent / model) if model.endswith(".json") else model, layout=lay)[
+        "flags"
+    ]
+    assert ("--untie-embeddings-and-output-weights" in flags) == (not tied)

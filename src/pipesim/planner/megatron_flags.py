@@ -72,6 +72,12 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if name in COMBINED and (refused := combined_problem(lay.ep, cand.recompute, lay.pp, pl.chunks)):
         return {"runs": False, "why": refused}
     flags = [f"--num-layers {m.layers}", f"--tensor-model-parallel-size {lay.tp}", f"--pipeline-model-parallel-size {lay.pp}"]
+    if not m.tied_embeddings:
+        # Megatron ties the output head to the embedding unless told (gpt_builders.py at
+        # d98e8a6: share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights),
+        # which would drop the head's weights the plan counted and, under a pipeline, add the
+        # embedding's copy and gradient all-reduce on the last stage
+        flags.append("--untie-embeddings-and-output-weights")
     if lay.pp > 1:  # the split, the virtual stages with it (Megatron derives their number)
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
     notes = []
