@@ -108,3 +108,17 @@ def test_megatron_unties_the_head_where_the_model_does(model, tied):
         "flags"
     ]
     assert ("--untie-embeddings-and-output-weights" in flags) == (not tied)
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+def test_combined_1f1b_defers_weight_gradients_only_where_the_plan_did(delayed):
+    # megatron/core/transformer/transformer_config.py at d98e8a6: delay_wgrad_compute, the
+    # split W that pipesim's combined builder makes with delay_wgrad (schedules/combined.py)
+    plan = Plan(load_model("deepseek-v3"), load_cluster("h100", 16), load_training(seq=4096, global_batch=256))
+    cand = Candidate(Layout(pp=2, dp=8, tp=1, ep=8), "interleaved-1f1b-overlap", 2, "selective", 16)
+    options = {"chunks": 2, **({"delay_wgrad": True} if delayed else {})}
+    plan.results.append(Result(cand, True, step_time=1.0, options=options))
+    mg = recipe(plan)["megatron"]
+    assert ("--delay-wgrad-compute" in mg["flags"]) == delayed
+    # where the plan kept W in B, nothing tells the user to add the flag
+    assert not any(n.startswith("add --delay-wgrad-compute") for n in mg["notes"])

@@ -142,10 +142,15 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f"--microbatch-group-size-per-virtual-pipeline-stage {group}")
     if name in COMBINED:
         flags.append("--overlap-moe-expert-parallel-comm")
-        if getattr(cand, "delay_wgrad", False):
+        if (r.options or {}).get("delay_wgrad"):  # the order priced split each W off its B
             flags.append("--delay-wgrad-compute")
         else:
-            notes.append("add --delay-wgrad-compute to defer the weight gradients (pipesim's --delay-wgrad)")
+            # the search builds combined orders at their builder's default, each weight
+            # gradient inside its backward; the flag would run another order than priced
+            notes.append(
+                "the plan priced each weight gradient inside its backward; Megatron-LM's --delay-wgrad-compute "
+                f"defers them, another order (pipesim simulate --schedule {name} --delay-wgrad prices it)"
+            )
     return {"runs": True, "flags": flags, "notes": notes}
 
 
