@@ -167,6 +167,8 @@ def test_nvl72_presets_name_their_domain():
         # the fold against a stage's GPUs when only --pp (or nothing) fixes them, not "no layout ... change or drop a pin"
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--pp", "16", "--ep", "256", "--etp", "2"], "= 512 must divide a pipeline stage's tp x cp x dp GPUs (128: 2048 GPUs / --pp 16)"),
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--gpus", "1024", "--ep", "256", "--etp", "8"], "= 2048 must divide a pipeline stage's tp x cp x dp GPUs (1024: at most"),
+        # 2048 sequences split into micro-batches of 3 nowhere: the size is named, not the GPUs
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--micro-batch-size", "3"], "--micro-batch-size 3 does not divide the global batch of 2048 sequences"),
     ],
 )  # fmt: skip
 def test_impossible_layouts_are_one_line(capsys, args, needle):
@@ -210,3 +212,12 @@ def test_odd_gpu_count_below_a_tensor_group_plans_without_tensor_parallelism(cap
     assert code == 0, captured.err
     best = json.loads(captured.out)["recommendation"]
     assert best["tp"] == 1 and best["pp"] * best["dp"] * best["cp"] == 3
+
+
+def test_micro_batch_sizes_none_of_which_divide_the_batch_are_named(tmp_path, capsys):
+    run = tmp_path / "run.toml"
+    run.write_text("micro_batch_sizes = [3, 5]\n")
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--training", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "none of micro_batch_sizes [3, 5] divides the global batch of 2048 sequences" in err

@@ -46,6 +46,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if calibration:
         cluster, training = calibrate.scaled(cluster, training, calibration.compute, calibration.links)
     pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
+    sizes = [pins.micro_batch] if pins.micro_batch else training.micro_batch_sizes
+    if not any(training.global_batch % mb == 0 for mb in sizes):
+        # every replica's share of the batch is whole micro-batches, so no layout at all can
+        # hold: say which setting, before the search blames the GPUs or the batch alone
+        given = (
+            f"--micro-batch-size {pins.micro_batch} does not divide"
+            if pins.micro_batch
+            else f"none of micro_batch_sizes {list(sizes)} divides"
+        )
+        fits = [d for d in range(1, 9) if training.global_batch % d == 0]
+        raise PipesimError(
+            f"{given} the global batch of {training.global_batch} sequences; give a size that does "
+            f"({', '.join(map(str, fits))}, ...) or another --global-batch"
+        )
     plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
     plan.model_published = model_published(args.model)
     notes = report.Notes(
