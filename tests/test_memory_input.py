@@ -252,3 +252,12 @@ def test_memory_refuses_what_plan_says_no_trainer_runs(capsys, model, argv, need
     code, out, err = run(capsys, "memory", "--model", model, "--gpus", "2048", *argv)
     one_line(code, err, needle)
     assert out == ""
+
+
+@pytest.mark.parametrize("flag", [["--tokens", "1e9"], ["--tp-overlap", "none"]])
+def test_memory_takes_no_flag_that_sets_only_a_time(capsys, flag):
+    # --tokens sets the run's GPU-hours and --tp-overlap which collectives hide: memory
+    # printed the same bytes whatever they said
+    code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "2", *flag)
+    one_line(code, err, f"unrecognized arguments: {' '.join(flag)}")
+    assert out == ""

@@ -50,8 +50,8 @@ def test_the_training_defaults_the_help_names_are_pipesims(capsys):
     # what a flag left out gives, read off the Training dataclass rather than the help text
     from pipesim.planner.training import Training
 
-    with pytest.raises(SystemExit):
-        main(["memory", "--help"])
+    with pytest.raises(SystemExit):  # plan's: memory takes no --tokens or --tp-overlap, which set only times
+        main(["plan", "--help"])
     text = re.sub(r"\s+", " ", capsys.readouterr().out.split("\ntraining (", 1)[1])
     t = Training()
     for flag, value in (("--seq", t.seq), ("--global-batch", t.global_batch), ("--precision", t.precision),

@@ -60,7 +60,7 @@ def add_commands(command) -> None:
         "memory per GPU of a layout for a model: parameters, activations, what of the card is usable, what a second "
         "parameter copy costs",
     )
-    add_specs(c, cluster_default="h100")
+    add_specs(c, cluster_default="h100", timed=False)  # memory prints no time: no --tokens, --tp-overlap
     c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
     c.add_argument("--schedule", "-s", help="schedule (default dualpipe), set beside 1f1b")
     c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp / cp)")

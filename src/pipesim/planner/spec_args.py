@@ -19,7 +19,10 @@ from .specs import (
 )
 
 
-def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) -> None:
+def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None, timed: bool = True) -> None:
+    """The shared arguments; ``timed`` False leaves out those that set only a time or a
+    cost (``--tokens``, the run's GPU-hours; ``--tp-overlap``, which collectives hide),
+    which ``pipesim memory`` prints neither of and would take and ignore."""
     c.add_argument(
         "--model",
         required=True,
@@ -46,15 +49,19 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None) ->
         help="activation recomputation (pipesim's default auto: plan searches it, memory takes selective; "
         "a training file also takes op and every-N)",
     )
-    g.add_argument("--tokens", type=positive_float, help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)")
+    if timed:
+        g.add_argument(
+            "--tokens", type=positive_float, help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)"
+        )
     g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
-    g.add_argument(
-        "--tp-overlap",
-        choices=TP_OVERLAPS,
-        help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default), "
-        "all (--tp-comm-overlap, AsyncTP; pipesim's default) or micro_pipeline (AsyncTP as torch.compile's "
-        "micro-pipeline pass runs it: the backward's input-gradient reduce-scatters exposed)",
-    )
+    if timed:
+        g.add_argument(
+            "--tp-overlap",
+            choices=TP_OVERLAPS,
+            help="which tensor-parallel collectives run beside a multiply: none, the backward's (Megatron-LM's default), "
+            "all (--tp-comm-overlap, AsyncTP; pipesim's default) or micro_pipeline (AsyncTP as torch.compile's "
+            "micro-pipeline pass runs it: the backward's input-gradient reduce-scatters exposed)",
+        )
     g.add_argument(
         "--stage-split",
         metavar="RULE|LAYOUT",
@@ -76,9 +83,9 @@ def specs_from(args: argparse.Namespace):
         precision=args.precision,
         zero=args.zero,
         recompute=args.recompute,
-        tokens=args.tokens,
+        tokens=getattr(args, "tokens", None),
         cp_comm=args.cp_comm,
-        tp_overlap=args.tp_overlap,
+        tp_overlap=getattr(args, "tp_overlap", None),
         stage_split=args.stage_split,
     )
     if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
