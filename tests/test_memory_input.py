@@ -261,3 +261,12 @@ def test_memory_takes_no_flag_that_sets_only_a_time(capsys, flag):
     code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "2", *flag)
     one_line(code, err, f"unrecognized arguments: {' '.join(flag)}")
     assert out == ""
+
+
+@pytest.mark.parametrize("schedule, M", [("gpipe", 256), ("looped-bfs", 256), ("dualpipe", 8)])
+def test_a_schedule_whose_peak_grows_with_m_is_sized_at_the_steps(capsys, schedule, M):
+    # GPipe (and looped BFS) run every micro-batch's forward before any backward, so their
+    # peak grows with M: at 2048 sequences of llama3-8b's training over dp8 in micro-batches
+    # of 1, a step is 256 micro-batches, which plan prices; DualPipe's peak stops at 2pp
+    code, out, _ = run(capsys, "memory", "--model", "llama3-8b", "--gpus", "16", "--pp", "2", "-s", schedule)
+    assert code == 0 and f", M={M}; per GPU" in out.splitlines()[0]

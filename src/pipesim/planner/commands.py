@@ -84,6 +84,10 @@ def add_commands(command) -> None:
     )
     c.add_argument("--micro-batch-size", type=positive_int, default=1, help="sequences per micro-batch (default 1)")
     c.add_argument(
-        "--microbatches", "-m", type=positive_int, help="micro-batches (default 4pp: past 2pp the peak no longer grows)"
+        "--microbatches",
+        "-m",
+        type=positive_int,
+        help="micro-batches (default 4pp, past which most schedules' peak no longer grows; for GPipe and looped BFS, "
+        "whose peak grows with M, the step's: the global batch / (dp x micro-batch size))",
     )
     c.add_argument("--json", action="store_true", help="print the rows, the usable memory and the per-layer activations as JSON")

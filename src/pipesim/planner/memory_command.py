@@ -11,6 +11,7 @@ from ..memory import memory
 from ..output import console, emit_json
 from ..schedules import build, family
 from ..simulate import simulate
+from ..theory import FORMS
 from .activations import head_activation, head_saved, layer_activation, layer_saved
 from .candidates import COST_OPTIONS, Candidate
 from .device_memory import held_params, rank_usables
@@ -50,11 +51,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     refused = layout_problem(model, training, lay)
     if refused:
         raise PipesimError(refused)
-    M = args.microbatches or 4 * pp
+    second = family(args.schedule or "dualpipe").name
+    M = args.microbatches or _default_microbatches(second, training, lay, args.chunks)
     work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
     # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
-    second = family(args.schedule or "dualpipe").name
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
     if is_layout(training.stage_split) and stage_count(training.stage_split) != pp:
@@ -158,6 +159,22 @@ def cmd_memory(args: argparse.Namespace) -> int:
             "so the second copy doubles all of them; expert parallelism (--ep > 1) would shard them."
         )
     return 0
+
+
+def _default_microbatches(name: str, training, lay: Layout, chunks: int | None) -> int:
+    """4pp, past which most schedules' peak stops growing (``theory.FORMS``' closed-form
+    peaks equal at 4pp and 8pp); a schedule whose peak keeps growing with M (GPipe, looped
+    BFS: every micro-batch's forward before the backwards) runs the step's micro-batches,
+    as plan prices it (the global batch over the replicas and micro-batch size), where
+    they split whole: at 4pp its peak would be far below the plan's."""
+    form, pp = FORMS.get(name), lay.pp
+    # a family without chunks refuses --chunks later, in one line
+    opts = {"chunks": chunks} if chunks and "chunks" in family(name).options else {}
+    low, high = (form.peak(pp, k * pp, **opts) if form else None for k in (4, 8))
+    per = lay.dp * lay.micro_batch
+    if low and high and max(high) > max(low) and training.global_batch % per == 0:
+        return training.global_batch // per
+    return 4 * pp
 
 
 def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
