@@ -167,6 +167,9 @@ def test_nvl72_presets_name_their_domain():
         # the fold against a stage's GPUs when only --pp (or nothing) fixes them, not "no layout ... change or drop a pin"
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--pp", "16", "--ep", "256", "--etp", "2"], "= 512 must divide a pipeline stage's tp x cp x dp GPUs (128: 2048 GPUs / --pp 16)"),
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--gpus", "1024", "--ep", "256", "--etp", "8"], "= 2048 must divide a pipeline stage's tp x cp x dp GPUs (1024: at most"),
+        # a Megatron layout of 9 stages runs on 3 or 9 ranks, neither of which divides 64 GPUs: said so,
+        # not "none for want of memory: 1f1b at pp1 ... has 1 stage"
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--stage-split", "E|(t*4|)*7t*4L"], "names 9 stages, which run on pp ranks dividing 9 (3, 9), but no such pp divides the 64 GPUs"),
         # 2048 sequences split into micro-batches of 3 nowhere: the size is named, not the GPUs
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--micro-batch-size", "3"], "--micro-batch-size 3 does not divide the global batch of 2048 sequences"),
     ],

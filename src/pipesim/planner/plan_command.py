@@ -15,6 +15,7 @@ from ..schedules import family
 from . import calibrate
 from .candidates import Pins
 from .naming import layout_text
+from .pipeline_layout import is_layout, stage_count
 from .rank_fit import least_over
 from .search import closest_miss, search
 from .spec_args import specs_from
@@ -46,6 +47,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if calibration:
         cluster, training = calibrate.scaled(cluster, training, calibration.compute, calibration.links)
     pins = Pins(**{f.name: getattr(args, "pin_" + f.name) for f in fields(Pins)})
+    _layout_fits_gpus(training.stage_split, cluster.gpus, pins.pp)
     sizes = [pins.micro_batch] if pins.micro_batch else training.micro_batch_sizes
     if not any(training.global_batch % mb == 0 for mb in sizes):
         # every replica's share of the batch is whole micro-batches, so no layout at all can
@@ -125,6 +127,26 @@ def _calibration(args, model, cluster, training):
         costs, _ = load_cost_file(args.calibrate)
         return calibrate.from_components(model, cluster, training, lay, costs, args.calibrate)
     return calibrate.from_step(model, cluster, training, lay, args.measured_step)
+
+
+def _layout_fits_gpus(stage_split: str, gpus: int, pp: int | None) -> None:
+    """A Megatron layout string names the stages; they run on pp ranks, one each or (an
+    interleaved, V or dual placement, pp > 1) several, so pp divides the stage count and
+    the GPUs. Where no pp does, say so before the search, whose nearest miss would be some
+    pp1 candidate refused for its stage count."""
+    if not is_layout(stage_split):
+        return
+    n = stage_count(stage_split)
+    ranks = [d for d in range(1, n + 1) if n % d == 0 and (d > 1 or n == 1) and gpus % d == 0 and pp in (None, d)]
+    if not ranks:
+        over = [d for d in range(2, n + 1) if n % d == 0] or [1]
+        raise PipesimError(
+            f"stage_split {stage_split!r} names {n} stages, which run on pp ranks dividing {n} ("
+            + ", ".join(map(str, over))
+            + (f"; --pp {pp}" if pp else "")
+            + f"), but no such pp divides the {gpus} GPUs: give --gpus a multiple of one of them, or a layout of "
+            "as many stages as a pp that divides them"
+        )
 
 
 def _summary(r, plan) -> str:
