@@ -122,3 +122,14 @@ def test_combined_1f1b_defers_weight_gradients_only_where_the_plan_did(delayed):
     assert ("--delay-wgrad-compute" in mg["flags"]) == delayed
     # where the plan kept W in B, nothing tells the user to add the flag
     assert not any(n.startswith("add --delay-wgrad-compute") for n in mg["notes"])
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero_2_says_the_distributed_optimizer_keeps_every_gradient(zero):
+    # docs/user-guide/features/dist_optimizer.md at d98e8a6: "bf16 parameters, fp32 gradients"
+    # take 6 + 12/d bytes under the distributed optimizer (the 4 bytes of gradient unsharded);
+    # arguments.py --data-parallel-sharding-strategy choices no_shard, optim, optim_grads,
+    # optim_grads_params (Megatron-FSDP)
+    notes = megatron_of(zero=zero)["notes"]
+    said = [n for n in notes if "zero = 2" in n]
+    assert len(said) == (zero == 2) and (zero == 1 or "optim_grads " in said[0])

@@ -23,6 +23,16 @@ def data_parallel_flags(t: Training) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     if t.zero >= 1:
         flags.append("--use-distributed-optimizer")
+    if t.zero == 2:
+        # the distributed optimizer reduce-scatters into a whole gradient buffer, ZeRO-1's
+        # memory (docs/user-guide/features/dist_optimizer.md at d98e8a6: bf16 parameters and
+        # fp32 gradients take 6 + 12/d bytes a parameter); sharding the gradients is
+        # Megatron-FSDP's optim_grads strategy (arguments.py)
+        notes.append(
+            "the plan shards gradients over the data-parallel ranks (zero = 2), but --use-distributed-optimizer keeps "
+            "every gradient in its buffer (ZeRO-1's memory): Megatron-FSDP shards them (--use-megatron-fsdp "
+            "--data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor), or plan with zero = 1"
+        )
     if t.zero == 3:
         # the distributed optimizer shards optimizer states and gradients only; parameters too
         # is Megatron-FSDP (arguments.py at d98e8a6: --use-megatron-fsdp, version 1 by default,
