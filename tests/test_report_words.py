@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pipesim.cli import main
 from pipesim.planner.naming import wall_clock
@@ -48,3 +49,18 @@ def test_a_search_of_some_schedules_says_which(capsys):
     assert "candidate layouts and schedules of 1f1b, dualpipe alone" in intro
     assert main(argv) == 0
     assert " alone " not in capsys.readouterr().out.splitlines()[2]
+
+
+def test_one_gpu_is_one_gpu(capsys):
+    # --gpus 1 on an 8-GPU-node preset: one GPU (not "1 GPUs", not "1 x 8 GPUs"), with no
+    # slower peer to wait for, no data-parallel ranks for FSDP to shard over and no
+    # gradient reduction for Megatron's dtype to change
+    model = str(Path(__file__).parent / "data" / "hf" / "llama-3.2-1b.json")
+    code = main(["plan", "--model", model, "--cluster", "h100", "--gpus", "1", "--global-batch", "64", "--seq", "1024"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"GPU-hours \([^)]* on 1 GPU\) for", out), out
+    assert "| nodes | 1 of one node's 8 GPUs |" in out
+    assert "slowest of its 1 GPUs" not in out
+    assert "with FSDP (ZeRO-3), where the plan assumed" not in out
+    assert "grad_reduce_bytes" not in out.split("## Assumptions")[0]

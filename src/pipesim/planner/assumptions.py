@@ -128,7 +128,9 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "stragglers",
             f"a step runs at the slowest of its {c.gpus} GPUs: speeds spread by gpu_speed_sd {c.gpu_speed_sd:g} "
-            "(Sinha et al. SC'22), the expected slowest of N normal draws",
+            "(Sinha et al. SC'22), the expected slowest of N normal draws"
+            if c.gpus > 1
+            else "one GPU: no slower peer to wait for (stragglers.expected_max_z of one draw is 0)",
         ),
         ("nodes", domain_text(c)),
         (

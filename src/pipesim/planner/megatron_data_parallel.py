@@ -17,8 +17,10 @@ from .specs import Training
 from .step import timed
 
 
-def data_parallel_flags(t: Training) -> tuple[list[str], list[str]]:
-    """(flags, notes) for the plan's data parallelism and optimizer."""
+def data_parallel_flags(t: Training, reduces: bool = True) -> tuple[list[str], list[str]]:
+    """(flags, notes) for the plan's data parallelism and optimizer; ``reduces``: whether
+    any gradient is reduced over data-parallel ranks (no word on the reduction's bytes
+    where none is)."""
     flags: list[str] = []
     notes: list[str] = []
     if t.zero >= 1:
@@ -57,7 +59,7 @@ def data_parallel_flags(t: Training) -> tuple[list[str], list[str]]:
         flags.append("--ddp-average-in-collective")
     gradient, said = gradient_dtype(t)
     flags += gradient
-    notes += said
+    notes += said if reduces else []
     optimizer, said = optimizer_states(t)
     return flags + optimizer, notes + said
 

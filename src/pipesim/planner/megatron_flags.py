@@ -125,7 +125,9 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
             "attn moe and --moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity), which the flags above "
             "do not set"
         )
-    dp_flags, said = data_parallel_flags(t)
+    # dense gradients reduce over dp x cp, the experts' over their own data-parallel ranks
+    reduces = lay.dp * lay.cp > 1 or (m.moe is not None and lay.edp > 1)
+    dp_flags, said = data_parallel_flags(t, reduces)
     flags += dp_flags
     notes += said
     rc_flags, said = recompute_flags(cand.recompute, t)

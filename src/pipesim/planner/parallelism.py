@@ -65,6 +65,8 @@ def mesh_text(lay: Layout) -> str:
 def domain_text(c: Cluster) -> str:
     """The report's line on where the GPUs sit: nodes, and on an NVLink fabric larger than
     a node, the job's share of each domain (domains.placement_text)."""
+    if c.gpus < c.gpus_per_node:  # part of one node (--gpus below a node's)
+        return f"{c.gpus} of one node's {c.gpus_per_node} GPUs"
     if not c.nvlink_domain or c.nvlink_domain == c.gpus_per_node:
         return f"{c.nodes} x {c.gpus_per_node} GPUs"
     return (

@@ -202,7 +202,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"and optimizer states up to {best.static_gb:.1f} GB a rank; {held_text(plan, best)}){_least_room(best)}",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {fmt_hours(hours_for_run(best, t))} GPU-hours "
-        f"({wall_clock(hours_for_run(best, t) / c.gpus)} on {c.gpus} GPUs) for {t.tokens / 1e12:g}T tokens",
+        f"({wall_clock(hours_for_run(best, t) / c.gpus)} on {c.gpus} GPU{'s' if c.gpus > 1 else ''}) for {t.tokens / 1e12:g}T tokens",
     ]
     if notes and notes.uncertainty:
         lines += range_lines(plan, notes.uncertainty)

@@ -73,7 +73,7 @@ def data_parallel(m: Model, lay: Layout, t: Training) -> tuple[dict, list[str]]:
     par = {"data_parallel_shard_degree": lay.dp}
     if t.fsdp_reshard != "default":
         par["fsdp_reshard_after_forward"] = t.fsdp_reshard
-    if t.zero != 3:
+    if t.zero != 3 and lay.dp * lay.cp > 1:  # one rank: FSDP has nothing to shard over
         over = f"data and context parallelism (dp{lay.dp} x cp{lay.cp})" if lay.cp > 1 else "data parallelism"
         notes.append(f"torchtitan shards over {over} with FSDP (ZeRO-3), where the plan assumed ZeRO-{t.zero}")
     return par, notes
