@@ -1,10 +1,11 @@
 """The engine's two loops (the walk that orders a program, the pass that times it), and
-the list scheduler's (``autoschedule.greedy``), in C when a compiler is at hand and in
+the list scheduler's (``autoschedule.greedy``) and the V blocks' passes
+(``autoschedule.blocks``), in C when a compiler is at hand and in
 plain Python otherwise; both give the same answers.
 
 ``_engine.c`` is compiled once, at first use, into the user's cache directory
 (``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the source's hash and the
-interpreter) with ``$CC`` or ``cc``, and loaded with ctypes: ``pip install`` needs no
+interpreter) with ``$CC`` or ``cc`` at -O1, and loaded with ctypes: ``pip install`` needs no
 compiler, and a machine without one runs the Python loops (compile + simulate of 1F1B at
 pp=64, M=1024: 259 ms instead of 17 ms).
 ``PIPESIM_KERNEL=python`` forces the Python loops (the tests compare the two).
@@ -51,7 +52,10 @@ def _build() -> ctypes.CDLL | None:
             lib.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
                 out = Path(tmp) / lib.name
-                if not _compile([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(_SOURCE)]):
+                # -O1: the loops run as fast as at -O2 (the V blocks, the list scheduler
+                # and the engine's walk and timing, within noise) and compile in under half
+                # the time (gcc 12: 0.19 s against 0.43 s), which a new user's first plan pays
+                if not _compile([cc, "-O1", "-shared", "-fPIC", "-o", str(out), str(_SOURCE)]):
                     return None
                 os.replace(out, lib)  # atomic: a concurrent first use sees all or nothing
         except OSError:
@@ -67,6 +71,10 @@ def _build() -> ctypes.CDLL | None:
     dll.pipesim_times.argtypes = [ctypes.c_int64] + [p] * 8
     dll.pipesim_list_schedule.restype = ctypes.c_int64
     dll.pipesim_list_schedule.argtypes = [p] * 34
+    dll.pipesim_asap.restype = ctypes.c_int64
+    dll.pipesim_asap.argtypes = [ctypes.c_int64] * 3 + [p] * 18
+    dll.pipesim_block_variants.restype = ctypes.c_int64
+    dll.pipesim_block_variants.argtypes = [ctypes.c_int64] * 3 + [p] * 2 + [ctypes.c_int64] * 2 + [p] * 2
     return dll
 
 
@@ -183,3 +191,50 @@ def times(
         st[i] = s
         en[i] = s + dur[i]
     return np.array(st), np.array(en)
+
+
+def block_variants(pp: int, M: int, tf: list[int], tb: list[int], paired: bool, squeezes: tuple[bool, ...]) -> np.ndarray | None:
+    """``autoschedule.blocks.block_variants``' passes in C, from the block's slots of
+    micro-batch 0 (``Block.times``): per variant and rank, its 6M op codes ((kind * 2pp +
+    stage) * M + mb) in order; None without the C loops, or where a slot would fall past
+    the room given each rank (then the Python runs)."""
+    lib = compiled()
+    if lib is None:
+        return None
+    # a rank's slots: the blocks' last pass ends by 6M after its first op; the passes move
+    # ops earlier and place each W within its rank's 6M ops of its B, so twice that is ample
+    room = 2 * (max(max(tf), max(tb)) + 6 * M) + 16
+    out = np.empty((len(squeezes), pp, 6 * M), np.int32)
+    times = [np.array(x, np.int64) for x in (tf, tb)]
+    flags = np.array(squeezes, np.uint8)
+    ok = lib.pipesim_block_variants(
+        pp, M, room, _ptr(times[0]), _ptr(times[1]), int(paired), len(squeezes), _ptr(flags), _ptr(out)
+    )
+    return out if ok else None
+
+
+def asap(
+    S: int, M: int, offsets: np.ndarray, kind: np.ndarray, stage: np.ndarray, mb: np.ndarray, costs: tuple, f_lat, b_lat
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | bool:
+    """``autoschedule.evaluate.timed`` without a base or a cap, in C: (start, end of each
+    op, the ends table by F then B of ``stage * M + mb``, -1 where none ran); False where
+    the orders deadlock, True without the C loops (then the Python runs). Ops rank by
+    rank (``offsets``), int32 kinds, stages and micro-batches."""
+    lib = compiled()
+    if lib is None:
+        return True
+    n, ops = len(offsets) - 1, len(kind)
+    start, end = np.empty(ops), np.empty(ops)
+    done = np.full(2 * S * M, -1.0)
+    park = np.full(4 * S * M, -1, np.int32)
+    scratch = np.empty(2 * n, np.int32)
+    f, b, w = (np.asarray(x, np.float64) for x in costs)
+    lat = [np.asarray(x, np.float64) for x in (f_lat, b_lat)]
+    ok = lib.pipesim_asap(
+        n,
+        S,
+        M,
+        *(_ptr(a) for a in (offsets, kind, stage, mb, f, b, w, *lat, start, end, done)),
+        *(_ptr(a) for a in (np.empty(n, np.int64), np.empty(n), park, park[2 * S * M :], scratch, scratch[n:])),
+    )
+    return (start, end, done) if ok else False

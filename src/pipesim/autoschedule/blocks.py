@@ -25,6 +25,9 @@ from collections import deque
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
+
+from .. import kernel
 from .problem import B, F, W
 
 Slots = dict[int, tuple[int, int, int]]  # slot -> (kind, stage, mb) on one rank
@@ -318,6 +321,11 @@ def block_variants(
         return [None for _ in squeezes]
     tf, tb = times
     S = 2 * pp
+    codes = kernel.block_variants(pp, M, tf, tb, paired, squeezes)
+    if codes is not None:  # the same passes in C, as op codes (kind * S + stage) * M + mb
+        kind, stage, mb = codes // (S * M), codes // M % S, codes % M
+        cols = [x.tolist() for x in (kind, (stage >= pp).astype(np.int32), mb)]
+        return [[list(zip(k, c, i)) for k, c, i in zip(*(x[n] for x in cols))] for n in range(len(squeezes))]
     occ: list[Slots] = []
     for r in range(pp):
         o: Slots = {}
