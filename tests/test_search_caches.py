@@ -179,9 +179,10 @@ def test_a_search_reads_each_placement_once_by_identity():
     assert sum(map(len, runs)) < sum(map(len, held))
 
 
-def test_a_search_collects_cycles_less_often_and_restores_the_pace(monkeypatch):
-    """The search runs the cycle collector at a slower pace (its caches are long-lived)
-    and gives the caller's thresholds back, also when it fails."""
+def test_a_search_runs_without_the_cycle_collector_and_gives_it_back(monkeypatch):
+    """The search turns the cycle collector off (its caches are long-lived and it makes
+    almost no cycles) and turns it back on after, also when it fails; a caller that had
+    it off keeps it off."""
     import gc
 
     from pipesim.errors import PipesimError
@@ -190,19 +191,22 @@ def test_a_search_collects_cycles_less_often_and_restores_the_pace(monkeypatch):
 
     seen = []
     real = search_mod._search
-    monkeypatch.setattr(search_mod, "_search", lambda *a: seen.append(gc.get_threshold()) or real(*a))
-    old = gc.get_threshold()
+    monkeypatch.setattr(search_mod, "_search", lambda *a: seen.append(gc.isenabled()) or real(*a))
+    was = gc.isenabled()
     try:
-        gc.set_threshold(500, 7, 9)
+        gc.enable()
         m, c = load_model("llama3-8b"), load_cluster("h100", gpus=8)
         t = Training(seq=1024, global_batch=32, recompute="selective")
         assert search_mod.search(m, c, t, pins=search_mod.Pins(pp=2, tp=2)).best is not None
-        assert seen[-1] == (20 * 700, 7, 9) and gc.get_threshold() == (500, 7, 9)
+        assert seen == [False] and gc.isenabled()
         with pytest.raises(PipesimError):
             search_mod.search(m, c, t, pins=search_mod.Pins(pp=3))  # 8 GPUs: no pp of 3
-        assert gc.get_threshold() == (500, 7, 9)
+        assert seen == [False, False] and gc.isenabled()
+        gc.disable()
+        search_mod.search(m, c, t, pins=search_mod.Pins(pp=2, tp=2))
+        assert not gc.isenabled()
     finally:
-        gc.set_threshold(*old)
+        (gc.enable if was else gc.disable)()
 
 
 @pytest.mark.parametrize(
