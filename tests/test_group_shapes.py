@@ -86,3 +86,19 @@ def test_short_orders_and_orders_without_groups_are_built_whole():
     assert group_points("interleaved-1f1b", 4, 16, {"chunks": 2}) is None
     assert group_points("interleaved-1f1b", 4, 4 * 4 + 2 * 5 + 1, {"chunks": 2, "group_size": 5}) is None
     assert group_points("1f1b", 4, 400, {"group_size": 5}) is None
+
+
+def test_a_shape_that_does_not_continue_is_tried_once(monkeypatch):
+    """Where the three shorter runs do not show the period, the order is built whole, and
+    asked again the cache answers without trying the runs again: the whole order's shape."""
+    from pipesim.planner import programs
+
+    name, pp, M, options = "interleaved-1f1b-overlap", 3, 40, {"chunks": 2, "group_size": 4}
+    tried = []
+    monkeypatch.setattr(programs, "continued_shape", lambda shapes, n: tried.append(n))  # never continues
+    cache = ProgramCache()
+    first = cache.shape(name, pp, M, options)
+    again = cache.shape(name, pp, M, options)
+    assert len(tried) == 1
+    whole = shape(build(name, pp, M, **options))
+    assert first is again and first.counts == whole.counts and len(first.u) == len(whole.u)

@@ -151,7 +151,9 @@ def stage_passes(costs, stages: int) -> tuple[list[float], list[float]]:
     return fwd, bwd
 
 
-def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float], passes: tuple | None = None) -> float:
+def pipeline_bound(
+    pl: Placement, costs, busy: list[float], w: list[float], passes: tuple | None = None, ends: tuple | None = None
+) -> float:
     """No schedule on this placement is shorter: for each rank, the fill before its first
     item, its busy time, and the drain after its last backward.
 
@@ -161,7 +163,15 @@ def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float], pass
     backward is at that first stage too (the backward runs back through the rank's later
     stages first), and the backward must still run through the earlier stages: a drain,
     less the lone W items that may run after it. An item holding an op lasts at least the
-    op alone: a pair runs each of its ops' parts in sequence at no more than full rate."""
+    op alone: a pair runs each of its ops' parts in sequence at no more than full rate.
+    ``ends``: ``fill_drain`` of the placement, where the caller keeps it."""
+    fill, drain = ends or fill_drain(pl, costs, passes)
+    return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)
+
+
+def fill_drain(pl: Placement, costs, passes: tuple | None = None) -> tuple[list[float], list[float]]:
+    """Per rank, ``pipeline_bound``'s fill before its first item and drain after its last
+    backward: the same for every order on the placement under one cost model."""
     fwd, bwd = passes or stage_passes(costs, pl.stages)
     fill = [math.inf] * pl.pp
     drain = [math.inf] * pl.pp
@@ -178,7 +188,7 @@ def pipeline_bound(pl: Placement, costs, busy: list[float], w: list[float], pass
             nxt = route[st + 1][0] if st + 1 < len(route) else r
             f += fwd[st] + (costs.p2p_time(r, nxt) if nxt != r else 0.0)
             b += bwd[st] + (costs.p2p_time(nxt, r) if nxt != r else 0.0)
-    return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)
+    return fill, drain
 
 
 def static_floor(m: Model, t: Training, lay: Layout) -> float:

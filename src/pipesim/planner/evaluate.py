@@ -19,6 +19,7 @@ from ..schedules import REGISTRY
 from .bounds import (
     _ends,
     affine,
+    fill_drain,
     item_time,
     pipeline_bound,
     rank_work,
@@ -33,7 +34,7 @@ from .device_memory import rank_usables
 from .grad_reduction import order_ends
 from .measured import extrapolated, measure
 from .pipeline_layout import is_layout, stage_count
-from .programs import megatron_group, memory_peaks, sample_points
+from .programs import activation_table, megatron_group, memory_peaks, sample_points
 from .rank_fit import Budgets, over, refused
 from .results import GB, Result
 from .shared import Shared, kept
@@ -256,7 +257,9 @@ def _within_memory(
     # not fit is not simulated
     if fam.periodic:
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
-        peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*_ends(memory_peaks, shapes, mm)))]
+        table = kept(memo, "activations", lambda: activation_table(mm, stages))
+        at = _ends(lambda sh, mm: memory_peaks(sh, mm, table), shapes, mm)
+        peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*at))]
         r = over(peaks, budgets)
         if r is not None:
             return refused(cand, "peak memory", peaks[r], r, own, memory_gb=peaks[r] / GB)
@@ -284,9 +287,10 @@ def _within_memory(
             return sync()
 
         def work():
-            return kept(memo, ("unpaired", pl.routes, pl.route_of), lambda: unpaired_work(pl, costs))
+            return kept(memo, ("unpaired", shared.routes_key(pl)), lambda: unpaired_work(pl, costs))
 
     passes = kept(memo, ("passes", stages), lambda: stage_passes(costs, stages))
+    fills = kept(memo, ("fill", shared.routes_key(pl)), lambda: fill_drain(pl, costs, passes))
 
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;
@@ -313,7 +317,7 @@ def _within_memory(
         return step.before if isinstance(step, StepSync) else got.sync
 
     if floor is None:  # no floor cheaper than the work itself: summed now
-        ahead = pipeline_bound(pl, costs, *work(), passes)
+        ahead = pipeline_bound(pl, costs, *work(), passes, fills)
         if any(paired):  # an exhaustive search's paired order: priced at once
             step = step if isinstance(step, StepSync) else step_of()
             return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced()), evened)
@@ -322,11 +326,11 @@ def _within_memory(
 
     def bound() -> float:
         busy = work()  # prices the order's items (a paired rank's pairs among them) first
-        return pipeline_bound(pl, costs, *busy, passes) + (sync() if not any(paired) else max(sync(), priced()))
+        return pipeline_bound(pl, costs, *busy, passes, fills) + (sync() if not any(paired) else max(sync(), priced()))
 
     # more work and less deferrable W can only lengthen pipeline_bound, and sync is at
     # least 0: a floor under the bound
-    below = pipeline_bound(pl, costs, *floor, passes) + known
+    below = pipeline_bound(pl, costs, *floor, passes, fills) + known
     got = Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, below, evened, bound)
     return got
 

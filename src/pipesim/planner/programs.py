@@ -62,14 +62,16 @@ class ProgramCache:
         if points is not None:
             key = ("continued", name, pp, M, tuple(sorted(options.items())))
             hit = self.kept.get(key)
-            if hit is not None:
+            if hit is None:  # kept whether or not it continues: a failed one is not tried again
+                got = continued_shape(
+                    [self.shape(name, pp, x, options) for x in points], (M - points[0]) // (points[1] - points[0])
+                )
+                hit = self.kept[key] = [None, got, None, 0]
+                self._grow(hit, _nbytes(got))
+            else:
                 self.kept.move_to_end(key)
+            if hit[1] is not None:
                 return hit[1]
-            got = continued_shape([self.shape(name, pp, x, options) for x in points], (M - points[0]) // (points[1] - points[0]))
-            if got is not None:
-                entry = self.kept[key] = [None, got, None, 0]
-                self._grow(entry, _nbytes(got))
-                return got
         e = self._entry(name, pp, M, options)
         if e[1] is None:  # made when first asked for: a candidate ruled out by its placement needs none
             e[1] = shape(e[0])
@@ -200,16 +202,24 @@ def shape(s: Schedule) -> Shape:
     return Shape(counts, cols, rows, u, v, cols[row_rank], used, has, rows[has], pair_rows, pair_of.reshape(-1), pairs)
 
 
-def activation_peaks(sh: Shape, mm) -> list[float]:
+def activation_table(mm, stages: int) -> np.ndarray:
+    """Each stage's activation bytes on memory model ``mm``, and a 0 after them: what
+    ``activation_peaks`` looks its cells up in, the same for every order on the model."""
+    return np.array([*(mm.activation_bytes(x) for x in range(stages)), 0.0], np.float64)
+
+
+def activation_peaks(sh: Shape, mm, table: np.ndarray | None = None) -> list[float]:
     """Per rank, the most activation bytes live at once (summed stage by stage in
     ascending order, as a plain sum over the rank's stages would; an overlapped pair's
-    at its layer-by-layer worst, ``memory.pair_peak``)."""
+    at its layer-by-layer worst, ``memory.pair_peak``). ``table``: ``activation_table``
+    of ``mm``, where the caller keeps it."""
     w = mm.w_share
     # per cell, its stage's bytes (0 where no stage): a table lookup, the table holding
-    # only the stages that occur (an empty column's -1 reads the appended 0)
-    table = np.zeros(sh.used[-1] + 2 if sh.used else 1, np.float64)
-    for x in sh.used:
-        table[x] = mm.activation_bytes(x)
+    # the stages that occur (an empty column's -1 reads the appended 0)
+    if table is None:
+        table = np.zeros(sh.used[-1] + 2 if sh.used else 1, np.float64)
+        for x in sh.used:
+            table[x] = mm.activation_bytes(x)
     live = table[sh.row_cols] * (sh.u + w * sh.v)  # per row and column, bytes
     total = np.zeros(len(live))
     for j in range(live.shape[1]):  # column by column: the rank's stages in ascending order
@@ -224,13 +234,13 @@ def activation_peaks(sh: Shape, mm) -> list[float]:
     return out
 
 
-def memory_peaks(sh: Shape, mm) -> list[float]:
+def memory_peaks(sh: Shape, mm, table: np.ndarray | None = None) -> list[float]:
     """Per rank, what its peak holds beyond ``bounds.static_bytes``: its activation peak,
     exact; under ``MemoryModel.grads_in_backward``, whose gradients static_bytes leaves
     out, at least its largest stage's gradients too (held alone after that stage's
     first backward, if no activation is): a floor of the peak ``pipesim.memory`` finds,
-    so no candidate that fits is refused on it."""
-    peaks = activation_peaks(sh, mm)
+    so no candidate that fits is refused on it. ``table``: ``activation_table`` of ``mm``."""
+    peaks = activation_peaks(sh, mm, table)
     if not mm.grads_in_backward:
         return peaks
     grads = [max((mm.stage_bytes(int(x))[1] for x in row if x >= 0), default=0.0) for row in sh.cols]

@@ -31,8 +31,9 @@ class Budgets:
 def over(needs: list[float], budgets: list[float]) -> int | None:
     """The rank furthest over its own usable memory (``needs[r]`` against ``budgets[r]``,
     to rounding: 1e-9 of it), or None where every rank fits."""
-    r = max(range(len(needs)), key=lambda r: needs[r] - budgets[r])
-    return r if needs[r] - budgets[r] > 1e-9 * abs(budgets[r]) else None
+    gaps = [n - b for n, b in zip(needs, budgets)]
+    r = gaps.index(max(gaps))  # the first of the furthest over, as max by key would give
+    return r if gaps[r] > 1e-9 * abs(budgets[r]) else None
 
 
 def digits(need: float, usable: float) -> int:

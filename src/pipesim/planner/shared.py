@@ -39,17 +39,28 @@ class Shared:
         self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: the last 1024 kept
         self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
         self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
-        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages)
+        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages, routes_key)
+        self.routes: dict[tuple, int] = {}  # (routes, route_of) -> its routes_key
 
     def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
         """What the search reads of a placement (shared among every schedule, micro-batch
         count and layout that has it), worked out once: the stages each rank holds
         (``Placement.held``) and runs (``bounds.rank_stages``). Kept by identity, the
         placement kept with them so its id stays its own."""
+        return self._placement(pl)[1:3]
+
+    def routes_key(self, pl) -> int:
+        """A number for the placement's routes and which route each micro-batch takes, the
+        same for every placement that has them: a key for what depends on nothing else,
+        without hashing the micro-batches' routes each time it is looked up."""
+        return self._placement(pl)[3]
+
+    def _placement(self, pl) -> tuple:
         hit = self.placements.get(id(pl))
         if hit is None:
-            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))))
-        return hit[1], hit[2]
+            routes = self.routes.setdefault((pl.routes, pl.route_of), len(self.routes))
+            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))), routes)
+        return hit
 
     def most_usable(self, lay: Layout, recompute: str) -> float:
         """Bytes no rank of this layout can fill more than (``device_memory.roomiest``),
@@ -73,9 +84,11 @@ class Shared:
     def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
         """The candidate's stage split, component costs, memory model and per rank static
         bytes; candidates of one layout and placement (``held``: the model stages each
-        rank holds, which the split balances) share them (a few are kept: a deep model's
-        plans are large, and rebuilding one from its parts is cheap). The split with and
-        without evening out the ranks is often the same: then so is the rest."""
+        rank holds, which the split balances) share them (the last 1024 kept: remade, one
+        loses what its candidates worked out of it, its usable memory and step sync; 16
+        kept made Qwen3-235B-A22B on h800-2048 remake 285 of 5954, 1024 kept 76, for
+        7 MB more at the peak). The split with and without evening out the
+        ranks is often the same: then so is the rest."""
 
         def make():
             key = (lay, stages, recompute, held, even_out)
@@ -96,7 +109,7 @@ class Shared:
         hit = self.costs.get(key)
         if hit is None:
             hit = self.costs[key] = make()
-            if len(self.costs) > 16:
+            if len(self.costs) > 1024:
                 self.costs.popitem(last=False)
         else:
             self.costs.move_to_end(key)
@@ -105,9 +118,9 @@ class Shared:
     def models(self, lay: Layout, stages: int, recompute: str, parts: list[range]) -> tuple:
         """The component cost model and memory model of a stage split: placements that
         hold their stages differently often split the layers alike, and neither model
-        reads the placement. The last 1024 kept: a wide MoE search comes back to a split
-        after hundreds of others (Qwen3-235B-A22B on h800-2048: 4017 asked for, 3392
-        distinct; 625 made again when 64 were kept, 397 with 1024, for 3 MB more)."""
+        reads the placement. The last 4096 kept: a wide MoE search comes back to a split
+        after hundreds of others (Qwen3-235B-A22B on h800-2048: 3392 distinct; 625 made
+        again when 64 were kept, 397 with 1024, 10 with 4096, for 3 MB more each step)."""
         key = (lay, stages, recompute, tuple(parts))
         hit = self.priced.get(key)
         if hit is not None:
@@ -119,7 +132,7 @@ class Shared:
         )
         if not self.exhaustive:
             self.priced[key] = hit
-            if len(self.priced) > 1024:
+            if len(self.priced) > 4096:
                 self.priced.popitem(last=False)
         return hit
 
