@@ -50,6 +50,7 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
     free = [0.0] * pp
     live = [0.0] * pp
     bubble = [0.0] * pp
+    worst = [0.0]  # max(bubble), kept as it grows: a bubble never shrinks
     count = [[[0, 0], [0, 0]] for _ in range(pp)]  # [rank][F or B][leg]
     end: dict[tuple[int, int, int, int], float] = {}  # (kind, leg, rank, mb) -> end
     pending: list[deque] = [deque() for _ in range(pp)]
@@ -61,7 +62,7 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         return S - 1 - r if chunk_one else r
 
     def allowance(r: int) -> float:
-        return max(max(bubble), top - allowed[r] if allowed else 0.0)
+        return max(worst[0], top - allowed[r] if allowed else 0.0)
 
     def source(r: int, leg: int) -> int | None:
         """The rank a leg's input comes from (None: the turn, on this rank)."""
@@ -97,6 +98,8 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
             start = max(start, a)
         if count[r][F][0] > 0:
             bubble[r] += start - free[r]
+            if bubble[r] > worst[0]:
+                worst[0] = bubble[r]
         free[r] = start + prob.cost(kind, s)
         end[(kind, leg, r, i)] = free[r]
         count[r][kind][leg] += 1
