@@ -270,7 +270,10 @@ def _within_memory(
             return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
 
         floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, kept(memo, "floors", dict))
-        paired, last, pairs = order_ends(shapes, held, len(pl.routes))
+        # the order's alone (its family, pp, M and options fix its shapes and placement):
+        # candidates of every layout with that order share it
+        order = (cand.schedule, lay.pp, M, tuple(sorted(chunks.items())))
+        paired, last, pairs = kept(shared.orders, order, lambda: order_ends(shapes, held, len(pl.routes)))
 
         def priced():  # the bound's: a paired rank's last item at most its longest pair
             for keys in pairs:

@@ -41,6 +41,7 @@ class Shared:
         self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
         self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages, routes_key)
         self.routes: dict[tuple, int] = {}  # (routes, route_of) -> its routes_key
+        self.orders: dict[tuple, tuple] = {}  # (family, pp, M, options) -> the order's grad_reduction.order_ends
 
     def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
         """What the search reads of a placement (shared among every schedule, micro-batch
