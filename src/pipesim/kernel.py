@@ -78,7 +78,7 @@ def _build() -> ctypes.CDLL | None:
     return dll
 
 
-#: seconds the compiler may take (cc -O2 of _engine.c takes well under one); past them
+#: seconds the compiler may take (cc -O1 of _engine.c takes well under one); past them
 #: the Python loops run instead
 COMPILE_TIMEOUT = 20.0
 
