@@ -7,8 +7,9 @@ import argparse
 from dataclasses import replace
 
 from ..errors import PipesimError
-from ..options import positive_float, positive_int, whole_number
+from ..options import number, positive_int, whole_number
 from .specs import (
+    BOUNDS,
     CP_COMMS,
     TP_OVERLAPS,
     load_cluster,
@@ -39,7 +40,9 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None, ti
     c.add_argument("--gpus", type=positive_int, help="resize the cluster to this many GPUs")
     g = c.add_argument_group("training (default: the model preset's [training], else pipesim's defaults)")
     g.add_argument("--training", metavar="FILE.toml", help="training spec file")
-    g.add_argument("--seq", type=positive_int, help="tokens per sequence (pipesim's default 4096)")
+    # --seq and --tokens take what a training file takes (specs.BOUNDS), so that neither
+    # refuses what the other runs
+    g.add_argument("--seq", type=whole_number(1, BOUNDS["seq"][1]), help="tokens per sequence (pipesim's default 4096)")
     g.add_argument("--global-batch", type=positive_int, help="sequences per step (pipesim's default 1024)")
     g.add_argument("--precision", choices=("bf16", "fp8"), help="the multiplies' precision (pipesim's default bf16)")
     g.add_argument("--zero", type=whole_number(0, 3), choices=(0, 1, 2, 3), help="ZeRO stage (pipesim's default 1)")
@@ -51,7 +54,9 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None, ti
     )
     if timed:
         g.add_argument(
-            "--tokens", type=positive_float, help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)"
+            "--tokens",
+            type=number(lambda v: 0 < v <= BOUNDS["tokens"][1], f"a number > 0 and <= {BOUNDS['tokens'][1]:g}"),
+            help="tokens of the whole run, for its GPU-hours (pipesim's default 1e12)",
         )
     g.add_argument("--cp-comm", choices=CP_COMMS, help="context parallelism's key/value exchange (default p2p)")
     if timed:

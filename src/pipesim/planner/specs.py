@@ -72,6 +72,9 @@ BOUNDS = {
     "domain_share": (0, 1_000_000),
     "comm_sms": (0, 100_000),
     "seq": (0, 100_000_000),
+    # the run's tokens only scale its GPU-hours (a product, never summed over ops); 1e18 is
+    # some ten thousand times the largest published run (Llama 3: 15.6e12, arXiv 2407.21783)
+    "tokens": (0, 1e18),
     "sliding_window": (0, 100_000_000),  # as long as a sequence may be
     "bf16_tflops": (0.01, 1e7),
     "fp8_tflops": (0, 1e7),
