@@ -11,6 +11,8 @@ no GPipe, Zero Bubble, V or DualPipe schedule.
 
 from __future__ import annotations
 
+import re
+
 from .attention_window import run_window
 from .collectives import a2a_size
 from .megatron_data_parallel import data_parallel_flags
@@ -40,6 +42,17 @@ def megatron_layout(parts: list[Part]) -> str:
         out.append(f"({stages[i]}|)*{run}" if run >= 3 else "".join(x + "|" for x in stages[i : j + 1]))
         i = j + 1
     return "".join(out) + stages[-1]
+
+
+def blackwell_or_later(gpu: str) -> bool:
+    """Whether a cluster's GPU is a Blackwell data-center part (B100, B200, B300, GB200,
+    GB300: compute capability 10). Megatron-LM's validate_args (d98e8a6,
+    megatron/training/arguments.py) asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or
+    context parallelism only where get_device_arch_version() (the device's major compute
+    capability) is below 10: "CUDA_DEVICE_MAX_CONNECTIONS requirement no longer exists since
+    the Blackwell architecture". A GPU not named so (an older part, or a custom cluster file's
+    own name) keeps the note, which says it applies before Blackwell."""
+    return re.fullmatch(r"G?B[123]\d\d\b.*", gpu.strip().upper()) is not None
 
 
 def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
@@ -133,7 +146,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     rc_flags, said = recompute_flags(cand.recompute, t)
     flags += rc_flags
     notes += said
-    if (lay.tp > 1 or lay.cp > 1) and t.zero != 3 and name not in COMBINED:
+    if (lay.tp > 1 or lay.cp > 1) and t.zero != 3 and name not in COMBINED and not blackwell_or_later(plan.cluster.gpu):
         # validate_args (d98e8a6) asserts it before Blackwell unless Megatron-FSDP or the
         # expert all-to-all overlap is on (those only warn)
         notes.append(
