@@ -23,7 +23,9 @@ derived here from the model's shapes):
   same peak and usable for that layout;
 - sizes: tp x cp x dp x pp = GPUs and etp x ep x edp = tp x cp x dp;
 - batch: global batch = dp x micro-batch x micro-batches;
-- bubble: 0 <= bubble < 1;
+- bubble: 0 <= bubble < 1, 0 < utilization <= 1 - bubble (disjoint shares of the ranks'
+  time), exposed communication within the step; and MFU x step <= utilization x pipeline time
+  (no multiply runs past peak; under "mfu");
 - order: the ranking is sorted by step time to 12 significant digits (GPUs are fixed, so by
   GPU-hours too);
 - repeat: the same command twice gives the same JSON (one case in two);
@@ -291,6 +293,14 @@ def check_case(model: str, cluster: str, extra: list[str], repeat: bool) -> tupl
             f"{where}: dp{r['dp']} x mb{r['micro_batch_size']} x M{r['microbatches']} != {gb}",
         )
         check("bubble", 0 <= r["bubble_ratio"] < 1, f"{where}: bubble {r['bubble_ratio']}")
+        # idle and computing are disjoint shares of the ranks' time
+        util = r["compute_utilization"]
+        check(
+            "bubble", 0 < util <= 1 - r["bubble_ratio"] + 1e-9, f"{where}: utilization {util} beside bubble {r['bubble_ratio']}"
+        )
+        check(
+            "bubble", 0 <= r["exposed_comm_seconds"] <= step, f"{where}: exposed {r['exposed_comm_seconds']} s of a {step} s step"
+        )
         if i < MEMORY_ROWS:
             check_memory(model, cluster, extra, r, t, check, where)
         if i < len(text["table"]):
@@ -324,6 +334,15 @@ def check_case(model: str, cluster: str, extra: list[str], repeat: bool) -> tupl
             "text",
             close(text["bubble"], best["bubble_ratio"], 0, 5e-4 + 1e-9),
             f"bubble {text['bubble']} vs {best['bubble_ratio']}",
+        )
+        # no multiply runs past peak: the model FLOPs of a step fit in the seconds the ranks
+        # compute (utilization x pipeline time) at peak
+        pipe_hi = text["pipeline"] + 0.005
+        check(
+            "mfu",
+            best["mfu"] * best["step_seconds"] <= best["compute_utilization"] * pipe_hi * (1 + 1e-9),
+            f"MFU {best['mfu']:.4f} x step {best['step_seconds']:.3f} s over utilization {best['compute_utilization']:.4f} "
+            f"x pipeline {text['pipeline']} s",
         )
         # the step is the pipeline plus what of data-parallel sync and the optimizer is exposed
         check(
