@@ -44,11 +44,13 @@ def test_a_ring_steps_kernels_have_their_own_grids():
 
 
 def test_a_grid_smaller_than_the_sms_leaves_the_rest_idle():
-    assert grid_fill((512,) * 4, 16, 132, False) == pytest.approx(64 / 132)
-    assert grid_fill((512,) * 4, 16, 132, True) == pytest.approx(64 / 132)
-    assert grid_fill((512,) * 4, 33, 132, False) == 1.0  # exactly one full wave
+    square = (Kernel(512, 512, False),)  # four blocks of 128 query rows, each reading 512 keys
+    assert grid_fill(square, 128, False, 16, 132, False) == pytest.approx(64 / 132)
+    assert grid_fill(square, 128, False, 16, 132, True) == pytest.approx(64 / 132)
+    assert grid_fill(square, 128, False, 33, 132, False) == 1.0  # exactly one full wave
     # one long block among short ones sets the span: 4 short (128) and one long (1024)
-    assert grid_fill((128, 128, 128, 128, 1024), 1, 132, False) == pytest.approx(1536 / (132 * 1024))
+    mixed = (Kernel(512, 128, False), Kernel(128, 1024, False))
+    assert grid_fill(mixed, 128, False, 1, 132, False) == pytest.approx(1536 / (132 * 1024))
 
 
 def test_te_ring_backward_at_8k_tokens_cp8_tp8_by_hand():

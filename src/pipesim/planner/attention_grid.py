@@ -103,10 +103,14 @@ def causal_grid_span(seq: float, rows: int, copies: int, sms: int, window: int =
 
 
 @functools.lru_cache(maxsize=8192)
-def grid_fill(sizes: tuple[float, ...], copies: int, sms: int, launch: bool) -> float:
-    """The share of the SMs ``copies`` copies of a grid of blocks of work ``sizes`` keep
-    busy (a context rank's per-step kernels, ``cp_attention_core``): their work over the
-    SMs' time to the end, the least any schedule reaches (``_bound_span``) or, with
-    ``launch``, the blocks handed out in launch order (``_launch_span``)."""
+def grid_fill(kernels: tuple, tile: int, backward: bool, copies: int, sms: int, launch: bool) -> float:
+    """The share of the SMs ``copies`` copies of the grids of ``kernels`` (launched at once,
+    ``cp_steps.Kernel``: a context rank's per-step kernels, ``cp_attention_core``) keep busy:
+    their blocks' work (``Kernel.blocks`` over ``tile`` rows) over the SMs' time to the end,
+    the least any schedule reaches (``_bound_span``) or, with ``launch``, the blocks handed
+    out in launch order (``_launch_span``). Keyed by the kernels, not their blocks: a long
+    sequence has hundreds of thousands of blocks, which every candidate would otherwise
+    list and hash again."""
+    sizes = tuple(x for k in kernels for x in k.blocks(tile, backward))
     span = (_launch_span if launch else _bound_span)(sizes, copies, sms)
     return min(1.0, copies * sum(sizes) / (sms * span))

@@ -400,9 +400,8 @@ def cp_attention_core(m: Model, c: Cluster, t: Training, lay: Layout, window: in
             times = []
             for kernels in step.variants:
                 flops = sum(2 * k.pairs() for k in kernels) * (qk + v) * heads * lay.micro_batch
-                sizes = tuple(x for k in kernels for x in k.blocks(tile, backward))
                 launch = t.attention_block_order == "launch"
-                fill = grid_fill(sizes, copies * step.together, c.sms, launch) if t.attention_waves else 1.0
+                fill = grid_fill(kernels, tile, backward, copies * step.together, c.sms, launch) if t.attention_waves else 1.0
                 times.append(flops / (speed * fill))
             seconds += max(times)
         out.append(seconds)
