@@ -86,12 +86,17 @@ class MemoryModel:
         """(parameter, gradient, optimizer) bytes of one stage on one GPU. ZeRO stage k
         shards optimizer states (k >= 1), gradients (k >= 2) and parameters (k = 3) over
         the replicas of each parameter: dp for the dense ones, expert_dp for experts."""
-        out = [0.0, 0.0, 0.0]
         dense, experts = self.params_at(stage)
-        for n, replicas in ((dense, self.dp), (experts, self.expert_dp or self.dp)):
-            for i, (width, level) in enumerate(((self.param_bytes, 3), (self.grad_bytes, 2), (self.optimizer_bytes, 1))):
-                out[i] += n * width / (replicas if self.zero >= level else 1)
-        return out[0], out[1], out[2]
+        zero, dp = self.zero, self.dp
+        edp = self.expert_dp or dp
+        # each sum as the dense term then the experts' onto 0.0 (the search asks this for
+        # every rank of every split: written out, not looped)
+        pb, gb, ob = self.param_bytes, self.grad_bytes, self.optimizer_bytes
+        return (
+            0.0 + dense * pb / (dp if zero >= 3 else 1) + experts * pb / (edp if zero >= 3 else 1),
+            0.0 + dense * gb / (dp if zero >= 2 else 1) + experts * gb / (edp if zero >= 2 else 1),
+            0.0 + dense * ob / (dp if zero >= 1 else 1) + experts * ob / (edp if zero >= 1 else 1),
+        )
 
     def activation_bytes(self, stage: int) -> float:
         return at_stage(self.activation, stage, "memory sizes")

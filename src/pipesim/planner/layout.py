@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from .attention_window import window_problem
-from .specs import Model, Training
+from .specs import Model, Training, hashed_once
 
 #: the dimensions of each mesh, fastest first
 ATTENTION_ORDER = ("tp", "cp", "dp", "pp")
@@ -45,6 +45,7 @@ class Span:
     domains: int
 
 
+@hashed_once
 @dataclass(frozen=True)
 class Layout:
     """One candidate's parallel degrees: pp pipeline ranks x dp data-parallel replicas x
@@ -153,7 +154,14 @@ def local_training(t: Training, lay) -> Training:
     local length and must not divide by cp again). ``lay`` may be any layout-like object;
     one without ``cp`` has none."""
     cp = getattr(lay, "cp", 1)
-    return replace(t, seq=t.seq // cp) if cp > 1 else t
+    return _shortened(t, cp) if cp > 1 else t
+
+
+@lru_cache(maxsize=256)
+def _shortened(t: Training, cp: int) -> Training:
+    """``t`` on sequences cp times shorter, made once: the search asks for it once a
+    split, and a new Training is hashed anew by every cache it is looked up in."""
+    return replace(t, seq=t.seq // cp)
 
 
 def keeps_gathered(t: Training, lay: Layout) -> bool:

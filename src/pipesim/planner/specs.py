@@ -33,6 +33,7 @@ from .training import (  # noqa: F401
     OPTIMIZER_STEPS,
     TP_OVERLAPS,
     Training,
+    hashed_once,
 )
 from .training_checks import check_training  # noqa: F401
 
@@ -137,6 +138,7 @@ class MoE:
     max_nodes: int = 0  # node-limited routing: nodes a token may reach (0: no limit)
 
 
+@hashed_once
 @dataclass(frozen=True)
 class Model:
     name: str
@@ -176,6 +178,7 @@ class Model:
         return layer_window(self.sliding_window, self.layer_types, i)
 
 
+@hashed_once
 @dataclass(frozen=True)
 class Cluster:
     name: str

@@ -10,6 +10,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: where ``hashed_once`` keeps an instance's hash, in its ``__dict__``
+_HASH = "_hash_once"
+
+
+def hashed_once(cls: type) -> type:
+    """A frozen dataclass whose hash is worked out on first use and kept on the instance:
+    the search looks its specs up in its caches hundreds of thousands of times, and the
+    generated ``__hash__`` hashes every field each time (Training's dozens of them). The
+    value is the generated one's, so every dict and set orders as before; it is left out
+    of pickled state (string hashes differ from process to process)."""
+    generated = cls.__hash__
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get(_HASH)
+        if h is None:
+            h = d[_HASH] = generated(self)  # frozen: set in the dict, past __setattr__
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != _HASH}
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
+
+
 #: how FP8 operands are scaled (``Training.fp8_scaling``)
 FP8_SCALINGS = ("block", "tensor")
 
@@ -97,6 +124,7 @@ CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
 ATTENTION_BLOCK_ORDERS = ("longest-first", "launch")
 
 
+@hashed_once
 @dataclass(frozen=True)
 class Training:
     """The run, and every assumption the estimate rests on."""
