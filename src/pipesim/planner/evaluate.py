@@ -201,7 +201,7 @@ def _within_memory(
     ``Shared.cost_model``): memory, each rank against its own usable memory, then the bound."""
     lay, M, fam = cand.layout, cand.microbatches, REGISTRY[cand.schedule]
     stages = pl.stages
-    parts, costs, mm, statics, memo = model
+    parts, costs, mm, statics, memo, split_memo = model
     held = shared.placement(pl)[0]
     common = shared.layout_held(lay, cand.recompute)
 
@@ -257,19 +257,19 @@ def _within_memory(
     # not fit is not simulated
     if fam.periodic:
         shapes = [shared.shape(cand.schedule, lay.pp, x, chunks) for x in points or (M,)]
-        table = kept(memo, "activations", lambda: activation_table(mm, stages))
+        table = kept(split_memo, "activations", lambda: activation_table(mm, stages))
         at = _ends(lambda sh, mm: memory_peaks(sh, mm, table), shapes, mm)
         peaks = [affine(statics[r] + a, statics[r] + b, k) for r, (a, b) in enumerate(zip(*at))]
         r = over(peaks, budgets)
         if r is not None:
             return refused(cand, "peak memory", peaks[r], r, own, memory_gb=peaks[r] / GB)
-        times = kept(memo, "items", dict)
+        times = kept(split_memo, "items", dict)
 
         def work():
             (b1, w1), (b2, w2) = _ends(lambda sh, c: rank_work(sh.counts, c, times), shapes, costs)
             return [affine(x, y, k) for x, y in zip(b1, b2)], [affine(x, y, k) for x, y in zip(w1, w2)]
 
-        floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, kept(memo, "floors", dict))
+        floor = None if shared.exhaustive else work_floor(shapes, k, costs, times, kept(split_memo, "floors", dict))
         # the order's alone (its family, pp, M and options fix its shapes and placement):
         # candidates of every layout with that order share it
         order = (cand.schedule, lay.pp, M, tuple(sorted(chunks.items())))
@@ -290,10 +290,10 @@ def _within_memory(
             return sync()
 
         def work():
-            return kept(memo, ("unpaired", shared.routes_key(pl)), lambda: unpaired_work(pl, costs))
+            return kept(split_memo, ("unpaired", shared.routes_key(pl)), lambda: unpaired_work(pl, costs))
 
-    passes = kept(memo, ("passes", stages), lambda: stage_passes(costs, stages))
-    fills = kept(memo, ("fill", shared.routes_key(pl)), lambda: fill_drain(pl, costs, passes))
+    passes = kept(split_memo, ("passes", stages), lambda: stage_passes(costs, stages))
+    fills = kept(split_memo, ("fill", shared.routes_key(pl)), lambda: fill_drain(pl, costs, passes))
 
     # exposed data-parallel collectives + optimizer step
     # the memo is this cost model's, whose key holds the placement's held stages already;

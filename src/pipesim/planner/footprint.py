@@ -111,8 +111,6 @@ def memory_model(
     by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
 
     def kept(i: int) -> tuple[float, float]:
-        if table is not None:
-            return table[i]
         kind = (m.is_moe_layer(i), layer_mode(recompute, i))
         if kind not in by_kind:
             by_kind[kind] = activations.layer_activation(m, i, local, lay, recompute)
@@ -124,7 +122,7 @@ def memory_model(
         experts.append(e)
         last = s == stages - 1
         mtp = [m.layers - 1] * m.mtp_layers if last else []
-        pairs = [kept(i) for i in [*rng, *mtp]]
+        pairs = [*table[rng.start : rng.stop], *(table[i] for i in mtp)] if table is not None else [kept(i) for i in [*rng, *mtp]]
         layers.append(tuple(b for b, _ in pairs))  # Megatron-Core runs MTP layers after the decoder's
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
             pairs.append((activations.head_activation(m, local, lay), 0.0))

@@ -99,10 +99,12 @@ class Shared:
             other = self.costs.get((lay, stages, recompute, held, not even_out))
             if other is not None and other[0] == parts:
                 return other
-            costs, mm = self.models(lay, stages, recompute, parts)
-            # the last: what candidates sharing this cost model compute of it (item times,
-            # placements' work and step overheads), computed once (``kept``)
-            return parts, costs, mm, static_bytes(held, mm), {}
+            costs, mm, split_memo = self._priced(lay, stages, recompute, parts)
+            # the fifth: what candidates sharing this cost model and placement compute of
+            # it (usable memory, step overheads), computed once (``kept``); the sixth: what
+            # depends on the split's models alone (item times, stage passes, fills), shared
+            # by every placement whose split is this one
+            return parts, costs, mm, static_bytes(held, mm), {}, split_memo
 
         if self.exhaustive:
             return make()
@@ -122,6 +124,11 @@ class Shared:
         reads the placement. The last 4096 kept: a wide MoE search comes back to a split
         after hundreds of others (Qwen3-235B-A22B on h800-2048: 3392 distinct; 625 made
         again when 64 were kept, 397 with 1024, 10 with 4096, for 3 MB more each step)."""
+        return self._priced(lay, stages, recompute, parts)[:2]
+
+    def _priced(self, lay: Layout, stages: int, recompute: str, parts: list[range]) -> tuple:
+        """``models``, and a store (``kept``) for what is worked out of those two alone,
+        which lives as long as they are kept."""
         key = (lay, stages, recompute, tuple(parts))
         hit = self.priced.get(key)
         if hit is not None:
@@ -130,6 +137,7 @@ class Shared:
         hit = (
             component_costs(self.m, self.c, self.t, lay, stages, recompute, parts),
             memory_model(self.m, self.t, lay, stages, recompute, parts),
+            {},
         )
         if not self.exhaustive:
             self.priced[key] = hit
