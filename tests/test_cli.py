@@ -270,7 +270,7 @@ def test_nothing_runs_is_not_called_a_memory_problem(capsys):
     argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--stage-split", "Et|(tt|)*15tL"]
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "none for want of memory" in err and "names 17" in err
+    assert "names 17 stages" in err and "no such pp divides the 16 GPUs" in err
     assert "nothing fits" not in err and "larger-memory" not in err
 
 
