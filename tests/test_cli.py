@@ -264,6 +264,18 @@ def test_nothing_fits_names_the_nearest_and_no_remedy_that_cannot_help(capsys):
     assert "lower the global batch" not in err and "would not help" in err
 
 
+def test_a_card_taken_whole_by_what_every_rank_holds_back_is_said_so(capsys):
+    """At 100M tokens a sequence, Llama 3 8B's logits alone take 1e8 x 128,256 bf16 values:
+    over any tp x cp <= 64 GPUs at least 1e8 x 128,256 x 2 / 64 = 400 GB a GPU, more than an
+    H100's 85.5 GB. The refusal quoted a negative usable memory ("> -151 GB usable on any")."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--seq", "100000000"]
+    code, out, err = run(capsys, *argv, "--global-batch", "1")
+    error = err.splitlines()[-1]  # after the search's progress lines, which a search past a second prints
+    assert code == 2 and out == "" and error.startswith("pipesim: error: nothing fits")
+    assert "what every rank holds back passes the card" in error and "backward transient" in error
+    assert " -" not in error.replace(" --", "")  # no negative figure
+
+
 def test_nothing_runs_is_not_called_a_memory_problem(capsys):
     # 'Et|(tt|)*15tL' is 17 stages (Et, fifteen tt, tL): 17 is prime and does not divide 16 GPUs,
     # so no layout runs it; the refusal said "nothing fits" and advised more memory

@@ -23,6 +23,7 @@ from ..schedules import REGISTRY
 from .bounds import static_floor
 from .candidates import NO_PINS, Candidate, Pins, candidates, check_pins
 from .evaluate import Prepared, finish, prepare, too_many_slots
+from .memory_lines import held_text
 from .naming import recompute_text
 from .rank_fit import least_over
 from .results import GB, Plan, Result
@@ -203,6 +204,11 @@ def _over_floor(m: Model, t: Training, cand: Candidate, floors: dict, shared: Sh
         f"parameters, gradients and optimizer states need at least {floor / GB:.0f} GB on some rank > "
         f"{most / GB:.0f} GB usable on any"
     )
+    if most <= 0:  # what every rank holds back passes the card alone (a long sequence's loss transient)
+        why = (
+            f"no rank has room for its parameters, gradients and optimizer states ({floor / GB:.0f} GB or more on "
+            "some rank): what every rank holds back passes the card"
+        )
     return Result(cand, False, why, static_gb=floor / GB)
 
 
@@ -217,6 +223,11 @@ def closest_miss(plan: Plan) -> str:
         r = plan.rejected[0]
         return f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}: {r.reason}"
     r, need, usable = least
+    if usable <= 0:  # no figure to be over: say what took the card
+        return (
+            f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its "
+            f"memory: {r.reason} ({held_text(plan, r)})"
+        )
     against = f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
     return (
         f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its memory: "

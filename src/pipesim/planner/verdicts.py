@@ -8,6 +8,7 @@ from collections import Counter
 
 from ..schedules import REGISTRY
 from .candidates import placement_chunks, skipped_families
+from .memory_lines import held_text
 from .naming import layout_text
 from .rank_fit import digits, least_over
 from .results import Plan
@@ -77,6 +78,8 @@ def rejection(plan: Plan, name: str) -> str:
         # activations); the least of them alone reads like a near miss where every
         # order whose peak was computed needs far more
         r, need, usable = least
+        if usable <= 0:  # no figure to be over: say what took the card
+            return f"no rank has room for its parameters: {held_text(plan, r)}"
         known = [x.memory_gb for x in mine if x.memory_gb and x.peak_known]
         n = digits(need, usable)
         where = f"on rank {r.rank} against {usable:.{n}f} GB usable there"
