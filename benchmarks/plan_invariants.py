@@ -453,10 +453,6 @@ def check_memory(model, cluster, extra, r, t, check, where) -> None:
     args += ["-s", r["schedule"], "--micro-batch-size", r["micro_batch_size"], "--microbatches", r["microbatches"]]
     args += ["--recompute", r["recompute"]] + (["--chunks", r["chunks"]] if r["chunks"] else [])
     p = run([str(a) for a in args])
-    if p.returncode == 2 and "memory sets every schedule beside 1f1b" in p.stderr:
-        # a --stage-split layout string of V or interleaved stages: memory sizes 1f1b beside
-        # every schedule and refuses the string for it (it says so, and that plan gives it)
-        return
     check("memory", p.returncode == 0, f"{where}: pipesim memory exit {p.returncode}: {p.stderr.strip()[-200:]}")
     if p.returncode != 0:
         return

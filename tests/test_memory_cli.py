@@ -165,3 +165,42 @@ def test_the_second_copy_is_weighed_on_one_gpu(capsys):
     assert second["static_per_rank_gb"][r] == pytest.approx(
         first["static_per_rank_gb"][r] + first["static_per_rank_gb"][8 - 1 - r], rel=1e-9
     )
+
+
+# Llama 3 8B's 32 layers as Megatron-Core's --pipeline-model-parallel-layout writes a split
+# of 8 stages: on pp4, two virtual stages a rank (stage v x pp + r on rank r)
+EIGHT_STAGES = "Etttt|(tttt|)*6ttttL"
+PINNED = ["--model", "llama3-8b", "--cluster", "h100", "--gpus", 8, "--pp", 4, "--tp", 2, "--dp", 1]
+PINNED += ["--global-batch", 16, "--recompute", "selective", "--stage-split", EIGHT_STAGES]
+
+
+@pytest.mark.parametrize("schedule", ["dualpipev", "interleaved-1f1b"])
+def test_a_split_of_pp_x_v_stages_is_sized_as_the_plan_sizes_it(capsys, schedule):
+    """A layout string naming pp x v stages: memory sized 1f1b beside every schedule, which
+    runs pp stages, and refused the split the plan ranks; now it sizes the schedule asked
+    for on it, with the plan's memory for that row, and says why 1f1b is not beside it."""
+    pins = list(map(str, PINNED))
+    assert main(["plan", *pins, "--schedules", schedule, "--microbatches", "16", "--micro-batch-size", "1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["recommendation"]
+    code, out, err = _run(capsys, *pins, "-s", schedule, "-m", 16, "--json")  # interleaved's v=2 read from the split
+    assert code == 0, err
+    data = json.loads(out)
+    (row,) = data["schedules"]
+    assert plan["schedule"] == schedule and row["schedule"].split(" (")[0] == schedule
+    assert row["peak_gb"] == pytest.approx(plan["memory_gb"], rel=1e-9) and row["rank"] == plan["memory_rank"]
+    assert row["usable"]["usable_bytes"] / 1e9 == pytest.approx(plan["usable_gb"], rel=1e-9)
+    assert row["stage_layers"] == [4] * 8 and data["extra_copy_gb"] is None
+    code, out, _ = _run(capsys, *pins, "-s", schedule, "-m", 16)
+    assert code == 0 and "1f1b is not set beside" in out and "names 8 stages, pp4 x 2 chunks a rank" in out
+
+
+@pytest.mark.parametrize(
+    ("split", "schedule", "runs"),
+    [("Et|(tt|)*7t,tL", "dualpipev", 8), (EIGHT_STAGES, "dualpipe", 4), ("Etttttttt|(tttttttt|)*2ttttttttL", "zb-v", 8)],
+)
+def test_a_split_that_fits_not_the_schedule_is_refused_in_one_line(capsys, split, schedule, runs):
+    # 9 stages fit neither 1f1b (4) nor dualpipev (8); 8 not dualpipe's 4; 4 fit 1f1b, not zb-v's V of 8
+    pins = [*PINNED[:-1], split]
+    code, out, err = _run(capsys, *pins, "-s", schedule)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert f"on pp4 runs {runs}" in err and f"give a split of {runs} stages" in err

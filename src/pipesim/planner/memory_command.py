@@ -52,27 +52,23 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if refused:
         raise PipesimError(refused)
     second = family(args.schedule or "dualpipe").name
-    M = args.microbatches or _default_microbatches(second, training, lay, args.chunks)
-    work(pp, M, max(2, args.chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
+    chunks = args.chunks or _split_chunks(second, pp, training.stage_split)
+    M = args.microbatches or _default_microbatches(second, training, lay, chunks)
+    work(pp, M, max(2, chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
     # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
     if second == "1f1b" and args.chunks:
         build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
-    if is_layout(training.stage_split) and stage_count(training.stage_split) != pp:
-        raise PipesimError(
-            f"stage_split {training.stage_split!r} names {stage_count(training.stage_split)} stages, but memory sets every "
-            f"schedule beside 1f1b, which runs {pp} (one a rank): pipesim plan with the same pins and --schedules gives "
-            "this split's memory"
-        )
-    options = [("1f1b", {})] + ([] if second == "1f1b" else [(second, _options(second, pp, M, args.chunks))])
-    rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)]  # each with its worst rank's usable
-    for name, opts in options[1:]:
+    opts = {} if second == "1f1b" else _options(second, pp, M, chunks)
+    beside = _beside_1f1b(training.stage_split, second, pp, M, opts, args.schedule is None)
+    rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)] if beside else []
+    if second != "1f1b":  # each row with its worst rank's usable
         try:
             # what no trainer runs, as plan leaves it out of its search (runnable.py): one line
-            chunks = build(name, pp, M, **opts).placement.chunks
-            if refused := candidate_problem(name, chunks, pp, ep, recompute):
-                raise PipesimError(f"{_label(name, chunks, opts)} on pp{pp}: {refused}")
-            rows.append(memory_row(model, cluster, training, lay, name, M, recompute, **opts))
+            placed = build(second, pp, M, **opts).placement.chunks
+            if refused := candidate_problem(second, placed, pp, ep, recompute):
+                raise PipesimError(f"{_label(second, placed, opts)} on pp{pp}: {refused}")
+            rows.append(memory_row(model, cluster, training, lay, second, M, recompute, **opts))
         except PipesimError as e:
             if args.schedule:
                 raise
@@ -82,9 +78,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
             ) from None
     # on one GPU, the one that decides the second schedule's fit (its worst rank): the two
     # schedules' worst ranks can be different GPUs, whose stages differ by more than the
-    # second copy (1f1b's rank 0 holds the embedding)
-    extra_rank = rows[-1]["rank"]
-    extra = rows[-1]["static_per_rank_gb"][extra_rank] - rows[0]["static_per_rank_gb"][extra_rank]
+    # second copy (1f1b's rank 0 holds the embedding); nothing to weigh without 1f1b
+    extra_rank = rows[-1]["rank"] if beside else None
+    extra = rows[-1]["static_per_rank_gb"][extra_rank] - rows[0]["static_per_rank_gb"][extra_rank] if beside else None
     middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
     per_gpu = sum(stage_params(model, middle, False, False, lay))
     whole = sum(stage_params(model, middle, False, False, Layout(pp=pp, dp=1)))
@@ -106,7 +102,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "schedules": rows,
         "extra_copy_gb": extra,
         "extra_copy_rank": extra_rank,
-        "extra_copy_share_of_hbm": extra / cluster.hbm_gb,
+        "extra_copy_share_of_hbm": None if extra is None else extra / cluster.hbm_gb,
         "stage_parameters": whole,
         "stage_parameters_per_gpu": per_gpu,
         # the usable memory of the rank with the least room of all the rows' worst ranks
@@ -138,7 +134,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
     unfit = next((r for r in rows if not r["fits"]), None)
     if unfit:
         out.print(no_fit_line(unfit, lay.micro_batch, recompute))
-    if len(rows) > 1:
+    if not beside:
+        out.print(
+            f"1f1b is not set beside {rows[-1]['schedule']}: stage_split {training.stage_split!r} names "
+            f"{stage_count(training.stage_split)} stages, pp{pp} x {rows[-1]['chunks']} chunks a rank, and 1f1b runs {pp} (one a rank)."
+        )
+    elif len(rows) > 1:
         out.print(
             f"{second}'s parameters, gradients and optimizer states take {extra:+.1f} GB beside 1f1b's on {second}'s "
             f"worst rank (rank {extra_rank}, the same GPU under both; {extra / cluster.hbm_gb:.0%} of {cluster.hbm_gb:.1f} GB)."
@@ -175,6 +176,39 @@ def _default_microbatches(name: str, training, lay: Layout, chunks: int | None) 
     if low and high and max(high) > max(low) and training.global_batch % per == 0:
         return training.global_batch // per
     return 4 * pp
+
+
+def _split_chunks(name: str, pp: int, stage_split: str) -> int | None:
+    """The chunks a rank a chunked family takes from a layout string of pp x v stages
+    (v > 1), where --chunks is not given: the split names the virtual stages, as
+    Megatron-Core reads ``--pipeline-model-parallel-layout`` (stage v x pp + r on rank r)."""
+    if not is_layout(stage_split) or "chunks" not in family(name).options:
+        return None
+    n = stage_count(stage_split)
+    return n // pp if n % pp == 0 and n > pp else None
+
+
+def _beside_1f1b(stage_split: str, name: str, pp: int, M: int, options: dict, default: bool) -> bool:
+    """Whether 1f1b is sized beside ``name``: always but where a layout string names the
+    stages of ``name``'s placement and they are not pp (pp x v of a V or an interleaved
+    placement; 1f1b runs one a rank), as the plan sizes each schedule only on a split of
+    its own stage count (``evaluate``). A split that fits ``name`` in neither way is
+    refused in one line."""
+    if not is_layout(stage_split):
+        return True
+    n, fam = stage_count(stage_split), family(name)
+    if fam.check(pp, M, **options) is not None:
+        return n == pp  # the build refuses these sizes in one line, naming what is wrong
+    placement = fam.placement_of(pp, M, **options)
+    if n == placement.stages:
+        return n == pp
+    label = _label(name, placement.chunks, options)
+    raise PipesimError(
+        f"stage_split {stage_split!r} names {n} stages, but {label} on pp{pp} runs {placement.stages}"
+        + (" (pp x chunks a rank)" if placement.stages != pp else "")
+        + f": give a split of {placement.stages} stages, or a --pp, --schedule or --chunks that runs {n}"
+        + (" (dualpipe is the schedule memory sizes by default)" if default else "")
+    )
 
 
 def _activation_rows(model, training, lay: Layout, recompute: str) -> list[dict]:
