@@ -62,7 +62,11 @@ def add_commands(command) -> None:
     )
     add_specs(c, cluster_default="h100", timed=False)  # memory prints no time: no --tokens, --tp-overlap
     c.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
-    c.add_argument("--schedule", "-s", help="schedule (default dualpipe), set beside 1f1b")
+    c.add_argument(
+        "--schedule",
+        "-s",
+        help="schedule (default dualpipe), set beside 1f1b (alone where --stage-split names pp x chunks stages)",
+    )
     c.add_argument("--dp", type=positive_int, help="data-parallel replicas (default: the cluster's GPUs / pp / tp / cp)")
     c.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel shards (default 1)")
     c.add_argument(
