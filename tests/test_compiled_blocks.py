@@ -1,4 +1,4 @@
-"""The V blocks' passes and the as-soon-as-possible timing in C (``_engine.c``) against
+"""The V blocks' passes and the as-soon-as-possible timing in C (``_vblocks.c``) against
 their Python loops (``PIPESIM_KERNEL=python``): the same orders op for op, the same times
 to the bit, the same deadlocks."""
 

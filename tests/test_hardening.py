@@ -304,6 +304,15 @@ def test_schema_ships_with_the_package():
     assert json.loads(SCHEMA.read_text())["$schema"].startswith("https://json-schema.org/")
 
 
+def test_the_c_sources_ship_with_the_package():
+    """An installed pipesim compiles its C loops from the sources beside kernel.py; one left out
+    of the package data would leave every install on the Python loops, unsaid."""
+    from pipesim import kernel
+
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pipesim"]
+    assert all(path.exists() and path.name in shipped for path in kernel._SOURCES)
+
+
 # --------------------------------------------------------------------------------------
 # packaging and the process
 

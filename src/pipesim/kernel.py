@@ -3,8 +3,8 @@ the list scheduler's (``autoschedule.greedy``) and the V blocks' passes
 (``autoschedule.blocks``), in C when a compiler is at hand and in
 plain Python otherwise; both give the same answers.
 
-``_engine.c`` is compiled once, at first use, into the user's cache directory
-(``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the source's hash and the
+``_engine.c`` and ``_vblocks.c`` are compiled once, at first use, into one library in the
+user's cache directory (``$XDG_CACHE_HOME/pipesim`` or ``~/.cache/pipesim``, keyed by the sources' hash and the
 interpreter) with ``$CC`` or ``cc`` at -O1, and loaded with ctypes: ``pip install`` needs no
 compiler, and a machine without one runs the Python loops (compile + simulate of 1F1B at
 pp=64, M=1024: 259 ms instead of 17 ms).
@@ -27,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-_SOURCE = Path(__file__).with_name("_engine.c")
+#: the C sources, compiled together into one library: the engine's loops and the list
+#: scheduler (_engine.c), the V blocks' passes and the as-soon-as-possible timing (_vblocks.c)
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("_engine.c", "_vblocks.c"))
 _lib: list = []  # [ctypes library or None], once tried
 
 
@@ -39,7 +41,7 @@ def _cache_dir() -> Path:
 def _build() -> ctypes.CDLL | None:
     """The compiled loops, or None (no source, no compiler, or a failed build)."""
     try:
-        src = _SOURCE.read_bytes()
+        src = b"".join(path.read_bytes() for path in _SOURCES)
     except OSError:
         return None
     tag = hashlib.sha256(src + sys.version.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
@@ -55,7 +57,7 @@ def _build() -> ctypes.CDLL | None:
                 # -O1: the loops run as fast as at -O2 (the V blocks, the list scheduler
                 # and the engine's walk and timing, within noise) and compile in under half
                 # the time (gcc 12: 0.19 s against 0.43 s), which a new user's first plan pays
-                if not _compile([cc, "-O1", "-shared", "-fPIC", "-o", str(out), str(_SOURCE)]):
+                if not _compile([cc, "-O1", "-shared", "-fPIC", "-o", str(out), *map(str, _SOURCES)]):
                     return None
                 os.replace(out, lib)  # atomic: a concurrent first use sees all or nothing
         except OSError:
@@ -78,7 +80,7 @@ def _build() -> ctypes.CDLL | None:
     return dll
 
 
-#: seconds the compiler may take (cc -O1 of _engine.c takes well under one); past them
+#: seconds the compiler may take (cc -O1 of both sources takes well under one); past them
 #: the Python loops run instead
 COMPILE_TIMEOUT = 20.0
 
