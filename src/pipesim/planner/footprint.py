@@ -70,23 +70,11 @@ def float8_params_at(mm: MemoryModel, stage: int) -> float:
     return at_stage(mm.float8_params, stage, "memory sizes") if isinstance(mm, Float8GatheredMemory) else 0.0
 
 
-def _in_order(parts: list[range], layers: int) -> bool:
-    """Whether ``parts`` are consecutive runs of all the layers from the first (every
-    split the search makes)."""
-    at = 0
-    for rng in parts:
-        if rng.step != 1 or rng.start != at or rng.stop < at:
-            return False
-        at = rng.stop
-    return at == layers
-
-
 @lru_cache(maxsize=1 << 10)
 def layer_pairs(m: Model, local: Training, lay: Layout, recompute: str) -> tuple[tuple[float, float], ...]:
-    """Per layer, (its activation bytes, the share its W keeps) as ``memory_model`` takes
-    them over splits in layer order: a layer's kind and mode (MoE or dense, recomputed or
-    not) give its pair, computed at the first layer of that kind. Kept: a search prices
-    thousands of splits of a few layouts, each summing every layer."""
+    """Per layer, (its activation bytes, the share its W keeps): a layer's kind and mode
+    (MoE or dense, recomputed or not) give its pair, computed at the first layer of that
+    kind. Kept: a search prices thousands of splits of a few layouts, each over every layer."""
     by_kind: dict[tuple, tuple[float, float]] = {}
     out = []
     for i in range(m.layers):
@@ -105,16 +93,8 @@ def memory_model(
     # context parallelism: a GPU keeps the activations of its 1/cp of each sequence
     local = local_training(t, lay)
     params, experts, acts, shares, layers = [], [], [], [], []
-    # the splits of a search cover the layers in order: each layer's pair is then the one
-    # a scan from the first layer gives (``layer_pairs``), worked out once a layout
-    table = layer_pairs(m, local, lay, recompute) if _in_order(parts, m.layers) else None
-    by_kind: dict[tuple, tuple[float, float]] = {}  # a layer's activation depends only on its kind and mode
-
-    def kept(i: int) -> tuple[float, float]:
-        kind = (m.is_moe_layer(i), layer_mode(recompute, i))
-        if kind not in by_kind:
-            by_kind[kind] = activations.layer_activation(m, i, local, lay, recompute)
-        return by_kind[kind]
+    # a layer's pair depends only on its kind and mode, worked out once a layout (``layer_pairs``)
+    table = layer_pairs(m, local, lay, recompute)
 
     for s, rng in enumerate(parts):
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
@@ -122,7 +102,7 @@ def memory_model(
         experts.append(e)
         last = s == stages - 1
         mtp = [m.layers - 1] * m.mtp_layers if last else []
-        pairs = [*table[rng.start : rng.stop], *(table[i] for i in mtp)] if table is not None else [kept(i) for i in [*rng, *mtp]]
+        pairs = [table[i] for i in [*rng, *mtp]]
         layers.append(tuple(b for b, _ in pairs))  # Megatron-Core runs MTP layers after the decoder's
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
             pairs.append((activations.head_activation(m, local, lay), 0.0))
