@@ -243,7 +243,6 @@ def step_sync(
     rests, floors, reduces, windows, gathers = [], [], [], [], []
     worst_opt = 0.0
     r = t.dp_overlap
-    terms = _terms_of(c, t, lay)  # the specs hashed once a call, not once a stage
     for held in pl.held():
         # the rank's forward and backward seconds: only the untimed branches read them
         fwd = 0.0 if timed(t) else sum(costs.op_time(_F, st) for st in held)
@@ -253,11 +252,7 @@ def step_sync(
         for st in held:
             mine = theirs = 0.0  # this chunk's reduction and gather
             dense, experts = mm.params_at(st)
-            key = (dense, experts, float8_params_at(mm, st))
-            got = terms.get(key)
-            if got is None:
-                got = terms[key] = stage_terms(c, t, lay, *key)
-            out, groups = got
+            out, groups = stage_terms(c, t, lay, dense, experts, float8_params_at(mm, st))
             copy_out += out
             for one, their, update, amax in groups:
                 grads += one
@@ -311,14 +306,6 @@ def step_sync(
         head_floor=head,
         chunks=pl.chunks,
     )
-
-
-@functools.lru_cache(maxsize=4096)
-def _terms_of(c: Cluster, t: Training, lay: Layout) -> dict:
-    """``stage_terms`` of one cluster, training and layout by the rest of its arguments:
-    a MoE search's ``step_sync`` asks for them a few hundred thousand times, and hashing
-    the three frozen specs each time took more than the lookup."""
-    return {}
 
 
 @functools.lru_cache(maxsize=1 << 16)
