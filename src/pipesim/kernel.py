@@ -217,14 +217,14 @@ def block_variants(pp: int, M: int, tf: list[int], tb: list[int], paired: bool, 
 
 def asap(
     S: int, M: int, offsets: np.ndarray, kind: np.ndarray, stage: np.ndarray, mb: np.ndarray, costs: tuple, f_lat, b_lat
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | bool:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | bool | None:
     """``autoschedule.evaluate.timed`` without a base or a cap, in C: (start, end of each
     op, the ends table by F then B of ``stage * M + mb``, -1 where none ran); False where
-    the orders deadlock, True without the C loops (then the Python runs). Ops rank by
+    the orders deadlock, None without the C loops (then the Python runs). Ops rank by
     rank (``offsets``), int32 kinds, stages and micro-batches."""
     lib = compiled()
     if lib is None:
-        return True
+        return None
     n, ops = len(offsets) - 1, len(kind)
     start, end = np.empty(ops), np.empty(ops)
     done = np.full(2 * S * M, -1.0)

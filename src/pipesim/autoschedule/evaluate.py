@@ -234,8 +234,10 @@ def _compiled(index: Index, orders: Order) -> Timed | None | bool:
     cols = [np.ascontiguousarray(x, np.int32) for x in (ops[:, 0], stage, ops[:, 2])]
     prob = index.prob
     got = kernel.asap(index.S, index.M, offsets, *cols, (prob.f, prob.b, prob.w), index.f_lat, index.b_lat)
-    if got is True or got is False:
-        return None if got is False else True
+    if got is None:  # no C loops: the Python times them
+        return True
+    if got is False:  # the orders deadlock
+        return None
     start, end, done = got
     kinds, chunks, mbs = ops.T.tolist()
     st, en = start.tolist(), end.tolist()
