@@ -28,19 +28,3 @@ def test_the_one_connection_note_only_before_blackwell(cluster, said):
     meg = recipe(plan)["megatron"]
     assert meg["runs"]
     assert any(NOTE in n for n in meg["notes"]) == said
-
-
-@pytest.mark.parametrize("model, noted", [("mixtral-8x22b", True), ("llama3-70b", False)])
-def test_an_moe_plan_says_tp_comm_overlap_hides_more_than_priced(model, noted):
-    # an MoE model at tp_overlap = all is priced with the backward's asynchronous
-    # collectives hidden alone (assumptions: "an MoE model's only as far as tp_overlap =
-    # backward hides them"), while Megatron-LM d98e8a6's MoE README advises
-    # --tp-comm-overlap, which puts userbuffers on the attention's qkv and proj linears
-    # forward and backward (extensions/transformer_engine.py; experts' linears excluded)
-    m = load_model(model)
-    plan = Plan(m, load_cluster("h100", 64), load_training(seq=4096, global_batch=512))
-    lay = Layout(pp=1, dp=32, tp=2, ep=8 if m.moe else 1)
-    plan.results.append(Result(Candidate(lay, "1f1b", None, "selective", 16), True, step_time=1.0))
-    meg = recipe(plan)["megatron"]
-    assert "--tp-comm-overlap" in meg["flags"]
-    assert any("--tp-comm-overlap also overlaps" in n and "tp_overlap = backward" in n for n in meg["notes"]) == noted

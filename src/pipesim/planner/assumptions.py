@@ -37,7 +37,8 @@ TP_OVERLAP_TEXT = {
     "time, which run slower by comm_sms of the SMs meanwhile, the rest exposed (tp_overlap = backward: Megatron-LM "
     "and Transformer Engine without --tp-comm-overlap)",
     "all": "overlapped with the multiplies around it (tp_overlap = all: Megatron-Core's --tp-comm-overlap, torchtitan's "
-    "AsyncTP; an MoE model's only as far as tp_overlap = backward hides them)",
+    "AsyncTP; in an MoE model those of the halves with Transformer Engine's userbuffers, the attention and dense "
+    "layers' MLPs but MLA's, under their own multiplies, the rest as tp_overlap = backward hides them)",
     "micro_pipeline": "overlapped with the multiplies around it where torch Inductor's micro-pipeline pass fuses them, "
     "the backward's input-gradient reduce-scatters exposed (tp_overlap = micro_pipeline: torchtitan's AsyncTP as torch "
     "ran it in late 2024; with no sequence parallelism, or an MoE model, all exposed)",

@@ -29,7 +29,7 @@ from .recompute_modules import rerun_bytes, rerun_kernels
 from .saved_widths import layer_mode
 from .specs import Cluster, Model, Training
 from .te_tensor_parallel import te_tp_seconds
-from .tp_overlap import column_exposed, layer_backward, unfused_backward
+from .tp_overlap import column_exposed, half_forward, layer_backward, layer_forward, unfused_backward
 
 
 def _op_recomputed_share(m: Model) -> tuple[float, float]:
@@ -95,19 +95,20 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
             a, f = _op_recomputed_share(m)
             attn_b += re_attn + a * proj_f
             mlp_bwd += re_mlp + f * mlp_f
-    # tensor parallelism: forward, an all-reduce (or all-gather and reduce-scatter) around
-    # attention and around the MLP; backward, what of theirs the multiplies beside them
-    # leave exposed (tp_overlap.py)
+    # tensor parallelism: an all-reduce (or all-gather and reduce-scatter) around attention
+    # and around the MLP, forward and backward, less what of them the multiplies beside
+    # them hide (tp_overlap.py)
+    tp_attn_f, tp_mlp_f = layer_forward(m, layer, c, t, lay)
     tp_attn_b, tp_mlp_b = layer_backward(m, layer, c, t, lay)
     if m.is_moe_layer(layer):
         # attention's collectives (the MoE block's tokens stay sequence-sharded into the
         # all-to-all), then the dispatch
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
         a2a = dispatch + combine  # the MoE block's own forward all-to-alls
-        tp = tp_allreduce(m, c, t, lay)
+        tp = tp_attn_f
         dispatch, dispatch_b = dispatch + tp, dispatch_b + tp_attn_b
     else:
-        dispatch = combine = tp_allreduce(m, c, t, lay)
+        dispatch, combine = tp_attn_f, tp_mlp_f
         dispatch_b, combine_b = tp_attn_b, tp_mlp_b
         a2a = 0.0
     if recompute == "full":  # the recomputed forward communicates again
@@ -204,7 +205,7 @@ def rerun_combine(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, co
     not counted there."""
     if not skips_last_multiply(t) or m.is_moe_layer(layer):
         return combine
-    return combine - tp_halves(m, c, t, lay)[1]
+    return combine - half_forward(m, layer, c, t, lay, 1)[1]
 
 
 def local_sort_seconds(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> float:

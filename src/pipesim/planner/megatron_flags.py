@@ -95,7 +95,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(parts)}"')
     notes = []
     if lay.tp > 1:
-        tp_flags, said = tensor_parallel_flags(m, t)
+        tp_flags, said = tensor_parallel_flags(t)
         flags += tp_flags
         notes += said
     if lay.cp > 1:
@@ -231,13 +231,13 @@ def recompute_flags(recompute: str, t: Training) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def tensor_parallel_flags(m: Model, t: Training) -> tuple[list[str], list[str]]:
+def tensor_parallel_flags(t: Training) -> tuple[list[str], list[str]]:
     """(flags, notes) for tensor parallelism: sequence parallelism where the plan priced it
     (``sequence_parallel``) and the collectives' overlap, which validate_args (d98e8a6)
     asserts only beside sequence parallelism ("Tensor parallel communication/GEMM overlap
     can happen only when sequence parallelism is enabled")."""
     if t.sequence_parallel:
-        return ["--sequence-parallel", *tp_overlap_flags(t)], tp_overlap_notes(t) + moe_tp_overlap_notes(m, t)
+        return ["--sequence-parallel", *tp_overlap_flags(t)], tp_overlap_notes(t)
     notes = tp_overlap_notes(t)
     if t.tp_overlap == "all":
         notes.append(
@@ -254,27 +254,6 @@ def tp_overlap_flags(t: Training) -> list[str]:
     and Transformer Engine) where the plan priced it (``tp_overlap = "all"``); without it
     Megatron runs the backward's asynchronously (``"backward"``)."""
     return ["--tp-comm-overlap"] if t.tp_overlap == "all" else []
-
-
-def moe_tp_overlap_notes(m: Model, t: Training) -> list[str]:
-    """Where --tp-comm-overlap overlaps more than the plan priced: an MoE model's layers are
-    priced at tp_overlap = all only as far as the backward's asynchronous collectives hide
-    (tp_overlap.hides_backward; its lone ops do not split, tp_overlap.splits_lone_ops), while
-    the flag is Megatron-Core's advice for MoE too (megatron/core/transformer/moe/README.md at
-    d98e8a6, "Communication optimization") and chunks the attention's and dense MLPs'
-    all-gathers and reduce-scatters under their multiplies, forward and backward
-    (extensions/transformer_engine.py: userbuffers on the "qkv", "proj", "fc1" and "fc2"
-    linears; off for expert linears, ``is_expert``). Without the flag Megatron runs what was
-    priced (the backward's asynchronous collectives alone), slower than with it, so the
-    recipe keeps the flag and says where its step differs."""
-    if m.moe is None or t.tp_overlap != "all":
-        return []
-    return [
-        "--tp-comm-overlap also overlaps the attention's (and dense layers') forward all-gathers and reduce-scatters "
-        "with their multiplies, which the plan priced for this MoE model only as far as the backward's asynchronous "
-        "collectives hide them (tp_overlap = backward): its step may be shorter than priced; without the flag "
-        "Megatron-LM runs what was priced"
-    ]
 
 
 def tp_overlap_notes(t: Training) -> list[str]:

@@ -125,7 +125,8 @@ def component_costs(
     # chunks them so (``tp_overlap = "all"``: Megatron-Core's userbuffers, AsyncTP),
     # modelled by splitting a lone op's micro-batch in two; "backward" hides the
     # backward's asynchronous ones inside the layer's costs (tp_overlap.py); expert
-    # all-to-alls overlap only inside overlapped pairs. Blocking transfers sit on the ranks' compute streams
+    # all-to-alls overlap only inside overlapped pairs, so an MoE model's lone ops do not
+    # split and its userbuffer halves hide under their own multiplies there instead. Blocking transfers sit on the ranks' compute streams
     # instead of the edges between them.
     return ComponentCosts(
         tuple(stage_layers),

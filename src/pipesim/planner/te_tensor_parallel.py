@@ -49,7 +49,9 @@ Both set proj_fprop and fc2_fprop to ``RingExchangeOverlapCfg(num_sm=1, set_sm_m
 config, so TE's defaults run: "pipeline" with 16 SMs (base.py:296-299).
 
 Only the four linears initialize_ub names (qkv, proj, fc1, fc2) use userbuffers: GQA
-attention and a dense MLP; MLA's projections and MoE layers' experts are left out. The
+attention and a dense MLP; MLA's projections and MoE layers' experts are left out, and in
+a model with MLA the dense MLPs too (Megatron-Core turns the overlap off on the shared
+config when it builds MLA's first projection: tp_overlap.py). The
 output head is Megatron's own column-parallel linear, not Transformer Engine's: nothing
 here. Not priced: the chunked multiplies' own efficiency (TE runs the chunks on up to
 three streams, so a chunk's last wave can share the SMs with the next chunk's), and the
@@ -68,6 +70,7 @@ from .elementwise import te_linears
 from .layout import Layout
 from .specs import Cluster, Model, Training
 from .torchao_tensor_parallel import amax_reductions as torchao_amax_reductions
+from .tp_overlap import userbuffer_halves
 from .training import te_current_scaling
 
 #: bytes of the scale each rank contributes to an amax all-reduce (one fp32)
@@ -86,9 +89,11 @@ def amax_reductions(m: Model, layer: int, t: Training, lay: Layout) -> tuple[int
 
 
 def userbuffers(m: Model, layer: int, t: Training, lay: Layout) -> tuple[bool, bool]:
-    """Whether the (attention, MLP) block's linears run Transformer Engine's userbuffers."""
+    """Whether the (attention, MLP) block's linears run Transformer Engine's userbuffers
+    (which ones Megatron-Core gives them: ``tp_overlap.userbuffer_halves``)."""
     on = t.ub_fprop_rs != "none" and t.tp_overlap == "all" and t.sequence_parallel and lay.tp > 1
-    return on and m.attention.kind != "mla", on and not m.is_moe_layer(layer)
+    attn, mlp = userbuffer_halves(m, layer)
+    return on and attn, on and mlp
 
 
 def userbuffer_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[float, float, float, float]:

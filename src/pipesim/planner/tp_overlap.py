@@ -35,8 +35,24 @@ How the frameworks run them (``tp_overlap``):
   --tp-comm-overlap userbuffers, torchtitan's AsyncTP). A dense model's lone ops then
   split their micro-batch in two (``ComponentCosts.lone_overlap``, stages.py) with the
   collectives counted in full here. An MoE model's lone ops do not split (their expert
-  all-to-alls overlap only in pairs), so its layers hide at least what ``"backward"``
-  hides.
+  all-to-alls overlap only in pairs), so the halves that run Transformer Engine's
+  userbuffers hide their collectives under their own multiplies instead, forward and
+  backward (``userbuffer_halves``, ``chunked_halves``): the column-parallel multiply's
+  input all-gather beside its forward multiply, the row-parallel one's output
+  reduce-scatter beside its forward multiply; backward the row-parallel output
+  gradient's all-gather beside that multiply's input-gradient multiply, and the
+  column-parallel re-gather and reduce-scatter beside its input- and weight-gradient
+  multiplies as in ``"backward"``. Transformer Engine 2.7 (fedd9ddc) pairs them so:
+  pytorch/module/linear.py:1134-1160 (column: ``ub_overlap_ag_fprop``, ``ub_bulk_dgrad``,
+  ``ub_bulk_wgrad``; row: ``ub_overlap_rs_fprop``, ``ub_overlap_ag_dgrad``),
+  layernorm_linear.py:1203-1221 alike; Megatron-Core passes ub_overlap_ag, ub_overlap_rs
+  and the bulk flags under its defaults (model_parallel_config.py:265-291 at d98e8a6).
+  Each is priced by ``beside``, the collective holding ``comm_sms`` of the SMs as it
+  does beside the other half micro-batch in a dense model. The rest of such a model
+  hides what ``"backward"`` hides: the output head (Megatron-Core's own
+  ColumnParallelLinear, no userbuffers: models/gpt/gpt_model.py:213 at core_v0.14.0,
+  :272-277 at d98e8a6 unless its output projection runs MXFP8) and, in a model with MLA, the dense layers' MLPs
+  (MLA's attention stays exposed, below).
 - ``"micro_pipeline"``: what torch Inductor's micro-pipeline pass (torchtitan's AsyncTP:
   ``torch._inductor.config._micro_pipeline_tp`` and symmetric memory on the tensor group,
   torchtitan 9dec370 parallelisms/parallelize_llama.py ``apply_tp``) decomposes, as
@@ -65,6 +81,26 @@ duplicated on the sequence shard and gathers the latent explicitly
 (multi_latent_attention.py, ``parallel_mode = 'duplicated'``), not the column-parallel
 pattern above.
 
+Which linears run userbuffers (Megatron-LM d98e8a6, megatron/core/extensions/
+transformer_engine.py): TELinear (row-parallel proj and fc2, column-parallel fc1 without
+a fused norm) sets ub_overlap_ag and ub_overlap_rs unless ``is_expert`` (:1189-1205), and
+TELayerNormColumnParallelLinear (qkv, fc1) the bulk flags and ub_overlap_ag (:1456-1487;
+it refuses ``is_expert`` at :1417): the attention's qkv and proj, a dense layer's fc1 and
+fc2, and a shared expert's (SharedExpertMLP is an MLP built with is_expert left false,
+whose linears are named "fc1" and "fc2": moe/shared_experts.py:128, mlp.py:176 and
+:219-251). Routed experts (TEGroupedLinear, is_expert) get none: an MoE layer's MLP has
+no tensor-parallel collective priced here anyway (its tokens stay sequence-sharded into
+the all-to-all), and a shared expert's gather and reduce-scatter are not priced in any
+mode. In a model with
+MLA none at all, past the first projection: TELinear keeps the config it is given
+(:1152) and, handed a buffer name other than qkv, proj, fc1 or fc2, sets
+``self.config.tp_comm_overlap = False`` (:1176-1186) on the TransformerConfig every layer
+shares (transformer_block.py passes its own to each layer, the layer to its attention
+and MLP, and multi_latent_attention.py builds its projections with ``config=self.config``
+and the names "q_down_proj", "q_proj", "kv_down_proj": :510-614). The first layer's
+linear_proj is built before them (:221) and keeps its userbuffers; every linear built
+after reads the overlap off. That one projection a model chunk is not priced.
+
 A split B and W (Zero Bubble, --delay-wgrad-compute) runs the weight-gradient multiply
 later, so the reduction waits exposed in B there; the hidden seconds are taken off B
 whatever the schedule (the fused BW of 1F1B and interleaved 1F1B, which Megatron runs by
@@ -77,6 +113,24 @@ from .collectives import tp_allreduce, tp_halves
 from .compute import attention_shapes, gemms, mlp_shapes
 from .layout import Layout
 from .specs import Cluster, Model, Training
+
+
+def userbuffer_halves(m: Model, layer: int) -> tuple[bool, bool]:
+    """Whether the (attention, MLP) halves of a layer run Transformer Engine's userbuffers
+    under Megatron-Core's --tp-comm-overlap (see above): neither in a model with MLA; the
+    attention otherwise; the MLP in a dense layer."""
+    if m.attention.kind == "mla":
+        return False, False
+    return True, not m.is_moe_layer(layer)
+
+
+def chunked_halves(m: Model, layer: int, t: Training) -> tuple[bool, bool]:
+    """Whether the (attention, MLP) halves' collectives hide under the halves' own
+    multiplies: those with userbuffers in an MoE model at ``"all"``, whose lone ops do not
+    split (a dense model's collectives overlap the other half micro-batch instead)."""
+    if t.tp_overlap != "all" or m.moe is None:
+        return False, False
+    return userbuffer_halves(m, layer)
 
 
 def hides_backward(m: Model, t: Training) -> bool:
@@ -113,11 +167,14 @@ def column_exposed(
     wgrad: float,
     row_parallel: bool = True,
     layer: bool = True,
+    row_dgrad: float | None = None,
 ) -> float:
     """Exposed seconds of one half's backward collectives for one micro-batch: those of
     a column-parallel multiply whose input- and weight-gradient multiplies take
     ``dgrad`` and ``wgrad`` seconds and, with ``row_parallel``, of the row-parallel
-    multiply after it (``layer`` False for the output head, whose gathers stay BF16)."""
+    multiply after it (``layer`` False for the output head, whose gathers stay BF16);
+    ``row_dgrad``, the row-parallel multiply's input-gradient seconds, where userbuffers
+    chunk its output gradient's all-gather under it (``chunked_halves``)."""
     # an all-reduce, or with sequence parallelism an all-gather (the row-parallel output's
     # gradient; the column-parallel input again where the forward kept only its shard) and
     # a reduce-scatter (the input's gradient): collectives.tp_halves
@@ -128,9 +185,12 @@ def column_exposed(
         row = all_gather if row_parallel else 0.0
         gather = 0.0 if t.sp_saves_gathered else all_gather
         reduce = reduce_scatter
-    if not hides_backward(m, t):
+    share = t.comm_sms / c.sms
+    if row_dgrad is not None:
+        row = beside(row, row_dgrad, share)
+    elif not hides_backward(m, t):
         return row + gather + reduce
-    return row + beside(gather, dgrad, t.comm_sms / c.sms) + beside(reduce, wgrad, t.comm_sms / c.sms)
+    return row + beside(gather, dgrad, share) + beside(reduce, wgrad, share)
 
 
 def beside(comm: float, gemm: float, share: float) -> float:
@@ -144,6 +204,44 @@ def beside(comm: float, gemm: float, share: float) -> float:
     return max(share * comm, comm - gemm)
 
 
+def _halves(m: Model, layer: int, t: Training, lay: Layout):
+    """The (attention, MLP) halves' multiplies as ``compute`` shapes: a column-parallel
+    one first (QKV fused; FC1, SwiGLU's gate and up together), the row-parallel one
+    second (the output projection, FC2) outside MLA and MoE layers."""
+    return attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)
+
+
+def half_forward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, half: int) -> tuple[float, float]:
+    """Exposed seconds of the forward's (all-gather, reduce-scatter) around one half of a
+    layer (0 attention, 1 MLP), one micro-batch; without sequence parallelism (0, the
+    all-reduce). All of them but where userbuffers chunk them under the half's own
+    multiplies (``chunked_halves``): the gather beside the column-parallel multiply, the
+    reduce-scatter (or all-reduce) beside the row-parallel one. An MoE layer's MLP has
+    none (see ``layer_backward``)."""
+    if lay.tp <= 1 or (half == 1 and m.is_moe_layer(layer)):
+        return 0.0, 0.0
+    gather, reduce = tp_halves(m, c, t, lay)
+    if not chunked_halves(m, layer, t)[half]:
+        return gather, reduce
+    shapes = _halves(m, layer, t, lay)[half]
+    share = t.comm_sms / c.sms
+    return beside(gather, gemms(c, t, shapes[:1])[0], share), beside(reduce, gemms(c, t, shapes[1:2])[0], share)
+
+
+def layer_forward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
+    """Exposed seconds of the (attention, MLP) halves' tensor-parallel collectives in one
+    layer's forward, for one micro-batch (``half_forward``)."""
+    attn, mlp = (sum(half_forward(m, layer, c, t, lay, half)) for half in (0, 1))
+    return attn, mlp
+
+
+def _half_backward(m: Model, c: Cluster, t: Training, lay: Layout, shapes, chunked: bool) -> float:
+    """``column_exposed`` for a half of ``shapes`` (``_halves``)."""
+    _, dgrad, wgrad = gemms(c, t, shapes[:1])
+    row_dgrad = gemms(c, t, shapes[1:2])[1] if chunked else None
+    return column_exposed(m, c, t, lay, dgrad, wgrad, row_dgrad=row_dgrad)
+
+
 def layer_backward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
     """Exposed seconds of the (attention, MLP) halves' tensor-parallel collectives in one
     layer's backward, for one micro-batch. An MoE layer's MLP has none (its tokens stay
@@ -151,12 +249,9 @@ def layer_backward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -
     exposed."""
     if lay.tp <= 1:
         return 0.0, 0.0
-    if m.attention.kind == "mla":
-        attn = tp_allreduce(m, c, t, lay)
-    else:
-        _, dgrad, wgrad = gemms(c, t, attention_shapes(m, t, lay)[:1])  # the fused QKV multiply
-        attn = column_exposed(m, c, t, lay, dgrad, wgrad)
+    attn_ub, mlp_ub = chunked_halves(m, layer, t)
+    attn_shapes, mlp = _halves(m, layer, t, lay)
+    attn = tp_allreduce(m, c, t, lay) if m.attention.kind == "mla" else _half_backward(m, c, t, lay, attn_shapes, attn_ub)
     if m.is_moe_layer(layer):
         return attn, 0.0
-    _, dgrad, wgrad = gemms(c, t, mlp_shapes(m, layer, t, lay)[:1])  # FC1 (SwiGLU: gate and up together)
-    return attn, column_exposed(m, c, t, lay, dgrad, wgrad)
+    return attn, _half_backward(m, c, t, lay, mlp, mlp_ub)
