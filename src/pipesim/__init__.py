@@ -6,8 +6,9 @@
 
 The public names load on first use (PEP 562's module ``__getattr__``): ``import pipesim``
 alone, and ``pipesim --version``, import neither numpy nor the schedule builders, which
-every name below brings in. (A command's ``--help`` still does: its flags' help names
-the schedules that take them.)
+every name below brings in; nor does the ``--help`` of the commands this package's
+modules define (plan, memory, simulate, compare, ...: tests/test_family_names.py), whose
+flags name the schedules from plain data (family_names.py).
 """
 
 from __future__ import annotations

@@ -10,14 +10,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from .components import PRESETS, ComponentCosts, LayerCosts
-from .costfile import load_cost_file
-from .costs import CostModel, Costs
 from .errors import PipesimError
-from .files import load_schedule
+from .family_names import FAMILY_OPTIONS, takers
 from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
-from .ir import Schedule
-from .schedules import REGISTRY, build, canonical, family
+from .layer import PRESETS, LayerCosts
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from .costs import CostModel
+    from .ir import Schedule
+
+# The schedule builders, the cost models and the schedule reader import numpy: they are
+# imported in the functions that build, price or read, so that every command's --help
+# (which only declares these flags) starts without them.
 
 
 def whole_number(lo: int, hi: int) -> Callable[[str], int]:
@@ -82,8 +87,7 @@ def add_shape(p: argparse.ArgumentParser, builders: bool = True) -> None:
 
 
 def add_builder_options(p: argparse.ArgumentParser) -> None:
-    takers = ", ".join(n for n, fam in REGISTRY.items() if "chunks" in fam.options)
-    p.add_argument("--chunks", type=positive_int, help=f"model chunks per rank ({takers}; default 2)")
+    p.add_argument("--chunks", type=positive_int, help=f"model chunks per rank ({', '.join(takers('chunks'))}; default 2)")
     p.add_argument(
         "--delay-wgrad",
         action="store_true",
@@ -105,14 +109,13 @@ def refuse_options_none_take(args: argparse.Namespace, names: list[str]) -> None
     """A list of schedules (compare, sweep, report, draw, run) gives each the builder
     options it takes; one that no schedule of the list takes would change nothing, unsaid.
     Files and unknown names are left to the commands (a file refuses builder options)."""
-    built = [n for n in names if n in REGISTRY]
+    built = [n for n in names if n in FAMILY_OPTIONS]
     for key, flag in BUILDER_FLAGS.items():
         if getattr(args, key, None) in (None, False) or not built:
             continue
-        if not any(key in REGISTRY[n].options for n in built):
-            takers = ", ".join(n for n, fam in REGISTRY.items() if key in fam.options)
+        if not any(key in FAMILY_OPTIONS[n] for n in built):
             which = f"{built[0]} does not take it" if len(built) == 1 else f"none of {', '.join(built)} takes it"
-            raise PipesimError(f"{flag} is an option of {takers}; {which}: drop it")
+            raise PipesimError(f"{flag} is an option of {', '.join(takers(key))}; {which}: drop it")
 
 
 def shape(args: argparse.Namespace) -> tuple[int, int]:
@@ -193,6 +196,10 @@ def cost_flags_given(args: argparse.Namespace) -> bool:
 
 def costs_from(args: argparse.Namespace) -> CostModel:
     """The cost model the flags describe: per-chunk ``Costs`` or per-layer ``ComponentCosts``."""
+    from .components import ComponentCosts
+    from .costfile import load_cost_file
+    from .costs import Costs
+
     simple = {k: getattr(args, k) for k in ("f", "b", "w", "bw", "pair", "comm") if getattr(args, k, None) is not None}
     layer = {_LAYER_FIELD.get(k, k): v for k in COMPONENT_FLAGS if (v := getattr(args, k, None)) is not None}
     extras = {k: v for k in _COMPONENT_EXTRAS if (v := getattr(args, k, None)) is not None}
@@ -282,6 +289,8 @@ def refuse_order_costs(args: argparse.Namespace) -> None:
         return
     if is_schedule_file(args.schedule):
         raise PipesimError(f"--{costs[0]} orders zb-auto, whose builder takes costs; a schedule file brings its order: drop it")
+    from .schedules import family
+
     if not set(costs) <= family(args.schedule).options.keys():  # an unknown name: family's one line
         raise PipesimError(
             f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
@@ -300,10 +309,10 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     if getattr(args, "delay_wgrad", False):
         opts["delay_wgrad"] = True
     name = name or getattr(args, "schedule", None)
-    fam = REGISTRY.get(name) if name else None
-    if fam is not None:
+    takes = FAMILY_OPTIONS.get(name) if name else None
+    if takes is not None:
         for k in COST_OPTIONS:
-            if k in fam.options and getattr(args, k, None) is not None:
+            if k in takes and getattr(args, k, None) is not None:
                 opts[k] = getattr(args, k)
     return opts
 
@@ -311,6 +320,8 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
 def options_for(args: argparse.Namespace, name: str) -> dict:
     """``options_from`` narrowed to the options schedule ``name`` takes: what each of a
     list of schedules is built with (compare, run), the flags given for the others left out."""
+    from .schedules import family
+
     takes = family(name).options
     return {k: v for k, v in options_from(args, name).items() if k in takes}
 
@@ -330,6 +341,9 @@ def is_schedule_file(name: str) -> bool:
 
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
     """Build the named schedule, or load it when ``--schedule`` names a JSON file."""
+    from .files import load_schedule
+    from .schedules import build
+
     name = name or args.schedule
     if is_schedule_file(name):
         s = load_schedule(name)
@@ -350,8 +364,10 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
 
 def schedule_names(text: str | None) -> list[str]:
     """``--schedules``: comma-separated names, or every registry schedule when not given."""
+    from .schedules import canonical
+
     if text is None:
-        return list(REGISTRY)
+        return list(FAMILY_OPTIONS)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise PipesimError(f"--schedules {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")

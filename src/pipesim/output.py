@@ -7,8 +7,6 @@ import sys
 
 from rich.console import Console
 
-from .files import write_json
-
 
 def console() -> Console:
     """Rich console; when piped, 160 columns rather than Rich's 80 so tables stay whole."""
@@ -28,6 +26,8 @@ class _Console(Console):
 def emit_json(data: dict) -> None:
     """``data`` as JSON on stdout, written as it is made (a ``files.Stream`` in it,
     such as a schedule's ranks, is never held whole)."""
+    from .files import write_json  # the file writers read schedules (numpy): not to build the parser
+
     write_json("-", data)
 
 

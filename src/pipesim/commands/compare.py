@@ -8,12 +8,9 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..comparison import Row, compare_columns, compare_rows, refuse_if_none_runs
-from ..costs import CostModel
 from ..errors import PipesimError
+from ..family_names import FAMILY_OPTIONS
 from ..inputs import work
-from ..ir import Schedule
-from ..metrics import Report
 from ..options import (
     add_costs,
     add_shape,
@@ -28,15 +25,23 @@ from ..options import (
 )
 from ..output import console, emit_json, num, pct
 from ..pertoken import SECONDS, PerToken
-from ..render.terminal import print_timeline
-from ..schedules import REGISTRY, build
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from ..comparison import Row
+    from ..costs import CostModel
+    from ..ir import Schedule
+    from ..metrics import Report
+
+# the comparison, the builders and the terminal timeline import numpy: imported in the
+# functions that use them, so that --help (the parser alone) does without
 
 
 def add_commands(command) -> None:
     c = command("compare", cmd_compare, "simulate several schedules side by side")
     add_shape(c)
     add_costs(c)
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
     c.add_argument(
         "--memory-limit",
         type=positive_float,
@@ -107,6 +112,7 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     from ..planner.spec_args import without_fp8
     from ..planner.specs import load_cluster, load_model, load_training, model_training
     from ..planner.stages import component_costs, stage_parts
+    from ..schedules import build
 
     if not args.cluster:
         raise PipesimError("--model needs --cluster (a cluster preset such as h800-2048, or a TOML file)")
@@ -153,6 +159,9 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table  # imported when a table is printed: not to build the parser
+
+    from ..comparison import compare_columns, compare_rows, refuse_if_none_runs
+    from ..render.terminal import print_timeline
 
     if args.timelines and args.json:
         raise PipesimError("--json prints the metrics only, --timelines draws each timeline: drop one of them")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..files import Stream, output_extension, save_schedule
 from ..options import SCHEDULE_HELP, add_shape, add_zb_auto, refuse_order_costs, schedule_from
 from ..output import emit_json
 
@@ -26,6 +25,8 @@ def add_commands(command) -> None:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
+    from ..files import Stream, output_extension, save_schedule  # they read schedules (numpy): not for --help
+
     if args.output and args.output != "-":
         output_extension(args.output, (".json",), ".json for a schedule file (a picture: pipesim draw)")
     refuse_order_costs(args)

@@ -9,12 +9,8 @@ import itertools
 import sys
 
 from ..errors import PipesimError
-from ..files import write_bytes_atomic
-from ..ir import Op, Pair
 from ..options import add_costs, costs_from, whole_number
 from ..output import console, emit_json, num, pct
-from ..render.pair import pair_chart_bytes, render_pair
-from ..render.terminal import MAX_COLUMNS
 
 
 def add_commands(command) -> None:
@@ -26,10 +22,18 @@ def add_commands(command) -> None:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true", help="print the pair's parts and times as JSON")
-    c.add_argument("--width", type=whole_number(1, MAX_COLUMNS), help="columns of the picture (default 100)")
+    c.add_argument("--width", type=pair_width, help="columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )
+
+
+def pair_width(text: str) -> int:
+    """--width: 1 to the terminal picture's most columns (render.terminal holds them, and
+    imports numpy: read when the flag is given, not to build the parser)."""
+    from ..render.terminal import MAX_COLUMNS
+
+    return whole_number(1, MAX_COLUMNS)(text)
 
 
 def picture_path(text: str) -> str:
@@ -41,6 +45,10 @@ def picture_path(text: str) -> str:
 def cmd_pair(args: argparse.Namespace) -> int:
     """One overlapped F&B pair on two streams, beside the same two ops run alone."""
     from rich.table import Table  # imported when a table is printed: not to build the parser
+
+    from ..files import write_bytes_atomic  # these import numpy, which the parser (--help) does without
+    from ..ir import Op, Pair
+    from ..render.pair import pair_chart_bytes, render_pair
 
     if args.output and (args.json or args.width):
         raise PipesimError(f"-o draws the pair as a chart, without {'--json' if args.json else '--width'}: drop one of them")

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from .. import theory
-from ..costfile import load_cost_file
-from ..costs import CostModel, chunk_costs
 from ..errors import PipesimError
-from ..files import Stream
-from ..ir import Schedule
-from ..memory import MemoryModel, memory
-from ..metrics import Report, summarize
 from ..options import SCHEDULE_HELP, add_costs, add_search, add_shape, columns, costs_from, options_from, schedule_from
 from ..output import console, emit_json, num, pct
-from ..render.terminal import print_timeline
-from ..schedules import REGISTRY
-from ..simulate import simulate
-from ..steady import all_busy
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from ..costs import CostModel
+    from ..ir import Schedule
+    from ..memory import MemoryModel
+    from ..metrics import Report
+
+# the registry, the simulator, the cost file reader and the terminal timeline import numpy:
+# imported in the commands that use them, so that --help (the parser alone) does without
 
 
 def add_commands(command) -> None:
@@ -40,6 +39,8 @@ def add_commands(command) -> None:
 def memory_from(args: argparse.Namespace) -> MemoryModel | None:
     """The [memory] sizes of a --components file, which are one chunk of the file's own
     layers: a --layers that overrides them would time one chunk and size another."""
+    from ..costfile import load_cost_file
+
     file = getattr(args, "components", None)
     if not file:
         return None
@@ -57,6 +58,9 @@ GB = 1e9  # memory is printed in decimal GB everywhere, as GPU data sheets and c
 
 
 def report_json(report: Report, schedule: Schedule, costs: CostModel, opts: dict) -> dict:
+    from .. import theory
+    from ..files import Stream
+
     d = report.to_dict()
     d["costs"] = costs.to_dict()
     d["theory"] = {
@@ -87,6 +91,9 @@ def search_line(s: Schedule) -> str | None:
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     from rich.table import Table  # imported when a table is printed: not to build the parser
+
+    from .. import theory
+    from ..schedules import REGISTRY
 
     rows = []
     for name, fam in REGISTRY.items():
@@ -123,6 +130,14 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from .. import theory
+    from ..costs import chunk_costs
+    from ..memory import memory
+    from ..metrics import summarize
+    from ..render.terminal import print_timeline
+    from ..simulate import simulate
+    from ..steady import all_busy
+
     if args.width is not None and (args.json or args.no_timeline):
         raise PipesimError(
             f"--width squeezes the terminal timeline, which {'--json' if args.json else '--no-timeline'} drops: drop one"

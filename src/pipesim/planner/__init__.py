@@ -17,8 +17,36 @@ memory_lines.py) -> report.py (Markdown or JSON); commands.py registers ``pipesi
     plan = search(load_model("deepseek-v3"), load_cluster("h800-2048"), load_training())
 """
 
-from .layout import Layout
-from .results import Plan, Result
-from .specs import Cluster, Model, Training, load_cluster, load_model, load_training
+from __future__ import annotations
+
+from importlib import import_module
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from .layout import Layout
+    from .results import Plan, Result
+    from .specs import Cluster, Model, Training, load_cluster, load_model, load_training
+
+#: each public name and its submodule, loaded on first use (PEP 562): importing
+#: pipesim.planner.commands to build ``pipesim plan --help`` imported this package, and
+#: with its layout and results the schedule builders and numpy
+_HOMES = {
+    "Layout": "layout",
+    "Plan": "results",
+    "Result": "results",
+    **dict.fromkeys(("Cluster", "Model", "Training", "load_cluster", "load_model", "load_training"), "specs"),
+}
 
 __all__ = ["Cluster", "Layout", "Model", "Plan", "Result", "Training", "load_cluster", "load_model", "load_training"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -6,7 +6,9 @@ What sizes and chunk counts a family accepts is written once, here (``Family.che
 ``build()`` raises its reason as a PipesimError before calling the generator, and the
 planner asks it (and ``Family.placement_of``) to rule candidates out without building
 them. The generators check only the values of their cost options (zb-auto) and report a
-search that finds nothing (the V shapes).
+search that finds nothing (the V shapes). The command line's help reads the names and
+options from plain data, ``family_names.FAMILY_OPTIONS``, without importing the builders;
+tests/test_family_names.py holds it equal to this registry.
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""The schedule names the command line's help reads without importing the builders
+equal the registry's, and ``--help`` imports no numpy."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+from pipesim.family_names import FAMILY_OPTIONS, takers
+
+
+def test_the_table_is_the_registry_name_for_name_and_option_for_option():
+    from pipesim.schedules import REGISTRY
+
+    # the builders' own signatures, read here rather than through Family.options
+    registry = {n: tuple(list(inspect.signature(f.builder).parameters)[2:]) for n, f in REGISTRY.items()}
+    assert list(FAMILY_OPTIONS.items()) == list(registry.items())
+
+
+def test_takers_of_chunks_are_the_interleaved_families():
+    assert takers("chunks") == ["interleaved-1f1b", "interleaved-1f1b-overlap", "looped-bfs", "interleaved-zb"]
+
+
+#: the commands whose parser this package builds without numpy (render/, runtime/ and
+#: profile/ commands import their readers at start-up still)
+NUMPY_FREE = ["plan", "memory", "simulate", "schedules", "compare", "ops", "validate", "pair"]
+
+
+@pytest.mark.parametrize("command", NUMPY_FREE)
+def test_a_commands_help_imports_no_numpy(command):
+    code = (
+        "import sys\nfrom pipesim.cli import main\n"
+        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('NUMPY' if 'numpy' in sys.modules else 'FREE')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: pipesim " + command in done.stdout
+    assert done.stdout.rstrip().endswith("FREE")
