@@ -117,7 +117,11 @@ def compiled():
     if os.environ.get("PIPESIM_KERNEL") == "python":
         return None
     if not _lib:
-        _lib.append(_build())
+        try:
+            lib = _build()
+        except AttributeError:  # ctypes: the library lacks one of the loops' symbols
+            lib = None  # a cached library from another build, or a $CC that made another: as with no compiler
+        _lib.append(lib)
     return _lib[0]
 
 
