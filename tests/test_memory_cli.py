@@ -204,3 +204,15 @@ def test_a_split_that_fits_not_the_schedule_is_refused_in_one_line(capsys, split
     code, out, err = _run(capsys, *pins, "-s", schedule)
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert f"on pp4 runs {runs}" in err and f"give a split of {runs} stages" in err
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "dualpipev"])
+def test_a_split_refused_for_a_schedule_without_chunks_names_no_chunks(capsys, schedule):
+    # 9 stages fit neither 1f1b's 4 nor dualpipev's 8; the refusal offered --chunks, which
+    # neither takes: the run it suggested was refused in turn
+    pins = [*PINNED[:-1], "Et|(tt|)*7t,tL", "-s", schedule]
+    code, out, err = _run(capsys, *pins)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "or --chunks" not in err and f"({schedule} takes no --chunks)" in err
+    code, _, err = _run(capsys, *pins, "--chunks", 3)
+    assert code == 2 and "--chunks" in err  # the flag the old line named: refused

@@ -203,11 +203,19 @@ def _beside_1f1b(stage_split: str, name: str, pp: int, M: int, options: dict, de
     if n == placement.stages:
         return n == pp
     label = _label(name, placement.chunks, options)
+    # --chunks only for a family that takes it: 1f1b or a V refuses it, so naming it
+    # sent the user to a flag that the next run refused too
+    said = " (dualpipe is the schedule memory sizes by default)" if default else ""
+    if "chunks" in fam.options:
+        runs = " (pp x chunks a rank)" if placement.stages != pp else ""
+        flags = "a --pp, --schedule or --chunks"
+    else:
+        runs = ", one a rank" if placement.stages == pp else f", {placement.stages // pp} a rank"
+        flags = "a --pp or --schedule"
+        said = f" ({name}{', the schedule memory sizes by default,' if default else ''} takes no --chunks)"
     raise PipesimError(
-        f"stage_split {stage_split!r} names {n} stages, but {label} on pp{pp} runs {placement.stages}"
-        + (" (pp x chunks a rank)" if placement.stages != pp else "")
-        + f": give a split of {placement.stages} stages, or a --pp, --schedule or --chunks that runs {n}"
-        + (" (dualpipe is the schedule memory sizes by default)" if default else "")
+        f"stage_split {stage_split!r} names {n} stages, but {label} on pp{pp} runs {placement.stages}{runs}: "
+        f"give a split of {placement.stages} stages, or {flags} that runs {n}{said}"
     )
 
 
