@@ -216,3 +216,16 @@ def test_a_split_refused_for_a_schedule_without_chunks_names_no_chunks(capsys, s
     assert "or --chunks" not in err and f"({schedule} takes no --chunks)" in err
     code, _, err = _run(capsys, *pins, "--chunks", 3)
     assert code == 2 and "--chunks" in err  # the flag the old line named: refused
+
+
+@pytest.mark.parametrize(("schedule", "chunks"), [("dualpipe", None), ("interleaved-1f1b", 3), ("v-half", None)])
+def test_the_schedule_beside_1f1b_is_built_once(capsys, monkeypatch, schedule, chunks):
+    from pipesim.planner import memory_command
+
+    built: list[str] = []
+    real = memory_command.build
+    monkeypatch.setattr(memory_command, "build", lambda name, *a, **o: built.append(name) or real(name, *a, **o))
+    more = [] if chunks is None else ["--chunks", chunks]
+    code, _, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "-s", schedule, *more)
+    assert code == 0, err
+    assert built.count(schedule) == 1 and built.count("1f1b") == 1

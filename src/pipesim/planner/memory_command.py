@@ -64,8 +64,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)] if beside else []
     if second != "1f1b":  # each row with its worst rank's usable
         try:
-            # what no trainer runs, as plan leaves it out of its search (runnable.py): one line
-            placed = build(second, pp, M, **opts).placement.chunks
+            # what no trainer runs, as plan leaves it out of its search (runnable.py): one
+            # line. The registry answers both without a build: memory_row builds the
+            # schedule, and a build here too made every order twice
+            fam = family(second)
+            if refused := fam.check(pp, M, **opts):
+                raise PipesimError(refused)
+            placed = fam.placement_of(pp, M, **opts).chunks
             if refused := candidate_problem(second, placed, pp, ep, recompute):
                 raise PipesimError(f"{_label(second, placed, opts)} on pp{pp}: {refused}")
             rows.append(memory_row(model, cluster, training, lay, second, M, recompute, **opts))
