@@ -229,3 +229,16 @@ def test_the_schedule_beside_1f1b_is_built_once(capsys, monkeypatch, schedule, c
     code, _, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "-s", schedule, *more)
     assert code == 0, err
     assert built.count(schedule) == 1 and built.count("1f1b") == 1
+
+
+@pytest.mark.parametrize("given", [[], ["-s", "1f1b"]])
+def test_chunks_for_a_schedule_without_them_names_one_that_takes_them(capsys, given):
+    # the default dualpipe's refusal said "give --schedule 1f1b or another", and 1f1b
+    # refused --chunks in turn
+    code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--chunks", 3, *given)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "give --schedule 1f1b" not in err and "interleaved-1f1b" in err
+    # the schedule it names takes them: 32 layers on pp4 x 3 chunks
+    code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--chunks", 3, "-s", "interleaved-1f1b", "--json")
+    assert code == 0, err
+    assert json.loads(out)["schedules"][1]["chunks"] == 3

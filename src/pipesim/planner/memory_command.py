@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import PipesimError
+from ..family_names import takers
 from ..inputs import work
 from ..memory import memory
 from ..output import console, emit_json
@@ -52,13 +53,18 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if refused:
         raise PipesimError(refused)
     second = family(args.schedule or "dualpipe").name
+    if args.chunks and "chunks" not in family(second).options:
+        # set beside 1f1b by default, dualpipe refused --chunks with a hint to give
+        # "--schedule 1f1b or another", which refuses it too: name those that take it
+        default = ", the schedule memory sets beside 1f1b by default," if args.schedule is None else ""
+        raise PipesimError(
+            f"{second}{default} does not take --chunks: give --schedule one that does ({', '.join(takers('chunks'))}), "
+            "or drop --chunks"
+        )
     chunks = args.chunks or _split_chunks(second, pp, training.stage_split)
     M = args.microbatches or _default_microbatches(second, training, lay, chunks)
     work(pp, M, max(2, chunks or 2))  # the schedule set beside 1f1b may be a V or interleaved
     recompute = "selective" if training.recompute == "auto" else training.recompute
-    # --chunks goes to the schedule set beside 1f1b (a family without chunks refuses it in one line)
-    if second == "1f1b" and args.chunks:
-        build(second, pp, M, chunks=args.chunks)  # refuses --chunks in one line
     opts = {} if second == "1f1b" else _options(second, pp, M, chunks)
     beside = _beside_1f1b(training.stage_split, second, pp, M, opts, args.schedule is None)
     rows = [memory_row(model, cluster, training, lay, "1f1b", M, recompute)] if beside else []
