@@ -242,3 +242,12 @@ def test_chunks_for_a_schedule_without_them_names_one_that_takes_them(capsys, gi
     code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--chunks", 3, "-s", "interleaved-1f1b", "--json")
     assert code == 0, err
     assert json.loads(out)["schedules"][1]["chunks"] == 3
+
+
+def test_a_gpu_count_the_layout_does_not_divide_says_which_counts_do(capsys):
+    # "(or give --gpus)" where --gpus 6 was given: 4 GPUs a pipeline divide 4, 8, 12, ...
+    code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--gpus", 6)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "give --gpus a multiple of 4" in err and "(or give --gpus)" not in err
+    code, _, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--gpus", 8)
+    assert code == 0, err

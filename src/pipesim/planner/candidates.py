@@ -132,7 +132,9 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
     for name in ("tp", "pp", "dp", "cp"):
         v = getattr(pins, name)
         if v and g % v:
-            raise PipesimError(f"--{name} {v} must divide the cluster's {g} GPUs (or give --gpus)")
+            raise PipesimError(
+                f"--{name} {v} must divide the cluster's {g} GPUs: give --gpus a multiple of {v}, or another --{name}"
+            )
     refused = (
         (tp_problem(m, pins.tp) if pins.tp else None)
         or (cp_problem(m, t, pins.cp, pins.tp or 1) if pins.cp else None)

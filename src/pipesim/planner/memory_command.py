@@ -36,7 +36,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     model, cluster, training = specs_from(args)
     pp, tp, cp = args.pp, args.tp, args.cp
     if cluster.gpus % (pp * tp * cp):
-        raise PipesimError(f"--pp {pp} x --tp {tp} x --cp {cp} must divide the cluster's {cluster.gpus} GPUs (or give --gpus)")
+        # "or give --gpus" read oddly where --gpus was given: say which counts divide
+        raise PipesimError(
+            f"--pp {pp} x --tp {tp} x --cp {cp} = {pp * tp * cp} must divide the cluster's {cluster.gpus} GPUs: "
+            f"give --gpus a multiple of {pp * tp * cp}, or another --pp, --tp or --cp"
+        )
     dp = args.dp or cluster.gpus // (pp * tp * cp)
     if pp * tp * cp * dp != cluster.gpus:  # as plan's pins: the layout is the whole cluster
         raise PipesimError(
