@@ -22,3 +22,19 @@ def test_a_pin_that_does_not_divide_a_given_gpu_count_says_which_counts_do(capsy
     code, out, err = _run(capsys, *argv, "--gpus", 6)
     _one_line(code, out, err)
     assert "give --gpus a multiple of 4" in err and "(or give --gpus)" not in err
+
+
+def test_plan_takes_m_for_microbatches_as_every_other_command_does(capsys):
+    from pipesim.parser import make_parser
+
+    # every command that takes --microbatches, read from the parsers themselves
+    parser = make_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    takers = {name: c for name, c in commands.items() if "--microbatches" in c._option_string_actions}
+    assert {"plan", "memory", "simulate", "compare"} <= set(takers)
+    for name, c in takers.items():
+        assert c._option_string_actions.get("-m") is c._option_string_actions["--microbatches"], name
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", 64, "--pp", 4, "--schedules", "1f1b", "--json"]
+    code, out, err = _run(capsys, *argv, "--micro-batch-size", 4, "-m", 32)  # 2048 sequences over dp16
+    assert code == 0, err
+    assert '"microbatches": 32' in out

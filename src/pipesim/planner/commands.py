@@ -48,7 +48,9 @@ def add_commands(command) -> None:
         ("--cp", "cp", "context-parallel ranks (each holds 1/cp of every sequence)"),
         ("--etp", "etp", "expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)"),
     ):
-        g.add_argument(flag, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
+        # -m as every other command spells --microbatches (memory, simulate, compare, ...)
+        short = ("-m",) if pin == "microbatches" else ()
+        g.add_argument(flag, *short, type=positive_int, dest="pin_" + pin, metavar="N", help=what)
     g = c.add_argument_group("calibration (fit the efficiencies to a measurement, then re-rank)")
     g.add_argument("--calibrate", metavar="COSTS.toml", help="a component cost file measured on --measured-on (pipesim profile)")
     g.add_argument("--measured-step", type=positive_float, metavar="SECONDS", help="the measured step time of --measured-on")
