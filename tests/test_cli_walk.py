@@ -38,3 +38,17 @@ def test_plan_takes_m_for_microbatches_as_every_other_command_does(capsys):
     code, out, err = _run(capsys, *argv, "--micro-batch-size", 4, "-m", 32)  # 2048 sequences over dp16
     assert code == 0, err
     assert '"microbatches": 32' in out
+
+
+def test_a_bad_stage_split_flag_is_blamed_on_the_flag_not_the_training_file(capsys, tmp_path):
+    good = tmp_path / "t.toml"
+    good.write_text('stage_split = "even"\n')
+    for command in (["memory", "--pp", 4], ["plan", "--cluster", "h100"]):
+        code, out, err = _run(capsys, *command, "--model", "llama3-8b", "--training", good, "--stage-split", "evne")
+        _one_line(code, out, err)
+        assert "--stage-split" in err and "t.toml" not in err and "'evne'" in err
+    # the file's own bad value is still the file's
+    good.write_text('stage_split = "evne"\n')
+    code, out, err = _run(capsys, "memory", "--pp", 4, "--model", "llama3-8b", "--training", good)
+    _one_line(code, out, err)
+    assert "t.toml: stage_split" in err

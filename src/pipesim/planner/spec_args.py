@@ -69,11 +69,23 @@ def add_specs(c: argparse.ArgumentParser, cluster_default: str | None = None, ti
         )
     g.add_argument(
         "--stage-split",
+        type=stage_split,
         metavar="RULE|LAYOUT",
         help="layers per pipeline stage: balanced (pipesim's default: the busiest rank carries the least), even "
         "(layers / stages each, Megatron-Core's default), or a Megatron --pipeline-model-parallel-layout string "
         "such as 'Et|(tt|)*30mL' (then only layouts with that many stages are considered)",
     )
+
+
+def stage_split(text: str) -> str:
+    """--stage-split, checked as a training file's stage_split is, but named as the flag:
+    checked with the rest of the training, a bad value was blamed on --training's file
+    ("t.toml: stage_split must be ...") where the file held a good one."""
+    try:
+        load_training(None, stage_split=text)  # pipesim's defaults, which pass, and this split
+    except PipesimError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("training: ")) from None
+    return text
 
 
 def specs_from(args: argparse.Namespace):
