@@ -52,3 +52,15 @@ def test_a_bad_stage_split_flag_is_blamed_on_the_flag_not_the_training_file(caps
     code, out, err = _run(capsys, "memory", "--pp", 4, "--model", "llama3-8b", "--training", good)
     _one_line(code, out, err)
     assert "t.toml: stage_split" in err
+
+
+def test_every_flag_a_help_group_names_is_a_flag_of_its_command():
+    import re
+
+    from pipesim.parser import make_parser
+
+    # pair's component costs said "instead of --f/--b/--w", which pair does not take
+    for name, command in make_parser()._subparsers._group_actions[0].choices.items():
+        for group in command._action_groups:
+            for flag in re.findall(r"--[a-z][a-z-]*", group.title or ""):
+                assert flag in command._option_string_actions, f"pipesim {name}: {group.title!r} names {flag}"

@@ -139,7 +139,7 @@ def add_costs(p: argparse.ArgumentParser, per_chunk: bool = True) -> None:
     part by part, and took --f and --costs-per only to drop them) and per-layer components."""
     if per_chunk:
         add_chunk_costs(p)
-    add_component_costs(p)
+    add_component_costs(p, per_chunk)
 
 
 def add_chunk_costs(p: argparse.ArgumentParser) -> None:
@@ -156,9 +156,11 @@ def add_chunk_costs(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_component_costs(p: argparse.ArgumentParser) -> None:
+def add_component_costs(p: argparse.ArgumentParser, beside_chunk_costs: bool = True) -> None:
+    # "instead of --f/--b/--w" only where those are flags too (pair takes none of them)
+    instead = "instead of --f/--b/--w: " if beside_chunk_costs else ""
     c = p.add_argument_group(
-        "component costs per layer (instead of --f/--b/--w: a chunk is --layers layers of attention, "
+        f"component costs per layer ({instead}a chunk is --layers layers of attention, "
         "dispatch, MLP, combine; overlapped pairs run on two streams)"
     )
     c.add_argument("--preset", choices=sorted(PRESETS), help="ep-1to1: communication equals computation (DeepSeek-V3's regime)")
@@ -262,7 +264,8 @@ def add_search(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--memory-limit",
         type=positive_float,
-        help="peak activations per rank, in micro-batches of one stage's activation (default pp), or bytes with --activation-bytes",
+        help="peak activations per rank, in micro-batches of one stage's activation (default pp, or pp - 1 + --w-memory "
+        "where that is above 1), or bytes with --activation-bytes",
     )
     g.add_argument(
         "--w-memory",

@@ -83,7 +83,7 @@ def add_commands(command) -> None:
         "--etp",
         type=positive_int,
         default=1,
-        help="expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp)",
+        help="expert tensor-parallel shards (MoE; experts fold over tp x cp x dp: etp x ep x edp; default 1)",
     )
     c.add_argument(
         "--chunks", type=positive_int, help="chunks per rank of the schedule set beside 1f1b (interleaved: virtual stages)"
