@@ -64,3 +64,14 @@ def test_every_flag_a_help_group_names_is_a_flag_of_its_command():
         for group in command._action_groups:
             for flag in re.findall(r"--[a-z][a-z-]*", group.title or ""):
                 assert flag in command._option_string_actions, f"pipesim {name}: {group.title!r} names {flag}"
+
+
+def test_compare_of_a_schedule_file_says_it_takes_names(capsys, tmp_path):
+    path = tmp_path / "mine.json"
+    assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(path)]) == 0
+    capsys.readouterr()
+    code, out, err = _run(capsys, "compare", "--pp", 2, "-m", 2, "--schedules", f"1f1b,{path}")
+    _one_line(code, out, err)
+    assert "unknown schedule" not in err and f"pipesim simulate -s {path}" in err
+    code, _, err = _run(capsys, "simulate", "-s", path, "--no-timeline")
+    assert code == 0, err  # the command it names runs the file

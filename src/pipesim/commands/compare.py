@@ -17,6 +17,7 @@ from ..options import (
     columns,
     cost_flags_given,
     costs_from,
+    is_schedule_file,
     positive_float,
     positive_int,
     refuse_options_none_take,
@@ -168,6 +169,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.width is not None and not args.timelines:
         raise PipesimError("--width squeezes the timelines --timelines draws; add --timelines or drop it")
     names = schedule_names(args.schedules)
+    if file := next((n for n in names if is_schedule_file(n)), None):
+        # a file was reported as an unknown schedule name, listing every name
+        raise PipesimError(
+            f"--schedules {file}: compare builds each schedule by name at one --pp and -m, and a file brings its own; "
+            f"give names (see 'pipesim schedules'), or simulate the file (pipesim simulate -s {file})"
+        )
     refuse_options_none_take(args, names)
     pp, M = shape(args)
     # the work limit holds for the whole comparison: every schedule is built, simulated
