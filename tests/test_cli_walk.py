@@ -75,3 +75,18 @@ def test_compare_of_a_schedule_file_says_it_takes_names(capsys, tmp_path):
     assert "unknown schedule" not in err and f"pipesim simulate -s {path}" in err
     code, _, err = _run(capsys, "simulate", "-s", path, "--no-timeline")
     assert code == 0, err  # the command it names runs the file
+
+
+def test_a_near_twin_of_a_missing_required_flag_is_named(capsys):
+    # argparse reports the missing flag first, so the typo behind it went unsaid
+    for argv, typed, meant in (
+        (["simulate", "--schedules", "1f1b"], "--schedules", "--schedule"),
+        (["memory", "--model", "llama3-8b", "--ppp=4"], "--ppp", "--pp"),
+        (["plan", "--modle", "llama3-8b", "--cluster", "h100"], "--modle", "--model"),
+    ):
+        code, out, err = _run(capsys, *argv)
+        _one_line(code, out, err)
+        assert f"{typed} is no flag of {argv[0]} (did you mean {meant}?)" in err
+    code, out, err = _run(capsys, "simulate")  # nothing typed amiss: nothing guessed
+    _one_line(code, out, err)
+    assert "did you mean" not in err

@@ -43,6 +43,16 @@ class Parser(argparse.ArgumentParser):
             return did_you_mean_one_edit(bad.group(1), re.findall(r"'([^']*)'", bad.group(2)))
         unknown = re.match(r"unrecognized arguments: (.*)", message)
         command = self._subparsers._group_actions[0].choices.get(self.typed[0]) if self._subparsers and self.typed else None
+        missing = re.match(r"the following arguments are required: (.*)", message)
+        if missing and not self._subparsers and self.typed:  # raised by the command's own parser
+            # argparse names a missing flag before an unknown one: `simulate --schedules 1f1b`
+            # was told --schedule is required, not that it had typed its near-twin
+            required = re.findall(r"--[\w-]+", missing.group(1))
+            for word in self.typed[1:]:
+                flag = word.split("=")[0]
+                if flag.startswith("--") and flag not in self._option_string_actions:
+                    if hint := did_you_mean_one_edit(flag, required):
+                        return f"; {flag} is no flag of {self.typed[0]}{hint}"
         if unknown and command is not None:
             flags = [f for f in command._option_string_actions if f.startswith("--")]
             for word in unknown.group(1).split():
@@ -92,6 +102,7 @@ def make_parser(argv: Sequence[str] | None = None) -> Parser:
 
     def command(name: str, run: Callable, help: str) -> Parser:
         c = sub.add_parser(name, help=help, description=help)
+        c.typed = list(argv or ())  # its errors read the command line too (a near-twin of a required flag)
         c.set_defaults(run=run)
         return c
 
