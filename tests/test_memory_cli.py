@@ -251,3 +251,11 @@ def test_a_gpu_count_the_layout_does_not_divide_says_which_counts_do(capsys):
     assert "give --gpus a multiple of 4" in err and "(or give --gpus)" not in err
     code, _, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "--gpus", 8)
     assert code == 0, err
+
+
+def test_the_rows_figures_line_up_under_a_long_schedule_name(capsys):
+    code, out, err = _run(capsys, "--model", "llama3-8b", "--pp", 4, "-s", "interleaved-1f1b")
+    assert code == 0, err
+    first, second = out.splitlines()[1:3]
+    assert first.lstrip().startswith("1f1b ") and second.lstrip().startswith("interleaved-1f1b (v=2) ")
+    assert first.index(" copy of ") == second.index(" copy of ")

@@ -137,9 +137,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
         + (f", {lay.micro_batch} sequences a micro-batch" if lay.micro_batch > 1 else "")
         + f", ZeRO-{training.zero}, {recompute_text(recompute)}, M={M}; per GPU, worst rank:"
     )
+    # the names in one column: "interleaved-1f1b (v=2)" ran past the ten characters of
+    # the others and pushed its row's figures out of line with 1f1b's
+    width = max(10, *(len(r["schedule"]) for r in rows))
     for r in rows:
         out.print(
-            f"  {r['schedule']:10s} {r['copies']:g} cop{'y' if r['copies'] == 1 else 'ies'} of {r['params_per_copy'] / 1e9:.2f}B parameters: "
+            f"  {r['schedule']:{width}s} {r['copies']:g} cop{'y' if r['copies'] == 1 else 'ies'} of {r['params_per_copy'] / 1e9:.2f}B parameters: "
             f"weights {r['weights_gb']:.1f} + gradients {r['grads_gb']:.1f} + optimizer {r['optimizer_gb']:.1f} = {r['static_gb']:.1f} GB; "
             f"activations up to {r['activations_gb']:.1f} GB; peak {r['peak_gb']:.1f} GB"
             + ("" if r["fits"] else "  [red]does not fit[/]")
