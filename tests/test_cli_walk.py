@@ -90,3 +90,14 @@ def test_a_near_twin_of_a_missing_required_flag_is_named(capsys):
     code, out, err = _run(capsys, "simulate")  # nothing typed amiss: nothing guessed
     _one_line(code, out, err)
     assert "did you mean" not in err
+
+
+def test_a_component_file_key_named_as_its_flag_is_pointed_at_the_forward_time(capsys, tmp_path):
+    # --attn and --mlp set the forward times (attn_f, mlp_f); a file that wrote the flags'
+    # names was pointed at attn_w and mlp_w, difflib's alphabetical last of three ties
+    for key in ("attn", "mlp"):
+        path = tmp_path / f"{key}.toml"
+        path.write_text(f"[layer]\n{key} = 2\n")
+        code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--components", path)
+        _one_line(code, out, err)
+        assert f"unknown key '{key}' (did you mean {key}_f?)" in err

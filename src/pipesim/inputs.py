@@ -196,8 +196,20 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     h800-2048, not the h200 one letter away), else the closest by spelling."""
     known = list(known)
     begun = [k for k in known if k.lower().startswith(name.lower())] if name else []
-    close = begun if len(begun) == 1 else difflib.get_close_matches(name, known, n=1)
+    close = begun if len(begun) == 1 else _closest(name, known)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _closest(name: str, known: list[str]) -> list[str]:
+    """difflib's closest match, a tie going to the word listed first rather than to the
+    last in alphabetical order (difflib's): a [layer] key 'attn' is attn_f, the forward
+    time --attn sets, which the table lists before attn_b and attn_w."""
+    close = difflib.get_close_matches(name, known, n=len(known))
+    if not close:
+        return []
+    score = difflib.SequenceMatcher(None, name, close[0]).ratio()
+    tied = {k for k in close if difflib.SequenceMatcher(None, name, k).ratio() == score}
+    return [next(k for k in known if k in tied)]
 
 
 def known_keys(table: dict, known: Iterable[str], where: str) -> None:
