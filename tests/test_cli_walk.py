@@ -101,3 +101,15 @@ def test_a_component_file_key_named_as_its_flag_is_pointed_at_the_forward_time(c
         code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--components", path)
         _one_line(code, out, err)
         assert f"unknown key '{key}' (did you mean {key}_f?)" in err
+
+
+def test_plan_top_counts_the_recommendation_as_its_help_says(capsys):
+    from pipesim.parser import make_parser
+
+    command = make_parser(["plan"])._subparsers._group_actions[0].choices["plan"]
+    assert "the recommendation first" in command._option_string_actions["--top"].help  # was "runners-up to show"
+    code, out, err = _run(capsys, "plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", 64, "--top", 2)
+    assert code == 0, err
+    table = out.split("## Runners-up")[1].split("##")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["1", "2"]  # the recommendation and one runner-up

@@ -26,7 +26,12 @@ def add_commands(command) -> None:
         help="search only these (comma-separated; default: every schedule of 'pipesim schedules' the planner can build)",
     )
     c.add_argument("--compare", metavar="A,B", help="GPU-hours per million tokens that B recovers against A (e.g. 1f1b,dualpipe)")
-    c.add_argument("--top", type=positive_int, default=10, help="runners-up to show (default 10)")
+    c.add_argument(
+        "--top",
+        type=positive_int,
+        default=10,
+        help="plans to rank, the recommendation first and then its runners-up (default 10)",
+    )
     c.add_argument(
         "--layout",
         type=positive_int,
