@@ -113,3 +113,14 @@ def test_plan_top_counts_the_recommendation_as_its_help_says(capsys):
     table = out.split("## Runners-up")[1].split("##")[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
     assert [r.split("|")[1].strip() for r in rows] == ["1", "2"]  # the recommendation and one runner-up
+
+
+def test_activation_bytes_without_a_memory_limit_is_refused(capsys):
+    # it sets the unit of --memory-limit (zb_auto.py: limit = memory_limit / activation_bytes);
+    # alone, the run was the same as without it
+    code, out, err = _run(capsys, "simulate", "-s", "zb-auto", "--activation-bytes", 10, "--no-timeline")
+    _one_line(code, out, err)
+    assert "--activation-bytes" in err and "--memory-limit" in err
+    # with a limit in bytes it runs: 8 bytes a forward, 40 bytes = 5 activations
+    code, _, err = _run(capsys, "simulate", "-s", "zb-auto", "--activation-bytes", 8, "--memory-limit", 40, "--no-timeline")
+    assert code == 0, err

@@ -307,6 +307,11 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
     opts = {k: v for k in ("chunks", "group_size", *SEARCH_FLAGS) if (v := getattr(args, k, None)) is not None}
     if "time_limit" in opts and not getattr(args, "exact", False):
         raise PipesimError("--time-limit bounds the exact search; add --exact (the heuristic needs no limit)")
+    if "activation_bytes" in opts and "memory_limit" not in opts:
+        # it only says what unit --memory-limit is in: alone it was taken and changed nothing
+        raise PipesimError(
+            "--activation-bytes makes --memory-limit a number of bytes; give --memory-limit in bytes with it, or drop it"
+        )
     if getattr(args, "exact", False):
         opts["exact"] = True
     if getattr(args, "delay_wgrad", False):
