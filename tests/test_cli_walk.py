@@ -124,3 +124,12 @@ def test_activation_bytes_without_a_memory_limit_is_refused(capsys):
     # with a limit in bytes it runs: 8 bytes a forward, 40 bytes = 5 activations
     code, _, err = _run(capsys, "simulate", "-s", "zb-auto", "--activation-bytes", 8, "--memory-limit", 40, "--no-timeline")
     assert code == 0, err
+
+
+def test_ops_refuses_json_beside_an_output_file_it_would_ignore(capsys, tmp_path):
+    out_file = tmp_path / "s.json"
+    code, out, err = _run(capsys, "ops", "-s", "1f1b", "--json", "-o", out_file)
+    _one_line(code, out, err)
+    assert "--json" in err and "-o" in err and not out_file.exists()
+    code, out, err = _run(capsys, "ops", "-s", "1f1b", "--pp", 2, "-m", 2, "--json")
+    assert code == 0 and '"ranks"' in out  # --json alone prints the ranks

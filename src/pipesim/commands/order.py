@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import PipesimError
 from ..options import SCHEDULE_HELP, add_shape, add_zb_auto, refuse_order_costs, schedule_from
 from ..output import emit_json
 
@@ -27,6 +28,10 @@ def add_commands(command) -> None:
 def cmd_ops(args: argparse.Namespace) -> int:
     from ..files import Stream, output_extension, save_schedule  # they read schedules (numpy): not for --help
 
+    if args.output and args.json:  # -o wrote the schedule file, and --json changed nothing, unsaid
+        raise PipesimError(
+            f'--json prints {{"ranks": ...}}, -o {args.output} writes the whole schedule file instead: drop one of them'
+        )
     if args.output and args.output != "-":
         output_extension(args.output, (".json",), ".json for a schedule file (a picture: pipesim draw)")
     refuse_order_costs(args)
