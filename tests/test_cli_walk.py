@@ -3,6 +3,8 @@ next run refused too, and flags one command spelled differently from the others.
 
 from __future__ import annotations
 
+import pytest
+
 from pipesim.cli import main
 
 
@@ -133,3 +135,21 @@ def test_ops_refuses_json_beside_an_output_file_it_would_ignore(capsys, tmp_path
     assert "--json" in err and "-o" in err and not out_file.exists()
     code, out, err = _run(capsys, "ops", "-s", "1f1b", "--pp", 2, "-m", 2, "--json")
     assert code == 0 and '"ranks"' in out  # --json alone prints the ranks
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "said"),
+    [
+        ("--schedules", ",", "names no schedule"),  # searched every schedule, unsaid
+        ("--compare", "1f1b,1F1B", "names the same schedule as 1f1b"),  # 1f1b against itself
+        ("--schedules", "1f1b,1f1b", "is given twice"),
+    ],
+)
+def test_plan_reads_schedule_lists_as_compare_does(capsys, flag, text, said):
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", 64, flag, text]
+    code, out, err = _run(capsys, *argv)
+    _one_line(code, out, err)
+    assert f"{flag} {text!r}" in err and said in err
+    code, out, err = _run(capsys, "compare", "--schedules", text)  # the same words as compare's
+    _one_line(code, out, err)
+    assert said in err

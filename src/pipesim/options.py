@@ -370,20 +370,21 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
     return build(name, pp, M, **options_from(args))
 
 
-def schedule_names(text: str | None) -> list[str]:
-    """``--schedules``: comma-separated names, or every registry schedule when not given."""
+def schedule_names(text: str | None, flag: str = "--schedules") -> list[str]:
+    """``--schedules`` (or ``flag``): comma-separated names, or every registry schedule
+    when not given."""
     from .schedules import canonical
 
     if text is None:
         return list(FAMILY_OPTIONS)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise PipesimError(f"--schedules {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
+        raise PipesimError(f"{flag} {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
     seen: dict[str, str] = {}
     for n in names:  # the same schedule twice was built, simulated and printed twice
         key = canonical(n) or n  # 1F1B and Schedule1F1B are 1f1b; a file or unknown name is itself
         if key in seen:
             same = "is given twice" if seen[key] == n else f"names the same schedule as {seen[key]}"
-            raise PipesimError(f"--schedules {text!r}: {n} {same}; give each schedule once")
+            raise PipesimError(f"{flag} {text!r}: {n} {same}; give each schedule once")
         seen[key] = n
     return names

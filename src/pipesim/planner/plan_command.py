@@ -11,6 +11,7 @@ from dataclasses import fields
 from ..costfile import load_cost_file
 from ..errors import PipesimError
 from ..files import json_text, write_text_atomic
+from ..options import schedule_names
 from ..schedules import family
 from . import calibrate
 from .candidates import Pins
@@ -29,10 +30,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .plan_stages import pick
 
     model, cluster, training = specs_from(args)
-    schedules = _names(args.schedules) if args.schedules else None
+    schedules = _names(args.schedules, "--schedules") if args.schedules else None
     compare = None
     if args.compare:
-        pair = _names(args.compare)
+        pair = _names(args.compare, "--compare")
         if len(pair) != 2:
             raise PipesimError(f"--compare takes two schedules, like 1f1b,dualpipe; got {args.compare!r}")
         compare = (pair[0], pair[1])
@@ -153,10 +154,11 @@ def _summary(r, plan) -> str:
     return f"{r.candidate.label} on {layout_text(r, plan)}: {r.step_time:.2f} s per step"
 
 
-def _names(text: str) -> list[str]:
+def _names(text: str, flag: str) -> list[str]:
     # the registry's spelling (PyTorch's names and any case are accepted); unknown names:
-    # one clear line
-    return [family(n.strip()).name for n in text.split(",") if n.strip()]
+    # one clear line. Read as compare reads --schedules: "," named nothing and the plan
+    # searched every schedule; 1f1b,1F1B compared 1f1b with itself
+    return [family(n).name for n in schedule_names(text, flag)]
 
 
 #: seconds between progress lines
