@@ -383,6 +383,24 @@ def test_a_run_missing_a_ranks_trace_is_refused(tmp_path, capsys):
     assert err.count("\n") == 1 and "traces of ranks 0 but none of rank 1 (the run had pp=2); give one per rank" in err
 
 
+def test_a_trace_missing_an_op_of_the_step_is_refused(tmp_path, capsys):
+    """A trace that lost one op (a profiler that started late, or dropped events) still
+    names every micro-batch at every stage through the other kinds, so the routes came
+    back whole; it was read as the whole run, its makespan, bubble and costs without the
+    op, and its simulate line said SCHEDULE. The op removed here is the expected name."""
+    from types import SimpleNamespace
+
+    s = build("1f1b", 2, 4)
+    lost = s.ranks[0][1]  # rank 0's second forward: its backward still runs at stage 0
+    assert str(lost) == "F0.1"
+    partial = SimpleNamespace(placement=s.placement, ranks=(tuple(it for it in s.ranks[0] if it != lost), s.ranks[1]))
+    action_traces(tmp_path, partial, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp))
+    assert main(["profile", str(tmp_path), "--flags"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "rank 0: F0.1 is missing" in err and "profile every rank of one whole step" in err, err
+
+
 @pytest.mark.parametrize("first, second", [(("1f1b", 3), ("1f1b", 2)), (("1f1b", 2), ("zb-h1", 2))])
 def test_traces_of_two_runs_in_one_folder_are_refused(tmp_path, capsys, first, second):
     """A folder keeps an earlier run's rank files beyond the next run's pp (or a file is

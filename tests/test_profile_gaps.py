@@ -13,13 +13,13 @@ import pytest
 
 from pipesim import build
 from pipesim.cli import main
-from pipesim.ir import ops_of
+from pipesim.ir import Op, ops_of
 from pipesim.profile.labels import pipesim_label
 from pipesim.profile.measure import Filled, profile
 
 US = 1e-6
 GAP = 10  # us between one item's end and the next one's start on a rank: the measured overhead
-DUR = {("F", 0): 100, ("F", 1): 110, ("F", 2): 120, ("B", 0): 150, ("B", 1): 160, ("B", 2): 170, ("W", 0): 40, ("W", 2): 70}
+DUR = {("F", 0): 100, ("F", 1): 110, ("F", 2): 120, ("B", 0): 150, ("BW", 1): 200, ("B", 2): 170, ("W", 0): 40, ("W", 2): 70}
 
 
 def ann(name, ts, dur):
@@ -27,14 +27,17 @@ def ann(name, ts, dur):
 
 
 def no_w_at_stage_1(folder):
-    """zb-h1 at pp=3, M=3, CPU ranges back to back, with rank 1's W items left out: stage
-    1 measures F and B but no W."""
+    """zb-h1 at pp=3, M=3, CPU ranges back to back, with rank 1 running a fused backward
+    (BW) in place of each B and its W: a whole step, in which stage 1 measures F and BW
+    but no B or W, and stages 0 and 2 no BW."""
     s = build("zb-h1", 3, 3)
     for r, items in enumerate(s.ranks):
         t, ev = 0, []
         for item in items:
             if r == 1 and item.kind == "W":
                 continue
+            if r == 1 and item.kind == "B":
+                item = Op("BW", item.chunk, item.mb)
             stages = tuple(s.placement.stage_of(r, op.chunk, op.mb) for op in ops_of(item))
             d = sum(DUR[(op.kind, st)] for op, st in zip(ops_of(item), stages))
             ev.append(ann(pipesim_label(item, r, stages, s.name), t, d))
@@ -50,19 +53,23 @@ def test_a_stage_without_a_kind_says_its_cost_was_filled_and_from_what(tmp_path,
     w0, w2 = (40 + GAP) * US, (70 + GAP) * US
     assert prof.stage_costs.w == pytest.approx((w0, (w0 + w2) / 2, w2))
     assert prof.stage_costs.f == pytest.approx(((100 + GAP) * US, (110 + GAP) * US, (120 + GAP) * US))
-    assert prof.filled == (Filled("W", 1, (0, 2)),)  # exactly that value, nothing else
+    bw1 = (200 + GAP) * US  # stages 0 and 2 ran no BW: the one stage that did
+    assert prof.stage_costs.bw == pytest.approx((bw1, bw1, bw1))
+    # exactly these values, nothing else: B and W at stage 1, BW at stages 0 and 2
+    assert prof.filled == (Filled("B", 1, (0, 2)), Filled("W", 1, (0, 2)), Filled("BW", 0, (1,)), Filled("BW", 2, (1,)))
 
     assert main(["profile", str(d)]) == 0
     out = capsys.readouterr().out
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 2}
     cells = [c.strip() for c in rows["W"].split("│")[2:5]]
     assert cells == ["0.050", "0.065*", "0.080"]  # ms: (50 + 80) / 2 = 65 us, marked
-    assert not any("*" in rows[k] for k in ("F", "B"))
+    assert [c.strip() for c in rows["BW"].split("│")[2:5]] == ["0.210*", "0.210", "0.210*"]
+    assert "*" not in rows["F"]
     assert "W at stage 1 from stages 0, 2" in out and "* not measured" in out
 
     assert main(["profile", str(d), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["filled"] == [{"kind": "w", "stage": 1, "from_stages": [0, 2]}]
+    assert {"kind": "w", "stage": 1, "from_stages": [0, 2]} in doc["filled"] and len(doc["filled"]) == 4
     assert doc["stage_costs"]["w"][1] == pytest.approx(65 * US)
 
     # --flags prints only flags on stdout (they go into a command line); the note goes to stderr

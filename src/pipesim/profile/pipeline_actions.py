@@ -14,6 +14,7 @@ from ..deps import needs, produces
 from ..errors import PipesimError
 from ..ir import Item, Op, Pair, Placement, Schedule, ops_of
 from ..timeline import Event, Inside, Segment, Timeline
+from ..validate import check_structure, execution_order
 from .attribute import Attributed, Instance
 from .trace import US
 
@@ -90,6 +91,7 @@ def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sc
     placement = _placement(pp, op_stage)
     name = names.most_common(1)[0][0]
     schedule = Schedule(name, pp, placement.microbatches, placement, tuple(ranks))
+    _whole_step(schedule)
     timeline = Timeline(pp, tuple(events), (), source="measured")
     overhead, latency = between_items(schedule, timeline)
     costs, filled = _stage_costs(events, op_stage, placement.stages, overhead)
@@ -98,6 +100,20 @@ def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sc
     if filled:
         notes.append(filled_note(filled))
     return schedule, timeline, replace(costs, comm=latency), filled
+
+
+def _whole_step(schedule: Schedule) -> None:
+    """Refuse a step that lacks an op, or holds one twice. ``_placement`` sees every
+    micro-batch at every stage through any kind, so a trace that lost one op (the
+    profiler started late, or dropped events) got whole routes and was read as the run,
+    its makespan, bubble and costs without the op. A run executes a validated schedule,
+    so what the traces show must validate too."""
+    try:
+        check_structure(schedule)
+        execution_order(schedule)
+    except PipesimError as e:
+        problem = str(e).removeprefix(f"invalid {schedule.name} schedule: ")
+        raise PipesimError(f"the traces hold no whole step: {problem}; profile every rank of one whole step") from None
 
 
 def filled_note(filled: tuple[Filled, ...]) -> str:
