@@ -263,6 +263,16 @@ def test_run_synthetic_prints_measured_and_simulated(capsys):
     assert [len(rank) for rank in d["timeline"]] == [8, 8]
 
 
+def test_run_refuses_a_schedule_named_twice_before_any_process(tmp_path, capsys):
+    """1F1B is PyTorch's name for 1f1b (docs/schedules.md): the list ran it twice, and
+    with --profile the second run's traces replaced the first's in DIR/1f1b."""
+    argv = ["run", "--schedules", "1f1b,1F1B", "--pp", "2", "-m", "4", "--synthetic", "--profile", str(tmp_path / "p")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "1F1B names the same schedule as 1f1b" in err, err
+    assert not (tmp_path / "p").exists()
+
+
 def test_torchrun_entry(tmp_path):
     """The documented multi-node entry, on one node with two processes."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

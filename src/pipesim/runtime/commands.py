@@ -29,6 +29,7 @@ from ..options import (
     positive_int,
     refuse_options_none_take,
     schedule_from,
+    schedule_names,
     shape,
 )
 from ..output import console, emit_json, pct
@@ -93,12 +94,10 @@ def _torch():
 def _names(args) -> list[str]:
     if args.schedules == "all":
         return list(REGISTRY)
-    names = [n.strip() for n in args.schedules.split(",") if n.strip()]
+    names = schedule_names(args.schedules)  # none, or one named twice (1f1b,1F1B ran it twice), is refused
     for n in names:
         if not is_schedule_file(n):
             family(n)  # an unknown name is an error
-    if not names:
-        raise PipesimError("--schedules is empty; give comma-separated names or 'all'")
     return names
 
 
