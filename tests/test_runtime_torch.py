@@ -273,6 +273,33 @@ def test_run_refuses_a_schedule_named_twice_before_any_process(tmp_path, capsys)
     assert not (tmp_path / "p").exists()
 
 
+def test_run_runs_a_schedule_file_of_its_list(tmp_path, capsys):
+    """--schedules took a file by its name check, then built it as a registry name and
+    skipped it ('unknown schedule a.json'); draw's --schedules reads files, and so does run."""
+    path = tmp_path / "a.json"
+    assert main(["ops", "-s", "zb-h1", "--pp", "2", "-m", "4", "-o", str(path)]) == 0
+    capsys.readouterr()
+    argv = ["run", "--schedules", f"{path},1f1b", "--pp", "2", "-m", "4", "--synthetic", "--f", "1ms", "--b", "1ms"]
+    assert main([*argv, "--w", "1ms", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [r["schedule"] for r in d["schedules"]] == ["zb-h1", "1f1b"] and d["skipped"] == []
+    # zb-h1 splits each backward: F, B and W of 4 micro-batches on each rank; 1f1b runs F and BW
+    assert [len(rank) for rank in d["schedules"][0]["timeline"]] == [12, 12]
+    assert [len(rank) for rank in d["schedules"][1]["timeline"]] == [8, 8]
+
+
+def test_run_refuses_two_schedules_whose_traces_share_a_folder(tmp_path, capsys):
+    """A zb-h1 file beside the registry's zb-h1: both traces go to DIR/zb-h1."""
+    path = tmp_path / "a.json"
+    assert main(["ops", "-s", "zb-h1", "--pp", "2", "-m", "4", "-o", str(path)]) == 0
+    capsys.readouterr()
+    argv = ["run", "--schedules", f"{path},zb-h1", "--pp", "2", "-m", "4", "--synthetic", "--profile", str(tmp_path / "p")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "zb-h1" in err and "one folder" in err, err
+    assert not (tmp_path / "p").exists()
+
+
 def test_torchrun_entry(tmp_path):
     """The documented multi-node entry, on one node with two processes."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

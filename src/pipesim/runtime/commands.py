@@ -247,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             schedules.append(validate(schedule_from(args, name) if args.schedule else _build_for_many(args, name)))
         except PipesimError as e:
-            if args.schedule:
+            if args.schedule or is_schedule_file(name):  # a file has its own pp and M: nothing to skip for
                 raise
             skipped.append((name, str(e)))
     if not schedules:
@@ -262,6 +262,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the trace files --profile writes are checked against the inputs before torch is
     # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
     profiles = [_profile_dir(args, s, len(schedules)) for s in schedules]
+    _refuse_shared_folders(args.profile, profiles, names=[n for n in names if n not in dict(skipped)])
     if args.a2a_delay and args.ep == 1:
         raise PipesimError("--a2a-delay slows the expert all-to-alls, which only --ep 2 or more sends: add --ep")
     if not under_torchrun():  # and so are more ranks than this machine can run
@@ -328,6 +329,21 @@ def _profile_dir(args, schedule, count: int) -> str | None:
     return folder
 
 
+def _refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:
+    """Two schedules of one list whose traces would go to one folder (a schedule file named
+    zb-h1 beside the registry's zb-h1): the second run's rank files replaced the first's."""
+    first: dict[str, str] = {}
+    for folder, name in zip(folders, names):
+        if folder is None:
+            continue
+        if folder in first:
+            raise PipesimError(
+                f"--profile {flag}: {first[folder]} and {name} would write their traces to one folder, {folder!r} "
+                "(the schedules have one name): run them in two launches, or rename one in its file"
+            )
+        first[folder] = name
+
+
 def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
     """A trace in ``folder`` that this run will not replace (rank5.json beside a pp=2
     run, a file of the user's): ``pipesim profile`` reads every trace of the folder, so it
@@ -348,6 +364,8 @@ def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
 
 
 def _build_for_many(args, name: str):
+    if is_schedule_file(name):  # as draw's --schedules reads one: its order, checked against --pp and -m
+        return schedule_from(args, name)
     # each schedule gets the builder options it takes (--delay-wgrad and --group-size
     # were dropped here, unsaid), as compare gives them
     return build(name, *shape(args), **options_for(args, name))
@@ -443,7 +461,7 @@ def add_durations(p: argparse.ArgumentParser) -> None:
 def add_commands(command) -> None:
     c = command("run", cmd_run, "run schedules on torch.distributed: check gradients, measure timelines")
     c.add_argument("--schedule", "-s", help=SCHEDULE_HELP)
-    c.add_argument("--schedules", help="several schedules in one launch: comma-separated names, or 'all'")
+    c.add_argument("--schedules", help="several schedules in one launch: comma-separated names or files, or 'all'")
     add_shape(c)
     c.add_argument("--check", action="store_true", help="compare losses and every gradient with one process")
     c.add_argument(
