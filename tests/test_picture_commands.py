@@ -230,3 +230,23 @@ def test_report_sweep_of_zb_auto_builds_it_for_the_cost_flags(capsys, tmp_path):
     data = json.loads(re.search(r'id="pipesim-data">(.*?)</script>', out.read_text(), re.S)[1])
     (series,) = data["sweep"]["series"]
     assert series["bubble"] == [pytest.approx(_zb_auto_report().bubble_ratio, abs=1e-4)]
+
+
+def _no_build(*args, **kwargs):
+    raise AssertionError("built a schedule the work limit should have refused first")
+
+
+def test_report_of_many_schedules_is_bounded_as_compare_is(capsys, tmp_path, monkeypatch):
+    """report keeps every schedule's timeline, as compare does, but lacked compare's limit
+    on all of them together: at pp=64, M=100000 it ran 7.5 minutes and died writing
+    nothing. 3 ops x 100000 micro-batches x 64 ranks x 2 chunks x 17 schedules is
+    652,800,000 ops, past docs/limits.md's 24,000,000 and the report's 1,500,000."""
+    import pipesim.comparison
+
+    monkeypatch.setattr(pipesim.comparison, "build", _no_build)
+    out = tmp_path / "r.html"
+    assert main(["report", "--pp", "64", "-m", "100000", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report of 17 schedules too large" in err and "652,800,000 ops" in err, err
+    assert "above the limit of 1,500,000" in err
+    assert not out.exists()

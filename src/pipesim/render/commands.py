@@ -270,6 +270,15 @@ def _unit_text(costs_per: str) -> str:
     return "the cost model's: F, B, W are per chunk"
 
 
+#: the report's own work limit, below MAX_OPS: each op also becomes page data (its
+#: dependencies, memory steps, JSON), about 18 us of CPU and 1.7 KB of memory per op where
+#: compare needs a fraction of that. Measured on this project's 2-core machine:
+#: zb-v at pp=64, M=3906 (1,499,904 ops) took 26.6 s of CPU, 2.6 GB and wrote a 106 MB page;
+#: at MAX_OPS that is about 7 minutes and 40 GB (pp=64, M=100000: died after 7.5 minutes).
+REPORT_MAX_OPS = 1_500_000
+REPORT_COST = "about 30 s of CPU, 2.6 GB and a 100 MB page"
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
@@ -279,6 +288,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     refuse_options_none_take(args, names)
     costs = costs_from(args)
     pp, M = shape(args)
+    # every schedule is built, simulated and kept for the page, as compare keeps them: the
+    # limit holds for them all together, counted as compare counts them (2 chunks each)
+    work(pp, M, 2 * len(names), what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
     rows = compare_rows(args, names, costs)
     refuse_if_none_runs(rows, names, pp, M)
