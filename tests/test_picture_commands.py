@@ -250,3 +250,27 @@ def test_report_of_many_schedules_is_bounded_as_compare_is(capsys, tmp_path, mon
     assert err.count("\n") == 1 and "report of 17 schedules too large" in err and "652,800,000 ops" in err, err
     assert "above the limit of 1,500,000" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, ops",
+    [
+        # 1f1b runs an F and a BW per micro-batch and stage: 2 x 8000 x 64 = 1,024,000 ops
+        (["-s", "1f1b", "--pp", "64", "-m", "8000"], "1,024,000"),
+        # stacked, the chart holds both: zb-h1's F, B, W (3 x 4000 x 64) and 1f1b's 2 x 4000 x 64
+        (["--schedules", "zb-h1,1f1b", "--pp", "64", "-m", "4000"], "1,280,000"),
+    ],
+)
+def test_draw_refuses_more_ops_than_it_can_draw_in_about_half_a_minute(capsys, tmp_path, monkeypatch, argv, ops):
+    """draw was bounded only by MAX_OPS (24M), but each op is a box in a chart and events
+    in a trace: zb-h1 at pp=64, M=1500 (288,000 ops) took 19.6 s of CPU for an SVG and
+    1.2 GB for a Chrome trace, so at the limit an SVG took some 25 minutes. The sizes here
+    are refused before any simulation."""
+    import pipesim.render.commands
+
+    monkeypatch.setattr(pipesim.render.commands, "simulate", _no_build)
+    out = tmp_path / "d.svg"
+    assert main(["draw", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{ops} ops" in err and "above the limit of 500,000" in err, err
+    assert not out.exists()

@@ -141,9 +141,12 @@ def cmd_draw(args: argparse.Namespace) -> int:
         if args.time_unit not in (None, "s"):
             raise PipesimError(f"a measured timeline is in seconds; drop --time-unit {args.time_unit} (or give s)")
         runs = [load_timeline(args.measured)]
+        _refuse_past_draw_limit([runs[0][0]])
     else:
         names = [args.schedule] if args.schedule else _names(args.schedules)
-        runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in _build_each(args, names)]
+        built = _build_each(args, names)
+        _refuse_past_draw_limit(built)
+        runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in built]
     files: list[tuple[str, bytes | str]] = []
     for path, ext in zip(args.output, exts):
         if ext == ".json":
@@ -159,6 +162,25 @@ def cmd_draw(args: argparse.Namespace) -> int:
     for path, data in files:
         _write(path, data)
     return 0
+
+
+#: the most ops draw renders, all its schedules together: below MAX_OPS, because each op
+#: is a box (and a label) in a chart and events in a trace. Measured on this project's
+#: 2-core machine, zb-h1 at pp=64, M=1500 (288,000 ops): 19.6 s of CPU for an SVG, 7.1 s
+#: for a PNG, 9.8 s and 1.2 GB for a Chrome trace (at MAX_OPS an SVG was some 25 minutes).
+DRAW_MAX_OPS = 500_000
+
+
+def _refuse_past_draw_limit(schedules: list[Schedule]) -> None:
+    """Counted on the schedules as built (a file, a V or an interleaved order has the ops
+    it has), before any is simulated or drawn."""
+    ops = sum(s.num_ops for s in schedules)
+    if ops > DRAW_MAX_OPS:
+        what = schedules[0].name if len(schedules) == 1 else f"{len(schedules)} schedules together"
+        raise PipesimError(
+            f"draw of {what} too large: {ops:,} ops, above the limit of {DRAW_MAX_OPS:,} (about 35 s of CPU for an SVG, "
+            "2 GB for a Chrome trace); use fewer ranks or micro-batches (simulate and compare take up to 24,000,000)"
+        )
 
 
 def _refuse_with_measured(args: argparse.Namespace) -> None:
