@@ -274,3 +274,23 @@ def test_draw_refuses_more_ops_than_it_can_draw_in_about_half_a_minute(capsys, t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{ops} ops" in err and "above the limit of 500,000" in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_a_sweep_counts_every_schedule_against_the_work_limit(capsys, tmp_path, monkeypatch, command):
+    """docs/limits.md: one limit bounds every command. The sweep counted its micro-batch
+    counts together but one schedule at a time, so 17 schedules each under the limit ran
+    17 times it. Here M in 1000..16000 sums to 31,000: 3 x 31,000 x 64 ranks is 5,952,000
+    ops a schedule (at one chunk), and 17 schedules at two chunks each are
+    3 x 31,000 x 64 x 34 = 202,368,000, past 24,000,000."""
+    import pipesim.comparison
+    import pipesim.sweep
+
+    monkeypatch.setattr(pipesim.sweep, "build", _no_build)
+    monkeypatch.setattr(pipesim.comparison, "build", _no_build)
+    out = tmp_path / ("s.csv" if command == "sweep" else "r.html")
+    flag = "-m" if command == "sweep" else "--sweep"
+    assert main([command, "--pp", "64", flag, "1000:16000", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "202,368,000 ops" in err and "17 schedules" in err, err
+    assert not out.exists()

@@ -221,13 +221,28 @@ def _settings(args: argparse.Namespace, costs: Costs | None, runs: list[tuple[Sc
 # sweep
 
 
+def _chunks_counted(args: argparse.Namespace, names: list[str]) -> int:
+    """The chunks a list of schedules is counted at: two each, as compare counts them (a
+    V's and DualPipe's), or --chunks each where more."""
+    return max(2, getattr(args, "chunks", None) or 1) * len(names)
+
+
+def _sweep_work(args: argparse.Namespace, pp: int, Ms: list[int], names: list[str], flag: str, text: str | None) -> None:
+    """The whole sweep against the work limit, before the first simulation: every
+    schedule at every M, counted as compare counts a list; one schedule at a time, 17
+    schedules ran 17 times the limit."""
+    where = f"{flag} {text!r}: " if text else ""
+    what = f"sweep of {len(names)} schedule{'s' * (len(names) != 1)} (M summed over the range)"
+    work(pp, sum(Ms), _chunks_counted(args, names), where=where, what=what)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.table import Table  # imported when a table is printed: not to build the parser
 
     pp = args.pp or DEFAULT_PP
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
-    work(pp, sum(Ms), args.chunks or 1)  # the whole sweep, before the first simulation
     names = _names(args.schedules)
+    _sweep_work(args, pp, Ms, names, "--microbatches", args.microbatches)
     refuse_options_none_take(args, names)
     ext = (
         output_extension(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data")
@@ -312,8 +327,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     pp, M = shape(args)
     # every schedule is built, simulated and kept for the page, as compare keeps them: the
     # limit holds for them all together, counted as compare counts them (2 chunks each)
-    work(pp, M, 2 * len(names), what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
+    work(pp, M, _chunks_counted(args, names), what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
+    if Ms:
+        _sweep_work(args, pp, Ms, names, "--sweep", args.sweep)
     rows = compare_rows(args, names, costs)
     refuse_if_none_runs(rows, names, pp, M)
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
