@@ -294,3 +294,19 @@ def test_a_sweep_counts_every_schedule_against_the_work_limit(capsys, tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "202,368,000 ops" in err and "17 schedules" in err, err
     assert not out.exists()
+
+
+def test_an_output_named_as_a_folder_or_through_a_broken_link_is_one_true_line(capsys, tmp_path, monkeypatch):
+    """-o r.html/ names a folder (the shell's > r.html/ fails): it wrote r.html. A link
+    whose target's folder is missing was said to miss the folder '.', which exists."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["draw", "-s", "1f1b", "--pp", "2", "-m", "4", "-o"]
+    assert main([*argv, "x.png/"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'x.png/'" in err and "folder" in err, err
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "d.png").symlink_to(tmp_path / "gone" / "t.png")
+    assert main([*argv, "d.png"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "gone") in err and "'.'" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["d.png"]

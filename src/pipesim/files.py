@@ -282,12 +282,17 @@ def output_target(path: str | os.PathLike) -> Path | None:
         return None
     if name == "":
         raise PipesimError("-o '': the file name is empty; give a path, or - for stdout")
+    if name.endswith(os.sep) and not os.path.isdir(name):  # realpath drops the /: it wrote the file
+        raise PipesimError(f"cannot write {name!r}: a name ending in {os.sep} names a folder; give a file name")
     p = Path(os.path.realpath(name))
     try:
         st = os.stat(p)
     except FileNotFoundError:
         if not p.parent.is_dir():
-            raise PipesimError(f"cannot write {name!r}: there is no folder {os.path.dirname(name) or '.'!r}") from None
+            # through a link, the folder missing is its target's, not the link's own
+            linked = os.path.islink(name)
+            where = repr(str(p.parent)) + ", where the link leads" if linked else repr(os.path.dirname(name) or ".")
+            raise PipesimError(f"cannot write {name!r}: there is no folder {where}") from None
         return p
     except OSError as e:
         raise PipesimError(f"cannot write {name!r}: {e.strerror}") from None
