@@ -300,6 +300,18 @@ def test_run_refuses_two_schedules_whose_traces_share_a_folder(tmp_path, capsys)
     assert not (tmp_path / "p").exists()
 
 
+def test_run_refuses_a_profile_folder_it_cannot_create_before_any_process(tmp_path, capsys):
+    """A folder name longer than the file system's 255 bytes (NAME_MAX) passed the checks
+    (its parent is writable); the ranks failed to make it after the whole run, exit 1
+    naming '<frozen os>'. It is a bad --profile, refused in one line before the launch."""
+    folder = tmp_path / ("a" * 300)
+    argv = ["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--synthetic", "--f", "1ms", "--profile", str(folder)]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--profile" in err and "too long" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_torchrun_entry(tmp_path):
     """The documented multi-node entry, on one node with two processes."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

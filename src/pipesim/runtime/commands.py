@@ -321,12 +321,29 @@ def _profile_dir(args, schedule, count: int) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
         raise PipesimError(f"--profile {args.profile}: {what} not writable")
+    _refuse_uncreatable(folder, existing)
     refuse_overwrite(
         [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
         input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
     )
     _refuse_other_traces(args.profile, folder, schedule.pp)
     return folder
+
+
+def _refuse_uncreatable(folder: str, existing: str) -> None:
+    """A folder the ranks could not make, found now rather than after the run (they make
+    it when they write their traces): a name longer than the file system takes."""
+    try:
+        longest = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return
+    for part in os.path.relpath(folder, existing).split(os.sep) if folder != existing else ():
+        if len(os.fsencode(part)) > longest:
+            shown = part if len(part) <= 40 else f"{part[:20]}...{part[-8:]}"
+            raise PipesimError(
+                f"--profile: the folder name {shown!r} is too long ({len(os.fsencode(part))} bytes; "
+                f"{existing!r} takes names up to {longest}); give a shorter one"
+            )
 
 
 def _refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:
