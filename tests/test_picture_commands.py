@@ -310,3 +310,16 @@ def test_an_output_named_as_a_folder_or_through_a_broken_link_is_one_true_line(c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(tmp_path / "gone") in err and "'.'" not in err, err
     assert [p.name for p in tmp_path.iterdir()] == ["d.png"]
+
+
+def test_sweep_writes_every_output_it_is_given(capsys, tmp_path):
+    """sweep -o a.svg -o a.csv wrote a.csv alone, saying nothing of a.svg: draw takes -o
+    once per file, and so does sweep. Two schedules at M = 4, 8, 16 are six CSV rows."""
+    svg, data = tmp_path / "a.svg", tmp_path / "a.csv"
+    argv = ["sweep", "--pp", "4", "-m", "4:16", "--schedules", "1f1b,zb-h1", "-o", str(svg), "-o", str(data)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"wrote {svg}" in err and f"wrote {data}" in err
+    assert svg.read_text().lstrip().startswith("<?xml")
+    rows = list(csv.DictReader(data.open()))
+    assert [(r["schedule"], r["microbatches"]) for r in rows] == [(s, m) for s in ("1f1b", "zb-h1") for m in ("4", "8", "16")]

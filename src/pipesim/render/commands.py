@@ -74,7 +74,12 @@ def add_commands(command) -> None:
     add_builder_options(c)  # the builder options draw, compare and report take
     c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
     add_costs(c)
-    c.add_argument("--output", "-o", help="a plot (.png, .svg, .pdf) or the data (.csv); without, a table")
+    c.add_argument(
+        "--output",
+        "-o",
+        action="append",
+        help="a plot (.png, .svg, .pdf) or the data (.csv), by extension; repeat for several; without, a table",
+    )
     c.add_argument("--csv", help="also write the data as CSV to this path")
     c.set_defaults(output_flags=("output", "csv"))  # both are written: neither may be an input
 
@@ -244,11 +249,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     names = _names(args.schedules)
     _sweep_work(args, pp, Ms, names, "--microbatches", args.microbatches)
     refuse_options_none_take(args, names)
-    ext = (
-        output_extension(args.output, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data")
-        if args.output
-        else None
-    )
+    outputs = [
+        (path, output_extension(path, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data"))
+        for path in args.output or []
+    ]
     if args.csv:
         output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
@@ -259,16 +263,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     files: list[tuple[str, bytes | str]] = []
     if args.csv:
         files.append((args.csv, to_csv(points)))
-    if ext == ".csv":
-        files.append((args.output, to_csv(points)))
-    elif ext:
-        from .sweep_plot import sweep_bytes
+    for path, ext in outputs:
+        if ext == ".csv":
+            files.append((path, to_csv(points)))
+        else:
+            from .sweep_plot import sweep_bytes
 
-        title = f"pp={pp}, costs {costs_text(costs)}"
-        files.append((args.output, sweep_bytes(points, ext[1:], title=title)))
+            files.append((path, sweep_bytes(points, ext[1:], title=f"pp={pp}, costs {costs_text(costs)}")))
     for note in notes:
         print(f"pipesim: {note}", file=sys.stderr)
-    if not ext and not args.csv:
+    if not files:
         t = Table(title=f"sweep: pp={pp}, M in {Ms}, costs {costs_text(costs)}")
         for col in COLUMNS:  # spaces let the headers wrap instead of being cut; names keep their width
             if col == "schedule":
