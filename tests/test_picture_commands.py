@@ -323,3 +323,16 @@ def test_sweep_writes_every_output_it_is_given(capsys, tmp_path):
     assert svg.read_text().lstrip().startswith("<?xml")
     rows = list(csv.DictReader(data.open()))
     assert [(r["schedule"], r["microbatches"]) for r in rows] == [(s, m) for s in ("1f1b", "zb-h1") for m in ("4", "8", "16")]
+
+
+@pytest.mark.parametrize("width", [1, 12, 40])
+def test_the_squeezed_timeline_says_the_width_it_drew(capsys, width):
+    """--width below the rank labels and the utilization left no room: the time axis became
+    one column and the note said 'squeezed to 1 columns' under lines 16 wide. The note
+    never names fewer columns than the lines take, and time keeps a few columns."""
+    assert main(["simulate", "-s", "1f1b", "--pp", "2", "-m", "4", "--width", str(width)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("rank ")]
+    said = int(re.search(r"squeezed to (\d+) columns", out).group(1))
+    assert max(len(r) for r in rows) <= said, (said, rows)
+    assert all(len(r.split("│")[1]) >= 8 for r in rows)  # the time axis between the bars

@@ -68,6 +68,8 @@ TAIL = "│ 100%"
 MAX_COLUMNS = 4000
 #: the width of a timeline written to a pipe or a file, as the piped tables' (cli.console)
 PIPED_WIDTH = 160
+#: fewest columns of time a squeezed table draws, whatever --width asks
+MIN_TIME_COLUMNS = 8
 #: tick labels: at least this many columns apart, and about this many across the axis
 TICK_GAP, TICKS = 8, 10
 
@@ -98,7 +100,9 @@ def render(schedule: Schedule, timeline: Timeline, width: int | None = None) -> 
     single = (dur > 0) & (dur <= unit * 1.0001) & (t.kind2 < 0)
     cell = _widest_label(t, single, chunks) + 1  # columns per unit: the shortest op's label and a gap
     squeezed = False
-    avail = width - len(HEAD) - len(TAIL) if width else None
+    # a width that leaves time no room still draws a few columns of it (the note then says
+    # the width drawn): below the labels, time became one column under a 16-column line
+    avail = max(MIN_TIME_COLUMNS, width - len(HEAD) - len(TAIL)) if width else None
     if units * cell > MAX_COLUMNS and (avail is None or avail > MAX_COLUMNS):
         avail = MAX_COLUMNS
     if avail is not None and units * cell > avail:
@@ -189,7 +193,8 @@ def print_timeline(out: Console, schedule: Schedule, timeline: Timeline, width: 
         out.print(line, crop=False, no_wrap=True, overflow="ignore")
     note = ""
     if squeezed:
-        note = f"; squeezed to {min(width or MAX_COLUMNS, MAX_COLUMNS)} columns: cells show micro-batch numbers, colour the kind"
+        drawn = max(min(width or MAX_COLUMNS, MAX_COLUMNS), max(line.cell_len for line in lines))
+        note = f"; squeezed to {drawn} columns: cells show micro-batch numbers, colour the kind"
     if unlabelled:
         note += f"; {unlabelled} cells too narrow for their label are left blank"
     if note:
