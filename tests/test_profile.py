@@ -511,6 +511,26 @@ def test_the_simulate_line_names_the_schedule_that_ran(tmp_path, capsys, name, k
     assert main([*argv, "--no-timeline"]) == 0  # the line runs as printed
 
 
+def test_the_simulate_line_names_zb_auto_only_where_its_flags_build_the_order_that_ran(tmp_path, capsys):
+    """zb-auto orders by the cost flags it is given, and simulate hands it the line's:
+    the line named zb-auto where its default costs rebuilt the order, so with a measured
+    latency of 5 ops it simulated another order than the one that ran."""
+    s = build("zb-auto", 2, 4)  # unit costs, as run builds it
+    d = runtime_traces(tmp_path, s, {"F": 100, "B": 100, "W": 100, "BW": 200}, 3, 7, 500)
+    assert main(["profile", str(d)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    argv = line.removeprefix("simulate with: pipesim ").split()
+    flags = dict(zip(argv[7::2], argv[8::2]))  # after simulate -s NAME --pp 2 -m 4
+    rebuilt = build("zb-auto", 2, 4, **{k[2:]: _value(v) for k, v in flags.items()})
+    assert rebuilt.ranks != s.ranks  # these flags order zb-auto otherwise
+    assert argv[2] == "SCHEDULE", line
+
+
+def _value(text: str):
+    vals = tuple(float(x) for x in text.split(","))
+    return vals[0] if len(vals) == 1 else vals
+
+
 def test_the_window_of_several_traces_says_it_is_their_sum(tmp_path, capsys):
     # two ranks, each trace 210 us from first to last work (F 100 us, a 10 us gap, BW
     # 100 us: action_traces): "window" printed their sum, 420 us, as if one span of the run

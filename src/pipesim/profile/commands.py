@@ -144,11 +144,17 @@ def stage_values(prof: Profile) -> dict[str, object]:
     return values
 
 
-def stage_flags(prof: Profile) -> str:
-    def flag(v) -> str:
-        return ",".join(f"{x:.6g}" for x in v) if isinstance(v, tuple) else f"{v:.6g}"
+def _flag(v) -> str:
+    return ",".join(f"{x:.6g}" for x in v) if isinstance(v, tuple) else f"{v:.6g}"
 
-    return " ".join(f"--{k} {flag(v)}" for k, v in stage_values(prof).items())
+
+def _as_printed(v):
+    """A flag's value as the printed line gives it back (6 significant digits)."""
+    return tuple(float(f"{x:.6g}") for x in v) if isinstance(v, tuple) else float(f"{v:.6g}")
+
+
+def stage_flags(prof: Profile) -> str:
+    return " ".join(f"--{k} {_flag(v)}" for k, v in stage_values(prof).items())
 
 
 def to_dict(prof: Profile) -> dict:
@@ -192,15 +198,18 @@ def to_dict(prof: Profile) -> dict:
     return d
 
 
-def rerun_name(s: Schedule) -> str:
+def rerun_name(s: Schedule, values: dict[str, object] | None = None) -> str:
     """The registry schedule (with its --chunks) that builds the order measured, to simulate
-    it again; SCHEDULE where none does (PyTorch's labels, zb-auto's cost-dependent order)."""
+    it again; SCHEDULE where none does (PyTorch's labels, zb-auto's cost-dependent order).
+    ``values``: the flags printed beside the name, as printed; a builder that orders by
+    costs (zb-auto) is built with them, since simulate hands it those."""
     fam = REGISTRY.get(s.name)
     if fam is None:
         return "SCHEDULE"
     chunks = {"chunks": s.placement.chunks} if "chunks" in fam.options and s.placement.chunks != fam.options["chunks"] else {}
+    costs = {k: _as_printed(v) for k, v in (values or {}).items() if k in fam.options}
     try:
-        same = build(s.name, s.pp, s.microbatches, **chunks).ranks == s.ranks
+        same = build(s.name, s.pp, s.microbatches, **chunks, **costs).ranks == s.ranks
     except PipesimError:
         same = False
     return f"{s.name}{f' --chunks {s.placement.chunks}' if chunks else ''}" if same else "SCHEDULE"
@@ -262,4 +271,5 @@ def print_profile(prof: Profile) -> None:
         out.print(t)
         if prof.filled:
             out.print("* not measured: no op of that kind ran at that stage; the mean of the stages that ran it")
-        out.print(f"simulate with: pipesim simulate -s {rerun_name(s)} --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")
+        name = rerun_name(s, stage_values(prof))
+        out.print(f"simulate with: pipesim simulate -s {name} --pp {s.pp} -m {s.microbatches} {stage_flags(prof)}")
