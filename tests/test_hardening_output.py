@@ -117,6 +117,17 @@ def test_an_export_past_the_match_bound_is_not_compared_with_the_classes(monkeyp
     assert 'pipeline_parallel_schedule_csv = "schedule.csv"' in hint
 
 
+@pytest.mark.parametrize("name", ["x.json", "x.toml", "x"])
+def test_export_refuses_an_output_that_is_no_csv(capsys, tmp_path, name):
+    """export writes PyTorch's compute-only CSV whatever -o is called: -o x.json wrote CSV
+    text into x.json, where every other -o refuses an extension it does not write."""
+    out = tmp_path / name
+    assert main(["export", "-s", "1f1b", "--pp", "2", "-m", "4", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown extension" in err and ".csv" in err, err
+    assert not out.exists()
+
+
 def test_export_writes_the_same_csv_to_a_file_and_to_stdout(capsys, tmp_path):
     out = tmp_path / "o.csv"
     assert main(["export", "-s", "dualpipev", "--pp", "4", "-m", "8", "-o", str(out)]) == 0

@@ -31,6 +31,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .torch_export import check_torch, csv_chunks, torchtitan_hint
 
     refuse_order_costs(args)
+    if args.output and args.output != "-":  # the CSV whatever the name: x.json got CSV text
+        output_extension(args.output, (".csv",), ".csv (PyTorch's compute-only CSV), or - for stdout")
     s = schedule_from(args)
     check_torch(s)  # refuses what PyTorch cannot run, before writing
     if args.check:
