@@ -63,7 +63,9 @@ class Prepared:
     steps: StepSync | Callable[[], StepSync] | None = field(repr=False, compare=False)
     floor: float  # at most ``bound``, known without pricing overlapped pairs (``bounds.work_floor``) or the sync
     evened: bool = True  # the split evens out the ranks (split._even_out_ranks)
-    exact: Callable[[], float] | None = field(default=None, repr=False, compare=False)  # ``bound``, priced when asked
+    # ``bound``, priced when asked, given the Prepared itself: a closure over it would make
+    # a cycle, which only the cycle collector frees (the search turns it off while it runs)
+    exact: Callable[[Prepared], float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def bound(self) -> float:
@@ -71,7 +73,7 @@ class Prepared:
         first asked (the search asks only candidates whose floor reaches the front of its
         queue): most candidates of a wide MoE search are skipped unpriced."""
         if self.exact is not None:
-            self.floor, self.exact = self.exact(), None
+            self.floor, self.exact = self.exact(self), None
         return self.floor
 
     @property
@@ -275,7 +277,7 @@ def _within_memory(
         order = (cand.schedule, lay.pp, M, tuple(sorted(chunks.items())))
         paired, last, pairs = kept(shared.orders, order, lambda: order_ends(shapes, held, len(pl.routes)))
 
-        def priced():  # the bound's: a paired rank's last item at most its longest pair
+        def priced(p: Prepared | None):  # the bound's: a paired rank's last item at most its longest pair
             for keys in pairs:
                 for key in keys - times.keys():
                     times[key] = item_time(key, costs)
@@ -286,8 +288,8 @@ def _within_memory(
         paired = (False,) * lay.pp  # orders without overlapped pairs (``unpaired_work``)
         last = (None,) * lay.pp
 
-        def priced():
-            return sync()
+        def priced(p: Prepared | None):
+            return sync(p)
 
         def work():
             return kept(split_memo, ("unpaired", shared.routes_key(pl)), lambda: unpaired_work(pl, costs))
@@ -316,26 +318,24 @@ def _within_memory(
     step = step_of() if per_m in syncs else step_of
     known = step.before if isinstance(step, StepSync) else 0.0
 
-    def sync() -> float:
-        return step.before if isinstance(step, StepSync) else got.sync
+    def sync(p: Prepared | None) -> float:
+        return step.before if isinstance(step, StepSync) else p.sync
 
     if floor is None:  # no floor cheaper than the work itself: summed now
         ahead = pipeline_bound(pl, costs, *work(), passes, fills)
         if any(paired):  # an exhaustive search's paired order: priced at once
             step = step if isinstance(step, StepSync) else step_of()
-            return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced()), evened)
-        got = Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + known, evened, lambda: ahead + sync())
-        return got
+            return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced(None)), evened)
+        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + known, evened, lambda p: ahead + sync(p))
 
-    def bound() -> float:
+    def bound(p: Prepared) -> float:
         busy = work()  # prices the order's items (a paired rank's pairs among them) first
-        return pipeline_bound(pl, costs, *busy, passes, fills) + (sync() if not any(paired) else max(sync(), priced()))
+        return pipeline_bound(pl, costs, *busy, passes, fills) + (sync(p) if not any(paired) else max(sync(p), priced(p)))
 
     # more work and less deferrable W can only lengthen pipeline_bound, and sync is at
     # least 0: a floor under the bound
     below = pipeline_bound(pl, costs, *floor, passes, fills) + known
-    got = Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, below, evened, bound)
-    return got
+    return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, below, evened, bound)
 
 
 def finish(m: Model, c: Cluster, t: Training, p: Prepared, shared: Shared | None = None) -> Result:
