@@ -108,6 +108,9 @@ class ComponentCosts:
     lone_overlap: bool = False
     held_in_pairs: bool = False  # a pair's communication holds its SMs for the whole pair
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # op_time's answers by (kind, stage): a search asks it about a million times, each
+    # else two lookups and a call (``_serial_times``) for the same float
+    _op_times: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.stages or any(not s for s in self.stages):
@@ -171,14 +174,23 @@ class ComponentCosts:
 
     def op_time(self, op: Op, stage: int) -> float:
         key = (op.kind, stage)
+        t = self._op_times.get(key)
+        if t is None:
+            t = self._op_times[key] = self._op_time(key)
+        return t
+
+    def _op_time(self, key: tuple[str, int]) -> float:
+        """``op_time`` of an op of kind ``key[0]`` on stage ``key[1]``: its plan's time where
+        it has one, which is its parts' serial time where they run one after another."""
+        kind, stage = key
         hit = self._cache.get(key)
         if hit is not None:
             return hit[0]
-        if self.lone_overlap and op.kind != "W":  # half micro-batches overlap: simulated
+        if self.lone_overlap and kind != "W":  # half micro-batches overlap: simulated
             return self._plan(key)[0]
         # parts one after another: the sum of their times, kept apart from the plan, which
         # only a simulation asks for (``inside``)
-        return self._serial_times(stage)[op.kind]
+        return self._serial_times(stage)[kind]
 
     def compute_time(self, kind: str, stage: int) -> float:
         """Seconds of compute in one op (F, B or the fused BW) on one stage: its compute
