@@ -63,9 +63,10 @@ __all__ = [
 
 
 #: plans of items shared by every cost model, keyed by the layers they run (bounded:
-#: a plan of a deep stage holds a tuple per part)
+#: a plan of a deep stage holds a tuple per part). DeepSeek-V2 on b200 asks for 10594
+#: distinct plans: 2048 kept made 2469 of them again (0.2 s), 8192 kept 8
 _PLANS: dict[tuple, tuple[float, Inside]] = {}
-PLANS_KEPT = 2048
+PLANS_KEPT = 8192
 
 #: ``serial_time`` of every kind of op on some layers, shared by every cost model, keyed
 #: by the identities of the layers (hashing their values would cost as much as adding
