@@ -23,10 +23,9 @@ def hashed_once(cls: type) -> type:
     generated = cls.__hash__
 
     def __hash__(self) -> int:
-        d = self.__dict__
-        h = d.get(_HASH)
+        h = self._hash_once  # the instance's, once set; the class's None before
         if h is None:
-            h = d[_HASH] = generated(self)  # frozen: set in the dict, past __setattr__
+            h = self.__dict__[_HASH] = generated(self)  # frozen: set in the dict, past __setattr__
         return h
 
     def __getstate__(self) -> dict:
@@ -34,6 +33,7 @@ def hashed_once(cls: type) -> type:
 
     cls.__hash__ = __hash__
     cls.__getstate__ = __getstate__
+    setattr(cls, _HASH, None)  # a plain class attribute (no field): one attribute read per hash
     return cls
 
 
