@@ -13,6 +13,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -54,6 +55,29 @@ def asap(index: Index, orders: Order) -> Plan | None:
 class Timed(tuple):
     """A timed order as ``timed`` returns it: (plan, the end of each F and B by
     ``stage * M + mb``, Bs after the Fs), the state a re-timing resumes from."""
+
+    def places(self, index: Index) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+        """Per rank, the ends table's place of each of its Fs and Bs in order, their
+        ends, and at each place of its order how many Fs and Bs come before: what a
+        re-timing from this one copies or clears of the ends table, without reading its
+        ops one by one each time (a search re-times one base thousands of times)."""
+        got = self.__dict__.get("_places")
+        if got is None:
+            SM, M = index.S * index.M, index.M
+            keys, ends, before = [], [], []
+            for r, ops in enumerate(self[0].ranks):
+                stage_r = index.stage[r]
+                k_r, e_r, b_r = [], [], [0]
+                for kind, c, i, _, end in ops:
+                    if kind != 2:
+                        k_r.append((SM if kind == B else 0) + stage_r[c][i] * M + i)
+                        e_r.append(end)
+                    b_r.append(len(k_r))
+                keys.append(k_r)
+                ends.append(e_r)
+                before.append(b_r)
+            got = self.__dict__["_places"] = (keys, ends, before)
+        return got
 
 
 def timed(
@@ -121,13 +145,19 @@ def timed(
         out = [list(ops[:k]) for ops, k in zip(plan.ranks, ptr)]
         # the ends of what keeps its time: base's, less what is timed again, or (where
         # fewer ops keep their time than not) those ops' own
-        again = sum(len(ops) for ops in plan.ranks) - 2 * sum(ptr)
-        done = list(kept) if again < 0 else [-1.0] * (2 * SM)
-        for r, ops in enumerate(plan.ranks):
-            stage_r = stage[r]
-            for kind, c, i, _, end in ops[ptr[r] :] if again < 0 else ops[: ptr[r]]:
-                if kind != 2:
-                    done[(SM if kind == B else 0) + stage_r[c][i] * M + i] = -1.0 if again < 0 else end
+        keys, ends, before = base.places(index)
+        cut = [b[k] for b, k in zip(before, ptr)]
+        again = sum(map(len, keys)) - 2 * sum(cut)
+        if again < 0:
+            done = list(kept)
+            for k_r, c_r in zip(keys, cut):
+                for key in k_r[c_r:]:
+                    done[key] = -1.0
+        else:
+            done = [-1.0] * (2 * SM)
+            for k_r, e_r, c_r in zip(keys, ends, cut):
+                for key, end in zip(k_r[:c_r], e_r[:c_r]):
+                    done[key] = end
     if rest is None:
         rest = [[0.0] * len(seq) for seq in orders] if cap < math.inf else ()
     parked: dict[int, list[int]] = {}
@@ -309,8 +339,7 @@ def rest_of(index: Index, seq: Sequence[tuple[int, int, int]], rank: int) -> lis
     return out
 
 
-def _start(op: tuple[int, int, int, float, float]) -> float:
-    return op[3]
+_start = itemgetter(3)  # an op's start (C-level: bisect calls it at every step)
 
 
 def orders_of(plan: Plan) -> list[list[tuple[int, int, int]]]:
