@@ -25,6 +25,7 @@ The names of ``layer`` and ``streams`` that callers use are importable from here
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, fields
 
 from .errors import PipesimError
@@ -67,6 +68,13 @@ __all__ = [
 #: distinct plans: 2048 kept made 2469 of them again (0.2 s), 8192 kept 8
 _PLANS: dict[tuple, tuple[float, Inside]] = {}
 PLANS_KEPT = 8192
+
+#: a number for each stage's layers by their values (``ComponentCosts._layers_key``), which
+#: ``_PLANS`` is keyed by: equal layers, one number. Bounded; a number is never reused, so
+#: layers seen again after theirs was dropped get a new one (and their plans are made again)
+_LAYER_KEYS: dict[tuple[LayerCosts, ...], int] = {}
+_NUMBERS = itertools.count()
+LAYER_KEYS_KEPT = 1 << 16
 
 #: ``serial_time`` of every kind of op on some layers, shared by every cost model, keyed
 #: by the identities of the layers (hashing their values would cost as much as adding
@@ -112,6 +120,7 @@ class ComponentCosts:
     # op_time's answers by (kind, stage): a search asks it about a million times, each
     # else two lookups and a call (``_serial_times``) for the same float
     _op_times: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _layer_keys: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)  # ``_layers_key``'s
 
     def __post_init__(self) -> None:
         if not self.stages or any(not s for s in self.stages):
@@ -231,17 +240,19 @@ class ComponentCosts:
         if hit is None:
             # Keyed by what the plan depends on (the layers' times, not the stage's index),
             # so cost models that share layers (the planner's candidates) share plans.
+            # The layers by a number standing for their values (``_layers_key``), not the
+            # values hashed at each look-up: DeepSeek-V2 on b200 hashed 574k LayerCosts here
             if key[0] == "pair":
                 content = (
                     key[3],
-                    self.layers(key[1]),
-                    self.layers(key[2]),
+                    self._layers_key(key[1]),
+                    self._layers_key(key[2]),
                     self.lone_overlap,
                     self.comm_share,
                     self.held_in_pairs,
                 )
             else:
-                content = (key[0], self.layers(key[1]), self.lone_overlap, self.comm_share)
+                content = (key[0], self._layers_key(key[1]), self.lone_overlap, self.comm_share)
             hit = _PLANS.get(content)
             if hit is None:
                 hit = _PLANS[content] = self._run_plan(key)
@@ -249,6 +260,20 @@ class ComponentCosts:
                     del _PLANS[next(iter(_PLANS))]  # the oldest: a bounded memory
             self._cache[key] = hit
         return hit
+
+    def _layers_key(self, stage: int) -> int:
+        """A number for the values of ``stage``'s layers, the same for equal layers of any
+        cost model (``_LAYER_KEYS``), worked out once per stage of this one."""
+        got = self._layer_keys.get(stage)
+        if got is None:
+            layers = self.layers(stage)
+            got = _LAYER_KEYS.get(layers)
+            if got is None:
+                got = _LAYER_KEYS[layers] = next(_NUMBERS)
+                if len(_LAYER_KEYS) > LAYER_KEYS_KEPT:
+                    del _LAYER_KEYS[next(iter(_LAYER_KEYS))]  # the oldest; its number is never given again
+            self._layer_keys[stage] = got
+        return got
 
     def _run_plan(self, key: tuple) -> tuple[float, Inside]:
         if key[0] == "pair":
