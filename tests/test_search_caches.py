@@ -209,6 +209,55 @@ def test_a_search_runs_without_the_cycle_collector_and_gives_it_back(monkeypatch
         (gc.enable if was else gc.disable)()
 
 
+def test_a_search_leaves_no_cycles_and_freezes_what_it_kept_until_the_next(monkeypatch):
+    """What a search keeps alive is frozen on its way out (no young collection walks it
+    as the collector comes back on, nor the last one at exit), and given back to the
+    collector when the next search starts; objects someone else froze are left as they
+    are. The search itself makes no cycles (a Prepared's deferred bound once closed over
+    the Prepared): the collector finds none of its objects to free."""
+    import gc
+
+    from pipesim.planner import evaluate
+    from pipesim.planner import search as search_mod
+    from pipesim.planner.specs import Training, load_cluster, load_model
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=8)
+    t = Training(seq=1024, global_batch=32, recompute="selective")
+    during = []
+    real = search_mod._search
+    monkeypatch.setattr(search_mod, "_search", lambda *a: during.append(gc.get_freeze_count()) or real(*a))
+    was = gc.isenabled()
+    gc.unfreeze()
+    search_mod._FROZEN[0] = False
+    try:
+        gc.enable()
+        search_mod.search(m, c, t)
+        assert gc.get_freeze_count() > 0 and gc.isenabled()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable, kept to look at
+        gc.disable()
+        search_mod.search(m, c, t)
+        assert during == [0, 0]  # the first search's objects were given back before the second ran
+        gc.collect()
+        assert not [x for x in gc.garbage if isinstance(x, evaluate.Prepared)]
+        gc.set_debug(0)
+        gc.garbage.clear()
+        # a caller's own frozen objects: the search neither freezes more nor thaws them
+        gc.unfreeze()
+        search_mod._FROZEN[0] = False
+        gc.enable()
+        keep = [object() for _ in range(3)]
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        search_mod.search(m, c, t)
+        assert gc.get_freeze_count() == frozen and keep
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.unfreeze()
+        search_mod._FROZEN[0] = False
+        (gc.enable if was else gc.disable)()
+
+
 @pytest.mark.parametrize(
     ("name", "pp", "M", "options"), [("1f1b", 4, 12, {}), ("interleaved-1f1b", 4, 16, {"chunks": 2}), ("zb-h2", 4, 12, {})]
 )

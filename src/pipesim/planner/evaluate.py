@@ -325,8 +325,12 @@ def _within_memory(
         ahead = pipeline_bound(pl, costs, *work(), passes, fills)
         if any(paired):  # an exhaustive search's paired order: priced at once
             step = step if isinstance(step, StepSync) else step_of()
-            return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced(None)), evened)
-        return Prepared(cand, stages, parts, opts, costs, mm, own, statics, step, ahead + known, evened, lambda p: ahead + sync(p))
+            return Prepared(
+                cand, stages, parts, opts, costs, mm, own, statics, step, ahead + max(step.before, priced(None)), evened
+            )
+        return Prepared(
+            cand, stages, parts, opts, costs, mm, own, statics, step, ahead + known, evened, lambda p: ahead + sync(p)
+        )
 
     def bound(p: Prepared) -> float:
         busy = work()  # prices the order's items (a paired rank's pairs among them) first

@@ -55,27 +55,39 @@ def search(
         return _search(m, c, t, schedules, progress, keep, pins, exhaustive)
 
 
+#: whether the last search left what it kept in the collector's permanent generation
+#: (``_no_collections``), to be given back at the next
+_FROZEN: list[bool] = [False]
+
+
 @contextmanager
 def _no_collections():
     """Python's cycle collector off while a search runs (as it was before, after): the
     search keeps large caches alive (programs, plans, split and order tables) and makes
-    almost no cycles, and each collection walks all of them again. At a twentieth of its
+    no cycles, and each collection walks all of them again. At a twentieth of its
     usual pace it still took 1.0-1.1 s of the cold 13 s Qwen3-235B-A22B search on
     h800-2048 (243 young, 23 middle and 2 full collections); off, the peak memory rose
-    from 311 to 315 MB. Reference counting still frees everything else as it goes.
+    from 311 to 315 MB. Reference counting frees everything else as it goes.
 
-    On the way out, what the search left alive (its caches: 1.25 M objects on that
-    search) is moved to the oldest generation before the collector is back on: the
-    allocations counted while it was off would otherwise start a young collection at
-    once that walks every one of them (0.68 s of its 11 s), only to keep them all."""
+    On the way out, what the search left alive (1.25 M objects on that search) is frozen
+    (``gc.freeze``) before the collector is back on: the allocations counted while it was
+    off would otherwise start a young collection at once that walks every one of them
+    (0.68 s of its 11 s), only to keep them all, and the interpreter's last collection on
+    exit would walk them again (0.2 s). The next search gives them back to the oldest
+    generation first, so no cycle they later join outlives two searches. Where something
+    else froze objects already, the collector is left to run as it would."""
     was = gc.isenabled()
+    if _FROZEN[0]:
+        gc.unfreeze()
+        _FROZEN[0] = False
     gc.disable()
     try:
         yield
     finally:
         if was:
-            gc.freeze()  # out of the young generations, in one step...
-            gc.unfreeze()  # ...and back, as the oldest generation
+            if not gc.get_freeze_count():
+                gc.freeze()
+                _FROZEN[0] = True
             gc.enable()
 
 
