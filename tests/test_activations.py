@@ -5,6 +5,8 @@ formula against real PyTorch blocks.)"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipesim.planner.activations import head_activation, layer_activation, layer_saved
@@ -155,3 +157,18 @@ def test_only_block_scaled_fp8_caches_the_swiglu_input():
     tensor = layer_saved(m, layer, Training(precision="fp8", fp8_scaling="tensor"))
     bf16 = layer_saved(m, layer, Training(precision="bf16"))
     assert sum(block.values()) < sum(tensor.values()) <= sum(bf16.values())
+
+
+@pytest.mark.parametrize("modules", [(), ("moe_act",)])
+def test_shared_expert_activation_is_tp_wide_whatever_etp_and_moe_act(modules):
+    """A shared expert is an MLP tensor-parallel over tp (Megatron-Core core_v0.14.0
+    moe/shared_experts.py, an MLP built with is_expert false): a fused SwiGLU keeps its
+    [gate, up] input and the down projection its product, 2 bytes each in BF16, 3 x 2 x
+    16384 / tp bytes a token for Mixtral's width, which expert tensor parallelism does not
+    split and whose activation "moe_act" does not rerun (that module is the routed
+    TEGroupedMLP's alone: moe/experts.py:806)."""
+    base = load_model("mixtral-8x22b")
+    m = replace(base, moe=replace(base.moe, shared_experts=1))
+    t = Training(seq=4096, global_batch=8, recompute_modules=modules)
+    saved = layer_saved(m, 0, t, tp=2, recompute="selective" if modules else "none", etp=2)
+    assert saved["shared expert MLPs"] == pytest.approx(3 * 2 * 16384 / 2)

@@ -163,11 +163,14 @@ def _mlp(
             return {"gelu input": BF16 * f, "gelu output": lin * f}
         return {"gate and up": BF16 * 2 * f, **({"silu(gate)": BF16 * f} if eager else {}), "swiglu output": lin * f}
     e, h = m.moe, m.hidden
-    k, f = e.top_k, e.expert_ffn / etp
-    if fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
-        per_copy = lin * 2 * f
-    else:
-        per_copy = BF16 * 2 * f + (BF16 * f if eager else 0.0) + (0.0 if act_rerun else lin * f)
+
+    def swiglu(f: float, rerun: bool) -> float:
+        if fp8_swiglu_cache(t):  # DeepSeek-V3 (section 3.3.3) caches the SwiGLU input in FP8 and recomputes its output
+            return lin * 2 * f
+        return BF16 * 2 * f + (BF16 * f if eager else 0.0) + (0.0 if rerun else lin * f)
+
+    k = e.top_k
+    per_copy = swiglu(e.expert_ffn / etp, act_rerun)
     routed = {
         "router scores (fp32 softmax)": FP32 * e.experts * seq_share,
         "top-k indices": INDEX * k * seq_share,
@@ -179,7 +182,11 @@ def _mlp(
     if t.moe_combine_keeps_outputs:
         routed["expert outputs and weights"] = BF16 * k * (h + 1) * seq_share
     if e.shared_experts:
-        routed["shared expert MLPs"] = per_copy * e.shared_experts / tp
+        # an MLP tensor-parallel over tp on every token, as compute.mlp_shapes runs it: its
+        # width is not split by etp, and "moe_act" reruns the routed experts' activation
+        # alone (Megatron-Core core_v0.14.0 moe/experts.py:806, TEGroupedMLP; the shared
+        # experts are transformer/mlp.py's MLP, which has no such module)
+        routed["shared expert MLPs"] = swiglu(e.expert_ffn * e.shared_experts / tp, False)
     return routed
 
 
