@@ -101,12 +101,14 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     tp_attn_f, tp_mlp_f = layer_forward(m, layer, c, t, lay)
     tp_attn_b, tp_mlp_b = layer_backward(m, layer, c, t, lay)
     if m.is_moe_layer(layer):
-        # attention's collectives (the MoE block's tokens stay sequence-sharded into the
-        # all-to-all), then the dispatch
+        # attention's collectives (the routed tokens stay sequence-sharded into the
+        # all-to-all), then the dispatch; the shared experts' gather and reduce-scatter
+        # run inside the MoE block, after the dispatch (tp_overlap.py): with the combine
         dispatch, combine, dispatch_b, combine_b = moe_comm(m, c, t, lay)
-        a2a = dispatch + combine  # the MoE block's own forward all-to-alls
+        a2a = dispatch + combine + tp_mlp_f  # what the MoE block's own forward waits for
         tp = tp_attn_f
         dispatch, dispatch_b = dispatch + tp, dispatch_b + tp_attn_b
+        combine, combine_b = combine + tp_mlp_f, combine_b + tp_mlp_b
     else:
         dispatch, combine = tp_attn_f, tp_mlp_f
         dispatch_b, combine_b = tp_attn_b, tp_mlp_b
@@ -123,10 +125,20 @@ def layer_costs(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, reco
     attn_b, mlp_bwd, dispatch_b, combine_b = attn_b + unfused, mlp_bwd + unfused, dispatch_b - unfused, combine_b - unfused
     if t.pair_tp_on_compute and lay.tp > 1:
         # the tensor-parallel parts of the communication wait on the compute stream
-        # (Training.pair_tp_on_compute): all of a dense layer's, the attention's of an MoE one
+        # (Training.pair_tp_on_compute): all of a dense layer's; of an MoE one the
+        # attention's, and its shared experts', which combined 1F1B runs in the "mlp" node
+        # on comp_stream (core_v0.14.0 models/gpt/fine_grained_callables.py:384-412,
+        # experts_compute; models/common/model_chunk_schedule_plan.py:141-142)
         if m.is_moe_layer(layer):
             tp_b = max(0.0, tp_attn_b + (tp if recompute == "full" else 0.0) - unfused)
             attn_f, dispatch, attn_b, dispatch_b = attn_f + tp, dispatch - tp, attn_b + tp_b, dispatch_b - tp_b
+            shared_b = tp_mlp_b + (tp_mlp_f if recompute == "full" else 0.0)
+            mlp_fwd, combine, mlp_bwd, combine_b = (
+                mlp_fwd + tp_mlp_f,
+                combine - tp_mlp_f,
+                mlp_bwd + shared_b,
+                combine_b - shared_b,
+            )
         else:
             attn_f, mlp_fwd, attn_b, mlp_bwd = attn_f + dispatch, mlp_fwd + combine, attn_b + dispatch_b, mlp_bwd + combine_b
             dispatch = combine = dispatch_b = combine_b = 0.0

@@ -29,7 +29,12 @@ Megatron-Bridge v0.1.0rc4 (its 25.09 performance scripts):
   buffer, and the layer takes a copy of it on the compute stream (layernorm_linear.py:903,
   ``get_buffer(local_chunk=True).clone()``, the buffer being BF16 there): a read and a
   write of two bytes an element. Megatron-Core's defaults choose the bulk overlaps
-  (tp_comm_bulk_dgrad and tp_comm_bulk_wgrad true, tp_comm_overlap_rs_dgrad false).
+  (tp_comm_bulk_dgrad and tp_comm_bulk_wgrad true, tp_comm_overlap_rs_dgrad false), and
+  passes them to TELayerNormColumnParallelLinear alone (core_v0.14.0
+  extensions/transformer_engine.py:482-483): a column-parallel TELinear (an MoE layer's
+  shared-expert fc1, after the layer's own norm) gets ub_overlap_ag and ub_overlap_rs only
+  (:272-289), so its backward collectives are TE's ordinary asynchronous NCCL ones and
+  leave no buffer to copy out of.
 - The forward's row-parallel reduce-scatter (proj_fprop, fc2_fprop; ``Training.ub_fprop_rs``).
   As a ring exchange (CommOverlapP2PBase::split_overlap_rs,
   common/comm_gemm_overlap/comm_gemm_overlap.cpp:1052-1140) the multiply runs in tp chunks
@@ -49,7 +54,8 @@ Both set proj_fprop and fc2_fprop to ``RingExchangeOverlapCfg(num_sm=1, set_sm_m
 config, so TE's defaults run: "pipeline" with 16 SMs (base.py:296-299).
 
 Only the four linears initialize_ub names (qkv, proj, fc1, fc2) use userbuffers: GQA
-attention and a dense MLP; MLA's projections and MoE layers' experts are left out, and in
+attention, a dense MLP and an MoE layer's shared experts; MLA's projections and MoE
+layers' routed experts are left out, and in
 a model with MLA the dense MLPs too (Megatron-Core turns the overlap off on the shared
 config when it builds MLA's first projection: tp_overlap.py). The
 output head is Megatron's own column-parallel linear, not Transformer Engine's: nothing
@@ -104,13 +110,14 @@ def userbuffer_bytes(m: Model, layer: int, t: Training, lay: Layout) -> tuple[fl
     blocks = (attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay))
     for on, shapes, kinds in zip(userbuffers(m, layer, t, lay), blocks, te_linears(m, layer), strict=True):
         forward = backward = 0.0
-        for (tokens, n, k, _), (_, parallel) in zip(shapes, kinds, strict=True):
+        for (tokens, n, k, _), (normed, parallel) in zip(shapes, kinds, strict=True):
             if not on:
                 break
             if parallel == "column":
                 shard = tokens * k / lay.tp
                 forward += 2 * width * shard  # the input shard copied into the buffer
-                backward += 2 * 2 * shard  # the reduce-scattered dgrad copied out of it
+                if normed:  # the bulk reduce-scattered dgrad copied out of it (see above)
+                    backward += 2 * 2 * shard
             elif parallel == "row":
                 shard = tokens * n / lay.tp
                 backward += 2 * width * shard  # the output gradient's shard copied in

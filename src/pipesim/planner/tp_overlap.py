@@ -88,10 +88,8 @@ TELayerNormColumnParallelLinear (qkv, fc1) the bulk flags and ub_overlap_ag (:14
 it refuses ``is_expert`` at :1417): the attention's qkv and proj, a dense layer's fc1 and
 fc2, and a shared expert's (SharedExpertMLP is an MLP built with is_expert left false,
 whose linears are named "fc1" and "fc2": moe/shared_experts.py:128, mlp.py:176 and
-:219-251). Routed experts (TEGroupedLinear, is_expert) get none: an MoE layer's MLP has
-no tensor-parallel collective priced here anyway (its tokens stay sequence-sharded into
-the all-to-all), and a shared expert's gather and reduce-scatter are not priced in any
-mode. In a model with
+:219-251). Routed experts (TEGroupedLinear, is_expert) get none, and have no tensor-parallel collective
+anyway (their tokens stay sequence-sharded into the all-to-all). In a model with
 MLA none at all, past the first projection: TELinear keeps the config it is given
 (:1152) and, handed a buffer name other than qkv, proj, fc1 or fc2, sets
 ``self.config.tp_comm_overlap = False`` (:1176-1186) on the TransformerConfig every layer
@@ -100,6 +98,29 @@ and MLP, and multi_latent_attention.py builds its projections with ``config=self
 and the names "q_down_proj", "q_proj", "kv_down_proj": :510-614). The first layer's
 linear_proj is built before them (:221) and keeps its userbuffers; every linear built
 after reads the overlap off. That one projection a model chunk is not priced.
+
+A shared expert (DeepSeek-V3's one a layer) is the MLP half of an MoE layer, priced as a
+dense layer's MLP on its own width (``mlp_halves``). Megatron-Core core_v0.14.0 runs it
+on the MoE block's input shard, ``residual`` (moe/moe_layer.py:204-220, inside
+``experts_compute`` after the dispatch), and its fc1 is a column-parallel TELinear, fc2 a
+row-parallel one (models/gpt/moe_module_specs.py:49-62), so Transformer Engine gathers the
+sequence shard over the attention's tensor group before fc1 and reduce-scatters fc2's
+output (an all-reduce without sequence parallelism), and the mirror backward, as for any
+column- and row-parallel pair above. Nothing is shared with the dispatcher: the
+all-to-all dispatcher sends the routed copies of the same sequence shard over the expert
+group and gathers only over the expert tensor group, after the all-to-all
+(moe/token_dispatcher.py:625-660: ``self.tp_group`` is ``expt_tp``, :66). Megatron-Core's
+--moe-shared-expert-overlap instead strips the linears' own collectives
+(shared_experts.py:88-100, ``parallel_mode = None``) and runs an explicit gather and
+reduce-scatter with fc1 and fc2 on a side stream beside the dispatcher's all-to-alls
+(:146-266; token_dispatcher.py:584-585, :647-648, :787-806): not modelled, and off by
+default; the flex (DeepEP) dispatcher refuses it (:1178-1181), and Megatron-Bridge 25.09
+turns it off for DeepSeek-V3's row (v0.1.0rc4 scripts/performance/run_script.py:82-85,
+recipes/deepseek/deepseek_v3.py:146-149). Under --tp-comm-overlap its linears, named fc1
+and fc2 and not ``is_expert``, get TELinear's userbuffers: fc1 ub_overlap_ag (its forward
+gather chunked under its multiply), fc2 ub_overlap_rs and ub_overlap_ag (transformer_
+engine.py:272-289 at core_v0.14.0), no bulk flags (those are TELayerNormColumnParallelLinear's,
+:482-483), so fc1's backward collectives run beside its multiplies as at ``"backward"``.
 
 A split B and W (Zero Bubble, --delay-wgrad-compute) runs the weight-gradient multiply
 later, so the reduction waits exposed in B there; the hidden seconds are taken off B
@@ -118,10 +139,10 @@ from .specs import Cluster, Model, Training
 def userbuffer_halves(m: Model, layer: int) -> tuple[bool, bool]:
     """Whether the (attention, MLP) halves of a layer run Transformer Engine's userbuffers
     under Megatron-Core's --tp-comm-overlap (see above): neither in a model with MLA; the
-    attention otherwise; the MLP in a dense layer."""
+    attention otherwise; the MLP in a dense layer, and an MoE layer's shared experts."""
     if m.attention.kind == "mla":
         return False, False
-    return True, not m.is_moe_layer(layer)
+    return True, not m.is_moe_layer(layer) or bool(m.moe.shared_experts)
 
 
 def chunked_halves(m: Model, layer: int, t: Training) -> tuple[bool, bool]:
@@ -204,11 +225,22 @@ def beside(comm: float, gemm: float, share: float) -> float:
     return max(share * comm, comm - gemm)
 
 
+def mlp_halves(m: Model, layer: int, t: Training, lay: Layout):
+    """The MLP half's tensor-parallel multiplies as ``compute`` shapes, column-parallel
+    FC1 (SwiGLU's gate and up together) then row-parallel FC2: a dense layer's, an MoE
+    layer's shared experts (the last two of ``mlp_shapes``, all of them as one MLP of
+    their summed width, as Megatron-Core builds them), none in an MoE layer without."""
+    shapes = mlp_shapes(m, layer, t, lay)
+    if not m.is_moe_layer(layer):
+        return shapes
+    return shapes[2:] if m.moe.shared_experts else []
+
+
 def _halves(m: Model, layer: int, t: Training, lay: Layout):
     """The (attention, MLP) halves' multiplies as ``compute`` shapes: a column-parallel
-    one first (QKV fused; FC1, SwiGLU's gate and up together), the row-parallel one
-    second (the output projection, FC2) outside MLA and MoE layers."""
-    return attention_shapes(m, t, lay), mlp_shapes(m, layer, t, lay)
+    one first (QKV fused; FC1), the row-parallel one second (the output projection, FC2)
+    outside MLA; the MLP's as ``mlp_halves``."""
+    return attention_shapes(m, t, lay), mlp_halves(m, layer, t, lay)
 
 
 def half_forward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, half: int) -> tuple[float, float]:
@@ -217,8 +249,8 @@ def half_forward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, hal
     all-reduce). All of them but where userbuffers chunk them under the half's own
     multiplies (``chunked_halves``): the gather beside the column-parallel multiply, the
     reduce-scatter (or all-reduce) beside the row-parallel one. An MoE layer's MLP has
-    none (see ``layer_backward``)."""
-    if lay.tp <= 1 or (half == 1 and m.is_moe_layer(layer)):
+    its shared experts' (none without: see ``layer_backward``)."""
+    if lay.tp <= 1 or (half == 1 and not mlp_halves(m, layer, t, lay)):
         return 0.0, 0.0
     gather, reduce = tp_halves(m, c, t, lay)
     if not chunked_halves(m, layer, t)[half]:
@@ -244,14 +276,14 @@ def _half_backward(m: Model, c: Cluster, t: Training, lay: Layout, shapes, chunk
 
 def layer_backward(m: Model, layer: int, c: Cluster, t: Training, lay: Layout) -> tuple[float, float]:
     """Exposed seconds of the (attention, MLP) halves' tensor-parallel collectives in one
-    layer's backward, for one micro-batch. An MoE layer's MLP has none (its tokens stay
-    sequence-sharded into the all-to-all); MLA's attention pays an all-reduce's bytes,
-    exposed."""
+    layer's backward, for one micro-batch. An MoE layer's MLP has its shared experts'
+    alone (the routed tokens stay sequence-sharded into the all-to-all), none without;
+    MLA's attention pays an all-reduce's bytes, exposed."""
     if lay.tp <= 1:
         return 0.0, 0.0
     attn_ub, mlp_ub = chunked_halves(m, layer, t)
     attn_shapes, mlp = _halves(m, layer, t, lay)
     attn = tp_allreduce(m, c, t, lay) if m.attention.kind == "mla" else _half_backward(m, c, t, lay, attn_shapes, attn_ub)
-    if m.is_moe_layer(layer):
+    if not mlp:
         return attn, 0.0
     return attn, _half_backward(m, c, t, lay, mlp, mlp_ub)
