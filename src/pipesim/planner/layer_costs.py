@@ -266,8 +266,8 @@ def _floored(m: Model, layer: int, c: Cluster, t: Training, lay: Layout, recompu
       busy-waits on the host for the received counts: token_dispatcher.py and
       fused_a2a.py at d98e8a6): everything queued before it, the attention's forward
       included, has run by then, so the host issues the rest of the block from an empty
-      queue. The MoE half takes its share less its own all-to-alls (``comm[0]``), and the
-      attention comes on top;
+      queue. The MoE half takes its share less its own all-to-alls and its shared experts'
+      collectives (``comm[0]``), and the attention comes on top;
     - otherwise, and in the backward (nothing stops the host, which issues the next
       layer's MoE backward while the GPU runs this one's attention): the whole pass takes
       its share, less every collective it waits for (``comm[1]``, ``comm[2]``), as one
