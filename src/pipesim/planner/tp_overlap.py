@@ -102,7 +102,9 @@ after reads the overlap off. That one projection a model chunk is not priced.
 A shared expert (DeepSeek-V3's one a layer) is the MLP half of an MoE layer, priced as a
 dense layer's MLP on its own width (``mlp_halves``). Megatron-Core core_v0.14.0 runs it
 on the MoE block's input shard, ``residual`` (moe/moe_layer.py:204-220, inside
-``experts_compute`` after the dispatch), and its fc1 is a column-parallel TELinear, fc2 a
+``experts_compute`` after the dispatch; d98e8a6 runs it just before the dispatch,
+moe_layer.py:508-533 and :661, on the same stream either way), and its fc1 is a
+column-parallel TELinear, fc2 a
 row-parallel one (models/gpt/moe_module_specs.py:49-62), so Transformer Engine gathers the
 sequence shard over the attention's tensor group before fc1 and reduce-scatters fc2's
 output (an all-reduce without sequence parallelism), and the mirror backward, as for any
@@ -114,7 +116,7 @@ group and gathers only over the expert tensor group, after the all-to-all
 (shared_experts.py:88-100, ``parallel_mode = None``) and runs an explicit gather and
 reduce-scatter with fc1 and fc2 on a side stream beside the dispatcher's all-to-alls
 (:146-266; token_dispatcher.py:584-585, :647-648, :787-806): not modelled, and off by
-default; the flex (DeepEP) dispatcher refuses it (:1178-1181), and Megatron-Bridge 25.09
+default (transformer_config.py:394); the flex (DeepEP) dispatcher refuses it (:1178-1181), and Megatron-Bridge 25.09
 turns it off for DeepSeek-V3's row (v0.1.0rc4 scripts/performance/run_script.py:82-85,
 recipes/deepseek/deepseek_v3.py:146-149). Under --tp-comm-overlap its linears, named fc1
 and fc2 and not ``is_expert``, get TELinear's userbuffers: fc1 ub_overlap_ag (its forward
