@@ -116,9 +116,10 @@ group and gathers only over the expert tensor group, after the all-to-all
 (shared_experts.py:88-100, ``parallel_mode = None``) and runs an explicit gather and
 reduce-scatter with fc1 and fc2 on a side stream beside the dispatcher's all-to-alls
 (:146-266; token_dispatcher.py:584-585, :647-648, :787-806): not modelled, and off by
-default (transformer_config.py:394); the flex (DeepEP) dispatcher refuses it (:1178-1181), and Megatron-Bridge 25.09
-turns it off for DeepSeek-V3's row (v0.1.0rc4 scripts/performance/run_script.py:82-85,
-recipes/deepseek/deepseek_v3.py:146-149). Under --tp-comm-overlap its linears, named fc1
+default (transformer_config.py:394); the flex (DeepEP) dispatcher refuses it
+(token_dispatcher.py:1178-1181), and Megatron-Bridge 25.09 turns it off for DeepSeek-V3's
+row (v0.1.0rc4 scripts/performance/run_script.py:82-85, recipes/deepseek/deepseek_v3.py:
+146-149). Under --tp-comm-overlap its linears, named fc1
 and fc2 and not ``is_expert``, get TELinear's userbuffers: fc1 ub_overlap_ag (its forward
 gather chunked under its multiply), fc2 ub_overlap_rs and ub_overlap_ag (transformer_
 engine.py:272-289 at core_v0.14.0), no bulk flags (those are TELayerNormColumnParallelLinear's,
