@@ -172,3 +172,17 @@ def test_shared_expert_activation_is_tp_wide_whatever_etp_and_moe_act(modules):
     t = Training(seq=4096, global_batch=8, recompute_modules=modules)
     saved = layer_saved(m, 0, t, tp=2, recompute="selective" if modules else "none", etp=2)
     assert saved["shared expert MLPs"] == pytest.approx(3 * 2 * 16384 / 2)
+
+
+def test_moe_norm_output_stays_bf16_under_te_fp8():
+    """Megatron-Core's router keeps the MoE block's input in BF16 (core_v0.14.0
+    moe/moe_utils.py:914-924: RouterGatingLinearFunction saves ``inp``), and under FP8 the
+    shared expert's fc1 keeps that same tensor rather than its FP8 cast
+    (moe/shared_experts.py:65-86, set_save_original_input): 2 bytes an element of the
+    sequence shard, 6144 / 2 wide at tp2, where a dense layer's fused-norm multiply keeps
+    its 1-byte FP8 input."""
+    base = load_model("mixtral-8x22b")
+    m = replace(base, moe=replace(base.moe, shared_experts=1), dense_layers=1, dense_ffn=16384)
+    t = Training(seq=4096, global_batch=8, precision="fp8", fp8_scaling="tensor", fp8_casts="transformer_engine")
+    assert layer_saved(m, 1, t, tp=2)["mlp norm output"] == 2 * 6144 / 2
+    assert layer_saved(m, 0, t, tp=2)["mlp norm output"] == 1 * 6144 / 2

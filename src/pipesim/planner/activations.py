@@ -82,7 +82,7 @@ from ..errors import PipesimError
 from .recompute_modules import rerun_modules
 from .saved_widths import BF16, FP32, INDEX, MASK, fp8_swiglu_cache, gathered_width, layer_mode
 from .specs import Model, Training
-from .training import norm_fused
+from .training import norm_fused, te_current_scaling
 from .weight_grad_saved import layer_w_saved
 
 
@@ -251,6 +251,12 @@ def layer_saved(m: Model, layer: int, t: Training, tp: int = 1, recompute: str =
     out |= _attention(m, t, tp, recompute, lin, hid)
     # Megatron-Core's recompute modules keep the norm's input alone and drop the activation's output
     rerun = rerun_modules(m, layer, t, recompute)
+    if m.is_moe_layer(layer) and te_current_scaling(t) and "output" in norm:
+        # Megatron-Core's router keeps the MoE block's input as it comes, BF16
+        # (core_v0.14.0 moe/moe_utils.py:914-924, RouterGatingLinearFunction saves inp), and
+        # the shared expert's fc1 keeps that same tensor (shared_experts.py:65-86,
+        # set_save_original_input), not an FP8 cast of it
+        norm = _norm(t, layernorm, hid, BF16, gathered_width(m, t, hid))
     out |= _prefixed("mlp norm", {"input": BF16 * hid} if "layernorm" in rerun else norm)
     out |= _mlp(m, layer, t, tp, lin, seq_share, etp, act_rerun="moe_act" in rerun)
     if t.hidden_dropout:
