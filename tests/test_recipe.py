@@ -669,3 +669,27 @@ def test_megatron_recipes_say_when_it_asserts_one_device_connection(tp, cp, zero
     meg = recipe(plan)["megatron"]
     assert meg["runs"]
     assert any("CUDA_DEVICE_MAX_CONNECTIONS=1: export it" in n for n in meg["notes"]) == said
+
+
+def test_export_command_writes_numpy_floats_as_numbers(tmp_path):
+    """The search's costs and room may come out of numpy arrays: np.float64 repr()s as
+    'np.float64(...)' under numpy 2, which the printed export command then carried and
+    pipesim export refused as no number."""
+    import dataclasses
+    import shlex
+
+    import numpy as np
+
+    from pipesim.planner import search as S
+    from pipesim.planner.specs import model_training
+    from pipesim.planner.torchtitan_config import export_command
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", 16)
+    plan = S.search(m, c, load_training(base=model_training("llama3-8b")), schedules=["zb-auto"])
+    r = plan.best
+    numpy_options = {k: tuple(map(np.float64, v)) if isinstance(v, tuple) else np.float64(v) for k, v in r.options.items()}
+    plain, numpy = export_command(r), export_command(dataclasses.replace(r, options=numpy_options))
+    assert "np." not in numpy and numpy == plain
+    argv = shlex.split(numpy)[1:]
+    argv[argv.index("-o") + 1] = str(tmp_path / "order.csv")
+    assert main(argv) == 0

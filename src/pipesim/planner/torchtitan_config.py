@@ -41,6 +41,13 @@ def csv_name(r: Result) -> str:
     return f"{c.schedule}{chunks}-pp{c.layout.pp}-m{c.microbatches}.csv"
 
 
+def _flag_text(value) -> str:
+    """A builder option as the command line reads it: a float to its last digit. A numpy
+    float is a float whose repr under numpy 2 is ``np.float64(...)``, which no flag reads;
+    the search's costs and room come from arrays as well as from plain arithmetic."""
+    return float.__repr__(value) if isinstance(value, float) else repr(value)
+
+
 def export_command(r: Result) -> str:
     """The ``pipesim export`` that writes this result's order: its builder's options as
     flags, zb-auto's per-stage costs to the last digit (its order depends on them)."""
@@ -50,7 +57,7 @@ def export_command(r: Result) -> str:
     for key, value in opts.items():
         if value is None:
             continue
-        text = ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
+        text = ",".join(map(_flag_text, value)) if isinstance(value, tuple) else _flag_text(value)
         flags += f" --{key.replace('_', '-')} {text}"
     return f"pipesim export --schedule {c.schedule}{flags} --pp {c.layout.pp} -m {c.microbatches} -o {csv_name(r)}"
 
