@@ -23,6 +23,15 @@ class Parser(argparse.ArgumentParser):
         # command gains a flag with the same prefix. Sub-parsers are this class too.
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        # a flag that takes one value keeps the last of two (--pp 2 --pp 4 ran pp 4): refused
+        # instead; append flags (draw -o, sweep -o) are meant to repeat and stay as they are
+        self.register("action", None, _GivenOnce)
+        self.register("action", "store", _GivenOnce)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.__dict__.pop(_GivenOnce.SEEN, None)  # _GivenOnce's record, not a flag
+        return namespace, extras
 
     def error(self, message: str) -> None:  # type: ignore[override]
         hint = self._suggestion(message)
@@ -63,6 +72,32 @@ class Parser(argparse.ArgumentParser):
                 if longer:  # an abbreviation: name the whole flag(s) it could stand for
                     return f" (flags are not abbreviated: did you mean {' or '.join(longer)}?)"
         return ""
+
+
+class _GivenOnce(argparse._StoreAction):
+    """argparse's store, refusing a second value for the same destination: `--pp 2 --pp 4`,
+    or an alias and its flag (`--chunks 2 --stages-per-rank 3`), would silently run the last."""
+
+    SEEN = "_pipesim_given_once"  # on the namespace while parsing: dest -> (flag, value)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string is not None:  # a positional is filled once by argparse itself
+            seen = namespace.__dict__.setdefault(self.SEEN, {})
+            if self.dest in seen:
+                flag, first = seen[self.dest]
+                second = _shown(values)
+                if flag == option_string:
+                    said = f"{flag} is given twice ({first}, then {second}); give it once"
+                else:  # an alias of the same flag
+                    said = f"{flag} {first} and {option_string} {second} are the same flag; give one"
+                raise argparse.ArgumentError(None, said)
+            seen[self.dest] = (option_string, _shown(values))
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(values) -> str:
+    """A flag's parsed value(s) as typed-looking text."""
+    return " ".join(map(str, values)) if isinstance(values, list) else str(values)
 
 
 def did_you_mean_one_edit(word: str, known: Sequence[str]) -> str:
