@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from pipesim.family_names import FAMILY_OPTIONS, takers
+from pipesim.parser import COMMANDS
 
 
 def test_the_table_is_the_registry_name_for_name_and_option_for_option():
@@ -24,19 +25,19 @@ def test_takers_of_chunks_are_the_interleaved_families():
     assert takers("chunks") == ["interleaved-1f1b", "interleaved-1f1b-overlap", "looped-bfs", "interleaved-zb"]
 
 
-#: the commands whose parser this package builds without numpy (render/, runtime/ and
-#: profile/ commands import their readers at start-up still)
-NUMPY_FREE = ["plan", "memory", "simulate", "schedules", "compare", "ops", "validate", "pair"]
+#: every command, from the table the parser builds them by, and the top-level help (no command)
+EVERY_COMMAND = [name for names in COMMANDS.values() for name in names]
 
 
-@pytest.mark.parametrize("command", NUMPY_FREE)
+@pytest.mark.parametrize("command", [*EVERY_COMMAND, None])
 def test_a_commands_help_imports_no_numpy(command):
+    argv = [command, "--help"] if command else ["--help"]
     code = (
         "import sys\nfrom pipesim.cli import main\n"
-        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         "print('NUMPY' if 'numpy' in sys.modules else 'FREE')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "usage: pipesim " + command in done.stdout
+    assert "usage: pipesim " + (command or "") in done.stdout
     assert done.stdout.rstrip().endswith("FREE")

@@ -6,9 +6,9 @@
 
 The public names load on first use (PEP 562's module ``__getattr__``): ``import pipesim``
 alone, and ``pipesim --version``, import neither numpy nor the schedule builders, which
-every name below brings in; nor does the ``--help`` of the commands this package's
-modules define (plan, memory, simulate, compare, ...: tests/test_family_names.py), whose
-flags name the schedules from plain data (family_names.py).
+every name below brings in; nor does ``pipesim --help`` or any command's ``--help``
+(tests/test_family_names.py), whose flags name the schedules from plain data
+(family_names.py) and whose modules import what builds, reads or draws where it runs.
 """
 
 from __future__ import annotations

@@ -19,12 +19,15 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .costs import CostModel, chunk_costs
 from .errors import PipesimError
 from .inputs import MAX_COUNT
-from .metrics import summarize
-from .schedules import build, family
-from .simulate import simulate
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from .costs import CostModel
+
+# the builders, the simulator and the metrics import numpy: imported in run_sweep, so that
+# the help that quotes RANGE_HELP (sweep --help, report --help) does without
 
 RANGE_HELP = "A:B (powers of two from A to B), A:B:STEP, a list A,B,C, or one number"
 MAX_POINTS = 10_000  # micro-batch counts in one sweep (each is a whole simulation)
@@ -126,6 +129,11 @@ def run_sweep(
     """Build, simulate and summarize every schedule at every M; the points that ran and
     the (schedule, M) that could not, with why. Unknown names are an error. ``costs_per``
     as in ``costs.chunk_costs``."""
+    from .costs import chunk_costs
+    from .metrics import summarize
+    from .schedules import build, family
+    from .simulate import simulate
+
     options = options or {}
     points, skips = [], []
     for name in names:

@@ -10,18 +10,23 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ..costfile import format_cost_file, parse_costs
 from ..errors import PipesimError
-from ..files import json_text, output_extension, timeline_to_dict, write_text_atomic
-from ..ir import Schedule
-from ..metrics import summarize
 from ..output import console, emit_json, num, pct
-from ..schedules import REGISTRY, build
-from .labels import COMM, COMPONENTS, Mapping
-from .measure import Profile, profile
-from .pipeline_actions import filled_note, measured_kinds
 
-LAYER_FIELDS = tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from ..ir import Schedule
+    from .measure import Profile
+
+# the trace reader, the labels, the cost file and the builders import numpy: imported in
+# the functions that use them, so that --help (the parser alone) does without
+
+
+def layer_fields() -> tuple[str, ...]:
+    """The cost file's per-layer fields: each component's F, B and W (communication has no W)."""
+    from .labels import COMM, COMPONENTS
+
+    return tuple(f"{c}_{p}" for c in COMPONENTS for p in ("f", "b", "w") if not (c in COMM and p == "w"))
 
 
 def add_commands(command) -> None:
@@ -45,6 +50,12 @@ def add_commands(command) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    from ..costfile import parse_costs
+    from ..files import json_text, output_extension, timeline_to_dict, write_text_atomic
+    from .labels import Mapping
+    from .measure import profile
+    from .pipeline_actions import filled_note
+
     if args.flags and args.json:  # --flags printed the flags alone, unsaid
         raise PipesimError("--flags prints the per-stage costs as flags, --json everything found as JSON: drop one of them")
     if args.output:
@@ -92,6 +103,8 @@ def comm_sms(prof: Profile) -> float | None:
 
 
 def cost_file(prof: Profile) -> str:
+    from ..costfile import format_cost_file
+
     top: dict = {"layers": prof.layers}
     sms = comm_sms(prof)
     if sms is not None:
@@ -124,8 +137,9 @@ def cost_file(prof: Profile) -> str:
     )
     # every part explicitly: one the trace does not show took no time in it (LayerCosts'
     # defaults, B = W = F, are guesses for hand-written files)
-    layer = {f: prof.layer_times.get(f, 0.0) for f in LAYER_FIELDS}
-    missing = [f for f in LAYER_FIELDS if f not in prof.layer_times]
+    fields = layer_fields()
+    layer = {f: prof.layer_times.get(f, 0.0) for f in fields}
+    missing = [f for f in fields if f not in prof.layer_times]
     if missing:
         comments += (f"not in the trace, so 0: {', '.join(missing)}",)
     return format_cost_file(layer, top, measured, comments)
@@ -133,6 +147,8 @@ def cost_file(prof: Profile) -> str:
 
 def stage_values(prof: Profile) -> dict[str, object]:
     """The measured kinds' per-stage costs, as simulate's flags name them (f, b, w, bw, pair)."""
+    from .pipeline_actions import measured_kinds
+
     c = prof.stage_costs
     kinds = measured_kinds(prof.schedule)
     values = {k.lower(): getattr(c, k.lower()) for k in kinds if k != "BW"}
@@ -158,6 +174,8 @@ def stage_flags(prof: Profile) -> str:
 
 
 def to_dict(prof: Profile) -> dict:
+    from ..metrics import summarize
+
     rep = summarize(prof.schedule, prof.timeline)
     d = {
         "sources": prof.sources,
@@ -203,6 +221,8 @@ def rerun_name(s: Schedule, values: dict[str, object] | None = None) -> str:
     it again; SCHEDULE where none does (PyTorch's labels, zb-auto's cost-dependent order).
     ``values``: the flags printed beside the name, as printed; a builder that orders by
     costs (zb-auto) is built with them, since simulate hands it those."""
+    from ..schedules import REGISTRY, build
+
     fam = REGISTRY.get(s.name)
     if fam is None:
         return "SCHEDULE"
@@ -217,6 +237,8 @@ def rerun_name(s: Schedule, values: dict[str, object] | None = None) -> str:
 
 def print_profile(prof: Profile) -> None:
     from rich.table import Table  # imported when a table is printed: not to build the parser
+
+    from ..metrics import summarize
 
     out = console()
     where = prof.sources[0] if len(prof.sources) == 1 else f"{len(prof.sources)} traces ({Path(prof.sources[0]).parent})"

@@ -12,12 +12,9 @@ import argparse
 import shlex
 import sys
 
-from ..comparison import compare_columns, compare_rows, refuse_if_none_runs
-from ..costs import Costs, chunk_costs
 from ..errors import PipesimError
-from ..files import load_timeline, output_extension, write_bytes_atomic, write_text_atomic
+from ..family_names import FAMILY_OPTIONS
 from ..inputs import work
-from ..ir import Schedule
 from ..options import (
     DEFAULT_PP,
     SCHEDULE_HELP,
@@ -37,10 +34,16 @@ from ..options import (
     shape,
 )
 from ..output import console, pct
-from ..schedules import REGISTRY, build
-from ..simulate import simulate
 from ..sweep import COLUMNS, RANGE_HELP, parse_range, run_sweep, skip_lines, to_csv
 from .trace import UNITS
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from ..costs import Costs
+    from ..ir import Schedule
+
+# the builders, the simulator, the comparison and the file readers and writers import
+# numpy: imported in the commands that use them, so that --help (the parser alone) does without
 
 CHART_EXTS = (".png", ".svg", ".pdf")
 
@@ -72,7 +75,7 @@ def add_commands(command) -> None:
     c.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
     c.add_argument("--microbatches", "-m", help=f"{RANGE_HELP} (default PP:16*PP)")
     add_builder_options(c)  # the builder options draw, compare and report take
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
     add_costs(c)
     c.add_argument(
         "--output",
@@ -88,7 +91,7 @@ def add_commands(command) -> None:
     )
     add_shape(c)
     add_costs(c)
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(REGISTRY)})")
+    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
     c.add_argument("--sweep", metavar="M-RANGE", help=f"also sweep the schedules over micro-batch counts: {RANGE_HELP}")
     c.add_argument("--output", "-o", required=True, help="the .html file to write")
 
@@ -101,6 +104,8 @@ _inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
 
 
 def _write(path: str, data: bytes | str) -> None:
+    from ..files import write_bytes_atomic, write_text_atomic
+
     if isinstance(data, str):
         write_text_atomic(path, data)
     else:
@@ -118,6 +123,8 @@ _names = schedule_names
 def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
     if len(names) == 1 and args.schedule:
         return [schedule_from(args, names[0])]
+    from ..schedules import build
+
     refuse_options_none_take(args, names)
     out = []
     for name in names:
@@ -130,6 +137,10 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
+    from ..costs import chunk_costs
+    from ..files import load_timeline, output_extension
+    from ..simulate import simulate
+
     exts = [
         output_extension(p, (*CHART_EXTS, ".json"), ".png, .svg or .pdf for a chart, .json for a Chrome trace")
         for p in args.output
@@ -204,6 +215,8 @@ def _refuse_with_measured(args: argparse.Namespace) -> None:
 def costs_text(costs: Costs) -> str:
     """``f=1 b=1 w=0.5 comm=0.1``, per-stage lists joined by commas, as the flags take them
     (component costs describe themselves)."""
+    from ..costs import Costs
+
     if not isinstance(costs, Costs):
         return costs.describe()
     return " ".join(
@@ -243,6 +256,8 @@ def _sweep_work(args: argparse.Namespace, pp: int, Ms: list[int], names: list[st
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from rich.table import Table  # imported when a table is printed: not to build the parser
+
+    from ..files import output_extension
 
     pp = args.pp or DEFAULT_PP
     Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
@@ -321,6 +336,8 @@ REPORT_COST = "about 30 s of CPU, 2.6 GB and a 100 MB page"
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..comparison import compare_columns, compare_rows, refuse_if_none_runs
+    from ..files import output_extension
     from .html import Unrunnable, report_html
     from .report_data import sweep_data, timeline_data, to_json
 

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..deps import needs, produces
 from ..errors import PipesimError
-from ..files import json_text
-from ..ir import Op, Pair, Schedule, ops_of
-from ..timeline import Event, Timeline
+
+TYPE_CHECKING = False  # typing's own flag, without importing typing
+if TYPE_CHECKING:
+    from ..ir import Op, Schedule
+    from ..timeline import Event, Timeline
+
+# the schedule and timeline types import numpy: imported where a trace is made, so that
+# draw --help, which lists UNITS, does without
 
 # microseconds per cost-model unit
 UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
@@ -40,6 +44,9 @@ def trace_events(
 
     Ranks are processes ``pid_base + rank + 1`` (pid 0 means "no process" to some
     viewers); ``label`` prefixes the process names, for several schedules in one trace."""
+    from ..deps import needs, produces
+    from ..ir import Op, Pair, ops_of
+
     if time_unit not in UNITS:
         raise PipesimError(f"unknown --time-unit {time_unit!r}; use one of {', '.join(UNITS)}")
     scale = UNITS[time_unit]
@@ -155,4 +162,6 @@ def trace_document(runs: Sequence[tuple[Schedule, Timeline]], *, time_unit: str 
 
 
 def trace_json(runs: Sequence[tuple[Schedule, Timeline]], **options) -> str:
+    from ..files import json_text
+
     return json_text(trace_document(runs, **options), indent=None, separators=(",", ":"))

@@ -15,10 +15,7 @@ import re
 import sys
 import time
 
-from ..costs import Costs
 from ..errors import PipesimError
-from ..files import input_files, refuse_overwrite
-from ..ir import Pair
 from ..options import (
     SCHEDULE_HELP,
     add_shape,
@@ -33,10 +30,10 @@ from ..options import (
     shape,
 )
 from ..output import console, emit_json, pct
-from ..render.terminal import print_timeline
-from ..schedules import REGISTRY, build, family
-from ..validate import validate
 from .capacity import check_capacity, under_torchrun
+
+# the builders, the validator, the file readers and the terminal timeline import numpy:
+# imported in the functions that use them, so that --help (the parser alone) does without
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
 _UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
@@ -92,6 +89,8 @@ def _torch():
 
 
 def _names(args) -> list[str]:
+    from ..schedules import REGISTRY, family
+
     if args.schedules == "all":
         return list(REGISTRY)
     names = schedule_names(args.schedules)  # none, or one named twice (1f1b,1F1B ran it twice), is refused
@@ -215,6 +214,10 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     since = time.monotonic()  # --timeout's "this long" is the user's wait: start-up, torch's import included
+    from ..costs import Costs
+    from ..ir import Pair
+    from ..validate import validate
+
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
     _refuse_unused(args)
@@ -322,6 +325,8 @@ def _profile_dir(args, schedule, count: int) -> str | None:
         what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
         raise PipesimError(f"--profile {args.profile}: {what} not writable")
     _refuse_uncreatable(folder, existing)
+    from ..files import input_files, refuse_overwrite
+
     refuse_overwrite(
         [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
         input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
@@ -383,12 +388,15 @@ def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
 def _build_for_many(args, name: str):
     if is_schedule_file(name):  # as draw's --schedules reads one: its order, checked against --pp and -m
         return schedule_from(args, name)
+    from ..schedules import build
+
     # each schedule gets the builder options it takes (--delay-wgrad and --group-size
     # were dropped here, unsaid), as compare gives them
     return build(name, *shape(args), **options_for(args, name))
 
 
 def report(args, results, skipped) -> int:
+    from ..render.terminal import print_timeline
     from .results import compare
 
     failed = [r for r in results if r.checked and not r.passed]

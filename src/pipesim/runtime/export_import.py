@@ -11,9 +11,7 @@ import argparse
 import os
 import sys
 
-from ..engine import compile
 from ..errors import PipesimError
-from ..files import output_extension, save_schedule, write_chunks_atomic
 from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..options import (
     SCHEDULE_HELP,
@@ -26,8 +24,12 @@ from ..options import (
 )
 from .commands import _torch
 
+# the array check and the schedule files import numpy: imported in the commands, so that
+# --help (the parser alone) does without
+
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..files import output_extension, write_chunks_atomic
     from .torch_export import check_torch, csv_chunks, torchtitan_hint
 
     refuse_order_costs(args)
@@ -66,6 +68,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from ..engine import compile
+    from ..files import output_extension, save_schedule
     from .torch_export import from_torch_rows, order_of_torch_class, read_csv, torch_1f1b_defect
 
     if (args.torch is None) == (args.csv is None):
