@@ -153,3 +153,25 @@ def test_plan_reads_schedule_lists_as_compare_does(capsys, flag, text, said):
     code, out, err = _run(capsys, "compare", "--schedules", text)  # the same words as compare's
     _one_line(code, out, err)
     assert said in err
+
+
+def test_import_takes_chunks_as_every_other_command_does(capsys, tmp_path):
+    pytest.importorskip("torch")
+    import json
+
+    # import spelled a rank's chunks --stages-per-rank; every other command says --chunks
+    base = ["import", "--torch", "Interleaved1F1B", "--pp", 2, "-m", 4]
+    code, new, err = _run(capsys, *base, "--chunks", 3)
+    assert code == 0, err
+    code, old, err = _run(capsys, *base, "--stages-per-rank", 3)  # the old name still works
+    assert code == 0, err
+    assert new == old
+    # 3 stages per rank on 2 ranks: 6 stages, and each rank runs a forward of each of its
+    # 3 chunks for each of the 4 micro-batches (F<chunk>.<micro-batch>)
+    s = json.loads(new)
+    assert s["stages"] == 6 and s["placement"]["chunks"] == 3
+    for rank in s["ranks"]:
+        assert sorted(op for op in rank if op.startswith("F")) == sorted(f"F{c}.{m}" for c in range(3) for m in range(4))
+    code, out, err = _run(capsys, *base, "--chunks", 3, "--stages-per-rank", 2)
+    _one_line(code, out, err)
+    assert "--chunks 3 and --stages-per-rank 2 are the same flag" in err

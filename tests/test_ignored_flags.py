@@ -158,14 +158,14 @@ def test_sweep_takes_the_builder_options_its_siblings_take(capsys, tmp_path):
 
 
 def test_import_takes_no_builder_options(capsys, tmp_path):
-    # PyTorch's classes and a CSV bring their own order: --chunks, --group-size and
-    # --delay-wgrad were accepted and changed nothing
-    code, _, err = run(capsys, "import", "--torch", "DualPipeV", "--pp", 4, "-m", 8, "--chunks", 3, "-o", tmp_path / "x.json")
-    assert code == 2 and "unrecognized arguments: --chunks 3" in err
+    # PyTorch's classes and a CSV bring their own order: --group-size and --delay-wgrad
+    # were accepted and changed nothing (--chunks is the stages per rank of a class)
+    code, _, err = run(capsys, "import", "--torch", "DualPipeV", "--pp", 4, "-m", 8, "--group-size", 2, "-o", tmp_path / "x.json")
+    assert code == 2 and "unrecognized arguments: --group-size 2" in err
     csv = tmp_path / "s.csv"
     csv.write_text("0F0,0B0\n1F0,1B0\n")
     code, _, err = run(capsys, "import", "--csv", csv, "--stages-per-rank", 3, "-o", tmp_path / "y.json")
-    assert code == 2 and "--stages-per-rank sets a PyTorch class's stages (--torch); a CSV names its own" in err
+    assert code == 2 and "--chunks sets a PyTorch class's stages per rank (--torch); a CSV names its own" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv"]
 
 

@@ -14,13 +14,14 @@ import sys
 from ..errors import PipesimError
 from ..inputs import MAX_TORCH_OPS, read_text, work
 from ..options import (
+    DEFAULT_MICROBATCHES,
+    DEFAULT_PP,
     SCHEDULE_HELP,
     add_shape,
     add_zb_auto,
     positive_int,
     refuse_order_costs,
     schedule_from,
-    shape,
 )
 from .commands import _torch
 
@@ -77,23 +78,25 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.output and args.output != "-":
         output_extension(args.output, (".json",), ".json for a schedule file")
     if args.torch:
-        pp, M = shape(args)
+        # not shape(args): it checks pp x M x --chunks against the simulator's limit, and
+        # PyTorch's below is the smaller, the one to name
+        pp, M = args.pp or DEFAULT_PP, args.microbatches or DEFAULT_MICROBATCHES
         # at least one stage per rank, whatever the class: sizes past PyTorch's limit
         # even so are refused before the seconds torch takes to import
         work(
             pp,
             M,
-            stages=pp * max(1, args.stages_per_rank or 1),
+            stages=pp * max(1, args.chunks or 1),
             what=f"PyTorch's {args.torch}",
             limit=MAX_TORCH_OPS,
             cost="about 20 s in PyTorch's generator",
         )
         _torch()
-        rows = order_of_torch_class(args.torch, pp, M, args.stages_per_rank)
+        rows = order_of_torch_class(args.torch, pp, M, args.chunks)
         name, where = f"torch-{args.torch}", f"PyTorch's {args.torch} (pp={pp}, M={M})"
     else:
-        if args.stages_per_rank is not None:
-            raise PipesimError("--stages-per-rank sets a PyTorch class's stages (--torch); a CSV names its own: drop it")
+        if args.chunks is not None:
+            raise PipesimError("--chunks sets a PyTorch class's stages per rank (--torch); a CSV names its own: drop it")
         rows = read_csv(read_text(args.csv, "--csv file"), args.csv)
         if args.pp is not None and args.pp != len(rows):
             raise PipesimError(f"--pp {args.pp} disagrees with the CSV's {len(rows)} rows (one per rank); drop the flag")
@@ -141,5 +144,12 @@ def add_commands(command) -> None:
     )
     c.add_argument("--csv", metavar="FILE", help="a compute-only CSV (one row of actions per rank)")
     add_shape(c, builders=False)  # PyTorch's classes and a CSV bring their own order: no --chunks, --group-size
-    c.add_argument("--stages-per-rank", type=positive_int, help="stages per rank for PyTorch's multi-stage classes (default 2)")
+    # --chunks, as every other command calls a rank's model chunks; --stages-per-rank, its
+    # first name here, still works
+    c.add_argument(
+        "--chunks",
+        "--stages-per-rank",
+        type=positive_int,
+        help="model chunks (stages) per rank for PyTorch's multi-stage classes (default 2); --stages-per-rank is the same",
+    )
     c.add_argument("--output", "-o", help="write the schedule JSON here (default: print)")

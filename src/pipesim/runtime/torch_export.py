@@ -357,13 +357,13 @@ def order_of_torch_class(name: str, pp: int, microbatches: int, stages_per_rank:
     single = issubclass(cls, S.PipelineScheduleSingle)
     if single:
         if stages_per_rank not in (None, 1):
-            raise PipesimError(f"{name} runs one stage per rank; drop --stages-per-rank")
+            raise PipesimError(f"{name} runs one stage per rank; drop --chunks")
         held = [0]
         n = pp
     else:
         k = stages_per_rank or 2
         if v_shape and k != 2:
-            raise PipesimError(f"{name} needs exactly 2 stages per rank (a V), got --stages-per-rank {k}")
+            raise PipesimError(f"{name} needs exactly 2 stages per rank (a V), got --chunks {k}")
         n = pp * k
         held = [0, n - 1] if v_shape else [i * pp for i in range(k)]
 
