@@ -175,3 +175,16 @@ def test_import_takes_chunks_as_every_other_command_does(capsys, tmp_path):
     code, out, err = _run(capsys, *base, "--chunks", 3, "--stages-per-rank", 2)
     _one_line(code, out, err)
     assert "--chunks 3 and --stages-per-rank 2 are the same flag" in err
+
+
+def test_run_of_schedules_of_different_sizes_names_each(capsys, tmp_path):
+    # said "got [(2, 1), (4, 1)]"; the files bring their own pp, which the line does not show
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "4", "-o", str(a)]) == 0
+    assert main(["ops", "-s", "interleaved-1f1b", "--pp", "4", "-m", "4", "-o", str(b)]) == 0
+    capsys.readouterr()
+    code, out, err = _run(capsys, "run", "--schedules", f"{a},{b}", "--synthetic")
+    _one_line(code, out, err)
+    # 1F1B: a stage per rank; interleaved 1F1B: 2 chunks per rank by default, 4 x 2 stages
+    assert f"{a} (1f1b) runs on 2 ranks (2 stages); {b} (interleaved-1f1b) runs on 4 ranks (8 stages)" in err
+    assert "[(" not in err

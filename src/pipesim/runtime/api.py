@@ -16,7 +16,7 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..ir import Schedule
 from ..validate import validate
-from .capacity import check_capacity, under_torchrun
+from .capacity import check_capacity, refuse_mixed_sizes, under_torchrun
 from .executor import Fault
 from .launch import launch, pick_backend, run_as_torchrun_rank
 from .model import TinyTransformer
@@ -127,10 +127,8 @@ def execute_many(
     ``timeout`` counts from ``since`` (a ``time.monotonic()``; default: this call)."""
     if not jobs:
         return []
-    pps = {(j.schedule.pp, j.ep) for j in jobs}
-    if len(pps) != 1:
-        raise PipesimError(f"schedules run together must have one --pp and one --ep, got {sorted(pps)}")
-    pp, ep = pps.pop()
+    refuse_mixed_sizes([(j.schedule.name, j.schedule.pp, j.schedule.placement.stages, j.ep) for j in jobs])
+    pp, ep = jobs[0].schedule.pp, jobs[0].ep
     nprocs = pp * ep
     backend = pick_backend(backend, nprocs)
     try:
@@ -156,9 +154,8 @@ def check_exports(schedules: list[Schedule], model=None, *, backend: str = "auto
 
     if not schedules:
         return []
+    refuse_mixed_sizes([(s.name, s.pp, s.placement.stages, 1) for s in schedules])
     pp = schedules[0].pp
-    if any(s.pp != pp for s in schedules):
-        raise PipesimError("schedules checked together must have one --pp")
     model = model if model is not None else TinyTransformer()
     payload = ([(rows_to_csv(to_torch_rows(s)), s.microbatches) for s in schedules], model)
     check_capacity(pp, pp)

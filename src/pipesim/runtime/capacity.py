@@ -56,3 +56,18 @@ def check_capacity(nprocs: int, pp: int, ep: int = 1) -> None:
             f"lower {'--pp or --ep' if ep > 1 else '--pp'}, or spread the ranks over machines with torchrun "
             f"(or set {MAX_RANKS_ENV})"
         )
+
+
+def refuse_mixed_sizes(runs: list[tuple[str, int, int, int]]) -> None:
+    """Schedules launched together share one set of rank processes: each of ``runs``,
+    (name, pp, stages, ep), must need as many as the others. Said schedule by schedule,
+    since a file brings its own pp and stages, which the command line does not show."""
+    if len({(pp, ep) for _, pp, _, ep in runs}) <= 1:
+        return
+    mixed_ep = len({ep for *_, ep in runs}) > 1
+    each = "; ".join(
+        f"{name} runs on {pp} ranks ({stages} stages{f', --ep {ep}' if mixed_ep else ''})" for name, pp, stages, ep in runs
+    )
+    raise PipesimError(
+        f"schedules run together share their ranks, and these need different numbers: {each}; run each in its own launch"
+    )

@@ -30,7 +30,7 @@ from ..options import (
     shape,
 )
 from ..output import console, emit_json, pct
-from .capacity import check_capacity, under_torchrun
+from .capacity import check_capacity, refuse_mixed_sizes, under_torchrun
 
 # the builders, the validator, the file readers and the terminal timeline import numpy:
 # imported in the functions that use them, so that --help (the parser alone) does without
@@ -255,6 +255,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             skipped.append((name, str(e)))
     if not schedules:
         raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+    # files bring their own pp: said before torch is imported, each as it was named
+    kept = [n if n == s.name else f"{n} ({s.name})" for n, s in zip([n for n in names if n not in dict(skipped)], schedules)]
+    refuse_mixed_sizes([(n, s.pp, s.placement.stages, args.ep) for n, s in zip(kept, schedules)])
     if args.serial_pairs and not any(isinstance(it, Pair) for s in schedules for _, it in s.items()):
         names = ", ".join(s.name for s in schedules)
         runs = "runs" if len(schedules) == 1 else "run"
