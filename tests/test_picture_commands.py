@@ -266,9 +266,10 @@ def test_draw_refuses_more_ops_than_it_can_draw_in_about_half_a_minute(capsys, t
     in a trace: zb-h1 at pp=64, M=1500 (288,000 ops) took 19.6 s of CPU for an SVG and
     1.2 GB for a Chrome trace, so at the limit an SVG took some 25 minutes. The sizes here
     are refused before any simulation."""
-    import pipesim.render.commands
+    import importlib
 
-    monkeypatch.setattr(pipesim.render.commands, "simulate", _no_build)
+    # draw imports the simulator when it runs (so that --help does without numpy): patched at its source
+    monkeypatch.setattr(importlib.import_module("pipesim.simulate"), "simulate", _no_build)
     out = tmp_path / "d.svg"
     assert main(["draw", *argv, "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -284,9 +285,9 @@ def test_a_sweep_counts_every_schedule_against_the_work_limit(capsys, tmp_path, 
     ops a schedule (at one chunk), and 17 schedules at two chunks each are
     3 x 31,000 x 64 x 34 = 202,368,000, past 24,000,000."""
     import pipesim.comparison
-    import pipesim.sweep
+    import pipesim.schedules
 
-    monkeypatch.setattr(pipesim.sweep, "build", _no_build)
+    monkeypatch.setattr(pipesim.schedules, "build", _no_build)  # what run_sweep imports when it runs
     monkeypatch.setattr(pipesim.comparison, "build", _no_build)
     out = tmp_path / ("s.csv" if command == "sweep" else "r.html")
     flag = "-m" if command == "sweep" else "--sweep"
