@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -261,6 +262,12 @@ def test_nothing_fits_names_the_nearest_and_no_remedy_that_cannot_help(capsys):
     code, out, err = run(capsys, "plan", "--model", config, "--cluster", "h100", "--gpus", "8")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "the least over its memory" in err and "GB over)" in err
+    # both figures once (they were said twice: "> 82 GB usable on any (... against at most 82.0 GB usable ...)"),
+    # the need at least the 840 GB over 8 ranks
+    need, usable, over = map(
+        float, re.search(r"need at least ([\d.]+) GB on some rank > ([\d.]+) GB usable on any \(([\d.]+) GB over\)", err).groups()
+    )
+    assert err.count("GB usable") == 1 and need >= 840 / 8 and over == pytest.approx(need - usable, abs=0.11)
     assert "lower the global batch" not in err and "would not help" in err
 
 

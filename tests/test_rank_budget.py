@@ -154,8 +154,9 @@ def test_the_closest_miss_is_the_least_over_its_own_rank_not_the_least_need():
     msg = str(e.value)
     assert "does not fit or cannot run: interleaved-1f1b (v=2) at pp4 x dp8" in msg
     need, usable, gap = map(
-        float, re.search(r"\(([\d.]+) GB against rank 3's ([\d.]+) GB usable: ([\d.]+) GB over\)", msg).groups()
+        float, re.search(r"need ([\d.]+) GB on rank 3 > ([\d.]+) GB usable there \(([\d.]+) GB over\)", msg).groups()
     )
+    assert msg.count("GB usable") == 1  # both figures said once, not again in parentheses
     assert usable == round(two, 1) and need > usable and gap == pytest.approx(need - usable, abs=0.11)
     assert "(v=4)" not in msg  # four stages a rank needed less but were further over
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -247,8 +248,23 @@ def closest_miss(plan: Plan) -> str:
             f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its "
             f"memory: {r.reason} ({held_text(plan, r)})"
         )
-    against = f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
+    over = f"{need - usable:.1f} GB over"
+    said = _FIGURES.fullmatch(r.reason)
+    if said:  # the refusal names both figures already: once, to the tenth, with how far over
+        head, at_least, where, there = said.groups()
+        why = f"{head} {at_least or ''}{need:.1f} GB {where} > {usable:.1f} GB usable {there} ({over})"
+    else:
+        against = (
+            f"rank {r.rank}'s {usable:.1f} GB usable" if r.rank is not None else f"at most {usable:.1f} GB usable on any rank"
+        )
+        why = f"{r.reason} ({need:.1f} GB against {against}: {over})"
     return (
-        f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its memory: "
-        f"{r.reason} ({need:.1f} GB against {against}: {need - usable:.1f} GB over)"
+        f"{r.candidate.label} at {r.candidate.layout}, {recompute_text(r.candidate.recompute)}, the least over its memory: {why}"
     )
+
+
+#: a refusal that reads "<what> <need> GB on rank R > <usable> GB usable there" (rank_fit.refused)
+#: or "... at least <need> GB on some rank > <usable> GB usable on any" (_over_floor): the closest
+#: miss said both figures twice ("913 GB on some rank > 82 GB usable on any (913.2 GB against
+#: at most 82.0 GB usable on any rank: ...)")
+_FIGURES = re.compile(r"(.*?) (at least )?[\d.]+ GB (on rank \d+|on some rank) > [\d.]+ GB usable (there|on any)")
