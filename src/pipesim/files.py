@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import PipesimError
-from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, work
+from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, shorten, work
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
 
 #: Version of every JSON document pipesim writes (schedule files, --json output, plans,
@@ -418,6 +418,11 @@ def timeline_to_dict(schedule: Schedule, timeline) -> dict:
     return {**schedule.to_dict(), "timeline": {"source": timeline.source, "events": events}}
 
 
+#: the streams a segment runs on (timeline.Segment): what Inside.of splits compute from
+#: communication by; another name was read as communication, unsaid
+TIMELINE_STREAMS = ("compute", "comm")
+
+
 def load_timeline(path: str | os.PathLike):
     """(Schedule, Timeline) from a file ``timeline_to_dict`` wrote."""
     from .timeline import Event, Inside, Segment, Timeline
@@ -441,6 +446,17 @@ def load_timeline(path: str | os.PathLike):
                 at = f"{p}: rank {r}: {name}"
                 start = number(start, "start", -MAX_VALUE, MAX_VALUE, where=at)
                 end = number(end, "end", start, MAX_VALUE, where=at)
+                if evs and start < evs[-1].end:  # a chart drew one box over the other, the metrics counted both
+                    raise PipesimError(
+                        f"{at}: starts at {start:g}, before {evs[-1].item} ends at {evs[-1].end:g}; a rank runs its "
+                        "items one after another, each starting at or after the one before it ends"
+                    )
+                for seg in segs:  # a malformed one is the except's below
+                    if isinstance(seg, list) and seg and seg[0] not in TIMELINE_STREAMS:
+                        raise PipesimError(
+                            f"{at}: segment stream {shorten(seg[0])} is unknown; "
+                            f"a segment runs on {' or '.join(map(repr, TIMELINE_STREAMS))}"
+                        )
                 parts = tuple(
                     Segment(s, label, number(a, "segment start", -MAX_VALUE, MAX_VALUE, where=at) - start,
                             number(b, "segment end", -MAX_VALUE, MAX_VALUE, where=at) - start)
