@@ -446,11 +446,6 @@ def load_timeline(path: str | os.PathLike):
                 at = f"{p}: rank {r}: {name}"
                 start = number(start, "start", -MAX_VALUE, MAX_VALUE, where=at)
                 end = number(end, "end", start, MAX_VALUE, where=at)
-                if evs and start < evs[-1].end:  # a chart drew one box over the other, the metrics counted both
-                    raise PipesimError(
-                        f"{at}: starts at {start:g}, before {evs[-1].item} ends at {evs[-1].end:g}; a rank runs its "
-                        "items one after another, each starting at or after the one before it ends"
-                    )
                 for seg in segs:  # a malformed one is the except's below
                     if isinstance(seg, list) and seg and seg[0] not in TIMELINE_STREAMS:
                         raise PipesimError(
