@@ -446,7 +446,8 @@ def test_pinned_plan_json_keeps_the_headline_numbers(capsys):
     ],
 )
 def test_impossible_pins(capsys, flags, needle):
-    code = main(["plan", "--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", *flags])
+    gpus = [] if "--gpus" in flags else ["--gpus", "64"]  # a flag given twice is refused as such
+    code = main(["plan", "--model", "llama3-70b", "--cluster", "h100", *gpus, *flags])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1, err
 

@@ -135,8 +135,8 @@ def _alive(pid: int) -> bool:
 def test_bad_expert_input_is_one_line_before_any_process(argv, says, capsys, monkeypatch):
     monkeypatch.setenv("PIPESIM_MAX_RANKS", "16")
     monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
-    base = ["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--check", "--model", "moe"]
-    code = main(base + argv)
+    model = [] if "--model" in argv else ["--model", "moe"]  # a flag given twice is refused as such
+    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--check", *model, *argv])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("pipesim: error: ") and says in err and err.count("\n") == 1
@@ -193,7 +193,9 @@ def test_a_refused_run_leaves_no_profile_folder(argv, env, says, capsys, monkeyp
         monkeypatch.setenv(k, v)
     monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
     monkeypatch.chdir(tmp_path)
-    code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--backend", "gloo", "--profile", "prof/run1", *argv])
+    base = {"--pp": "2", "-m": "4"}  # each given once: a flag given twice is refused as such
+    base.update(zip(argv[::2], argv[1::2]))
+    code = main(["run", "-s", "1f1b", *(x for kv in base.items() for x in kv), "--backend", "gloo", "--profile", "prof/run1"])
     err = capsys.readouterr().err
     assert code == 2 and says in err and err.count("\n") == 1, err
     assert not (tmp_path / "prof").exists()
