@@ -192,7 +192,7 @@ class MemoryReport:
 def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: bool = True) -> MemoryReport:
     """Per rank, static and peak memory, and (``curves``) the activation bytes after each
     change; without them (the planner's hundreds of simulations read only the peaks) the
-    report's ``timeline`` is empty, and each rank is a sort and a sum."""
+    report's ``timeline`` is empty, and all ranks' activations are one sort and one sum."""
     pl = schedule.placement
     params, grads, opt = [], [], []
     for held in _held(pl.pp, pl.chunks, pl.routes):
@@ -202,28 +202,63 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
         opt.append(sum(x[2] for x in sizes))
     # activations: an F allocates its stage's at its start; a B frees all but the share W
     # needs, the W the rest, a fused BW all of it, at their ends; an overlapped pair
-    # reaches its layer-by-layer peak at its start (``pair_peak``)
-    grid = pl.stage_grid()
-    route_of = np.asarray(pl.route_of, np.int32)
-    sizes = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)
-    w = model.w_share
-    act_peak, series, live = [], [], []
-    pairs: dict[tuple[int, int, int], float] = {}  # (f stage, b stage, b kind) -> pair_peak
-    for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes)):
-        kind, chunk, mb, start, end = timeline.rank_ops(r)
-        stage = grid[route_of[mb], r, chunk]
-        size = sizes[stage]
-        delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
-        a, b = timeline.table.offsets[r], timeline.table.offsets[r + 1]
-        _pairs_by_layer(model, delta, kind, stage, np.flatnonzero(timeline.table.kind2[a:b] >= 0), b - a, pairs)
-        act_peak.append(float(running_peak(np.where(kind == 0, start, end), delta, series if curves else None)))
-        if model.grads_in_backward:
-            live.append(_peak_with_grads(model, kind, stage, start, end, delta, held))
+    # reaches its layer-by-layer peak at its start (``pair_peak``). Worked out for every
+    # rank's ops at once (the planner asks this of thousands of timelines)
+    rank, kind, stage, start, end, delta = _activation_changes(pl, timeline, model)
+    when = np.where(kind == 0, start, end)
+    series: list = []
+    live = []
+    if curves or model.grads_in_backward:
+        by_rank = np.argsort(rank, kind="stable")  # each rank's ops in their own order
+        cut = np.searchsorted(rank[by_rank], np.arange(pl.pp + 1))
+        act_peak = []
+        for r, held in enumerate(_held(pl.pp, pl.chunks, pl.routes)):
+            sel = by_rank[cut[r] : cut[r + 1]]
+            act_peak.append(float(running_peak(when[sel], delta[sel], series if curves else None)))
+            if model.grads_in_backward:
+                live.append(_peak_with_grads(model, kind[sel], stage[sel], start[sel], end[sel], delta[sel], held))
+    else:
+        act_peak = _rank_peaks(rank, when, delta, pl.pp)
     if model.grads_in_backward:
         peak = [p + o + x for p, o, x in zip(params, opt, live)]
     else:
         peak = [p + g + o + a for p, g, o, a in zip(params, grads, opt, act_peak)]
     return MemoryReport(params, grads, opt, act_peak, peak, series)
+
+
+def _activation_changes(pl, timeline: Timeline, model: MemoryModel) -> tuple[np.ndarray, ...]:
+    """Every rank's ops as (rank, kind, model stage, start, end, activation bytes it
+    changes): all items' own (first) ops in order, then the pairs' backwards (each
+    rank's in the order ``Timeline.rank_ops`` gives them)."""
+    t = timeline.table
+    ranks = np.repeat(np.arange(len(t.offsets) - 1, dtype=np.int32), np.diff(t.offsets))
+    pair = np.flatnonzero(t.kind2 >= 0)
+    firsts = (ranks, t.kind, t.chunk, t.mb, timeline.starts, timeline.ends)
+    seconds = (ranks, t.kind2, t.chunk2, t.mb2, timeline.starts, timeline.ends)
+    rank, kind, chunk, mb, start, end = (
+        np.concatenate([one, two[pair]]) if len(pair) else one for one, two in zip(firsts, seconds)
+    )
+    stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], rank, chunk]
+    size = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)[stage]
+    w = model.w_share
+    delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
+    _pairs_by_layer(model, delta, kind, stage, pair, len(t.kind), {})
+    return rank, kind, stage, start, end, delta
+
+
+def _rank_peaks(rank: np.ndarray, when: np.ndarray, delta: np.ndarray, pp: int) -> list[float]:
+    """Per rank, ``running_peak`` of its ops' changes (``rank``, ``when``, ``delta``: all
+    ranks' ops), every rank's running sum at once: each in a row of its own, in time
+    order and padded with zeros past its end (which leave its sum as it was), summed
+    along the rows (each row from 0, one addition after another: the same floats)."""
+    order = np.lexsort((delta, when, rank))
+    counts = np.bincount(rank, minlength=pp)
+    width = int(counts.max()) if len(rank) else 0
+    rows = np.zeros((pp, width))
+    first = np.cumsum(counts) - counts
+    rows[rank[order], np.arange(len(order)) - np.repeat(first, counts)] = delta[order]
+    peaks = np.cumsum(rows, axis=1).max(axis=1) if width else np.zeros(pp)
+    return [float(max(0, x)) for x in peaks.tolist()]
 
 
 def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, seen: dict) -> None:
