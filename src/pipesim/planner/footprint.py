@@ -85,6 +85,13 @@ def layer_pairs(m: Model, local: Training, lay: Layout, recompute: str) -> tuple
     return tuple(out)
 
 
+@lru_cache(maxsize=1 << 10)
+def layer_columns(table: tuple[tuple[float, float], ...]) -> tuple[tuple[float, ...], ...]:
+    """``layer_pairs``' table as columns: per layer its bytes, its bytes times its W
+    share, and its W share (a stage's sums are then sums of slices)."""
+    return tuple(b for b, _ in table), tuple(b * w for b, w in table), tuple(w for _, w in table)
+
+
 def memory_model(
     m: Model, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
 ) -> MemoryModel:
@@ -93,25 +100,31 @@ def memory_model(
     # context parallelism: a GPU keeps the activations of its 1/cp of each sequence
     local = local_training(t, lay)
     params, experts, acts, shares, layers = [], [], [], [], []
-    # a layer's pair depends only on its kind and mode, worked out once a layout (``layer_pairs``)
+    # a layer's pair depends only on its kind and mode, worked out once a layout
+    # (``layer_pairs``), and kept as columns: its bytes, bytes times W share, and share
     table = layer_pairs(m, local, lay, recompute)
+    sizes, weighted, share = layer_columns(table)
 
     for s, rng in enumerate(parts):
         d, e = stage_params(m, rng, s == stages - 1, s == 0, lay)
         params.append(d)
         experts.append(e)
         last = s == stages - 1
-        mtp = [m.layers - 1] * m.mtp_layers if last else []
-        pairs = [table[i] for i in [*rng, *mtp]]
-        layers.append(tuple(b for b, _ in pairs))  # Megatron-Core runs MTP layers after the decoder's
+        # a stage's layers are consecutive (``stage_parts``): slices of the columns
+        held, held_kept = sizes[rng.start : rng.stop], weighted[rng.start : rng.stop]
+        if last and m.mtp_layers:
+            held, held_kept = held + sizes[-1:] * m.mtp_layers, held_kept + weighted[-1:] * m.mtp_layers
+        layers.append(held)  # Megatron-Core runs MTP layers after the decoder's
+        extra = []
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)
-            pairs.append((activations.head_activation(m, local, lay), 0.0))
+            extra.append((activations.head_activation(m, local, lay), 0.0))
         # torch.distributed.pipelining: the first layer's saved input is the receive
         # buffer pipeline_buffers counts, and the stage's output waits for its backward
-        pairs += stage_boundary_pairs(m, t, lay, s, stages, pairs[0][1] if len(rng) else None)
-        size = sum(b for b, _ in pairs)
+        extra += stage_boundary_pairs(m, t, lay, s, stages, share[rng.start] if len(rng) else None)
+        # each sum over the stage's pairs in order, as one sum of one sequence
+        size = sum((*held, *(b for b, _ in extra)))
         acts.append(size)
-        shares.append(sum(b * w for b, w in pairs) / size if size else 0.0)
+        shares.append(sum((*held_kept, *(b * w for b, w in extra))) / size if size else 0.0)
     # FSDP2 shards each parameter in its own fp32 dtype and the optimizer steps the shard
     # in place (torch.distributed.fsdp fully_shard: MixedPrecisionPolicy casts to
     # param_dtype only for the all-gather; torchtitan builds the model in fp32): the
