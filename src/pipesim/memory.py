@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from .costs import PerStage, at_stage
 from .errors import PipesimError
 from .ir import Schedule
 from .metrics import B, running_peak
+from .order_memo import per_table
 from .timeline import Timeline
 
 
@@ -204,7 +206,8 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     # needs, the W the rest, a fused BW all of it, at their ends; an overlapped pair
     # reaches its layer-by-layer peak at its start (``pair_peak``). Worked out for every
     # rank's ops at once (the planner asks this of thousands of timelines)
-    rank, kind, stage, start, end, delta = _activation_changes(pl, timeline, model)
+    ops, start, end, delta = _activation_changes(pl, timeline, model)
+    rank, kind, stage = ops.rank, ops.kind, ops.stage
     when = np.where(kind == 0, start, end)
     series: list = []
     live = []
@@ -218,7 +221,7 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
             if model.grads_in_backward:
                 live.append(_peak_with_grads(model, kind[sel], stage[sel], start[sel], end[sel], delta[sel], held))
     else:
-        act_peak = _rank_peaks(rank, when, delta, pl.pp)
+        act_peak = _rank_peaks(ops, when, delta, pl.pp)
     if model.grads_in_backward:
         peak = [p + o + x for p, o, x in zip(params, opt, live)]
     else:
@@ -226,60 +229,76 @@ def memory(schedule: Schedule, timeline: Timeline, model: MemoryModel, curves: b
     return MemoryReport(params, grads, opt, act_peak, peak, series)
 
 
-def _activation_changes(pl, timeline: Timeline, model: MemoryModel) -> tuple[np.ndarray, ...]:
-    """Every rank's ops as (rank, kind, model stage, start, end, activation bytes it
-    changes): all items' own (first) ops in order, then the pairs' backwards (each
-    rank's in the order ``Timeline.rank_ops`` gives them)."""
-    t = timeline.table
+class _Ops(NamedTuple):
+    """Every rank's ops as ``memory`` reads them, from the order alone: all items' own
+    (first) ops in order, then the pairs' backwards (each rank's in the order
+    ``Timeline.rank_ops`` gives them)."""
+
+    rank: np.ndarray  # per op, its rank
+    kind: np.ndarray
+    stage: np.ndarray  # its model stage
+    pair: np.ndarray  # the items that are pairs (their forwards' indices)
+    back: np.ndarray  # their backwards' indices
+    triples: list  # the (forward stage, backward stage, backward kind) of the pairs, once each
+    which: np.ndarray  # per pair, its triple's index
+    row: np.ndarray  # the ops grouped by rank (``_rank_peaks``): the rank of each place
+    col: np.ndarray  # and its place in its rank's row
+
+
+def _ops(pl, t) -> _Ops:
     ranks = np.repeat(np.arange(len(t.offsets) - 1, dtype=np.int32), np.diff(t.offsets))
     pair = np.flatnonzero(t.kind2 >= 0)
-    firsts = (ranks, t.kind, t.chunk, t.mb, timeline.starts, timeline.ends)
-    seconds = (ranks, t.kind2, t.chunk2, t.mb2, timeline.starts, timeline.ends)
-    rank, kind, chunk, mb, start, end = (
-        np.concatenate([one, two[pair]]) if len(pair) else one for one, two in zip(firsts, seconds)
-    )
+    firsts, seconds = (ranks, t.kind, t.chunk, t.mb), (ranks, t.kind2, t.chunk2, t.mb2)
+    rank, kind, chunk, mb = (np.concatenate([one, two[pair]]) if len(pair) else one for one, two in zip(firsts, seconds))
     stage = pl.stage_grid()[np.asarray(pl.route_of, np.int32)[mb], rank, chunk]
-    size = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)[stage]
+    back = np.arange(len(t.kind), len(t.kind) + len(pair))
+    cols = np.stack([stage[pair], stage[back], kind[back]]).astype(np.int64)
+    _, first, which = np.unique(cols[0] * (1 << 40) + cols[1] * 4 + cols[2], return_index=True, return_inverse=True)
+    counts = np.bincount(rank, minlength=pl.pp)
+    row = np.repeat(np.arange(pl.pp), counts)
+    col = np.arange(len(rank)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return _Ops(rank, kind, stage, pair, back, cols[:, first].T.tolist(), which.reshape(-1), row, col)
+
+
+def _activation_changes(pl, timeline: Timeline, model: MemoryModel) -> tuple:
+    """(``_Ops`` of the timeline's order, and per op its start, end and the activation
+    bytes it changes)."""
+    t = timeline.table
+    # kept with the placement (the stages it gives): the entry holds it, so its id is its own
+    ops = per_table(t, ("memory", id(pl)), lambda: (pl, _ops(pl, t)))[1]
+    pair = ops.pair
+    start, end = timeline.starts, timeline.ends
+    if len(pair):
+        start, end = np.concatenate([start, start[pair]]), np.concatenate([end, end[pair]])
+    size = np.array([model.activation_bytes(s) for s in range(pl.stages)], np.float64)[ops.stage]
     w = model.w_share
-    delta = np.choose(kind, [size, -(1 - w) * size, -w * size, -size])
-    _pairs_by_layer(model, delta, kind, stage, pair, len(t.kind), {})
-    return rank, kind, stage, start, end, delta
+    delta = np.choose(ops.kind, [size, -(1 - w) * size, -w * size, -size])
+    _pairs_by_layer(model, delta, ops)
+    return ops, start, end, delta
 
 
-def _rank_peaks(rank: np.ndarray, when: np.ndarray, delta: np.ndarray, pp: int) -> list[float]:
-    """Per rank, ``running_peak`` of its ops' changes (``rank``, ``when``, ``delta``: all
-    ranks' ops), every rank's running sum at once: each in a row of its own, in time
-    order and padded with zeros past its end (which leave its sum as it was), summed
-    along the rows (each row from 0, one addition after another: the same floats)."""
-    order = np.lexsort((delta, when, rank))
-    counts = np.bincount(rank, minlength=pp)
-    width = int(counts.max()) if len(rank) else 0
+def _rank_peaks(ops: _Ops, when: np.ndarray, delta: np.ndarray, pp: int) -> list[float]:
+    """Per rank, ``running_peak`` of its ops' changes (``when``, ``delta``: all ranks'
+    ops), every rank's running sum at once: each in a row of its own, in time order and
+    padded with zeros past its end (which leave its sum as it was), summed along the rows
+    (each row from 0, one addition after another: the same floats)."""
+    order = np.lexsort((delta, when, ops.rank))
+    width = int(ops.col.max()) + 1 if len(order) else 0
     rows = np.zeros((pp, width))
-    first = np.cumsum(counts) - counts
-    rows[rank[order], np.arange(len(order)) - np.repeat(first, counts)] = delta[order]
+    rows[ops.row, ops.col] = delta[order]
     peaks = np.cumsum(rows, axis=1).max(axis=1) if width else np.zeros(pp)
     return [float(max(0, x)) for x in peaks.tolist()]
 
 
-def _pairs_by_layer(model: MemoryModel, delta, kind, stage, pair, items: int, seen: dict) -> None:
-    """In place on one rank's activation changes (``memory``'s ``delta``; its ``items``
-    first ops, then the backwards of the items ``pair``): a pair's forward adds at its
-    start the most its layer-by-layer run holds above what was live (``pair_peak``), its
-    backward at its end the rest of what the pair changes. ``seen``: pair_peak by
-    (forward stage, backward stage, backward kind), kept across ranks."""
-    if not len(pair) or not model.layer_bytes:  # a stage one piece: the F's and B's own changes give its peak
+def _pairs_by_layer(model: MemoryModel, delta, ops: _Ops) -> None:
+    """In place on the activation changes ``delta`` of ``ops``: a pair's forward adds at
+    its start the most its layer-by-layer run holds above what was live (``pair_peak``),
+    its backward at its end the rest of what the pair changes."""
+    if not len(ops.pair) or not model.layer_bytes:  # a stage one piece: the F's and B's own changes give its peak
         return
-    back = np.arange(items, items + len(pair))
-    cols = np.stack([stage[pair], stage[back], kind[back]]).astype(np.int64)
-    _, first, which = np.unique(cols[0] * (1 << 40) + cols[1] * 4 + cols[2], return_index=True, return_inverse=True)
-    peaks = []
-    for f, b, bk in cols[:, first].T.tolist():
-        if (f, b, bk) not in seen:
-            seen[f, b, bk] = pair_peak_of(model, f, b, bk)
-        peaks.append(seen[f, b, bk])
-    peak = np.asarray(peaks)[which.reshape(-1)]
-    delta[back] += delta[pair] - peak
-    delta[pair] = peak
+    peak = np.asarray([pair_peak_of(model, f, b, bk) for f, b, bk in ops.triples])[ops.which]
+    delta[ops.back] += delta[ops.pair] - peak
+    delta[ops.pair] = peak
 
 
 def _peak_with_grads(model: MemoryModel, kind, stage, start, end, act, held) -> float:

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ..ir import KINDS
+from ..order_memo import per_table
 
 #: the ops whose weight gradients are final for their micro-batch (a fused backward or a
 #: split one's W); a chunk whose order has neither finishes its gradients in its B
@@ -111,15 +112,23 @@ def reduction_tails(tl, reduce: tuple[tuple[float, ...], ...], rate: float) -> t
     t = tl.table
     off = t.offsets
     chunks = max((len(x) for x in reduce), default=0)
-    last = _last_items(t, chunks, _GRADS)
-    if (last < 0).any():
-        last = np.where(last < 0, _last_items(t, chunks, _B), last)
+    # the order's alone: worked out once a table (the planner prices each under many cost models)
+    last = per_table(t, ("reductions", chunks), lambda: _ready_items(t, chunks))
     out = []
     for r, per_chunk in enumerate(reduce):
         a, b = int(off[r]), int(off[r + 1])
         ready = [None if x < 0 else x - a for x in last[r, : len(per_chunk)].tolist()]
         out.append(tail_exposure(tl.starts[a:b], tl.ends[a:b], ready, per_chunk, rate))
     return tuple(out)
+
+
+def _ready_items(t, chunks: int) -> np.ndarray:
+    """[rank, local chunk]: the item holding the chunk's last W or BW, or its last B where
+    it has neither (-1: none)."""
+    last = _last_items(t, chunks, _GRADS)
+    if (last < 0).any():
+        last = np.where(last < 0, _last_items(t, chunks, _B), last)
+    return last
 
 
 def _last_items(t, chunks: int, kinds: tuple[int, ...]) -> np.ndarray:

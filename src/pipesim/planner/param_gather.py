@@ -50,6 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir import KINDS
+from ..order_memo import per_table
 from .grad_reduction import slowed
 
 _F = KINDS.index("F")
@@ -155,6 +156,27 @@ def gather_heads(tl, gather: tuple[tuple[float, ...], ...], rate: float) -> tupl
     t = tl.table
     off = t.offsets
     origin = tl.start
+    # where each rank's gathers launch and wait depends on the order alone: worked out
+    # once a table (the planner prices each order under many cost models)
+    plans = per_table(t, ("gathers", tuple(map(len, gather))), lambda: _launch_plans(t, gather))
+    out = []
+    for r, (per_chunk, (first, launch, opener)) in enumerate(zip(gather, plans)):
+        a, b = int(off[r]), int(off[r + 1])
+        # Megatron buckets only where the gather is on the critical path, pipeline rank 0's
+        # first chunk (DDP: "data-parallel communication on these stages is not on the
+        # critical path"): the chunk that opens the step; so here the first chunk of any
+        # rank whose first item is a forward at the step's start (rank 0 alone under
+        # Megatron's orders; DualPipe's last rank too)
+        bucketed = opener if opener is not None and float(tl.starts[a]) <= origin else None
+        out.append(head_exposure(tl.starts[a:b], tl.ends[a:b], first, launch, per_chunk, rate, bucketed, origin))
+    return tuple(out)
+
+
+def _launch_plans(t, gather) -> list[tuple[list, list, int | None]]:
+    """Per rank of the rank table ``t`` (``gather``'s lengths: its chunks), ``head_exposure``'s
+    ``first`` and ``launch``, and the chunk its first item opens where that is a forward
+    (None otherwise)."""
+    off = t.offsets
     out = []
     for r, per_chunk in enumerate(gather):
         a, b = int(off[r]), int(off[r + 1])
@@ -175,15 +197,9 @@ def gather_heads(tl, gather: tuple[tuple[float, ...], ...], rate: float) -> tupl
         for k, c in zip(by_rank, ranked):
             launch[c] = None if k is None else int(fwd[k])
         first = [None if p is None else int(fwd[p]) for p in at]
-        # Megatron buckets only where the gather is on the critical path, pipeline rank 0's
-        # first chunk (DDP: "data-parallel communication on these stages is not on the
-        # critical path"): the chunk that opens the step; so here the first chunk of any
-        # rank whose first item is a forward at the step's start (rank 0 alone under
-        # Megatron's orders; DualPipe's last rank too)
-        opens = len(fwd) > 0 and fwd[0] == 0 and float(tl.starts[a]) <= origin
-        bucketed = ranked[0] if opens else None
-        out.append(head_exposure(tl.starts[a:b], tl.ends[a:b], first, launch, per_chunk, rate, bucketed, origin))
-    return tuple(out)
+        opens = len(fwd) > 0 and fwd[0] == 0
+        out.append((first, launch, ranked[0] if opens else None))
+    return out
 
 
 def combined(heads: Sequence[float], chunks: int) -> float:
