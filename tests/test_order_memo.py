@@ -1,4 +1,6 @@
-"""order_memo.per_table: work kept per rank table, by identity, the oldest dropped."""
+"""order_memo.per_table: work kept per rank table, by identity, as long as the table lives."""
+
+import gc
 
 from pipesim import order_memo
 from pipesim.ir import RankTable
@@ -17,11 +19,11 @@ def test_made_once_per_table_and_question():
     assert order_memo.per_table(t, "a", lambda: None) == 1  # the value first made, shared
 
 
-def test_oldest_dropped_past_kept(monkeypatch):
-    monkeypatch.setattr(order_memo, "KEPT", 2)
-    monkeypatch.setattr(order_memo, "_KEPT", type(order_memo._KEPT)())
-    tables = [_table() for _ in range(3)]
-    for i, t in enumerate(tables):
-        order_memo.per_table(t, "x", lambda i=i: i)
-    assert order_memo.per_table(tables[0], "x", lambda: "again") == "again"  # dropped: made anew
-    assert order_memo.per_table(tables[2], "x", lambda: "again") == 2  # kept
+def test_dropped_with_its_table():
+    t = _table()
+    key = id(t)
+    order_memo.per_table(t, "x", lambda: [1])
+    assert key in order_memo._KEPT
+    del t
+    gc.collect()
+    assert key not in order_memo._KEPT

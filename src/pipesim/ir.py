@@ -240,7 +240,8 @@ class RankTable(Sequence):
     for. The engine, the metrics and the builders of large schedules use the arrays.
     """
 
-    __slots__ = ("offsets", "kind", "chunk", "mb", "kind2", "chunk2", "mb2", "_rows")
+    # __weakref__: what is worked out of a table alone is kept as long as it lives (order_memo)
+    __slots__ = ("offsets", "kind", "chunk", "mb", "kind2", "chunk2", "mb2", "_rows", "__weakref__")
 
     def __init__(self, offsets, kind, chunk, mb, kind2=None, chunk2=None, mb2=None) -> None:
         n = len(kind)
