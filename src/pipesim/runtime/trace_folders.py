@@ -1,0 +1,92 @@
+"""Where ``pipesim run --profile`` puts each schedule's traces, checked before the launch.
+
+A refusal here comes before any process starts and leaves nothing behind: the folder is
+checked, not made (the ranks make it when they write their traces), so a name the file
+system cannot take, a folder two schedules of one list would share, or traces of another
+run the profile command would read beside this one's are named now, not after the run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import PipesimError
+
+
+def profile_dir(args, schedule, count: int) -> str | None:
+    """Where a schedule's traces go: DIR itself for one schedule, DIR/NAME for several."""
+    if args.profile is None:
+        return None
+    folder = args.profile if count == 1 else os.path.join(args.profile, re.sub(r"[^\w.-]", "_", schedule.name))
+    # checked, not made: a refusal after this (the model, the ranks, the network) must
+    # leave nothing behind, so the ranks make the folder when they write their traces
+    existing = folder
+    while existing and not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    existing = existing or "."
+    if not os.path.isdir(existing):
+        where = "" if existing == folder else f"cannot create {folder!r}: "
+        raise PipesimError(f"--profile {args.profile}: {where}{existing!r} is not a folder; name a folder for the traces")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
+        raise PipesimError(f"--profile {args.profile}: {what} not writable")
+    _refuse_uncreatable(folder, existing)
+    from ..files import input_files, refuse_overwrite
+
+    refuse_overwrite(
+        [("--profile", os.path.join(folder, f"rank{r}.json")) for r in range(schedule.pp)],
+        input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
+    )
+    _refuse_other_traces(args.profile, folder, schedule.pp)
+    return folder
+
+
+def _refuse_uncreatable(folder: str, existing: str) -> None:
+    """A folder the ranks could not make, found now rather than after the run (they make
+    it when they write their traces): a name longer than the file system takes."""
+    try:
+        longest = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return
+    for part in os.path.relpath(folder, existing).split(os.sep) if folder != existing else ():
+        if len(os.fsencode(part)) > longest:
+            shown = part if len(part) <= 40 else f"{part[:20]}...{part[-8:]}"
+            raise PipesimError(
+                f"--profile: the folder name {shown!r} is too long ({len(os.fsencode(part))} bytes; "
+                f"{existing!r} takes names up to {longest}); give a shorter one"
+            )
+
+
+def refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:
+    """Two schedules of one list whose traces would go to one folder (a schedule file named
+    zb-h1 beside the registry's zb-h1): the second run's rank files replaced the first's."""
+    first: dict[str, str] = {}
+    for folder, name in zip(folders, names):
+        if folder is None:
+            continue
+        if folder in first:
+            raise PipesimError(
+                f"--profile {flag}: {first[folder]} and {name} would write their traces to one folder, {folder!r} "
+                "(the schedules have one name): run them in two launches, or rename one in its file"
+            )
+        first[folder] = name
+
+
+def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
+    """A trace in ``folder`` that this run will not replace (rank5.json beside a pp=2
+    run, a file of the user's): ``pipesim profile`` reads every trace of the folder, so it
+    would sit beside this run's. Named now, before the run, and left where it is: the
+    user's to move or remove. This run's own rank files are replaced, as -o replaces."""
+    if not os.path.isdir(folder):
+        return
+    ours = {f"rank{r}.json" for r in range(pp)}
+    other = sorted(
+        e.name for e in os.scandir(folder) if e.is_file() and e.name.endswith((".json", ".json.gz")) and e.name not in ours
+    )
+    if other:
+        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise PipesimError(
+            f"--profile {flag}: {folder!r} holds {shown}, which this pp={pp} run does not write and pipesim profile would "
+            "read beside its traces; move them away or give an empty folder"
+        )
