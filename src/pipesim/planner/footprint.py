@@ -24,10 +24,11 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
     """(non-expert, expert) parameters one GPU holds for a stage of these layers. Kept: a
     search's splits share most of their stages (a deep model's, summed layer by layer)."""
     dense = experts = 0.0
+    attention, mlps, tp, ep, norms = attention_params(m), layer_mlps(m), lay.tp, lay.ep * lay.etp, 2 * m.hidden
     for i in rng:
-        d, e = mlp_params(m, i)
-        dense += (attention_params(m) + d) / lay.tp + 2 * m.hidden
-        experts += e / (lay.ep * lay.etp)
+        d, e = mlps[i]
+        dense += (attention + d) / tp + norms
+        experts += e / ep
     if first:
         dense += m.vocab * m.hidden / lay.tp
     if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
@@ -37,6 +38,13 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
         experts += m.mtp_layers * e / (lay.ep * lay.etp)
     return dense, experts
+
+
+@lru_cache(maxsize=64)
+def layer_mlps(m: Model) -> tuple[tuple[float, float], ...]:
+    """``mlp_params`` of each layer, worked out once a model: ``stage_params`` sums them
+    over each stage of tens of thousands of splits (a search's distinct stages)."""
+    return tuple(mlp_params(m, i) for i in range(m.layers))
 
 
 def float8_gathered(t: Training) -> bool:
