@@ -283,7 +283,17 @@ def rank_usables(
     on memory model ``mm`` (``footprint.memory_model``), each rank with its own stages'
     parameters on one GPU."""
     common = common or layout_held(m, t, lay, recompute)
+    if not pools_read_params(t):  # a rank's own parameters change nothing here: not summed
+        return tuple(usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, 0.0, common) for own in held)
     return tuple(usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, held_params(mm, own), common) for own in held)
+
+
+def pools_read_params(t) -> bool:
+    """Whether ``fsdp_stream_pools`` (the one part of ``usable_on_rank`` a rank's own
+    parameters reach) reads them: only its gradient shards, under ZeRO-3 with the pools
+    counted and the gradients freed each step. The search asks for every rank of every
+    placement and split; without them each rank's sum over its stages is skipped."""
+    return t.zero == 3 and t.fsdp_stream_pools and t.zero_grad_frees
 
 
 def held_params(mm, own) -> float:
