@@ -283,9 +283,20 @@ def rank_usables(
     on memory model ``mm`` (``footprint.memory_model``), each rank with its own stages'
     parameters on one GPU."""
     common = common or layout_held(m, t, lay, recompute)
-    if not pools_read_params(t):  # a rank's own parameters change nothing here: not summed
-        return tuple(usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, 0.0, common) for own in held)
-    return tuple(usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, held_params(mm, own), common) for own in held)
+    reads = pools_read_params(t)  # elsewhere a rank's own parameters change nothing here: not summed
+    # a rank's stages reach its usable memory only through whether it holds the last, how
+    # many receive an input and how many send an output: ranks alike in those (a
+    # pipeline's middle ranks) are worked out once
+    seen: dict[tuple, Usable] = {}
+    out = []
+    for own in held:
+        key = (stages - 1 in own, sum(st > 0 for st in own), sum(st < stages - 1 for st in own))
+        key += (held_params(mm, own) if reads else 0.0,)
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, key[3], common)
+        out.append(got)
+    return tuple(out)
 
 
 def pools_read_params(t) -> bool:
