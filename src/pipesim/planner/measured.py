@@ -75,11 +75,17 @@ def extrapolated(run: Callable[[int], Measured], M: int, points: tuple[int, int]
     shrinks with M until the reduction hides, and a line through it would run on below
     what it levels off at. While the third point is off the line, outgrown or its
     reductions not yet settled the window moves a period on; with no room left before M,
-    M is simulated."""
+    or once the runs have cost more micro-batches than M itself, M is simulated. A pace
+    that settles only to rounding never puts the third point on the line (DeepSeek-V3's
+    dualpipev on pp9 x tp4 of 72 GB200s, M=7680: each period's growth still moved by
+    1e-5 of the step after 200 periods), and the window slid all the way to M, 213
+    simulations of 48 to 7680 micro-batches where one of M was exact."""
     m1, m2 = points
     q = m2 - m1
     a, b = run(m1), run(m2)
-    while m2 + q < M:
+    spent = m1 + m2
+    while m2 + q < M and spent + m2 + q <= M:
+        spent += m2 + q
         c = run(m2 + q)
         if a.toward(b, 2.0).matches(c) and _steady(b, c) and _close(a.reduced, b.reduced) and _close(a.gathered, b.gathered):
             return b.toward(c, (M - m2) / q)
