@@ -1,5 +1,5 @@
 """The search keeps each spec's hash on the instance (``training.hashed_once``) and each
-layout's per-layer activations (``footprint.layer_pairs``): a kept hash must be the one
+layout's per-layer activations (``footprint.layer_columns``): a kept hash must be the one
 Python's dataclasses define (the hash of the tuple of the compared fields, so dicts and
 sets of specs order as before), never travel to another process, and the memory model
 must hold each layer's bytes as the layer's own activation gives them."""

@@ -87,25 +87,20 @@ def float8_params_at(mm: MemoryModel, stage: int) -> float:
 
 
 @lru_cache(maxsize=1 << 10)
-def layer_pairs(m: Model, local: Training, lay: Layout, recompute: str) -> tuple[tuple[float, float], ...]:
-    """Per layer, (its activation bytes, the share its W keeps): a layer's kind and mode
-    (MoE or dense, recomputed or not) give its pair, computed at the first layer of that
-    kind. Kept: a search prices thousands of splits of a few layouts, each over every layer."""
+def layer_columns(m: Model, local: Training, lay: Layout, recompute: str) -> tuple[tuple[float, ...], ...]:
+    """Per layer, its activation bytes, those bytes times the share its W keeps, and that
+    share, as three columns (a stage's sums are then sums of slices). A layer's kind and
+    mode (MoE or dense, recomputed or not) give its pair, computed at the first layer of
+    that kind. Kept: a search prices thousands of splits of a few layouts, each over
+    every layer."""
     by_kind: dict[tuple, tuple[float, float]] = {}
-    out = []
+    pairs = []
     for i in range(m.layers):
         kind = (m.is_moe_layer(i), layer_mode(recompute, i))
         if kind not in by_kind:
             by_kind[kind] = activations.layer_activation(m, i, local, lay, recompute)
-        out.append(by_kind[kind])
-    return tuple(out)
-
-
-@lru_cache(maxsize=1 << 10)
-def layer_columns(table: tuple[tuple[float, float], ...]) -> tuple[tuple[float, ...], ...]:
-    """``layer_pairs``' table as columns: per layer its bytes, its bytes times its W
-    share, and its W share (a stage's sums are then sums of slices)."""
-    return tuple(b for b, _ in table), tuple(b * w for b, w in table), tuple(w for _, w in table)
+        pairs.append(by_kind[kind])
+    return tuple(b for b, _ in pairs), tuple(b * w for b, w in pairs), tuple(w for _, w in pairs)
 
 
 def memory_model(
@@ -116,10 +111,9 @@ def memory_model(
     # context parallelism: a GPU keeps the activations of its 1/cp of each sequence
     local = local_training(t, lay)
     params, experts, acts, shares, layers = [], [], [], [], []
-    # a layer's pair depends only on its kind and mode, worked out once a layout
-    # (``layer_pairs``), and kept as columns: its bytes, bytes times W share, and share
-    table = layer_pairs(m, local, lay, recompute)
-    sizes, weighted, share = layer_columns(table)
+    # a layer's bytes and W share depend only on its kind and mode, worked out once a
+    # layout (``layer_columns``)
+    sizes, weighted, share = layer_columns(m, local, lay, recompute)
 
     kept = stages_params(m, lay)
     for s, rng in enumerate(parts):
