@@ -461,3 +461,32 @@ def test_the_fuzz_run_the_architecture_page_describes_is_the_scripts_default():
     assert cases, "benchmarks/fuzz.py no longer sets --cases' default where this test reads it"
     shown = quoted("architecture.md", r"`python benchmarks/fuzz.py` runs ([\d,]+) hostile command lines")[0]
     assert int(shown.replace(",", "")) == int(cases.group(1))
+
+
+# --- the summary atop docs/fidelity.md ------------------------------------------------------------
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_fidelity_summary_quotes_its_sections():
+    """Each row of the table atop docs/fidelity.md links a section of the page, each figure
+    its last column gives is one that section states (the sections' own figures are held to
+    the benchmarks above), and each file it names exists."""
+    text = (DOCS / "fidelity.md").read_text()
+    head, *parts = re.split(r"^## ", text, flags=re.M)
+    sections = {slug(part.split("\n", 1)[0]): pages.squeeze(part) for part in parts}
+    rows = [line for line in head.splitlines() if line.startswith("| [")]
+    assert len(rows) == len(sections), "a section of docs/fidelity.md has no row in the table atop it, or a row no section"
+    for row in rows:
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+        anchor = re.match(r"\[[^]]+\]\(#([\w-]+)\)$", cells[0])
+        assert anchor and anchor.group(1) in sections, f"{cells[0]} names no section of the page"
+        section = sections[anchor.group(1)]
+        for figure in re.findall(r"(?<![\w.])[-+]?\d[\d,.]*%?x?", cells[-1]):
+            figure = figure.rstrip(".,")
+            assert re.search(rf"(?<![\w.]){re.escape(figure)}(?![\d])", section), f"{anchor.group(1)} does not state {figure}"
+        for path in re.findall(r"`([\w/]+\.py)`", row):
+            assert (pages.ROOT / path).exists() or (pages.ROOT / "src" / "pipesim" / path).exists(), path
