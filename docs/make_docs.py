@@ -291,7 +291,7 @@ def _page(pics: Pictures) -> str:
     )
     add(block(*argv5))
     add(
-        f"\nIt halves the parameters a rank holds ({g(d['parameter_copies'])}x against {g(v['parameter_copies'])}x, "
+        f"\nIt halves the parameters a rank holds ({g(v['parameter_copies'])}x against {g(d['parameter_copies'])}x, "
         f"with their gradients and optimizer states), and keeps the peak activations within "
         f"{g(max(v['peak_activation_memory']))} stages against {g(max(d['peak_activation_memory']))}. The price: a "
         f"bubble of {pct(v['bubble_ratio'])} against {pct(d['bubble_ratio'])} and a makespan {pct(v['makespan'] / d['makespan'] - 1)} "
@@ -327,6 +327,7 @@ def _page(pics: Pictures) -> str:
     pairs = {n: sum(op.count("&") for r in ranks for op in r) for n, ranks in ops.items()}
     ws = {n: sum(op.startswith("W") for r in ranks for op in r) for n, ranks in ops.items()}
     assert pairs["chimera"] == 0 and ws["chimera"] == 0
+    more = max(dp["peak_activation_memory"]) - max(ch["peak_activation_memory"])
     add(
         "\n## 7. DualPipe against Chimera\n\n"
         "Chimera (Li and Hoefler, 2021) already ran two model copies in opposite directions. DualPipe keeps that "
@@ -342,7 +343,7 @@ def _page(pics: Pictures) -> str:
         f"{pct(ch['bubble_ratio'])}, its exposed communication {g(max(dp['exposed_comm']))} against "
         f"{g(max(ch['exposed_comm']))} on the worst rank, and its compute utilization "
         f"{pct(sum(dp['compute_utilization']) / 8)} against {pct(sum(ch['compute_utilization']) / 8)}, for "
-        f"{g(max(dp['peak_activation_memory']) - max(ch['peak_activation_memory']))} more stage(s) of activations "
+        f"{g(more)} more stage{'' if more == 1 else 's'} of activations "
         f"({g(max(dp['peak_activation_memory']))} against {g(max(ch['peak_activation_memory']))}).\n"
     )
 
