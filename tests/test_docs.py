@@ -474,7 +474,8 @@ def slug(heading: str) -> str:
 def test_the_fidelity_summary_quotes_its_sections():
     """Each row of the table atop docs/fidelity.md links a section of the page, each figure
     its last column gives is one that section states (the sections' own figures are held to
-    the benchmarks above), and each file it names exists."""
+    the benchmarks above), and each file it names exists; every link inside the page
+    names one of its headings."""
     text = (DOCS / "fidelity.md").read_text()
     head, *parts = re.split(r"^## ", text, flags=re.M)
     sections = {slug(part.split("\n", 1)[0]): pages.squeeze(part) for part in parts}
@@ -490,3 +491,6 @@ def test_the_fidelity_summary_quotes_its_sections():
             assert re.search(rf"(?<![\w.]){re.escape(figure)}(?![\d])", section), f"{anchor.group(1)} does not state {figure}"
         for path in re.findall(r"`([\w/]+\.py)`", row):
             assert (pages.ROOT / path).exists() or (pages.ROOT / "src" / "pipesim" / path).exists(), path
+    headings = {slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+    for anchor in re.findall(r"\]\(#([^)]+)\)", text):
+        assert anchor in headings, f"docs/fidelity.md links #{anchor}, which no heading makes"
