@@ -173,13 +173,18 @@ def peak_activations(timeline: Timeline) -> list[int]:
     its W or BW ends (at equal times a death comes first: a freed activation makes room)."""
     t = timeline.table
     item, kind, _, _ = t.ops()
-    rank = t.ranks_of_items()[item]
     born, dies = kind == F, (kind == W) | (kind == BW)
-    when = np.concatenate([timeline.starts[item[born]], timeline.ends[item[dies]]])
-    who = np.concatenate([rank[born], rank[dies]])
-    delta = np.concatenate([np.ones(int(born.sum()), np.int64), -np.ones(int(dies.sum()), np.int64)])
+    born_items, dying_items = item[born], item[dies]
+    del item, kind, born, dies  # the summary's peak memory is here: keep one op-sized array at a time
+    rank = t.ranks_of_items()
+    when = np.concatenate([timeline.starts[born_items], timeline.ends[dying_items]])
+    who = np.concatenate([rank[born_items], rank[dying_items]])
+    delta = np.concatenate([np.ones(len(born_items), np.int8), -np.ones(len(dying_items), np.int8)])
+    del rank, born_items, dying_items
     order = np.lexsort((delta, when, who))  # per rank, in time order, deaths first at a tie
-    who, live = who[order], np.cumsum(delta[order])
+    del when
+    who, live = who[order], np.cumsum(delta[order], dtype=np.int64)
+    del order, delta
     peak = np.zeros(timeline.pp, np.int64)
     if len(live):
         head = np.flatnonzero(np.r_[True, who[1:] != who[:-1]])
