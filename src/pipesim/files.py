@@ -38,14 +38,20 @@ SCHEDULE_KEYS = ("format", "schedule", "pp", "microbatches", "stages", "placemen
 NOTE_KEYS = ("source", "notes", "comment", "expected", "costs_per_chunk")
 
 
-def schedule_from_dict(d: dict, where: str = "schedule") -> Schedule:
+def schedule_from_dict(d: dict, where: str = "schedule", unnamed: str = "custom") -> Schedule:
+    """The schedule a document describes; ``unnamed`` is its name when it gives none (a
+    file's path: every line and output then names the file the user gave)."""
     if not isinstance(d, dict):
         raise PipesimError(f"{where}: expected a JSON object with pp, microbatches and ranks")
     known_keys(d, SCHEDULE_KEYS + NOTE_KEYS, where)
     check_format(d, where)
     for key in ("pp", "microbatches", "ranks"):
         if key not in d:
-            raise PipesimError(f"{where}: missing {key!r}; a schedule file needs pp, microbatches and ranks")
+            # `pipesim ops --json > f.json` makes a document of ranks alone: say which command writes a file
+            raise PipesimError(
+                f"{where}: missing {key!r}; a schedule file needs pp, microbatches and ranks "
+                "(pipesim ops -s NAME -o FILE.json writes one; ops --json prints the ranks only)"
+            )
     if isinstance(d["pp"], float) or isinstance(d["microbatches"], float):
         raise PipesimError(f"{where}: pp and microbatches must be integers >= 1, got {d['pp']!r} and {d['microbatches']!r}")
     pp = number(d["pp"], "pp", 1, MAX_COUNT, integer=True, where=where)
@@ -77,10 +83,16 @@ def schedule_from_dict(d: dict, where: str = "schedule") -> Schedule:
             ranks.append(tuple(parse_item(t) for t in tokens))
         except PipesimError as e:
             raise PipesimError(f"{where}: rank {r}: {e}") from None
-    name = str(d.get("schedule", "custom"))
+    declared = d.get("schedule", "")
+    if not isinstance(declared, str):  # a number or null was printed as its repr ("None") wherever the name shows
+        raise PipesimError(
+            f"{where}: schedule must be the schedule's name, a string, got {'null' if declared is None else shorten(declared)}"
+        )
+    name = declared or unnamed
     max_chunk = max((op.chunk for row in ranks for it in row for op in ops_of(it)), default=0)
     work(pp, M, max_chunk + 1, where=f"{where}: ")
-    placement = _placement(d.get("placement"), name, pp, M, d, max_chunk, where)
+    # a registry family's placement by the name the file declares, never by its path
+    placement = _placement(d.get("placement"), declared, pp, M, d, max_chunk, where)
     stages = d.get("stages")
     if stages is not None and stages != placement.stages:
         raise PipesimError(
@@ -130,7 +142,7 @@ def _placement(p, name: str, pp: int, M: int, d: dict, max_chunk: int, where: st
 
 
 def load_schedule(path: str | os.PathLike) -> Schedule:
-    return schedule_from_dict(load_json(path, "schedule file"), os.fspath(path))
+    return schedule_from_dict(load_json(path, "schedule file"), os.fspath(path), unnamed=os.fspath(path))
 
 
 def json_text(data: dict, indent: int | None = 1, **options) -> str:
@@ -432,7 +444,7 @@ def load_timeline(path: str | os.PathLike):
     tl = data.get("timeline") if isinstance(data, dict) else None
     if not isinstance(tl, dict) or not isinstance(tl.get("events"), list):
         raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")
-    schedule = schedule_from_dict({k: v for k, v in data.items() if k != "timeline"}, str(p))
+    schedule = schedule_from_dict({k: v for k, v in data.items() if k != "timeline"}, str(p), unnamed=str(p))
     if len(tl["events"]) != schedule.pp:
         raise PipesimError(f"{p}: timeline has {len(tl['events'])} ranks, the schedule pp={schedule.pp}")
     ranks = []
