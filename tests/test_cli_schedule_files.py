@@ -1,9 +1,18 @@
-"""Schedule files as the commands read them: an unnamed file was "custom" in every line
-and output, a name that was no string was printed as its repr ("None"), and the ranks
-`ops --json` prints were refused without saying which command writes a schedule file."""
+"""Schedule files wherever a command takes schedule names: sweep and report refused the
+file `ops -o` had written ("unknown schedule 's.json'") that draw, simulate and run read,
+and compare sent it to simulate; and the lists' other checks met on the way (builder
+flags beside PyTorch names, the trade-off mark). What a file is called: an unnamed file
+was "custom", a name that was no string was printed as its repr ("None"), and the ranks
+`ops --json` prints were refused without saying which command writes a schedule file.
+
+The expected makespans are 1F1B's at unit F, B and W (BW = 2): (M + pp - 1) slots of
+F + BW (Narayanan et al. 2021, PipeDream-Flush's bubble of pp - 1 slots), 3 x 3 = 9 at
+pp=2, M=2 and 5 x 3 = 15 at M=4.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -28,6 +37,86 @@ def mine(tmp_path, capsys):
     assert main(["ops", "--schedule", "1f1b", "--pp", "2", "-m", "2", "-o", str(path)]) == 0
     capsys.readouterr()
     return path
+
+
+def test_sweep_runs_a_schedule_file_as_one_point_at_its_own_size(capsys, tmp_path, mine):
+    out_csv = tmp_path / "sweep.csv"
+    code, _, err = _run(capsys, "sweep", "--schedules", f"{mine},1f1b", "-m", "2:4", "--csv", out_csv)
+    assert code == 0, err
+    rows = list(csv.DictReader(out_csv.open()))
+    # the sweep runs at the file's pp (no --pp given), the file at its own M
+    got = [(r["schedule"], r["pp"], r["microbatches"], float(r["makespan"])) for r in rows]
+    assert got == [(str(mine), "2", "2", 9.0), ("1f1b", "2", "2", 9.0), ("1f1b", "2", "4", 15.0)]
+    assert "outside" not in err  # its M is one of the range's
+
+
+def test_sweep_says_when_a_files_point_lies_outside_the_range(capsys, tmp_path, mine):
+    code, _, err = _run(capsys, "sweep", "--schedules", f"{mine},1f1b", "-m", "4:8", "--csv", tmp_path / "x.csv")
+    assert code == 0, err
+    assert f"{mine} is a schedule file of M=2, outside the sweep's M in [4, 8]" in err
+
+
+def test_sweep_refuses_a_pp_the_file_does_not_have(capsys, tmp_path, mine):
+    code, out, err = _run(capsys, "sweep", "--schedules", f"{mine},1f1b", "--pp", 4, "--csv", tmp_path / "x.csv")
+    _one_line(code, out, err)
+    assert f"--pp 4 disagrees with {mine}'s pp = 2" in err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_report_reads_a_schedule_file_and_builds_the_names_at_its_size(capsys, tmp_path, mine):
+    page = tmp_path / "r.html"
+    code, _, err = _run(capsys, "report", "--schedules", f"{mine},zb-h1", "--sweep", "2:4", "-o", page)
+    assert code == 0, err
+    text = page.read_text()
+    assert "pipesim report: pp=2, M=2" in text and str(mine) in text
+
+
+def test_files_of_two_sizes_in_one_comparison_are_refused_naming_both(capsys, tmp_path, mine):
+    other = tmp_path / "big.json"
+    assert main(["ops", "--schedule", "1f1b", "--pp", "4", "-m", "8", "-o", str(other)]) == 0
+    capsys.readouterr()
+    for command in (["compare"], ["report", "-o", tmp_path / "r.html"]):
+        code, out, err = _run(capsys, *command, "--schedules", f"{mine},{other}")
+        _one_line(code, out, err)
+        assert f"{other} is pp=4, M=8 and {mine} pp=2, M=2" in err
+    code, out, err = _run(capsys, "sweep", "--schedules", f"{mine},{other}")
+    _one_line(code, out, err)
+    assert f"{other} is pp=4 and {mine} pp=2" in err
+
+
+def test_draw_builds_the_names_beside_a_file_at_the_files_size(capsys, tmp_path, mine):
+    trace = tmp_path / "t.json"
+    code, _, err = _run(capsys, "draw", "--schedules", f"{mine},1f1b", "-o", trace)
+    assert code == 0, err
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e.get("name") == "process_name")
+    # 1f1b was built at the default pp=8 beside a file of pp=2; each panel named as listed
+    assert names == [f"{mine} rank 0", f"{mine} rank 1", "1f1b rank 0", "1f1b rank 1"]
+
+
+def test_builder_flags_with_files_only_are_refused(capsys, tmp_path, mine):
+    code, out, err = _run(capsys, "compare", "--schedules", str(mine), "--chunks", 2)
+    _one_line(code, out, err)
+    assert f"--chunks is an option of the schedule builders; {mine} brings its own order" in err
+
+
+def test_a_pytorch_name_counts_as_its_family_for_builder_flags(capsys):
+    # Interleaved1F1B takes --chunks; the check read only pipesim's spellings and refused it
+    code, _, err = _run(capsys, "compare", "--schedules", "Interleaved1F1B,zb-h1", "--chunks", 3, "--pp", 4, "-m", 12, "--json")
+    assert code == 0, err
+
+
+def test_a_pytorch_name_on_the_trade_off_is_marked(capsys):
+    # pareto() keyed by the report's name (zbv-torch) and looked the row up by the name
+    # listed (ZBVZeroBubble): a PyTorch name was never marked
+    code, out, err = _run(capsys, "compare", "--schedules", "1f1b,ZBVZeroBubble", "--pp", 4, "-m", 8, "--json")
+    assert code == 0, err
+    rows = {r["schedule"]: r for r in json.loads(out)["schedules"]}
+    one, zbv = rows["1f1b"], next(r for name, r in rows.items() if name != "1f1b")
+    # at equal peak memory (4 stages each) the smaller bubble is on the front alone
+    assert max(one["peak_activation_memory"]) == max(zbv["peak_activation_memory"])
+    assert zbv["bubble_ratio"] < one["bubble_ratio"]
+    assert (zbv["pareto"], one["pareto"]) == (True, False)
 
 
 def test_an_unnamed_file_is_named_by_its_path(capsys, tmp_path, mine):

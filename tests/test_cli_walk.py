@@ -68,15 +68,20 @@ def test_every_flag_a_help_group_names_is_a_flag_of_its_command():
                 assert flag in command._option_string_actions, f"pipesim {name}: {group.title!r} names {flag}"
 
 
-def test_compare_of_a_schedule_file_says_it_takes_names(capsys, tmp_path):
+def test_compare_runs_a_schedule_file_beside_names_built_at_its_size(capsys, tmp_path):
+    # compare refused a file that simulate, draw and run read; it now compares it as read,
+    # the names beside it built at its pp and M
     path = tmp_path / "mine.json"
     assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", str(path)]) == 0
     capsys.readouterr()
-    code, out, err = _run(capsys, "compare", "--pp", 2, "-m", 2, "--schedules", f"1f1b,{path}")
-    _one_line(code, out, err)
-    assert "unknown schedule" not in err and f"pipesim simulate -s {path}" in err
-    code, _, err = _run(capsys, "simulate", "-s", path, "--no-timeline")
-    assert code == 0, err  # the command it names runs the file
+    code, out, err = _run(capsys, "compare", "--schedules", f"1f1b,{path}", "--json")
+    assert code == 0, err
+    import json
+
+    doc = json.loads(out)
+    assert (doc["pp"], doc["microbatches"]) == (2, 2)
+    # 1F1B at unit F, B, W: (M + pp - 1) slots of F + BW = 3 x 3
+    assert [(r["schedule"], r["makespan"]) for r in doc["schedules"]] == [("1f1b", 9.0), (str(path), 9.0)]
 
 
 def test_a_near_twin_of_a_missing_required_flag_is_named(capsys):

@@ -57,7 +57,7 @@ def test_draw_side_by_side_and_a_schedule_file(capsys, tmp_path):
     assert code == 0, err
     root = sv.parse(out.read_bytes())
     titles = [t.text for t in root.iter(sv.NS + "text") if t.text and "makespan" in t.text]
-    assert [t.split(" ")[0] for t in titles] == ["1f1b", "zb-h1", "interleaved-1f1b"]
+    assert [t.split(" ")[0] for t in titles] == ["1f1b", str(sched), "interleaved-1f1b"]  # the file as listed
     assert sv.group(root, "ops:2:3") is not None
 
 

@@ -52,17 +52,24 @@ class Row:
 
 
 def compare_rows(
-    args: argparse.Namespace, names: list[str], costs: Costs, costs_for: Callable[[Schedule], CostModel] | None = None
+    args: argparse.Namespace,
+    names: list[str],
+    costs: Costs,
+    costs_for: Callable[[Schedule], CostModel] | None = None,
+    files: dict[str, Schedule] | None = None,
 ) -> list[Row]:
-    """Each schedule built and simulated; ``costs_for`` (a model's costs, which depend on
-    the schedule's stage count) replaces ``costs`` when given."""
+    """Each schedule built (or, for a schedule file, as read: ``options.listed_files``)
+    and simulated; ``costs_for`` (a model's costs, which depend on the schedule's stage
+    count) replaces ``costs`` when given."""
+    files = files or {}
     rows = []
     for name in names:
-        family(name)  # an unknown name is an error, not a row
+        if name not in files:
+            family(name)  # an unknown name is an error, not a row
         try:
             # each schedule gets the options it takes: --chunks, and for zb-auto the
             # costs and the memory limit (it then uses all the memory allowed)
-            s = build(name, *shape(args), **options_for(args, name))
+            s = files[name] if name in files else build(name, *shape(args, files), **options_for(args, name))
             tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
         except PipesimError as e:

@@ -108,19 +108,28 @@ BUILDER_FLAGS = {"chunks": "--chunks", "group_size": "--group-size", "delay_wgra
 def refuse_options_none_take(args: argparse.Namespace, names: list[str]) -> None:
     """A list of schedules (compare, sweep, report, draw, run) gives each the builder
     options it takes; one that no schedule of the list takes would change nothing, unsaid.
-    Files and unknown names are left to the commands (a file refuses builder options)."""
-    built = [n for n in names if n in FAMILY_OPTIONS]
+    Unknown names are left to the commands; a list of files only brings its own orders.
+    A PyTorch name counts as its family (Interleaved1F1B takes --chunks)."""
+    from .schedules import canonical
+
+    built = {n: c for n in names if (c := canonical(n)) is not None}
     for key, flag in BUILDER_FLAGS.items():
-        if getattr(args, key, None) in (None, False) or not built:
+        if getattr(args, key, None) in (None, False):
             continue
-        if not any(key in FAMILY_OPTIONS[n] for n in built):
-            which = f"{built[0]} does not take it" if len(built) == 1 else f"none of {', '.join(built)} takes it"
+        if not built and (file := next((n for n in names if is_schedule_file(n)), None)):
+            raise PipesimError(f"{flag} is an option of the schedule builders; {file} brings its own order: drop it")
+        if built and not any(key in FAMILY_OPTIONS[c] for c in built.values()):
+            which = f"{next(iter(built))} does not take it" if len(built) == 1 else f"none of {', '.join(built)} takes it"
             raise PipesimError(f"{flag} is an option of {', '.join(takers(key))}; {which}: drop it")
 
 
-def shape(args: argparse.Namespace) -> tuple[int, int]:
-    """(pp, M) of the flags, refused up front when beyond the work limit."""
-    pp, M = args.pp or DEFAULT_PP, args.microbatches or DEFAULT_MICROBATCHES
+def shape(args: argparse.Namespace, files: dict[str, Schedule] | None = None) -> tuple[int, int]:
+    """(pp, M) of the flags, refused up front when beyond the work limit. In a list with
+    schedule files (``listed_files``), a flag not given is the first file's: the names
+    are built at the size of the schedule they are listed beside."""
+    first = next(iter(files.values()), None) if files else None
+    pp = args.pp or (first.pp if first else DEFAULT_PP)
+    M = args.microbatches or (first.microbatches if first else DEFAULT_MICROBATCHES)
     work(pp, M, getattr(args, "chunks", None) or 1, what=getattr(args, "schedule", None) or "schedule")
     return pp, M
 
@@ -364,10 +373,35 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
         for flag in ("pp", "microbatches"):
             given, have = getattr(args, flag), getattr(s, flag)
             if given is not None and given != have:
-                raise PipesimError(f"--{flag} {given} disagrees with the file's {flag} = {have}; drop the flag")
+                raise PipesimError(f"--{flag} {given} disagrees with {name}'s {flag} = {have}; drop the flag")
         return s
     pp, M = shape(args)
     return build(name, pp, M, **options_from(args))
+
+
+def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M") -> dict[str, Schedule]:
+    """The schedule files of a list of names, each read as ``--schedule`` reads one
+    (``schedule_from``: --pp and -m, where given, must agree with it). ``alike`` is what
+    they must share: a comparison or a report runs every schedule at one pp and M
+    ("pp, M"), a sweep over M at one pp ("pp"); a drawing stacks any (""). Each is named
+    as listed: the name a file declares may be a registry schedule's listed beside it
+    (`ops -o` writes "1f1b"), and two rows, lines or panels of one name told nothing."""
+    from dataclasses import replace
+
+    files = {n: replace(schedule_from(args, n), name=n) for n in names if is_schedule_file(n)}
+    keys = [k for k in alike.split(", ") if k]
+    first_name, first = next(iter(files.items()), (None, None))
+
+    def size(s: Schedule) -> str:
+        return ", ".join(f"{k}={s.pp if k == 'pp' else s.microbatches}" for k in keys)
+
+    for name, s in files.items():
+        if size(s) != size(first):
+            raise PipesimError(
+                f"--schedules: {name} is {size(s)} and {first_name} {size(first)}; every schedule here runs at one "
+                f"{alike}: give files of one size"
+            )
+    return files
 
 
 def schedule_names(text: str | None, flag: str = "--schedules") -> list[str]:

@@ -25,6 +25,7 @@ from .inputs import MAX_COUNT
 TYPE_CHECKING = False  # typing's own flag, without importing typing
 if TYPE_CHECKING:
     from .costs import CostModel
+    from .ir import Schedule
 
 # the builders, the simulator and the metrics import numpy: imported in run_sweep, so that
 # the help that quotes RANGE_HELP (sweep --help, report --help) does without
@@ -125,25 +126,29 @@ def run_sweep(
     costs: CostModel,
     options: dict | None = None,
     costs_per: str = "chunk",
+    files: dict[str, Schedule] | None = None,
 ) -> tuple[list[Point], list[Skip]]:
     """Build, simulate and summarize every schedule at every M; the points that ran and
     the (schedule, M) that could not, with why. Unknown names are an error. ``costs_per``
-    as in ``costs.chunk_costs``."""
+    as in ``costs.chunk_costs``. A name in ``files`` is a schedule file, as read: one
+    point, at its own M (its order is fixed; a sweep cannot rebuild it at another)."""
     from .costs import chunk_costs
     from .metrics import summarize
     from .schedules import build, family
     from .simulate import simulate
 
-    options = options or {}
+    options, files = options or {}, files or {}
     points, skips = [], []
     for name in names:
-        fam = family(name)
-        opts = {k: v for k, v in options.items() if k in fam.options}
-        for M in microbatches:
-            try:
-                s = build(name, pp, M, **opts)
-            except PipesimError as e:
-                skips.append(Skip(name, M, str(e)))
+        if name in files:
+            made = [(files[name].microbatches, files[name])]
+        else:
+            fam = family(name)
+            opts = {k: v for k, v in options.items() if k in fam.options}
+            made = ((M, _built(build, name, pp, M, opts)) for M in microbatches)  # one held at a time
+        for M, s in made:
+            if isinstance(s, PipesimError):
+                skips.append(Skip(name, M, str(s)))
                 continue
             rep = summarize(s, simulate(s, chunk_costs(costs, s, costs_per)))
             points.append(
@@ -162,6 +167,14 @@ def run_sweep(
                 )
             )
     return points, skips
+
+
+def _built(build, name: str, pp: int, M: int, opts: dict):
+    """The schedule ``name`` built at (pp, M), or the error that says why it cannot be."""
+    try:
+        return build(name, pp, M, **opts)
+    except PipesimError as e:
+        return e
 
 
 def skip_lines(skips: Sequence[Skip]) -> list[str]:

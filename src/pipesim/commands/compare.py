@@ -17,7 +17,7 @@ from ..options import (
     columns,
     cost_flags_given,
     costs_from,
-    is_schedule_file,
+    listed_files,
     positive_float,
     positive_int,
     refuse_options_none_take,
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from ..comparison import Row
     from ..costs import CostModel
     from ..ir import Schedule
-    from ..metrics import Report
 
 # the comparison, the builders and the terminal timeline import numpy: imported in the
 # functions that use them, so that --help (the parser alone) does without
@@ -69,18 +68,11 @@ def add_commands(command) -> None:
 
 
 def pareto(rows: list[Row]) -> set[str]:
-    """Schedules no other one beats on both peak activation memory and bubble."""
-    reps = [r.report for r in rows if r.report]
-
-    def point(rep: Report) -> tuple[float, float]:
-        return (max(rep.peak_activation_memory), rep.bubble_ratio)
-
-    front = set()
-    for rep in reps:
-        m, b = point(rep)
-        if not any(point(o)[0] <= m and point(o)[1] <= b and point(o) != (m, b) for o in reps):
-            front.add(rep.schedule)
-    return front
+    """The rows (by name, as listed) of the schedules no other one beats on both peak
+    activation memory and bubble. By the listed name, not the report's: a PyTorch name
+    (1F1B) is reported as pipesim's (1f1b), and lost its mark."""
+    points = {r.name: (max(r.report.peak_activation_memory), r.report.bubble_ratio) for r in rows if r.report}
+    return {name for name, (m, b) in points.items() if not any(o[0] <= m and o[1] <= b and o != (m, b) for o in points.values())}
 
 
 @dataclass
@@ -169,20 +161,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.width is not None and not args.timelines:
         raise PipesimError("--width squeezes the timelines --timelines draws; add --timelines or drop it")
     names = schedule_names(args.schedules)
-    if file := next((n for n in names if is_schedule_file(n)), None):
-        # a file was reported as an unknown schedule name, listing every name
-        raise PipesimError(
-            f"--schedules {file}: compare builds each schedule by name at one --pp and -m, and a file brings its own; "
-            f"give names (see 'pipesim schedules'), or simulate the file (pipesim simulate -s {file})"
-        )
     refuse_options_none_take(args, names)
-    pp, M = shape(args)
+    # a schedule file is compared as read, and the names beside it are built at its size
+    files = listed_files(args, names)
+    pp, M = shape(args, files)
     # the work limit holds for the whole comparison: every schedule is built, simulated
-    # and kept (two chunks per rank bounds a V's and DualPipe's ops)
-    work(pp, M, 2 * len(names), what=f"compare of {len(names)} schedules")
+    # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file was counted
+    # as it was read)
+    if built := len(names) - len(files):
+        work(pp, M, 2 * built, what=f"compare of {built} schedules")
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
-    rows = compare_rows(args, names, costs, priced.costs_for)
+    rows = compare_rows(args, names, costs, priced.costs_for, files)
     refuse_if_none_runs(rows, names, pp, M)
     dropped: list[Row] = []
     if args.memory_limit is not None:

@@ -23,8 +23,8 @@ from ..options import (
     add_shape,
     cost_flags_given,
     costs_from,
-    is_schedule_file,
     list_options,
+    listed_files,
     number,
     options_for,
     positive_int,
@@ -126,14 +126,10 @@ def _build_each(args: argparse.Namespace, names: list[str]) -> list[Schedule]:
     from ..schedules import build
 
     refuse_options_none_take(args, names)
-    out = []
-    for name in names:
-        if is_schedule_file(name):
-            out.append(schedule_from(args, name))
-            continue
-        # each schedule takes the options it takes, zb-auto the cost flags it orders by, as in compare
-        out.append(build(name, *shape(args), **options_for(args, name)))
-    return out
+    files = listed_files(args, names, alike="")  # stacked: files of any size
+    # each schedule takes the options it takes, zb-auto the cost flags it orders by, as in
+    # compare; the names are built at the first file's size where --pp or -m is not given
+    return [files[n] if n in files else build(n, *shape(args, files), **options_for(args, n)) for n in names]
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
@@ -259,11 +255,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from ..files import output_extension
 
-    pp = args.pp or DEFAULT_PP
-    Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
     names = _names(args.schedules)
-    _sweep_work(args, pp, Ms, names, "--microbatches", args.microbatches)
     refuse_options_none_take(args, names)
+    # a schedule file is one point at its own M (-m is the range, no M to check it by),
+    # and the sweep runs at its pp where --pp is not given
+    files = listed_files(argparse.Namespace(**{**vars(args), "microbatches": None}), names, alike="pp")
+    pp = args.pp or next((s.pp for s in files.values()), DEFAULT_PP)
+    Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
+    built = [n for n in names if n not in files]
+    if built:
+        _sweep_work(args, pp, Ms, built, "--microbatches", args.microbatches)
     outputs = [
         (path, output_extension(path, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data"))
         for path in args.output or []
@@ -271,8 +272,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.csv:
         output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
-    points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per)
-    notes = skip_lines(skips)
+    points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per, files)
+    notes = skip_lines(skips) + _outside(files, Ms)
     if not points:
         raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
     files: list[tuple[str, bytes | str]] = []
@@ -306,6 +307,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for path, data in files:
         _write(path, data)
     return 0
+
+
+def _outside(files: dict[str, Schedule], Ms: list[int]) -> list[str]:
+    """A line for each schedule file whose own M is not one of the sweep's: its one
+    point lies outside the range asked for."""
+    return [
+        f"{name} is a schedule file of M={s.microbatches}, outside the sweep's M in {Ms}: its one point is at its own M"
+        for name, s in files.items()
+        if s.microbatches not in Ms
+    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -345,20 +356,37 @@ def cmd_report(args: argparse.Namespace) -> int:
     names = _names(args.schedules)
     refuse_options_none_take(args, names)
     costs = costs_from(args)
-    pp, M = shape(args)
+    files = listed_files(args, names)  # as compare reads them: the names built at their size
+    pp, M = shape(args, files)
     # every schedule is built, simulated and kept for the page, as compare keeps them: the
-    # limit holds for them all together, counted as compare counts them (2 chunks each)
-    work(pp, M, _chunks_counted(args, names), what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
+    # limit holds for them all together, counted as compare counts them (2 chunks each),
+    # a file by the ops it has
+    built = [n for n in names if n not in files]
+    file_ops = sum(s.num_ops for s in files.values())
+    if file_ops > REPORT_MAX_OPS:
+        raise PipesimError(
+            f"report of {', '.join(files)} too large: {file_ops:,} ops, above the limit of {REPORT_MAX_OPS:,} "
+            f"({REPORT_COST}); use a smaller schedule"
+        )
+    if built:
+        work(
+            pp,
+            M,
+            _chunks_counted(args, built),
+            what=f"report of {len(names)} schedules",
+            limit=REPORT_MAX_OPS - file_ops,
+            cost=REPORT_COST,
+        )
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
-    if Ms:
-        _sweep_work(args, pp, Ms, names, "--sweep", args.sweep)
-    rows = compare_rows(args, names, costs)
+    if Ms and built:
+        _sweep_work(args, pp, Ms, built, "--sweep", args.sweep)
+    rows = compare_rows(args, names, costs, files=files)
     refuse_if_none_runs(rows, names, pp, M)
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
     notes: list[str] = []
     if Ms:
-        points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per)
-        notes = skip_lines(skips)
+        points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per, files)
+        notes = skip_lines(skips) + _outside(files, Ms)
         data["sweep"] = sweep_data(points) if points else None
     columns = compare_columns(costs)
     table = [
