@@ -65,7 +65,7 @@ CASES = [
     ({"a.csv": f"0F{DIGITS},0B0\n"}, ["import", "--csv", "a.csv"], "micro-batch must be a whole number from 0 to 16,000,000"),
     ({}, [*PLAN, "--measured-step", "10", "--measured-on", f"pp{DIGITS},dp8"], "--measured-on: pp must be a whole number from 1 to"),
     ({}, ["simulate", "-s", "1f1b", "--pp", DIGITS], "--pp: expected a whole number from 1 to 16,000,000, got '9999"),
-    ({}, ["simulate", "-s", "1f1b", "--width", DIGITS], "--width: expected a whole number from 0 to"),
+    ({}, ["simulate", "-s", "1f1b", "--width", DIGITS], "--width: expected a whole number of terminal columns from 0 to"),
     # indices too wide for the engine's int32 arrays
     ({"s.json": with_op(f"F{2**31}.0")}, ["simulate", "-s", "s.json"], "op 'F2147483648.0': chunk must be a whole number from 0 to 16,000,000"),
     ({"s.json": with_op("F0.99999999999")}, ["draw", "-s", "s.json", "-o", "x.svg"], "micro-batch must be a whole number from 0 to 16,000,000"),

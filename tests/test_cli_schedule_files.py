@@ -150,3 +150,25 @@ def test_the_ranks_ops_json_prints_are_sent_to_ops_o(capsys, tmp_path):
     code, out, err = _run(capsys, "simulate", "--schedule", printed)
     _one_line(code, out, err)
     assert "pipesim ops -s NAME -o FILE.json writes one; ops --json prints the ranks only" in err
+
+
+def test_width_says_its_unit_in_help_and_errors(capsys):
+    from pipesim.parser import make_parser
+
+    commands = make_parser()._subparsers._group_actions[0].choices
+    for name, unit in (
+        ("simulate", "terminal columns"),
+        ("compare", "terminal columns"),
+        ("pair", "terminal columns"),
+        ("draw", "inches"),
+    ):
+        assert unit in commands[name]._option_string_actions["--width"].help, name
+    for argv, unit in (
+        (["simulate", "-s", "1f1b", "--width", "-1"], "terminal columns"),
+        (["compare", "--timelines", "--width", "-1"], "terminal columns"),
+        (["pair", "--width", "0"], "terminal columns"),
+        (["draw", "-s", "1f1b", "-o", "x.png", "--width", "0"], "inches"),
+    ):
+        code, out, err = _run(capsys, *argv)
+        _one_line(code, out, err)
+        assert unit in err, argv

@@ -158,7 +158,7 @@ def test_report_data_is_the_timeline(capsys, tmp_path):
         (["draw", "-s", "dualpipe", "--pp", "3", "-o", "x.png"], "dualpipe needs an even --pp, got 3"),
         (["draw", "--schedules", "1f1b,zb-h9", "-o", "x.png"], "unknown schedule 'zb-h9'"),
         (["draw", "-s", "1f1b", "--time-unit", "h", "-o", "x.json"], "invalid choice: 'h'"),
-        (["draw", "-s", "1f1b", "--width", "0", "-o", "x.png"], "expected inches between 1 and 200"),
+        (["draw", "-s", "1f1b", "--width", "0", "-o", "x.png"], "expected a chart width in inches from 1 to 200"),
         (["sweep", "--microbatches", "128:8", "-o", "s.png"], "the start 128 is above the end 8"),
         (["sweep", "--microbatches", "8:x"], "'x' is not a whole number"),
         (["sweep", "-o", "s.txt"], "use .png, .svg or .pdf for a plot, .csv for the data"),

@@ -25,14 +25,16 @@ if TYPE_CHECKING:
 # (which only declares these flags) starts without them.
 
 
-def whole_number(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``lo`` to ``hi``, its digits capped before
-    int() (inputs.int_text), so a flag of 5,000 digits is one line like any other."""
+def whole_number(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number (of ``unit``, which the error names) from ``lo``
+    to ``hi``, its digits capped before int() (inputs.int_text), so a flag of 5,000
+    digits is one line like any other."""
+    of = f" of {unit}" if unit else ""
 
     def parse(text: str) -> int:
         v = int_text(text)
         if v is None or not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"expected a whole number from {lo:,} to {hi:,}, got {shorten(text)}")
+            raise argparse.ArgumentTypeError(f"expected a whole number{of} from {lo:,} to {hi:,}, got {shorten(text)}")
         return v
 
     return parse
@@ -40,7 +42,9 @@ def whole_number(lo: int, hi: int) -> Callable[[str], int]:
 
 positive_int = whole_number(1, MAX_COUNT)
 #: --width of a terminal timeline: 0 never squeezes, past MAX_COLUMNS it is cut to them
-columns = whole_number(0, INT32_MAX)
+columns = whole_number(0, INT32_MAX, "terminal columns")
+#: --width's help wherever it squeezes a terminal timeline (draw's --width is inches)
+COLUMNS_HELP = "squeeze the timeline into this many terminal columns (default: the terminal's; 0 = never)"
 
 
 def cost_value(text: str) -> float | tuple[float, ...]:

@@ -12,6 +12,7 @@ from ..errors import PipesimError
 from ..family_names import FAMILY_OPTIONS
 from ..inputs import work
 from ..options import (
+    COLUMNS_HELP,
     add_costs,
     add_shape,
     columns,
@@ -62,9 +63,7 @@ def add_commands(command) -> None:
         "model, on one layout (tp1, every other GPU data-parallel, the model's default ep; pipesim plan searches layouts)",
     )
     g.add_argument("--cluster", help="a cluster preset (h800-2048, h100, ...) or TOML file, with --model")
-    c.add_argument(
-        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
-    )
+    c.add_argument("--width", type=columns, help=COLUMNS_HELP)
 
 
 def pareto(rows: list[Row]) -> set[str]:

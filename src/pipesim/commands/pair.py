@@ -22,7 +22,7 @@ def add_commands(command) -> None:
         "--backward", choices=("BW", "B"), default="BW", help="the pair's backward: fused (BW, default) or input-only (B)"
     )
     c.add_argument("--json", action="store_true", help="print the pair's parts and times as JSON")
-    c.add_argument("--width", type=pair_width, help="columns of the picture (default 100)")
+    c.add_argument("--width", type=pair_width, help="terminal columns of the picture (default 100)")
     c.add_argument(
         "--output", "-o", action="append", type=picture_path, help="draw it as a chart instead (.png, .svg or .pdf; repeatable)"
     )
@@ -33,7 +33,7 @@ def pair_width(text: str) -> int:
     imports numpy: read when the flag is given, not to build the parser)."""
     from ..render.terminal import MAX_COLUMNS
 
-    return whole_number(1, MAX_COLUMNS)(text)
+    return whole_number(1, MAX_COLUMNS, "terminal columns")(text)
 
 
 def picture_path(text: str) -> str:

@@ -6,7 +6,17 @@ from __future__ import annotations
 import argparse
 
 from ..errors import PipesimError
-from ..options import SCHEDULE_HELP, add_costs, add_search, add_shape, columns, costs_from, options_from, schedule_from
+from ..options import (
+    COLUMNS_HELP,
+    SCHEDULE_HELP,
+    add_costs,
+    add_search,
+    add_shape,
+    columns,
+    costs_from,
+    options_from,
+    schedule_from,
+)
 from ..output import console, emit_json, num, pct
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing
@@ -31,9 +41,7 @@ def add_commands(command) -> None:
     add_search(c)
     c.add_argument("--json", action="store_true", help="print the metrics, the search result and the op order as JSON")
     c.add_argument("--no-timeline", action="store_true", help="metrics only")
-    c.add_argument(
-        "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
-    )
+    c.add_argument("--width", type=columns, help=COLUMNS_HELP)
 
 
 def memory_from(args: argparse.Namespace) -> MemoryModel | None:

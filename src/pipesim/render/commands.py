@@ -69,7 +69,9 @@ def add_commands(command) -> None:
         help="what one cost-model unit is in a Chrome trace, -o x.json (default us: one unit = 1 microsecond; "
         "a measured timeline is in s)",
     )
-    c.add_argument("--width", type=_inches, help="chart time axis width in inches (default: from the shortest op, 6 to 40)")
+    c.add_argument(
+        "--width", type=_inches, help="chart time axis width in inches, 1 to 200 (default: from the shortest op, 6 to 40)"
+    )
 
     c = command("sweep", cmd_sweep, "bubble and activation memory over a range of micro-batch counts: a plot, CSV or table")
     c.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
@@ -96,7 +98,8 @@ def add_commands(command) -> None:
     c.add_argument("--output", "-o", required=True, help="the .html file to write")
 
 
-_inches = number(lambda v: 1 <= v <= 200, "inches between 1 and 200")
+#: inches, where the terminal commands' --width counts columns: the error says which
+_inches = number(lambda v: 1 <= v <= 200, "a chart width in inches from 1 to 200")
 
 
 # --------------------------------------------------------------------------------------
