@@ -172,3 +172,11 @@ def test_width_says_its_unit_in_help_and_errors(capsys):
         code, out, err = _run(capsys, *argv)
         _one_line(code, out, err)
         assert unit in err, argv
+
+
+def test_one_file_listed_by_two_paths_is_refused(capsys, tmp_path, mine, monkeypatch):
+    # ./s.json and s.json were two rows (or lines) of the same file
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, "sweep", "--schedules", "./s.json,s.json")
+    _one_line(code, out, err)
+    assert "s.json names the same file as ./s.json; give each schedule once" in err

@@ -8,6 +8,7 @@ here rather than reaching back up into the command line.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 
 from .errors import PipesimError
@@ -420,9 +421,12 @@ def schedule_names(text: str | None, flag: str = "--schedules") -> list[str]:
         raise PipesimError(f"{flag} {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
     seen: dict[str, str] = {}
     for n in names:  # the same schedule twice was built, simulated and printed twice
-        key = canonical(n) or n  # 1F1B and Schedule1F1B are 1f1b; a file or unknown name is itself
+        # 1F1B and Schedule1F1B are 1f1b; a file is the file it names (./s.json is s.json);
+        # an unknown name is itself
+        key = os.path.realpath(n) if is_schedule_file(n) else canonical(n) or n
         if key in seen:
-            same = "is given twice" if seen[key] == n else f"names the same schedule as {seen[key]}"
+            what = "file" if is_schedule_file(n) else "schedule"
+            same = "is given twice" if seen[key] == n else f"names the same {what} as {seen[key]}"
             raise PipesimError(f"{flag} {text!r}: {n} {same}; give each schedule once")
         seen[key] = n
     return names
