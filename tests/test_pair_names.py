@@ -42,3 +42,12 @@ def test_every_name_in_the_picture_is_whole_or_spelt_out(capsys, argv):
 def test_a_wide_picture_keeps_whole_names_and_no_legend(capsys):
     out = _run(capsys, "--preset", "ep-1to1")
     assert "DISPATCH(F)" in out and "COMBINE(F)" in out and "names cut to fit" not in out
+
+
+def test_a_pair_of_no_time_says_n_a_saved_rather_than_dividing_by_zero(capsys):
+    # the same zero costs simulate and compare take (test_hardening's strict JSON case):
+    # pair divided its pair time by the zero it takes alone, a ZeroDivisionError traceback
+    code = main(["pair", "--attn", "0", "--mlp", "0", "--dispatch", "0", "--combine", "0"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "the same ops alone take 0 (n/a saved)" in out

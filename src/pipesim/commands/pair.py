@@ -85,7 +85,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
     out.print(f"costs: {costs.describe()}")
     out.print(
         f"F&{args.backward} pair: [bold]{num(t_pair)}[/] on two streams; the same ops alone take {num(t_alone)} "
-        f"({pct(1 - t_pair / t_alone)} saved). Compute stream busy {num(compute)}, communication {num(comm)}; "
+        f"({pct(1 - t_pair / t_alone if t_alone else None)} saved). Compute stream busy {num(compute)}, communication {num(comm)}; "
         f"compute runs {pct(costs.comm_share)} slower while a communication kernel holds its SMs."
     )
     out.print()
