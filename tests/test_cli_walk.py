@@ -193,3 +193,11 @@ def test_run_of_schedules_of_different_sizes_names_each(capsys, tmp_path):
     # 1F1B: a stage per rank; interleaved 1F1B: 2 chunks per rank by default, 4 x 2 stages
     assert f"{a} (1f1b) runs on 2 ranks (2 stages); {b} (interleaved-1f1b) runs on 4 ranks (8 stages)" in err
     assert "[(" not in err
+
+
+def test_simulate_refuses_no_timeline_beside_json(capsys):
+    # --json prints no timeline: --no-timeline beside it changed nothing, unsaid (as
+    # --width beside --json is refused)
+    code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--json", "--no-timeline")
+    _one_line(code, out, err)
+    assert "drop --no-timeline" in err

@@ -150,6 +150,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise PipesimError(
             f"--width squeezes the terminal timeline, which {'--json' if args.json else '--no-timeline'} drops: drop one"
         )
+    if args.json and args.no_timeline:  # the JSON has no timeline: the flag changed nothing, unsaid
+        raise PipesimError("--json prints the metrics without a timeline already: drop --no-timeline")
     s = schedule_from(args)
     costs = costs_from(args)
     mem_model = memory_from(args)
