@@ -180,3 +180,11 @@ def test_one_file_listed_by_two_paths_is_refused(capsys, tmp_path, mine, monkeyp
     code, out, err = _run(capsys, "sweep", "--schedules", "./s.json,s.json")
     _one_line(code, out, err)
     assert "s.json names the same file as ./s.json; give each schedule once" in err
+
+
+def test_every_schedules_flag_says_it_takes_files():
+    from pipesim.parser import make_parser
+
+    commands = make_parser()._subparsers._group_actions[0].choices
+    for name in ("compare", "sweep", "report", "draw"):
+        assert "files" in commands[name]._option_string_actions["--schedules"].help, name

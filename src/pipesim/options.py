@@ -295,6 +295,14 @@ SEARCH_FLAGS = ("memory_limit", "w_memory", "activation_bytes", "time_limit")
 
 #: what --schedule takes, wherever a command reads one (schedule_from)
 SCHEDULE_HELP = "a schedule name (see 'pipesim schedules') or a schedule JSON file"
+
+
+def schedules_help(files: str = "the others are built at its pp and M where --pp and -m are not given") -> str:
+    """What --schedules takes in compare, sweep and report (``listed_files``): names or
+    schedule files, with what a file means there."""
+    return f"comma-separated names or schedule JSON files ({files}); default: all of {', '.join(FAMILY_OPTIONS)}"
+
+
 COST_OPTIONS = ("f", "b", "w", "comm")
 
 

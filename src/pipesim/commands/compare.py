@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import PipesimError
-from ..family_names import FAMILY_OPTIONS
 from ..inputs import work
 from ..options import (
     COLUMNS_HELP,
@@ -23,6 +22,7 @@ from ..options import (
     positive_int,
     refuse_options_none_take,
     schedule_names,
+    schedules_help,
     shape,
 )
 from ..output import console, emit_json, num, pct
@@ -42,7 +42,7 @@ def add_commands(command) -> None:
     c = command("compare", cmd_compare, "simulate several schedules side by side")
     add_shape(c)
     add_costs(c)
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
+    c.add_argument("--schedules", help=schedules_help())
     c.add_argument(
         "--memory-limit",
         type=positive_float,

@@ -13,7 +13,6 @@ import shlex
 import sys
 
 from ..errors import PipesimError
-from ..family_names import FAMILY_OPTIONS
 from ..inputs import work
 from ..options import (
     DEFAULT_PP,
@@ -31,6 +30,7 @@ from ..options import (
     refuse_options_none_take,
     schedule_from,
     schedule_names,
+    schedules_help,
     shape,
 )
 from ..output import console, pct
@@ -77,7 +77,7 @@ def add_commands(command) -> None:
     c.add_argument("--pp", type=positive_int, help=f"pipeline ranks (default {DEFAULT_PP})")
     c.add_argument("--microbatches", "-m", help=f"{RANGE_HELP} (default PP:16*PP)")
     add_builder_options(c)  # the builder options draw, compare and report take
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
+    c.add_argument("--schedules", help=schedules_help("a file is one point, at its own M, and sets --pp when not given"))
     add_costs(c)
     c.add_argument(
         "--output",
@@ -93,7 +93,7 @@ def add_commands(command) -> None:
     )
     add_shape(c)
     add_costs(c)
-    c.add_argument("--schedules", help=f"comma-separated names (default: all of {', '.join(FAMILY_OPTIONS)})")
+    c.add_argument("--schedules", help=schedules_help())
     c.add_argument("--sweep", metavar="M-RANGE", help=f"also sweep the schedules over micro-batch counts: {RANGE_HELP}")
     c.add_argument("--output", "-o", required=True, help="the .html file to write")
 
