@@ -188,3 +188,24 @@ def test_every_schedules_flag_says_it_takes_files():
     commands = make_parser()._subparsers._group_actions[0].choices
     for name in ("compare", "sweep", "report", "draw"):
         assert "files" in commands[name]._option_string_actions["--schedules"].help, name
+
+
+def test_a_sweep_of_files_alone_runs_each_at_its_own_m_and_refuses_a_range(capsys, tmp_path, mine):
+    doc = json.loads(mine.read_text())
+    doc["microbatches"], doc["ranks"] = (
+        3,
+        [["F0.0", "F0.1", "BW0.0", "F0.2", "BW0.1", "BW0.2"], ["F0.0", "BW0.0", "F0.1", "BW0.1", "F0.2", "BW0.2"]],
+    )
+    three = tmp_path / "three.json"
+    three.write_text(json.dumps(doc))
+    code, _, err = _run(capsys, "sweep", "--schedules", str(three), "--csv", tmp_path / "x.csv")
+    assert code == 0, err
+    assert "outside" not in err  # no range was asked for, and none was swept
+    rows = list(csv.DictReader((tmp_path / "x.csv").open()))
+    # 1F1B at pp=2, M=3: (3 + 1) slots of 3
+    assert [(r["microbatches"], float(r["makespan"])) for r in rows] == [("3", 12.0)]
+    for command in (["sweep", "-m", "8"], ["report", "-o", tmp_path / "r.html", "--sweep", "8"]):
+        code, out, err = _run(capsys, *command, "--schedules", str(mine))
+        _one_line(code, out, err)
+        assert f"{mine} brings its own M" in err
+    assert not (tmp_path / "r.html").exists()

@@ -268,6 +268,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     built = [n for n in names if n not in files]
     if built:
         _sweep_work(args, pp, Ms, built, "--microbatches", args.microbatches)
+    elif args.microbatches:  # nothing is built over the range: it changed nothing, unsaid
+        _refuse_range_of_files("-m", args.microbatches, files)
     outputs = [
         (path, output_extension(path, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data"))
         for path in args.output or []
@@ -276,7 +278,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
     points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per, files)
-    notes = skip_lines(skips) + _outside(files, Ms)
+    notes = skip_lines(skips) + (_outside(files, Ms) if built else [])  # files alone: no range to be outside of
     if not points:
         raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
     files: list[tuple[str, bytes | str]] = []
@@ -310,6 +312,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for path, data in files:
         _write(path, data)
     return 0
+
+
+def _refuse_range_of_files(flag: str, text: str, files: dict[str, Schedule]) -> None:
+    """A range of M given to schedule files alone, each of which runs at its own M."""
+    each = "brings its own M" if len(files) == 1 else "bring their own M"
+    raise PipesimError(
+        f"{flag} {text} is the range of M the named schedules are built at, and {', '.join(files)} {each}: "
+        f"drop {flag} or list a schedule name beside the files"
+    )
 
 
 def _outside(files: dict[str, Schedule], Ms: list[int]) -> list[str]:
@@ -383,6 +394,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
     if Ms and built:
         _sweep_work(args, pp, Ms, built, "--sweep", args.sweep)
+    elif Ms:
+        _refuse_range_of_files("--sweep", args.sweep, files)
     rows = compare_rows(args, names, costs, files=files)
     refuse_if_none_runs(rows, names, pp, M)
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
