@@ -209,3 +209,13 @@ def test_a_sweep_of_files_alone_runs_each_at_its_own_m_and_refuses_a_range(capsy
         _one_line(code, out, err)
         assert f"{mine} brings its own M" in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_file_ops_writes_as_upper_case_json_is_read_back(capsys, tmp_path, monkeypatch):
+    # ops -o S.JSON wrote it (extensions are read in any case there); simulate took the
+    # name for a schedule's: "unknown schedule 'S.JSON'"
+    monkeypatch.chdir(tmp_path)
+    assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "2", "-o", "S.JSON"]) == 0
+    code, out, err = _run(capsys, "simulate", "-s", "S.JSON", "--json")
+    assert code == 0, err
+    assert json.loads(out)["makespan"] == 9.0

@@ -365,8 +365,9 @@ def list_options(args: argparse.Namespace) -> dict:
 
 
 def is_schedule_file(name: str) -> bool:
-    """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule."""
-    return name.endswith(".json") or "/" in name
+    """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule:
+    by its extension in any case (``ops -o S.JSON`` writes one), or a path."""
+    return name.lower().endswith(".json") or "/" in name
 
 
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
