@@ -150,6 +150,10 @@ def test_the_ranks_ops_json_prints_are_sent_to_ops_o(capsys, tmp_path):
     code, out, err = _run(capsys, "simulate", "--schedule", printed)
     _one_line(code, out, err)
     assert "pipesim ops -s NAME -o FILE.json writes one; ops --json prints the ranks only" in err
+    from pipesim.parser import make_parser
+
+    ops = make_parser()._subparsers._group_actions[0].choices["ops"]
+    assert "the ranks only (-o writes a schedule file)" in ops._option_string_actions["--json"].help
 
 
 def test_width_says_its_unit_in_help_and_errors(capsys):
@@ -219,3 +223,20 @@ def test_a_file_ops_writes_as_upper_case_json_is_read_back(capsys, tmp_path, mon
     code, out, err = _run(capsys, "simulate", "-s", "S.JSON", "--json")
     assert code == 0, err
     assert json.loads(out)["makespan"] == 9.0
+
+
+def test_a_broken_file_is_named_and_refused_wherever_it_is_read(capsys, tmp_path, mine):
+    # an edited file that ops -o wrote declares "1f1b": the error said "invalid 1f1b
+    # schedule", as if pipesim's 1f1b were wrong, and compare made it a row of n/a
+    doc = json.loads(mine.read_text())
+    doc["ranks"][0].append("F0.0")
+    mine.write_text(json.dumps(doc))
+    for argv in (["validate", "-s", mine], ["simulate", "-s", mine], ["draw", "-s", mine, "-o", tmp_path / "x.svg"]):
+        code, out, err = _run(capsys, *argv)
+        _one_line(code, out, err)
+        assert f"{mine}: invalid 1f1b schedule: rank 0: F0.0 appears 2 times" in err, argv
+    for argv in (["compare"], ["report", "-o", tmp_path / "r.html"], ["sweep"]):
+        code, out, err = _run(capsys, *argv, "--schedules", f"{mine},1f1b")
+        _one_line(code, out, err)
+        assert f"invalid {mine} schedule: rank 0: F0.0 appears 2 times" in err, argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]

@@ -73,6 +73,8 @@ def compare_rows(
             tl = simulate(s, costs_for(s) if costs_for else chunk_costs(costs, s, args.costs_per))
             rows.append(Row(name, s, tl, summarize(s, tl)))
         except PipesimError as e:
+            if name in files:  # a file that cannot run is bad input, not a row of n/a
+                raise
             rows.append(Row(name, error=str(e)))
     return rows
 

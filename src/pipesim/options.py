@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from .errors import PipesimError
 from .family_names import FAMILY_OPTIONS, takers
@@ -416,6 +417,19 @@ def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M
                 f"{alike}: give files of one size"
             )
     return files
+
+
+@contextmanager
+def naming_the_file(name: str) -> Iterator[None]:
+    """An error met checking or simulating ``--schedule`` names the file when it is one:
+    a file `ops -o` wrote declares its schedule's name, and "invalid zb-h1 schedule" of
+    an edited mine.json read as pipesim's zb-h1 being wrong."""
+    try:
+        yield
+    except PipesimError as e:
+        if not is_schedule_file(name) or str(e).startswith(f"{name}:"):
+            raise
+        raise PipesimError(f"{name}: {e}") from None
 
 
 def schedule_names(text: str | None, flag: str = "--schedules") -> list[str]:

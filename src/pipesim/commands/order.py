@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..errors import PipesimError
-from ..options import SCHEDULE_HELP, add_shape, add_zb_auto, refuse_order_costs, schedule_from
+from ..options import SCHEDULE_HELP, add_shape, add_zb_auto, naming_the_file, refuse_order_costs, schedule_from
 from ..output import emit_json
 
 
@@ -16,7 +16,9 @@ def add_commands(command) -> None:
     c.add_argument("--schedule", "-s", required=True, help=SCHEDULE_HELP)
     add_shape(c)
     add_zb_auto(c)
-    c.add_argument("--json", action="store_true", help='print {"ranks": [[op, ...], ...]}')
+    c.add_argument(
+        "--json", action="store_true", help='print {"ranks": [[op, ...], ...]}, the ranks only (-o writes a schedule file)'
+    )
     c.add_argument("--output", "-o", help="write the schedule as a JSON file instead (- for stdout)")
 
     c = command("validate", cmd_validate, "check a schedule (name or JSON file): complete and deadlock-free")
@@ -54,6 +56,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     refuse_order_costs(args)
     s = schedule_from(args)
-    compile(s)  # the array check; validate's per-op walk words a failure (1M ranks: 36 s -> a few)
+    with naming_the_file(args.schedule):
+        compile(s)  # the array check; validate's per-op walk words a failure (1M ranks: 36 s -> a few)
     print(f"{s.name}: pp={s.pp}, M={s.microbatches}, {s.num_ops} ops: valid")
     return 0

@@ -14,6 +14,7 @@ from ..options import (
     add_shape,
     columns,
     costs_from,
+    naming_the_file,
     options_from,
     schedule_from,
 )
@@ -155,7 +156,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     s = schedule_from(args)
     costs = costs_from(args)
     mem_model = memory_from(args)
-    tl = simulate(s, chunk_costs(costs, s, args.costs_per))
+    with naming_the_file(args.schedule):
+        tl = simulate(s, chunk_costs(costs, s, args.costs_per))
     rep = summarize(s, tl)
     mem = memory(s, tl, mem_model) if mem_model else None
     busy = all_busy(tl)

@@ -24,6 +24,7 @@ from ..options import (
     costs_from,
     list_options,
     listed_files,
+    naming_the_file,
     number,
     options_for,
     positive_int,
@@ -161,7 +162,8 @@ def cmd_draw(args: argparse.Namespace) -> int:
         names = [args.schedule] if args.schedule else _names(args.schedules)
         built = _build_each(args, names)
         _refuse_past_draw_limit(built)
-        runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in built]
+        with naming_the_file(args.schedule or ""):  # in a list, each file is named by its path already
+            runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in built]
     files: list[tuple[str, bytes | str]] = []
     for path, ext in zip(args.output, exts):
         if ext == ".json":
