@@ -201,3 +201,9 @@ def test_simulate_refuses_no_timeline_beside_json(capsys):
     code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--json", "--no-timeline")
     _one_line(code, out, err)
     assert "drop --no-timeline" in err
+
+
+def test_the_trade_off_line_says_one_stage_not_one_stages(capsys):
+    code, out, err = _run(capsys, "compare", "--schedules", "1f1b,gpipe", "--pp", 1, "-m", 1)
+    assert code == 0, err
+    assert "1f1b (1 stage, 0.0%)" in out and "1 stages" not in out

@@ -236,7 +236,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         out.print(per_token.describe(hours, M))
     trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
     if trade:
-        steps = ", ".join(f"{n} ({m:g} stages, {pct(b)})" for m, b, n in trade)
+        steps = ", ".join(f"{n} ({m:g} stage{'s' * (m != 1)}, {pct(b)})" for m, b, n in trade)
         out.print(f"* memory/bubble trade-off: no other schedule has both less peak memory and less bubble: {steps}")
     if dropped:
         gone = ", ".join(f"{r.name} ({max(r.report.peak_activation_memory):g})" for r in dropped)
