@@ -53,7 +53,11 @@ def add_commands(command) -> None:
     c = command("draw", cmd_draw, "draw timelines as a chart (.png, .svg, .pdf) or a Chrome/Perfetto trace (.json)")
     g = c.add_mutually_exclusive_group(required=True)
     g.add_argument("--schedule", "-s", help=SCHEDULE_HELP)
-    g.add_argument("--schedules", help="comma-separated names or files, stacked on one time axis")
+    g.add_argument(
+        "--schedules",
+        help="comma-separated names or schedule JSON files, stacked on one time axis (the names are built at the first "
+        "file's pp and M where --pp and -m are not given)",
+    )
     g.add_argument("--measured", metavar="FILE.json", help="a measured timeline (pipesim profile --timeline), in seconds")
     add_shape(c)
     add_costs(c)
