@@ -240,3 +240,20 @@ def test_a_broken_file_is_named_and_refused_wherever_it_is_read(capsys, tmp_path
         _one_line(code, out, err)
         assert f"invalid {mine} schedule: rank 0: F0.0 appears 2 times" in err, argv
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_a_file_counts_its_own_ops_against_the_reports_limit(capsys, tmp_path, mine, monkeypatch):
+    import pipesim.render.commands as picture
+
+    # the file has 8 ops (2 ranks x 2 micro-batches x F, BW); the names beside it are
+    # counted as compare counts them, 3 ops x 2 chunks x pp x M = 24 for zb-h1
+    monkeypatch.setattr(picture, "REPORT_MAX_OPS", 7)
+    code, out, err = _run(capsys, "report", "--schedules", str(mine), "-o", tmp_path / "r.html")
+    _one_line(code, out, err)
+    assert "8 ops, above the limit of 7" in err
+    monkeypatch.setattr(picture, "REPORT_MAX_OPS", 8 + 23)
+    code, out, err = _run(capsys, "report", "--schedules", f"{mine},zb-h1", "-o", tmp_path / "r.html")
+    _one_line(code, out, err)
+    assert "up to 24 ops, above the limit of 23" in err
+    monkeypatch.setattr(picture, "REPORT_MAX_OPS", 8 + 24)
+    assert _run(capsys, "report", "--schedules", f"{mine},zb-h1", "-o", tmp_path / "r.html")[0] == 0

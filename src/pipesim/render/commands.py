@@ -266,11 +266,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     names = _names(args.schedules)
     refuse_options_none_take(args, names)
+    given = parse_range(args.microbatches) if args.microbatches else None  # before any file is read
     # a schedule file is one point at its own M (-m is the range, no M to check it by),
     # and the sweep runs at its pp where --pp is not given
     files = listed_files(argparse.Namespace(**{**vars(args), "microbatches": None}), names, alike="pp")
     pp = args.pp or next((s.pp for s in files.values()), DEFAULT_PP)
-    Ms = parse_range(args.microbatches or f"{pp}:{16 * pp}")
+    Ms = given or parse_range(f"{pp}:{16 * pp}")
     built = [n for n in names if n not in files]
     if built:
         _sweep_work(args, pp, Ms, built, "--microbatches", args.microbatches)
@@ -376,6 +377,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     names = _names(args.schedules)
     refuse_options_none_take(args, names)
     costs = costs_from(args)
+    Ms = parse_range(args.sweep, "--sweep") if args.sweep else None  # before any file is read
     files = listed_files(args, names)  # as compare reads them: the names built at their size
     pp, M = shape(args, files)
     # every schedule is built, simulated and kept for the page, as compare keeps them: the
@@ -397,7 +399,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             limit=REPORT_MAX_OPS - file_ops,
             cost=REPORT_COST,
         )
-    Ms = parse_range(args.sweep, "--sweep") if args.sweep else None
     if Ms and built:
         _sweep_work(args, pp, Ms, built, "--sweep", args.sweep)
     elif Ms:
