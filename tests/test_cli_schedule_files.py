@@ -257,3 +257,15 @@ def test_a_file_counts_its_own_ops_against_the_reports_limit(capsys, tmp_path, m
     assert "up to 24 ops, above the limit of 23" in err
     monkeypatch.setattr(picture, "REPORT_MAX_OPS", 8 + 24)
     assert _run(capsys, "report", "--schedules", f"{mine},zb-h1", "-o", tmp_path / "r.html")[0] == 0
+
+
+def test_files_count_together_against_the_limit_of_a_comparison_or_sweep(capsys, tmp_path, mine, monkeypatch):
+    import pipesim.options as options
+
+    twin = tmp_path / "t.json"
+    twin.write_text(mine.read_text())
+    monkeypatch.setattr(options, "MAX_OPS", 15)  # each file's 8 ops are within it, the two together not
+    for command in (["compare"], ["sweep", "--csv", tmp_path / "x.csv"]):
+        code, out, err = _run(capsys, *command, "--schedules", f"{mine},{twin}")
+        _one_line(code, out, err)
+        assert f"{mine}, {twin} have 16 ops, above the limit of 15" in err, command

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from .errors import PipesimError
 from .family_names import FAMILY_OPTIONS, takers
-from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_VALUE, int_text, shorten, work
+from .inputs import INT32_MAX, MAX_COUNT, MAX_LAYERS, MAX_OPS, MAX_OPS_COST, MAX_VALUE, int_text, shorten, work
 from .layer import PRESETS, LayerCosts
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing
@@ -417,6 +417,25 @@ def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M
                 f"{alike}: give files of one size"
             )
     return files
+
+
+def list_work(
+    pp: int, M: int, chunks: int, files: dict[str, Schedule], what: str, where: str = "", limit: int | None = None, cost: str = ""
+) -> None:
+    """A list's work against the limit (``inputs.work``; ``limit`` and ``cost`` as there)
+    before the first simulation: the files' own ops, and ``chunks`` chunks a rank of the
+    names beside them at (pp, M) in what is left (none when ``chunks`` is 0). Each file
+    was held to the limit as it was read, not all of them with the names."""
+    limit = MAX_OPS if limit is None else limit
+    ops = sum(s.num_ops for s in files.values())
+    if ops > limit:
+        raise PipesimError(
+            f"{where}{what} too large: {', '.join(files)} {'has' if len(files) == 1 else 'have'} {ops:,} ops, above the "
+            f"limit of {limit:,} ({cost or MAX_OPS_COST}); use smaller or fewer files"
+        )
+    if chunks:
+        beside = f" beside the {ops:,} ops of {', '.join(files)}" if files else ""
+        work(pp, M, chunks, where=where, what=what + beside, limit=limit - ops, cost=cost)
 
 
 @contextmanager

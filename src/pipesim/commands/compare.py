@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import PipesimError
-from ..inputs import work
 from ..options import (
     COLUMNS_HELP,
     add_costs,
@@ -17,6 +16,7 @@ from ..options import (
     columns,
     cost_flags_given,
     costs_from,
+    list_work,
     listed_files,
     positive_float,
     positive_int,
@@ -167,8 +167,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # the work limit holds for the whole comparison: every schedule is built, simulated
     # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file was counted
     # as it was read)
-    if built := len(names) - len(files):
-        work(pp, M, 2 * built, what=f"compare of {built} schedules")
+    list_work(pp, M, 2 * (len(names) - len(files)), files, what=f"compare of {len(names)} schedules")
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
     rows = compare_rows(args, names, costs, priced.costs_for, files)

@@ -13,7 +13,6 @@ import shlex
 import sys
 
 from ..errors import PipesimError
-from ..inputs import work
 from ..options import (
     DEFAULT_PP,
     SCHEDULE_HELP,
@@ -23,6 +22,7 @@ from ..options import (
     cost_flags_given,
     costs_from,
     list_options,
+    list_work,
     listed_files,
     naming_the_file,
     number,
@@ -250,13 +250,15 @@ def _chunks_counted(args: argparse.Namespace, names: list[str]) -> int:
     return max(2, getattr(args, "chunks", None) or 1) * len(names)
 
 
-def _sweep_work(args: argparse.Namespace, pp: int, Ms: list[int], names: list[str], flag: str, text: str | None) -> None:
+def _sweep_work(
+    args: argparse.Namespace, pp: int, Ms: list[int], names: list[str], files: dict[str, Schedule], flag: str, text: str | None
+) -> None:
     """The whole sweep against the work limit, before the first simulation: every
-    schedule at every M, counted as compare counts a list; one schedule at a time, 17
-    schedules ran 17 times the limit."""
+    schedule at every M, counted as compare counts a list, beside the files' own ops;
+    one schedule at a time, 17 schedules ran 17 times the limit."""
     where = f"{flag} {text!r}: " if text else ""
     what = f"sweep of {len(names)} schedule{'s' * (len(names) != 1)} (M summed over the range)"
-    work(pp, sum(Ms), _chunks_counted(args, names), where=where, what=what)
+    list_work(pp, sum(Ms), _chunks_counted(args, names), files, what=what, where=where)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -273,10 +275,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     pp = args.pp or next((s.pp for s in files.values()), DEFAULT_PP)
     Ms = given or parse_range(f"{pp}:{16 * pp}")
     built = [n for n in names if n not in files]
-    if built:
-        _sweep_work(args, pp, Ms, built, "--microbatches", args.microbatches)
-    elif args.microbatches:  # nothing is built over the range: it changed nothing, unsaid
+    if not built and args.microbatches:  # nothing is built over the range: it changed nothing, unsaid
         _refuse_range_of_files("-m", args.microbatches, files)
+    _sweep_work(args, pp, Ms, built, files, "--microbatches", args.microbatches)
     outputs = [
         (path, output_extension(path, (*CHART_EXTS, ".csv"), ".png, .svg or .pdf for a plot, .csv for the data"))
         for path in args.output or []
@@ -384,23 +385,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     # limit holds for them all together, counted as compare counts them (2 chunks each),
     # a file by the ops it has
     built = [n for n in names if n not in files]
-    file_ops = sum(s.num_ops for s in files.values())
-    if file_ops > REPORT_MAX_OPS:
-        raise PipesimError(
-            f"report of {', '.join(files)} too large: {file_ops:,} ops, above the limit of {REPORT_MAX_OPS:,} "
-            f"({REPORT_COST}); use a smaller schedule"
-        )
-    if built:
-        work(
-            pp,
-            M,
-            _chunks_counted(args, built),
-            what=f"report of {len(names)} schedules",
-            limit=REPORT_MAX_OPS - file_ops,
-            cost=REPORT_COST,
-        )
+    chunks = _chunks_counted(args, built) if built else 0
+    list_work(pp, M, chunks, files, what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
     if Ms and built:
-        _sweep_work(args, pp, Ms, built, "--sweep", args.sweep)
+        _sweep_work(args, pp, Ms, built, files, "--sweep", args.sweep)
     elif Ms:
         _refuse_range_of_files("--sweep", args.sweep, files)
     rows = compare_rows(args, names, costs, files=files)
