@@ -207,3 +207,23 @@ def test_the_trade_off_line_says_one_stage_not_one_stages(capsys):
     code, out, err = _run(capsys, "compare", "--schedules", "1f1b,gpipe", "--pp", 1, "-m", 1)
     assert code == 0, err
     assert "1f1b (1 stage, 0.0%)" in out and "1 stages" not in out
+
+
+def test_an_output_that_is_a_pipe_by_a_proc_link_is_refused_as_not_a_file():
+    # /dev/stdout on a pipe links to /proc/N/fd/pipe:[M], which realpath makes a path
+    # that names nothing: it was taken for a new file in /proc/N/fd, and the probe then
+    # said "No such file or directory"
+    import os
+
+    from pipesim.errors import PipesimError
+    from pipesim.files import output_target
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc")
+    r, w = os.pipe()
+    try:
+        with pytest.raises(PipesimError, match="it is not a regular file"):
+            output_target(f"/proc/self/fd/{w}")
+    finally:
+        os.close(r)
+        os.close(w)

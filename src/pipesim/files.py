@@ -298,7 +298,9 @@ def output_target(path: str | os.PathLike) -> Path | None:
         raise PipesimError(f"cannot write {name!r}: a name ending in {os.sep} names a folder; give a file name")
     p = Path(os.path.realpath(name))
     try:
-        st = os.stat(p)
+        # the name itself, followed as opening it would be: /dev/stdout on a pipe resolves
+        # to /proc/N/fd/pipe:[M], no path, and was said to be a missing file
+        st = os.stat(name)
     except FileNotFoundError:
         if not p.parent.is_dir():
             # through a link, the folder missing is its target's, not the link's own
