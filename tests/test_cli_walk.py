@@ -227,3 +227,22 @@ def test_an_output_that_is_a_pipe_by_a_proc_link_is_refused_as_not_a_file():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_pair_and_bw_costs_for_schedules_that_run_none_are_refused(capsys, tmp_path):
+    # 1F1B runs no overlapped pair and ZB-H1 no fused backward: --pair and --bw changed
+    # nothing of them, unsaid
+    for argv, said in (
+        (["simulate", "-s", "1f1b", "--pair", 3], "--pair prices overlapped F&B pairs, and 1f1b runs none"),
+        (["simulate", "-s", "zb-h1", "--bw", 3], "--bw prices fused backwards (BW), and zb-h1 runs none"),
+        (["draw", "-s", "zb-h1", "--bw", 3, "-o", tmp_path / "x.svg"], "and zb-h1 runs none"),
+        (["compare", "--schedules", "1f1b,zb-h1", "--pair", 3], "and 1f1b, zb-h1 run none"),
+        (["report", "--schedules", "zb-h1,zb-v", "--bw", 3, "-o", tmp_path / "r.html"], "and zb-h1, zb-v run none"),
+    ):
+        code, out, err = _run(capsys, *argv, "--pp", 2, "-m", 4)
+        _one_line(code, out, err)
+        assert said in err, argv
+    assert list(tmp_path.iterdir()) == []
+    # where one schedule runs them, they price it
+    code, out, err = _run(capsys, "compare", "--schedules", "1f1b,1f1b-overlap", "--pair", 3, "--pp", 2, "-m", 4)
+    assert code == 0, err

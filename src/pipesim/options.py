@@ -438,6 +438,23 @@ def list_work(
         work(pp, M, chunks, where=where, what=what + beside, limit=limit - ops, cost=cost)
 
 
+def refuse_costs_none_use(args: argparse.Namespace, schedules: list[Schedule]) -> None:
+    """--pair prices overlapped F&B pairs and --bw fused backwards (BW): given for
+    schedules that run none, they changed nothing, unsaid (`simulate -s 1f1b --pair 3`
+    printed 1F1B as without it; zb-h1 splits every backward into B and W)."""
+    from .ir import KINDS
+
+    bw = KINDS.index("BW")
+    runs = {
+        "pair": ("overlapped F&B pairs", lambda t: bool((t.kind2 >= 0).any())),
+        "bw": ("fused backwards (BW)", lambda t: bool((t.kind == bw).any() or (t.kind2 == bw).any())),
+    }
+    for key, (what, used) in runs.items():
+        if getattr(args, key, None) is not None and schedules and not any(used(s.table) for s in schedules):
+            names = ", ".join(s.name for s in schedules)
+            raise PipesimError(f"--{key} prices {what}, and {names} {'runs' if len(schedules) == 1 else 'run'} none: drop it")
+
+
 @contextmanager
 def naming_the_file(name: str) -> Iterator[None]:
     """An error met checking or simulating ``--schedule`` names the file when it is one:

@@ -20,6 +20,7 @@ from ..options import (
     listed_files,
     positive_float,
     positive_int,
+    refuse_costs_none_use,
     refuse_options_none_take,
     schedule_names,
     schedules_help,
@@ -172,6 +173,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     costs, per_token = priced.costs, priced.per_token
     rows = compare_rows(args, names, costs, priced.costs_for, files)
     refuse_if_none_runs(rows, names, pp, M)
+    refuse_costs_none_use(args, [r.schedule for r in rows if r.schedule])
     dropped: list[Row] = []
     if args.memory_limit is not None:
         keep = [r for r in rows if r.report is None or max(r.report.peak_activation_memory) <= args.memory_limit + 1e-9]

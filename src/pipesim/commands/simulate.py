@@ -16,6 +16,7 @@ from ..options import (
     costs_from,
     naming_the_file,
     options_from,
+    refuse_costs_none_use,
     schedule_from,
 )
 from ..output import console, emit_json, num, pct
@@ -154,6 +155,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json and args.no_timeline:  # the JSON has no timeline: the flag changed nothing, unsaid
         raise PipesimError("--json prints the metrics without a timeline already: drop --no-timeline")
     s = schedule_from(args)
+    refuse_costs_none_use(args, [s])
     costs = costs_from(args)
     mem_model = memory_from(args)
     with naming_the_file(args.schedule):

@@ -28,6 +28,7 @@ from ..options import (
     number,
     options_for,
     positive_int,
+    refuse_costs_none_use,
     refuse_options_none_take,
     schedule_from,
     schedule_names,
@@ -166,6 +167,7 @@ def cmd_draw(args: argparse.Namespace) -> int:
         names = [args.schedule] if args.schedule else _names(args.schedules)
         built = _build_each(args, names)
         _refuse_past_draw_limit(built)
+        refuse_costs_none_use(args, built)
         with naming_the_file(args.schedule or ""):  # in a list, each file is named by its path already
             runs = [(s, simulate(s, chunk_costs(costs, s, args.costs_per))) for s in built]
     files: list[tuple[str, bytes | str]] = []
@@ -393,6 +395,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _refuse_range_of_files("--sweep", args.sweep, files)
     rows = compare_rows(args, names, costs, files=files)
     refuse_if_none_runs(rows, names, pp, M)
+    refuse_costs_none_use(args, [r.schedule for r in rows if r.schedule])
     data: dict = {"schedules": [timeline_data(r.schedule, r.timeline) for r in rows if r.report], "sweep": None}
     notes: list[str] = []
     if Ms:
