@@ -269,3 +269,12 @@ def test_files_count_together_against_the_limit_of_a_comparison_or_sweep(capsys,
         code, out, err = _run(capsys, *command, "--schedules", f"{mine},{twin}")
         _one_line(code, out, err)
         assert f"{mine}, {twin} have 16 ops, above the limit of 15" in err, command
+
+
+def test_an_unknown_name_is_said_before_any_file_is_read(capsys, tmp_path):
+    # the file is read whole first (up to 24M ops): a typo beside it waited for that
+    missing = tmp_path / "missing.json"
+    for command in (["compare"], ["sweep"], ["report", "-o", tmp_path / "r.html"], ["draw", "-o", tmp_path / "x.svg"]):
+        code, out, err = _run(capsys, *command, "--schedules", f"{missing},1f1bb")
+        _one_line(code, out, err)
+        assert "unknown schedule '1f1bb' (did you mean 1f1b?)" in err, command

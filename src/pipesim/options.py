@@ -403,6 +403,11 @@ def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M
     (`ops -o` writes "1f1b"), and two rows, lines or panels of one name told nothing."""
     from dataclasses import replace
 
+    from .schedules import family
+
+    for n in names:  # an unknown name, before a file of up to 24M ops is read
+        if not is_schedule_file(n):
+            family(n)
     files = {n: replace(schedule_from(args, n), name=n) for n in names if is_schedule_file(n)}
     keys = [k for k in alike.split(", ") if k]
     first_name, first = next(iter(files.items()), (None, None))

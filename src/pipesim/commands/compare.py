@@ -166,8 +166,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     files = listed_files(args, names)
     pp, M = shape(args, files)
     # the work limit holds for the whole comparison: every schedule is built, simulated
-    # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file was counted
-    # as it was read)
+    # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file counts the
+    # ops it has)
     list_work(pp, M, 2 * (len(names) - len(files)), files, what=f"compare of {len(names)} schedules")
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
