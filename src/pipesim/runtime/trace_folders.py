@@ -32,6 +32,7 @@ def profile_dir(args, schedule, count: int) -> str | None:
         what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
         raise PipesimError(f"--profile {args.profile}: {what} not writable")
     _refuse_uncreatable(folder, existing)
+    _probe(args.profile, folder, existing)
     from ..files import input_files, refuse_overwrite
 
     refuse_overwrite(
@@ -56,6 +57,29 @@ def _refuse_uncreatable(folder: str, existing: str) -> None:
                 f"--profile: the folder name {shown!r} is too long ({len(os.fsencode(part))} bytes; "
                 f"{existing!r} takes names up to {longest}); give a shorter one"
             )
+
+
+def _probe(flag: str, folder: str, existing: str) -> None:
+    """Write where the ranks will write, and take it back. os.access answers yes to root
+    whatever the mode, and no to nothing on /proc, /sys or a read-only mount: there the
+    ranks failed to make or write the folder after the whole run (exit 1, naming
+    '<frozen os>'). A file made in the folder itself, or a folder made in the deepest
+    one that exists (the first step of making DIR), is what the ranks will do; both are
+    removed at once, so nothing is left behind."""
+    import tempfile
+
+    try:
+        if existing == folder:
+            fd, tmp = tempfile.mkstemp(prefix=".pipesim-probe-", dir=folder)
+            os.close(fd)
+            os.remove(tmp)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".pipesim-probe-", dir=existing))
+    except OSError as e:
+        where = f"the folder {folder!r}" if existing == folder else f"{folder!r} (in {existing!r})"
+        raise PipesimError(
+            f"--profile {flag}: cannot write traces to {where}: {e.strerror or e}; name a folder you can write"
+        ) from None
 
 
 def refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:

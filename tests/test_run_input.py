@@ -1,0 +1,50 @@
+"""``pipesim run`` refusing bad input before any rank process starts: one line, exit 2,
+nothing written. No test here launches a rank (``launch`` is replaced by one that fails
+the test), so they run in seconds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pipesim.cli import main
+
+
+def _no_launch(*args, **kwargs):
+    raise AssertionError("a process was started")
+
+
+def _refused(argv, capsys) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+SYNTHETIC = ["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--synthetic", "--f", "1ms", "--b", "1ms", "--w", "1ms"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no one may make a folder")
+@pytest.mark.parametrize("folder", ["/proc/pipesim-traces", "/proc/pipesim-traces/run1", "/proc"])
+def test_a_profile_folder_no_one_can_write_is_refused_before_the_run(folder, capsys, monkeypatch):
+    """/proc takes no new folder or file, even from root, for whom os.access says yes to
+    everything: the run went ahead and every rank failed to save its trace after the
+    whole run (exit 1, 'rank 0 raised FileNotFoundError ... <frozen os>')."""
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    err = _refused([*SYNTHETIC, "--profile", folder], capsys)
+    assert f"--profile {folder}: cannot write traces to" in err, err
+    assert not os.path.exists("/proc/pipesim-traces")
+
+
+def test_the_write_check_leaves_nothing_in_a_writable_folder(tmp_path, capsys, monkeypatch):
+    """The check writes and takes back: a later refusal (too many ranks) finds the
+    folder as it was, empty, and a folder that did not exist still does not."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setenv("PIPESIM_MAX_RANKS", "2")
+    argv = ["run", "-s", "1f1b", "--pp", "4", "-m", "4", "--synthetic"]
+    assert "needs 4 processes" in _refused([*argv, "--profile", str(tmp_path)], capsys)
+    assert list(tmp_path.iterdir()) == []
+    assert "needs 4 processes" in _refused([*argv, "--profile", str(tmp_path / "new" / "run")], capsys)
+    assert list(tmp_path.iterdir()) == []
