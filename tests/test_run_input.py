@@ -5,6 +5,7 @@ the test), so they run in seconds."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -48,3 +49,26 @@ def test_the_write_check_leaves_nothing_in_a_writable_folder(tmp_path, capsys, m
     assert list(tmp_path.iterdir()) == []
     assert "needs 4 processes" in _refused([*argv, "--profile", str(tmp_path / "new" / "run")], capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "source, model, says",
+    [
+        # a sys.exit while the module loads ended pipesim with the module's status, silently
+        ("raise SystemExit(3)\n", "exits:Model", "--model exits:Model: importing exits failed: it called sys.exit(3)"),
+        ("import sys\ndef Model():\n    sys.exit('no')\n", "exits:Model", "calling Model() failed: it called sys.exit('no')"),
+        # an empty list was "a Sequential, not a model", of what is one
+        ("from torch import nn\nModel = nn.Sequential()\n", "exits:Model", "--model exits:Model is an empty Sequential"),
+        # ':X' was "importing  failed: ValueError: Empty module name"
+        ("", ":Model", "--model ':Model' lacks its module: give MODULE:NAME"),
+        ("", "exits:", "--model 'exits:' lacks its name: give MODULE:NAME"),
+    ],
+)
+def test_a_user_model_that_cannot_be_had_is_one_line(source, model, says, capsys, monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "exits.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "exits", raising=False)
+    err = _refused(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", model], capsys)
+    assert says in err, err

@@ -128,11 +128,16 @@ def _user_model(args):
     from .model import Sequential
 
     mod_name, attr = args.model.split(":", 1)
+    if not mod_name or not attr:  # ':X' failed as "importing  failed: Empty module name"
+        raise PipesimError(
+            f"--model {args.model!r} lacks its {'module' if not mod_name else 'name'}: give MODULE:NAME, e.g. mymodel:layers"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like python -m: modules next to you are found
     try:
         module = importlib.import_module(mod_name)
-    except Exception as e:  # whatever the module raises while it loads: one line, naming it
+    except (Exception, SystemExit) as e:  # whatever the module raises while it loads: one line, naming it
+        # (a sys.exit at import ended pipesim with the module's status and no word)
         raise PipesimError(f"--model {args.model}: importing {mod_name} failed: {_first_line(e)}") from None
     if not hasattr(module, attr):
         raise PipesimError(f"--model {args.model}: module {mod_name} has no {attr!r}")
@@ -140,7 +145,7 @@ def _user_model(args):
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "build") and not isinstance(obj, nn.Module)):
         try:
             obj = obj()
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise PipesimError(f"--model {args.model}: calling {attr}() failed: {_first_line(e)}") from None
     if all(hasattr(obj, m) for m in ("build", "boundary", "microbatch", "loss")):
         if args.input_shape is not None:  # a stage model makes its own micro-batches
@@ -150,6 +155,8 @@ def _user_model(args):
             )
         return obj
     layers = list(obj) if isinstance(obj, (nn.Sequential, nn.ModuleList, list, tuple)) else None
+    if layers == []:  # was "is a Sequential, not a model", of what is one
+        raise PipesimError(f"--model {args.model} is an empty {type(obj).__name__}: give it the layers to cut into stages")
     if not layers or not all(isinstance(x, nn.Module) for x in layers):
         raise PipesimError(
             f"--model {args.model} is a {type(obj).__name__}, not a model: give a stage model (build, boundary, "
@@ -161,6 +168,8 @@ def _user_model(args):
 
 
 def _first_line(e: BaseException) -> str:
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
