@@ -8,10 +8,7 @@ the parser is built on every ``pipesim`` call, and only ``cmd_run`` needs torch.
 from __future__ import annotations
 
 import argparse
-import importlib
-import math
 import os
-import re
 import sys
 import time
 
@@ -29,53 +26,13 @@ from ..options import (
     schedule_names,
     shape,
 )
-from ..output import console, emit_json, pct
 from .capacity import check_capacity, refuse_mixed_sizes, under_torchrun
+from .durations import DEFAULT_DURATION, add_durations, parse_duration, timeout_value
 from .trace_folders import profile_dir, refuse_shared_folders
+from .user_model import MODEL_DEFAULTS, even_int, input_shape, model_of
 
 # the builders, the validator, the file readers and the terminal timeline import numpy:
 # imported in the functions that use them, so that --help (the parser alone) does without
-
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|us|µs)?\s*$")
-_UNIT = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
-MAX_DURATION = 86400.0  # seconds: a rank sleeping longer than a day is a typo, and 1e308 overflows
-
-
-def parse_duration(text: str, bare: str = "ms") -> float:
-    """``20ms``, ``0.02s``, ``500us`` or a bare number (of milliseconds unless ``bare``
-    says otherwise), in seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        example = "20ms, 0.02s, 500us or 20 (milliseconds)" if bare == "ms" else "120s, 500ms or 120 (seconds)"
-        raise argparse.ArgumentTypeError(f"expected a duration like {example}, got {text!r}")
-    value = float(m.group(1)) * _UNIT[m.group(2) or bare]
-    if not math.isfinite(value) or value > MAX_DURATION:
-        raise argparse.ArgumentTypeError(f"expected a duration up to {MAX_DURATION:g} s (a day), got {text!r}")
-    return value
-
-
-def duration_value(text: str) -> float | tuple[float, ...]:
-    """One duration for every stage, or a comma-separated duration per stage."""
-    vals = tuple(parse_duration(x) for x in text.split(","))
-    return vals[0] if len(vals) == 1 else vals
-
-
-DEFAULT_DURATION = 0.02
-
-
-def timeout_value(text: str) -> float:
-    """A time limit: a bare number is seconds here."""
-    v = parse_duration(text, bare="s")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a time limit > 0, got {text!r}")
-    return v
-
-
-def even_int(text: str) -> int:
-    v = positive_int(text)
-    if v % 2:
-        raise argparse.ArgumentTypeError(f"expected an even width (the tiny model has 2 heads), got {v}")
-    return v
 
 
 def _torch():
@@ -99,101 +56,6 @@ def _names(args) -> list[str]:
         if not is_schedule_file(n):
             family(n)  # an unknown name is an error
     return names
-
-
-def _model(args):
-    from .model import TinyTransformer
-
-    if args.model == "moe":
-        from .moe import MoETransformer
-
-        return MoETransformer(
-            dim=args.dim, layers_per_stage=args.layers, experts=args.experts or 4, top_k=args.top_k, batch=2 * args.ep
-        )
-    if args.experts is not None or args.top_k != 2:
-        flag = "--experts" if args.experts is not None else "--top-k"
-        raise PipesimError(f"{flag} sets the experts of --model moe; --model {args.model} has none: drop it or use --model moe")
-    if args.model in (None, "tiny"):
-        return TinyTransformer(dim=args.dim, layers_per_stage=args.layers)
-    if ":" not in args.model:
-        raise PipesimError(
-            f"--model must be 'tiny', 'moe' or MODULE:NAME (a stage model or an nn.Sequential), got {args.model!r}"
-        )
-    return _user_model(args)
-
-
-def _user_model(args):
-    from torch import nn
-
-    from .model import Sequential
-
-    mod_name, attr = args.model.split(":", 1)
-    if not mod_name or not attr:  # ':X' failed as "importing  failed: Empty module name"
-        raise PipesimError(
-            f"--model {args.model!r} lacks its {'module' if not mod_name else 'name'}: give MODULE:NAME, e.g. mymodel:layers"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like python -m: modules next to you are found
-    try:
-        module = importlib.import_module(mod_name)
-    except (Exception, SystemExit) as e:  # whatever the module raises while it loads: one line, naming it
-        # (a sys.exit at import ended pipesim with the module's status and no word)
-        raise PipesimError(f"--model {args.model}: importing {mod_name} failed: {_first_line(e)}") from None
-    if not hasattr(module, attr):
-        raise PipesimError(f"--model {args.model}: module {mod_name} has no {attr!r}")
-    obj = getattr(module, attr)
-    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "build") and not isinstance(obj, nn.Module)):
-        try:
-            obj = obj()
-        except (Exception, SystemExit) as e:
-            raise PipesimError(f"--model {args.model}: calling {attr}() failed: {_first_line(e)}") from None
-    if all(hasattr(obj, m) for m in ("build", "boundary", "microbatch", "loss")):
-        if args.input_shape is not None:  # a stage model makes its own micro-batches
-            raise PipesimError(
-                f"--model {args.model} is a stage model, whose microbatch() makes its input: drop --input-shape "
-                "(it is for a list of layers)"
-            )
-        return obj
-    layers = list(obj) if isinstance(obj, (nn.Sequential, nn.ModuleList, list, tuple)) else None
-    if layers == []:  # was "is a Sequential, not a model", of what is one
-        raise PipesimError(f"--model {args.model} is an empty {type(obj).__name__}: give it the layers to cut into stages")
-    if not layers or not all(isinstance(x, nn.Module) for x in layers):
-        raise PipesimError(
-            f"--model {args.model} is a {type(obj).__name__}, not a model: give a stage model (build, boundary, "
-            "microbatch, loss) or an nn.Sequential of layers"
-        )
-    if args.input_shape is None:
-        raise PipesimError(f"--model {args.model} is a list of layers: give --input-shape, e.g. --input-shape 4,16")
-    return Sequential(obj, args.input_shape)
-
-
-def _first_line(e: BaseException) -> str:
-    if isinstance(e, SystemExit):
-        return f"it called sys.exit({e.code!r})"
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
-
-
-def _input_shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated sizes like 4,16, got {text!r}") from None
-    if not dims or any(d < 1 for d in dims):
-        raise argparse.ArgumentTypeError(f"sizes must be >= 1, got {text!r}")
-    return dims
-
-
-# the flags that shape a real run's model, and their defaults (add_commands gives them)
-MODEL_DEFAULTS = {
-    "model": "tiny",
-    "layers": 1,
-    "dim": 16,
-    "input_shape": None,
-    "experts": None,
-    "top_k": 2,
-    "serial_pairs": False,
-}
 
 
 #: the relative error --check passes by default: float64 runs of one model in two orders
@@ -295,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
-    model = None if args.synthetic else _model(args)
+    model = None if args.synthetic else model_of(args)
     jobs = [
         job(
             s,
@@ -317,6 +179,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     if results is None:  # a torchrun rank other than 0: rank 0 reports
         return 0
+    from .run_report import report
+
     return report(args, results, skipped)
 
 
@@ -328,94 +192,6 @@ def _build_for_many(args, name: str):
     # each schedule gets the builder options it takes (--delay-wgrad and --group-size
     # were dropped here, unsaid), as compare gives them
     return build(name, *shape(args), **options_for(args, name))
-
-
-def report(args, results, skipped) -> int:
-    from ..render.terminal import print_timeline
-    from .results import compare
-
-    failed = [r for r in results if r.checked and not r.passed]
-    if args.json:
-        rows = []
-        for r in results:
-            d = {
-                "schedule": r.schedule.name,
-                "pp": r.schedule.pp,
-                "microbatches": r.schedule.microbatches,
-                "makespan": r.timeline.end - r.timeline.start,
-                "timeline": [[[str(e.item), e.start, e.end] for e in evs] for evs in r.timeline.events],
-            }
-            if r.checked:
-                d.update(errors=r.errors, tolerance=r.tolerance, passed=r.passed, losses=list(r.losses.values()))
-            if r.costs is not None:
-                c = compare(r, args.comm)
-                d.update(
-                    costs=r.costs.to_dict(),
-                    latency=r.latency,
-                    measured={"makespan": c.measured.makespan, "bubble_ratio": c.measured.bubble_ratio},
-                    simulated={"makespan": c.simulated.makespan, "bubble_ratio": c.simulated.bubble_ratio, "comm": c.comm},
-                    makespan_error=c.makespan_error,
-                )
-            rows.append(d)
-        emit_json({"schedules": rows, "skipped": [{"schedule": n, "error": e} for n, e in skipped]})
-        return 1 if failed else 0
-    out = console()
-    for r in results:
-        s = r.schedule
-        out.print(f"[bold]{s.name}[/]  pp={s.pp}  M={s.microbatches}  placement={s.placement.kind}  {s.num_ops} ops")
-        if r.checked:
-            for rank, err in enumerate(r.errors):
-                verdict = "[green]PASS[/]" if err <= r.tolerance else "[red]FAIL[/]"
-                where = f" (pipeline rank {rank % s.pp}, EP rank {rank // s.pp})" if len(r.errors) > s.pp else ""
-                out.print(f"  rank {rank}{where}: largest relative error {err:.2e}  {verdict}")
-        if r.costs is not None:
-            c = compare(r, args.comm)
-            source = "given" if args.comm is not None else "measured"
-            out.print(f"  synthetic: {_costs_text(r.costs)}; P2P latency {c.comm * 1e6:.0f} us ({source})")
-            out.print(f"  {'':10} {'makespan':>12} {'bubble':>8}")
-            out.print(f"  {'measured':10} {c.measured.makespan * 1e3:9.1f} ms {pct(c.measured.bubble_ratio):>8}")
-            out.print(f"  {'simulated':10} {c.simulated.makespan * 1e3:9.1f} ms {pct(c.simulated.bubble_ratio):>8}")
-            out.print(f"  {'difference':10} {c.makespan_error:+11.1%} {c.bubble_difference * 100:+6.1f} pts")
-        else:
-            from ..metrics import summarize
-
-            rep = summarize(s, r.timeline)
-            out.print(f"  measured makespan {rep.makespan * 1e3:.1f} ms, bubble {pct(rep.bubble_ratio)}")
-        if args.timeline:
-            print_timeline(out, s, r.timeline, args.width)
-    for name, err in skipped:
-        out.print(f"[dim]{name}: skipped ({err})[/]")
-    if any(r.checked for r in results):
-        checked = [r for r in results if r.checked]
-        if failed:
-            names = ", ".join(r.schedule.name for r in failed)
-            out.print(f"[red]FAIL[/]: {names} differ from one process by more than {checked[0].tolerance:g}")
-        else:
-            what = f"{len(checked)} schedules" if len(checked) > 1 else checked[0].schedule.name
-            out.print(f"[green]PASS[/]: {what}: losses and every gradient match one process (tolerance {checked[0].tolerance:g})")
-    return 1 if failed else 0
-
-
-def _costs_text(costs) -> str:
-    def ms(v):
-        return ",".join(f"{x * 1e3:g}" for x in v) + "ms" if isinstance(v, tuple) else f"{v * 1e3:g}ms"
-
-    parts = [f"F={ms(costs.f)}", f"B={ms(costs.b)}", f"W={ms(costs.w)}"]
-    if costs.bw is not None:
-        parts.append(f"BW={ms(costs.bw)}")
-    if costs.pair is not None:
-        parts.append(f"F&B={ms(costs.pair)}")
-    return " ".join(parts)
-
-
-def add_durations(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("synthetic durations (20ms, 0.02s, 500us, or a number of ms; comma-separated per stage)")
-    g.add_argument("--f", type=duration_value, help="forward (default 20ms)")
-    g.add_argument("--b", type=duration_value, help="backward for the input (default 20ms)")
-    g.add_argument("--w", type=duration_value, help="weight gradient (default 20ms)")
-    g.add_argument("--bw", type=duration_value, help="fused backward (default B + W)")
-    g.add_argument("--pair", type=parse_duration, help="overlapped F&B pair (default F + BW)")
-    g.add_argument("--comm", type=parse_duration, help="P2P latency for the simulation (default: measured at start-up)")
 
 
 def add_commands(command) -> None:
@@ -444,7 +220,7 @@ def add_commands(command) -> None:
         help="transformer blocks per stage of tiny or moe (default 1)",
     )
     m.add_argument("--dim", type=even_int, default=MODEL_DEFAULTS["dim"], help="width of tiny or moe, even: 2 heads (default 16)")
-    m.add_argument("--input-shape", type=_input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
+    m.add_argument("--input-shape", type=input_shape, help="micro-batch input shape for a list of layers, e.g. 4,16")
     m.add_argument(
         "--serial-pairs",
         action="store_true",
