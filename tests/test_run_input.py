@@ -72,3 +72,25 @@ def test_a_user_model_that_cannot_be_had_is_one_line(source, model, says, capsys
     monkeypatch.delitem(sys.modules, "exits", raising=False)
     err = _refused(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", model], capsys)
     assert says in err, err
+
+
+def _help_of(argv, flag, capsys) -> str:
+    """The help text of one flag, its wrapped lines joined."""
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    text = capsys.readouterr().out
+    entry = text.split(f"\n  {flag}", 1)[1].split("\n  -", 1)[0]
+    return " ".join(entry.split())
+
+
+def test_each_timeline_flag_says_whether_it_takes_a_file(capsys):
+    """run --timeline is a switch, profile --timeline takes a file: the help said "draw
+    each measured timeline" and "write the measured timeline", so `run --timeline tl.json`
+    looked right and failed on 'unrecognized arguments: tl.json'. Each now says which it is
+    and names the other."""
+    run = _help_of(["run"], "--timeline", capsys)
+    assert run.startswith("draw each measured timeline in the terminal (a switch, no file"), run
+    assert "pipesim profile DIR --timeline FILE.json" in run
+    prof = _help_of(["profile"], "--timeline", capsys)
+    assert prof.startswith("FILE.json write the measured timeline to FILE.json"), prof
+    assert "run --timeline is the switch that draws in the terminal" in prof

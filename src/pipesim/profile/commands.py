@@ -43,7 +43,12 @@ def add_commands(command) -> None:
         "or a TOML file with a [map] table",
     )
     c.add_argument("--output", "-o", metavar="COSTS.toml", help="write the component cost file (what --components reads)")
-    c.add_argument("--timeline", metavar="FILE.json", help="write the measured timeline (pipesim draw --measured FILE.json)")
+    c.add_argument(
+        "--timeline",
+        metavar="FILE.json",
+        help="write the measured timeline to FILE.json, to draw with pipesim draw --measured FILE.json "
+        "(takes a file: run --timeline is the switch that draws in the terminal)",
+    )
     c.add_argument("--flags", action="store_true", help="print only the per-stage costs as simulate flags (--f ... --b ...)")
     c.add_argument("--json", action="store_true", help="print what was found as JSON")
     c.set_defaults(output_flags=("output", "timeline"), positional=("trace",))  # both are written: neither may be a trace read

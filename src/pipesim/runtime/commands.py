@@ -236,7 +236,13 @@ def add_commands(command) -> None:
     )
     c.add_argument("--timeout", type=timeout_value, default=600.0, help="give up after this long (seconds; default 600)")
     c.add_argument("--json", action="store_true", help="print the results (and measured timelines) as JSON")
-    c.add_argument("--timeline", action="store_true", help="draw each measured timeline")
+    # a switch here, a file in profile: each help says which, and where the other is
+    c.add_argument(
+        "--timeline",
+        action="store_true",
+        help="draw each measured timeline in the terminal (a switch, no file: --profile DIR, then "
+        "pipesim profile DIR --timeline FILE.json writes one)",
+    )
     c.add_argument(
         "--width", type=columns, help="squeeze the timeline into this many columns (default: the terminal's; 0 = never)"
     )
