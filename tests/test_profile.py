@@ -383,6 +383,17 @@ def test_a_run_missing_a_ranks_trace_is_refused(tmp_path, capsys):
     assert err.count("\n") == 1 and "traces of ranks 0 but none of rank 1 (the run had pp=2); give one per rank" in err
 
 
+def test_one_ranks_trace_named_alone_is_pointed_to_its_folder(tmp_path, capsys):
+    """profile takes one TRACE: `pipesim profile prof/rank0.json` of a pp=2 run was told
+    "give one per rank", which the command line cannot take; the folder is what to give."""
+    s = build("1f1b", 2, 4)
+    action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp))
+    assert main(["profile", str(tmp_path / "rank0.json"), "--flags"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"none of rank 1 (the run had pp=2); give the folder holding every rank's trace ({tmp_path})" in err
+
+
 def test_a_trace_missing_an_op_of_the_step_is_refused(tmp_path, capsys):
     """A trace that lost one op (a profiler that started late, or dropped events) still
     names every micro-batch at every stage through the other kinds, so the routes came

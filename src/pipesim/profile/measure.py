@@ -92,10 +92,10 @@ def profile(target: str | Path, mapping: Mapping | None = None) -> Profile:
 
     paths = trace_paths(target)
     runs = [attribute(read_trace(path, wanted), mapping.component, action) for path in paths]
-    return measure(runs)
+    return measure(runs, one_file=not Path(target).is_dir())
 
 
-def measure(runs: list[Attributed]) -> Profile:
+def measure(runs: list[Attributed], one_file: bool = False) -> Profile:
     if not any(run.components or [a for a in run.actions if a.what.compute] for run in runs):
         raise PipesimError(_nothing_found(runs))
     gpu = any(run.trace.kernels for run in runs)
@@ -106,7 +106,7 @@ def measure(runs: list[Attributed]) -> Profile:
     unassigned = [k for run in runs for k in run.unassigned]
     window = sum(_window(run, gpu) for run in runs)
     rows, layers, overlapped, comm_sms = component_rows(runs, gpu, window)
-    schedule, timeline, costs, filled = pipeline_of(runs, gpu, notes)
+    schedule, timeline, costs, filled = pipeline_of(runs, gpu, notes, one_file)
     first = runs[0].trace
     if unassigned:
         notes.append(f"{len(unassigned)} kernels were launched outside every recognised annotation (not counted)")

@@ -33,7 +33,10 @@ def _span(inst: Instance, gpu: bool) -> tuple[float, float]:
     return span if span is not None else (inst.range.start, inst.range.end)
 
 
-def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Schedule, Timeline, Costs | None, tuple]:
+def pipeline_of(
+    runs: list[Attributed], gpu: bool, notes: list[str], one_file: bool = False
+) -> tuple[Schedule, Timeline, Costs | None, tuple]:
+    """``one_file``: the user named one trace file, not a folder of them."""
     acted = [(i, run) for i, run in enumerate(runs) if any(a.what.compute for a in run.actions)]
     if not acted:
         return (*_one_item(runs, gpu), ())
@@ -61,9 +64,12 @@ def pipeline_of(runs: list[Attributed], gpu: bool, notes: list[str]) -> tuple[Sc
     if len(per_rank) < pp:  # the first gap, found without listing them all (a label may name rank 10**9)
         missing = next(r for r in range(pp) if r not in per_rank)
         had = f" (the run had pp={said})" if said == pp else ""
-        raise PipesimError(
-            f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing}{had}; give one per rank"
+        # profile takes one TRACE: "give one per rank" to a user who gave a rank's file
+        # asked for what the command line cannot take; the folder of the run's traces is it
+        give = (
+            f"give the folder holding every rank's trace ({Path(runs[0].trace.path).parent})" if one_file else "give one per rank"
         )
+        raise PipesimError(f"traces of ranks {', '.join(map(str, sorted(per_rank)))} but none of rank {missing}{had}; {give}")
     # chunk numbers of PyTorch's labels: a rank's stages in increasing order are its chunks
     # 0, 1, ... (looped: stage c*pp + r; V: r then 2pp-1-r)
     ranks, events, op_stage = [], [], {}
