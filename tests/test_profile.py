@@ -177,6 +177,25 @@ def test_the_mapping_option_reads_other_names(tmp_path):
         Mapping.parse("attention=x")
 
 
+def test_a_name_mapped_to_two_components_is_refused(tmp_path, capsys):
+    """--map attn=blk,mlp=blk gave blk(F)'s 50 us to mlp alone (the last stem won) and
+    wrote attn_f = 0 in the cost file, unsaid; a glob given to two whole-name fields went
+    to the first. Either is one line naming the name and both components."""
+    path = write(tmp_path / "t.json", [ann("blk(F)", 0, 10), launch(1, 1), kernel(1, 100, 50)])
+    out = tmp_path / "c.toml"
+    for spec, says in (
+        ("attn=blk,mlp=blk", "'blk' to both attn and mlp"),
+        ("attn_f=b*,mlp_f=b*", "'b*' to both attn_f and mlp_f"),
+    ):
+        assert main(["profile", str(path), "--map", spec, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--map gives {says}; give each name one component" in err, err
+        assert not out.exists()
+    # a stem and a whole name are different names (blk(F) against blk): both may be given
+    assert main(["profile", str(path), "--map", "attn=blk,mlp_f=blk", "-o", str(out)]) == 0
+    assert load_cost_file(out)[0].stages[0][0].attn_f == pytest.approx(50e-6)
+
+
 def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, capsys):
     ev = [ann("attn(F)", 0, 300), ann("mlp(F)", 400, 500), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
                                                             "tid": CPU, "ts": 10, "dur": 5}]  # fmt: skip

@@ -130,6 +130,14 @@ class Mapping:
             for name in names if isinstance(names, list) else [names]:
                 if not isinstance(name, str) or not name:
                     raise PipesimError(f"--map {key}: expected an annotation name, got {name!r}")
+                # one name given to two components: the last silently won (stems), or the
+                # first (patterns), so the other's time was 0 in the cost file
+                if key in COMPONENTS:
+                    other = stems.get(name.lower())
+                else:
+                    other = next((f for f, ps in exact.items() if name in ps), None)
+                if other is not None and other != key:
+                    raise PipesimError(f"--map gives {name!r} to both {other} and {key}; give each name one component")
                 if key in COMPONENTS:
                     stems[name.lower()] = key
                 elif key in fields:
