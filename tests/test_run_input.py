@@ -94,3 +94,14 @@ def test_each_timeline_flag_says_whether_it_takes_a_file(capsys):
     prof = _help_of(["profile"], "--timeline", capsys)
     assert prof.startswith("FILE.json write the measured timeline to FILE.json"), prof
     assert "run --timeline is the switch that draws in the terminal" in prof
+
+
+def test_import_of_a_class_and_a_csv_at_once_says_both_were_given(tmp_path, capsys):
+    """--torch X --csv F was answered 'give --torch CLASS ... or --csv FILE', as if
+    neither had been given."""
+    csv = tmp_path / "o.csv"
+    csv.write_text("0F0,0B0\n")
+    out = tmp_path / "o.json"
+    err = _refused(["import", "--torch", "GPipe", "--csv", str(csv), "-o", str(out)], capsys)
+    assert "--torch and --csv each name the order to read: give one of them, not both" in err
+    assert not out.exists()

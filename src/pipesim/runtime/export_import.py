@@ -73,7 +73,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..files import output_extension, save_schedule
     from .torch_export import from_torch_rows, order_of_torch_class, read_csv, torch_1f1b_defect
 
-    if (args.torch is None) == (args.csv is None):
+    if args.torch is not None and args.csv is not None:  # was told to give one, as if it had none
+        raise PipesimError("--torch and --csv each name the order to read: give one of them, not both")
+    if args.torch is None and args.csv is None:
         raise PipesimError("give --torch CLASS (a PyTorch schedule, e.g. DualPipeV) or --csv FILE (compute-only actions)")
     if args.output and args.output != "-":
         output_extension(args.output, (".json",), ".json for a schedule file")
