@@ -105,3 +105,15 @@ def test_import_of_a_class_and_a_csv_at_once_says_both_were_given(tmp_path, caps
     err = _refused(["import", "--torch", "GPipe", "--csv", str(csv), "-o", str(out)], capsys)
     assert "--torch and --csv each name the order to read: give one of them, not both" in err
     assert not out.exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no one may make a folder")
+def test_the_library_refuses_a_profile_folder_no_one_can_write_when_the_job_is_made():
+    """execute_many ran the whole schedule, then raised RunFailed naming '<frozen os>'."""
+    pytest.importorskip("torch")
+    from pipesim import Costs, build
+    from pipesim.errors import PipesimError
+    from pipesim.runtime import job
+
+    with pytest.raises(PipesimError, match=r"^profile='/proc/pipesim-traces': cannot write traces to '/proc/pipesim-traces'"):
+        job(build("1f1b", 2, 2), synthetic=Costs(f=0.001, b=0.001, w=0.001), profile="/proc/pipesim-traces")

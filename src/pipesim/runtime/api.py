@@ -21,6 +21,7 @@ from .executor import Fault
 from .launch import launch, pick_backend, run_as_torchrun_rank
 from .model import TinyTransformer
 from .results import RunResult, assemble
+from .trace_folders import refuse_unwritable
 from .worker import Job
 
 RUN_JOBS = "pipesim.runtime.worker:run_jobs"
@@ -64,6 +65,9 @@ def job(
     validate(schedule)
     if profile is not None:
         profile = os.fspath(profile)
+        # the ranks make and write it after the whole run: a folder they cannot was a
+        # RunFailed then, naming '<frozen os>'
+        refuse_unwritable(profile, f"profile={profile!r}")
     if synthetic is not None:
         if ep != 1:
             raise PipesimError("--ep shards a model's experts; --synthetic runs no model: drop one of them")

@@ -19,20 +19,7 @@ def profile_dir(args, schedule, count: int) -> str | None:
     if args.profile is None:
         return None
     folder = args.profile if count == 1 else os.path.join(args.profile, re.sub(r"[^\w.-]", "_", schedule.name))
-    # checked, not made: a refusal after this (the model, the ranks, the network) must
-    # leave nothing behind, so the ranks make the folder when they write their traces
-    existing = folder
-    while existing and not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    existing = existing or "."
-    if not os.path.isdir(existing):
-        where = "" if existing == folder else f"cannot create {folder!r}: "
-        raise PipesimError(f"--profile {args.profile}: {where}{existing!r} is not a folder; name a folder for the traces")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
-        raise PipesimError(f"--profile {args.profile}: {what} not writable")
-    _refuse_uncreatable(folder, existing)
-    _probe(args.profile, folder, existing)
+    refuse_unwritable(folder, f"--profile {args.profile}")
     from ..files import input_files, refuse_overwrite
 
     refuse_overwrite(
@@ -41,6 +28,25 @@ def profile_dir(args, schedule, count: int) -> str | None:
     )
     _refuse_other_traces(args.profile, folder, schedule.pp)
     return folder
+
+
+def refuse_unwritable(folder: str, given: str) -> None:
+    """A folder the ranks could not make or write their traces in, refused now (``given``:
+    what the user gave, opening the message: ``--profile DIR``). Checked, not made: a refusal after this
+    (the model, the ranks, the network) must leave nothing behind, so the ranks make the
+    folder when they write their traces."""
+    existing = folder
+    while existing and not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    existing = existing or "."
+    if not os.path.isdir(existing):
+        where = "" if existing == folder else f"cannot create {folder!r}: "
+        raise PipesimError(f"{given}: {where}{existing!r} is not a folder; name a folder for the traces")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
+        raise PipesimError(f"{given}: {what} not writable")
+    _refuse_uncreatable(folder, existing)
+    _probe(given, folder, existing)
 
 
 def _refuse_uncreatable(folder: str, existing: str) -> None:
@@ -59,7 +65,7 @@ def _refuse_uncreatable(folder: str, existing: str) -> None:
             )
 
 
-def _probe(flag: str, folder: str, existing: str) -> None:
+def _probe(given: str, folder: str, existing: str) -> None:
     """Write where the ranks will write, and take it back. os.access answers yes to root
     whatever the mode, and no to nothing on /proc, /sys or a read-only mount: there the
     ranks failed to make or write the folder after the whole run (exit 1, naming
@@ -77,9 +83,7 @@ def _probe(flag: str, folder: str, existing: str) -> None:
             os.rmdir(tempfile.mkdtemp(prefix=".pipesim-probe-", dir=existing))
     except OSError as e:
         where = f"the folder {folder!r}" if existing == folder else f"{folder!r} (in {existing!r})"
-        raise PipesimError(
-            f"--profile {flag}: cannot write traces to {where}: {e.strerror or e}; name a folder you can write"
-        ) from None
+        raise PipesimError(f"{given}: cannot write traces to {where}: {e.strerror or e}; name a folder you can write") from None
 
 
 def refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:
