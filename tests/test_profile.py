@@ -413,6 +413,24 @@ def test_one_ranks_trace_named_alone_is_pointed_to_its_folder(tmp_path, capsys):
     assert f"none of rank 1 (the run had pp=2); give the folder holding every rank's trace ({tmp_path})" in err
 
 
+def test_a_file_pipesim_wrote_given_as_a_trace_is_named_with_its_reader(tmp_path, capsys):
+    """The timeline profile --timeline writes, fed back to profile, was told only 'a JSON
+    object without traceEvents'; it and a schedule file are named, with the command that
+    reads each."""
+    s = build("1f1b", 2, 4)
+    action_traces(tmp_path, s, lambda it, r, st: pipesim_label(it, r, st, s.name, s.pp))
+    tl, sched = tmp_path / "out" / "tl.json", tmp_path / "out" / "s.json"
+    tl.parent.mkdir()
+    assert main(["profile", str(tmp_path), "--timeline", str(tl)]) == 0
+    assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "4", "-o", str(sched)]) == 0
+    capsys.readouterr()
+    for path, says in ((tl, f"(a measured timeline, which pipesim draw --measured {tl} draws)"),
+                       (sched, f"(a pipesim schedule file, which pipesim simulate -s {sched} runs)")):  # fmt: skip
+        assert main(["profile", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path}: not a profiler trace: a JSON object without traceEvents {says}" in err, err
+
+
 def test_a_trace_missing_an_op_of_the_step_is_refused(tmp_path, capsys):
     """A trace that lost one op (a profiler that started late, or dropped events) still
     names every micro-batch at every stage through the other kinds, so the routes came

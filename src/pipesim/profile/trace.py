@@ -311,7 +311,7 @@ def _items(p: Path):
         if first == "[":
             yield from (("event", e) for e in _array(r))
             return
-        seen = False
+        seen, keys = False, set()
         if r.peek() == "}":
             r.pos += 1
         else:
@@ -327,14 +327,25 @@ def _items(p: Path):
                     r.pos += 1
                     yield from (("event", e) for e in _array(r))
                 else:
+                    keys.add(key)
                     yield ("meta", (key, r.value(MAX_META)))
                 if r.expect(",}", "',' or '}'") == "}":
                     break
         if not seen:
             raise PipesimError(
-                f"{where}: not a profiler trace: a JSON object without traceEvents; "
+                f"{where}: not a profiler trace: a JSON object without traceEvents{_pipesim_file(keys, where)}; "
                 "expected the Chrome-trace JSON that torch.profiler's export_chrome_trace writes"
             )
+
+
+def _pipesim_file(keys: set[str], where: str) -> str:
+    """What a file pipesim wrote itself is, named with the command that reads it: the
+    timeline profile --timeline writes was fed back to profile, told only 'no traceEvents'."""
+    if not {"format", "ranks"} <= keys:
+        return ""
+    if "timeline" in keys:
+        return f" (a measured timeline, which pipesim draw --measured {where} draws)"
+    return f" (a pipesim schedule file, which pipesim simulate -s {where} runs)"
 
 
 def _array(r: _Reader):
