@@ -117,3 +117,27 @@ def test_the_library_refuses_a_profile_folder_no_one_can_write_when_the_job_is_m
 
     with pytest.raises(PipesimError, match=r"^profile='/proc/pipesim-traces': cannot write traces to '/proc/pipesim-traces'"):
         job(build("1f1b", 2, 2), synthetic=Costs(f=0.001, b=0.001, w=0.001), profile="/proc/pipesim-traces")
+
+
+def test_a_schedule_named_with_dots_keeps_its_traces_inside_the_profile_folder(tmp_path, capsys, monkeypatch):
+    """--schedules FILE,1f1b --profile out writes out/NAME/rank{r}.json; a schedule file
+    named '..' wrote out/../rank0.json, in the folder above, over whatever was there."""
+    pytest.importorskip("torch")
+    import json
+
+    from pipesim import build
+
+    given = {}
+
+    def record(jobs, **kwargs):  # what the ranks would be told; None: rank 0 reports elsewhere
+        given.update({j.schedule.name: j.profile for j in jobs})
+        return None
+
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", record)
+    monkeypatch.chdir(tmp_path)
+    d = build("zb-h1", 2, 2).to_dict()
+    for name, file in (("..", "dots.json"), (".", "dot.json")):
+        (tmp_path / file).write_text(json.dumps({**d, "schedule": name}))
+    argv = ["run", "--schedules", "dots.json,dot.json,1f1b", "--pp", "2", "-m", "2", "--synthetic", "--profile", "out"]
+    assert main(argv) == 0
+    assert given == {"..": os.path.join("out", "__"), ".": os.path.join("out", "_"), "1f1b": os.path.join("out", "1f1b")}

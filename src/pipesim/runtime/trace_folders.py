@@ -18,7 +18,7 @@ def profile_dir(args, schedule, count: int) -> str | None:
     """Where a schedule's traces go: DIR itself for one schedule, DIR/NAME for several."""
     if args.profile is None:
         return None
-    folder = args.profile if count == 1 else os.path.join(args.profile, re.sub(r"[^\w.-]", "_", schedule.name))
+    folder = args.profile if count == 1 else os.path.join(args.profile, folder_name(schedule.name))
     refuse_unwritable(folder, f"--profile {args.profile}")
     from ..files import input_files, refuse_overwrite
 
@@ -28,6 +28,14 @@ def profile_dir(args, schedule, count: int) -> str | None:
     )
     _refuse_other_traces(args.profile, folder, schedule.pp)
     return folder
+
+
+def folder_name(name: str) -> str:
+    """A schedule's name as one folder inside DIR: characters a path would read as more
+    than a name become _, and so does a name of dots alone (a schedule file named '..'
+    put its traces in DIR's parent, beside whatever was there)."""
+    safe = re.sub(r"[^\w.-]", "_", name)
+    return "_" * max(1, len(safe)) if set(safe) <= {"."} else safe  # and '', which named DIR itself
 
 
 def refuse_unwritable(folder: str, given: str) -> None:
