@@ -141,3 +141,14 @@ def test_a_schedule_named_with_dots_keeps_its_traces_inside_the_profile_folder(t
     argv = ["run", "--schedules", "dots.json,dot.json,1f1b", "--pp", "2", "-m", "2", "--synthetic", "--profile", "out"]
     assert main(argv) == 0
     assert given == {"..": os.path.join("out", "__"), ".": os.path.join("out", "_"), "1f1b": os.path.join("out", "1f1b")}
+
+
+def test_a_folder_where_a_ranks_trace_goes_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    """out/rank0.json a folder: rank 0 failed to rename its trace over it after the whole
+    run (IsADirectoryError, exit 1), and rank 1's trace was written, half a run saved."""
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    (tmp_path / "rank0.json").mkdir()
+    err = _refused([*SYNTHETIC, "--profile", str(tmp_path)], capsys)
+    assert f"{str(tmp_path / 'rank0.json')!r} is a folder, where rank 0's trace goes" in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]

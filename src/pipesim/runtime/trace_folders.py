@@ -27,6 +27,7 @@ def profile_dir(args, schedule, count: int) -> str | None:
         input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
     )
     _refuse_other_traces(args.profile, folder, schedule.pp)
+    _refuse_unreplaceable(args.profile, folder, schedule.pp)
     return folder
 
 
@@ -107,6 +108,18 @@ def refuse_shared_folders(flag: str | None, folders: list[str | None], names: li
                 "(the schedules have one name): run them in two launches, or rename one in its file"
             )
         first[folder] = name
+
+
+def _refuse_unreplaceable(flag: str, folder: str, pp: int) -> None:
+    """A rank's trace file that is a folder: a rank renames its trace over it after the
+    whole run, which fails (IsADirectoryError, exit 1) while the other ranks' traces are
+    written, a run half-saved. Named now. (A file, a FIFO or a link is replaced.)"""
+    for r in range(pp):
+        path = os.path.join(folder, f"rank{r}.json")
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise PipesimError(
+                f"--profile {flag}: {path!r} is a folder, where rank {r}'s trace goes; move it away or give another folder"
+            )
 
 
 def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
