@@ -152,3 +152,12 @@ def test_a_folder_where_a_ranks_trace_goes_is_refused_before_the_run(tmp_path, c
     err = _refused([*SYNTHETIC, "--profile", str(tmp_path)], capsys)
     assert f"{str(tmp_path / 'rank0.json')!r} is a folder, where rank 0's trace goes" in err, err
     assert [p.name for p in tmp_path.iterdir()] == ["rank0.json"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "1.5", "²"])
+def test_a_rank_limit_that_is_no_count_is_refused_not_ignored(value, capsys, monkeypatch):
+    """PIPESIM_MAX_RANKS=abc (or 0, -3) fell back to the machine's own limit unsaid."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setenv("PIPESIM_MAX_RANKS", value)
+    err = _refused(SYNTHETIC, capsys)
+    assert f"PIPESIM_MAX_RANKS={value!r}: expected a whole number of rank processes >= 1" in err, err

@@ -24,8 +24,11 @@ MAX_RANKS_ENV = "PIPESIM_MAX_RANKS"  # overrides the limit (a machine you know b
 
 def capacity() -> tuple[int, str]:
     """How many rank processes this machine can run at once, and why that many."""
-    override = os.environ.get(MAX_RANKS_ENV, "")
-    if override.isdigit() and int(override) > 0:
+    override = os.environ.get(MAX_RANKS_ENV, "").strip()
+    if override:
+        # abc, 0 or -3 fell back to the machine's limit unsaid: the user set it to be obeyed
+        if not override.isascii() or not override.isdigit() or int(override) < 1:
+            raise PipesimError(f"{MAX_RANKS_ENV}={override!r}: expected a whole number of rank processes >= 1 (or unset it)")
         return int(override), f"{MAX_RANKS_ENV}={override}"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     limit, why = PER_CORE * cores, f"{PER_CORE} per core on {cores} core{'s' if cores > 1 else ''}"
