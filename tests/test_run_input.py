@@ -161,3 +161,43 @@ def test_a_rank_limit_that_is_no_count_is_refused_not_ignored(value, capsys, mon
     monkeypatch.setenv("PIPESIM_MAX_RANKS", value)
     err = _refused(SYNTHETIC, capsys)
     assert f"PIPESIM_MAX_RANKS={value!r}: expected a whole number of rank processes >= 1" in err, err
+
+
+# nn.TransformerEncoderLayer(d, 2 heads, feed-forward 2d), torch/nn/modules/transformer.py:
+# in_proj 3d x d + 3d, out_proj d x d + d, linear1 2d x d + 2d, linear2 d x 2d + d, two
+# LayerNorms 2d each: 8 d^2 + 11 d parameters, 8 bytes each in float64
+TINY_64 = (8 * 64 * 64 + 11 * 64) * 8
+
+
+class Launched(Exception):
+    pass
+
+
+def _launched(*args, **kwargs):
+    raise Launched
+
+
+@pytest.mark.parametrize(
+    "check, need",
+    [
+        # 1f1b at pp=2: each rank holds one stage, its parameters and their gradients
+        (False, 2 * 2 * TINY_64),
+        # --check: every rank also builds the whole model, its gradients and their clones
+        (True, 2 * 2 * TINY_64 + 2 * 3 * 2 * TINY_64),
+    ],
+)
+def test_a_model_larger_than_free_memory_is_refused_before_any_process(check, need, capsys, monkeypatch):
+    """--dim 100000 failed in the ranks after the launch (a 240 GB allocation); sizes that
+    fit the machine's address space but not its memory were allocated for real until the
+    kernel killed a process. The floor (parameters and gradients) is weighed first."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PIPESIM_MAX_RANKS", "16")
+    monkeypatch.setattr("pipesim.runtime.api.launch", _launched)
+    argv = ["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--dim", "64", *(["--check"] if check else [])]
+    monkeypatch.setattr("pipesim.runtime.memory_need.available_memory", lambda: need - 1)
+    err = _refused(argv, capsys)
+    assert f"1f1b with --dim 64 and --layers 1 on 2 processes needs at least {need / 2**20:.2f} MB" in err, err
+    assert "lower --dim or --layers" in err
+    monkeypatch.setattr("pipesim.runtime.memory_need.available_memory", lambda: need)
+    with pytest.raises(Launched):
+        main(argv)

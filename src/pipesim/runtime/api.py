@@ -19,6 +19,7 @@ from ..validate import validate
 from .capacity import check_capacity, refuse_mixed_sizes, under_torchrun
 from .executor import Fault
 from .launch import launch, pick_backend, run_as_torchrun_rank
+from .memory_need import check_memory
 from .model import TinyTransformer
 from .results import RunResult, assemble
 from .trace_folders import refuse_unwritable
@@ -145,6 +146,7 @@ def execute_many(
             return None
     else:
         check_capacity(nprocs, pp, ep)
+        check_memory(jobs, nprocs)
         per_rank = launch(RUN_JOBS, jobs, nprocs, backend, timeout, fault, since=since)
     return [assemble(j.schedule, [reports[i] for reports in per_rank], j.tolerance, j.costs) for i, j in enumerate(jobs)]
 

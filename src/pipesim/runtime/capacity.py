@@ -32,13 +32,14 @@ def capacity() -> tuple[int, str]:
         return int(override), f"{MAX_RANKS_ENV}={override}"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     limit, why = PER_CORE * cores, f"{PER_CORE} per core on {cores} core{'s' if cores > 1 else ''}"
-    avail = _available_memory()
+    avail = available_memory()
     if avail is not None and avail // RANK_MEMORY < limit:
         limit, why = int(avail // RANK_MEMORY), f"{RANK_MEMORY >> 20} MB each in {avail / 2**30:.1f} GB of free memory"
     return max(2, limit), why
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes; None where there is none."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
