@@ -201,3 +201,17 @@ def test_a_model_larger_than_free_memory_is_refused_before_any_process(check, ne
     monkeypatch.setattr("pipesim.runtime.memory_need.available_memory", lambda: need)
     with pytest.raises(Launched):
         main(argv)
+
+
+def test_the_scaled_stage_size_is_the_built_stages_size():
+    """The floor builds one layer of one and two experts and scales; torch's own count of
+    the whole built stage (every layer, every expert) must be the same bytes."""
+    torch = pytest.importorskip("torch")
+    from pipesim.runtime.memory_need import stage_bytes
+    from pipesim.runtime.model import TinyTransformer
+    from pipesim.runtime.moe import MoETransformer
+
+    for model in (MoETransformer(dim=16, layers_per_stage=3, experts=6, top_k=2), TinyTransformer(dim=24, layers_per_stage=2)):
+        built = [model.build(s, 2) for s in range(2)]
+        assert stage_bytes(model, 2) == [sum(p.numel() * p.element_size() for p in m.parameters()) for m in built]
+    assert stage_bytes(torch.nn.Sequential(), 2) is None  # a model of the user's is not built to be weighed

@@ -10,6 +10,8 @@ on torch's meta device, which allocates nothing."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..errors import PipesimError
@@ -21,14 +23,25 @@ from .moe import MoETransformer
 def stage_bytes(model, stages: int) -> list[int] | None:
     """Bytes of each stage's parameters, for the tiny and MoE models (an MoE stage with
     all its experts: the EP ranks of a stage hold them between them, plus copies of the
-    rest); None for a model of the user's, whose build may be costly or touch files."""
+    rest); None for a model of the user's, whose build may be costly or touch files.
+
+    Built small and scaled: a stage's layers are alike, and so are a layer's experts
+    (the router grows by one row per expert), so one layer of one and of two experts
+    gives every size exactly; building all of them took 0.9 s per thousand experts."""
     if type(model) not in (TinyTransformer, MoETransformer):
         return None
-    out = []
-    with torch.device("meta"):
-        for s in range(stages):
-            out.append(sum(p.numel() * p.element_size() for p in model.build(s, stages).parameters()))
-    return out
+
+    def size(**kw) -> int:
+        with torch.device("meta"):
+            built = dataclasses.replace(model, layers_per_stage=1, **kw).build(0, stages)
+        return sum(p.numel() * p.element_size() for p in built.parameters())
+
+    if isinstance(model, MoETransformer):
+        one, two = size(experts=1, top_k=1), size(experts=2, top_k=1)
+        layer = one + (model.experts - 1) * (two - one)
+    else:
+        layer = size()
+    return [model.layers_per_stage * layer] * stages  # the stage number only seeds the weights
 
 
 def least_bytes(stage: list[int], held: set[tuple[int, int]], nprocs: int, check: bool) -> int:
@@ -58,11 +71,15 @@ def check_memory(jobs, nprocs: int) -> None:
         need = least_bytes(stage, held, nprocs, j.check)
         if need > avail:
             m = j.model
+            sizes = [f"--dim {m.dim}", f"--layers {m.layers_per_stage}"]
+            if isinstance(m, MoETransformer):
+                sizes.append(f"--experts {m.experts}")
+            flags = [x.split()[0] for x in sizes]
             raise PipesimError(
-                f"{s.name} with --dim {m.dim} and --layers {m.layers_per_stage} on {nprocs} processes needs at least "
+                f"{s.name} with {', '.join(sizes[:-1])} and {sizes[-1]} on {nprocs} processes needs at least "
                 f"{_size(need)} (parameters and gradients in {m.dtype}"
                 f"{', and the --check reference on every rank' if j.check else ''}), more than the "
-                f"{_size(avail)} of free memory here: lower --dim or --layers"
+                f"{_size(avail)} of free memory here: lower {', '.join(flags[:-1])} or {flags[-1]}"
             )
 
 
