@@ -169,6 +169,29 @@ def test_import_of_a_file_the_csv_module_cannot_read_is_one_line(tmp_path, capsy
     assert err.count("\n") == 1 and f"{path}: not a schedule CSV (field larger than field limit" in err
 
 
+@pytest.mark.parametrize(
+    "tail, head",
+    [
+        ("\n\n", ""),  # blank lines after the last rank: were two idle ranks, pp=4
+        ("\n,,\n", ""),  # a row of empty cells is no rank either
+        ("", "\ufeff"),  # Excel's "CSV UTF-8" byte-order mark: was "cannot read '\\ufeff0F0'"
+        ("\r\n", "\ufeff"),
+    ],
+)
+def test_import_reads_a_csv_as_editors_save_it(tail, head, tmp_path, capsys):
+    """1F1B at pp=2, M=2 as PyTorch's compute-only CSV (a row of actions per rank, I the
+    backward for the input), saved with a byte-order mark or blank lines at the end,
+    imports as the same 2-rank schedule, and --pp 2 agrees with it."""
+    from pipesim.cli import main
+    from pipesim.files import load_schedule
+
+    rows = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
+    path, out = tmp_path / "o.csv", tmp_path / "o.json"
+    path.write_text(head + rows + tail, encoding="utf-8")
+    assert main(["import", "--csv", str(path), "--pp", "2", "-o", str(out)]) == 0, capsys.readouterr().err
+    assert load_schedule(out).ranks == build("1f1b", 2, 2).ranks
+
+
 # ---------------------------------------------------------------------------------------
 # durations and the command line without torch
 

@@ -217,10 +217,18 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
 
 
 def read_csv(text: str, where: str = "the CSV") -> list[list[str]]:
+    # a byte-order mark (Excel's "CSV UTF-8", Notepad) was read as part of rank 0's first
+    # action: "cannot read '\ufeff0F0'", of a file that shows 0F0
+    text = text.removeprefix("\ufeff")
     try:
-        return [row for row in csv.reader(io.StringIO(text))]
+        rows = [row for row in csv.reader(io.StringIO(text))]
     except csv.Error as e:  # a field past the csv module's limit, a NUL, a broken quote
         raise PipesimError(f"{where}: not a schedule CSV ({e}); expected one row of actions per rank, like 0F0,0F1,0I0") from None
+    # blank lines at the end (an editor's, a heredoc's) were read as ranks with nothing to
+    # do: a 2-rank CSV imported as pp=4 with two idle ranks, and --pp 2 "disagreed" with it
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()
+    return rows
 
 
 def from_torch_rows(
