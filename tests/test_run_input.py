@@ -215,3 +215,13 @@ def test_the_scaled_stage_size_is_the_built_stages_size():
         built = [model.build(s, 2) for s in range(2)]
         assert stage_bytes(model, 2) == [sum(p.numel() * p.element_size() for p in m.parameters()) for m in built]
     assert stage_bytes(torch.nn.Sequential(), 2) is None  # a model of the user's is not built to be weighed
+
+
+def test_the_all_to_all_delay_help_says_a_bare_number_is_milliseconds(capsys):
+    """--a2a-delay 10 sleeps 10 ms (parse_duration's bare unit), and the help named no
+    unit: read as seconds, it is a thousand times the delay meant."""
+    from pipesim.runtime.durations import parse_duration
+
+    assert parse_duration("10") == pytest.approx(0.010)
+    text = _help_of(["run"], "--a2a-delay", capsys)
+    assert "or a number of ms (default 0)" in text, text

@@ -230,7 +230,12 @@ def add_commands(command) -> None:
     e.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks per stage: pp x ep processes (default 1)")
     e.add_argument("--experts", type=positive_int, help="experts per MoE layer of --model moe (default 4)")
     e.add_argument("--top-k", type=positive_int, default=MODEL_DEFAULTS["top_k"], help="experts each token goes to (default 2)")
-    e.add_argument("--a2a-delay", type=parse_duration, default=0.0, help="least time of each all-to-all: a slow link on purpose")
+    e.add_argument(
+        "--a2a-delay",
+        type=parse_duration,
+        default=0.0,
+        help="least time of each all-to-all, a slow link on purpose: 10ms, 0.01s, or a number of ms (default 0)",
+    )
     c.add_argument(
         "--backend", choices=("auto", "gloo", "nccl"), default="auto", help="default: nccl with a GPU per rank, else gloo"
     )
