@@ -225,3 +225,29 @@ def test_the_all_to_all_delay_help_says_a_bare_number_is_milliseconds(capsys):
     assert parse_duration("10") == pytest.approx(0.010)
     text = _help_of(["run"], "--a2a-delay", capsys)
     assert "or a number of ms (default 0)" in text, text
+
+
+class Reached(BaseException):
+    """Past every check: a BaseException, so that no `except Exception` of a rank's
+    start-up takes it for a failure and ends the process (os._exit)."""
+
+
+def _reached(*args, **kwargs):
+    raise Reached
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'"), ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x'"),
+     ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "-1"}, "LOCAL_RANK='-1'")],
+)  # fmt: skip
+def test_torchruns_numbers_set_by_hand_to_no_number_are_one_line(env, name, capsys, monkeypatch):
+    """RANK and WORLD_SIZE in the environment make pipesim a torchrun rank; WORLD_SIZE=abc
+    was a ValueError traceback from int()."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "FATAL")  # a rank sets it: restored after
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("pipesim.runtime.launch.check_network", _reached)  # the first step of a rank's start-up
+    err = _refused(SYNTHETIC, capsys)
+    assert f"{name}: torchrun sets RANK, WORLD_SIZE and LOCAL_RANK to whole numbers" in err, err

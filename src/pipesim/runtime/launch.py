@@ -390,13 +390,25 @@ def _line(e: BaseException) -> str:
 # torchrun
 
 
+def _env_rank(name: str, least: int = 0) -> int:
+    """One of torchrun's numbers from the environment; set by hand to something else
+    (WORLD_SIZE=abc), it was a ValueError traceback."""
+    text = os.environ[name].strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < least:
+        raise PipesimError(
+            f"{name}={os.environ[name]!r}: torchrun sets RANK, WORLD_SIZE and LOCAL_RANK to whole numbers "
+            f"(WORLD_SIZE from 1, the others from 0); unset them to let pipesim start its own ranks"
+        )
+    return int(text)
+
+
 def run_as_torchrun_rank(target: str, payload, nprocs: int, backend: str, timeout: float, fault: Fault | None):
     """Run ``target`` as this torchrun process's rank; return all ranks' results on rank 0
     and None elsewhere. A failure prints its line and exits 1 (torchrun stops the rest)."""
     from .worker import RankContext
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    rank, world = _env_rank("RANK"), _env_rank("WORLD_SIZE", least=1)
+    local_rank = _env_rank("LOCAL_RANK") if "LOCAL_RANK" in os.environ else rank
     if world != nprocs:
         raise RunFailed(f"torchrun started {world} processes but the run needs {nprocs} (--pp x --ep); they must match")
     state = {"where": "start-up"}
