@@ -41,9 +41,11 @@ def folder_name(name: str) -> str:
 
 def refuse_unwritable(folder: str, given: str) -> None:
     """A folder the ranks could not make or write their traces in, refused now (``given``:
-    what the user gave, opening the message: ``--profile DIR``). Checked, not made: a refusal after this
-    (the model, the ranks, the network) must leave nothing behind, so the ranks make the
-    folder when they write their traces."""
+    what the user gave, opening the message: ``--profile DIR``). Checked, not made: a
+    refusal after this (the model, the ranks, the network) must leave nothing behind, so
+    the ranks make the folder when they write their traces."""
+    if len(given) > 80:  # a 300-character name, said whole, made the line
+        given = f"{given[:40]}...{given[-20:]}"
     existing = folder
     while existing and not os.path.lexists(existing):
         existing = os.path.dirname(existing)
@@ -54,11 +56,11 @@ def refuse_unwritable(folder: str, given: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         what = f"the folder {folder!r} is" if existing == folder else f"{existing!r}, where {folder!r} would go, is"
         raise PipesimError(f"{given}: {what} not writable")
-    _refuse_uncreatable(folder, existing)
+    _refuse_uncreatable(given, folder, existing)
     _probe(given, folder, existing)
 
 
-def _refuse_uncreatable(folder: str, existing: str) -> None:
+def _refuse_uncreatable(given: str, folder: str, existing: str) -> None:
     """A folder the ranks could not make, found now rather than after the run (they make
     it when they write their traces): a name longer than the file system takes."""
     try:
@@ -69,7 +71,7 @@ def _refuse_uncreatable(folder: str, existing: str) -> None:
         if len(os.fsencode(part)) > longest:
             shown = part if len(part) <= 40 else f"{part[:20]}...{part[-8:]}"
             raise PipesimError(
-                f"--profile: the folder name {shown!r} is too long ({len(os.fsencode(part))} bytes; "
+                f"{given}: the folder name {shown!r} is too long ({len(os.fsencode(part))} bytes; "
                 f"{existing!r} takes names up to {longest}); give a shorter one"
             )
 
