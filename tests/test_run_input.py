@@ -251,3 +251,14 @@ def test_torchruns_numbers_set_by_hand_to_no_number_are_one_line(env, name, caps
     monkeypatch.setattr("pipesim.runtime.launch.check_network", _reached)  # the first step of a rank's start-up
     err = _refused(SYNTHETIC, capsys)
     assert f"{name}: torchrun sets RANK, WORLD_SIZE and LOCAL_RANK to whole numbers" in err, err
+
+
+def test_one_expert_without_top_k_names_the_default_not_the_flag(capsys, monkeypatch):
+    """--model moe --experts 1 was told '--top-k must be between 1 and --experts=1, got 2'
+    of a --top-k never given: the default 2 is what is too many."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    argv = ["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "moe", "--experts", "1"]
+    err = _refused(argv, capsys)
+    assert "--experts 1 is fewer than the experts each token goes to (--top-k, default 2): add --top-k 1" in err, err
+    assert "got 3" in _refused([*argv, "--top-k", "3"], capsys)  # given, the flag is the one named

@@ -28,6 +28,15 @@ def model_of(args):
     if args.model == "moe":
         from .moe import MoETransformer
 
+        experts = args.experts or 4
+        typed = getattr(args, "argv", [])
+        top_k_given = any(a == "--top-k" or a.startswith("--top-k=") for a in typed)
+        if args.top_k > experts and not top_k_given:  # was blamed on --top-k, which the user had not given
+            raise PipesimError(
+                f"--experts {experts} is fewer than the experts each token goes to (--top-k, default "
+                f"{args.top_k}): add --top-k {experts} or give more experts"
+            )
+
         return MoETransformer(
             dim=args.dim, layers_per_stage=args.layers, experts=args.experts or 4, top_k=args.top_k, batch=2 * args.ep
         )
