@@ -196,6 +196,16 @@ def test_a_name_mapped_to_two_components_is_refused(tmp_path, capsys):
     assert load_cost_file(out)[0].stages[0][0].attn_f == pytest.approx(50e-6)
 
 
+@pytest.mark.parametrize("name", ["map.TOML", "names.txt"])
+def test_a_map_file_is_read_whatever_its_name_ends_with(name, tmp_path):
+    """A [map] file named map.TOML or names.txt was taken for an inline spec: "--map takes
+    COMPONENT=NAME pairs ..., got 'names.txt'"."""
+    path = write(tmp_path / "t.json", [ann("blk(F)", 0, 10), launch(1, 1), kernel(1, 100, 50)])
+    (tmp_path / name).write_text('[map]\nattn = "blk"\n')
+    prof = profile(path, Mapping.parse(str(tmp_path / name)))
+    assert {str(r.component): r.per_layer for r in prof.rows} == {"attn(F)": pytest.approx(50e-6)}
+
+
 def test_cpu_only_trace_falls_back_to_range_durations_and_says_so(tmp_path, capsys):
     ev = [ann("attn(F)", 0, 300), ann("mlp(F)", 400, 500), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,
                                                             "tid": CPU, "ts": 10, "dur": 5}]  # fmt: skip

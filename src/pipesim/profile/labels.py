@@ -24,6 +24,7 @@ Stage indices of PyTorch's actions are global, like pipesim's stage numbers.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from dataclasses import dataclass
 
@@ -110,7 +111,8 @@ class Mapping:
     def parse(cls, text: str | None) -> Mapping:
         if not text:
             return cls()
-        if text.endswith(".toml"):
+        if text.lower().endswith(".toml") or ("=" not in text and os.path.isfile(text)):
+            # map.TOML or map.txt, a file, was told "--map takes COMPONENT=NAME pairs"
             data = load_toml(text, "--map file")
             table = data.get("map")
             if not isinstance(table, dict):
