@@ -12,7 +12,8 @@ torchrun (multi-node)::
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-endpoint HOST:29500 \\
         -m pipesim.runtime run --schedule dualpipe --pp 8 -m 16 --check
 
-Each process then runs as rank ``RANK`` of ``WORLD_SIZE`` (which must equal ``--pp``);
+Each process then runs as rank ``RANK`` of ``WORLD_SIZE`` (which must equal ``--pp``, times
+``--ep`` with experts);
 rank 0 gathers and prints the report; a failing rank prints its one line and exits 1,
 and torchrun stops the others.
 """
