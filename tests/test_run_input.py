@@ -262,3 +262,13 @@ def test_one_expert_without_top_k_names_the_default_not_the_flag(capsys, monkeyp
     err = _refused(argv, capsys)
     assert "--experts 1 is fewer than the experts each token goes to (--top-k, default 2): add --top-k 1" in err, err
     assert "got 3" in _refused([*argv, "--top-k", "3"], capsys)  # given, the flag is the one named
+
+
+@pytest.mark.parametrize("argv, latency", [(["--pp", "2", "--comm", "0"], "--comm 0"), (["--pp", "1"], "one rank (no P2P)")])
+def test_a_synthetic_run_simulated_as_no_time_is_refused_before_the_launch(argv, latency, capsys, monkeypatch):
+    """Every op 0 ms and no latency to add: the simulated step is 0 s, and the difference
+    (measured - simulated) / simulated was a ZeroDivisionError traceback after the run."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    err = _refused(["run", "-s", "1f1b", *argv, "-m", "2", "--synthetic", "--f", "0", "--b", "0", "--w", "0"], capsys)
+    assert f"--synthetic with these durations and {latency} simulates 1f1b as a step of 0 s" in err, err

@@ -137,6 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.synthetic:  # a per-stage list of the wrong length failed inside the ranks, after the launch
         for s in schedules:
             Costs(f=args.f, b=args.b, w=args.w, bw=args.bw).check_stages(s.placement.stages, s.name)
+            _refuse_nothing_to_compare(args, s)
     # the trace files --profile writes are checked against the inputs before torch is
     # imported (seconds: a refusal took 9 s), so that refusing one is as quick as any other
     profiles = [profile_dir(args, s, len(schedules)) for s in schedules]
@@ -182,6 +183,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run_report import report
 
     return report(args, results, skipped)
+
+
+def _refuse_nothing_to_compare(args, s) -> None:
+    """A synthetic run is measured against its simulation, whose makespan the difference
+    divides by: with every duration it runs 0 and no P2P latency to add (--comm 0, or one
+    rank), that was a ZeroDivisionError traceback after the whole run. (A latency measured
+    at start-up is never 0.)"""
+    from ..costs import Costs
+    from ..simulate import simulate
+
+    if args.comm is None and s.pp > 1:
+        return
+    costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair, comm=args.comm or 0.0)
+    t = simulate(s, costs)
+    if t.end - t.start == 0:
+        latency = f"--comm {args.comm:g}" if args.comm is not None else "one rank (no P2P)"
+        raise PipesimError(
+            f"--synthetic with these durations and {latency} simulates {s.name} as a step of 0 s, nothing to measure "
+            "against: give the ops a duration (--f, --b, --w)"
+        )
 
 
 def _build_for_many(args, name: str):
