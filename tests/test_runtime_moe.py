@@ -265,7 +265,7 @@ def test_a_pair_function_with_the_wrong_signature_is_refused(capsys, monkeypatch
     [
         ("raise RuntimeError('no GPU here\\nsecond line')\n", "Model", "importing broken failed: RuntimeError: no GPU here"),
         ("x = (\n", "Model", "importing broken failed: SyntaxError:"),
-        ("Model = 42\n", "Model", "--model broken:Model is a int, not a model"),
+        ("Model = 42\n", "Model", "--model broken:Model is an int, not a model"),
         ("Other = 1\n", "Model", "module broken has no 'Model'"),
     ],
 )

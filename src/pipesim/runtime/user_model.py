@@ -89,12 +89,17 @@ def _user_model(args):
         raise PipesimError(f"--model {args.model} is an empty {type(obj).__name__}: give it the layers to cut into stages")
     if not layers or not all(isinstance(x, nn.Module) for x in layers):
         raise PipesimError(
-            f"--model {args.model} is a {type(obj).__name__}, not a model: give a stage model (build, boundary, "
+            f"--model {args.model} is {_a(type(obj).__name__)}, not a model: give a stage model (build, boundary, "
             "microbatch, loss) or an nn.Sequential of layers"
         )
     if args.input_shape is None:
         raise PipesimError(f"--model {args.model} is a list of layers: give --input-shape, e.g. --input-shape 4,16")
     return Sequential(obj, args.input_shape)
+
+
+def _a(noun: str) -> str:
+    """'an int', 'a list': the message said 'a int'."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _first_line(e: BaseException) -> str:
