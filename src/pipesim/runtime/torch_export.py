@@ -217,17 +217,33 @@ def torchtitan_hint(schedule: Schedule, csv_path: str = "schedule.csv") -> str:
 
 
 def read_csv(text: str, where: str = "the CSV") -> list[list[str]]:
-    # a byte-order mark (Excel's "CSV UTF-8", Notepad) was read as part of rank 0's first
-    # action: "cannot read '\ufeff0F0'", of a file that shows 0F0
-    text = text.removeprefix("\ufeff")
+    """The rows of a compute-only CSV, one per rank, as PyTorch's
+    ``_PipelineScheduleRuntime._load_csv`` reads them (torch 2.13,
+    torch/distributed/pipelining/schedules.py: ``open(filename, newline="")`` and one
+    rank per ``csv.reader`` row, whose count ``_validate_schedule`` checks against the
+    group's size)."""
+    if text.startswith("\ufeff"):
+        # Excel's "CSV UTF-8" and Notepad write one; it was "cannot read '\ufeff0F0'" of a
+        # file that shows 0F0 (and PyTorch, which opens the file plainly, reads it so too)
+        raise PipesimError(
+            f"{where}: starts with a byte-order mark (U+FEFF), which PyTorch's _load_csv reads into rank 0's first "
+            "action; save it as UTF-8 without one"
+        )
     try:
         rows = [row for row in csv.reader(io.StringIO(text))]
     except csv.Error as e:  # a field past the csv module's limit, a NUL, a broken quote
         raise PipesimError(f"{where}: not a schedule CSV ({e}); expected one row of actions per rank, like 0F0,0F1,0I0") from None
-    # blank lines at the end (an editor's, a heredoc's) were read as ranks with nothing to
-    # do: a 2-rank CSV imported as pp=4 with two idle ranks, and --pp 2 "disagreed" with it
-    while rows and not any(cell.strip() for cell in rows[-1]):
-        rows.pop()
+    blank = len(rows)
+    while blank and not any(cell.strip() for cell in rows[blank - 1]):
+        blank -= 1
+    if blank < len(rows) and blank:
+        # an editor's or a heredoc's blank lines at the end: each a rank with nothing to do
+        # to PyTorch too, so a 2-rank order loads only on a group of 4; it read as pp=4, and
+        # --pp 2 "disagreed with the CSV's 4 rows" of a file that shows 2
+        raise PipesimError(
+            f"{where}: {len(rows) - blank} blank line(s) after the last of its {blank} rows, which PyTorch's _load_csv "
+            f"reads as ranks with no actions (a group of {len(rows)}, not {blank}); delete them"
+        )
     return rows
 
 
