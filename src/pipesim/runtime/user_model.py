@@ -36,10 +36,7 @@ def model_of(args):
                 f"--experts {experts} is fewer than the experts each token goes to (--top-k, default "
                 f"{args.top_k}): add --top-k {experts} or give more experts"
             )
-
-        return MoETransformer(
-            dim=args.dim, layers_per_stage=args.layers, experts=args.experts or 4, top_k=args.top_k, batch=2 * args.ep
-        )
+        return MoETransformer(dim=args.dim, layers_per_stage=args.layers, experts=experts, top_k=args.top_k, batch=2 * args.ep)
     if args.experts is not None or args.top_k != 2:
         flag = "--experts" if args.experts is not None else "--top-k"
         raise PipesimError(f"{flag} sets the experts of --model moe; --model {args.model} has none: drop it or use --model moe")
