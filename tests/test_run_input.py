@@ -272,3 +272,23 @@ def test_a_synthetic_run_simulated_as_no_time_is_refused_before_the_launch(argv,
     monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
     err = _refused(["run", "-s", "1f1b", *argv, "-m", "2", "--synthetic", "--f", "0", "--b", "0", "--w", "0"], capsys)
     assert f"--synthetic with these durations and {latency} simulates 1f1b as a step of 0 s" in err, err
+
+
+def test_names_beside_a_schedule_file_are_built_at_its_size(tmp_path, capsys, monkeypatch):
+    """run --schedules s.json,zb-h1 without --pp built zb-h1 at the default pp and then
+    refused the two as of different sizes; compare, sweep and draw build it at the file's."""
+    f = tmp_path / "s.json"
+    assert main(["ops", "-s", "1f1b", "--pp", "2", "-m", "3", "-o", str(f)]) == 0
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(rows):
+        seen.extend(rows)
+        raise Stop
+
+    monkeypatch.setattr("pipesim.runtime.commands.refuse_mixed_sizes", capture)
+    with pytest.raises(Stop):
+        main(["run", "--schedules", f"{f},zb-h1", "--synthetic"])
+    assert [(pp, stages) for _, pp, stages, _ in seen] == [(2, 2), (2, 2)]

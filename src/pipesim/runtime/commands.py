@@ -118,15 +118,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     names = [args.schedule] if args.schedule else _names(args)
     if args.schedules:
         refuse_options_none_take(args, names)
+    # files first: the names beside them are built at the first file's pp and M where
+    # --pp and -m are not given, as compare, sweep and draw build them (options.shape)
+    files = {n: schedule_from(args, n) for n in names if args.schedule or is_schedule_file(n)}
+    size = shape(args, files)
     for name in names:
         try:
-            schedules.append(validate(schedule_from(args, name) if args.schedule else _build_for_many(args, name)))
+            schedules.append(validate(files[name] if name in files else _build(args, name, size)))
         except PipesimError as e:
-            if args.schedule or is_schedule_file(name):  # a file has its own pp and M: nothing to skip for
+            if name in files:  # a file has its own pp and M: nothing to skip for
                 raise
             skipped.append((name, str(e)))
     if not schedules:
-        raise PipesimError(f"none of the schedules can be built at pp={shape(args)[0]}, M={shape(args)[1]}: {skipped[0][1]}")
+        raise PipesimError(f"none of the schedules can be built at pp={size[0]}, M={size[1]}: {skipped[0][1]}")
     # files bring their own pp: said before torch is imported, each as it was named
     kept = [n if n == s.name else f"{n} ({s.name})" for n, s in zip([n for n in names if n not in dict(skipped)], schedules)]
     refuse_mixed_sizes([(n, s.pp, s.placement.stages, args.ep) for n, s in zip(kept, schedules)])
@@ -205,14 +209,12 @@ def _refuse_nothing_to_compare(args, s) -> None:
         )
 
 
-def _build_for_many(args, name: str):
-    if is_schedule_file(name):  # as draw's --schedules reads one: its order, checked against --pp and -m
-        return schedule_from(args, name)
+def _build(args, name: str, size: tuple[int, int]):
     from ..schedules import build
 
     # each schedule gets the builder options it takes (--delay-wgrad and --group-size
     # were dropped here, unsaid), as compare gives them
-    return build(name, *shape(args), **options_for(args, name))
+    return build(name, *size, **options_for(args, name))
 
 
 def add_commands(command) -> None:
