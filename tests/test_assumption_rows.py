@@ -90,3 +90,31 @@ def test_tensor_parallelism_names_the_compiled_recomputes_dropped_collective(cap
     """layer_costs.rerun_combine: said under fused_kernels = inductor only."""
     row = _tp_row(capsys, tmp_path, f'fused_kernels = "{kernels}"\n')
     assert ("the compiled backward graph drops" in row) == said
+
+
+def test_micro_batch_pin_is_what_the_row_says_was_searched(capsys):
+    """--micro-batch-size replaces the training's micro_batch_sizes in the search
+    (plan_command: ``sizes = [pins.micro_batch]``): the row said "1, 2" while only 4 ran."""
+    assert main([*PLAN, "--micro-batch-size", "4", "--recompute", "full"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["recommendation"]["micro_batch_size"] == 4
+    assert d["assumptions"]["micro_batch_sizes"] == "4 alone (--micro-batch-size, in place of the training's 1, 2)"
+
+
+@pytest.mark.parametrize(("precision", "said"), [("bf16", False), ("fp8", True)])
+def test_matrix_multiplies_name_fp8_weight_gradients_only_under_fp8(capsys, precision, said):
+    """compute.gemm_times slows block-scaled weight gradients and adds their operand
+    casts only where ``precision == "fp8"``; a bf16 plan's row claimed them."""
+    assert main([*PLAN, "--precision", precision]) == 0
+    row = json.loads(capsys.readouterr().out)["assumptions"]["matrix multiplies"]
+    assert ("FP8 weight gradients" in row) == said
+
+
+def test_not_modelled_does_not_deny_the_stragglers_row(capsys):
+    """The stragglers row prices the slowest of N GPUs (stragglers.slowest_share); the
+    "not modelled" row listed "stragglers" outright, contradicting it."""
+    assert main(PLAN) == 0
+    rows = json.loads(capsys.readouterr().out)["assumptions"]
+    assert "the slowest of its 8 GPUs" in rows["stragglers"]
+    assert "stragglers and jitter," not in rows["not modelled"]
+    assert "steady spread of GPU speeds" in rows["not modelled"]

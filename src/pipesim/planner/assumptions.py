@@ -78,6 +78,11 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
     rows = [(f.name, field_text(getattr(t, f.name))) for f in fields(Training)]
     if t.recompute == "auto" and plan.best is not None:  # the search's pick, as the recommendation runs it
         rows[rows.index(("recompute", "auto"))] = ("recompute", f"auto: the plan chose {plan.best.candidate.recompute}")
+    if plan.pins.micro_batch:  # the pin replaced the training's list: say what was searched
+        rows[[r[0] for r in rows].index("micro_batch_sizes")] = (
+            "micro_batch_sizes",
+            f"{plan.pins.micro_batch} alone (--micro-batch-size, in place of the training's {field_text(t.micro_batch_sizes)})",
+        )
     bf16, fp8 = gemm_efficiency(c, t, False), gemm_efficiency(c, t, True)
     rows[rows.index(("compute_efficiency", field_text(t.compute_efficiency)))] = (
         "compute_efficiency",
@@ -141,11 +146,15 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         (
             "matrix multiplies",
             "one curve: FLOPs at the efficiency above times the wave quantization of 128x128 output tiles over the SMs, "
-            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak); "
+            "or bytes at HBM bandwidth if longer (thin shards and few tokens per expert fall below peak)"
+            # the FP8 weight-gradient terms apply only where the multiplies run in FP8
+            # (compute.py gemm_times): a bf16 plan's report must not claim them
             + (
-                "per-tensor FP8 weight gradients at the forward's rate"
-                if t.fp8_scaling == "tensor"
-                else f"block-scaled FP8 weight gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts"
+                "; per-tensor FP8 weight gradients at the forward's rate"
+                if t.precision == "fp8" and t.fp8_scaling == "tensor"
+                else f"; block-scaled FP8 weight gradients at {FP8_WGRAD_SHARE:g} of the forward's rate plus their operand casts"
+                if t.precision == "fp8"
+                else ""
             )
             + (f"; plus gemm_tile_fill_us {c.gemm_tile_fill_us:g} per output tile" if c.gemm_tile_fill_us else ""),
         ),
@@ -350,7 +359,10 @@ def assumptions(plan: Plan) -> list[tuple[str, str]]:
         ),
         (
             "not modelled",
-            "load imbalance between experts, stragglers and jitter, host gaps beyond the floors stated above, data loading, restarts",
+            # the steady spread of GPU speeds is priced (the stragglers row): only what varies
+            # from step to step is left out
+            "load imbalance between experts, jitter and transient stragglers (beyond the steady spread of GPU speeds in "
+            "the stragglers row), host gaps beyond the floors stated above, data loading, restarts",
         ),
     ]
     return rows + window_assumptions(plan) + sink_assumptions(plan) + layout_assumptions(plan) + search_assumptions(plan)
