@@ -3,8 +3,10 @@ was judged against."""
 
 from __future__ import annotations
 
+import json
 import re
 
+from pipesim.cli import main
 from pipesim.planner.advice import advice
 from pipesim.planner.candidates import Pins
 from pipesim.planner.parallelism import batch_note
@@ -99,3 +101,24 @@ def test_no_pipeline_advice_names_the_sharding_the_layout_needs():
     assert pp1_line(1).endswith("with data parallelism alone.")
     sharded = pp1_line(2)
     assert "alone" not in sharded and "tp2" in sharded
+
+
+def _cli_advice(capsys, *flags: str) -> list[str]:
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "4096", "--global-batch", "64"]
+    assert main([*argv, *flags, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["advice"]
+
+
+def test_dualpipe_left_out_names_the_flag_that_left_it_out(capsys):
+    """--compare and a --chunks pin narrow the search too (plan_command's schedules,
+    candidates.schedule_variants: DualPipe and DualPipeV hold 2 chunks a rank); the
+    advice blamed --schedules, which the user never gave."""
+    compared = _cli_advice(capsys, "--compare", "1f1b,zb-v")
+    assert (
+        "DualPipe and DualPipeV were not searched (--compare): a dense model has no expert all-to-all for them to hide."
+        in compared
+    )
+    pinned = _cli_advice(capsys, "--pp", "2", "--chunks", "4")
+    assert any(line.startswith("DualPipe and DualPipeV were not searched (--chunks 4: they hold 2 a rank)") for line in pinned)
+    named = _cli_advice(capsys, "--schedules", "1f1b")
+    assert any(line.startswith("DualPipe and DualPipeV were not searched (--schedules)") for line in named)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from ..schedules import REGISTRY
 from ..schedules.combined import warmup
+from .candidates import placement_chunks
 from .memory_lines import usable_gb
 from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
@@ -38,12 +40,14 @@ def advice(plan: Plan) -> list[str]:
         if m.moe:
             out.append(combined_advice(plan))
     elif plan.searched and not set(DUAL_FAMILY) & set(plan.searched):  # --schedules left them out: no verdict
+        by = left_out_by(plan, DUAL_FAMILY)
         out.append(
-            "DualPipe and DualPipeV were not searched (--schedules): "
+            f"DualPipe and DualPipeV were not searched ({by}): "
             + (
                 "a dense model has no expert all-to-all for them to hide."
                 if m.moe is None
-                else "add them to see whether hiding the expert all-to-all pays here."
+                else f"{'drop the pin' if by.startswith('--chunks') else 'add them'} to see whether hiding the expert "
+                "all-to-all pays here."
             )
         )
         if m.moe:
@@ -114,6 +118,20 @@ def tight_memory(plan: Plan) -> str | None:
     return head + f" (the card's {c.hbm_gb:.3g} GB); fragmentation or a larger micro-batch may not fit."
 
 
+def left_out_by(plan: Plan, names) -> str:
+    """The flag that kept every family of ``names`` out of the search: the schedules the
+    user named (--schedules, --compare: ``Plan.named``), else a --chunks pin that none of
+    them holds (``candidates.schedule_variants``: a family without a chunks option runs its
+    placement's count alone, DualPipe's and a V's 2 a rank)."""
+    if plan.named is not None and not set(names) & set(plan.named):
+        return plan.named_by or "--schedules"
+    n = plan.pins.chunks
+    if n and all("chunks" not in REGISTRY[x].options and placement_chunks(x, None) != n for x in names):
+        held = sorted({placement_chunks(x, None) for x in names})
+        return f"--chunks {n}: they hold {' or '.join(map(str, held))} a rank"
+    return plan.named_by or "--schedules"
+
+
 def combined_advice(plan: Plan) -> str:
     """Where Megatron's combined 1F1B, which overlaps the same all-to-all as DualPipe with
     one copy of the parameters, stands against the recommendation, and why."""
@@ -137,7 +155,7 @@ def combined_advice(plan: Plan) -> str:
         # (ep1 refuses it at every degree only where the widest is 1; recomputation at all)
         eps = {r.candidate.layout.ep for r in (*plan.results, *plan.rejected)}
         why = combined_problem(max(eps), plan.training.recompute) if eps else None
-        return f"{head}; it was not searched ({why or '--schedules'})."
+        return f"{head}; it was not searched ({why or left_out_by(plan, COMBINED)})."
     if not found:
         return f"{head}; it fits at no layout searched ({rejection(plan, 'interleaved-1f1b-overlap')})."
     c = found[0]

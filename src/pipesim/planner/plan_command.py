@@ -65,6 +65,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     plan = search(model, cluster, training, schedules, ProgressLine(sys.stderr), keep=args.top, pins=pins)
     plan.model_published = model_published(args.model)
+    if schedules is not None:  # the advice names the flag that left a family out, not --schedules alone
+        plan.named = tuple(schedules)
+        plan.named_by = " and ".join(f for f, given in (("--schedules", args.schedules), ("--compare", args.compare)) if given)
     notes = report.Notes(
         calibration=fitted,
         uncertainty=calibrate.uncertainty(model, cluster, training, plan.best) if plan.best and not calibration else None,

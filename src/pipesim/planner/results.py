@@ -58,6 +58,9 @@ class Plan:
     model_published: dict | None = None  # a published cost of this model, from its preset
     pins: Pins = field(default_factory=Pins)
     searched: tuple[str, ...] = ()  # the schedule families searched
+    # the families the user named (--schedules, --compare) and by which flags; None: every one
+    named: tuple[str, ...] | None = None
+    named_by: str = ""
 
     @property
     def best(self) -> Result | None:
