@@ -425,3 +425,23 @@ def test_a_wrapped_text_config_saved_alone_is_read(tmp_path, capsys):
     assert main(["memory", "--model", str(wrapped), "--pp", "2"]) == 2
     assert "save text_config as a config.json of its own" in capsys.readouterr().err
     assert load_model(str(alone)).layers == 26  # Gemma 3 1B's num_hidden_layers
+
+
+def test_deepseek_routing_groups_take_their_classes_defaults(tmp_path):
+    """An absent n_group / topk_group / topk_method reads as the family's class sets it
+    (transformers' DeepseekV3Config: n_group 8, topk_group 4, a router that always limits
+    the groups; DeepseekV2Config: n_group and topk_group None, topk_method "greedy").
+    pipesim read an absent n_group as 1 (refusing V3's topk_group 4) and an absent V2
+    topk_method as group-limited."""
+
+    def model(name: str, **changes):
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps(edited(name, **changes)))
+        return load_model(str(f))
+
+    published = load_model(str(HF / "deepseek-v3.json")).moe
+    assert published.max_nodes == 4
+    assert model("deepseek-v3", n_group=..., topk_group=..., topk_method=...).moe == published
+    assert model("deepseek-v3", n_group=...).moe == published  # topk_group 4 of the default 8
+    assert model("deepseek-v2", topk_method=...).moe.max_nodes == 0  # greedy: no group limit
+    assert model("deepseek-v2", n_group=..., topk_group=...).moe.max_nodes == 0

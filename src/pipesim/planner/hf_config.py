@@ -312,12 +312,16 @@ def _deepseek(f: _Fields) -> dict:
     # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
     # groups as devices and nodes; a token on at most M devices reaches at most M nodes,
     # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
-    groups, reach = f.get("n_group", 1, lo=1), f.get("topk_group", 1, lo=1)
+    # Absent fields take their class's defaults (transformers): DeepseekV3Config n_group 8,
+    # topk_group 4, and no topk_method (its router always limits the groups);
+    # DeepseekV2Config n_group and topk_group None, topk_method "greedy" (no limit).
+    kind = f.config["model_type"]
+    groups, reach = (f.get(k, GROUP_DEFAULTS[kind][i], lo=1) for i, k in enumerate(("n_group", "topk_group")))
     if reach > groups:  # DeepSeek's gate takes topk_group of the n_group group scores
         raise f.refuse(
             f"topk_group {reach} exceeds n_group {groups}; a token reaches at most every group (topk_group <= n_group)"
         )
-    if f.config.get("topk_method") != "greedy" and reach < groups:
+    if f.config.get("topk_method", TOPK_METHOD_DEFAULTS[kind]) != "greedy" and reach < groups:
         out["moe"]["max_nodes"] = reach
     # multi-token prediction modules (V3: 1), trained with the model, on the last stage
     out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
@@ -361,6 +365,14 @@ def _gemma3_text(f: _Fields) -> dict:
     Gemma 3 technical report (arXiv 2503.19786, Table 1) gives them."""
     return _dense(f, head_dim_given=True)
 
+
+#: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4;
+#: DeepseekV2Config's None, one group reached of one
+GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4)}
+
+#: model_type -> topk_method when absent: DeepseekV2Config's "greedy"; DeepseekV3Config has
+#: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups)
+TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc"}
 
 #: model_type -> key/value heads when num_key_value_heads is absent (its class's default)
 KV_DEFAULTS = {"mistral": 8, "mixtral": 8, "gemma3_text": 4}
