@@ -270,3 +270,15 @@ def test_a_schedule_whose_peak_grows_with_m_is_sized_at_the_steps(capsys, schedu
     # of 1, a step is 256 micro-batches, which plan prices; DualPipe's peak stops at 2pp
     code, out, _ = run(capsys, "memory", "--model", "llama3-8b", "--gpus", "16", "--pp", "2", "-s", schedule)
     assert code == 0 and f", M={M}; per GPU" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("gpus", ["48", "8192"])
+def test_a_schedule_whose_peak_grows_with_m_needs_the_steps_micro_batches(capsys, gpus):
+    # 2048 sequences over dp24 (or dp4096: replicas without a sequence) split into no
+    # whole micro-batches; GPipe was sized at M = 4pp = 8, under a header that gave no
+    # reason, far below the 85 or more a step of this layout would hold
+    code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--gpus", gpus, "--pp", "2", "-s", "gpipe")
+    one_line(code, err, "gpipe's peak grows with the step's micro-batches, but the global batch of 2048 sequences")
+    assert out == ""
+    code, out, _ = run(capsys, "memory", "--model", "llama3-8b", "--gpus", gpus, "--pp", "2", "-s", "gpipe", "-m", "8")
+    assert code == 0 and ", M=8; per GPU" in out.splitlines()[0]

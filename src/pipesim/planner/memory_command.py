@@ -191,7 +191,15 @@ def _default_microbatches(name: str, training, lay: Layout, chunks: int | None) 
     opts = {"chunks": chunks} if chunks and "chunks" in family(name).options else {}
     low, high = (form.peak(pp, k * pp, **opts) if form else None for k in (4, 8))
     per = lay.dp * lay.micro_batch
-    if low and high and max(high) > max(low) and training.global_batch % per == 0:
+    if low and high and max(high) > max(low):
+        if training.global_batch % per:
+            # 4pp here sized a GPipe far below any step this layout runs, under a header
+            # that gave no reason for its M
+            raise PipesimError(
+                f"{name}'s peak grows with the step's micro-batches, but the global batch of {training.global_batch} "
+                f"sequences does not split over dp{lay.dp} x {lay.micro_batch}-sequence micro-batches: give --microbatches "
+                f"(-m), or a --global-batch that {per} divides"
+            )
         return training.global_batch // per
     return 4 * pp
 
