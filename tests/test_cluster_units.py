@@ -67,3 +67,19 @@ def test_every_preset_loads():
     assert len(preset_names("cluster")) >= 7
     for name in preset_names("cluster"):
         load_cluster(name)
+
+
+@pytest.mark.parametrize(
+    "rates, line",
+    [
+        # docs/training-and-cluster.md: gpus 1 to 10,000,000, gpus_per_node 1 to 1024; a
+        # wrong-typed count was told "from 0", which the next check refused
+        ({"gpus": '"16"'}, "gpus must be a whole number from 1 to 10,000,000, got '16'"),
+        ({"gpus": "0"}, "gpus must be a whole number from 1 to 10,000,000, got 0"),
+        ({"gpus_per_node": "1.5"}, "gpus_per_node must be a whole number from 1 to 1,024, got 1.5"),
+    ],
+)
+def test_a_gpu_count_out_of_range_names_the_range_it_takes(capsys, tmp_path, rates, line):
+    assert main(["plan", "--model", "llama3-8b", "--cluster", cluster(tmp_path, **rates)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and line in err, err

@@ -64,8 +64,8 @@ BOUNDS = {
     "expert_ffn": (0, 10_000_000),
     "experts": (0, 1_000_000),
     "top_k": (0, 1_000_000),
-    "gpus": (0, 10_000_000),
-    "gpus_per_node": (0, 1024),
+    "gpus": (1, 10_000_000),
+    "gpus_per_node": (1, 1024),
     # rates and shares that times divide by: strictly positive, with a floor so that a
     # denormal (1e-300) cannot turn a step time into inf or nan
     "sms": (1, 100_000),
