@@ -693,3 +693,14 @@ def test_export_command_writes_numpy_floats_as_numbers(tmp_path):
     argv = shlex.split(numpy)[1:]
     argv[argv.index("-o") + 1] = str(tmp_path / "order.csv")
     assert main(argv) == 0
+
+
+def test_the_context_parallel_note_points_where_the_toml_form_is(capsys):
+    """The Markdown prints the TOML form before the torchtitan notes (recipe.markdown),
+    so a note saying "the TOML form below" sent the reader past the end of the recipe."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--seq", "4096", "--global-batch", "64"]
+    assert main([*argv, "--cp", "2", "--pp", "1"]) == 0
+    md = capsys.readouterr().out
+    note = next(line for line in md.splitlines() if line.startswith("- torchtitan's context parallelism all-gathers"))
+    assert md.index("context_parallel_rotate_method") < md.index(note)
+    assert "TOML form passes them in a ring" in note and "below" not in note

@@ -105,7 +105,7 @@ def context_parallel(lay: Layout, t: Training) -> tuple[dict, list[str]]:
             f"torchtitan's context parallelism all-gathers keys and values (PyTorch's context_parallel), where the "
             f"plan assumed cp_comm = {t.cp_comm}: price it with cp_comm = all_gather"
             + (
-                '; the TOML form below passes them in a ring (context_parallel_rotate_method = "alltoall", '
+                '; the TOML form passes them in a ring (context_parallel_rotate_method = "alltoall", '
                 "which torchtitan took until #3666, 2026-06-14)"
                 if t.cp_comm in ROTATE_METHODS
                 else " (neither form splits heads over the context ranks)"
