@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -64,3 +65,16 @@ def test_one_gpu_is_one_gpu(capsys):
     assert "slowest of its 1 GPUs" not in out
     assert "with FSDP (ZeRO-3), where the plan assumed" not in out
     assert "grad_reduce_bytes" not in out.split("## Assumptions")[0]
+
+
+def test_the_json_counts_what_the_markdown_counts(capsys):
+    """The Markdown says how many candidates fit and were simulated and how many more fit
+    but provably could not win; the JSON gave only the first, as "fitting"."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "4096", "--global-batch", "64"]
+    assert main(argv) == 0
+    said = re.search(
+        r"Searched (\d+) candidate.*; (\d+) fit and were simulated to the end, (\d+) more fit", capsys.readouterr().out
+    )
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [d["candidates"], d["fitting"], d["fitting_not_simulated"]] == [int(x) for x in said.groups()]

@@ -127,7 +127,8 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | N
         "active_parameters": published_active_params(plan.model),  # as the maker counts them
         "training": asdict(plan.training),
         "candidates": plan.considered,
-        "fitting": len(plan.results),
+        "fitting": len(plan.results),  # simulated to the end
+        "fitting_not_simulated": plan.skipped,  # fit, but provably could not win (the Markdown says both)
         "recommendation": result_row(best, plan) if best else None,
         "runners_up": [result_row(r, plan) for r in plan.results[1 : plan.top]],
         "families": family_verdicts(plan) if best else {},
