@@ -68,3 +68,19 @@ def test_a_gradient_reduction_wider_than_any_element_is_refused(capsys, tmp_path
     code = main(["memory", "--model", "llama3-8b", "--pp", "2", "--cluster", "h100", "--gpus", "16", "--training", str(f)])
     out, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1 and "grad_reduce_bytes" in err and "64" in err, err
+
+
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        # docs/training-and-cluster.md: seq 1 to 100,000,000, global_batch 1 to 16,000,000
+        ("global_batch = 1.5", "global_batch must be a whole number from 1 to 16,000,000, got 1.5"),
+        ("seq = 0", "seq must be a whole number from 1 to 100,000,000, got 0"),
+    ],
+)
+def test_a_training_count_out_of_range_names_the_range_it_takes(capsys, tmp_path, line, said):
+    f = tmp_path / "t.toml"
+    f.write_text(line + "\n")
+    assert main(["memory", "--model", "llama3-8b", "--pp", "2", "--training", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err

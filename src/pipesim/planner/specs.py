@@ -50,16 +50,17 @@ MAX_MODEL_LAYERS = min(MAX_LAYERS, 1_000)
 HOST_CPUS = ("intel", "amd", "arm")
 NCCL_ALGORITHMS = ("ring", "tree")
 
-#: The accepted range of each numeric field (smallest, largest); others take 0 to
-#: MAX_COUNT (whole numbers) or 0 to 1e18. Past these no real model or cluster lies, and
+#: The accepted range of each numeric field (smallest, largest; a count no model or run
+#: can be without starts at 1, so that a wrong-typed one is told the range that holds);
+#: others take 0 to MAX_COUNT (whole numbers) or 0 to 1e18. Past these no real model or cluster lies, and
 #: the estimate's products would overflow or its loops over layers and GPUs never end.
 BOUNDS = {
-    "layers": (0, MAX_MODEL_LAYERS),
+    "layers": (1, MAX_MODEL_LAYERS),
     "dense_layers": (0, MAX_MODEL_LAYERS),
     "mtp_layers": (0, MAX_MODEL_LAYERS),
-    "hidden": (0, 10_000_000),
-    "heads": (0, 1_000_000),
-    "vocab": (0, 100_000_000),
+    "hidden": (1, 10_000_000),
+    "heads": (1, 1_000_000),
+    "vocab": (1, 100_000_000),
     "dense_ffn": (0, 10_000_000),
     "expert_ffn": (0, 10_000_000),
     "experts": (0, 1_000_000),
@@ -72,7 +73,8 @@ BOUNDS = {
     "nvlink_domain": (0, 1_000_000),
     "domain_share": (0, 1_000_000),
     "comm_sms": (0, 100_000),
-    "seq": (0, 100_000_000),
+    "seq": (1, 100_000_000),
+    "global_batch": (1, MAX_COUNT),
     # the run's tokens only scale its GPU-hours (a product, never summed over ops); 1e18 is
     # some ten thousand times the largest published run (Llama 3: 15.6e12, arXiv 2407.21783)
     "tokens": (0, 1e18),
