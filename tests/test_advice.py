@@ -139,3 +139,14 @@ def test_dualpipes_lead_is_not_credited_to_an_overlap_that_exposes_more(capsys):
     assert f"exposes {rival['exposed_comm_seconds']:.2f} s of it per step against {best['exposed_comm_seconds']:.2f} s" in line
     if rival["bubble_ratio"] < best["bubble_ratio"]:
         assert f"so the lead is in the layout ({best['layout']}" in line and line.endswith("not the schedule.")
+
+
+def test_combined_warm_up_of_one_rank_is_one_figure(capsys):
+    """At pp1 every rank is the one rank: Megatron's warm-up of 2(pp-r-1) + 1 = 1 forward
+    leaves M - 1 = 3 of its 4 forwards to pair; the advice printed "3-3"."""
+    argv = ["plan", "--model", "mixtral-8x22b", "--cluster", "h100", "--gpus", "64", "--seq", "4096", "--global-batch", "64"]
+    assert main([*argv, "--schedules", "zb-h1,1f1b-overlap", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    line = next(x for x in d["advice"] if x.startswith("Combined 1F1B"))
+    assert "Its best, 1f1b-overlap," in line and "pp1 x" in line and "M=4" in line
+    assert "leaves 3 of each rank's 4 forwards to pair with a backward" in line

@@ -185,7 +185,7 @@ def combined_advice(plan: Plan) -> str:
     pairs = [v * M - warmup(lay.pp, r, M, v, g) for r in range(lay.pp)]
     text = (
         f"{head}. Its best, {schedule_text(c)}, is {family_verdicts(plan)[c.candidate.schedule]}. Megatron's warm-up "
-        f"(2(pp-r-1) + (v-1)g + 1 forwards on rank r, g the micro-batch group) leaves {min(pairs)}-{max(pairs)} of each "
+        f"(2(pp-r-1) + (v-1)g + 1 forwards on rank r, g the micro-batch group) leaves {_range(pairs)} of each "
         f"rank's {v * M} forwards to pair with a backward"
     )
     fewer = [
@@ -206,3 +206,9 @@ def combined_advice(plan: Plan) -> str:
             f"which cuts {plan.model.layers} layers into {lay.pp * v} stages"
         )
     return text + "."
+
+
+def _range(values: list[int]) -> str:
+    """ "111-113", or one figure where every rank has it (pp1 printed "29-29")."""
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
