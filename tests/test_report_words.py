@@ -78,3 +78,14 @@ def test_the_json_counts_what_the_markdown_counts(capsys):
     assert main([*argv, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [d["candidates"], d["fitting"], d["fitting_not_simulated"]] == [int(x) for x in said.groups()]
+
+
+def test_one_micro_batch_is_one_micro_batch(capsys):
+    # 2048 sequences on 1,048,576 H100s leave each pipeline one micro-batch a step; the
+    # recommendation and the recipe said "1 micro-batches"
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "1048576", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommendation"]["microbatches"] == 1
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "1048576"]) == 0
+    md = capsys.readouterr().out
+    assert "1 micro-batches" not in md
+    assert "**, 1 micro-batch of 1 x 8192 tokens per pipeline per step" in md

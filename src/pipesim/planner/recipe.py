@@ -40,7 +40,7 @@ def markdown(plan: Plan, n: int = 1) -> list[str]:
     out = [
         "## How to run it",
         "",
-        f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batches, with "
+        f"For {which}: {d['schedule']} on {layout_text(r, plan)}, {r.candidate.microbatches} micro-batch{'es' if r.candidate.microbatches != 1 else ''}, with "
         + split_text(plan.training.stage_split, simulated=True)
         + " (ms: F + B + W of one micro-batch):",
         "",

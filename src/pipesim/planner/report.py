@@ -193,7 +193,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines += [
         "## Recommendation",
         "",
-        f"**{schedule_text(best)} on {layout_text(best, plan)}**, {cand.microbatches} micro-batches of {cand.layout.micro_batch} x {t.seq} tokens "
+        f"**{schedule_text(best)} on {layout_text(best, plan)}**, {cand.microbatches} micro-batch{'es' if cand.microbatches != 1 else ''} of {cand.layout.micro_batch} x {t.seq} tokens "
         f"per pipeline per step, {recompute_text(cand.recompute)}.",
         "",
         f"- time per step: {best.step_time:.2f} s (pipeline {best.makespan:.2f} s + exposed data-parallel communication and "
