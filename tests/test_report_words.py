@@ -89,3 +89,18 @@ def test_one_micro_batch_is_one_micro_batch(capsys):
     md = capsys.readouterr().out
     assert "1 micro-batches" not in md
     assert "**, 1 micro-batch of 1 x 8192 tokens per pipeline per step" in md
+
+
+def test_a_tied_family_is_not_said_to_lose_on_time(capsys):
+    """At pp1 every family runs a rank's F and B back to back: zb-h1 takes 1f1b's step
+    to the last bits, and its verdict read "-0.0% per step ...: a little more time per
+    step at its best layout" (llama3-8b on 1024 B200s)."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--pp", "1", "--seq", "4096"]
+    assert main([*argv, "--global-batch", "64", "--micro-batch-size", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    best = d["recommendation"]
+    twin = next(r for r in d["runners_up"] if r["schedule"] == "zb-h1")
+    assert best["schedule"] == "1f1b" and abs(twin["step_seconds"] / best["step_seconds"] - 1) < 1e-9
+    verdict = d["families"]["zb-h1"]
+    assert "the same step time at pp1 x dp16, M=4: a tie" in verdict
+    assert "per step" not in verdict and "a little more time" not in verdict

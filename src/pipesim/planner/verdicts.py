@@ -13,6 +13,7 @@ from .naming import layout_text
 from .rank_fit import digits, least_over
 from .results import Plan
 from .runnable import candidate_problem
+from .search import rank_key
 
 
 def family_verdicts(plan: Plan) -> dict[str, str]:
@@ -33,6 +34,19 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
             continue
         slower = mine.step_time / best.step_time - 1
         rank = plan.results.index(mine) + 1
+        if rank_key(mine)[0] == rank_key(best)[0]:
+            # the same step to 12 digits (every family at pp1 runs the same ops): "-0.0%
+            # per step ... a little more time" said it lost on time, which it did not
+            why = (
+                f"for its memory ({mine.memory_gb:.1f} GB against {best.memory_gb:.1f})"
+                if mine.memory_gb > best.memory_gb
+                else "as ties go (the less memory, then 1f1b and the registry's order: search.rank_key)"
+            )
+            out[name] = (
+                f"#{rank} of {len(plan.results)}, the same step time at {layout_text(mine, plan)}, "
+                f"M={mine.candidate.microbatches}: a tie, ranked after the recommendation {why}"
+            )
+            continue
         reasons = []
         bubble_gap = mine.bubble * mine.makespan - best.bubble * best.makespan
         comm_gap = mine.exposed_comm - best.exposed_comm
