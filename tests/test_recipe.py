@@ -435,11 +435,24 @@ def test_plan_layout_flag_gives_the_runner_ups_recipe(capsys):
     assert main([*argv, "--layout", "2"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["recipe"]["layout"] == 2 and d["recipe"]["schedule"] == d["runners_up"][0]["schedule"]
-    code = main([*argv, "--layout", "999"])
+    code = main([*argv, "--layout", "999", "--top", "999"])
     err = capsys.readouterr().err
     assert (
         code == 2 and err.startswith("pipesim: error: --layout 999: choose 1 (the recommendation) to ") and err.count("\n") == 1
     )
+
+
+def test_plan_layout_past_the_top_is_refused(capsys, tmp_path):
+    """Past --top the search drops what provably cannot join the top (search.py's bound,
+    "N more fit but provably could not win"), so its order there is not the ranking's:
+    --top 1 --layout 2 printed the recipe of "plan #2 of the ranking" beside a table of one
+    row, and plan #2 need not be the second fastest."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--seq", "4096", "--global-batch", "64"]
+    out = tmp_path / "p.md"
+    code = main([*argv, "--top", "1", "--layout", "2", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and not out.exists()
+    assert "--layout 2 is past the 1 plans --top ranks" in err and "give --top 2 or more" in err
 
 
 def test_the_wrote_line_names_the_plan_whose_recipe_the_file_holds(tmp_path, capsys):

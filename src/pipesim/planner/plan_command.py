@@ -43,6 +43,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise PipesimError(f"--output must end in .md or .json, got {out!r}")
     if out and args.json and out.endswith(".md"):  # the file's name says Markdown: JSON in it would be a surprise
         raise PipesimError(f"--json writes JSON, but --output {out!r} names a Markdown file: give a .json name or drop --json")
+    if args.layout > args.top:
+        # the search keeps the --top fastest in order and drops what provably cannot join
+        # them (search.py's bound), so a plan past them has no exact place in the ranking
+        raise PipesimError(
+            f"--layout {args.layout} is past the {args.top} plans --top ranks, and past them the search keeps no exact "
+            f"order: give --top {args.layout} or more, or a --layout from 1 to {args.top}"
+        )
     calibration = _calibration(args, model, cluster, training)
     fitted = calibration.text(cluster, training) if calibration else None
     if calibration:
