@@ -311,6 +311,16 @@ def test_memory_takes_the_folded_and_context_parallel_layouts_plan_takes(capsys)
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\nfoo = 1\n', "unknown key 'foo'"),
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[moe]\nexperts = 8\n', "missing field 'expert_ffn'"),
         ('name = "x"\nlayers = 2.5\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number"),
+        # a [moe] table no layer runs was planned for (ep, all-to-alls), as no config.json is
+        (
+            'name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[mlp]\ndense_layers = 2\ndense_ffn = 64\n'
+            "[moe]\nexperts = 8\nexpert_ffn = 64\ntop_k = 2\n",
+            "dense_layers 2 leaves none of the 2 layers an MoE layer",
+        ),
+        (
+            'name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[moe]\nexperts = 8\nexpert_ffn = 0\ntop_k = 2\n',
+            "expert_ffn must be >= 1",
+        ),
     ],
 )
 def test_bad_model_specs(tmp_path, capsys, text, needle):

@@ -43,3 +43,12 @@ def check_model(m, where: str) -> None:
         raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
     if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
         raise PipesimError(f"{where} [moe]: top_k must be between 1 and experts={m.moe.experts}, got {m.moe.top_k}")
+    if m.moe is not None and m.dense_layers >= m.layers:
+        # experts no layer runs would still be planned for (expert parallelism, all-to-alls),
+        # as hf_config refuses a config.json whose every layer is dense
+        raise PipesimError(
+            f"{where} [mlp]: dense_layers {m.dense_layers} leaves none of the {m.layers} layers an MoE layer; give "
+            f"dense_layers below {m.layers}, or drop [moe] for a dense model"
+        )
+    if m.moe is not None and m.moe.expert_ffn < 1:  # an expert of no width holds and computes nothing
+        raise PipesimError(f"{where} [moe]: expert_ffn must be >= 1 (each expert's inner width), got {m.moe.expert_ffn}")
