@@ -5,6 +5,7 @@ nothing written), or, for a layout that does not fit, says which part overflows.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -282,3 +283,18 @@ def test_a_schedule_whose_peak_grows_with_m_needs_the_steps_micro_batches(capsys
     assert out == ""
     code, out, _ = run(capsys, "memory", "--model", "llama3-8b", "--gpus", gpus, "--pp", "2", "-s", "gpipe", "-m", "8")
     assert code == 0 and ", M=8; per GPU" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_one_pipeline_rank_holds_every_layer(capsys, schedule):
+    # at pp1 the "full stage of middle layers" ran from layer 16 to 48 of 32: an IndexError
+    # traceback for every model. By hand, a Llama 3.1 8B layer holds q and o (4096 x 4096
+    # each), k and v (4096 x 1024 each), gate, up and down (3 x 4096 x 14336) and two norms
+    # (2 x 4096): 218,112,000 parameters; 32 of them are 6,979,584,000 (the model's
+    # published 8,030,261,248 less the two 128256 x 4096 embeddings and the final norm)
+    code, out, _ = run(capsys, "memory", "--model", "llama3-8b", "--pp", "1", "-s", schedule, "--json")
+    assert code == 0
+    d = json.loads(out)
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert layer == 218_112_000 and 32 * layer == 8_030_261_248 - 2 * 128256 * 4096 - 4096
+    assert d["stage_parameters"] == d["stage_parameters_per_gpu"] == 32 * layer

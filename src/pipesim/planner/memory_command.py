@@ -96,7 +96,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
     # second copy (1f1b's rank 0 holds the embedding); nothing to weigh without 1f1b
     extra_rank = rows[-1]["rank"] if beside else None
     extra = rows[-1]["static_per_rank_gb"][extra_rank] - rows[0]["static_per_rank_gb"][extra_rank] if beside else None
-    middle = range(model.layers // 2, model.layers // 2 + -(-model.layers // pp))  # a full stage of middle layers
+    # a full stage of middle layers, inside the model: from the middle it ran past the last
+    # layer where a stage holds more than half of them (pp1: every layer; an IndexError)
+    per_stage = -(-model.layers // pp)
+    start = min(model.layers // 2, model.layers - per_stage)
+    middle = range(start, start + per_stage)
     per_gpu = sum(stage_params(model, middle, False, False, lay))
     whole = sum(stage_params(model, middle, False, False, Layout(pp=pp, dp=1)))
     data = {
