@@ -84,3 +84,20 @@ def test_a_training_count_out_of_range_names_the_range_it_takes(capsys, tmp_path
     assert main(["memory", "--model", "llama3-8b", "--pp", "2", "--training", str(f)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err, err
+
+
+def test_a_cluster_file_given_as_the_model_names_the_flag_it_belongs_to(capsys, tmp_path):
+    """--model h100.toml and --cluster llama.toml were refused as "unknown key 'gpu'" (or
+    'layers') followed by the other file's keys: the paths were swapped, which no line said."""
+    cluster, model = tmp_path / "c.toml", tmp_path / "m.toml"
+    cluster.write_text(CLUSTER)
+    model.write_text('name = "m"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[mlp]\ndense_ffn = 64\n')
+    assert main(["plan", "--model", str(cluster), "--cluster", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a cluster file (gpus, gpus_per_node, bf16_tflops, memory_mib), given to --model" in err
+    assert main(["memory", "--model", "llama3-8b", "--cluster", str(model), "--pp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1
+        and "m.toml is a model file (layers, hidden, heads, vocab), given to --cluster: give it to --model" in err
+    )

@@ -52,3 +52,21 @@ def check_model(m, where: str) -> None:
         )
     if m.moe is not None and m.moe.expert_ffn < 1:  # an expert of no width holds and computes nothing
         raise PipesimError(f"{where} [moe]: expert_ffn must be >= 1 (each expert's inner width), got {m.moe.expert_ffn}")
+
+
+#: keys only a model file has, and keys only a cluster file has: either in the other file
+#: means the two paths were swapped (--model h100.toml), which "unknown key" left unsaid
+MODEL_ONLY = ("layers", "hidden", "heads", "vocab")
+CLUSTER_ONLY = ("gpus", "gpus_per_node", "bf16_tflops", "memory_mib")
+
+
+def swapped_file(table, where: str, given_as: str) -> None:
+    """Refuse a cluster file given to --model, or a model file given to --cluster, in one
+    line saying which flag takes it (``given_as``: "model" or "cluster")."""
+    if not isinstance(table, dict):
+        return
+    other, flag = (CLUSTER_ONLY, "--cluster") if given_as == "model" else (MODEL_ONLY, "--model")
+    found = [k for k in other if k in table]
+    if found:
+        kind = "cluster" if given_as == "model" else "model"
+        raise PipesimError(f"{where} is a {kind} file ({', '.join(found)}), given to --{given_as}: give it to {flag}")

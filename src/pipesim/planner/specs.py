@@ -19,7 +19,7 @@ from . import hf_config
 from .attention_window import layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates
 from .domains import job_share, neighbours, placement_problem
-from .model_checks import check_model
+from .model_checks import check_model, swapped_file
 
 # the run's fields live in training.py; specs is where callers import them from
 from .training import (  # noqa: F401
@@ -341,6 +341,7 @@ def load_model(name_or_path: str) -> Model:
 
 def model_from_table(data: dict, where: str) -> Model:
     """A model from a table of a model file's shape (``where`` names it in errors)."""
+    swapped_file(data, where, "model")
     data = dict(data)
     data.pop("training", None)
     data.pop("published", None)
@@ -401,6 +402,7 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     required = ("name", "gpu", "gpus", "gpus_per_node", "bf16_tflops", "memory_mib", "nvlink_gbps", "network_gbps")
     if isinstance(data, dict) and "nccl_algorithms" in data:
         data = {**data, "nccl_algorithms": _nccl_algorithms(data["nccl_algorithms"], where)}
+    swapped_file(data, where, "cluster")
     if isinstance(data, dict):  # hbm_gb is set from memory_mib, never read: not offered as a key
         _misplaced(data, Training, "a training setting: put it in the --training file", where)
         known_keys(data, [k for k in get_type_hints(Cluster) if k != "hbm_gb"], where)
