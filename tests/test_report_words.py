@@ -17,7 +17,9 @@ def test_wall_clock_speaks_days_hours_or_minutes():
     assert wall_clock(26e3 / 1024) == "25 hours"
     assert wall_clock(0.75) == "1 hour"
     assert wall_clock(0.2) == "12 minutes"
-    assert wall_clock(0.001) == "1 minute"
+    assert wall_clock(0.02) == "1 minute"
+    # a run of a few tokens takes no minute: "under a minute", not "1 minute" beside "0 GPU-hours"
+    assert wall_clock(0.001) == "under a minute"
 
 
 def test_a_short_run_is_not_zero_days(capsys):
@@ -27,7 +29,7 @@ def test_a_short_run_is_not_zero_days(capsys):
     )
     out = capsys.readouterr().out
     assert code == 0
-    run = re.search(r"GPU-hours \(([^)]*) on 16 GPUs\) for 0.001T tokens", out)
+    run = re.search(r"GPU-hours \(([^)]*) on 16 GPUs\) for 1B tokens", out)
     assert run and not re.match(r"[01] days", run.group(1)), out
 
 
@@ -104,3 +106,15 @@ def test_a_tied_family_is_not_said_to_lose_on_time(capsys):
     verdict = d["families"]["zb-h1"]
     assert "the same step time at pp1 x dp16, M=4: a tie" in verdict
     assert "per step" not in verdict and "a little more time" not in verdict
+
+
+def test_run_lengths_far_from_a_trillion_tokens_read_as_written():
+    # --tokens takes 1 to 1e18: the report printed "1e-12T tokens", "0 GPU-hours (1 minute
+    # on 8 GPUs)", "1e+06T tokens" and "20994.65M GPU-hours (109347121 days ...)"
+    from pipesim.planner.naming import fmt_hours, fmt_tokens
+
+    assert [fmt_tokens(x) for x in (1, 1000, 2e7, 5e11, 14.8e12, 1e18)] == [
+        "1 token", "1,000 tokens", "20M tokens", "500B tokens", "14.8T tokens", "1,000,000T tokens",
+    ]  # fmt: skip
+    assert [fmt_hours(x) for x in (0, 2.1e-8, 0.4, 789, 2.34e6, 2.099e10)] == ["0", "2.1e-08", "0.4", "789", "2.34M", "20.99B"]
+    assert wall_clock(2.6e9 / 8) == "13,541,667 days"

@@ -40,20 +40,40 @@ def hours_for_run(r: Result, t: Training) -> float:
 
 
 def fmt_hours(h: float) -> str:
-    """GPU-hours as the report prints them: 1.23M, 456K or 789."""
-    return f"{h / 1e6:.2f}M" if h >= 1e6 else f"{h / 1e3:.0f}K" if h >= 1e3 else f"{h:.0f}"
+    """GPU-hours as the report prints them: 1.23B, 1.23M, 456K, 789, or 0.0012 below one
+    (a run of a few tokens printed "0 GPU-hours (1 minute on 8 GPUs)"; 1e18 tokens
+    "20994.65M")."""
+    if h >= 1e9:
+        return f"{h / 1e9:.2f}B"
+    if h >= 1e6:
+        return f"{h / 1e6:.2f}M"
+    if h >= 1e3:
+        return f"{h / 1e3:.0f}K"
+    return f"{h:.0f}" if h >= 0.5 or h == 0 else f"{h:.2g}"
+
+
+def fmt_tokens(n: float) -> str:
+    """A run's tokens in words: "15T tokens", "1,000,000T tokens" (--tokens takes up to
+    1e18), "500B tokens", "20M tokens", "1 token" (printed "1e-12T tokens" before)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            x = n / scale
+            return f"{x:,.0f}{unit} tokens" if x >= 1e3 else f"{x:g}{unit} tokens"
+    return f"{n:,.0f} token{'' if round(n) == 1 else 's'}"
 
 
 def wall_clock(hours: float) -> str:
     """How long a run takes on its GPUs, in days from two days up ("48 days"), hours or
     minutes below: a one-day run printed as "1 days" and a short one as "0 days"."""
     if hours >= 47.5:  # rounds to 48 hours or more: two days
-        return f"{hours / 24:.0f} days"
+        return f"{hours / 24:,.0f} days"
     if hours >= 1.5:
         return f"{hours:.0f} hours"
     if hours >= 0.5:
         return "1 hour"
-    return f"{max(1.0, hours * 60):.0f} minute{'' if hours * 60 < 1.5 else 's'}"
+    if hours * 60 < 0.5:  # "1 minute" was the floor, beside "0 GPU-hours"
+        return "under a minute"
+    return f"{hours * 60:.0f} minute{'' if hours * 60 < 1.5 else 's'}"
 
 
 def recompute_text(mode: str) -> str:

@@ -19,7 +19,7 @@ from .calibrate import RANGES, Uncertainty
 from .candidates import skipped_families
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
-from .naming import fmt_hours, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
+from .naming import fmt_hours, fmt_tokens, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
 from .params import published_active_params, total_params
 from .results import Plan, Result
 from .specs import Cluster
@@ -182,7 +182,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     lines.append(
         f"{m.name}: {total_params(m) / 1e9:.3g}B parameters ({published_active_params(m) / 1e9:.3g}B active per token), {m.layers} layers. "
         f"Training: {t.global_batch} sequences of {t.seq} tokens per step, {t.precision}, ZeRO-{t.zero}, "
-        f"{t.tokens / 1e12:g}T tokens in all. Searched {plan.considered} candidate layouts and schedules{_only(plan)}; "
+        f"{fmt_tokens(t.tokens)} in all. Searched {plan.considered} candidate layouts and schedules{_only(plan)}; "
         f"{len(plan.results)} fit and were simulated to the end, {plan.skipped} more fit but provably could not win."
     )
     lines.append("")
@@ -203,7 +203,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
         f"and optimizer states up to {best.static_gb:.1f} GB a rank; {held_text(plan, best)}){_least_room(best)}",
         f"- {best.tokens_per_s:,.0f} tokens/s; MFU {best.mfu:.1%} of BF16 peak",
         f"- **{fmt_hours(best.gpu_hours_per_t)} GPU-hours per trillion tokens**; {fmt_hours(hours_for_run(best, t))} GPU-hours "
-        f"({wall_clock(hours_for_run(best, t) / c.gpus)} on {c.gpus} GPU{'s' if c.gpus > 1 else ''}) for {t.tokens / 1e12:g}T tokens",
+        f"({wall_clock(hours_for_run(best, t) / c.gpus)} on {c.gpus} GPU{'s' if c.gpus > 1 else ''}) for {fmt_tokens(t.tokens)}",
     ]
     if notes and notes.uncertainty:
         lines += range_lines(plan, notes.uncertainty)
@@ -233,7 +233,7 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
             "",
             f"The best 1F1B plan ({layout_text(one, plan)}, {one.step_time:.2f} s per step) needs {fmt_hours(one.gpu_hours_per_t)} "
             f"GPU-hours per trillion tokens. The recommendation recovers **{fmt_hours(saved)} GPU-hours** over the whole run "
-            f"of {t.tokens / 1e12:g}T tokens ({saved / hours_for_run(one, t):.1%}).",
+            f"of {fmt_tokens(t.tokens)} ({saved / hours_for_run(one, t):.1%}).",
             "",
         ]
     if compare:
