@@ -118,3 +118,17 @@ def test_run_lengths_far_from_a_trillion_tokens_read_as_written():
     ]  # fmt: skip
     assert [fmt_hours(x) for x in (0, 2.1e-8, 0.4, 789, 2.34e6, 2.099e10)] == ["0", "2.1e-08", "0.4", "789", "2.34M", "20.99B"]
     assert wall_clock(2.6e9 / 8) == "13,541,667 days"
+
+
+def test_a_megatron_layout_in_a_table_cell_keeps_the_row_whole(capsys):
+    # stage_split's bars split the assumptions row "| stage_split | Et*3|(t*4|)*6t*5L |"
+    # (and the verdict rows naming it) into columns of their own in any Markdown viewer
+    split = "Et*3|(t*4|)*6t*5L"
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "4096", "--global-batch", "64"]
+    assert main([*argv, "--stage-split", split]) == 0
+    md = capsys.readouterr().out
+    rows = [line for line in md.splitlines() if line.startswith("| ") and split.split("|")[0] in line]
+    assert any(r.startswith("| stage_split |") for r in rows)
+    for row in rows:
+        cells = re.split(r"(?<!\\)\|", row.strip())[1:-1]  # a cell's own bars are escaped
+        assert len(cells) == (12 if cells[0].strip().isdigit() else 2), row

@@ -163,6 +163,12 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | N
     return d
 
 
+def _cell(text: str) -> str:
+    """A Markdown table cell: a Megatron layout's bars ("Et*3|(t*4|)*6t*5L", a stage_split)
+    escaped, which otherwise split the row into columns of their own."""
+    return text.replace("|", "\\|")
+
+
 def _three_figures(x: float) -> str:
     """``x`` to three significant figures in plain decimals (0.00206, 0.0000433, 12.3)."""
     return f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else "0"
@@ -258,10 +264,12 @@ def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | 
     verdicts = family_verdicts(plan)
     if verdicts:
         lines += ["## Why the other schedules lost", "", "| schedule | verdict |", "|---|---|"]
-        lines += [f"| {n} | {v} |" for n, v in verdicts.items()]
+        lines += [f"| {n} | {_cell(v)} |" for n, v in verdicts.items()]
         lines.append("")
     lines += ["## Advice", ""] + [f"- {a}" for a in advice(plan)] + [""]
-    lines += ["## Assumptions", "", "| name | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in assumptions(plan)] + [""]
+    lines += (
+        ["## Assumptions", "", "| name | value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in assumptions(plan)] + [""]
+    )
     lines += [f"Model FLOPs per token: {model_flops_per_token(m, t.seq) / 1e9:.0f} GFLOP (training, no recomputation).", ""]
     return "\n".join(lines)
 
