@@ -273,11 +273,11 @@ def test_a_schedule_whose_peak_grows_with_m_is_sized_at_the_steps(capsys, schedu
     assert code == 0 and f", M={M}; per GPU" in out.splitlines()[0]
 
 
-@pytest.mark.parametrize("gpus", ["48", "8192"])
+@pytest.mark.parametrize("gpus", ["48"])
 def test_a_schedule_whose_peak_grows_with_m_needs_the_steps_micro_batches(capsys, gpus):
-    # 2048 sequences over dp24 (or dp4096: replicas without a sequence) split into no
-    # whole micro-batches; GPipe was sized at M = 4pp = 8, under a header that gave no
-    # reason, far below the 85 or more a step of this layout would hold
+    # 2048 sequences over dp24 split into no whole micro-batches; GPipe was sized at
+    # M = 4pp = 8, under a header that gave no reason, far below the 85 or more a step of
+    # this layout would hold
     code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--gpus", gpus, "--pp", "2", "-s", "gpipe")
     one_line(code, err, "gpipe's peak grows with the step's micro-batches, but the global batch of 2048 sequences")
     assert out == ""
@@ -298,3 +298,12 @@ def test_one_pipeline_rank_holds_every_layer(capsys, schedule):
     layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
     assert layer == 218_112_000 and 32 * layer == 8_030_261_248 - 2 * 128256 * 4096 - 4096
     assert d["stage_parameters"] == d["stage_parameters_per_gpu"] == 32 * layer
+
+
+@pytest.mark.parametrize("argv", [["--gpus", "8192"], ["--gpus", "4096", "--micro-batch-size", "2"]])
+def test_replicas_without_a_sequence_are_refused(capsys, argv):
+    # llama3-8b's 2048 sequences a step over dp4096 (or dp2048 micro-batches of 2) leave
+    # replicas with nothing to train: plan refuses such a layout, memory sized it
+    code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "2", *argv)
+    one_line(code, err, "need 4096 sequences a step, but the global batch is 2048: give --global-batch 4096 or more")
+    assert out == ""

@@ -56,6 +56,14 @@ def cmd_memory(args: argparse.Namespace) -> int:
     refused = layout_problem(model, training, lay)
     if refused:
         raise PipesimError(refused)
+    if dp * lay.micro_batch > training.global_batch:
+        # a replica with no sequence to train runs nothing: plan refuses such layouts, and
+        # memory sized them (its optimizer shards split dp ways) as if they ran
+        raise PipesimError(
+            f"dp{dp} replicas of {lay.micro_batch}-sequence micro-batches need {dp * lay.micro_batch} sequences a step, "
+            f"but the global batch is {training.global_batch}: give --global-batch {dp * lay.micro_batch} or more, "
+            "or fewer replicas (--gpus, or a larger --pp, --tp or --cp)"
+        )
     second = family(args.schedule or "dualpipe").name
     if args.chunks and "chunks" not in family(second).options:
         # set beside 1f1b by default, dualpipe refused --chunks with a hint to give
