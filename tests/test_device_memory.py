@@ -68,7 +68,7 @@ def test_ambiguous_memory_unit_is_refused():
     table |= {"nvlink_gbps": 1, "network_gbps": 1}
     with pytest.raises(PipesimError, match="hbm_gb is ambiguous.*give memory_mib"):
         cluster_from_table({**table, "hbm_gb": 80}, "c.toml")
-    with pytest.raises(PipesimError, match="missing field 'memory_mib'"):
+    with pytest.raises(PipesimError, match="missing key 'memory_mib': give device memory in MiB"):
         cluster_from_table(table, "c.toml")
     assert cluster_from_table({**table, "memory_mib": 81920}, "c.toml").hbm_gb == pytest.approx(85.899, abs=1e-3)
 

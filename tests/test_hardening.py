@@ -56,7 +56,7 @@ ISSUE_CASES = [
     ({"m.toml": LLAMA.replace("layers = 32", "layers = 1e308")}, ["memory", "--model", "m.toml", "--pp", "2"], "from 1 to 1,000"),
     ({"m.toml": LLAMA.replace("dense_ffn = 14336", "dense_ffn = 1e308")}, ["memory", "--model", "m.toml", "--pp", "2"], "dense_ffn"),
     ({"c.toml": H100.replace("fp8_tflops = 1979\n", "")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
-     "missing field 'fp8_tflops'"),
+     "missing key 'fp8_tflops': give dense FP8 peak"),
     ({"c.toml": H100.replace("memory_mib = 81559", "memory_mib = nan")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],
      "memory_mib must be a number from 0 to"),
     ({"c.toml": H100.replace("memory_mib = 81559", "hbm_gb = 80")}, ["memory", "--model", "llama3-8b", "--cluster", "c.toml", "--pp", "2"],

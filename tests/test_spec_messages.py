@@ -101,3 +101,21 @@ def test_a_cluster_file_given_as_the_model_names_the_flag_it_belongs_to(capsys, 
         err.count("\n") == 1
         and "m.toml is a model file (layers, hidden, heads, vocab), given to --cluster: give it to --model" in err
     )
+
+
+@pytest.mark.parametrize(
+    "key, said",
+    [
+        # what each key holds, with the h100 preset's figure (docs/training-and-cluster.md)
+        ("memory_mib", "give device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, e.g. memory_mib = 81559"),
+        ("network_gbps", "give the NIC's line rate a GPU one way in GB/s, e.g. network_gbps = 50 (a 400 Gb/s NIC)"),
+        ("bf16_tflops", "give dense BF16 peak a GPU in TFLOP/s, e.g. bf16_tflops = 989 (H100 SXM)"),
+    ],
+)
+def test_a_missing_cluster_key_says_what_it_holds(capsys, tmp_path, key, said):
+    # "missing field 'memory_mib'" left the unit to guess, where MiB against GB is the slip
+    f = tmp_path / "c.toml"
+    f.write_text("\n".join(line for line in CLUSTER.splitlines() if not line.startswith(f"{key} =")) + "\n")
+    assert main(["memory", "--model", "llama3-8b", "--cluster", str(f), "--pp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"missing key {key!r}: {said}" in err, err

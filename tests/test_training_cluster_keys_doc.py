@@ -131,7 +131,7 @@ def test_the_cluster_defaults_and_required_keys_are_the_loaders():
     loaded = cluster_from_table(minimal, "c.toml")
     for key in minimal:  # each key the doc calls required is refused when left out
         rest = {k: v for k, v in minimal.items() if k != key}
-        assert f"missing field {key!r}" in _refusal(partial(cluster_from_table, rest, "c.toml"))
+        assert f"missing key {key!r}: give" in _refusal(partial(cluster_from_table, rest, "c.toml"))
     for key, row in _cluster_rows().items():
         if row[0] != "required":
             want = getattr(loaded, key)

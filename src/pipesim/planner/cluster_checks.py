@@ -115,3 +115,29 @@ def check_cluster(c, where: str) -> None:
     problem = placement_problem(c.gpus, c.gpus_per_node, d, c.domain_share)
     if problem:
         raise PipesimError(f"{where}: gpus = {c.gpus} with nvlink_domain {d}: {problem}")
+
+
+#: what each key a cluster file must give holds, with the h100 preset's value as the
+#: example (presets/clusters/h100.toml, whose comments give the sources)
+REQUIRED = {
+    "name": 'the cluster\'s name in reports, e.g. name = "my-h100"',
+    "gpu": 'the GPU\'s name, e.g. gpu = "H100"',
+    "gpus": "GPUs in all, e.g. gpus = 64",
+    "gpus_per_node": "GPUs a node, e.g. gpus_per_node = 8",
+    "bf16_tflops": "dense BF16 peak a GPU in TFLOP/s, e.g. bf16_tflops = 989 (H100 SXM)",
+    "fp8_tflops": "dense FP8 peak a GPU in TFLOP/s, e.g. fp8_tflops = 1979 (H100 SXM; 0: no FP8)",
+    "memory_mib": "device memory in MiB as nvidia-smi --query-gpu=memory.total reports it, e.g. memory_mib = 81559 (H100 80GB)",
+    "nvlink_gbps": "GB/s NCCL reaches a GPU one way inside an NVLink domain, e.g. nvlink_gbps = 360 (H100)",
+    "network_gbps": "the NIC's line rate a GPU one way in GB/s, e.g. network_gbps = 50 (a 400 Gb/s NIC)",
+}
+
+
+def check_required(table, where: str) -> None:
+    """Refuse a cluster file that leaves out a key it must give, saying what the key holds
+    ("missing field 'memory_mib'" alone left the unit to guess, and memory_mib's is easy
+    to get wrong)."""
+    if not isinstance(table, dict):
+        return
+    for key, what in REQUIRED.items():
+        if key not in table:
+            raise PipesimError(f"{where}: missing key {key!r}: give {what}")

@@ -17,7 +17,7 @@ from ..errors import PipesimError
 from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
 from .attention_window import layer_window, read_layer_types
-from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates
+from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates, check_required
 from .domains import job_share, neighbours, placement_problem
 from .model_checks import check_model, swapped_file
 
@@ -406,6 +406,7 @@ def cluster_from_table(data: dict, where: str, gpus: int | None = None) -> Clust
     if isinstance(data, dict):  # hbm_gb is set from memory_mib, never read: not offered as a key
         _misplaced(data, Training, "a training setting: put it in the --training file", where)
         known_keys(data, [k for k in get_type_hints(Cluster) if k != "hbm_gb"], where)
+    check_required(data, where)  # after unknown keys: a typo is named as one, with the key it is near
     c = _fill(Cluster, {**data, "hbm_gb": 0.0} if isinstance(data, dict) else data, where, required)
     if c.host_cpu not in HOST_CPUS:
         raise PipesimError(f"{where}: host_cpu must be one of {', '.join(map(repr, HOST_CPUS))}, got {c.host_cpu!r}")
