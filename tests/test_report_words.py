@@ -132,3 +132,19 @@ def test_a_megatron_layout_in_a_table_cell_keeps_the_row_whole(capsys):
     for row in rows:
         cells = re.split(r"(?<!\\)\|", row.strip())[1:-1]  # a cell's own bars are escaped
         assert len(cells) == (12 if cells[0].strip().isdigit() else 2), row
+
+
+def test_every_nth_layer_reads_as_an_ordinal(capsys, tmp_path):
+    # recompute = every-2: both recipes' notes said "every 2th layer"
+    from pipesim.planner.naming import every_nth_layer
+
+    assert [every_nth_layer(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == [
+        "every layer", "every 2nd layer", "every 3rd layer", "every 4th layer", "every 11th layer",
+        "every 12th layer", "every 13th layer", "every 21st layer", "every 22nd layer", "every 101st layer",
+    ]  # fmt: skip
+    f = tmp_path / "t.toml"
+    f.write_text('recompute = "every-2"\n')
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--pp", "2", "--seq", "4096"]
+    assert main([*argv, "--global-batch", "64", "--schedules", "1f1b", "--training", str(f)]) == 0
+    md = capsys.readouterr().out
+    assert "2th" not in md and md.count("checkpoints every 2nd layer") == 2

@@ -16,6 +16,7 @@ import re
 from .attention_window import run_window
 from .collectives import a2a_size
 from .megatron_data_parallel import data_parallel_flags
+from .naming import every_nth_layer
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
 from .runnable import COMBINED, chunks_problem, combined_problem
@@ -223,7 +224,7 @@ def recompute_flags(recompute: str, t: Training) -> tuple[list[str], list[str]]:
     if recompute.startswith("every-"):
         n = recompute.removeprefix("every-")
         return [], [
-            f"the plan checkpoints every {n}th layer whole (recompute = {recompute}), which Megatron-LM has no setting "
+            f"the plan checkpoints {every_nth_layer(n)} whole (recompute = {recompute}), which Megatron-LM has no setting "
             "for: --recompute-method block --recompute-num-layers K checkpoints the first K layers of each stage "
             "instead, and the flags above recompute nothing (plan with --recompute full or selective for a Megatron-LM "
             "run)"

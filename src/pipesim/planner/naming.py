@@ -80,3 +80,13 @@ def recompute_text(mode: str) -> str:
     """A recomputation mode in words: "selective recomputation", "no recomputation" (not
     "none recomputation")."""
     return "no recomputation" if mode == "none" else f"{mode} recomputation"
+
+
+def every_nth_layer(n: int | str) -> str:
+    """ "every layer", "every 2nd layer", "every 3rd layer", "every 11th layer": recompute =
+    every-N in words (the notes said "every 2th layer")."""
+    n = int(n)
+    if n == 1:
+        return "every layer"
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"every {n}{suffix} layer"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..runtime.torch_export import placing_class, torch_class_of, torchtitan_class
+from .naming import every_nth_layer
 from .plan_stages import Part, built_order, placement_of
 from .results import Plan, Result
 from .runnable import COMBINED
@@ -360,7 +361,7 @@ def activation_checkpoint(recompute: str) -> Checkpointing:
         return Checkpointing(
             None,
             {"mode": "selective", "selective_ac_option": n},
-            f"the plan checkpoints every {n}th layer, which torchtitan's TOML form took as selective_ac_option = "
+            f"the plan checkpoints {every_nth_layer(n)}, which torchtitan's TOML form took as selective_ac_option = "
             f'"{n}" and its policy classes (#3674, 2026-06-15) no longer offer: set config.activation_checkpoint '
             "yourself (FullAC.Config() checkpoints every layer)",
         )
