@@ -148,3 +148,13 @@ def test_every_nth_layer_reads_as_an_ordinal(capsys, tmp_path):
     assert main([*argv, "--global-batch", "64", "--schedules", "1f1b", "--training", str(f)]) == 0
     md = capsys.readouterr().out
     assert "2th" not in md and md.count("checkpoints every 2nd layer") == 2
+
+
+def test_recompute_modes_of_a_training_file_read_in_words():
+    # "every-2 recomputation" and "op recomputation" headed the recommendation and memory
+    from pipesim.planner.naming import recompute_text
+
+    assert recompute_text("every-2") == "full recomputation of every 2nd layer"
+    assert recompute_text("every-1") == "full recomputation of every layer"
+    assert recompute_text("op") == "per-op recomputation"
+    assert recompute_text("selective") == "selective recomputation" and recompute_text("none") == "no recomputation"

@@ -78,8 +78,15 @@ def wall_clock(hours: float) -> str:
 
 def recompute_text(mode: str) -> str:
     """A recomputation mode in words: "selective recomputation", "no recomputation" (not
-    "none recomputation")."""
-    return "no recomputation" if mode == "none" else f"{mode} recomputation"
+    "none recomputation"), "full recomputation of every 2nd layer" (not "every-2
+    recomputation"), "per-op recomputation" (torchtitan's selective op, not "op recomputation")."""
+    if mode == "none":
+        return "no recomputation"
+    if mode.startswith("every-"):
+        return f"full recomputation of {every_nth_layer(mode.removeprefix('every-'))}"
+    if mode == "op":
+        return "per-op recomputation"
+    return f"{mode} recomputation"
 
 
 def every_nth_layer(n: int | str) -> str:
