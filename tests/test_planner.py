@@ -512,7 +512,7 @@ def test_advice_on_combined_1f1b_and_dualpipes_constraints():
     why = "cannot run: dualpipe needs --microbatches >= 2 * --pp = 4, got 2"
     plan.rejected = [Result(Candidate(lay, "dualpipe", None, "full", 2), False, why)]
     text = " ".join(advice(plan))
-    assert "neither DualPipe nor DualPipeV runs" in text and "dualpipe needs --microbatches >= 2 * --pp" in text
+    assert "neither DualPipe nor DualPipeV runs" in text and "dualpipe needs M >= 2 * pp" in text
     assert "second copy" not in text
     assert "leaves 0-1 of each rank's 8 forwards to pair with a backward" in text
 

@@ -158,3 +158,12 @@ def test_recompute_modes_of_a_training_file_read_in_words():
     assert recompute_text("every-1") == "full recomputation of every layer"
     assert recompute_text("op") == "per-op recomputation"
     assert recompute_text("selective") == "selective recomputation" and recompute_text("none") == "no recomputation"
+
+
+def test_a_familys_refusal_speaks_of_the_searched_values_not_flags(capsys):
+    # chimera's check says "needs an even --pp, got 9" for the command line; in a plan's
+    # verdict the 9 is the search's (or a pin's) pipeline depth, and no --microbatches was given
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "gb200-nvl72", "--gpus", "72", "--pp", "9", "--seq", "4096"]
+    assert main([*argv, "--global-batch", "64", "--schedules", "1f1b,chimera", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)["families"]["chimera"]
+    assert "chimera needs an even pp, got 9" in verdict and "--" not in verdict

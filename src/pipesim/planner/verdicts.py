@@ -4,6 +4,7 @@ runs nowhere."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ..schedules import REGISTRY
@@ -107,6 +108,16 @@ def rejection(plan: Plan, name: str) -> str:
     mine.sort(key=lambda r: abs(r.candidate.layout.pp - near))  # the example nearest the winner's layout
     cannot = [r.reason.removeprefix("cannot run: ") for r in mine if r.reason.startswith("cannot run: ")]
     if len(cannot) == len(mine):
-        return f"its constraints fail at every layout searched (for example: {cannot[0]})"
-    reason, n = Counter(r.reason for r in mine).most_common(1)[0]
+        return f"its constraints fail at every layout searched (for example: {searched_words(cannot[0])})"
+    reason, n = Counter(searched_words(r.reason) for r in mine).most_common(1)[0]
     return reason if n == len(mine) else f"{reason} ({n} of {len(mine)} layouts; the others cannot run or do not fit)"
+
+
+#: a family's refusal names the command-line flags (schedules' ``check``: "needs an even
+#: --pp, got 9"); in a plan's verdict the search chose those values, not the user
+SEARCHED = {"--pp": "pp", "--microbatches": "M", "--chunks": "chunks"}
+
+
+def searched_words(reason: str) -> str:
+    """A family's refusal worded for a value the search chose: "needs an even pp, got 9"."""
+    return re.sub(r"--(pp|microbatches|chunks)\b", lambda m: SEARCHED[m.group(0)], reason)
