@@ -307,3 +307,12 @@ def test_replicas_without_a_sequence_are_refused(capsys, argv):
     code, out, err = run(capsys, "memory", "--model", "llama3-8b", "--pp", "2", *argv)
     one_line(code, err, "need 4096 sequences a step, but the global batch is 2048: give --global-batch 4096 or more")
     assert out == ""
+
+
+@pytest.mark.parametrize(("model", "gpus", "ep"), [("llama3-70b", "1024", False), ("mixtral-8x22b", "16", True)])
+def test_what_does_not_fit_offers_ep_only_where_there_are_experts(capsys, model, gpus, ep):
+    # memory refuses --ep for a dense model ("has no experts; drop --ep"), yet told Llama 3
+    # 70B's overflowing parameters to shard over "--pp, --tp, --ep, or --zero"
+    code, out, _ = run(capsys, "memory", "--model", model, "--gpus", gpus, "--pp", "2", "-s", "1f1b", "--recompute", "full")
+    line = next(x for x in out.splitlines() if x.startswith("1f1b does not fit:"))
+    assert code == 0 and "alone take" in line and ("--ep" in line) == ep

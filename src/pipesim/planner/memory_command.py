@@ -163,7 +163,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         out.print(line)
     unfit = next((r for r in rows if not r["fits"]), None)
     if unfit:
-        out.print(no_fit_line(unfit, lay.micro_batch, recompute))
+        out.print(no_fit_line(unfit, lay.micro_batch, recompute, experts=model.moe is not None))
     if not beside:
         out.print(
             f"1f1b is not set beside {rows[-1]['schedule']}: stage_split {training.stage_split!r} names "

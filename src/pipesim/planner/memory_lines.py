@@ -65,9 +65,10 @@ def usable_lines(rows: list[dict], hbm_gb: float) -> list[str]:
     return lines
 
 
-def no_fit_line(row: dict, micro_batch: int, recompute: str) -> str:
+def no_fit_line(row: dict, micro_batch: int, recompute: str, experts: bool = True) -> str:
     """What does not fit, and which knobs shrink the part that overflows (only those not
-    at their end already: no smaller micro-batch than one sequence, nothing past full)."""
+    at their end already: no smaller micro-batch than one sequence, nothing past full;
+    --ep only for a model with ``experts``, which memory refuses for a dense one)."""
     usable_gb = row["usable"]["usable_bytes"] / GB
     head = (
         f"{row['schedule']} does not fit: its worst rank (rank {row['rank']}) needs {row['peak_gb']:.1f} GB, "
@@ -78,7 +79,7 @@ def no_fit_line(row: dict, micro_batch: int, recompute: str) -> str:
     if row["static_gb"] > usable_gb:
         return head + (
             f"its parameters, gradients and optimizer states alone take {row['static_gb']:.1f} GB: "
-            "shard them over more GPUs (--pp, --tp, --ep, or --zero with more --dp)"
+            f"shard them over more GPUs (--pp, --tp, {'--ep, ' if experts else ''}or --zero with more --dp)"
         )
     knobs = ["lower --micro-batch-size"] if micro_batch > 1 else []
     knobs += ["lower --seq"] + (["recompute more (--recompute full)"] if recompute != "full" else [])
