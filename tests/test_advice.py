@@ -122,6 +122,13 @@ def test_dualpipe_left_out_names_the_flag_that_left_it_out(capsys):
     assert any(line.startswith("DualPipe and DualPipeV were not searched (--chunks 4: they hold 2 a rank)") for line in pinned)
     named = _cli_advice(capsys, "--schedules", "1f1b")
     assert any(line.startswith("DualPipe and DualPipeV were not searched (--schedules)") for line in named)
+    # --pp 1: both hold 2 chunks a rank, which runnable.py leaves out at pp1 (named or not)
+    for flags in (["--pp", "1"], ["--pp", "1", "--schedules", "1f1b,dualpipe"]):
+        shallow = _cli_advice(capsys, *flags)
+        assert any(
+            line.startswith("DualPipe and DualPipeV were not searched (--pp 1: more than one chunk per rank needs pp 2")
+            for line in shallow
+        ), shallow
 
 
 def test_dualpipes_lead_is_not_credited_to_an_overlap_that_exposes_more(capsys):

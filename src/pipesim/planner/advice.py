@@ -11,7 +11,7 @@ from .naming import DUAL_FAMILY, layout_text, schedule_text
 from .parallelism import batch_note
 from .results import Plan
 from .runnable import COMBINED, combined_problem
-from .verdicts import family_verdicts, rejection
+from .verdicts import family_verdicts, nowhere, rejection
 
 
 def advice(plan: Plan) -> list[str]:
@@ -41,8 +41,7 @@ def advice(plan: Plan) -> list[str]:
             + (
                 "a dense model has no expert all-to-all for them to hide."
                 if m.moe is None
-                else f"{'drop the pin' if by.startswith('--chunks') else 'add them'} to see whether hiding the expert "
-                "all-to-all pays here."
+                else f"{_try_them(plan, by)} to see whether hiding the expert all-to-all pays here."
             )
         )
         if m.moe:
@@ -139,6 +138,13 @@ def dual_lead(plan: Plan, other) -> str:
     )
 
 
+def _try_them(plan: Plan, by: str) -> str:
+    """What would put families left out ``by`` a flag or rule into the search."""
+    if by == (plan.named_by or "--schedules"):
+        return "add them"
+    return "drop the pin" if by.startswith("--") else "search deeper pipelines (--pp 2 or more)"
+
+
 def left_out_by(plan: Plan, names) -> str:
     """The flag that kept every family of ``names`` out of the search: the schedules the
     user named (--schedules, --compare: ``Plan.named``), else a --chunks pin that none of
@@ -150,6 +156,12 @@ def left_out_by(plan: Plan, names) -> str:
     if n and all("chunks" not in REGISTRY[x].options and placement_chunks(x, None) != n for x in names):
         held = sorted({placement_chunks(x, None) for x in names})
         return f"--chunks {n}: they hold {' or '.join(map(str, held))} a rank"
+    # a rule no layout searched could meet (runnable.py: more than one chunk a rank at pp1),
+    # which a --pp 1 pin, or a search of pp1 alone, sets
+    whys = [nowhere(plan, x) for x in names]
+    if all(whys):
+        why = whys[0].split(":")[0]
+        return f"--pp {plan.pins.pp}: {why}" if plan.pins.pp else why
     return plan.named_by or "--schedules"
 
 
