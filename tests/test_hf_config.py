@@ -445,3 +445,28 @@ def test_deepseek_routing_groups_take_their_classes_defaults(tmp_path):
     assert model("deepseek-v3", n_group=...).moe == published  # topk_group 4 of the default 8
     assert model("deepseek-v2", topk_method=...).moe.max_nodes == 0  # greedy: no group limit
     assert model("deepseek-v2", n_group=..., topk_group=...).moe.max_nodes == 0
+
+
+def test_an_absent_field_takes_its_class_default_and_a_null_window_is_none(tmp_path):
+    """transformers fills an absent key with the class's default and keeps a null:
+    MistralConfig's sliding_window null attends over the whole sequence (Mistral 7B v0.2
+    and v0.3 configs), which pipesim priced as its 4096 default; an absent
+    num_key_value_heads is Qwen2Config's and Qwen3Config's 32, Qwen3MoeConfig's 4 and
+    GptOssConfig's 8, which pipesim read as every head (multi-head); and Qwen's window
+    with use_sliding_window and no sliding_window is the classes' 4096, which it dropped."""
+
+    def model(name: str, **changes):
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps(edited(name, **changes)))
+        return load_model(str(f))
+
+    assert model("mistral-7b-v0.1").sliding_window == 4096
+    assert model("mistral-7b-v0.1", sliding_window=None).sliding_window == 0
+    assert model("mistral-7b-v0.1", sliding_window=...).sliding_window == 4096
+    assert model("gpt-oss-20b", sliding_window=None).sliding_window == 0
+    assert model("qwen3-32b", num_key_value_heads=...).attention.kv_heads == 32
+    assert model("qwen3-30b-a3b", num_key_value_heads=...).attention.kv_heads == 4
+    assert model("gpt-oss-20b", num_key_value_heads=...).attention.kv_heads == 8
+    assert model("llama-3.1-8b", num_key_value_heads=...).attention.kv_heads == 32  # LlamaConfig: None, every head
+    windowed = model("qwen3-32b", use_sliding_window=True, sliding_window=..., max_window_layers=32)
+    assert windowed.sliding_window == 4096 and windowed.layer_types.count("sliding_attention") == 32  # layers 32-63

@@ -146,18 +146,16 @@ def _gqa(f: _Fields, head_dim_given: bool = False) -> dict:
         head_dim = out["hidden"] // out["heads"]
     # num_key_value_heads null is multi-head attention: every family's class sets it to
     # num_attention_heads then ("for backward compatibility": Llama 1/2-era configs), and so
-    # does an absent one, except in MistralConfig and MixtralConfig, whose default is 8, and
-    # Gemma3TextConfig, whose default is 4
+    # does an absent one where the class's default is None (LlamaConfig); the others take
+    # their class's default (KV_DEFAULTS)
     kind = f.config["model_type"]
-    if "num_key_value_heads" not in f.config and kind in KV_DEFAULTS:
-        kv = KV_DEFAULTS[kind]
-    else:
-        kv = f.get("num_key_value_heads", out["heads"], lo=1)
+    absent = "num_key_value_heads" not in f.config and kind in KV_DEFAULTS
+    kv = KV_DEFAULTS[kind] if absent else f.get("num_key_value_heads", out["heads"], lo=1)
     if out["heads"] % kv:  # each key/value head serves heads / kv query heads
         shares = [n for n in range(1, out["heads"] + 1) if out["heads"] % n == 0]
         raise f.refuse(
-            f"num_key_value_heads {kv} must divide num_attention_heads {out['heads']} "
-            f"({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
+            f"num_key_value_heads {kv}{f' (absent: its {kind} class default)' if absent else ''} must divide "
+            f"num_attention_heads {out['heads']} ({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
         )
     out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
     out.update(_windows(f, out["layers"]))
@@ -182,7 +180,10 @@ def _windows(f: _Fields, layers: int) -> dict:
     kind = f.config["model_type"]
     if not f.flag("use_sliding_window", not kind.startswith("qwen")):
         return {}
-    window = f.get("sliding_window", {"mistral": 4096, "gpt_oss": 128, "gemma3_text": 4096}.get(kind, 0))
+    if "sliding_window" not in f.config:  # absent: the class's default
+        window = WINDOW_DEFAULTS.get(kind, 0)
+    else:  # null: no window (each class then attends over the whole sequence)
+        window = f.get("sliding_window", 0)
     if not window:
         return {}
     given = f.config.get("layer_types")
@@ -374,8 +375,20 @@ GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4)}
 #: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups)
 TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc"}
 
-#: model_type -> key/value heads when num_key_value_heads is absent (its class's default)
-KV_DEFAULTS = {"mistral": 8, "mixtral": 8, "gemma3_text": 4}
+#: model_type -> key/value heads when num_key_value_heads is absent (its class's default in
+#: transformers: MistralConfig, MixtralConfig and GptOssConfig 8, Gemma3TextConfig and
+#: Qwen3MoeConfig 4, Qwen2Config and Qwen3Config 32, Qwen2MoeConfig 16; LlamaConfig's is
+#: None, read as num_attention_heads)
+KV_DEFAULTS = {
+    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
+}  # fmt: skip
+
+#: model_type -> sliding_window when absent (its class's default; null is no window):
+#: MistralConfig, Gemma3TextConfig and the Qwen classes 4096 (Qwen's used only with
+#: use_sliding_window), GptOssConfig 128; MixtralConfig's and LlamaConfig's none
+WINDOW_DEFAULTS = {
+    "mistral": 4096, "gpt_oss": 128, "gemma3_text": 4096, "qwen2": 4096, "qwen3": 4096, "qwen2_moe": 4096, "qwen3_moe": 4096,
+}  # fmt: skip
 
 
 #: model_type -> its reader, in the order the refusal lists them.
