@@ -167,3 +167,27 @@ def test_a_familys_refusal_speaks_of_the_searched_values_not_flags(capsys):
     assert main([*argv, "--global-batch", "64", "--schedules", "1f1b,chimera", "--json"]) == 0
     verdict = json.loads(capsys.readouterr().out)["families"]["chimera"]
     assert "chimera needs an even pp, got 9" in verdict and "--" not in verdict
+
+
+def test_memory_is_said_to_push_a_family_deeper_only_where_it_did():
+    """The verdict said "memory pushes it to ppN" whenever a family's best ran deeper than
+    the recommendation. zb-v fits Mixtral 8x22B on 1024 B200s at pp2, 4 and 8 and is
+    fastest at pp16; on Llama 3 70B on 1024 H100s it cannot run at pp1 (two chunks a rank),
+    a rule, not memory, and runs from pp2."""
+    from pipesim.planner.search import search
+    from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+    from pipesim.planner.verdicts import family_verdicts
+
+    for model, cluster, rival in (("mixtral-8x22b", "b200", "interleaved-zb"), ("llama3-70b", "h100", "1f1b")):
+        m, c = load_model(model), load_cluster(cluster)
+        plan = search(m, c, load_training(base=model_training(model)), [rival, "zb-v"])
+        mine = plan.best_of("zb-v")
+        assert plan.best.candidate.schedule == rival and mine.candidate.layout.pp > plan.best.candidate.layout.pp
+        shallower = [
+            r for r in plan.results if r.candidate.schedule == "zb-v" and r.candidate.layout.pp < mine.candidate.layout.pp
+        ]
+        refused = [
+            r for r in plan.rejected if r.candidate.schedule == "zb-v" and r.candidate.layout.pp < mine.candidate.layout.pp
+        ]
+        assert shallower or all(r.reason.startswith("cannot run") for r in refused)
+        assert "memory pushes" not in family_verdicts(plan)["zb-v"]

@@ -57,7 +57,7 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
             reasons.append(f"bubble {mine.bubble:.1%} against {best.bubble:.1%}")
         if mine.candidate.recompute != best.candidate.recompute and mine.candidate.recompute == "full":
             reasons.append("it only fits with full recomputation")
-        elif mine.candidate.layout.pp > best.candidate.layout.pp:
+        elif mine.candidate.layout.pp > best.candidate.layout.pp and _pushed_deeper(plan, mine):
             reasons.append(f"memory pushes it to pp{mine.candidate.layout.pp}")
         if not reasons:
             reasons.append("a little more time per step at its best layout")
@@ -66,6 +66,20 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
             f"M={mine.candidate.microbatches}: " + "; ".join(reasons)
         )
     return out
+
+
+def _pushed_deeper(plan: Plan, mine) -> bool:
+    """Whether memory, not speed, put a family's best at its depth: none of its layouts at
+    a shallower pipeline fit, and some there were refused for memory. A family may fit
+    shallower and simply run faster deeper (Mixtral 8x22B on 1024 B200s: zb-v fits at pp8,
+    1.369 s, and is best at pp16, 1.349 s), which the verdict called memory's doing."""
+    name, pp = mine.candidate.schedule, mine.candidate.layout.pp
+    if any(r.candidate.schedule == name and r.candidate.layout.pp < pp for r in plan.results):
+        return False
+    return any(
+        r.candidate.schedule == name and r.candidate.layout.pp < pp and not r.reason.startswith("cannot run")
+        for r in plan.rejected
+    )
 
 
 def nowhere(plan: Plan, name: str) -> str | None:
