@@ -191,3 +191,18 @@ def test_memory_is_said_to_push_a_family_deeper_only_where_it_did():
         ]
         assert shallower or all(r.reason.startswith("cannot run") for r in refused)
         assert "memory pushes" not in family_verdicts(plan)["zb-v"]
+
+
+def test_full_recomputation_is_said_to_be_the_only_fit_only_where_it_is():
+    """zb-auto fits Llama 3 405B on 1024 H100s with selective recomputation too; its best
+    recomputes in full, and the verdict said "it only fits with full recomputation"."""
+    from pipesim.planner.search import search
+    from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+    from pipesim.planner.verdicts import family_verdicts
+
+    m, c = load_model("llama3-405b"), load_cluster("h100")
+    plan = search(m, c, load_training(base=model_training("llama3-405b")), ["interleaved-zb", "zb-auto"])
+    modes = {r.candidate.recompute for r in plan.results if r.candidate.schedule == "zb-auto"}
+    assert plan.best_of("zb-auto").candidate.recompute == "full" and "selective" in modes
+    verdict = family_verdicts(plan)["zb-auto"]
+    assert "only fits" not in verdict and "its best recomputes in full" in verdict

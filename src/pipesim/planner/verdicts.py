@@ -56,7 +56,14 @@ def family_verdicts(plan: Plan) -> dict[str, str]:
         if bubble_gap > 0.02 * best.step_time:
             reasons.append(f"bubble {mine.bubble:.1%} against {best.bubble:.1%}")
         if mine.candidate.recompute != best.candidate.recompute and mine.candidate.recompute == "full":
-            reasons.append("it only fits with full recomputation")
+            # only where no layout of it fits with less: zb-auto fits Llama 3 405B on 1024
+            # H100s with selective recomputation too, and is fastest with full
+            mine_all = [r for r in plan.results if r.candidate.schedule == name]
+            reasons.append(
+                "it recomputes in full (no layout of it simulated fits with less)"
+                if all(r.candidate.recompute == "full" for r in mine_all)
+                else "its best recomputes in full"
+            )
         elif mine.candidate.layout.pp > best.candidate.layout.pp and _pushed_deeper(plan, mine):
             reasons.append(f"memory pushes it to pp{mine.candidate.layout.pp}")
         if not reasons:
