@@ -179,6 +179,8 @@ def combined_advice(plan: Plan) -> str:
                 f": the best other schedule, {schedule_text(r)} on {layout_text(r, plan)}, exposes {r.exposed_comm:.2f} s "
                 f"of communication per step against {best.exposed_comm:.2f} s, bubble {r.bubble:.1%} against {best.bubble:.1%}"
             )
+            if r.exposed_comm <= best.exposed_comm:  # it hid no more than the rival: not what won
+                line += "; so its lead is not the all-to-all it hides"
         return line + "."
     head += ", as DualPipe does, with one copy of the parameters"
     found = [r for r in plan.results if r.candidate.schedule in COMBINED]
