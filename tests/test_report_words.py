@@ -206,3 +206,12 @@ def test_full_recomputation_is_said_to_be_the_only_fit_only_where_it_is():
     assert plan.best_of("zb-auto").candidate.recompute == "full" and "selective" in modes
     verdict = family_verdicts(plan)["zb-auto"]
     assert "only fits" not in verdict and "its best recomputes in full" in verdict
+
+
+def test_a_layout_without_expert_parallelism_names_no_all_to_all_span(capsys):
+    # "(N nodes)" is where the expert all-to-all's ep group sits; "ep1 x etp16 (1 node)"
+    # read as the 16-way expert tensor group sitting in one 8-GPU node, which it does not
+    argv = ["plan", "--model", "mixtral-8x22b", "--cluster", "h100", "--gpus", "64", "--etp", "16"]
+    assert main([*argv, "--ep", "1", "--seq", "4096", "--global-batch", "64"]) == 0
+    md = capsys.readouterr().out
+    assert ", ep1 x etp16**" in md and "ep1 x etp16 (" not in md

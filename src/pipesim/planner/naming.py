@@ -16,9 +16,11 @@ def layout_text(r: Result, plan: Plan) -> str:
     parts = [f"pp{lay.pp}", f"dp{lay.dp}"] + ([f"tp{lay.tp}"] if lay.tp > 1 else []) + ([f"cp{lay.cp}"] if lay.cp > 1 else [])
     text = " x ".join(parts)
     if lay.ep > 1 or lay.etp > 1:
-        where = lay.span("ep", c.domain).domains
-        unit = "node" if c.domain == c.gpus_per_node else "NVLink domain"
-        text += f", ep{lay.ep}" + (f" x etp{lay.etp}" if lay.etp > 1 else "") + f" ({where} {unit}{'s' if where > 1 else ''})"
+        text += f", ep{lay.ep}" + (f" x etp{lay.etp}" if lay.etp > 1 else "")
+        if lay.ep > 1:  # the nodes the expert all-to-all spans; at ep1 there is none ("ep1 x etp16 (1 node)")
+            where = lay.span("ep", c.domain).domains
+            unit = "node" if c.domain == c.gpus_per_node else "NVLink domain"
+            text += f" ({where} {unit}{'s' if where > 1 else ''})"
     return text
 
 
