@@ -246,3 +246,11 @@ def test_pair_and_bw_costs_for_schedules_that_run_none_are_refused(capsys, tmp_p
     # where one schedule runs them, they price it
     code, out, err = _run(capsys, "compare", "--schedules", "1f1b,1f1b-overlap", "--pair", 3, "--pp", 2, "-m", 4)
     assert code == 0, err
+
+
+def test_a_report_of_one_schedule_too_large_says_schedule(capsys, tmp_path):
+    # zb-v at pp=64, M=3907: 3 ops x 3907 x 128 stages = 1,500,288, past the page's 1,500,000
+    code, out, err = _run(capsys, "report", "--pp", 64, "-m", 3907, "--schedules", "zb-v", "-o", tmp_path / "r.html")
+    _one_line(code, out, err)
+    assert "report of 1 schedule too large" in err and "1,500,288 ops" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -86,3 +86,13 @@ def test_swapping_a_forward_behind_its_backward_always_deadlocks(data):
     with pytest.raises(DeadlockError) as e:
         validate(Schedule("1f1b", pp, M, s.placement, tuple(ranks)))
     assert e.value.cycle  # names at least one waiting rank
+
+
+def test_one_more_problem_is_said_in_the_singular():
+    # micro-batch 1 is never run: its forward and its backward are both missing, two problems
+    with pytest.raises(PipesimError) as e:
+        validate(flat(["F0.0 BW0.0"], 2))
+    assert str(e.value).endswith("F0.1 is missing (and 1 more problem)"), str(e.value)
+    # M=2 with only F0.0: no backward for 0, and micro-batch 1's forward and backward
+    with pytest.raises(PipesimError, match=r"\(and 2 more problems\)$"):
+        validate(flat(["F0.0"], 2))

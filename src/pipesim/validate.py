@@ -70,7 +70,8 @@ def check_structure(schedule: Schedule) -> None:
             if not isinstance(item, Op) and item.forward.mb == item.backward.mb and item.forward.chunk == item.backward.chunk:
                 problems.append(f"rank {r}: pair {item} overlaps a micro-batch with its own backward")
     if problems:
-        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        extra = len(problems) - 1
+        more = f" (and {extra} more problem{'' if extra == 1 else 's'})" if extra else ""
         raise PipesimError(f"invalid {schedule.name} schedule: {problems[0]}{more}")
 
 

@@ -388,7 +388,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     # a file by the ops it has
     built = [n for n in names if n not in files]
     chunks = _chunks_counted(args, built) if built else 0
-    list_work(pp, M, chunks, files, what=f"report of {len(names)} schedules", limit=REPORT_MAX_OPS, cost=REPORT_COST)
+    what = f"report of {len(names)} schedule{'s' * (len(names) != 1)}"
+    list_work(pp, M, chunks, files, what=what, limit=REPORT_MAX_OPS, cost=REPORT_COST)
     if Ms and built:
         _sweep_work(args, pp, Ms, built, files, "--sweep", args.sweep)
     elif Ms:
