@@ -254,3 +254,19 @@ def test_a_report_of_one_schedule_too_large_says_schedule(capsys, tmp_path):
     _one_line(code, out, err)
     assert "report of 1 schedule too large" in err and "1,500,288 ops" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_zero_costs_leave_no_time_to_share_and_say_so(capsys):
+    # every item takes no time: the makespan is 0, and a 0% bubble beside a 0% utilization
+    # said nothing true (bubble and utilization are shares of the makespan)
+    code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--f", 0, "--b", 0, "--w", 0, "--no-timeline")
+    assert code == 0, err
+    assert "makespan 0   bubble n/a   span bubble n/a" in out and "min rank utilization n/a" in out, out
+    assert "0.0%" not in out and "some rank is idle at every moment" not in out, out
+    code, out, err = _run(capsys, "compare", "--schedules", "1f1b,gpipe", "--f", 0, "--b", 0, "--w", 0)
+    assert code == 0, err
+    assert "0.0%" not in out and "trade-off" not in out, out
+    # a cost that takes time still gives shares: comm alone, every rank idle at all times
+    code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--f", 0, "--b", 0, "--w", 0, "--comm", 1, "--no-timeline")
+    assert code == 0, err
+    assert "bubble 100.0%" in out and "min rank utilization 0.0%" in out, out

@@ -13,7 +13,7 @@ from .errors import PipesimError
 from .ir import Schedule
 from .metrics import Report, summarize
 from .options import options_for, shape
-from .output import num, pct
+from .output import num, pct, share
 from .schedules import build, family
 from .simulate import simulate
 from .timeline import Timeline
@@ -21,15 +21,15 @@ from .timeline import Timeline
 COMPARE_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
     ("schedule", lambda r: r.schedule),
     ("makespan", lambda r: num(r.makespan)),
-    ("bubble", lambda r: pct(r.bubble_ratio)),
+    ("bubble", lambda r: share(r.bubble_ratio, r.makespan)),
     ("steady-state util", lambda r: pct(r.steady_state_utilization)),
-    ("min rank util", lambda r: pct(min(r.utilization))),
+    ("min rank util", lambda r: share(min(r.utilization), r.makespan)),
     ("peak act. (chunks)", lambda r: str(max(r.peak_activations))),
     ("peak act. (stages)", lambda r: f"{max(r.peak_activation_memory):g}"),
     ("params", lambda r: f"{r.parameter_copies:g}x"),
 ]
 COMPONENT_COLUMNS: list[tuple[str, Callable[[Report], str]]] = [
-    ("compute util", lambda r: pct(sum(r.compute_utilization) / len(r.compute_utilization))),
+    ("compute util", lambda r: share(sum(r.compute_utilization) / len(r.compute_utilization), r.makespan)),
     ("steady compute util", lambda r: pct(r.steady_state_compute_utilization)),
     ("exposed comm (worst rank)", lambda r: num(max(r.exposed_comm))),
 ]

@@ -35,5 +35,11 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
 
 
+def share(x: float | None, makespan: float) -> str:
+    """A share of the makespan (a bubble, a utilization); n/a when the makespan is 0: every
+    item taking no time leaves no time to share out, and 0% beside 0% would say nothing true."""
+    return pct(x if makespan > 0 else None)
+
+
 def num(x: float) -> str:
     return f"{x:.6g}"

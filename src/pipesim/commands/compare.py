@@ -26,7 +26,7 @@ from ..options import (
     schedules_help,
     shape,
 )
-from ..output import console, emit_json, num, pct
+from ..output import console, emit_json, num, pct, share
 from ..pertoken import SECONDS, PerToken
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing
@@ -235,7 +235,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out.print(t)
     if per_token:
         out.print(per_token.describe(hours, M))
-    trade = sorted((max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name) for r in rows if r.name in front)
+    # a schedule of no time has no bubble to trade memory for (its share is n/a)
+    trade = sorted(
+        (max(r.report.peak_activation_memory), r.report.bubble_ratio, r.name)
+        for r in rows
+        if r.name in front and r.report.makespan > 0
+    )
     if trade:
         steps = ", ".join(f"{n} ({m:g} stage{'s' * (m != 1)}, {pct(b)})" for m, b, n in trade)
         out.print(f"* memory/bubble trade-off: no other schedule has both less peak memory and less bubble: {steps}")
@@ -251,6 +256,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.timelines:
         for row in rows:
             if row.report:
-                out.print(f"\n[bold]{row.name}[/]  makespan {num(row.report.makespan)}  bubble {pct(row.report.bubble_ratio)}")
+                out.print(
+                    f"\n[bold]{row.name}[/]  makespan {num(row.report.makespan)}  bubble {share(row.report.bubble_ratio, row.report.makespan)}"
+                )
                 print_timeline(out, row.schedule, row.timeline, args.width)
     return 0

@@ -19,7 +19,7 @@ from ..options import (
     refuse_costs_none_use,
     schedule_from,
 )
-from ..output import console, emit_json, num, pct
+from ..output import console, emit_json, num, pct, share
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing
 if TYPE_CHECKING:
@@ -172,15 +172,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     out = console()
     out.print(f"[bold]{s.name}[/]  pp={s.pp}  M={s.microbatches}  placement={s.placement.kind}  costs: {costs.describe()}")
+    span = rep.makespan
     out.print(
-        f"makespan {num(rep.makespan)}   bubble {pct(rep.bubble_ratio)}   span bubble {pct(rep.span_bubble_ratio)}   "
-        f"steady-state utilization {pct(rep.steady_state_utilization)}   min rank utilization {pct(min(rep.utilization))}\n"
+        f"makespan {num(span)}   bubble {share(rep.bubble_ratio, span)}   span bubble {share(rep.span_bubble_ratio, span)}   "
+        f"steady-state utilization {pct(rep.steady_state_utilization)}   min rank utilization {share(min(rep.utilization), span)}\n"
         f"peak activations {rep.peak_activations} (chunks)   parameters {rep.parameter_copies:g}x"
     )
-    out.print(busy.describe(tl.start))
+    # with no time there is no moment for a rank to idle in, nor to be busy in
+    out.print(busy.describe(tl.start) if span > 0 else "no rank idles: n/a (every item takes no time)")
     if rep.compute_utilization is not None:
         out.print(
-            f"compute utilization {pct(sum(rep.compute_utilization) / s.pp)} (mean; min {pct(min(rep.compute_utilization))})   "
+            f"compute utilization {share(sum(rep.compute_utilization) / s.pp, span)} (mean; min {share(min(rep.compute_utilization), span)})   "
             f"steady state {pct(rep.steady_state_compute_utilization)}   exposed communication {num(max(rep.exposed_comm))} (worst rank)"
         )
     if mem:
