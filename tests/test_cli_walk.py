@@ -270,3 +270,12 @@ def test_zero_costs_leave_no_time_to_share_and_say_so(capsys):
     code, out, err = _run(capsys, "simulate", "-s", "1f1b", "--f", 0, "--b", 0, "--w", 0, "--comm", 1, "--no-timeline")
     assert code == 0, err
     assert "bubble 100.0%" in out and "min rank utilization 0.0%" in out, out
+
+
+@pytest.mark.parametrize("text", ["4,,8", "4,8,", ",4", ","])
+def test_a_sweep_range_with_an_empty_item_is_refused(capsys, tmp_path, text):
+    # 4,,8 ran 4 and 8, the empty item dropped unsaid
+    code, out, err = _run(capsys, "sweep", "-m", text, "--schedules", "1f1b", "-o", tmp_path / "s.csv")
+    _one_line(code, out, err)
+    assert f"--microbatches {text!r}: an empty item" in err, err
+    assert list(tmp_path.iterdir()) == []

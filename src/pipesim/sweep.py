@@ -48,8 +48,11 @@ def parse_range(text: str, flag: str = "--microbatches") -> list[int]:
 
     text = text.strip()
     if "," in text:
-        given = [whole(p.strip()) for p in text.split(",") if p.strip()]
-        if not given or len(given) > MAX_POINTS:
+        parts = [p.strip() for p in text.split(",")]
+        if "" in parts:  # 4,,8 or 4,8, : a value left out, not one to drop unsaid
+            raise PipesimError(f"{flag} {text!r}: an empty item (two commas together, or one at an end); give values like 4,8,16")
+        given = [whole(p) for p in parts]
+        if len(given) > MAX_POINTS:
             raise PipesimError(f"{flag} {text!r}: give from 1 to {MAX_POINTS:,} values")
         # a value typed twice is a slip for another one (4,8,4 for 4,8,16): "exactly these"
         # cannot say which was meant, so it is named rather than silently dropped
