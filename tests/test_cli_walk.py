@@ -279,3 +279,20 @@ def test_a_sweep_range_with_an_empty_item_is_refused(capsys, tmp_path, text):
     _one_line(code, out, err)
     assert f"--microbatches {text!r}: an empty item" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_refuses_pair_and_bw_costs_its_schedules_never_use(capsys, tmp_path):
+    # as simulate, draw, compare and report refuse them
+    for argv, said in (
+        (["--schedules", "1f1b,zb-h1", "--pair", 3], "--pair prices overlapped F&B pairs, and 1f1b, zb-h1 run none"),
+        (["--schedules", "zb-h1", "--bw", 3], "--bw prices fused backwards (BW), and zb-h1 runs none"),
+    ):
+        code, out, err = _run(capsys, "sweep", *argv, "--pp", 2, "-m", "4,8", "-o", tmp_path / "s.csv")
+        _one_line(code, out, err)
+        assert said in err, argv
+    assert list(tmp_path.iterdir()) == []
+    # where one swept schedule runs them, they price it
+    code, out, err = _run(
+        capsys, "sweep", "--schedules", "1f1b,1f1b-overlap", "--pair", 3, "--pp", 2, "-m", "4,8", "-o", tmp_path / "s.csv"
+    )
+    assert code == 0, err

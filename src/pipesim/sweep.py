@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import PipesimError
@@ -130,11 +130,13 @@ def run_sweep(
     options: dict | None = None,
     costs_per: str = "chunk",
     files: dict[str, Schedule] | None = None,
+    look: Callable[[Schedule], object] | None = None,
 ) -> tuple[list[Point], list[Skip]]:
     """Build, simulate and summarize every schedule at every M; the points that ran and
     the (schedule, M) that could not, with why. Unknown names are an error. ``costs_per``
     as in ``costs.chunk_costs``. A name in ``files`` is a schedule file, as read: one
-    point, at its own M (its order is fixed; a sweep cannot rebuild it at another)."""
+    point, at its own M (its order is fixed; a sweep cannot rebuild it at another).
+    ``look`` is called on each schedule simulated (only one is held at a time)."""
     from .costs import chunk_costs
     from .metrics import summarize
     from .schedules import build, family
@@ -153,6 +155,8 @@ def run_sweep(
             if isinstance(s, PipesimError):
                 skips.append(Skip(name, M, str(s)))
                 continue
+            if look:
+                look(s)
             rep = summarize(s, simulate(s, chunk_costs(costs, s, costs_per)))
             points.append(
                 Point(

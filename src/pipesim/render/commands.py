@@ -21,6 +21,7 @@ from ..options import (
     add_shape,
     cost_flags_given,
     costs_from,
+    costs_run,
     list_options,
     list_work,
     listed_files,
@@ -29,6 +30,7 @@ from ..options import (
     options_for,
     positive_int,
     refuse_costs_none_use,
+    refuse_costs_unused,
     refuse_options_none_take,
     schedule_from,
     schedule_names,
@@ -287,7 +289,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.csv:
         output_extension(args.csv, (".csv",), ".csv", flag="--csv")
     costs = costs_from(args)
-    points, skips = run_sweep(names, pp, Ms, costs, list_options(args), args.costs_per, files)
+    used: set[str] = set()  # what the swept schedules run, for --pair and --bw
+    points, skips = run_sweep(
+        names, pp, Ms, costs, list_options(args), args.costs_per, files, look=lambda s: used.update(costs_run(s))
+    )
+    if points:
+        refuse_costs_unused(args, used, names)
     notes = skip_lines(skips) + (_outside(files, Ms) if built else [])  # files alone: no range to be outside of
     if not points:
         raise PipesimError(f"no schedule of {', '.join(names)} can take pp={pp} with M in {Ms}: " + "; ".join(notes))
