@@ -28,6 +28,7 @@ from pathlib import Path
 from .errors import PipesimError
 from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, shorten, work
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
+from .schedule_checks import schedule_arg
 
 #: Version of every JSON document pipesim writes (schedule files, --json output, plans,
 #: traces' otherData). It changes when a key is removed or changes meaning; new keys
@@ -264,7 +265,8 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
 
 
 def save_schedule(schedule: Schedule, path: str | os.PathLike) -> None:
-    write_json(path, schedule_document(schedule))
+    """``schedule`` as a schedule file at ``path`` (what ``load_schedule`` reads)."""
+    write_json(path, schedule_document(schedule_arg(schedule, "pipesim.files.save_schedule")))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

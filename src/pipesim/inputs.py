@@ -228,6 +228,8 @@ def check_file(path: str | os.PathLike, what: str, limit: int = MAX_FILE_BYTES) 
     """The name of ``path`` once it is known to be a regular file (a symlink is
     followed) of at most ``limit`` bytes. Devices, FIFOs and folders are refused before
     anything is read from them: a FIFO blocks, and ``/dev/zero`` never ends."""
+    if not isinstance(path, (str, os.PathLike)):  # os.fspath's TypeError named no file kind
+        raise PipesimError(f"{what}: expected a path (a str or a pathlib.Path), got {shorten(path)} ({type(path).__name__})")
     name = os.fspath(path)
     if name == "":
         raise PipesimError(f"{what}: the file name is empty; give a path")

@@ -18,6 +18,7 @@ import numpy as np
 
 from .errors import PipesimError
 from .inputs import MAX_COUNT, integer, number, shorten, work
+from .schedule_checks import check_columns, check_placement, check_schedule, item_problem
 
 KINDS = ("F", "B", "W", "BW")
 
@@ -81,6 +82,7 @@ class Placement:
     _stage: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_placement(self)  # made by hand, as a file's is
         stage = {}
         for ri, route in enumerate(self.routes):
             if len(route) != len(self.routes[0]):
@@ -272,6 +274,17 @@ class RankTable(Sequence):
         mb2: list[int] = []
         offsets = [0]
         paired = False
+        try:
+            paired = cls._columns(ranks, code, kind, chunk, mb, kind2, chunk2, mb2, offsets)
+        except (AttributeError, KeyError, TypeError):  # not an item: say which, not where it broke
+            raise item_problem(ranks) from None
+        cols = check_columns(ranks, kind, chunk, mb, kind2, chunk2, mb2)
+        return cls(offsets, *cols) if paired else cls(offsets, *cols[:3])
+
+    @staticmethod
+    def _columns(ranks, code, kind, chunk, mb, kind2, chunk2, mb2, offsets) -> bool:
+        """Fill the column lists from per-rank items; whether any item is a pair."""
+        paired = False
         for items in ranks:
             items = items if isinstance(items, (tuple, list)) else tuple(items)
             n = len(items)
@@ -290,9 +303,7 @@ class RankTable(Sequence):
             chunk += [op.chunk for op in items]
             mb += [op.mb for op in items]
             offsets.append(len(kind))
-        if not paired:
-            return cls(offsets, kind, chunk, mb)
-        return cls(offsets, kind, chunk, mb, kind2, chunk2, mb2)
+        return paired
 
     @classmethod
     def stack(cls, rows: Sequence[tuple[np.ndarray, ...]]) -> RankTable:
@@ -395,6 +406,7 @@ class Schedule:
     _table: list = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_schedule(self)  # made by hand, as a file's is
         if len(self.ranks) != self.pp:
             raise PipesimError(f"schedule has {len(self.ranks)} rank lists, expected pp={self.pp}")
 
@@ -451,6 +463,8 @@ _OP_RE = re.compile(r"^(BW|F|B|W)(\d+)\.(\d+)$")
 
 
 def parse_op(text: str) -> Op:
+    if not isinstance(text, str):
+        raise PipesimError(f"cannot read op {shorten(text)}: expected a string such as F0.3, B1.2, W0.0 or BW1.5")
     m = _OP_RE.match(text.strip())
     if not m:
         raise PipesimError(f"cannot read op {text!r}: expected KIND CHUNK.MICROBATCH such as F0.3, B1.2, W0.0 or BW1.5")
@@ -461,9 +475,9 @@ def parse_op(text: str) -> Op:
 
 def parse_item(text: str) -> Item:
     """Parse ``F0.3`` or a pair ``F1.6&BW0.0``."""
-    if "&" in text:
+    if isinstance(text, str) and "&" in text:
         parts = text.split("&")
-        if len(parts) != 2:
+        if len(parts) != 2 or not all(p.strip() for p in parts):
             raise PipesimError(f"cannot read pair {text!r}: a pair joins exactly two ops, like F1.6&BW0.0")
         f, b = parse_op(parts[0]), parse_op(parts[1])
         if f.kind != "F" or b.kind not in ("B", "BW"):

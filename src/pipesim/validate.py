@@ -20,10 +20,12 @@ from collections import Counter, deque
 from .deps import Key, key_str, needs, produces
 from .errors import DeadlockError, PipesimError
 from .ir import Item, Op, Schedule, ops_of
+from .schedule_checks import schedule_arg
 
 
 def validate(schedule: Schedule) -> Schedule:
     """Raise PipesimError (DeadlockError for an order that cannot run) or return the schedule."""
+    _ = schedule_arg(schedule, "pipesim.validate").table  # its items are Ops and Pairs (RankTable.of checks them)
     check_structure(schedule)
     execution_order(schedule)
     return schedule

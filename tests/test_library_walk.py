@@ -1,0 +1,89 @@
+"""What a user of pipesim as a library met calling its public names with odd values:
+an AttributeError, IndexError or KeyError deep inside, or an answer that was wrong and
+said nothing. Each call now gets pipesim's own error (a ValueError) naming the value and
+what would be accepted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import pipesim
+from pipesim import Costs, Op, Pair, PipesimError, Placement, Schedule, build, parse_item, simulate, summarize, validate
+from pipesim.files import load_schedule, save_schedule
+from pipesim.ir import parse_rank
+
+
+def _one(ranks: list[str], M: int = 1, placement: Placement | None = None, name: str = "hand") -> Schedule:
+    pp = len(ranks)
+    return Schedule(name, pp, M, placement or Placement.flat(pp, M), tuple(parse_rank(r) for r in ranks))
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda: Schedule("x", 0, 1, Placement.flat(1, 1), ()), "x schedule pp must be a whole number from 1 to 100,000, got 0"),
+        (
+            lambda: Schedule("x", True, 1, Placement.flat(1, 1), (parse_rank("F0.0 BW0.0"),)),
+            "pp must be a whole number .* got true",
+        ),
+        (
+            lambda: Schedule("x", 1, 1.5, Placement.flat(1, 1), (parse_rank("F0.0 BW0.0"),)),
+            "microbatches must be a whole number .* got 1.5",
+        ),
+        (lambda: Schedule(None, 1, 1, Placement.flat(1, 1), (parse_rank("F0.0 BW0.0"),)), "name must be a string, got None"),
+        (lambda: Schedule("x", 1, 1, None, (parse_rank("F0.0 BW0.0"),)), "placement must be a pipesim.Placement"),
+        (lambda: _one(["F0.0 BW0.0", "F0.0 BW0.0"], placement=Placement.flat(3, 1)), "placement is for pp=3, M=1"),
+        (lambda: Schedule("x", 1, 1, Placement.flat(1, 1), "F0.0 BW0.0"), "ranks must be one list of items per rank"),
+        (lambda: Placement.flat(0, 1), "placement pp must be a whole number from 1"),
+        (lambda: Placement.flat(2, 0), "at least one micro-batch"),
+    ],
+)
+def test_a_hand_made_schedule_or_placement_of_odd_fields_is_refused(make, said):
+    # each ran into the engine: an IndexError (pp=0, a placement of 3 ranks for 2), a
+    # TypeError (M=1.5, pp=True), or a report named None
+    with pytest.raises(PipesimError, match=said):
+        make()
+
+
+@pytest.mark.parametrize(
+    "items, said",
+    [
+        (["F0.0", "BW0.0"], r"rank 0 item 0: expected pipesim.Op or pipesim.Pair items .* got 'F0.0' \(str\)"),
+        ([("F", 0, 0)], r"rank 0 item 0: expected pipesim.Op or pipesim.Pair"),
+        ([Op("F", 0, 0), Op("Q", 0, 0)], r"rank 0 item 1: op kind 'Q' \(str\) is not one of F, B, W, BW"),
+        ([Op("F", 0.5, 0), Op("BW", 0, 0)], r"rank 0 item 0: op F's chunk must be a whole number .* got 0.5"),
+        ([Op("F", 0, 2**32), Op("BW", 0, 0)], r"op F's mb must be a whole number"),
+        ([Pair("F0.0", "BW0.0")], r"a pair's halves must be Ops, got 'F0.0' \(str\)"),
+        (
+            [Op("F", 0, 0), Pair(Op("BW", 0, 0), Op("F", 0, 1)), Op("BW", 0, 1)],
+            r"pair BW0.0&F0.1 must be a forward then a backward",
+        ),
+    ],
+)
+def test_a_hand_made_schedules_items_that_are_not_ops_are_named(items, said):
+    # a str met AttributeError ('str' object has no attribute 'kind'), Q a KeyError; chunk
+    # 0.5 ran as chunk 0, micro-batch 2**32 wrapped to 0 in the int32 columns, and a pair
+    # of a backward then a forward ran as if it were the other way round
+    s = Schedule("x", 1, 2, Placement.flat(1, 2), (tuple(items),))
+    for call in (validate, simulate):
+        with pytest.raises(PipesimError, match=said):
+            call(s)
+
+
+def test_parse_item_says_what_it_reads():
+    for value in (None, 3):  # AttributeError / TypeError inside
+        with pytest.raises(PipesimError, match="expected a string such as F0.3"):
+            parse_item(value)
+    for text in ("F0.0&", "&BW0.0"):  # said "cannot read op ''"
+        with pytest.raises(PipesimError, match=f"cannot read pair '{text}': a pair joins exactly two ops"):
+            parse_item(text)
+
+
+def test_schedule_files_name_what_is_not_a_path_or_a_schedule(tmp_path):
+    with pytest.raises(PipesimError, match=r"schedule file: expected a path .* got None \(NoneType\)"):
+        load_schedule(None)
+    with pytest.raises(PipesimError, match="save_schedule takes a pipesim.Schedule"):
+        save_schedule(None, tmp_path / "s.json")
+    assert list(tmp_path.iterdir()) == []
