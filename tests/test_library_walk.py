@@ -20,6 +20,42 @@ def _one(ranks: list[str], M: int = 1, placement: Placement | None = None, name:
     return Schedule(name, pp, M, placement or Placement.flat(pp, M), tuple(parse_rank(r) for r in ranks))
 
 
+def test_simulate_refuses_what_is_not_a_cost_model():
+    s = build("1f1b", 2, 2)
+    for costs in (3, {"f": 1}):  # AttributeError: ... has no attribute 'p2p_time'
+        with pytest.raises(PipesimError, match=r"costs must be a cost model such as pipesim.Costs\(f=1, b=1, w=1\)"):
+            simulate(s, costs)
+
+
+@pytest.mark.parametrize(
+    "costs, said",
+    [
+        (Costs(f=math.nan), "Costs f must be a number from 0 to 1e+15, got nan"),
+        (Costs(f=math.inf), "Costs f must be a number from 0 to 1e+15, got inf"),
+        (Costs(comm=math.nan), "Costs comm must be a number"),
+        (Costs(f=(1, 1, math.nan, 1)), "Costs f must be a number"),
+        (Costs(f=1e308, b=1e308, w=1e308), "got 1e+308"),
+        (Costs(f=True), "got true"),
+        (Costs(f=None), "got None"),
+    ],
+)
+def test_simulate_refuses_costs_that_are_not_finite_numbers(costs, said):
+    # 1F1B at pp=4, M=8 with F=B=W=1 runs (M + pp - 1)(F + B + W) = 33 (Narayanan et al.
+    # 2021, section 2.2: the bubble is (pp - 1) of them); a NaN comm ran in 24, a NaN f
+    # gave a NaN makespan beside a 0.0 bubble, 1e308 an inf makespan and a NaN bubble
+    s = build("1f1b", 4, 8)
+    assert summarize(s, simulate(s, Costs())).makespan == 33
+    with pytest.raises(PipesimError, match=said.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        simulate(s, costs)
+
+
+def test_simulate_refuses_a_per_stage_list_of_another_length():
+    # five values for 1F1B's four stages ran with the fifth unseen
+    s = build("1f1b", 4, 8)
+    with pytest.raises(PipesimError, match="--f lists 5 values, but 1f1b has 4 stages"):
+        simulate(s, Costs(f=(1, 2, 3, 4, 5)))
+
+
 @pytest.mark.parametrize(
     "make, said",
     [

@@ -14,7 +14,10 @@ import numpy as np
 
 from .costs import CostModel, Costs
 from .engine import Program, compile, edge_latency, op_of, run
+from .errors import PipesimError
+from .inputs import MAX_VALUE, number
 from .ir import Schedule
+from .schedule_checks import schedule_arg, shown
 from .timeline import Timeline, Transfer
 
 __all__ = ["Program", "compile", "simulate"]
@@ -22,10 +25,15 @@ __all__ = ["Program", "compile", "simulate"]
 
 def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Timeline:
     """Simulate ``schedule`` (or a compiled ``Program``) under ``costs`` (default:
-    F = B = W = 1, no communication)."""
-    program = schedule if isinstance(schedule, Program) else compile(schedule)
-    costs = costs if costs is not None else Costs()
+    F = B = W = 1, no communication). Costs that are not finite numbers from 0 to
+    ``MAX_VALUE``, or whose sums pass the largest float, are refused."""
+    program = schedule if isinstance(schedule, Program) else compile(schedule_arg(schedule, "pipesim.simulate"))
+    costs = check_costs(costs if costs is not None else Costs(), program.schedule)
     start, end = run(program, costs)
+    if not (np.isfinite(end).all() and np.isfinite(start).all()):  # a cost model of this module's own making past MAX_VALUE
+        raise PipesimError(
+            f"simulating {program.schedule.name} under {costs.describe()} gives times past the largest float; use smaller costs"
+        )
     inside = getattr(costs, "inside", None)  # cost models that see inside an op
     ids, insides = None, ()
     if inside is not None:
@@ -40,6 +48,25 @@ def simulate(schedule: Schedule | Program, costs: CostModel | None = None) -> Ti
         insides,
         lambda: transfers(program, end, edge_latency(program, costs)),
     )
+
+
+def check_costs(costs: CostModel, schedule: Schedule) -> CostModel:
+    """``costs`` when it is a cost model whose numbers are finite, from 0 to ``MAX_VALUE``
+    (the CLI's bound: MAX_OPS of them still sum to a finite float), and, per stage, one a
+    stage. A NaN comm was dropped by the engine's max() (1f1b ran in 24 where comm=0
+    gives 33), a NaN or an inf f made a NaN makespan and bubble, and a list of five
+    per-stage costs for four stages ran with the fifth unseen."""
+    if not all(callable(getattr(costs, m, None)) for m in ("op_time", "pair_time", "p2p_time")):
+        raise PipesimError(
+            f"pipesim.simulate's costs must be a cost model such as pipesim.Costs(f=1, b=1, w=1), got {shown(costs)}"
+        )
+    if isinstance(costs, Costs):
+        for name in ("f", "b", "w", "bw", "comm", "pair"):
+            v = getattr(costs, name)
+            for x in () if v is None and name in ("bw", "pair") else v if isinstance(v, tuple) else (v,):
+                number(x, f"Costs {name}", 0, MAX_VALUE)
+        costs.check_stages(schedule.placement.stages, schedule.name)
+    return costs
 
 
 def transfers(program: Program, end: np.ndarray, lat: np.ndarray) -> tuple[Transfer, ...]:
