@@ -20,6 +20,16 @@ def _one(ranks: list[str], M: int = 1, placement: Placement | None = None, name:
     return Schedule(name, pp, M, placement or Placement.flat(pp, M), tuple(parse_rank(r) for r in ranks))
 
 
+@pytest.mark.parametrize("call", [pipesim.validate, pipesim.simulate, lambda s: pipesim.summarize(s, None)])
+@pytest.mark.parametrize("value", [None, "1f1b", {"pp": 1}])
+def test_a_public_function_given_no_schedule_says_what_it_takes(call, value):
+    # each met an AttributeError ('str' object has no attribute 'placement')
+    with pytest.raises(PipesimError, match="takes a pipesim.Schedule") as e:
+        call(value)
+    if value == "1f1b":
+        assert "pipesim.build('1f1b', pp, microbatches)" in str(e.value)
+
+
 def test_simulate_refuses_what_is_not_a_cost_model():
     s = build("1f1b", 2, 2)
     for costs in (3, {"f": 1}):  # AttributeError: ... has no attribute 'p2p_time'
@@ -54,6 +64,19 @@ def test_simulate_refuses_a_per_stage_list_of_another_length():
     s = build("1f1b", 4, 8)
     with pytest.raises(PipesimError, match="--f lists 5 values, but 1f1b has 4 stages"):
         simulate(s, Costs(f=(1, 2, 3, 4, 5)))
+
+
+def test_summarize_refuses_another_schedules_timeline():
+    # gpipe's report came out with 1F1B's makespan under gpipe's name, unsaid
+    one = build("1f1b", 4, 8)
+    tl = simulate(one)
+    for other in (build("gpipe", 4, 8), build("1f1b", 4, 4), build("1f1b", 2, 8)):
+        with pytest.raises(PipesimError, match=f"not a run of this {other.name} schedule"):
+            summarize(other, tl)
+    with pytest.raises(PipesimError, match="takes the Timeline that pipesim.simulate returns, got a Schedule"):
+        summarize(one, one)
+    # the same schedule built again (another table of the same items) is its run
+    assert summarize(build("1f1b", 4, 8), tl).makespan == 33
 
 
 @pytest.mark.parametrize(
@@ -123,3 +146,18 @@ def test_schedule_files_name_what_is_not_a_path_or_a_schedule(tmp_path):
     with pytest.raises(PipesimError, match="save_schedule takes a pipesim.Schedule"):
         save_schedule(None, tmp_path / "s.json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_library_examples_of_the_docs_run(capsys):
+    # docs/files-and-limits.md's "As a library" block and the package docstring's: run as
+    # written, each gives a bubble share (a ratio between 0 and 1)
+    import doctest
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "files-and-limits.md").read_text()
+    block = re.search(r"## As a library\n\n```python\n(.*?)```", doc, re.S).group(1)
+    exec(compile(block, "files-and-limits.md", "exec"), {})
+    assert 0 < float(capsys.readouterr().out) < 1
+    result = doctest.testmod(pipesim, extraglobs={"pipesim": pipesim})
+    assert result.attempted == 3 and result.failed == 0  # import, build, summarize

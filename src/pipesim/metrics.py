@@ -20,6 +20,10 @@ Names and definitions follow the design (and the CLI's JSON):
   time its communication runs while its compute stream is idle, and
   ``steady_state_compute_utilization``, the compute stream's share of the steady state.
   Otherwise None.
+
+The shares (utilizations and bubbles) are 0.0 when the makespan is 0 (every cost 0):
+there is no time to share out, and the CLI prints them as n/a (``output.share``).
+``summarize`` refuses a timeline that is not a run of the schedule it is given.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .errors import PipesimError
 from .ir import Schedule
+from .schedule_checks import schedule_arg, shown
 from .timeline import Timeline
 
 F, B, W, BW = range(4)  # indices into ir.KINDS
@@ -81,6 +87,8 @@ def rank_sums(x: np.ndarray, off: np.ndarray) -> list[float]:
 
 
 def summarize(schedule: Schedule, timeline: Timeline) -> Report:
+    """The metrics of ``timeline``, a run of ``schedule`` (simulated or measured)."""
+    _same_run(schedule_arg(schedule, "pipesim.summarize"), timeline)
     pp = timeline.pp
     t0, t1 = timeline.start, timeline.end
     makespan = t1 - t0
@@ -110,6 +118,18 @@ def summarize(schedule: Schedule, timeline: Timeline) -> Report:
         steady_state_compute_utilization=steady_state_utilization(timeline, compute_only=True) if streams else None,
         exposed_comm=[x for _, x in streams] if streams else None,
     )
+
+
+def _same_run(schedule: Schedule, timeline: Timeline) -> None:
+    """``timeline`` runs ``schedule``'s items: another schedule's timeline was summarized
+    under this one's name, M and placement, unsaid (gpipe named beside 1f1b's makespan)."""
+    if not isinstance(timeline, Timeline):
+        raise PipesimError(f"pipesim.summarize takes the Timeline that pipesim.simulate returns, got {shown(timeline)}")
+    if timeline.table is not schedule.table and (timeline.pp != schedule.pp or timeline.table != schedule.table):
+        raise PipesimError(
+            f"pipesim.summarize: the timeline is not a run of this {schedule.name} schedule (pp={schedule.pp}, "
+            f"M={schedule.microbatches}): its ranks run other items; give the schedule that was simulated"
+        )
 
 
 def _running_sum(x: np.ndarray) -> float:
