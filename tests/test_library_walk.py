@@ -161,3 +161,17 @@ def test_the_library_examples_of_the_docs_run(capsys):
     assert 0 < float(capsys.readouterr().out) < 1
     result = doctest.testmod(pipesim, extraglobs={"pipesim": pipesim})
     assert result.attempted == 3 and result.failed == 0  # import, build, summarize
+
+
+@pytest.mark.parametrize("start, end", [(math.nan, 1.0), (5.0, 1.0), (0.0, math.inf)])
+def test_summarize_refuses_a_hand_made_timeline_of_times_that_cannot_be(start, end):
+    # a NaN start gave a NaN makespan, an end before its start a makespan of -4
+    from pipesim import Event, Timeline
+
+    s = build("1f1b", 1, 1)
+    events = [[Event(0, s.ranks[0][0], start, end), Event(0, s.ranks[0][1], 6.0, 7.0)]]
+    with pytest.raises(PipesimError, match=f"rank 0's F0.0 runs from {start} to {end}: times must be finite"):
+        summarize(s, Timeline(1, events))
+    # the same events in order run 0 to 7: F then BW, no idle time
+    ok = summarize(s, Timeline(1, [[Event(0, s.ranks[0][0], 0.0, 1.0), Event(0, s.ranks[0][1], 1.0, 7.0)]]))
+    assert (ok.makespan, ok.bubble_ratio) == (7.0, 0.0)

@@ -130,6 +130,16 @@ def _same_run(schedule: Schedule, timeline: Timeline) -> None:
             f"pipesim.summarize: the timeline is not a run of this {schedule.name} schedule (pp={schedule.pp}, "
             f"M={schedule.microbatches}): its ranks run other items; give the schedule that was simulated"
         )
+    # a Timeline made by hand of events (a measured run): a NaN start made a NaN makespan,
+    # an end before its start a negative one
+    bad = np.flatnonzero(~(np.isfinite(timeline.starts) & np.isfinite(timeline.ends) & (timeline.ends >= timeline.starts)))
+    if len(bad):
+        i = int(bad[0])
+        r = int(np.searchsorted(timeline.table.offsets, i, side="right")) - 1
+        raise PipesimError(
+            f"pipesim.summarize: rank {r}'s {timeline.table.item(i)} runs from {timeline.starts[i]} to {timeline.ends[i]}: "
+            "times must be finite, each end at or after its start"
+        )
 
 
 def _running_sum(x: np.ndarray) -> float:
