@@ -175,3 +175,25 @@ def test_summarize_refuses_a_hand_made_timeline_of_times_that_cannot_be(start, e
     # the same events in order run 0 to 7: F then BW, no idle time
     ok = summarize(s, Timeline(1, [[Event(0, s.ranks[0][0], 0.0, 1.0), Event(0, s.ranks[0][1], 1.0, 7.0)]]))
     assert (ok.makespan, ok.bubble_ratio) == (7.0, 0.0)
+
+
+def test_component_costs_refuse_times_that_are_not_finite_and_stage_lists_of_another_length():
+    from pipesim.components import ComponentCosts
+    from pipesim.layer import LayerCosts
+
+    s = build("1f1b", 4, 8)
+    # a layer of attention 1 and MLP 1 in each of F, B and W: 2 + 2 + 2 per chunk, and
+    # 1F1B runs (M + pp - 1) of them (Narayanan et al. 2021, section 2.2): 11 x 6
+    assert summarize(s, simulate(s, ComponentCosts.uniform(LayerCosts()))).makespan == 66
+    for kw, said in (
+        (dict(attn_f=math.inf), r"attn-f must be a number from 0 to 1e\+15, got inf"),
+        (dict(mlp_f=True), "got true"),
+    ):
+        with pytest.raises(PipesimError, match=said):  # inf gave inf times, True ran as 1
+            LayerCosts(**kw)
+    for kw in (dict(p2p=math.nan), dict(p2p=math.inf), dict(total_sms=math.inf)):  # NaN p2p ran in 48
+        with pytest.raises(PipesimError, match="must be a number from"):
+            ComponentCosts.uniform(LayerCosts(), **kw)
+    five = ComponentCosts(tuple((LayerCosts(),) for _ in range(5)))  # the fifth stage ran unseen
+    with pytest.raises(PipesimError, match="component costs give 5 stages, but 1f1b has 4: give one, or one per stage"):
+        simulate(s, five)

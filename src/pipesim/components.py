@@ -29,6 +29,7 @@ import itertools
 from dataclasses import dataclass, field, fields
 
 from .errors import PipesimError
+from .inputs import MAX_VALUE, number
 from .ir import Item, Op, Pair
 from .layer import PRESETS, LayerCosts
 from .streams import (
@@ -125,10 +126,10 @@ class ComponentCosts:
     def __post_init__(self) -> None:
         if not self.stages or any(not s for s in self.stages):
             raise PipesimError("a component cost model needs at least one layer per stage")
+        number(self.total_sms, "--total-sms", 1, MAX_VALUE)  # an inf total made every slowdown 0
         if not 0 <= self.comm_sms < self.total_sms:
             raise PipesimError(f"--comm-sms must be >= 0 and below --total-sms={self.total_sms:g}, got {self.comm_sms:g}")
-        if self.p2p < 0:
-            raise PipesimError(f"--p2p must be >= 0, got {self.p2p}")
+        number(self.p2p, "--p2p", 0, MAX_VALUE)  # a NaN p2p was dropped by the engine's max()
 
     @classmethod
     def uniform(cls, layer: LayerCosts, layers: int = 1, **kw) -> ComponentCosts:

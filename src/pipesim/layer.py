@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .errors import PipesimError
+from .inputs import MAX_VALUE, number
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,8 @@ class LayerCosts:
         for name, v in defaults.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, v)
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if not isinstance(v, (int, float)) or v < 0 or v != v:
-                raise PipesimError(f"component time {f.name.replace('_', '-')} must be a number >= 0, got {v!r}")
+        for f in fields(self):  # finite and at most MAX_VALUE, as a flag's: inf or 1e308 made inf times
+            number(getattr(self, f.name), f"component time {f.name.replace('_', '-')}", 0, MAX_VALUE)
 
     @property
     def forward_compute(self) -> float:

@@ -66,6 +66,12 @@ def check_costs(costs: CostModel, schedule: Schedule) -> CostModel:
             for x in () if v is None and name in ("bw", "pair") else v if isinstance(v, tuple) else (v,):
                 number(x, f"Costs {name}", 0, MAX_VALUE)
         costs.check_stages(schedule.placement.stages, schedule.name)
+    stages = getattr(costs, "stages", None)  # ComponentCosts: one entry serves every stage, or one a stage
+    if isinstance(stages, tuple) and len(stages) not in (1, schedule.placement.stages):
+        raise PipesimError(
+            f"component costs give {len(stages)} stages, but {schedule.name} has {schedule.placement.stages}: "
+            "give one, or one per stage"
+        )
     return costs
 
 
