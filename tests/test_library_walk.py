@@ -199,3 +199,17 @@ def test_component_costs_refuse_times_that_are_not_finite_and_stage_lists_of_ano
     five = ComponentCosts(tuple((LayerCosts(),) for _ in range(5)))  # the fifth stage ran unseen
     with pytest.raises(PipesimError, match="component costs give 5 stages, but 1f1b has 4: give one, or one per stage"):
         simulate(s, five)
+
+
+def test_a_hand_made_timeline_of_odd_events_is_refused():
+    from pipesim import Event, Timeline
+
+    for args, said in (
+        ((2, [[]]), "a Timeline of pp=2 needs 2 lists of events, one per rank; got 1"),  # taken whole
+        ((1, [[None]]), r"rank 0 must be a list of pipesim.Event, got None \(NoneType\) among them"),  # AttributeError
+        ((1, 3), "events must be one list of pipesim.Event per rank, got 3"),  # TypeError
+        (("2",), r"Timeline pp must be a whole number from 1 to 100,000, got '2' \(str\)"),  # TypeError
+        ((1, [[Event(0, "F0.0", 0.0, 1.0)]]), r"rank 0 item 0: expected pipesim.Op or pipesim.Pair .* got 'F0.0' \(str\)"),
+    ):
+        with pytest.raises(PipesimError, match=said):
+            Timeline(*args)

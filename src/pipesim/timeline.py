@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import PipesimError
+from .inputs import MAX_RANKS
 from .ir import Item, Op, Pair, RankTable
+from .schedule_checks import shown, whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,9 @@ class Timeline:
     __slots__ = ("pp", "source", "table", "starts", "ends", "inside_id", "insides", "_events", "_transfers")
 
     def __init__(self, pp: int, events=None, transfers=(), source: str = "simulated") -> None:
-        self.pp = pp
+        self.pp = whole(pp, "Timeline pp", 1, MAX_RANKS)
         self.source = source  # "simulated" or "measured"
-        events = tuple(tuple(evs) for evs in (events or ((),) * pp))
+        events = _rank_events(events or ((),) * self.pp, self.pp)
         self._events = events
         self._transfers = tuple(transfers) if not callable(transfers) else transfers
         self.table = RankTable.of([[e.item for e in evs] for evs in events])
@@ -201,3 +204,21 @@ class Timeline:
 
     def __repr__(self) -> str:
         return f"Timeline(pp={self.pp}, {len(self.starts)} items, {self.source})"
+
+
+def _rank_events(events, pp: int) -> tuple[tuple[Event, ...], ...]:
+    """``events`` as per-rank tuples of Events, checked: a Timeline made by hand of one
+    rank list for pp=2 was taken whole, and a None among the events met an AttributeError."""
+    if isinstance(events, (str, bytes)) or not hasattr(events, "__iter__"):
+        raise PipesimError(f"a Timeline's events must be one list of pipesim.Event per rank, got {shown(events)}")
+    rows = list(events)
+    if len(rows) != pp:
+        raise PipesimError(f"a Timeline of pp={pp} needs {pp} lists of events, one per rank; got {len(rows)}")
+    for r, evs in enumerate(rows):
+        if isinstance(evs, (str, bytes)) or not hasattr(evs, "__iter__"):
+            raise PipesimError(f"a Timeline's rank {r} must be a list of pipesim.Event, got {shown(evs)}")
+        rows[r] = tuple(evs)
+        for e in rows[r]:
+            if not isinstance(e, Event):
+                raise PipesimError(f"a Timeline's rank {r} must be a list of pipesim.Event, got {shown(e)} among them")
+    return tuple(rows)
