@@ -96,7 +96,8 @@ def test_summarize_refuses_another_schedules_timeline():
         (lambda: _one(["F0.0 BW0.0", "F0.0 BW0.0"], placement=Placement.flat(3, 1)), "placement is for pp=3, M=1"),
         (lambda: Schedule("x", 1, 1, Placement.flat(1, 1), "F0.0 BW0.0"), "ranks must be one list of items per rank"),
         (lambda: Placement.flat(0, 1), "placement pp must be a whole number from 1"),
-        (lambda: Placement.flat(2, 0), "at least one micro-batch"),
+        (lambda: Placement.flat(2, 0), "placement microbatches must be a whole number from 1 to 16,000,000, got 0"),
+        (lambda: Placement("custom", 1, 1, (((0, 0),),), ()), "at least one micro-batch"),
     ],
 )
 def test_a_hand_made_schedule_or_placement_of_odd_fields_is_refused(make, said):
@@ -213,3 +214,20 @@ def test_a_hand_made_timeline_of_odd_events_is_refused():
     ):
         with pytest.raises(PipesimError, match=said):
             Timeline(*args)
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda: Placement.flat(2.0, 2), "placement pp must be a whole number from 1 to 100,000, got 2.0"),
+        (lambda: Placement.interleaved(2, 2, 2.5), "placement chunks must be a whole number .* got 2.5"),
+        (lambda: Placement.dual(2, None), r"placement microbatches must be a whole number .* got None \(NoneType\)"),
+        (lambda: Placement.flat(10**9, 1), "placement pp must be a whole number from 1 to 100,000, got 1000000000"),
+        (lambda: Placement.interleaved(100_000, 2, 1000), r"placement stages \(pp=100000 x chunks\) must be .* got 100000000"),
+    ],
+)
+def test_a_standard_placement_is_sized_before_it_is_built(make, said):
+    # a float met a TypeError in range(); pp=10**9 built a route of 10**9 positions until
+    # the process was killed for its memory
+    with pytest.raises(PipesimError, match=said):
+        make()

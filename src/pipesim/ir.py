@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import PipesimError
 from .inputs import MAX_COUNT, integer, number, shorten, work
-from .schedule_checks import check_columns, check_placement, check_schedule, item_problem
+from .schedule_checks import check_columns, check_placement, check_schedule, item_problem, placement_sizes
 
 KINDS = ("F", "B", "W", "BW")
 
@@ -150,18 +150,21 @@ class Placement:
     @classmethod
     def flat(cls, pp: int, microbatches: int) -> Placement:
         """Rank r holds stage r (GPipe, 1F1B, ZB-H1/H2)."""
+        placement_sizes(pp, microbatches)
         route = tuple((r, 0) for r in range(pp))
         return cls("flat", pp, 1, (route,), (0,) * microbatches)
 
     @classmethod
     def interleaved(cls, pp: int, microbatches: int, chunks: int) -> Placement:
         """Chunk c of rank r holds stage c*pp + r (Megatron's interleaved 1F1B)."""
+        placement_sizes(pp, microbatches, chunks)
         route = tuple((r, c) for c in range(chunks) for r in range(pp))
         return cls("interleaved", pp, chunks, (route,), (0,) * microbatches)
 
     @classmethod
     def v(cls, pp: int, microbatches: int) -> Placement:
         """Chunk 0 of rank r holds stage r, chunk 1 holds stage 2pp-1-r (ZB-V, DualPipeV)."""
+        placement_sizes(pp, microbatches, 2)
         route = tuple((r, 0) for r in range(pp)) + tuple((r, 1) for r in reversed(range(pp)))
         return cls("v", pp, 2, (route,), (0,) * microbatches)
 
@@ -170,6 +173,7 @@ class Placement:
         """Two copies of the model in opposite directions (DualPipe, Chimera): chunk 0 of
         rank r is stage r of the route entered at rank 0, chunk 1 is stage pp-1-r of the
         route entered at rank pp-1. The first half of the micro-batches takes route 0."""
+        placement_sizes(pp, microbatches, 2)
         down = tuple((r, 0) for r in range(pp))
         up = tuple((r, 1) for r in reversed(range(pp)))
         half = microbatches // 2

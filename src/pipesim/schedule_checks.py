@@ -40,6 +40,15 @@ def schedule_arg(value: object, who: str):
     raise PipesimError(f"{who} takes a pipesim.Schedule (pipesim.build or a schedule file makes one), got {shown(value)}{hint}")
 
 
+def placement_sizes(pp: object, microbatches: object, chunks: object = 1) -> None:
+    """The sizes a standard placement is built at, before its tuples are: a float met a
+    TypeError in range(), and Placement.flat(10**9, 1) filled memory until killed."""
+    pp = whole(pp, "placement pp", 1, MAX_RANKS)
+    whole(microbatches, "placement microbatches", 1, MAX_COUNT)
+    # not MAX_OPS: the planner places micro-batch counts it prices without building them
+    whole(pp * whole(chunks, "placement chunks", 1, MAX_COUNT), f"placement stages (pp={pp} x chunks)", 1, MAX_COUNT)
+
+
 def check_placement(pl) -> None:
     """No ranks, no chunks, no route or no micro-batch left the engine an IndexError."""
     whole(pl.pp, "placement pp", 1, MAX_RANKS)
