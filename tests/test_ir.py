@@ -98,3 +98,16 @@ def test_malformed_schedule_dicts(d, msg):
 def test_every_family_is_registered_with_constraints():
     for _name, fam in REGISTRY.items():
         assert fam.constraints and fam.placement in ("flat", "interleaved", "v", "dual")
+
+
+def test_a_rank_table_reads_a_rank_counted_from_the_end():
+    # ranks[-1] read the columns from offsets[-1] to offsets[0]: an empty rank, unless the
+    # rank had been read (and cached) by its positive index first. 1F1B's last stage runs
+    # each forward straight into its backward (Narayanan et al. 2021, section 2.2: no warm-up)
+    s = build("1f1b", 4, 8)
+    assert s.ranks[-1] == tuple(
+        parse_rank("F0.0 BW0.0 F0.1 BW0.1 F0.2 BW0.2 F0.3 BW0.3 F0.4 BW0.4 F0.5 BW0.5 F0.6 BW0.6 F0.7 BW0.7")
+    )
+    assert s.ranks[-4] == s.ranks[0]
+    with pytest.raises(IndexError):
+        s.ranks[4]

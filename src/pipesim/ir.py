@@ -357,6 +357,7 @@ class RankTable(Sequence):
     def __getitem__(self, r):
         if isinstance(r, slice):
             return tuple(self[i] for i in range(*r.indices(len(self))))
+        r = range(len(self))[r]  # ranks[-1] read offsets[-1]:offsets[0], an empty rank, unless cached
         row = self._rows[r]
         if row is None:
             a, b = int(self.offsets[r]), int(self.offsets[r + 1])
