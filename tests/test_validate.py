@@ -96,3 +96,21 @@ def test_one_more_problem_is_said_in_the_singular():
     # M=2 with only F0.0: no backward for 0, and micro-batch 1's forward and backward
     with pytest.raises(PipesimError, match=r"\(and 2 more problems\)$"):
         validate(flat(["F0.0"], 2))
+
+
+def test_validate_checks_on_arrays_not_by_walking_every_op(monkeypatch):
+    # the per-op walk took 5.7 s for 1F1B at pp=100, M=4000 (the engine's array check
+    # 0.1 s), so a schedule at the CLI's MAX_OPS took minutes; it now only words a refusal
+    import sys
+
+    walker = sys.modules["pipesim.validate"]
+
+    def walked(*_):
+        raise AssertionError("validate walked every op of a valid schedule")
+
+    monkeypatch.setattr(walker, "check_structure", walked)
+    monkeypatch.setattr(walker, "execution_order", walked)
+    s = build("1f1b", 4, 8)
+    assert validate(s) is s
+    with pytest.raises(DeadlockError, match="rank 0 waits at BW0.0"):  # still worded, by the engine's own walk
+        validate(flat(["F0.0 BW0.0 F0.1 BW0.1", "F0.1 F0.0 BW0.0 BW0.1"], 2))
