@@ -296,3 +296,31 @@ def test_sweep_refuses_pair_and_bw_costs_its_schedules_never_use(capsys, tmp_pat
         capsys, "sweep", "--schedules", "1f1b,1f1b-overlap", "--pair", 3, "--pp", 2, "-m", "4,8", "-o", tmp_path / "s.csv"
     )
     assert code == 0, err
+
+
+def test_a_compare_of_one_schedule_says_schedule_and_cuts(capsys):
+    # "compare of 1 schedules too large"; "zb-v cut the model ... compares them"
+    code, out, err = _run(capsys, "compare", "--schedules", "zb-v", "--pp", 64, "-m", 70000)
+    _one_line(code, out, err)
+    assert "compare of 1 schedule too large" in err, err  # 3 x 70,000 x 128 stages = 26,880,000 ops
+    code, out, err = _run(capsys, "compare", "--schedules", "zb-v", "--pp", 4, "-m", 8)
+    assert code == 0, err
+    assert "zb-v cuts the model" in out and "compares it on one model" in out, out
+    code, out, err = _run(capsys, "compare", "--schedules", "zb-v,v-half", "--pp", 4, "-m", 8)
+    assert "zb-v, v-half cut the model" in out and "compares them on one model" in out, out
+
+
+def test_a_timeline_file_of_one_rank_or_event_says_so_in_the_singular(capsys, tmp_path):
+    import json
+
+    from pipesim import build, simulate
+    from pipesim.files import timeline_to_dict
+
+    s = build("1f1b", 2, 1)
+    d = timeline_to_dict(s, simulate(s))
+    d["timeline"]["events"] = d["timeline"]["events"][:1]
+    (tmp_path / "t.json").write_text(json.dumps(d))
+    code, out, err = _run(capsys, "draw", "--measured", tmp_path / "t.json", "-o", tmp_path / "t.svg")
+    _one_line(code, out, err)
+    assert "timeline has 1 rank, the schedule pp=2" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]

@@ -450,7 +450,9 @@ def load_timeline(path: str | os.PathLike):
         raise PipesimError(f"{p}: not a timeline file; expected a schedule with a 'timeline' (pipesim profile --timeline)")
     schedule = schedule_from_dict({k: v for k, v in data.items() if k != "timeline"}, str(p), unnamed=str(p))
     if len(tl["events"]) != schedule.pp:
-        raise PipesimError(f"{p}: timeline has {len(tl['events'])} ranks, the schedule pp={schedule.pp}")
+        raise PipesimError(
+            f"{p}: timeline has {len(tl['events'])} rank{'s' * (len(tl['events']) != 1)}, the schedule pp={schedule.pp}"
+        )
     ranks = []
     try:
         for r, (row, items) in enumerate(zip(tl["events"], schedule.ranks)):
@@ -475,7 +477,9 @@ def load_timeline(path: str | os.PathLike):
                 )  # fmt: skip
                 evs.append(Event(r, item, start, end, Inside.of(parts) if parts else None))
             if len(evs) != len(items):
-                raise PipesimError(f"{p}: rank {r}: timeline has {len(evs)} events for {len(items)} items")
+                raise PipesimError(
+                    f"{p}: rank {r}: timeline has {len(evs)} event{'s' * (len(evs) != 1)} for {len(items)} item{'s' * (len(items) != 1)}"
+                )
             ranks.append(tuple(evs))
     except PipesimError:
         raise

@@ -97,7 +97,9 @@ class Placement:
                 stage[(ri, rank, chunk)] = s
         for mb, ri in enumerate(self.route_of):
             if not 0 <= ri < len(self.routes):
-                raise PipesimError(f"micro-batch {mb} takes route {ri}, but there are {len(self.routes)} routes")
+                raise PipesimError(
+                    f"micro-batch {mb} takes route {ri}, but there {'is 1 route' if len(self.routes) == 1 else f'are {len(self.routes)} routes'}"
+                )
         object.__setattr__(self, "_stage", stage)
 
     @property

@@ -168,7 +168,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # the work limit holds for the whole comparison: every schedule is built, simulated
     # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file counts the
     # ops it has)
-    list_work(pp, M, 2 * (len(names) - len(files)), files, what=f"compare of {len(names)} schedules")
+    list_work(pp, M, 2 * (len(names) - len(files)), files, what=f"compare of {len(names)} schedule{'s' * (len(names) != 1)}")
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
     rows = compare_rows(args, names, costs, priced.costs_for, files)
@@ -250,8 +250,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     halves = [r.name for r in rows if r.schedule and r.schedule.placement.stages != r.schedule.pp]
     if halves and args.costs_per == "chunk" and not priced.costs_for:
         out.print(
-            f"[dim]costs are per chunk, and {', '.join(halves)} cut the model into more, smaller chunks than 1F1B; "
-            "--costs-per stage compares them on one model[/]"
+            f"[dim]costs are per chunk, and {', '.join(halves)} {'cut' if len(halves) > 1 else 'cuts'} the model into more, "
+            f"smaller chunks than 1F1B; --costs-per stage compares {'them' if len(halves) > 1 else 'it'} on one model[/]"
         )
     if args.timelines:
         for row in rows:
