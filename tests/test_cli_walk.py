@@ -324,3 +324,16 @@ def test_a_timeline_file_of_one_rank_or_event_says_so_in_the_singular(capsys, tm
     _one_line(code, out, err)
     assert "timeline has 1 rank, the schedule pp=2" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+@pytest.mark.parametrize(
+    "command", [["compare"], ["sweep", "-o", "s.csv"], ["plan", "--model", "llama3-8b", "--cluster", "h100"]]
+)
+def test_a_schedule_list_with_an_empty_item_is_refused(capsys, tmp_path, command):
+    # 1f1b,,gpipe ran 1f1b and gpipe, the empty item dropped unsaid (as -m 4,,8 was)
+    if "-o" in command:
+        command = [*command[:-1], tmp_path / command[-1]]
+    code, out, err = _run(capsys, *command, "--schedules", "1f1b,,gpipe")
+    _one_line(code, out, err)
+    assert "--schedules '1f1b,,gpipe': an empty item" in err, err
+    assert list(tmp_path.iterdir()) == []

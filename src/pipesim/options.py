@@ -496,9 +496,14 @@ def schedule_names(text: str | None, flag: str = "--schedules") -> list[str]:
 
     if text is None:
         return list(FAMILY_OPTIONS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    parts = [n.strip() for n in text.split(",")]
+    names = [n for n in parts if n]
     if not names:
         raise PipesimError(f"{flag} {text!r} names no schedule; give comma-separated names such as 1f1b,dualpipe")
+    if len(names) != len(parts):  # 1f1b,,gpipe: a name left out, not an item to drop unsaid
+        raise PipesimError(
+            f"{flag} {text!r}: an empty item (two commas together, or one at an end); give names like 1f1b,dualpipe"
+        )
     seen: dict[str, str] = {}
     for n in names:  # the same schedule twice was built, simulated and printed twice
         # 1F1B and Schedule1F1B are 1f1b; a file is the file it names (./s.json is s.json);
