@@ -5,7 +5,8 @@ The range syntax (``--microbatches`` of ``pipesim sweep``):
 * ``8:128``: powers of two from 8 to 128 (8, 16, 32, 64, 128), the doubling that shows
   a bubble shrinking as 1/M;
 * ``8:128:8``: from 8 to 128 in steps of 8 (both ends included when the step lands there);
-* ``8,12,16``: exactly these (each once: a repeat is refused, not run twice or dropped);
+* ``8,12,16``: exactly these (each once: a repeat is refused, not run twice or dropped, and
+  so is an empty item, 4,,8);
 * ``16``: one value.
 
 A (pp, M) a schedule cannot take (DualPipe needs M >= 2pp, interleaved needs pp | M)
