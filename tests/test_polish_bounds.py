@@ -13,7 +13,7 @@ from pipesim import Costs, Placement
 from pipesim.autoschedule.blocks import block_orders, block_variants, v_half_blocks, v_min_block, zb_v_block
 from pipesim.autoschedule.evaluate import Index, asap, orders_of
 from pipesim.autoschedule.greedy import POLICIES, list_schedule
-from pipesim.autoschedule.polish import fits, makespan_key, polish, span_key, span_makespan_key
+from pipesim.autoschedule.polish import _moved_fits, _room, fits, makespan_key, polish, span_key, span_makespan_key
 from pipesim.autoschedule.problem import Problem
 
 cost = st.sampled_from([0.3, 0.5, 1.0, 1.7, 2.5])
@@ -81,6 +81,22 @@ def test_polish_keeps_an_improvement_the_plain_search_finds():
     want = plain_polish(index, start, makespan_key, window=12)
     assert makespan_key(want) < makespan_key(start)
     assert polish(index, start, makespan_key, window=12).ranks == want.ranks
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0, 1, 2]), min_size=2, max_size=40), st.sampled_from([1.0, 2.0, 3.0]), st.integers(1, 6))
+def test_a_moved_ops_fit_read_off_the_counts_is_the_full_counts(kinds, w_memory, limit):
+    """Whether an order still fits with one op moved up to six places earlier, read off
+    the order's counts (``_moved_fits``), is what counting the moved order through says
+    (``fits``), for every such move, with the whole-number changes polish reads it for."""
+    prob = Problem.of(Placement.v(2, 4), Costs(), memory_limit=limit, w_memory=w_memory)
+    index = Index(prob)
+    seq = [(kind, 0, i) for i, kind in enumerate(kinds)]
+    room = _room(index, seq)
+    for p in range(1, len(seq)):
+        for q in range(max(0, p - 6), p):
+            trial = [*seq[:q], seq[p], *seq[q:p], *seq[p + 1 :]]
+            assert _moved_fits(index, room, seq[p][0], q, p) == fits(index, trial)
 
 
 @settings(max_examples=30, deadline=None)

@@ -45,6 +45,40 @@ def fits(index: Index, seq: list[tuple[int, int, int]]) -> bool:
     return index.prob.fits(op[0] for op in seq)
 
 
+def _room(index: Index, seq: list[tuple[int, int, int]]) -> tuple[list[float], list[float], list[float]]:
+    """One rank's live activations after each op of its order (``Problem.peak_of``'s
+    count), and their running maxima from the start (from 0) and from the end: what
+    ``_moved_fits`` reads."""
+    d = index.prob.deltas
+    live, head, tail = [], [], []
+    now = top = 0.0
+    for op in seq:
+        now += d[op[0]]
+        top = now if now > top else top
+        live.append(now)
+        head.append(top)
+    top = -math.inf
+    for now in reversed(live):
+        top = now if now > top else top
+        tail.append(top)
+    tail.reverse()
+    return live, head, tail
+
+
+def _moved_fits(index: Index, room: tuple[list[float], list[float], list[float]], op: int, q: int, p: int) -> bool:
+    """``fits`` of the order ``room`` counts with its op at ``p`` (of kind ``op``) moved to
+    ``q`` < ``p``: the ops before q and after p hold what they held, the moved op and
+    those it passed its change more. Read off ``_room`` in a few steps, not counted over
+    the whole order again at each of a search's thousands of trials; the same sums where
+    every change is a whole number of activations (exact in any order), as ``polish``
+    uses it."""
+    live, head, tail = room
+    before = live[q - 1] if q else 0.0
+    shifted = max(before, *live[q:p]) + index.prob.deltas[op]
+    peak = max(head[q - 1] if q else 0.0, shifted, tail[p + 1] if p + 1 < len(live) else -math.inf)
+    return peak <= index.prob.memory_limit + 1e-9
+
+
 def _fed_by(index: Index, rank: int, op: tuple[int, int, int], ops: list[tuple[int, int, int]]) -> bool:
     """Is ``op``'s input (the W's B, the previous stage's F, the next stage's B or, at the
     last stage, the F) among ``ops`` of ``rank``?"""
@@ -75,6 +109,11 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
     rest = [rest_of(index, seq, r) for r, seq in enumerate(orders)] if cap < math.inf else None
     # and (makespan first) each op's longest path to the end
     tails = tails_of(index, base[0]) if cap < math.inf and not spans else None
+    # with whole-number changes (the V searches' unit memory) a trial's fit is read off
+    # each rank's counts (``_moved_fits``), remade only when a move is kept
+    prob = index.prob
+    whole = prob.memory_limit is not None and all(float(x).is_integer() for x in prob.deltas)
+    rooms = [_room(index, seq) for seq in orders] if whole else None
     evals = 0
     improved = True
     while improved and evals < budget:
@@ -91,7 +130,7 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
                     if evals >= budget:
                         break
                     trial = seq[:q] + [op] + seq[q:p] + seq[p + 1 :]
-                    if not fits(index, trial):
+                    if not (_moved_fits(index, rooms[r], op[0], q, p) if rooms is not None else fits(index, trial)):
                         continue
                     evals += 1
                     if _fed_by(index, r, op, seq[q:p]):
@@ -108,6 +147,8 @@ def polish(index: Index, plan: Plan, key: Key, window: int, shift: int = 6, budg
                         k = key(got[0])
                         if k < best_key:
                             (best, _), base, best_key, seq = got, got, k, trial
+                            if rooms is not None:
+                                rooms[r] = _room(index, trial)
                             cap = best_key[0] + _CAP_MARGIN if cap < math.inf else cap
                             if rest is not None:
                                 rest[r] = rest_of(index, trial, r)
