@@ -21,6 +21,13 @@ PerStage = float | Sequence[float]
 
 def at_stage(v: PerStage, stage: int, what: str) -> float:
     """``v`` at ``stage``: one number serves every stage, a sequence gives one per stage."""
+    # the planner's memory and cost models hold tuples of plain floats, read about a
+    # million times a search: those are answered without the general checks below
+    # (the same float: ``float`` of a float is itself)
+    if type(v) is tuple and 0 <= stage < len(v):
+        x = v[stage]
+        if type(x) is float:
+            return x
     if isinstance(v, (int, float)):
         return float(v)
     if stage >= len(v):

@@ -64,15 +64,17 @@ def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[lis
     """Per rank, the summed time of its items, and of its lone W items among them
     (``times``: item times of this cost model already known, and filled in)."""
     times = {} if times is None else times
+    known = times.get  # one look-up a key: the search sums hundreds of thousands
     busy, w = [], []
     for rank in counts:
         total = weights = 0.0
         for key, n in rank.items():
-            if key not in times:
-                times[key] = item_time(key, costs)
-            total += n * times[key]
+            x = known(key)
+            if x is None:
+                x = times[key] = item_time(key, costs)
+            total += n * x
             if key[0] == "W":
-                weights += n * times[key]
+                weights += n * x
         busy.append(total)
         w.append(weights)
     return busy, w
@@ -101,28 +103,35 @@ def work_floor(shapes: list[Shape], k: float, costs, times: dict, floors: dict) 
     overlapped pairs: a pair costs at least its two ops' compute (``compute_floor``),
     lone items their exact times (``times``: this cost model's, filled in); None when
     the order has no pairs (then the exact sums cost no more) or the model is not
-    componentwise. ``floors`` keeps compute floors per (kind, stage)."""
+    componentwise. ``floors`` keeps compute floors per (kind, stage), and per pair key the
+    sum of its two."""
     first, last = shapes[0].counts, shapes[-1].counts
     if not any(key[0] == "pair" for rank in last for key in rank):
         return None
     busy, w = [], []
+    known = times.get  # one look-up a key: the search sums hundreds of thousands
     for c1, c2 in zip(first, last):
         total = weights = 0.0
         for key in [*c2, *(x for x in c1 if x not in c2)]:
-            n = affine(c1.get(key, 0), c2.get(key, 0), k)
+            a = c1.get(key, 0)
+            n = a + k * (c2.get(key, 0) - a)  # ``affine``, written out: called for every key
             if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
-                for part in (("F", key[2]), (key[1], key[3])):
-                    if part not in floors:
-                        floors[part] = compute_floor(costs, *part)
-                    if floors[part] is None:
-                        return None
-                total += n * (floors["F", key[2]] + floors[key[1], key[3]])
+                pair = floors.get(key)  # its two ops' floors summed, kept beside them
+                if pair is None:
+                    for part in (("F", key[2]), (key[1], key[3])):
+                        if part not in floors:
+                            floors[part] = compute_floor(costs, *part)
+                        if floors[part] is None:
+                            return None
+                    pair = floors[key] = floors["F", key[2]] + floors[key[1], key[3]]
+                total += n * pair
                 continue
-            if key not in times:
-                times[key] = item_time(key, costs)
-            total += n * times[key]
+            x = known(key)
+            if x is None:
+                x = times[key] = item_time(key, costs)
+            total += n * x
             if key[0] == "W":
-                weights += n * times[key]
+                weights += n * x
         busy.append(total * (1 - SLACK))
         w.append(weights * (1 + SLACK))
     return busy, w
@@ -166,7 +175,8 @@ def pipeline_bound(
     op alone: a pair runs each of its ops' parts in sequence at no more than full rate.
     ``ends``: ``fill_drain`` of the placement, where the caller keeps it."""
     fill, drain = ends or fill_drain(pl, costs, passes)
-    return max(fill[r] + busy[r] + max(0.0, drain[r] - w[r]) for r in range(pl.pp) if fill[r] < math.inf)
+    # max(0.0, x) written out: this runs for every rank of every bound
+    return max(f + b + (d - x if d - x > 0.0 else 0.0) for f, b, d, x in zip(fill, busy, drain, w) if f < math.inf)
 
 
 def fill_drain(pl: Placement, costs, passes: tuple | None = None) -> tuple[list[float], list[float]]:
