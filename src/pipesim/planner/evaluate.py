@@ -11,7 +11,7 @@ the loss's transient and logits, each its own receive buffers and FSDP pools."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import PipesimError
 from ..ir import Op
@@ -108,7 +108,8 @@ def builder_options(cand: Candidate, costs, mm, room: float, stages: int, pendin
     if not set(COST_OPTIONS) <= takes.keys():
         return opts
     for k in COST_OPTIONS:
-        opts[k] = tuple(costs.op_time(Op(k.upper(), 0, 0), s) for s in range(stages))
+        op = Op(k.upper(), 0, 0)  # made once: a frozen dataclass costs a microsecond to make
+        opts[k] = tuple(costs.op_time(op, s) for s in range(stages))
     if "comm" in takes:
         opts["comm"] = costs.p2p_time(0, 1)
     # zb-auto counts in the bytes of one activation and a B that adds memory
@@ -173,9 +174,8 @@ def prepare(
     if stages > most_stages(m.layers, t.stage_split):
         return Result(cand, False, f"needs {stages} stages, the model has {m.layers} layers")
     tried = []
-    held = shared.placement(pl)[0]
     for evened in splits:
-        model = shared.cost_model(lay, stages, cand.recompute, held, evened)
+        model = shared.cost_model(lay, stages, cand.recompute, pl, evened)
         if model[0] in tried:
             continue  # the same split: the same verdict
         tried.append(model[0])
@@ -249,7 +249,7 @@ def _within_memory(
     ones = kept(  # the same for every schedule of this placement and cost model
         memo,
         ("one", runs),
-        lambda: [statics[r] + max((mm.activation_bytes(x) for x in held), default=0.0) for r, held in enumerate(runs)],
+        lambda: [statics[r] + max(map(mm.activation_bytes, held), default=0.0) for r, held in enumerate(runs)],
     )
     r = over(ones, budgets)
     if r is not None:  # every rank holds at least one forward's activation
@@ -282,7 +282,7 @@ def _within_memory(
                 for key in keys - times.keys():
                     times[key] = item_time(key, costs)
             longest = tuple(max((times[key] for key in keys), default=0.0) if keys else None for keys in pairs)
-            return replace(step_sync_of().ordered(paired, last, longest), extra=tied).before
+            return step_sync_of().ordered(paired, last, longest).changed(extra=tied).before
     else:
         floor = None
         paired = (False,) * lay.pp  # orders without overlapped pairs (``unpaired_work``)
@@ -309,7 +309,7 @@ def _within_memory(
     tied = tied_embedding_sync(m, c, t, lay)
 
     def step_of() -> StepSync:
-        return replace(step_sync_of().ordered(paired, last), extra=tied)
+        return step_sync_of().ordered(paired, last).changed(extra=tied)
 
     # the sync is worked out when first asked (the bound's pricing, or the simulation):
     # most candidates of a wide search never reach the front of its queue, and their

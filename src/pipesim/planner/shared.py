@@ -39,8 +39,9 @@ class Shared:
         self.priced: OrderedDict[tuple, tuple] = OrderedDict()  # per split, its cost and memory models: the last 1024 kept
         self.roomiest: dict[tuple, float] = {}  # the most a rank can fill, per (layout, recomputation)
         self.held: dict[tuple, LayoutHeld] = {}  # what every rank holds back alike, per (layout, recomputation)
-        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages, routes_key)
+        self.placements: dict[int, tuple] = {}  # id -> (placement, its held stages, its ranks' stages, routes_key, held number)
         self.routes: dict[tuple, int] = {}  # (routes, route_of) -> its routes_key
+        self.helds: dict[tuple, int] = {}  # held stages -> a number for them (``cost_model``'s keys)
         self.orders: dict[tuple, tuple] = {}  # (family, pp, M, options) -> the order's grad_reduction.order_ends
 
     def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
@@ -60,7 +61,9 @@ class Shared:
         hit = self.placements.get(id(pl))
         if hit is None:
             routes = self.routes.setdefault((pl.routes, pl.route_of), len(self.routes))
-            hit = self.placements[id(pl)] = (pl, pl.held(), tuple(map(frozenset, rank_stages(pl))), routes)
+            held = pl.held()
+            number = self.helds.setdefault(held, len(self.helds))
+            hit = self.placements[id(pl)] = (pl, held, tuple(map(frozenset, rank_stages(pl))), routes, number)
         return hit
 
     def most_usable(self, lay: Layout, recompute: str) -> float:
@@ -82,21 +85,24 @@ class Shared:
         """A built schedule's shape."""
         return self.programs.shape(name, pp, M, options)
 
-    def cost_model(self, lay: Layout, stages: int, recompute: str, held: tuple, even_out: bool = True):
+    def cost_model(self, lay: Layout, stages: int, recompute: str, pl, even_out: bool = True):
         """The candidate's stage split, component costs, memory model and per rank static
-        bytes; candidates of one layout and placement (``held``: the model stages each
-        rank holds, which the split balances) share them (the last 1024 kept: remade, one
+        bytes; candidates of one layout and placement (``pl``: the model stages each of
+        its ranks holds, ``Placement.held``, which the split balances) share them (the last 1024 kept: remade, one
         loses what its candidates worked out of it, its usable memory and step sync; 16
         kept made Qwen3-235B-A22B on h800-2048 remake 285 of 5954, 1024 kept 76, for
         7 MB more at the peak). The split with and without evening out the
-        ranks is often the same: then so is the rest."""
+        ranks is often the same: then so is the rest. Kept by a number for the held
+        stages (``_placement``), not the stages themselves: a tuple of a tuple a rank,
+        which Python hashes anew at every look-up (about 1.7 us at pp32)."""
+        _, held, _, _, number = self._placement(pl)
 
         def make():
-            key = (lay, stages, recompute, held, even_out)
+            key = (lay, stages, recompute, number, even_out)
             parts = self.splits.get(key)
             if parts is None:
                 parts = self.splits[key] = stage_parts(self.m, self.c, self.t, lay, stages, recompute, held, even_out)
-            other = self.costs.get((lay, stages, recompute, held, not even_out))
+            other = self.costs.get((lay, stages, recompute, number, not even_out))
             if other is not None and other[0] == parts:
                 return other
             costs, mm, split_memo = self._priced(lay, stages, recompute, parts)
@@ -108,7 +114,7 @@ class Shared:
 
         if self.exhaustive:
             return make()
-        key = (lay, stages, recompute, held, even_out)
+        key = (lay, stages, recompute, number, even_out)
         hit = self.costs.get(key)
         if hit is None:
             hit = self.costs[key] = make()
