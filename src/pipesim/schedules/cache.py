@@ -164,7 +164,8 @@ def load(name: str, pp: int, microbatches: int) -> Schedule | None:
 
 
 def store(s: Schedule) -> None:
-    write(_stem(s.name, s.pp, s.microbatches), _encode(s))
+    if cache_dir() is not None:  # off: nothing to encode (a V order's text is ~0.4% of a plan)
+        write(_stem(s.name, s.pp, s.microbatches), _encode(s))
 
 
 def for_costs(name: str, pp: int, microbatches: int, options: dict, search: Callable[[], Schedule]) -> Schedule:
@@ -185,7 +186,8 @@ def for_costs(name: str, pp: int, microbatches: int, options: dict, search: Call
     if hit is not None:
         return hit
     s = search()
-    write(stem, _encode(s))
+    if cache_dir() is not None:  # off: nothing to encode
+        write(stem, _encode(s))
     return s
 
 

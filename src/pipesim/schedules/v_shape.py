@@ -237,7 +237,7 @@ def short_plan(pp: int, limit: int, blocks: tuple[Block, ...], variants: bool) -
             pass
     plans = _block_plans(index, pp, few, blocks, variants)
     best = min(plans, key=makespan_key) if plans else None
-    if best is not None:
+    if best is not None and cache.cache_dir() is not None:  # off: nothing to encode
         cache.write(stem, {"orders": cache.encode_triples(orders_of(best))})
     return best
 
