@@ -295,12 +295,13 @@ def test_memory_peaks_floor_the_simulated_peak_under_gradients_in_backward(name,
 
 
 def test_kept_stage_sync_terms_answer_what_fresh_ones_answer():
-    """``step.stage_terms`` is kept across placements and searches: after the cache has
-    seen other clusters, trainings, layouts and parameter counts, each answer is the one
-    computed afresh (a key that forgot an input would hand back another's)."""
+    """``step.stage_terms`` is kept across placements and searches (``layout_terms``):
+    after the cache has seen other clusters, trainings, layouts and parameter counts, each
+    answer is the one computed afresh (a key that forgot an input would hand back
+    another's)."""
     from pipesim.planner.layout import Layout
     from pipesim.planner.specs import load_cluster, load_training
-    from pipesim.planner.step import stage_terms
+    from pipesim.planner.step import layout_terms, stage_terms
 
     rng = random.Random(7)
     clusters = [load_cluster(name) for name in ("h800-2048", "h100", "b200")]
@@ -312,7 +313,7 @@ def test_kept_stage_sync_terms_answer_what_fresh_ones_answer():
         dense, experts = rng.choice([0.0, 1e8, 3.5e9]), rng.choice([0.0, 2e9, 7.25e9])
         asked.append((*args, dense, experts, rng.choice([0.0, dense / 2])))
     for args in asked + asked[::-1]:
-        assert stage_terms(*args) == stage_terms.__wrapped__(*args)
+        assert layout_terms(*args[:3])[args[3:]] == stage_terms(*args)
     assert len({stage_terms(*a) for a in asked}) > 50  # the inputs do change the answer
 
 
