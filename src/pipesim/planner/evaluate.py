@@ -279,7 +279,9 @@ def _within_memory(
 
         def priced(p: Prepared | None):  # the bound's: a paired rank's last item at most its longest pair
             for keys in pairs:
-                for key in keys - times.keys():
+                # set.difference with a dict tests the set's keys in it; ``keys - times.keys()``
+                # copied the set and discarded every one of the cost model's item times from it
+                for key in keys.difference(times):
                     times[key] = item_time(key, costs)
             longest = tuple(max((times[key] for key in keys), default=0.0) if keys else None for keys in pairs)
             return step_sync_of().ordered(paired, last, longest).changed(extra=tied).before

@@ -108,11 +108,11 @@ def component_costs(
     embed, head, mtp = _ends(m, c, t, lay, recompute)
     # one lookup per kind of layer, not per layer: the cache's key hashes every spec
     kinds = {k: _layer(m, i, c, t, lay, recompute) for i, k in _first_of_kinds(m)}
-    of = _kinds(m)
+    layers = tuple(kinds[k] for k in _kinds(m))  # each layer's costs, in layer order
     stage_layers = []
     for s, rng in enumerate(parts):
         row = [embed] if s == 0 else []
-        row += [kinds[of[i]] for i in rng]
+        row += layers[rng.start : rng.stop : rng.step]  # a stage's layers are a range: one slice
         if s == stages - 1:
             row += [*mtp, head]
         if not t.p2p_overlap and stages > 1:
