@@ -5,6 +5,8 @@ loops agree; it refuses what validate refuses, with the same words."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -107,6 +109,29 @@ def test_one_program_many_costs():
     for costs in (Costs(), Costs(f=2, b=1, w=0.5, comm=0.3), ComponentCosts.uniform(LayerCosts(dispatch_f=1), 1)):
         a, b = simulate(prog, costs), simulate(s, costs)
         assert a.starts.tolist() == b.starts.tolist() and a.ends.tolist() == b.ends.tolist()
+
+
+@dataclass(frozen=True)
+class RankPairLatency(Costs):
+    """Uniform op costs with a P2P latency that differs by the pair of ranks (none of
+    pipesim's own cost models has one: ``edge_latency`` gathers it edge by edge)."""
+
+    def p2p_time(self, src: int, dst: int) -> float:
+        return 0.1 + 0.07 * src + 0.013 * dst
+
+
+@pytest.mark.parametrize(
+    "name, pp, M, opts", [("interleaved-1f1b", 4, 8, {"chunks": 2}), ("dualpipev", 4, 10, {}), ("zb-v", 3, 6, {})]
+)
+def test_a_latency_by_rank_pair_times_as_the_reference(name, pp, M, opts):
+    """A program timed first under one latency for every pair (which ``edge_latency``
+    spreads over the crossing edges at once) and then under one that differs by pair
+    times every item as the reference simulator does under each."""
+    s = build(name, pp, M, **opts)
+    prog = compile(s)
+    for costs in (Costs(f=1.3, b=1.1, w=0.6, comm=0.3), RankPairLatency(f=1.3, b=1.1, w=0.6)):
+        want, _ = reference_times(s, costs)
+        assert [[(e.start, e.end) for e in evs] for evs in simulate(prog, costs).events] == want
 
 
 def test_array_schedule_equals_its_objects():
