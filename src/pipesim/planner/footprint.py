@@ -136,10 +136,12 @@ def memory_model(
         # torch.distributed.pipelining: the first layer's saved input is the receive
         # buffer pipeline_buffers counts, and the stage's output waits for its backward
         extra += stage_boundary_pairs(m, t, lay, s, stages, share[rng.start] if len(rng) else None)
-        # each sum over the stage's pairs in order, as one sum of one sequence
-        size = sum((*held, *(b for b, _ in extra)))
+        # each sum over the stage's pairs in order, as one sum of one sequence (the layers'
+        # own where nothing is added: most stages, ~10^5 a search, built no tuple for it)
+        size = sum((*held, *(b for b, _ in extra))) if extra else sum(held)
         acts.append(size)
-        shares.append(sum((*held_kept, *(b * w for b, w in extra))) / size if size else 0.0)
+        kept_bytes = sum((*held_kept, *(b * w for b, w in extra))) if extra else sum(held_kept)
+        shares.append(kept_bytes / size if size else 0.0)
     # FSDP2 shards each parameter in its own fp32 dtype and the optimizer steps the shard
     # in place (torch.distributed.fsdp fully_shard: MixedPrecisionPolicy casts to
     # param_dtype only for the all-gather; torchtitan builds the model in fp32): the
