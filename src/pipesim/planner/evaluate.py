@@ -142,6 +142,24 @@ def too_many_slots(cand: Candidate) -> Result | None:
     return None
 
 
+def _sizes(name: str, pp: int, M: int, chunks: int | None, exhaustive: bool) -> tuple:
+    """What ``prepare`` reads of a family at these sizes, whatever the layout: the builder's
+    chunk options (Megatron's group among them), the micro-batch counts simulated
+    (``sample_points``; None where M itself is, as in an exhaustive search), the
+    registry's refusal at one of them, else the placement (sized at the last), without
+    building: most candidates are ruled out by what follows, before any build."""
+    fam = REGISTRY[name]
+    options = {"chunks": chunks} if chunks is not None else {}
+    group = megatron_group(name, pp, M, options)
+    options |= group
+    points = None if exhaustive else sample_points(name, pp, M, options)
+    for x in points or (M,):
+        refused = fam.check(pp, x, **options)
+        if refused is not None:
+            return options, group, points, refused, None
+    return options, group, points, None, fam.placement_of(pp, x, **options)
+
+
 def prepare(
     m: Model, c: Cluster, t: Training, cand: Candidate, shared: Shared | None = None, splits: tuple[bool, ...] = (True, False)
 ) -> Prepared | Result:
@@ -151,18 +169,11 @@ def prepare(
     those moves (``splits``: which to try, in order)."""
     shared = shared or Shared(m, c, t)
     lay, M = cand.layout, cand.microbatches
-    fam = REGISTRY[cand.schedule]
-    chunks = {"chunks": cand.chunks} if cand.chunks is not None else {}
-    group = megatron_group(cand.schedule, lay.pp, M, chunks)
-    chunks |= group
-    points = None if shared.exhaustive else sample_points(cand.schedule, lay.pp, M, chunks)
-    # the registry's constraints, at each M that is built, and the placement, without
-    # building: most candidates are ruled out by what follows, before any build
-    for x in points or (M,):
-        refused = fam.check(lay.pp, x, **chunks)
-        if refused is not None:
-            return Result(cand, False, f"cannot run: {refused}")
-    pl = fam.placement_of(lay.pp, x, **chunks)
+    # the same for every layout of this pipeline depth: worked out once
+    key = (cand.schedule, lay.pp, M, cand.chunks)
+    chunks, group, points, refused, pl = kept(shared.sizes, key, lambda: _sizes(*key, shared.exhaustive))
+    if refused is not None:
+        return Result(cand, False, f"cannot run: {refused}")
     k = (M - points[0]) / (points[1] - points[0]) if points else 0.0
     stages = pl.stages
     if is_layout(t.stage_split) and stage_count(t.stage_split) != stages:

@@ -43,6 +43,7 @@ class Shared:
         self.routes: dict[tuple, int] = {}  # (routes, route_of) -> its routes_key
         self.helds: dict[tuple, int] = {}  # held stages -> a number for them (``cost_model``'s keys)
         self.orders: dict[tuple, tuple] = {}  # (family, pp, M, options) -> the order's grad_reduction.order_ends
+        self.sizes: dict[tuple, tuple] = {}  # (family, pp, M, chunks) -> evaluate._sizes
 
     def placement(self, pl) -> tuple[tuple[tuple[int, ...], ...], tuple[frozenset[int], ...]]:
         """What the search reads of a placement (shared among every schedule, micro-batch
