@@ -102,15 +102,16 @@ class Problem:
     def cost(self, kind: int, stage: int) -> float:
         return (self.f, self.b, self.w)[kind][stage]
 
-    def work(self, rank: int) -> float:
-        """Total compute of ``rank``: a lower bound on its span."""
+    def works(self) -> list[float]:
+        """Total compute of each rank: a lower bound on its span. One pass over every
+        micro-batch's route for all ranks (each rank's sum in the same order as its own
+        pass would take), not one pass a rank: pp x M x stages steps for ZB-V at pp32."""
         pl = self.placement
-        total = 0.0
+        totals = [0.0] * pl.pp
         for mb in range(pl.microbatches):
             for s, (r, _) in enumerate(pl.routes[pl.route_of[mb]]):
-                if r == rank:
-                    total += self.f[s] + self.b[s] + (self.w[s] if self.split else 0.0)
-        return total
+                totals[r] += self.f[s] + self.b[s] + (self.w[s] if self.split else 0.0)
+        return totals
 
 
 def input_latencies(prob: Problem, rank_of: list[list[int]]) -> tuple[list[list[float]], list[list[float]]]:

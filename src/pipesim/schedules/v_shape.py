@@ -81,7 +81,7 @@ def _lower_bounds(prob: Problem) -> tuple[float, float]:
     """(longest span, makespan) no order can beat: a rank's own work, and that work
     started when the first forward can reach the rank."""
     pp = prob.placement.pp
-    work = [prob.work(r) for r in range(pp)]
+    work = prob.works()
     return max(work), max(sum(prob.f[:r]) + work[r] for r in range(pp))
 
 
