@@ -231,3 +231,32 @@ def test_a_standard_placement_is_sized_before_it_is_built(make, said):
     # the process was killed for its memory
     with pytest.raises(PipesimError, match=said):
         make()
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ((None, 4, 8), r"a schedule name must be a string such as '1f1b' \(pipesim.REGISTRY lists them\), got None \(NoneType\)"),
+        ((1, 4, 8), r"a schedule name must be a string .* got 1$"),
+        (("1f1b", "4", 8), r"^--pp must be an integer >= 1, got '4' \(str\)$"),
+        (("1f1b", True, 8), r"^--pp must be an integer >= 1, got true \(bool\)$"),
+        (("1f1b", 4, "8"), r"^--microbatches must be an integer >= 1, got '8' \(str\)$"),
+        (("1f1b", 4, 8.0), r"^--microbatches must be an integer >= 1, got 8.0$"),
+        (("interleaved-1f1b", 4, 8, {"chunks": True}), r"needs --chunks >= 1, got true \(bool\)$"),
+    ],
+)
+def test_build_names_a_name_or_size_of_the_wrong_type(args, said):
+    # a name of None or 1 met an AttributeError in canonical (no .lower()); the string
+    # '4' was said as 4, and pp=True or chunks=True built as 1
+    name, pp, M, *options = args
+    with pytest.raises(PipesimError, match=said):
+        build(name, pp, M, **(options[0] if options else {}))
+
+
+def test_build_takes_numpy_integers_as_sizes():
+    # the planner's sizes are numpy integers: they build what Python's build
+    import numpy as np
+
+    s = build("1f1b", np.int64(4), np.int32(8))
+    assert (type(s.pp), type(s.microbatches)) == (int, int)
+    assert summarize(s, simulate(s)).makespan == 33  # (M + pp - 1)(F + B + W), Narayanan et al. 2021, 2.2

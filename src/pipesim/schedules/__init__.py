@@ -18,10 +18,12 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from numbers import Integral
 
 from ..errors import PipesimError
 from ..inputs import MAX_LIST_OPS, MAX_LIST_OPS_COST, MAX_SEARCH_OPS_COST, MAX_SEARCH_PP, MAX_ZB_AUTO_OPS, MAX_ZB_H2_OPS, work
 from ..ir import Placement, Schedule
+from ..schedule_checks import shown
 from .chimera import chimera
 from .classic import gpipe, group_refused, interleaved_1f1b, one_f_one_b
 from .combined import interleaved_1f1b_overlap, one_f_one_b_overlap
@@ -37,8 +39,8 @@ from .zero_bubble import zb_h1, zb_h2
 
 
 def _chunks_from(name: str, least: int, chunks: object, hint: str = "") -> str | None:
-    if not isinstance(chunks, int) or chunks < least:
-        return f"{name} needs --chunks >= {least}{hint}, got {chunks}"
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < least:  # True ran as 1 chunk
+        return f"{name} needs --chunks >= {least}{hint}, got {shown(chunks)}"
     return None
 
 
@@ -249,7 +251,10 @@ REGISTRY: dict[str, Family] = {
 
 def canonical(name: str) -> str | None:
     """The registry's name for ``name``, matched without regard to case, PyTorch's class
-    names (``Interleaved1F1B``, ``ZBVZeroBubble``, ...) included; None if unknown."""
+    names (``Interleaved1F1B``, ``ZBVZeroBubble``, ...) included; None if unknown (a
+    name that is not a string included)."""
+    if not isinstance(name, str):
+        return None
     if name in REGISTRY:
         return name
     known = {n.lower(): n for n in REGISTRY} | {t.lower(): n for t, n in TORCH_NAMES.items()}
@@ -257,6 +262,8 @@ def canonical(name: str) -> str | None:
 
 
 def family(name: str) -> Family:
+    if not isinstance(name, str):  # None met an AttributeError in name.lower()
+        raise PipesimError(f"a schedule name must be a string such as '1f1b' (pipesim.REGISTRY lists them), got {shown(name)}")
     found = canonical(name)
     if found is not None:
         return REGISTRY[found]
@@ -274,13 +281,19 @@ def _flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
 
+def _count(value: object) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool) and value >= 1
+
+
 def _refusal(fam: Family, name: str, pp: int, microbatches: int, options: dict) -> str | None:
     """The checks of ``build()`` in its order: sizes, option names (as ``name`` was
     typed), the work limit, then the family's own constraints."""
-    if not isinstance(pp, int) or pp < 1:
-        return f"--pp must be an integer >= 1, got {pp}"
-    if not isinstance(microbatches, int) or microbatches < 1:
-        return f"--microbatches must be an integer >= 1, got {microbatches}"
+    # numpy's integers count (the planner's sizes); True ran as pp=1, and the string '4'
+    # was said as 4, hiding what was wrong
+    if not _count(pp):
+        return f"--pp must be an integer >= 1, got {shown(pp)}"
+    if not _count(microbatches):
+        return f"--microbatches must be an integer >= 1, got {shown(microbatches)}"
     allowed = fam.options
     for key in options:
         if key not in allowed:
@@ -311,4 +324,4 @@ def build(name: str, pp: int, microbatches: int, **options) -> Schedule:
     refused = _refusal(fam, name, pp, microbatches, options)
     if refused is not None:
         raise PipesimError(refused)
-    return fam.builder(pp, microbatches, **options)
+    return fam.builder(int(pp), int(microbatches), **options)  # numpy's integers as Python's
