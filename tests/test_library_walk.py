@@ -38,25 +38,44 @@ def test_simulate_refuses_what_is_not_a_cost_model():
 
 
 @pytest.mark.parametrize(
-    "costs, said",
+    "kw, said",
     [
-        (Costs(f=math.nan), "Costs f must be a number from 0 to 1e+15, got nan"),
-        (Costs(f=math.inf), "Costs f must be a number from 0 to 1e+15, got inf"),
-        (Costs(comm=math.nan), "Costs comm must be a number"),
-        (Costs(f=(1, 1, math.nan, 1)), "Costs f must be a number"),
-        (Costs(f=1e308, b=1e308, w=1e308), "got 1e+308"),
-        (Costs(f=True), "got true"),
-        (Costs(f=None), "got None"),
+        (dict(f=math.nan), "Costs f must be a number from 0 to 1e+15, got nan"),
+        (dict(f=math.inf), "Costs f must be a number from 0 to 1e+15, got inf"),
+        (dict(comm=math.nan), "Costs comm must be a number"),
+        (dict(comm=math.inf), "Costs comm must be a number"),
+        (dict(f=(1, 1, math.nan, 1)), "Costs f must be a number"),
+        (dict(f=1e308, b=1e308, w=1e308), "got 1e+308"),
+        (dict(f=True), "got true"),
+        (dict(w=None), "Costs w must be a number from 0 to 1e+15, got None"),
+        (dict(comm=None), "got None"),
+        (dict(f="1"), "Costs f must be a number from 0 to 1e+15, got '1'"),
+        (dict(b=[1, "2"]), "Costs b must be a number from 0 to 1e+15, got '2'"),
+        (dict(bw=-1), "Costs bw must be a number from 0 to 1e+15, got -1"),
+        (dict(pair=math.nan), "Costs pair must be a number"),
+        (dict(f=()), "Costs f lists no values; give one number, or one per stage"),
     ],
 )
-def test_simulate_refuses_costs_that_are_not_finite_numbers(costs, said):
+def test_costs_that_are_not_finite_numbers_are_refused_when_made(kw, said):
     # 1F1B at pp=4, M=8 with F=B=W=1 runs (M + pp - 1)(F + B + W) = 33 (Narayanan et al.
     # 2021, section 2.2: the bubble is (pp - 1) of them); a NaN comm ran in 24, a NaN f
-    # gave a NaN makespan beside a 0.0 bubble, 1e308 an inf makespan and a NaN bubble
+    # gave a NaN makespan beside a 0.0 bubble, 1e308 an inf makespan and a NaN bubble,
+    # and f="1" met a TypeError inside Costs. Costs refuses them when made, so neither
+    # simulate nor a builder that takes costs (zb-auto) meets them
     s = build("1f1b", 4, 8)
     assert summarize(s, simulate(s, Costs())).makespan == 33
     with pytest.raises(PipesimError, match=said.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
-        simulate(s, costs)
+        Costs(**kw)
+
+
+def test_costs_take_numpy_numbers():
+    # a per-stage list may be an array's values: 1F1B's 33 (above) with F = 1 on every stage
+    import numpy as np
+
+    s = build("1f1b", 4, 8)
+    costs = Costs(f=np.ones(4), b=np.int64(1), w=np.float32(1))
+    assert costs.f == (1.0, 1.0, 1.0, 1.0)
+    assert summarize(s, simulate(s, costs)).makespan == 33
 
 
 def test_simulate_refuses_a_per_stage_list_of_another_length():

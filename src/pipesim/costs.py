@@ -9,11 +9,13 @@ mean the same layers on every route.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Protocol
 
 from .errors import PipesimError
+from .inputs import MAX_VALUE, number
 from .ir import Op, Pair
 
 PerStage = float | Sequence[float]
@@ -33,6 +35,14 @@ def at_stage(v: PerStage, stage: int, what: str) -> float:
     if stage >= len(v):
         raise PipesimError(f"{what} list {len(v)} stages, but the schedule has a stage {stage}")
     return float(v[stage])
+
+
+def _cost(value: object, name: str) -> float:
+    """One cost, checked as the --f flag is: a finite number from 0 to ``MAX_VALUE``.
+    numpy's numbers count (a per-stage list may be an array's)."""
+    if isinstance(value, Real) and not isinstance(value, (bool, int, float)):
+        value = float(value)
+    return number(value, f"Costs {name}", 0, MAX_VALUE)
 
 
 class CostModel(Protocol):
@@ -83,23 +93,22 @@ class Costs:
     pair: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("f", "b", "w", "bw"):
+        # each value as the --f flag's check takes it (inputs.number): finite, 0 to
+        # MAX_VALUE, no bools or strings. NaN and inf ran to NaN or inf times, True as 1,
+        # 1e308 summed past the largest float, and f="1" met a TypeError in a comparison
+        for name in ("f", "b", "w", "bw", "comm", "pair"):
             v = getattr(self, name)
-            if v is None:
+            if v is None and name in ("bw", "pair"):
                 continue
-            if isinstance(v, (int, float)):
-                vals = [v]
-            else:
-                vals = list(v)
-                object.__setattr__(self, name, tuple(float(x) for x in vals))
-                if not vals:
-                    raise PipesimError(f"per-stage --{name} costs must not be empty")
-            if any(x < 0 for x in vals):
-                raise PipesimError(f"--{name} must be >= 0, got {min(vals)}")
-        for name in ("comm", "pair"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise PipesimError(f"--{name} must be >= 0, got {v}")
+            if name in ("comm", "pair") or isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+                x = _cost(v, name)
+                if not isinstance(v, (int, float)):  # numpy's: stored as the float the methods read
+                    object.__setattr__(self, name, x)
+                continue
+            vals = tuple(_cost(x, name) for x in v)
+            if not vals:
+                raise PipesimError(f"Costs {name} lists no values; give one number, or one per stage")
+            object.__setattr__(self, name, vals)
 
     @staticmethod
     def _at(v: PerStage, stage: int) -> float:

@@ -15,7 +15,6 @@ import numpy as np
 from .costs import CostModel, Costs
 from .engine import Program, compile, edge_latency, op_of, run
 from .errors import PipesimError
-from .inputs import MAX_VALUE, number
 from .ir import Schedule
 from .schedule_checks import schedule_arg, shown
 from .timeline import Timeline, Transfer
@@ -60,11 +59,7 @@ def check_costs(costs: CostModel, schedule: Schedule) -> CostModel:
         raise PipesimError(
             f"pipesim.simulate's costs must be a cost model such as pipesim.Costs(f=1, b=1, w=1), got {shown(costs)}"
         )
-    if isinstance(costs, Costs):
-        for name in ("f", "b", "w", "bw", "comm", "pair"):
-            v = getattr(costs, name)
-            for x in () if v is None and name in ("bw", "pair") else v if isinstance(v, tuple) else (v,):
-                number(x, f"Costs {name}", 0, MAX_VALUE)
+    if isinstance(costs, Costs):  # its numbers were checked when it was made (Costs.__post_init__)
         costs.check_stages(schedule.placement.stages, schedule.name)
     stages = getattr(costs, "stages", None)  # ComponentCosts: one entry serves every stage, or one a stage
     if isinstance(stages, tuple) and len(stages) not in (1, schedule.placement.stages):
