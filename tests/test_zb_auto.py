@@ -152,6 +152,14 @@ def test_says_how_it_was_found():
         (dict(f=[1, 2]), "--f lists 2 values, but zb-auto at pp=4 has 4 stages"),
         (dict(b=[1, 2, 3, 4, 5]), "--b lists 5 values, but zb-auto at pp=4 has 4 stages"),
         (dict(chunks=2), "zb-auto does not take --chunks"),
+        # these searched and returned a schedule without a word: NaN and inf as simulate
+        # refuses them, and a string taken as true
+        (dict(f=float("nan")), "Costs f must be a number from 0 to 1e+15, got nan"),
+        (dict(w=float("inf")), "Costs w must be a number from 0 to 1e+15, got inf"),
+        (dict(b=(1, 1, float("nan"), 1)), "Costs b must be a number from 0 to 1e+15, got nan"),
+        (dict(comm=float("inf")), "Costs comm must be a number from 0 to 1e+15, got inf"),
+        (dict(exact="yes"), "zb-auto's exact must be True or False, got 'yes' (str)"),
+        (dict(exact=1), "zb-auto's exact must be True or False, got 1"),
     ],
 )
 def test_bad_options_are_one_clear_error(opts, needle):

@@ -20,6 +20,7 @@ from ..costs import Costs
 from ..errors import PipesimError
 from ..inputs import MAX_VALUE
 from ..ir import Placement, Schedule
+from ..schedule_checks import shown
 from .zero_bubble import zb_h1
 
 Cost = float | tuple[float, ...]
@@ -47,6 +48,8 @@ def zb_auto(
     """The order with the shortest longest per-rank span found for these costs within
     the memory limit; ``exact`` runs CP-SAT for up to ``time_limit`` seconds to improve it
     and prove it optimal. The schedule's ``info`` says how it was found."""
+    if not isinstance(exact, bool):  # "yes" (or "no") ran as true
+        raise PipesimError(f"zb-auto's exact must be True or False, got {shown(exact)}")
     _finite("comm", comm, 0.0)
     _finite("w_memory", w_memory, 0.0, MAX_VALUE)
     _finite("time_limit", time_limit, 0.0)
@@ -59,7 +62,7 @@ def zb_auto(
         what = "activation" if least == 1.0 else f"activations (what the W keeps, w_memory {w_memory:g})"
         need = f"{least:g} {what}" if activation_bytes is None else f"{least * unit:g} bytes ({least:g} {what})"
         raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit}")
-    costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs (>= 0, per stage)
+    costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs as simulate does (finite, 0..MAX_VALUE)
     costs.check_stages(pp, f"zb-auto at pp={pp}")
     prob = Problem.of(Placement.flat(pp, microbatches), costs, memory_limit=limit, w_memory=float(w_memory))
     # ZB-H1's order competes too: the heuristic's grid does not always rebuild it (pp=5,
