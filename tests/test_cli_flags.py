@@ -95,3 +95,16 @@ def test_a_command_line_imports_its_own_command_only():
     assert "pipesim.planner.commands" in got and "pipesim.commands.simulate" not in got
     assert "pipesim.planner.memory_command" not in got  # the evaluator: imported when memory runs
     assert "pipesim.commands.simulate" in imported("--help")  # the top help lists every command
+
+
+def test_a_file_after_run_timeline_is_told_where_the_file_flag_is(tmp_path, capsys, monkeypatch):
+    # run's --timeline is a switch, profile's takes FILE.json: `run --timeline tl.json` was
+    # told only that tl.json is unrecognized
+    from pipesim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--synthetic", "--timeline", "tl.json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+    assert "unrecognized arguments: tl.json" in err
+    assert "run's --timeline takes no file; pipesim profile DIR --timeline FILE.json writes one" in err

@@ -63,6 +63,8 @@ class Parser(argparse.ArgumentParser):
                     if hint := did_you_mean_one_edit(flag, required):
                         return f"; {flag} is no flag of {self.typed[0]}{hint}"
         if unknown and command is not None:
+            if hint := _switch_given_a_value(self.typed, unknown.group(1).split()):
+                return hint
             flags = [f for f in command._option_string_actions if f.startswith("--")]
             for word in unknown.group(1).split():
                 if word.startswith("--") and (hint := did_you_mean_one_edit(word.split("=")[0], flags)):
@@ -72,6 +74,24 @@ class Parser(argparse.ArgumentParser):
                 if longer:  # an abbreviation: name the whole flag(s) it could stand for
                     return f" (flags are not abbreviated: did you mean {' or '.join(longer)}?)"
         return ""
+
+
+# Switches of one command that another command's flag of the same name takes a file for:
+# the value typed after the switch is left over as an unrecognized argument, and the hint
+# says where the flag that takes it lives.
+SWITCHES_OF_FILE_FLAGS = {
+    ("run", "--timeline"): "run's --timeline takes no file; pipesim profile DIR --timeline FILE.json writes one",
+}
+
+
+def _switch_given_a_value(typed: Sequence[str], leftovers: Sequence[str]) -> str:
+    """The hint "; <where the file goes>" when a switch of SWITCHES_OF_FILE_FLAGS was typed with the
+    word after it left over (`run --timeline tl.json`), else ""."""
+    for i, word in enumerate(typed[1:-1], start=1):
+        said = SWITCHES_OF_FILE_FLAGS.get((typed[0], word))
+        if said and typed[i + 1] in leftovers:
+            return f"; {said}"
+    return ""
 
 
 class _GivenOnce(argparse._StoreAction):
