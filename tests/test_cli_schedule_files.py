@@ -278,3 +278,19 @@ def test_an_unknown_name_is_said_before_any_file_is_read(capsys, tmp_path):
         code, out, err = _run(capsys, *command, "--schedules", f"{missing},1f1bb")
         _one_line(code, out, err)
         assert "unknown schedule '1f1bb' (did you mean 1f1b?)" in err, command
+
+
+def test_a_pytorch_csv_given_as_a_schedule_names_the_import_that_reads_it(capsys, tmp_path, monkeypatch):
+    # export writes PyTorch's CSV; `export -s dpv.csv` (and simulate's, compare's) said only
+    # "unknown schedule": the line names the import that makes a schedule file of it
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "-s", "dualpipev", "--pp", "2", "-m", "4", "-o", "dpv.csv"]) == 0
+    capsys.readouterr()
+    for argv in (["export", "-s", "dpv.csv"], ["simulate", "-s", "dpv.csv"], ["compare", "--schedules", "1f1b,dpv.csv"]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["dpv.csv"]
+        assert "unknown schedule 'dpv.csv'" in err and "pipesim import --csv dpv.csv -o s.json" in err
+    # the import so named reads it
+    assert main(["import", "--csv", "dpv.csv", "-o", "s.json"]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["pp"] == 2

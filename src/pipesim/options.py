@@ -315,9 +315,7 @@ def refuse_order_costs(args: argparse.Namespace) -> None:
         return
     if is_schedule_file(args.schedule):
         raise PipesimError(f"--{costs[0]} orders zb-auto, whose builder takes costs; a schedule file brings its order: drop it")
-    from .schedules import family
-
-    if not set(costs) <= family(args.schedule).options.keys():  # an unknown name: family's one line
+    if not set(costs) <= named_family(args.schedule).options.keys():  # an unknown name: family's one line
         raise PipesimError(
             f"--{costs[0]} orders zb-auto, whose builder takes costs; {args.schedule} is built without them: drop it"
         )
@@ -351,9 +349,7 @@ def options_from(args: argparse.Namespace, name: str | None = None) -> dict:
 def options_for(args: argparse.Namespace, name: str) -> dict:
     """``options_from`` narrowed to the options schedule ``name`` takes: what each of a
     list of schedules is built with (compare, run), the flags given for the others left out."""
-    from .schedules import family
-
-    takes = family(name).options
+    takes = named_family(name).options
     return {k: v for k, v in options_from(args, name).items() if k in takes}
 
 
@@ -369,6 +365,22 @@ def is_schedule_file(name: str) -> bool:
     """Whether ``--schedule`` names a schedule JSON file rather than a registry schedule:
     by its extension in any case (``ops -o S.JSON`` writes one), or a path."""
     return name.lower().endswith(".json") or "/" in name
+
+
+def named_family(name: str):
+    """The registry family of schedule ``name``; an unknown name that ends in .csv (a
+    PyTorch compute-only CSV, as ``export`` writes) is told, in the same line, that
+    ``import --csv`` makes a schedule file of it: ``--schedule`` reads JSON only."""
+    from .schedules import family
+
+    try:
+        return family(name)
+    except PipesimError as unknown:
+        if not name.lower().endswith(".csv"):
+            raise
+        raise PipesimError(
+            f"{unknown}; {name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json makes a schedule file of it"
+        ) from None
 
 
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:
@@ -390,6 +402,7 @@ def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule
             if given is not None and given != have:
                 raise PipesimError(f"--{flag} {given} disagrees with {name}'s {flag} = {have}; drop the flag")
         return s
+    named_family(name)  # an unknown name's one line, with the way in for a CSV
     pp, M = shape(args)
     return build(name, pp, M, **options_from(args))
 
@@ -403,11 +416,9 @@ def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M
     (`ops -o` writes "1f1b"), and two rows, lines or panels of one name told nothing."""
     from dataclasses import replace
 
-    from .schedules import family
-
     for n in names:  # an unknown name, before a file of up to 24M ops is read
         if not is_schedule_file(n):
-            family(n)
+            named_family(n)
     files = {n: replace(schedule_from(args, n), name=n) for n in names if is_schedule_file(n)}
     keys = [k for k in alike.split(", ") if k]
     first_name, first = next(iter(files.items()), (None, None))
