@@ -67,3 +67,32 @@ def test_per_tensor_fp8_share_is_fitted_too():
     fit = calibrate.from_step(m, c, t, LAYOUT, 1.2 * predicted.step_time)
     assert step(fit.compute) == pytest.approx(1.2 * predicted.step_time, rel=1e-6)
     assert any(line.startswith("fp8_tensor_gemm_efficiency") for line in fit.changes(c, t))
+
+
+@pytest.mark.parametrize(
+    "layout, batch, said",
+    [
+        # 2048 / dp4 = 512 sequences a replica: mb3 does not divide it, the powers of two do
+        (
+            "pp2,dp4,tp8,mb3,1f1b",
+            "2048",
+            "2048 sequences a step do not split into dp4 x micro-batches of 3: "
+            "each replica takes 512, which mb1, mb2, mb4, mb8, mb16 or mb32 divides",
+        ),
+        # 6 is no multiple of dp4, whatever the micro-batch (the searched sizes are 1 and 2)
+        (
+            "pp2,dp4,tp8,1f1b",
+            "6",
+            "6 sequences a step do not split into dp4 x micro-batches of 1 or 2: "
+            "dp4 does not divide 6; give the measured run's --global-batch, a multiple of dp4",
+        ),
+    ],
+)
+def test_a_measured_on_micro_batch_that_does_not_split_the_batch_is_told_in_words(capsys, layout, batch, said):
+    # it printed the layout as a Python dict and 'no micro-batch size divides the global
+    # batch', though mb3 was given
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--global-batch", batch]
+    assert main([*argv, "--measured-step", "10", "--measured-on", layout]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "{" not in err
+    assert f"the layout {layout} cannot run: {said}" in err

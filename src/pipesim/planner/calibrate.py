@@ -20,6 +20,7 @@ ends of its stated range and reports the step's range and the assumption that mo
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -116,9 +117,29 @@ def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict, shared: Shared
                     results.append(evaluate(m, c, t, Candidate(layout, name, chunks, rc, M), shared))
     ran = [r for r in results if r.step_time < math.inf]
     if not ran:
-        reasons = sorted({r.reason for r in results}) or ["no micro-batch size divides the global batch"]
-        raise PipesimError(f"the layout {lay} cannot run: {reasons[0]}")
+        reason = min((r.reason for r in results), default=None) or unsplit_batch(t.global_batch, lay["dp"], sizes)
+        raise PipesimError(f"the layout {layout_text(lay)} cannot run: {reason}")
     return min(ran, key=lambda r: (not r.fits, r.step_time))
+
+
+def layout_text(lay: dict) -> str:
+    """A layout dict as ``--measured-on`` spells it (pp2,dp4,tp8,mb3,1f1b), not as Python's dict."""
+    short = {"micro_batch": "mb", "chunks": "v"}
+    return ",".join(str(v) if k in ("schedule", "recompute") else f"{short.get(k, k)}{v}" for k, v in lay.items())
+
+
+def unsplit_batch(global_batch: int, dp: int, sizes: list[int]) -> str:
+    """Why no micro-batch size of ``sizes`` splits the step's sequences over ``dp``
+    replicas, and which sizes would: each replica takes global_batch / dp sequences in
+    micro-batches of one size, so the size must divide that share."""
+    tried = " or ".join(map(str, sizes))
+    said = f"{global_batch} sequences a step do not split into dp{dp} x micro-batches of {tried}"
+    if global_batch % dp:
+        return f"{said}: dp{dp} does not divide {global_batch}; give the measured run's --global-batch, a multiple of dp{dp}"
+    share = global_batch // dp
+    divide = [f"mb{d}" for d in itertools.islice((d for d in range(1, share + 1) if share % d == 0), 6)]
+    which = f"{', '.join(divide[:-1])} or {divide[-1]}" if len(divide) > 1 else divide[0]
+    return f"{said}: each replica takes {share}, which {which} divides"
 
 
 # --------------------------------------------------------------------------------------
