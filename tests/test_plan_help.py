@@ -87,3 +87,15 @@ def test_the_top_level_help_names_the_planning_and_running_commands(capsys):
     description = capsys.readouterr().out.split("options:")[0]
     for command in ("plan", "memory", "run"):
         assert re.search(rf"\b{command}\b", description), command
+
+
+def test_layout_help_says_it_is_at_most_top(capsys):
+    # --layout past --top is refused (the search orders only the --top fastest): the help said
+    # only 'plan #N of the ranking'
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    said = re.search(r"--layout N (.*?) --output", text).group(1)
+    assert "at most --top" in said
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--top", "2", "--layout", "3"]) == 2
+    assert "--layout 3 is past the 2 plans --top ranks" in capsys.readouterr().err

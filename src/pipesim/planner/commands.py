@@ -37,7 +37,7 @@ def add_commands(command) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="how to run plan #N of the ranking (default 1: the recommendation)",
+        help="how to run plan #N of the ranking, N at most --top (default 1: the recommendation)",
     )
     c.add_argument("--output", "-o", help="write the report here (.md, or .json for the JSON form)")
     c.add_argument("--json", action="store_true", help="print the plan as JSON")
