@@ -212,7 +212,7 @@ def edited(name: str, **changes) -> dict:
         (edited("mixtral-8x7b-v0.1", num_experts_per_tok=9), "num_experts_per_tok 9 exceeds num_local_experts 8"),
         (edited("qwen3-30b-a3b", num_experts_per_tok=200), "num_experts_per_tok 200 exceeds num_experts 128"),
         (edited("llama-3.1-8b", hidden_size=10_000_001), "hidden_size must be a whole number from 1 to 10,000,000"),
-        (edited("deepseek-v3", num_nextn_predict_layers=5000), "num_nextn_predict_layers must be a whole number from 0 to 1,000"),
+        (edited("deepseek-v3", num_nextn_predict_layers=5000), "num_nextn_predict_layers must be a whole number from 0 to 500"),
         # odd values no model has: more groups reached than there are, no MoE layer left
         (edited("deepseek-v3", topk_group=9), "topk_group 9 exceeds n_group 8"),
         (

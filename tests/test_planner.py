@@ -307,7 +307,7 @@ def test_memory_takes_the_folded_and_context_parallel_layouts_plan_takes(capsys)
     "text,needle",
     [
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\n', "missing field 'vocab'"),
-        ('name = "x"\nlayers = -2\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number from 1 to 1,000"),
+        ('name = "x"\nlayers = -2\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number from 1 to 500"),
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\nfoo = 1\n', "unknown key 'foo'"),
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[moe]\nexperts = 8\n', "missing field 'expert_ffn'"),
         ('name = "x"\nlayers = 2.5\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number"),

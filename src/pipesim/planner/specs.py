@@ -40,10 +40,12 @@ from .training_checks import check_training  # noqa: F401
 PRESETS = Path(__file__).parent / "presets"
 
 #: Most layers (and MTP modules) of a model the planner takes: its search prices every
-#: layout's stage splits over the layers, about 45 ms of CPU per layer (DeepSeek-V3's 61
-#: layers: 3.9 s; 500: 24 s; 10,000 ran past a minute at 2.4 GB). The largest public
-#: models have about 130 layers (Llama 3 405B: 126).
-MAX_MODEL_LAYERS = min(MAX_LAYERS, 1_000)
+#: layout's stage splits over the layers, and its time grows faster than the layers do
+#: (about as their square). Llama 3 8B's shape on 1024 H100s, PIPESIM_CACHE=off, took
+#: 10 s of CPU at 250 layers, 36-38 s at 500 and 158 s at 1,000 (docs/limits.md): 500
+#: keeps a plan under about a minute. The largest public models have about 130 layers
+#: (Llama 3 405B: 126).
+MAX_MODEL_LAYERS = min(MAX_LAYERS, 500)
 
 #: the host CPUs NCCL's tuner tells apart (planner/nccl.py HOSTS) and the all-reduce
 #: algorithms pipesim prices of NCCL's (its NCCL_ALGO names)
