@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from pipesim.parser import make_parser
 
 
@@ -97,14 +99,17 @@ def test_a_command_line_imports_its_own_command_only():
     assert "pipesim.commands.simulate" in imported("--help")  # the top help lists every command
 
 
-def test_a_file_after_run_timeline_is_told_where_the_file_flag_is(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "typed, said", [(["--timeline", "tl.json"], "unrecognized arguments: tl.json"), (["--timeline=tl.json"], "'tl.json'")]
+)
+def test_a_file_after_run_timeline_is_told_where_the_file_flag_is(tmp_path, capsys, monkeypatch, typed, said):
     # run's --timeline is a switch, profile's takes FILE.json: `run --timeline tl.json` was
-    # told only that tl.json is unrecognized
+    # told only that tl.json is unrecognized (and --timeline=tl.json that it was ignored)
     from pipesim.cli import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--synthetic", "--timeline", "tl.json"]) == 2
+    assert main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--synthetic", *typed]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and list(tmp_path.iterdir()) == []
-    assert "unrecognized arguments: tl.json" in err
+    assert said in err
     assert "run's --timeline takes no file; pipesim profile DIR --timeline FILE.json writes one" in err

@@ -53,6 +53,9 @@ class Parser(argparse.ArgumentParser):
         unknown = re.match(r"unrecognized arguments: (.*)", message)
         command = self._subparsers._group_actions[0].choices.get(self.typed[0]) if self._subparsers and self.typed else None
         missing = re.match(r"the following arguments are required: (.*)", message)
+        switch = re.match(r"argument (--[\w-]+): ignored explicit argument", message)
+        if switch and self.typed and (said := SWITCHES_OF_FILE_FLAGS.get((self.typed[0], switch.group(1)))):
+            return f"; {said}"  # --timeline=tl.json
         if missing and not self._subparsers and self.typed:  # raised by the command's own parser
             # argparse names a missing flag before an unknown one: `simulate --schedules 1f1b`
             # was told --schedule is required, not that it had typed its near-twin
