@@ -292,3 +292,37 @@ def test_names_beside_a_schedule_file_are_built_at_its_size(tmp_path, capsys, mo
     with pytest.raises(Stop):
         main(["run", "--schedules", f"{f},zb-h1", "--synthetic"])
     assert [(pp, stages) for _, pp, stages, _ in seen] == [(2, 2), (2, 2)]
+
+
+class _Launched(Exception):
+    pass
+
+
+def _launched(*args, **kwargs):
+    raise _Launched
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["-s", "1f1b", "--pair", "3ms"], "--pair prices overlapped F&B pairs, and 1f1b runs none: drop it"),
+        (["-s", "zb-h1", "--bw", "3ms"], "--bw prices fused backwards (BW), and zb-h1 runs none: drop it"),
+        (["--schedules", "1f1b,zb-h1", "--pair", "3ms"], "--pair prices overlapped F&B pairs, and 1f1b, zb-h1 run none"),
+    ],
+)
+def test_a_synthetic_duration_no_schedule_runs_is_refused(argv, says, capsys, monkeypatch):
+    """1F1B runs no overlapped pair and ZB-H1 splits every backward into B and W: the
+    duration slept nowhere, and the run's 'synthetic:' line listed it as if used."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    err = _refused(["run", *argv, "--pp", "2", "-m", "4", "--synthetic"], capsys)
+    assert says in err, err
+
+
+@pytest.mark.parametrize("argv", [["-s", "dualpipev", "--pair", "3ms"], ["--schedules", "1f1b,zb-h1", "--bw", "3ms"]])
+def test_a_synthetic_duration_one_schedule_runs_goes_to_the_launch(argv, monkeypatch):
+    """DualPipeV overlaps F&B pairs; 1F1B (beside ZB-H1) runs fused backwards."""
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
+    monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
+    with pytest.raises(_Launched):
+        main(["run", *argv, "--pp", "2", "-m", "4", "--synthetic"])

@@ -21,6 +21,7 @@ from ..options import (
     nonneg_float,
     options_for,
     positive_int,
+    refuse_costs_none_use,
     refuse_options_none_take,
     schedule_from,
     schedule_names,
@@ -139,6 +140,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         runs = "runs" if len(schedules) == 1 else "run"
         raise PipesimError(f"--serial-pairs splits overlapped F&B pairs, and {names} {runs} none: drop it")
     if args.synthetic:  # a per-stage list of the wrong length failed inside the ranks, after the launch
+        # --pair or --bw for schedules that run no pair or fused backward slept nowhere,
+        # and the "synthetic:" line listed them as if used: refused as simulate refuses them
+        refuse_costs_none_use(args, schedules)
         for s in schedules:
             Costs(f=args.f, b=args.b, w=args.w, bw=args.bw).check_stages(s.placement.stages, s.name)
             _refuse_nothing_to_compare(args, s)
