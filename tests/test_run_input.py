@@ -326,3 +326,29 @@ def test_a_synthetic_duration_one_schedule_runs_goes_to_the_launch(argv, monkeyp
     monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
     with pytest.raises(_Launched):
         main(["run", *argv, "--pp", "2", "-m", "4", "--synthetic"])
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--model", "moe", "--experts", "100000"], "--experts 100000 builds 100,000 experts on every stage, above the 10,000"),
+        (["--model", "moe", "--experts", "5000", "--layers", "3"], "--experts 5000 and --layers 3 build 15,000 experts"),
+        (["--layers", "20000"], "--layers 20000 builds 20,000 blocks on every stage, above the 10,000"),
+    ],
+)
+def test_a_model_that_takes_minutes_to_build_is_refused_before_the_launch(argv, says, capsys, monkeypatch):
+    """100,000 experts fit in memory (dim 16), but every rank spent minutes building them,
+    with no output, before its first op."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    err = _refused(["run", "-s", "1f1b", "--pp", "2", "-m", "2", *argv], capsys)
+    assert says in err, err
+
+
+def test_a_model_at_the_build_bound_goes_to_the_launch(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
+    monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
+    with pytest.raises(_Launched):
+        main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "moe", "--experts", "10000"])
