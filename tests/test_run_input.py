@@ -294,14 +294,6 @@ def test_names_beside_a_schedule_file_are_built_at_its_size(tmp_path, capsys, mo
     assert [(pp, stages) for _, pp, stages, _ in seen] == [(2, 2), (2, 2)]
 
 
-class _Launched(Exception):
-    pass
-
-
-def _launched(*args, **kwargs):
-    raise _Launched
-
-
 @pytest.mark.parametrize(
     "argv, says",
     [
@@ -324,7 +316,7 @@ def test_a_synthetic_duration_one_schedule_runs_goes_to_the_launch(argv, monkeyp
     """DualPipeV overlaps F&B pairs; 1F1B (beside ZB-H1) runs fused backwards."""
     monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
     monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
-    with pytest.raises(_Launched):
+    with pytest.raises(Launched):
         main(["run", *argv, "--pp", "2", "-m", "4", "--synthetic"])
 
 
@@ -350,5 +342,36 @@ def test_a_model_at_the_build_bound_goes_to_the_launch(monkeypatch):
     pytest.importorskip("torch")
     monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
     monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
-    with pytest.raises(_Launched):
+    with pytest.raises(Launched):
         main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "moe", "--experts", "10000"])
+
+
+@pytest.mark.parametrize(
+    "source, shape, says",
+    [
+        # 1e11 x 16 float32 numbers: 6.4e12 bytes, past any test machine's memory; it was
+        # "the layers cannot take it (RuntimeError: ... can't allocate memory ...)"
+        (
+            "",
+            "100000000000,16",
+            "too large for memory, one micro-batch's input in torch.float32 is 5.8 TB (6,400,000,000,000 bytes)",
+        ),
+        # past what a tensor can index: was "cannot take it (TypeError: ... Overflow when unpacking long long"
+        ("", "100000000000000000000,16", "(6,400,000,000,000,000,000,000 bytes)"),
+        # the input fits, a layer's output (4 x 16 float32 rows repeated 1e12 times) does not
+        (
+            "class Blow(nn.Module):\n    def forward(self, x):\n        return x.repeat(10**12, 1)\nlayers.append(Blow())\n",
+            "4,16",
+            "the layers' outputs on it are too large for memory, one needs 232.8 TB (256,000,000,000,000 bytes)",
+        ),
+    ],
+)
+def test_an_input_shape_too_large_for_memory_is_said_so(source, shape, says, capsys, monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    (tmp_path / "wide.py").write_text("from torch import nn\nlayers = [nn.Linear(16, 16), nn.Linear(16, 16)]\n" + source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "wide", raising=False)
+    err = _refused(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "wide:layers", "--input-shape", shape], capsys)
+    assert f"--input-shape {shape}: " in err and says in err and "cannot take it" not in err, err

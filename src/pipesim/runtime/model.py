@@ -21,12 +21,27 @@ worker, so it must be picklable (plain attributes, modules; no lambdas).
 from __future__ import annotations
 
 import copy
+import math
+import re
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ..errors import PipesimError
+from .capacity import available_memory
+
+# torch's CPU allocator failing ("DefaultCPUAllocator: can't allocate memory: you tried to
+# allocate 6400000000000 bytes"), and CUDA's ("Tried to allocate 5.96 GiB") says no bytes
+_ALLOCATION = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
+
+
+def _bytes(n: int, exact: bool = True) -> str:
+    """Bytes as a person reads them, the exact count beside (unless not ``exact``)."""
+    for unit, size in (("TB", 2**40), ("GB", 2**30), ("MB", 2**20)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}" + (f" ({n:,} bytes)" if exact else "")
+    return f"{n:,} bytes"
 
 
 @dataclass(frozen=True)
@@ -102,15 +117,45 @@ class Sequential:
                 f"the model has {n} layers, too few for the schedule's {stages} stages (each takes at least one): "
                 "lower --pp (or --chunks), or give it more layers"
             )
+        shape = ",".join(map(str, self.input_shape))
+        self._refuse_too_large(shape, available_memory())
         try:
             self.boundary(0, stages)
         except Exception as e:  # whatever a layer raises on an input of the wrong shape
-            shape = ",".join(map(str, self.input_shape))
             text = str(e).strip().splitlines()
+            tried = _ALLOCATION.search(str(e))
+            if tried and int(tried[1]) == self._input_bytes():  # where free memory is not known beforehand
+                self._refuse_too_large(shape, 0)
+            if tried:  # an activation past free memory: the shape is wrong by its size, not its form
+                raise PipesimError(
+                    f"--input-shape {shape}: the layers' outputs on it are too large for memory, one needs "
+                    f"{_bytes(int(tried[1]))}, more than is free here; give a smaller micro-batch"
+                ) from None
             raise PipesimError(
                 f"--input-shape {shape}: the layers cannot take it ({type(e).__name__}: {text[0] if text else ''}); "
                 "give the shape of one micro-batch's input"
             ) from None
+
+    def _input_bytes(self) -> int:
+        return math.prod(self.input_shape) * torch.empty((), dtype=self._dtype()).element_size()
+
+    def _refuse_too_large(self, shape: str, avail: int | None) -> None:
+        """The input alone past ``avail`` bytes of free memory (None: not known) or past
+        what a tensor can index was said to be a shape 'the layers cannot take', quoting
+        torch's failed allocation."""
+        size = self._input_bytes()
+        if size >= 2**63 or (avail is not None and size > avail):
+            free = (
+                "what a tensor can hold"
+                if avail is None
+                else f"the {_bytes(avail, exact=False)} of free memory here"
+                if avail
+                else "is free here"
+            )
+            raise PipesimError(
+                f"--input-shape {shape}: too large for memory, one micro-batch's input in {self._dtype()} is "
+                f"{_bytes(size)}, more than {free}; give a smaller micro-batch"
+            )
 
     def _groups(self, stages: int) -> list[list[nn.Module]]:
         layers = list(self.layers)
