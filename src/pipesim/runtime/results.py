@@ -82,8 +82,14 @@ class Comparison:
     comm: float  # the P2P latency the simulation was given
 
     @property
-    def makespan_error(self) -> float:
-        """(measured - simulated) / simulated makespan."""
+    def makespan_error(self) -> float | None:
+        """(measured - simulated) / simulated makespan; None where the simulation ran 0 s
+        (every duration 0 and no latency: nothing to divide by, and a relative error of
+        a run against no time means nothing), as the metrics leave a ratio of no time
+        undefined. ``pipesim run`` refuses such a run before its launch; the library's
+        ``compare`` of one gave a ZeroDivisionError. JSON has it null, the table n/a."""
+        if self.simulated.makespan == 0:
+            return None
         return (self.measured.makespan - self.simulated.makespan) / self.simulated.makespan
 
     @property

@@ -51,7 +51,8 @@ def report(args, results, skipped) -> int:
             out.print(f"  {'':10} {'makespan':>12} {'bubble':>8}")
             out.print(f"  {'measured':10} {c.measured.makespan * 1e3:9.1f} ms {pct(c.measured.bubble_ratio):>8}")
             out.print(f"  {'simulated':10} {c.simulated.makespan * 1e3:9.1f} ms {pct(c.simulated.bubble_ratio):>8}")
-            out.print(f"  {'difference':10} {c.makespan_error:+11.1%} {c.bubble_difference * 100:+6.1f} pts")
+            error = "n/a" if c.makespan_error is None else f"{c.makespan_error:+.1%}"
+            out.print(f"  {'difference':10} {error:>11} {c.bubble_difference * 100:+6.1f} pts")
         else:
             from ..metrics import summarize
 

@@ -1,0 +1,49 @@
+"""What a run hands back, read as data: the measured-against-simulated comparison and
+the report ``pipesim run`` prints of it. Built from timelines here, no rank started."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pipesim import Costs, build, simulate, summarize
+from pipesim.runtime.results import Comparison, RunResult, compare
+from pipesim.runtime.run_report import report
+
+
+def _synthetic_run(costs: Costs) -> RunResult:
+    """A run whose measured timeline is the simulation of its own durations."""
+    s = build("1f1b", 1, 2)
+    return RunResult(s, simulate(s, costs), [None], 0.0, {}, latency=0.0, costs=costs)
+
+
+def test_a_step_simulated_as_no_time_has_no_makespan_error():
+    """Every op 0 s on one rank: the simulated makespan is 0, and (measured - simulated) /
+    simulated was a ZeroDivisionError from the library's compare."""
+    run = _synthetic_run(Costs(f=0.0, b=0.0, w=0.0))
+    c = compare(run)
+    assert c.simulated.makespan == 0
+    assert c.makespan_error is None
+    # a measured step beside it is no relative error either: there is nothing to be relative to
+    measured = summarize(run.schedule, simulate(run.schedule, Costs(f=0.01, b=0.01, w=0.01)))
+    assert Comparison(measured, c.simulated, 0.0).makespan_error is None
+
+
+def test_the_report_of_such_a_run_says_n_a_and_null(capsys):
+    run = _synthetic_run(Costs(f=0.0, b=0.0, w=0.0))
+    args = argparse.Namespace(json=True, comm=None, timeline=False, width=None)
+    assert report(args, [run], []) == 0
+    assert json.loads(capsys.readouterr().out)["schedules"][0]["makespan_error"] is None
+    args.json = False
+    assert report(args, [run], []) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "difference" in x)
+    assert line.split()[1] == "n/a", line
+
+
+def test_the_makespan_error_of_a_timed_run_is_its_relative_difference():
+    """1F1B on one rank, two micro-batches: F then BW (B + W) twice, 2 x 30 ms = 60 ms simulated;
+    against a measured 75 ms (the same ops at 12.5 ms) the error is +25%."""
+    s = build("1f1b", 1, 2)
+    simulated = summarize(s, simulate(s, Costs(f=0.01, b=0.01, w=0.01)))
+    measured = summarize(s, simulate(s, Costs(f=0.0125, b=0.0125, w=0.0125)))
+    assert abs(Comparison(measured, simulated, 0.0).makespan_error - 0.25) < 1e-12
