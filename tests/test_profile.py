@@ -299,6 +299,20 @@ def test_the_folder_of_several_schedules_names_its_subfolders(tmp_path, capsys):
     )
 
 
+def test_traces_beside_a_list_runs_folders_say_which_were_read(tmp_path, capsys):
+    """DIR/rank0.json of an earlier one-schedule run beside DIR/1f1b/ and DIR/zb-h1/ of a
+    list run: profile DIR reads DIR's own trace, and said nothing of the folders beside."""
+    write(tmp_path / "rank0.json", [ann("attn(F)", 0, 10)])
+    for name in ("zb-h1", "1f1b"):
+        (tmp_path / name).mkdir()
+        write(tmp_path / name / "rank0.json", [ann("attn(F)", 0, 10)])
+    assert main(["profile", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"read the traces in {tmp_path} itself (rank0.json); its folders 1f1b, zb-h1 hold other runs' traces" in out, out
+    assert main(["profile", str(tmp_path / "1f1b")]) == 0
+    assert "other runs' traces" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------
 # pipeline actions
 

@@ -375,3 +375,22 @@ def test_an_input_shape_too_large_for_memory_is_said_so(source, shape, says, cap
     monkeypatch.delitem(sys.modules, "wide", raising=False)
     err = _refused(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "wide:layers", "--input-shape", shape], capsys)
     assert f"--input-shape {shape}: " in err and says in err and "cannot take it" not in err, err
+
+
+def test_a_list_run_into_a_folder_holding_an_earlier_runs_traces_is_refused(tmp_path, capsys, monkeypatch):
+    """--profile DIR of one schedule wrote DIR/rank0.json...; a list run then wrote
+    DIR/1f1b/, DIR/zb-h1/, and pipesim profile DIR read the earlier run's traces (it looks
+    into the folders only when DIR holds none), unsaid."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
+    for r in range(2):
+        (tmp_path / f"rank{r}.json").write_text("{}")
+    argv = ["run", "--schedules", "1f1b,zb-h1", "--pp", "2", "-m", "2", "--synthetic", "--profile", str(tmp_path)]
+    err = _refused(argv, capsys)
+    assert f"--profile {tmp_path}: the folder holds rank0.json, rank1.json, an earlier run's traces" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.json", "rank1.json"]
+    # one schedule replaces them, as it always has: its traces are the ones profile reads
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
+    monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
+    with pytest.raises(Launched):
+        main(["run", "-s", "1f1b", *argv[3:]])

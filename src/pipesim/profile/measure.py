@@ -66,7 +66,7 @@ def trace_paths(target: str | Path) -> list[Path]:
         )
         if not files:
             # run --schedules a,b --profile DIR writes a folder per schedule
-            held = sorted(d.name for d in p.iterdir() if d.is_dir() and any(d.glob("rank*.json*")))
+            held = _held(p)
             if held:
                 raise PipesimError(
                     f"{p}: no traces in this folder, but its folders {', '.join(held)} hold some (a run of several "
@@ -77,6 +77,11 @@ def trace_paths(target: str | Path) -> list[Path]:
     if not p.exists():
         raise PipesimError(f"no trace {str(p)!r}: give a torch.profiler trace (.json or .json.gz) or a folder of them")
     return [p]
+
+
+def _held(folder: Path) -> list[str]:
+    """The folders in ``folder`` that hold traces (``run --schedules a,b --profile DIR``'s)."""
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and any(d.glob("rank*.json*")))
 
 
 def _rank_of_name(name: str) -> int | None:
@@ -92,7 +97,15 @@ def profile(target: str | Path, mapping: Mapping | None = None) -> Profile:
 
     paths = trace_paths(target)
     runs = [attribute(read_trace(path, wanted), mapping.component, action) for path in paths]
-    return measure(runs, one_file=not Path(target).is_dir())
+    prof = measure(runs, one_file=not Path(target).is_dir())
+    held = _held(Path(target)) if Path(target).is_dir() else []
+    if held:  # a list run's folders beside a one-schedule run's traces: which was read is said
+        names = ", ".join(p.name for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        prof.notes.append(
+            f"read the traces in {target} itself ({names}); its folders {', '.join(held)} hold other runs' traces: "
+            f"give one to read those, e.g. {Path(target) / held[0]}"
+        )
+    return prof
 
 
 def measure(runs: list[Attributed], one_file: bool = False) -> Profile:

@@ -27,6 +27,8 @@ def profile_dir(args, schedule, count: int) -> str | None:
         input_files(vars(args), skip=("profile", "argv")),  # argv names the folder itself: no input
     )
     _refuse_other_traces(args.profile, folder, schedule.pp)
+    if count > 1:
+        _refuse_traces_above(args.profile)
     _refuse_unreplaceable(args.profile, folder, schedule.pp)
     return folder
 
@@ -129,15 +131,32 @@ def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
     run, a file of the user's): ``pipesim profile`` reads every trace of the folder, so it
     would sit beside this run's. Named now, before the run, and left where it is: the
     user's to move or remove. This run's own rank files are replaced, as -o replaces."""
-    if not os.path.isdir(folder):
-        return
-    ours = {f"rank{r}.json" for r in range(pp)}
-    other = sorted(
-        e.name for e in os.scandir(folder) if e.is_file() and e.name.endswith((".json", ".json.gz")) and e.name not in ours
-    )
+    other = _traces_in(folder, keep={f"rank{r}.json" for r in range(pp)})
     if other:
-        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         raise PipesimError(
-            f"--profile {flag}: {folder!r} holds {shown}, which this pp={pp} run does not write and pipesim profile would "
+            f"--profile {flag}: {folder!r} holds {other}, which this pp={pp} run does not write and pipesim profile would "
             "read beside its traces; move them away or give an empty folder"
         )
+
+
+def _refuse_traces_above(flag: str) -> None:
+    """Traces in DIR itself when a list run writes DIR/NAME/ (an earlier one-schedule run
+    of ``--profile DIR``): ``pipesim profile DIR`` reads a folder's own traces and looks
+    into its folders only when it has none, so it read the earlier run's, unsaid."""
+    other = _traces_in(flag)
+    if other:
+        raise PipesimError(
+            f"--profile {flag}: the folder holds {other}, an earlier run's traces, which pipesim profile {flag} would read "
+            "instead of this run's (one folder per schedule inside it); move them away or give another folder"
+        )
+
+
+def _traces_in(folder: str, keep: frozenset[str] | set[str] = frozenset()) -> str:
+    """The trace files (what ``pipesim profile`` reads) directly in ``folder`` other than
+    ``keep``, named for a message ('' for none)."""
+    if not os.path.isdir(folder):
+        return ""
+    other = sorted(
+        e.name for e in os.scandir(folder) if e.is_file() and e.name.endswith((".json", ".json.gz")) and e.name not in keep
+    )
+    return ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
