@@ -47,3 +47,14 @@ def test_the_makespan_error_of_a_timed_run_is_its_relative_difference():
     simulated = summarize(s, simulate(s, Costs(f=0.01, b=0.01, w=0.01)))
     measured = summarize(s, simulate(s, Costs(f=0.0125, b=0.0125, w=0.0125)))
     assert abs(Comparison(measured, simulated, 0.0).makespan_error - 0.25) < 1e-12
+
+
+def test_the_json_costs_are_what_the_ranks_slept_and_the_latency_is_the_simulations(capsys):
+    """costs.comm was 0.0 (the slept durations carry none) beside simulated.comm, the
+    latency the simulation did add: two latencies for one run."""
+    run = _synthetic_run(Costs(f=0.01, b=0.02, w=0.03))
+    run.latency = 5e-5
+    report(argparse.Namespace(json=True, comm=None, timeline=False, width=None), [run], [])
+    row = json.loads(capsys.readouterr().out)["schedules"][0]
+    assert row["costs"] == {"f": 0.01, "b": 0.02, "w": 0.03}
+    assert row["simulated"]["comm"] == 5e-5
