@@ -394,3 +394,11 @@ def test_a_list_run_into_a_folder_holding_an_earlier_runs_traces_is_refused(tmp_
     monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
     with pytest.raises(Launched):
         main(["run", "-s", "1f1b", *argv[3:]])
+
+
+def test_a_schedule_and_a_list_at_once_says_both_were_given(capsys, monkeypatch):
+    """It was 'give --schedule NAME ... or --schedules a,b,c|all', as if neither was given."""
+    monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
+    err = _refused(["run", "-s", "1f1b", "--schedules", "zb-h1", "--pp", "2", "-m", "2", "--synthetic"], capsys)
+    assert "--schedule and --schedules each name what to run: give one of them, not both" in err, err
+    assert "give --schedule NAME" in _refused(["run", "--pp", "2", "-m", "2", "--synthetic"], capsys)

@@ -94,7 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
     _refuse_unused(args)
-    if (args.schedule is None) == (args.schedules is None):
+    if args.schedule is not None and args.schedules is not None:  # was told to give one, as if it had none
+        raise PipesimError("--schedule and --schedules each name what to run: give one of them, not both")
+    if args.schedule is None and args.schedules is None:
         raise PipesimError("give --schedule NAME (or a JSON file) or --schedules a,b,c|all")
     if args.synthetic:  # ops sleep: a model flag would be silently ignored, its timings read as the model's
         for k, default in MODEL_DEFAULTS.items():
