@@ -1,6 +1,6 @@
 """``pipesim import --csv`` of the CSVs PyTorch itself writes: ``PipelineScheduleMulti._dump_csv``
 (torch 2.13 writes its ``pipeline_order``, UNSHARD and REDUCE_GRAD actions included, which
-its own compute-only ``_load_csv`` refuses) and ``_PipelineScheduleRuntime._dump_csv`` in
+``_PipelineScheduleRuntime._load_csv`` refuses as compute-only) and ``_PipelineScheduleRuntime._dump_csv`` in
 the compute_comms format (SEND/RECV actions). Each must come back as the order PyTorch
 holds: the one ``import --torch`` reads from the class."""
 
