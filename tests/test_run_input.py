@@ -300,6 +300,11 @@ def test_names_beside_a_schedule_file_are_built_at_its_size(tmp_path, capsys, mo
         (["-s", "1f1b", "--pair", "3ms"], "--pair prices overlapped F&B pairs, and 1f1b runs none: drop it"),
         (["-s", "zb-h1", "--bw", "3ms"], "--bw prices fused backwards (BW), and zb-h1 runs none: drop it"),
         (["--schedules", "1f1b,zb-h1", "--pair", "3ms"], "--pair prices overlapped F&B pairs, and 1f1b, zb-h1 run none"),
+        # the one that runs pairs cannot be built at M=4 < 2 x pp: said, not left to guess
+        (
+            ["--schedules", "1f1b,dualpipev", "--pp", "3", "--pair", "3ms"],
+            "and 1f1b runs none: drop it; skipped at pp=3, M=4: dualpipev (dualpipev needs --microbatches >= 2 * --pp = 6",
+        ),
     ],
 )
 def test_a_synthetic_duration_no_schedule_runs_is_refused(argv, says, capsys, monkeypatch):
@@ -307,7 +312,8 @@ def test_a_synthetic_duration_no_schedule_runs_is_refused(argv, says, capsys, mo
     duration slept nowhere, and the run's 'synthetic:' line listed it as if used."""
     monkeypatch.setattr("pipesim.runtime.api.launch", _no_launch)
     monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
-    err = _refused(["run", *argv, "--pp", "2", "-m", "4", "--synthetic"], capsys)
+    pp = [] if "--pp" in argv else ["--pp", "2"]
+    err = _refused(["run", *argv, *pp, "-m", "4", "--synthetic"], capsys)
     assert says in err, err
 
 
@@ -402,3 +408,23 @@ def test_a_schedule_and_a_list_at_once_says_both_were_given(capsys, monkeypatch)
     err = _refused(["run", "-s", "1f1b", "--schedules", "zb-h1", "--pp", "2", "-m", "2", "--synthetic"], capsys)
     assert "--schedule and --schedules each name what to run: give one of them, not both" in err, err
     assert "give --schedule NAME" in _refused(["run", "--pp", "2", "-m", "2", "--synthetic"], capsys)
+
+
+def test_each_schedule_of_a_list_is_given_the_durations_it_sleeps(monkeypatch):
+    """--pair 3ms beside 1f1b and dualpipev: dualpipev's pairs sleep it, 1F1B runs none,
+    and its report listed F&B=3ms as if they had (likewise --bw for zb-h1, which splits
+    every backward into B and W)."""
+    seen = {}
+
+    def capture(jobs, **kwargs):
+        seen.update({j.schedule.name: j.costs for j in jobs})
+        raise Launched
+
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", capture)
+    monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
+    argv = ["run", "--schedules", "1f1b,dualpipev,zb-h1", "--pp", "2", "-m", "4", "--synthetic", "--pair", "3ms", "--bw", "5ms"]
+    with pytest.raises(Launched):
+        main(argv)
+    assert (seen["1f1b"].pair, seen["1f1b"].bw) == (None, 0.005)
+    assert (seen["dualpipev"].pair, seen["dualpipev"].bw) == (0.003, 0.005)
+    assert (seen["zb-h1"].pair, seen["zb-h1"].bw) == (None, None)

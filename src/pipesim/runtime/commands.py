@@ -144,7 +144,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.synthetic:  # a per-stage list of the wrong length failed inside the ranks, after the launch
         # --pair or --bw for schedules that run no pair or fused backward slept nowhere,
         # and the "synthetic:" line listed them as if used: refused as simulate refuses them
-        refuse_costs_none_use(args, schedules)
+        try:
+            refuse_costs_none_use(args, schedules)
+        except PipesimError as e:
+            if not skipped:
+                raise
+            # the schedule that would have used it may be one that cannot be built here
+            left = ", ".join(f"{n} ({why})" for n, why in skipped)
+            raise PipesimError(f"{e}; skipped at pp={size[0]}, M={size[1]}: {left}") from None
         for s in schedules:
             Costs(f=args.f, b=args.b, w=args.w, bw=args.bw).check_stages(s.placement.stages, s.name)
             _refuse_nothing_to_compare(args, s)
@@ -174,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             s,
             model,
             check=args.check,
-            synthetic=costs,
+            synthetic=_slept(costs, s),
             tolerance=TOLERANCE if args.tolerance is None else args.tolerance,
             profile=profile,
             ep=args.ep,
@@ -193,6 +200,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .run_report import report
 
     return report(args, results, skipped)
+
+
+def _slept(costs, schedule):
+    """The synthetic durations ``schedule`` sleeps: --pair and --bw are dropped for one
+    that runs no pair or fused backward (in a list beside one that does), as
+    options.refuse_costs_none_use decides; its report listed them as if they had been."""
+    if costs is None:
+        return None
+    from dataclasses import replace
+
+    for key in ("pair", "bw"):
+        value = getattr(costs, key)
+        if value is None:
+            continue
+        try:
+            refuse_costs_none_use(argparse.Namespace(**{key: value}), [schedule])
+        except PipesimError:
+            costs = replace(costs, **{key: None})
+    return costs
 
 
 def _refuse_nothing_to_compare(args, s) -> None:
