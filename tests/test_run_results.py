@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from pipesim import Costs, build, simulate, summarize
+import pytest
+
+from pipesim import Costs, PipesimError, build, simulate, summarize
 from pipesim.runtime.results import Comparison, RunResult, compare
 from pipesim.runtime.run_report import report
 
@@ -58,3 +60,24 @@ def test_the_json_costs_are_what_the_ranks_slept_and_the_latency_is_the_simulati
     row = json.loads(capsys.readouterr().out)["schedules"][0]
     assert row["costs"] == {"f": 0.01, "b": 0.02, "w": 0.03}
     assert row["simulated"]["comm"] == 5e-5
+
+
+def test_two_library_jobs_tracing_into_one_folder_are_refused_before_the_launch(tmp_path, monkeypatch):
+    """execute_many ran both, and the second job's rank files replaced the first's after
+    the run; pipesim run gives each schedule DIR/NAME, the library takes the folders given."""
+    pytest.importorskip("torch")  # the launcher imports it
+    from pipesim.runtime.api import execute_many, job
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr("pipesim.runtime.api.launch", no_launch)
+    monkeypatch.setattr("pipesim.runtime.api.check_capacity", lambda *a: None)
+    costs = Costs(f=0.001, b=0.001, w=0.001)
+    jobs = [
+        job(build("1f1b", 2, 2), synthetic=costs, profile=tmp_path),
+        job(build("zb-h1", 2, 2), synthetic=costs, profile=f"{tmp_path}/"),
+    ]
+    with pytest.raises(PipesimError, match="the jobs of 1f1b and zb-h1 would write their traces to one folder"):
+        execute_many(jobs)
+    assert list(tmp_path.iterdir()) == []

@@ -22,7 +22,7 @@ from .launch import launch, pick_backend, run_as_torchrun_rank
 from .memory_need import check_memory
 from .model import TinyTransformer
 from .results import RunResult, assemble
-from .trace_folders import refuse_unwritable
+from .trace_folders import refuse_shared_folders, refuse_unwritable
 from .worker import Job
 
 RUN_JOBS = "pipesim.runtime.worker:run_jobs"
@@ -133,6 +133,9 @@ def execute_many(
     if not jobs:
         return []
     refuse_mixed_sizes([(j.schedule.name, j.schedule.pp, j.schedule.placement.stages, j.ep) for j in jobs])
+    # two jobs of one launch tracing into one folder: the second's rank files replaced the
+    # first's after the run, unsaid (pipesim run gives each schedule its own, DIR/NAME)
+    refuse_shared_folders(None, [j.profile and os.path.realpath(j.profile) for j in jobs], [j.schedule.name for j in jobs])
     pp, ep = jobs[0].schedule.pp, jobs[0].ep
     nprocs = pp * ep
     backend = pick_backend(backend, nprocs)

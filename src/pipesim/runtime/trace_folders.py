@@ -101,12 +101,18 @@ def _probe(given: str, folder: str, existing: str) -> None:
 
 def refuse_shared_folders(flag: str | None, folders: list[str | None], names: list[str]) -> None:
     """Two schedules of one list whose traces would go to one folder (a schedule file named
-    zb-h1 beside the registry's zb-h1): the second run's rank files replaced the first's."""
+    zb-h1 beside the registry's zb-h1): the second run's rank files replaced the first's.
+    ``flag`` None: the library's jobs (execute_many), each given its own folder."""
     first: dict[str, str] = {}
     for folder, name in zip(folders, names):
         if folder is None:
             continue
         if folder in first:
+            if flag is None:  # the library's jobs, each given its folder
+                raise PipesimError(
+                    f"the jobs of {first[folder]} and {name} would write their traces to one folder, {folder!r}: "
+                    "give each job its own profile folder"
+                )
             raise PipesimError(
                 f"--profile {flag}: {first[folder]} and {name} would write their traces to one folder, {folder!r} "
                 "(the schedules have one name): run them in two launches, or rename one in its file"
