@@ -32,7 +32,8 @@ from ..errors import PipesimError
 from .capacity import available_memory
 
 # torch's CPU allocator failing ("DefaultCPUAllocator: can't allocate memory: you tried to
-# allocate 6400000000000 bytes"), and CUDA's ("Tried to allocate 5.96 GiB") says no bytes
+# allocate 6400000000000 bytes", torch 2.13, raised at alloc_cpu.cpp as it says); check_stages
+# runs the sample forward on the CPU, where this is the message
 _ALLOCATION = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
 
 
