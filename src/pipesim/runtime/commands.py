@@ -17,6 +17,7 @@ from ..options import (
     SCHEDULE_HELP,
     add_shape,
     columns,
+    costs_run,
     is_schedule_file,
     nonneg_float,
     options_for,
@@ -205,20 +206,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _slept(costs, schedule):
     """The synthetic durations ``schedule`` sleeps: --pair and --bw are dropped for one
     that runs no pair or fused backward (in a list beside one that does), as
-    options.refuse_costs_none_use decides; its report listed them as if they had been."""
+    options.costs_run tells; its report listed them as if they had been."""
     if costs is None:
         return None
     from dataclasses import replace
 
-    for key in ("pair", "bw"):
-        value = getattr(costs, key)
-        if value is None:
-            continue
-        try:
-            refuse_costs_none_use(argparse.Namespace(**{key: value}), [schedule])
-        except PipesimError:
-            costs = replace(costs, **{key: None})
-    return costs
+    unused = {k: None for k in ("pair", "bw") if getattr(costs, k) is not None and k not in costs_run(schedule)}
+    return replace(costs, **unused) if unused else costs
 
 
 def _refuse_nothing_to_compare(args, s) -> None:
