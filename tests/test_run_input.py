@@ -393,7 +393,10 @@ def test_a_list_run_into_a_folder_holding_an_earlier_runs_traces_is_refused(tmp_
         (tmp_path / f"rank{r}.json").write_text("{}")
     argv = ["run", "--schedules", "1f1b,zb-h1", "--pp", "2", "-m", "2", "--synthetic", "--profile", str(tmp_path)]
     err = _refused(argv, capsys)
-    assert f"--profile {tmp_path}: the folder holds rank0.json, rank1.json, an earlier run's traces" in err, err
+    assert (
+        f"--profile {tmp_path}: the folder holds rank0.json, rank1.json, which pipesim profile {tmp_path} would read instead"
+        in err
+    ), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.json", "rank1.json"]
     # one schedule replaces them, as it always has: its traces are the ones profile reads
     monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
@@ -428,3 +431,26 @@ def test_each_schedule_of_a_list_is_given_the_durations_it_sleeps(monkeypatch):
     assert (seen["1f1b"].pair, seen["1f1b"].bw) == (None, 0.005)
     assert (seen["dualpipev"].pair, seen["dualpipev"].bw) == (0.003, 0.005)
     assert (seen["zb-h1"].pair, seen["zb-h1"].bw) == (None, None)
+
+
+def test_a_file_profile_never_reads_beside_rank_traces_does_not_stop_the_run(tmp_path, capsys, monkeypatch):
+    """`profile DIR --timeline DIR/tl.json` wrote a file that profile DIR then passes over
+    (it reads the rank files where there are any); run --profile DIR refused it as one
+    profile 'would read beside its traces'."""
+    from pipesim.profile.measure import trace_paths
+
+    for name in ("rank0.json", "rank1.json", "tl.json"):
+        (tmp_path / name).write_text("{}")
+    assert [p.name for p in trace_paths(tmp_path)] == ["rank0.json", "rank1.json"]
+    monkeypatch.setattr("pipesim.runtime.api.execute_many", _launched)
+    monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
+    with pytest.raises(Launched):
+        main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--synthetic", "--profile", str(tmp_path)])
+    # a list run writes DIR/NAME/: there, DIR's own files are what profile DIR reads
+    for name in ("rank0.json", "rank1.json"):
+        (tmp_path / name).unlink()
+    assert [p.name for p in trace_paths(tmp_path)] == ["tl.json"]
+    err = _refused(
+        ["run", "--schedules", "1f1b,zb-h1", "--pp", "2", "-m", "2", "--synthetic", "--profile", str(tmp_path)], capsys
+    )
+    assert "the folder holds tl.json, which pipesim profile" in err, err

@@ -445,18 +445,23 @@ def test_too_many_ranks_is_refused_before_torch_is_imported():
     assert "needs 64 processes, more than this machine can run" in out.stderr
 
 
-@pytest.mark.parametrize("others", [["rank2.json"], ["rank2.json", "rank3.json.gz", "mine.json", "x.json"]])
+@pytest.mark.parametrize(
+    "others", [["rank2.json"], ["rank2.json", "rank3.json.gz", "rank4.json", "rank5.json", "mine.json", "tl.json"]]
+)
 def test_a_profile_folder_with_traces_the_run_does_not_replace_is_refused(others, capsys, monkeypatch, tmp_path):
     """rank2.json of an earlier pp=3 run beside a pp=2 run: pipesim profile reads every
-    trace of the folder, so it would sit beside this run's. Refused before any process
-    starts, the files named and left as they were; the run's own rank files are replaced."""
+    rank file of the folder, so it would sit beside this run's. Refused before any process
+    starts, the files named and left as they were; the run's own rank files are replaced.
+    mine.json and tl.json are no rank files: profile reads none beside rank files, so
+    they are not named."""
     monkeypatch.setattr("pipesim.runtime.launch._start_forkserver", _no_launch)
     for name in ["rank0.json", *others]:
         (tmp_path / name).write_text("{}")
     code = main(["run", "-s", "1f1b", "--pp", "2", "-m", "4", "--backend", "gloo", "--profile", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert f"holds {', '.join(sorted(others)[:3])}" in err and "which this pp=2 run does not write" in err
-    assert ("and 1 more" in err) == (len(others) > 3)
+    ranks = sorted(n for n in others if n.startswith("rank"))
+    assert f"holds {', '.join(ranks[:3])}" in err and "which this pp=2 run does not write" in err
+    assert ("and 1 more" in err) == (len(ranks) == 4) and "mine.json" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["rank0.json", *others])
     assert all(p.read_text() == "{}" for p in tmp_path.iterdir())

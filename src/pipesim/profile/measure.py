@@ -24,7 +24,7 @@ from .attribute import Attributed, attribute, union_length
 from .component_times import ComponentRow, component_rows
 from .labels import EXPECTED, Mapping, action
 from .pipeline_actions import Filled, pipeline_of
-from .trace import US, read_trace
+from .trace import US, read_in_folder, read_trace
 
 
 @dataclass
@@ -59,9 +59,9 @@ def trace_paths(target: str | Path) -> list[Path]:
     ``*.json`` / ``*.json.gz``."""
     p = Path(target)
     if p.is_dir():
-        files = [f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))]
+        read = set(read_in_folder([f.name for f in p.iterdir() if f.is_file()]))
         files = sorted(
-            [f for f in files if f.name.startswith("rank")] or files,
+            [f for f in p.iterdir() if f.name in read],
             key=lambda f: (_rank_of_name(f.name) is None, _rank_of_name(f.name) or 0, f.name),
         )
         if not files:

@@ -40,6 +40,17 @@ MAX_META = 1 << 20  # characters one top-level value beside traceEvents may take
 US = 1e-6  # seconds in a trace's time unit: Chrome traces count microseconds
 MAX_EVENT_US = 86400e6  # no profiled event lasts a day: a longer one is a broken trace
 MAX_TS_US = 1e17  # Kineto's clock (microseconds since the epoch, ~1.8e15 now) for 3,000 years
+
+
+def read_in_folder(names: list[str]) -> list[str]:
+    """Which of a folder's file ``names`` ``pipesim profile DIR`` reads: the rank files
+    (rank*.json, rank*.json.gz: what ``pipesim run --profile`` writes) where there are
+    any, else every .json / .json.gz. Also what ``run --profile`` weighs before writing
+    there: a file this leaves out is never read beside its traces."""
+    traces = [n for n in names if n.endswith((".json", ".json.gz"))]
+    return [n for n in traces if n.startswith("rank")] or traces
+
+
 RUN_KEY = "pipesimRun"  # beside traceEvents: the run that wrote it (pipesim run --profile; runtime.worker.run_stamp)
 _KIND = {"int": "a number", "float": "a number", "str": "a string", "list": "a list", "bool": "true or false", "NoneType": "null"}
 

@@ -134,10 +134,13 @@ def _refuse_unreplaceable(flag: str, folder: str, pp: int) -> None:
 
 def _refuse_other_traces(flag: str, folder: str, pp: int) -> None:
     """A trace in ``folder`` that this run will not replace (rank5.json beside a pp=2
-    run, a file of the user's): ``pipesim profile`` reads every trace of the folder, so it
+    run, rank0.json.gz): ``pipesim profile`` reads every rank file of the folder, so it
     would sit beside this run's. Named now, before the run, and left where it is: the
-    user's to move or remove. This run's own rank files are replaced, as -o replaces."""
-    other = _traces_in(folder, keep={f"rank{r}.json" for r in range(pp)})
+    user's to move or remove. This run's own rank files are replaced, as -o replaces.
+    Other files (a --timeline tl.json written there) are never read beside rank files:
+    they were refused too, 'read beside its traces', which profile does not do."""
+    ours = [f"rank{r}.json" for r in range(pp)]
+    other = _traces_in(folder, keep=set(ours), beside=ours)
     if other:
         raise PipesimError(
             f"--profile {flag}: {folder!r} holds {other}, which this pp={pp} run does not write and pipesim profile would "
@@ -152,17 +155,19 @@ def _refuse_traces_above(flag: str) -> None:
     other = _traces_in(flag)
     if other:
         raise PipesimError(
-            f"--profile {flag}: the folder holds {other}, an earlier run's traces, which pipesim profile {flag} would read "
-            "instead of this run's (one folder per schedule inside it); move them away or give another folder"
+            f"--profile {flag}: the folder holds {other}, which pipesim profile {flag} would read instead of this "
+            "run's traces (a folder per schedule inside it, read only where the folder holds none); move them away or "
+            "give another folder"
         )
 
 
-def _traces_in(folder: str, keep: frozenset[str] | set[str] = frozenset()) -> str:
-    """The trace files (what ``pipesim profile`` reads) directly in ``folder`` other than
-    ``keep``, named for a message ('' for none)."""
+def _traces_in(folder: str, keep: frozenset[str] | set[str] = frozenset(), beside: list[str] | tuple[str, ...] = ()) -> str:
+    """The files directly in ``folder`` that ``pipesim profile`` would read once
+    ``beside`` are written there, other than ``keep``, named for a message ('' for none)."""
     if not os.path.isdir(folder):
         return ""
-    other = sorted(
-        e.name for e in os.scandir(folder) if e.is_file() and e.name.endswith((".json", ".json.gz")) and e.name not in keep
-    )
+    from ..profile.trace import read_in_folder
+
+    names = [e.name for e in os.scandir(folder) if e.is_file()]
+    other = sorted(n for n in read_in_folder(names + list(beside)) if n not in keep)
     return ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
