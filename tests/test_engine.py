@@ -15,11 +15,10 @@ from conftest import REFERENCE, shapes
 from oracle import reference_times
 from pipesim import Costs, PipesimError, Schedule, build, simulate, summarize
 from pipesim.components import ComponentCosts, LayerCosts
-from pipesim.engine import compile
+from pipesim.engine import compile, validate
 from pipesim.files import load_schedule
 from pipesim.inputs import MAX_OPS
 from pipesim.ir import RankTable, parse_rank
-from pipesim.validate import validate
 
 time = st.floats(0.0, 5.0, allow_nan=False)
 

@@ -15,13 +15,13 @@ EXPORTED = (
 #: where each is defined, from the same commit's imports
 HOMES = {
     "costs": ["Costs"],
+    "engine": ["validate"],
     "errors": ["DeadlockError", "PipesimError"],
     "ir": ["Op", "Pair", "Placement", "Schedule", "parse_item", "parse_op"],
     "metrics": ["Report", "summarize"],
     "schedules": ["REGISTRY", "build"],
     "simulate": ["simulate"],
     "timeline": ["Event", "Segment", "Timeline", "Transfer"],
-    "validate": ["validate"],
 }
 #: a module set to None in sys.modules fails to import: the child loads none of them
 BLOCK = "import sys\nfor m in ('numpy', 'torch', 'matplotlib'):\n    sys.modules[m] = None\n"

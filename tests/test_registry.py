@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim import REGISTRY, PipesimError, build
-from pipesim.validate import validate
+from pipesim.engine import validate
 
 #: searched orders are slow to build: a smaller grid
 SEARCHED = {"zb-h2", "zb-v", "v-half", "v-min", "zb-auto"}

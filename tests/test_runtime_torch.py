@@ -21,6 +21,7 @@ from conftest import registry_schedules  # noqa: E402
 from pipesim import Costs, build  # noqa: E402
 from pipesim.cli import main  # noqa: E402
 from pipesim.deps import produces  # noqa: E402
+from pipesim.engine import validate  # noqa: E402
 from pipesim.ir import ops_of  # noqa: E402
 from pipesim.runtime import (  # noqa: E402
     RunFailed,
@@ -34,7 +35,6 @@ from pipesim.runtime import (  # noqa: E402
 from pipesim.runtime.api import check_exports  # noqa: E402
 from pipesim.runtime.plan import data_needs  # noqa: E402
 from pipesim.runtime.torch_export import from_torch_rows, order_of_torch_class, why_not_torch  # noqa: E402
-from pipesim.validate import validate  # noqa: E402
 from processes import with_marker  # noqa: E402
 
 # One xdist worker runs all of these, one at a time: each starts several processes, and

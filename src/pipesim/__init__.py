@@ -20,13 +20,13 @@ from types import ModuleType
 TYPE_CHECKING = False  # typing's own flag, without importing typing (~20 ms)
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .costs import Costs
+    from .engine import validate
     from .errors import DeadlockError, PipesimError
     from .ir import Op, Pair, Placement, Schedule, parse_item, parse_op
     from .metrics import Report, summarize
     from .schedules import REGISTRY, build
     from .simulate import simulate
     from .timeline import Event, Segment, Timeline, Transfer
-    from .validate import validate
 
 #: each public name (__all__) and the submodule that defines it
 _HOMES = {
@@ -40,7 +40,7 @@ _HOMES = {
     "build": "schedules",
     "simulate": "simulate",
     **dict.fromkeys(("Event", "Segment", "Timeline", "Transfer"), "timeline"),
-    "validate": "validate",
+    "validate": "engine",
 }
 
 __all__ = [
@@ -94,10 +94,11 @@ class _Package(ModuleType):
     """The package, whose ``simulate`` and ``validate`` stay the functions. Importing a
     submodule binds its name on the package; eagerly the functions were imported after
     their modules and so won, but loaded lazily the first internal ``from .simulate
-    import ...`` would leave ``pipesim.simulate`` the module."""
+    import ...`` would leave ``pipesim.simulate`` the module. (``validate`` the function
+    is engine.py's; the validate module words its refusals.)"""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if isinstance(value, ModuleType) and _HOMES.get(name) == name:
+        if isinstance(value, ModuleType) and name in _HOMES:
             return  # the submodule stays reachable as sys.modules["pipesim.<name>"]
         super().__setattr__(name, value)
 

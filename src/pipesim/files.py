@@ -27,8 +27,7 @@ from pathlib import Path
 
 from .errors import PipesimError
 from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, shorten, work
-from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item
-from .schedule_checks import schedule_arg
+from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item, schedule_arg
 
 #: Version of every JSON document pipesim writes (schedule files, --json output, plans,
 #: traces' otherData). It changes when a key is removed or changes meaning; new keys

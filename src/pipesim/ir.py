@@ -18,46 +18,8 @@ import numpy as np
 
 from .errors import PipesimError
 from .inputs import MAX_COUNT, integer, number, shorten, work
-from .schedule_checks import check_columns, check_placement, check_schedule, item_problem, placement_sizes
-
-KINDS = ("F", "B", "W", "BW")
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Op:
-    """One unit of work on one rank: ``kind`` of model ``chunk`` for micro-batch ``mb``.
-
-    F is the forward, B the backward for the input (its weight gradient deferred to a W),
-    W that deferred weight gradient, BW a fused backward doing both.
-    """
-
-    kind: str
-    chunk: int
-    mb: int
-
-    def __str__(self) -> str:
-        return f"{self.kind}{self.chunk}.{self.mb}"
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """A forward and a backward of two micro-batches run as one unit (DualPipe's F&B), so
-    that each one's communication can hide behind the other's computation."""
-
-    forward: Op
-    backward: Op
-
-    def __str__(self) -> str:
-        return f"{self.forward}&{self.backward}"
-
-
-Item = Op | Pair
-
-
-def ops_of(item: Item) -> tuple[Op, ...]:
-    """The ops inside an item: itself, or the two halves of a pair."""
-    return (item.forward, item.backward) if isinstance(item, Pair) else (item,)
-
+from .ops import KINDS, Item, Op, Pair, ops_of  # noqa: F401 (the IR's names, imported from here)
+from .schedule_checks import check_columns, check_placement, check_schedule, item_problem, placement_sizes, shown
 
 # ---------------------------------------------------------------------------------------
 # Placement: which (rank, chunk) runs which stage of which route.
@@ -413,7 +375,7 @@ class Schedule:
     _table: list = field(default_factory=list, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_schedule(self)  # made by hand, as a file's is
+        check_schedule(self, Placement)  # made by hand, as a file's is
         if len(self.ranks) != self.pp:
             raise PipesimError(f"schedule has {len(self.ranks)} rank lists, expected pp={self.pp}")
 
@@ -500,3 +462,12 @@ def parse_rank(line: str) -> tuple[Item, ...]:
 
 def format_rank(items: tuple[Item, ...]) -> str:
     return " ".join(str(it) for it in items)
+
+
+def schedule_arg(value: object, who: str) -> Schedule:
+    """``value`` when it is a Schedule; else the error saying what ``who`` (a public
+    function) takes, instead of an AttributeError inside it."""
+    if isinstance(value, Schedule):
+        return value
+    hint = f"; pipesim.build({value!r}, pp, microbatches) builds one" if isinstance(value, str) else ""
+    raise PipesimError(f"{who} takes a pipesim.Schedule (pipesim.build or a schedule file makes one), got {shown(value)}{hint}")

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import PipesimError
-from .ir import Schedule
-from .schedule_checks import schedule_arg, shown
+from .ir import Schedule, schedule_arg
+from .schedule_checks import shown
 from .timeline import Timeline
 
 F, B, W, BW = range(4)  # indices into ir.KINDS

@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import PipesimError
 from .inputs import MAX_COUNT, MAX_RANKS, shorten
+from .ops import KINDS, Op, Pair
 
 #: what a rank's items may be, for the messages
 ITEMS_ARE = "pipesim.Op or pipesim.Pair items (pipesim.parse_item('F0.3') makes one)"
@@ -27,17 +28,6 @@ def whole(value: object, what: str, lo: int, hi: int) -> int:
     if isinstance(value, Integral) and not isinstance(value, bool) and lo <= value <= hi:
         return int(value)
     raise PipesimError(f"{what} must be a whole number from {lo:,} to {hi:,}, got {shown(value)}")
-
-
-def schedule_arg(value: object, who: str):
-    """``value`` when it is a Schedule; else the error saying what ``who`` (a public
-    function) takes, instead of an AttributeError inside it."""
-    from .ir import Schedule
-
-    if isinstance(value, Schedule):
-        return value
-    hint = f"; pipesim.build({value!r}, pp, microbatches) builds one" if isinstance(value, str) else ""
-    raise PipesimError(f"{who} takes a pipesim.Schedule (pipesim.build or a schedule file makes one), got {shown(value)}{hint}")
 
 
 def placement_sizes(pp: object, microbatches: object, chunks: object = 1) -> None:
@@ -59,15 +49,14 @@ def check_placement(pl) -> None:
         raise PipesimError("a placement needs at least one micro-batch (its route_of lists none)")
 
 
-def check_schedule(s) -> None:
-    """The fields of a Schedule other than its items (``RankTable.of`` checks those)."""
-    from .ir import Placement
-
+def check_schedule(s, placement_type: type) -> None:
+    """The fields of a Schedule other than its items (``RankTable.of`` checks those);
+    ``placement_type`` is ir's Placement, handed down since this module sits below ir."""
     if not isinstance(s.name, str):
         raise PipesimError(f"a schedule's name must be a string, got {shown(s.name)}")
     whole(s.pp, f"{s.name} schedule pp", 1, MAX_RANKS)
     whole(s.microbatches, f"{s.name} schedule microbatches", 1, MAX_COUNT)
-    if not isinstance(s.placement, Placement):
+    if not isinstance(s.placement, placement_type):
         raise PipesimError(f"{s.name} schedule placement must be a pipesim.Placement, got {shown(s.placement)}")
     if (s.placement.pp, s.placement.microbatches) != (s.pp, s.microbatches):
         raise PipesimError(
@@ -83,8 +72,6 @@ def check_columns(ranks, *cols: list) -> list[np.ndarray]:
     hold what the fast path let through unseen: a whole number that is not (0.5, cut to 0
     by the int32 column), one past the int32 columns (2**32 wrapped to 0), a pair that is
     not a forward then a backward."""
-    from .ir import KINDS
-
     # the kinds are KINDS indices the fast path looked up: read straight as int8
     arrays = [
         np.asarray(c, np.int8) if j % 3 == 0 else np.asarray(c) if len(c) else np.zeros(0, np.int64) for j, c in enumerate(cols)
@@ -104,8 +91,6 @@ def check_columns(ranks, *cols: list) -> list[np.ndarray]:
 def item_problem(ranks) -> PipesimError:
     """The error for the first bad item of ``ranks`` (per-rank item lists), or for
     ``ranks`` itself when it is not such lists."""
-    from .ir import Op, Pair
-
     if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
         return PipesimError(f"a schedule's ranks must be one list of items per rank, got {shown(ranks)}")
     for r, items in enumerate(ranks):
@@ -129,8 +114,6 @@ def item_problem(ranks) -> PipesimError:
 
 def op_problem(op) -> str | None:
     """What is wrong with one Op's fields, or None."""
-    from .ir import KINDS
-
     if op.kind not in KINDS:
         return f"op kind {shown(op.kind)} is not one of {', '.join(KINDS)}"
     for name in ("chunk", "mb"):

@@ -15,8 +15,8 @@ import numpy as np
 from .costs import CostModel, Costs
 from .engine import Program, compile, edge_latency, op_of, run
 from .errors import PipesimError
-from .ir import Schedule
-from .schedule_checks import schedule_arg, shown
+from .ir import Schedule, schedule_arg
+from .schedule_checks import shown
 from .timeline import Timeline, Transfer
 
 __all__ = ["Program", "compile", "simulate"]

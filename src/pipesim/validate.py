@@ -20,19 +20,6 @@ from collections import Counter, deque
 from .deps import Key, key_str, needs, produces
 from .errors import DeadlockError, PipesimError
 from .ir import Item, Op, Schedule, ops_of
-from .schedule_checks import schedule_arg
-
-
-def validate(schedule: Schedule) -> Schedule:
-    """Raise PipesimError (DeadlockError for an order that cannot run) or return the schedule.
-
-    The check is the engine's, on arrays, as ``pipesim validate`` runs it; the per-op walk
-    below only words what it refuses. Run here, the walk took 5.7 s for 1F1B at pp=100,
-    M=4000 (800,000 ops; the engine 0.1 s), minutes past the MAX_OPS the CLI allows."""
-    from .engine import compile  # the engine imports this module
-
-    compile(schedule_arg(schedule, "pipesim.validate"))
-    return schedule
 
 
 def check_structure(schedule: Schedule) -> None:

@@ -13,9 +13,9 @@ import inspect
 import os
 
 from ..costs import Costs
+from ..engine import validate
 from ..errors import PipesimError
 from ..ir import Schedule
-from ..validate import validate
 from .capacity import check_capacity, refuse_mixed_sizes, under_torchrun
 from .executor import Fault
 from .launch import launch, pick_backend, run_as_torchrun_rank

@@ -89,8 +89,8 @@ def _refuse_unused(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     since = time.monotonic()  # --timeout's "this long" is the user's wait: start-up, torch's import included
     from ..costs import Costs
+    from ..engine import validate
     from ..ir import Pair
-    from ..validate import validate
 
     if args.check and args.synthetic:
         raise PipesimError("--check compares real gradients; --synthetic computes none: drop one of them")
