@@ -294,3 +294,21 @@ def test_a_pytorch_csv_given_as_a_schedule_names_the_import_that_reads_it(capsys
     # the import so named reads it
     assert main(["import", "--csv", "dpv.csv", "-o", "s.json"]) == 0
     assert json.loads((tmp_path / "s.json").read_text())["pp"] == 2
+
+
+def test_a_pytorch_csv_by_path_or_to_run_names_the_import_too(capsys, tmp_path, monkeypatch):
+    # -s ./dpv.csv (a path: read as JSON) said only "not valid JSON", and run --schedules
+    # only "unknown schedule", where -s dpv.csv named the import that reads the file
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "-s", "dualpipev", "--pp", "2", "-m", "4", "-o", "dpv.csv"]) == 0
+    capsys.readouterr()
+    for argv, said in (
+        (["simulate", "-s", "./dpv.csv"], "./dpv.csv: not valid JSON"),
+        (["run", "--schedules", "dpv.csv,1f1b"], "unknown schedule 'dpv.csv'"),
+    ):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["dpv.csv"]
+        name = argv[2].split(",")[0]
+        assert said in err and f"{name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json" in err, err
+

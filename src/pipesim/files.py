@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from .errors import PipesimError
-from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, shorten, work
+from .inputs import MAX_COUNT, MAX_OPS, MAX_VALUE, known_keys, load_json, number, parse_json, read_text, shorten, work
 from .ir import STANDARD_PLACEMENTS, Placement, Schedule, ops_of, parse_item, schedule_arg
 
 #: Version of every JSON document pipesim writes (schedule files, --json output, plans,
@@ -142,7 +142,25 @@ def _placement(p, name: str, pp: int, M: int, d: dict, max_chunk: int, where: st
 
 
 def load_schedule(path: str | os.PathLike) -> Schedule:
-    return schedule_from_dict(load_json(path, "schedule file"), os.fspath(path), unnamed=os.fspath(path))
+    text = read_text(path, "schedule file")  # first: it names a path of the wrong type
+    name = os.fspath(path)
+    try:
+        data = parse_json(text, name)
+    except PipesimError as e:  # a PyTorch CSV given as --schedule ./dpv.csv: the way in, as for -s dpv.csv
+        hint = csv_hint(name)
+        if hint is None:
+            raise
+        raise PipesimError(f"{e}; {hint}") from None
+    return schedule_from_dict(data, name, unnamed=name)
+
+
+def csv_hint(name: str) -> str | None:
+    """What to do with a PyTorch compute-only CSV (as ``export`` writes) given where a
+    schedule is read (``--schedule`` reads JSON or a registry name): ``import --csv``
+    makes a schedule file of it. None for a name that does not end in .csv."""
+    if not name.lower().endswith(".csv"):
+        return None
+    return f"{name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json makes a schedule file of it"
 
 
 def json_text(data: dict, indent: int | None = 1, **options) -> str:

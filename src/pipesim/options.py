@@ -371,16 +371,16 @@ def named_family(name: str):
     """The registry family of schedule ``name``; an unknown name that ends in .csv (a
     PyTorch compute-only CSV, as ``export`` writes) is told, in the same line, that
     ``import --csv`` makes a schedule file of it: ``--schedule`` reads JSON only."""
+    from .files import csv_hint
     from .schedules import family
 
     try:
         return family(name)
     except PipesimError as unknown:
-        if not name.lower().endswith(".csv"):
+        hint = csv_hint(name) if isinstance(name, str) else None
+        if hint is None:
             raise
-        raise PipesimError(
-            f"{unknown}; {name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json makes a schedule file of it"
-        ) from None
+        raise PipesimError(f"{unknown}; {hint}") from None
 
 
 def schedule_from(args: argparse.Namespace, name: str | None = None) -> Schedule:

@@ -19,6 +19,7 @@ from ..options import (
     columns,
     costs_run,
     is_schedule_file,
+    named_family,
     nonneg_float,
     options_for,
     positive_int,
@@ -49,14 +50,14 @@ def _torch():
 
 
 def _names(args) -> list[str]:
-    from ..schedules import REGISTRY, family
+    from ..schedules import REGISTRY
 
     if args.schedules == "all":
         return list(REGISTRY)
     names = schedule_names(args.schedules)  # none, or one named twice (1f1b,1F1B ran it twice), is refused
     for n in names:
         if not is_schedule_file(n):
-            family(n)  # an unknown name is an error
+            named_family(n)  # an unknown name is an error (a PyTorch CSV's with the way in)
     return names
 
 
