@@ -312,3 +312,17 @@ def test_a_pytorch_csv_by_path_or_to_run_names_the_import_too(capsys, tmp_path, 
         name = argv[2].split(",")[0]
         assert said in err and f"{name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json" in err, err
 
+
+def test_a_gzipped_csv_is_told_to_be_decompressed(capsys, tmp_path, monkeypatch):
+    # it read "not UTF-8 text (byte 1 is b'\x8b'); save it as UTF-8", which no re-save fixes
+    import gzip
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "-s", "dualpipev", "--pp", "2", "-m", "4", "-o", "dpv.csv"]) == 0
+    capsys.readouterr()
+    (tmp_path / "dpv.csv.gz").write_bytes(gzip.compress((tmp_path / "dpv.csv").read_bytes()))
+    (tmp_path / "dpv.csv").unlink()
+    assert main(["import", "--csv", "dpv.csv.gz", "-o", "s.json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["dpv.csv.gz"]
+    assert "dpv.csv.gz: gzip-compressed, not text; decompress it first (gunzip -c dpv.csv.gz > dpv.csv)" in err, err

@@ -259,9 +259,21 @@ def read_text(path: str | os.PathLike, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
+        if data[:2] == b"\x1f\x8b":  # gzip's magic (RFC 1952, 2.3.1), never UTF-8 (0x8b continues no character)
+            raise PipesimError(gzipped(name)) from None
         raise PipesimError(
             f"{name}: not UTF-8 text (byte {e.start} is {data[e.start : e.start + 1]!r}); save it as UTF-8"
         ) from None
+
+
+def gzipped(name: str) -> str:
+    """The refusal of a gzip-compressed file where pipesim reads text whole. Only
+    profiler traces are read gzipped (``profile.trace``: torch's profiler writes them so,
+    and they are read in pieces, bounded as they decompress); the files read here are
+    ones pipesim or PyTorch write plainly (PyTorch's ``_load_csv`` opens its CSV as text),
+    so decompressing here would take a file that PyTorch itself cannot run."""
+    plain = name[:-3] if name.lower().endswith(".gz") and len(name) > 3 else "FILE"
+    return f"{name}: gzip-compressed, not text; decompress it first (gunzip -c {name} > {plain}) and give the plain file"
 
 
 def _no_constant(name: str) -> None:
