@@ -178,3 +178,18 @@ def test_a_trace_naming_a_stage_or_rank_in_the_billions_is_refused_at_once(tmp_p
     with pytest.raises(PipesimError, match="no op of micro-batch|none of rank 1"):
         profile(folder)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB: nothing of the named size
+
+
+def test_the_planner_bounds_layers_and_mtp_modules_together(capsys, tmp_path):
+    # 400 layers and 400 MTP modules passed each field's bound of 500, and the planner
+    # priced 800 modules: each MTP module is one more layer to price
+    from pathlib import Path
+
+    preset = Path(__file__).resolve().parents[1] / "src/pipesim/planner/presets/models/deepseek-v3.toml"
+    text = preset.read_text().replace("\nlayers = 61\n", "\nlayers = 400\n").replace("\nmtp_layers = 1 ", "\nmtp_layers = 400 ")
+    model = tmp_path / "m.toml"
+    assert "layers = 400\n" in text and "mtp_layers = 400 " in text
+    model.write_text(text)
+    code, out, err = run(capsys, "memory", "--model", model, "--cluster", "h800-2048", "--pp", "16")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "layers 400 and mtp_layers 400 make 800 modules, above the planner's limit of 500 together" in err, err

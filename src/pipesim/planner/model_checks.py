@@ -4,7 +4,16 @@ field has its type and range."""
 from __future__ import annotations
 
 from ..errors import PipesimError
+from ..inputs import MAX_LAYERS
 from .attention_window import check_windows
+
+#: Most layers and MTP modules, together, of a model the planner takes (specs bounds each
+#: field by it too): its search prices every layout's stage splits over the layers, and
+#: its time grows faster than the layers do (about as their square). Llama 3 8B's shape
+#: on 1024 H100s, PIPESIM_CACHE=off, took 10 s of CPU at 250 layers, 36-38 s at 500 and
+#: 158 s at 1,000 (docs/limits.md): 500 keeps a plan under about a minute. The largest
+#: public models have about 130 layers (Llama 3 405B: 126).
+MAX_MODEL_LAYERS = min(MAX_LAYERS, 500)
 
 
 def check_model(m, where: str) -> None:
@@ -14,6 +23,11 @@ def check_model(m, where: str) -> None:
     for key in ("layers", "hidden", "heads", "vocab"):
         if getattr(m, key) < 1:
             raise PipesimError(f"{where}: {key} must be >= 1, got {getattr(m, key)}")
+    if m.layers + m.mtp_layers > MAX_MODEL_LAYERS:  # each MTP module is priced as one more layer (layer_costs.mtp_costs)
+        raise PipesimError(
+            f"{where}: layers {m.layers} and mtp_layers {m.mtp_layers} make {m.layers + m.mtp_layers} modules, above the "
+            f"planner's limit of {MAX_MODEL_LAYERS} together; give fewer layers or MTP modules"
+        )
     if m.attention.kind not in ("gqa", "mla"):
         raise PipesimError(f'{where} [attention]: kind must be "gqa" or "mla", got {m.attention.kind!r}')
     if m.attention.kind == "gqa" and not m.attention.head_dim and m.hidden < m.heads:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import get_type_hints
 
 from ..errors import PipesimError
-from ..inputs import MAX_COUNT, MAX_LAYERS, did_you_mean, known_keys, load_toml, number, shorten
+from ..inputs import MAX_COUNT, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
 from .attention_window import layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates, check_required
 from .domains import job_share, neighbours, placement_problem
-from .model_checks import check_model, swapped_file
+from .model_checks import MAX_MODEL_LAYERS, check_model, swapped_file
 
 # the run's fields live in training.py; specs is where callers import them from
 from .training import (  # noqa: F401
@@ -38,14 +38,6 @@ from .training import (  # noqa: F401
 from .training_checks import check_training  # noqa: F401
 
 PRESETS = Path(__file__).parent / "presets"
-
-#: Most layers (and MTP modules) of a model the planner takes: its search prices every
-#: layout's stage splits over the layers, and its time grows faster than the layers do
-#: (about as their square). Llama 3 8B's shape on 1024 H100s, PIPESIM_CACHE=off, took
-#: 10 s of CPU at 250 layers, 36-38 s at 500 and 158 s at 1,000 (docs/limits.md): 500
-#: keeps a plan under about a minute. The largest public models have about 130 layers
-#: (Llama 3 405B: 126).
-MAX_MODEL_LAYERS = min(MAX_LAYERS, 500)
 
 #: the host CPUs NCCL's tuner tells apart (planner/nccl.py HOSTS) and the all-reduce
 #: algorithms pipesim prices of NCCL's (its NCCL_ALGO names)
