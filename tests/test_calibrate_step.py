@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipesim.cli import main
+from pipesim.errors import PipesimError
 from pipesim.planner import calibrate
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
 
@@ -96,3 +97,13 @@ def test_a_measured_on_micro_batch_that_does_not_split_the_batch_is_told_in_word
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "{" not in err
     assert f"the layout {layout} cannot run: {said}" in err
+
+
+def test_an_unknown_schedule_in_a_layout_is_refused_as_everywhere_else():
+    # evaluate_layout had a line of its own ("expected one of ..."), without the closest
+    # name the rest of pipesim gives, and refused PyTorch's class name 1F1B that build takes
+    m, c, t = specs()
+    with pytest.raises(PipesimError, match=r"^unknown schedule '1f1bb' \(did you mean 1f1b\?\); choose from gpipe, 1f1b, "):
+        calibrate.evaluate_layout(m, c, t, {"pp": 2, "dp": 8, "schedule": "1f1bb"})
+    r = calibrate.evaluate_layout(m, c, t, {"pp": 2, "dp": 8, "schedule": "1F1B"})  # PyTorch's Schedule1F1B
+    assert r.candidate.schedule == "1f1b"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from ..components import ComponentCosts
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, integer
-from ..schedules import REGISTRY
+from ..schedules import REGISTRY, family
 from .candidates import Candidate, Pins, schedule_variants, skipped_families
 from .evaluate import evaluate
 from .layer_costs import layer_costs
@@ -97,7 +97,10 @@ def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict, shared: Shared
     ``t.recompute`` is auto), fitting ones first; the closest miss when none fits.
     ``shared`` (of the same specs) keeps the stage splits it chose (``scaled_step``)."""
     skipped = skipped_families()
-    schedules = [lay["schedule"]] if "schedule" in lay else [n for n in REGISTRY if n not in skipped and n != "zb-auto"]
+    # a named schedule is the registry's (any case, PyTorch's class names), or family's one refusal
+    schedules = (
+        [family(lay["schedule"]).name] if "schedule" in lay else [n for n in REGISTRY if n not in skipped and n != "zb-auto"]
+    )
     sizes = [lay["micro_batch"]] if "micro_batch" in lay else list(t.micro_batch_sizes)
     recomputes = (
         [lay["recompute"]] if "recompute" in lay else (["none", "selective", "full"] if t.recompute == "auto" else [t.recompute])
@@ -109,8 +112,6 @@ def evaluate_layout(m: Model, c: Cluster, t: Training, lay: dict, shared: Shared
         layout = check_layout(m, c, t, {**lay, "micro_batch": mb})
         M = t.global_batch // (layout.dp * mb)
         for name in schedules:
-            if name not in REGISTRY:
-                raise PipesimError(f"unknown schedule {name!r}; expected one of {', '.join(REGISTRY)}")
             chunk_options = [lay["chunks"]] if "chunks" in lay else [ch for _, ch in schedule_variants([name], Pins())]
             for chunks in chunk_options:
                 for rc in recomputes:
