@@ -142,13 +142,13 @@ def test_says_how_it_was_found():
     "opts,needle",
     [
         (dict(memory_limit=0.5), "zb-auto needs --memory-limit >= 1 activation per rank, got 0.5"),
-        (dict(w_memory=-0.5), "zb-auto needs --w-memory between 0 and 1e+15, got -0.5"),
+        (dict(w_memory=-0.5), "zb-auto: --w-memory must be a number from 0 to 1e+15, got -0.5"),
         # one micro-batch holds 1.3 activations after its B: a cap below cannot run it
         (
             dict(memory_limit=1.2, w_memory=1.3),
             "zb-auto needs --memory-limit >= 1.3 activations (what the W keeps, w_memory 1.3) per rank, got 1.2",
         ),
-        (dict(comm=-1), "zb-auto needs --comm >= 0, got -1"),
+        (dict(comm=-1), "zb-auto: --comm must be a number from 0 to 1e+15, got -1"),
         (dict(f=[1, 2]), "--f lists 2 values, but zb-auto at pp=4 has 4 stages"),
         (dict(b=[1, 2, 3, 4, 5]), "--b lists 5 values, but zb-auto at pp=4 has 4 stages"),
         (dict(chunks=2), "zb-auto does not take --chunks"),
@@ -157,7 +157,17 @@ def test_says_how_it_was_found():
         (dict(f=float("nan")), "Costs f must be a number from 0 to 1e+15, got nan"),
         (dict(w=float("inf")), "Costs w must be a number from 0 to 1e+15, got inf"),
         (dict(b=(1, 1, float("nan"), 1)), "Costs b must be a number from 0 to 1e+15, got nan"),
-        (dict(comm=float("inf")), "Costs comm must be a number from 0 to 1e+15, got inf"),
+        (dict(comm=float("inf")), "zb-auto: --comm must be a number from 0 to 1e+15, got inf"),
+        # these passed its older check: an endless exact search, a limit of inf bytes
+        # divided into every rank's, and True taken as a limit of one activation
+        (dict(exact=True, time_limit=float("inf")), "zb-auto: --time-limit must be a number from 0 to 1e+15, got inf"),
+        (
+            dict(memory_limit=10, activation_bytes=float("inf")),
+            "zb-auto: --activation-bytes must be a number from 1 to 1e+15, got inf",
+        ),
+        (dict(memory_limit=10, activation_bytes=0), "zb-auto: --activation-bytes must be a number from 1 to 1e+15, got 0"),
+        (dict(memory_limit=True), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got true"),
+        (dict(memory_limit="4"), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got '4'"),
         (dict(exact="yes"), "zb-auto's exact must be True or False, got 'yes' (str)"),
         (dict(exact=1), "zb-auto's exact must be True or False, got 1"),
     ],

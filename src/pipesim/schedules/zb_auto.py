@@ -12,24 +12,16 @@ then holds right after each B too. The default limit is 1F1B's peak, pp activati
 
 from __future__ import annotations
 
-import math
-
 from ..autoschedule.problem import KIND, Problem
 from ..autoschedule.search import auto_schedule
 from ..costs import Costs
 from ..errors import PipesimError
-from ..inputs import MAX_VALUE
+from ..inputs import number
 from ..ir import Placement, Schedule
 from ..schedule_checks import shown
 from .zero_bubble import zb_h1
 
 Cost = float | tuple[float, ...]
-
-
-def _finite(name: str, v: float | None, low: float, high: float = math.inf) -> None:
-    if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not low <= v <= high or v != v):
-        bounds = f"between {low:g} and {high:g}" if high < math.inf else f">= {low:g}"
-        raise PipesimError(f"zb-auto needs --{name.replace('_', '-')} {bounds}, got {v}")
 
 
 def zb_auto(
@@ -50,18 +42,23 @@ def zb_auto(
     and prove it optimal. The schedule's ``info`` says how it was found."""
     if not isinstance(exact, bool):  # "yes" (or "no") ran as true
         raise PipesimError(f"zb-auto's exact must be True or False, got {shown(exact)}")
-    _finite("comm", comm, 0.0)
-    _finite("w_memory", w_memory, 0.0, MAX_VALUE)
-    _finite("time_limit", time_limit, 0.0)
-    _finite("activation_bytes", activation_bytes, 1e-300)
-    unit = 1.0 if activation_bytes is None else float(activation_bytes)
+    # the ranges the CLI's flags take (options.nonneg_float, positive_float), checked as
+    # they are: finite, and True or "4" refused rather than taken as a number
+    comm = number(comm, "--comm", where="zb-auto")
+    w_memory = number(w_memory, "--w-memory", where="zb-auto")
+    time_limit = number(time_limit, "--time-limit", where="zb-auto")
+    if activation_bytes is not None:  # a forward adds at least a byte (0 divided the limit by zero)
+        activation_bytes = number(activation_bytes, "--activation-bytes", 1, where="zb-auto")
+    if memory_limit is not None:
+        memory_limit = number(memory_limit, "--memory-limit", where="zb-auto")
+    unit = 1.0 if activation_bytes is None else activation_bytes
     # one micro-batch at a time holds its activation, and after its B what its W keeps
-    least = max(1.0, float(w_memory))
+    least = max(1.0, w_memory)
     limit = pp - 1 + least if memory_limit is None else memory_limit / unit
-    if memory_limit is not None and (not isinstance(memory_limit, (int, float)) or not limit >= least):
+    if memory_limit is not None and not limit >= least:
         what = "activation" if least == 1.0 else f"activations (what the W keeps, w_memory {w_memory:g})"
         need = f"{least:g} {what}" if activation_bytes is None else f"{least * unit:g} bytes ({least:g} {what})"
-        raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit}")
+        raise PipesimError(f"zb-auto needs --memory-limit >= {need} per rank, got {memory_limit:g}")
     costs = Costs(f=f, b=b, w=w, comm=comm)  # checks the costs as simulate does (finite, 0..MAX_VALUE)
     costs.check_stages(pp, f"zb-auto at pp={pp}")
     prob = Problem.of(Placement.flat(pp, microbatches), costs, memory_limit=limit, w_memory=float(w_memory))
