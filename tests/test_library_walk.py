@@ -262,6 +262,16 @@ def test_a_standard_placement_is_sized_before_it_is_built(make, said):
         (("1f1b", 4, "8"), r"^--microbatches must be an integer >= 1, got '8' \(str\)$"),
         (("1f1b", 4, 8.0), r"^--microbatches must be an integer >= 1, got 8.0$"),
         (("interleaved-1f1b", 4, 8, {"chunks": True}), r"needs --chunks >= 1, got true \(bool\)$"),
+        # a group of True ran as a group of 1 at pp=1, and '4' was said as 4
+        (
+            ("interleaved-1f1b", 1, 4, {"group_size": True}),
+            r"needs --group-size a whole number from --pp=1 to --microbatches=4, got true \(bool\)$",
+        ),
+        (
+            ("interleaved-1f1b", 4, 8, {"group_size": "4"}),
+            r"needs --group-size a whole number from --pp=4 to --microbatches=8, got '4' \(str\)$",
+        ),
+        (("interleaved-1f1b-overlap", 1, 4, {"group_size": True}), r"needs --group-size a whole number .* got true \(bool\)$"),
     ],
 )
 def test_build_names_a_name_or_size_of_the_wrong_type(args, said):

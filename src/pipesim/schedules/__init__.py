@@ -44,11 +44,18 @@ def _chunks_from(name: str, least: int, chunks: object, hint: str = "") -> str |
     return None
 
 
+def _group_from(name: str, pp: int, M: int, group_size: object) -> str | None:
+    if group_size is not None and (not isinstance(group_size, int) or isinstance(group_size, bool)):
+        # True ran as a group of 1 at pp=1, and the string '4' was said as 4
+        return f"{name} needs --group-size a whole number from --pp={pp} to --microbatches={M}, got {shown(group_size)}"
+    return None
+
+
 def _interleaved_1f1b(pp: int, M: int, chunks: object, group_size: object = None, **_) -> str | None:
     # one chunk is allowed because PyTorch's Interleaved1F1B allows one stage per rank:
     # 1F1B with twice its warm-up forwards; M not a multiple of pp and no group runs
     # PyTorch's rounds, a group Megatron's table
-    if refused := _chunks_from("interleaved-1f1b", 1, chunks):
+    if refused := _chunks_from("interleaved-1f1b", 1, chunks) or _group_from("interleaved-1f1b", pp, M, group_size):
         return refused
     if group_size is None and M % pp:
         return rounds_refused("interleaved-1f1b", pp, M)
@@ -66,7 +73,9 @@ def _looped_bfs(pp: int, M: int, chunks: object, **_) -> str | None:
 def _interleaved_1f1b_overlap(pp: int, M: int, chunks: object, group_size: object = None, **_) -> str | None:
     if refused := _chunks_from("interleaved-1f1b-overlap", 2, chunks):
         return f"{refused} (with 1 chunk use 1f1b-overlap)"
-    return group_refused("interleaved-1f1b-overlap", pp, M, group_size)
+    return _group_from("interleaved-1f1b-overlap", pp, M, group_size) or group_refused(
+        "interleaved-1f1b-overlap", pp, M, group_size
+    )
 
 
 def _even_pp(name: str, pp: int) -> str | None:
