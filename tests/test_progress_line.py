@@ -18,3 +18,20 @@ def test_progress_line_writes_the_layout_as_the_report(monkeypatch, capsys, tmp_
     recommended = out.read_text().split("## Recommendation", 1)[1].split("**")[1]  # "1f1b on pp.. x dp.., ep8 (1 node)"
     layout = recommended.split(" on ", 1)[1]
     assert f"(1f1b, {layout})" in last and " x ep8" not in last
+
+
+def test_progress_counts_what_the_plan_keeps(monkeypatch, capsys):
+    # the search drops each twin without recomputation that a selective one matches (same
+    # step, no less memory) once it ends: the running lines said 64 simulated that fit,
+    # the last 58, as if six had been lost
+    import json
+    import re
+
+    from pipesim.planner import plan_command
+
+    monkeypatch.setattr(plan_command, "PROGRESS_EVERY", 0.0)
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--json"]) == 0
+    out, err = capsys.readouterr()
+    counts = [int(n) for n in re.findall(r"(\d+) simulated that fit", err)]
+    assert len(counts) > 2 and counts == sorted(counts), counts  # a count that never goes back
+    assert counts[-1] == json.loads(out)["fitting"]  # and ends at the plan's own count

@@ -152,7 +152,7 @@ def _search(
         done += 1
         tick(done, total, plan)
     plan.results.sort(key=rank_key)
-    plan.results = _without_twins(plan.results)
+    plan.results = without_twins(plan.results)
     tick(total, total, plan)
     if pins and plan.best is None:
         raise PipesimError(f"the pinned layout ({pins.flags()}) does not fit or cannot run: {closest_miss(plan)}")
@@ -173,7 +173,7 @@ def rank_key(r: Result) -> tuple:
     return (float(f"{r.step_time:.12g}"), r.memory_gb, SIMPLEST_FIRST.get(r.candidate.schedule, len(SIMPLEST_FIRST)))
 
 
-def _without_twins(results: list[Result]) -> list[Result]:
+def without_twins(results: list[Result]) -> list[Result]:
     """The results less each one without recomputation whose selective twin (same
     layout, schedule and micro-batches) takes the same step in no more memory: the
     candidates keep both for families whose order depends on the memory room
