@@ -146,21 +146,18 @@ def load_schedule(path: str | os.PathLike) -> Schedule:
     name = os.fspath(path)
     try:
         data = parse_json(text, name)
-    except PipesimError as e:  # a PyTorch CSV given as --schedule ./dpv.csv: the way in, as for -s dpv.csv
-        hint = csv_hint(name)
-        if hint is None:
+    except PipesimError as e:  # a PyTorch CSV given as -s ./dpv.csv: the way in, as for -s dpv.csv
+        if (hint := csv_hint(name)) is None:
             raise
         raise PipesimError(f"{e}; {hint}") from None
     return schedule_from_dict(data, name, unnamed=name)
 
 
 def csv_hint(name: str) -> str | None:
-    """What to do with a PyTorch compute-only CSV (as ``export`` writes) given where a
-    schedule is read (``--schedule`` reads JSON or a registry name): ``import --csv``
-    makes a schedule file of it. None for a name that does not end in .csv."""
-    if not name.lower().endswith(".csv"):
-        return None
-    return f"{name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json makes a schedule file of it"
+    """The way in for a PyTorch CSV (as ``export`` writes) given as a schedule, which is
+    JSON or a registry name; None for a name that does not end in .csv."""
+    hint = f"{name} looks like PyTorch's CSV: pipesim import --csv {name} -o s.json makes a schedule file of it"
+    return hint if name.lower().endswith(".csv") else None
 
 
 def json_text(data: dict, indent: int | None = 1, **options) -> str:
