@@ -8,14 +8,12 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..cost_flags import add_costs, cost_flags_given, costs_from
 from ..errors import PipesimError
 from ..options import (
     COLUMNS_HELP,
-    add_costs,
     add_shape,
     columns,
-    cost_flags_given,
-    costs_from,
     list_work,
     listed_files,
     positive_float,

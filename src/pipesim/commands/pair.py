@@ -8,8 +8,11 @@ import bisect
 import itertools
 import sys
 
+from ..cost_flags import add_costs, costs_from
 from ..errors import PipesimError
-from ..options import add_costs, costs_from, whole_number
+from ..options import (
+    whole_number,
+)
 from ..output import console, emit_json, num, pct
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..cost_flags import add_costs, costs_from
 from ..errors import PipesimError
 from ..options import (
     COLUMNS_HELP,
     SCHEDULE_HELP,
-    add_costs,
     add_search,
     add_shape,
     columns,
-    costs_from,
     naming_the_file,
     options_from,
     refuse_costs_none_use,

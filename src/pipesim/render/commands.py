@@ -12,15 +12,13 @@ import argparse
 import shlex
 import sys
 
+from ..cost_flags import add_costs, cost_flags_given, costs_from
 from ..errors import PipesimError
 from ..options import (
     DEFAULT_PP,
     SCHEDULE_HELP,
     add_builder_options,
-    add_costs,
     add_shape,
-    cost_flags_given,
-    costs_from,
     costs_run,
     list_options,
     list_work,

@@ -174,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .api import execute_many, job
     from .results import RunFailed
 
-    # built here, not by cli.costs_from: the synthetic durations are per-chunk costs only,
+    # built here, not by cost_flags.costs_from: the synthetic durations are per-chunk costs only,
     # and --comm belongs to the comparison's simulation, not to what the ranks sleep
     costs = Costs(f=args.f, b=args.b, w=args.w, bw=args.bw, pair=args.pair) if args.synthetic else None
     model = None if args.synthetic else model_of(args)
