@@ -289,14 +289,22 @@ def rank_usables(
     # pipeline's middle ranks) are worked out once
     seen: dict[tuple, Usable] = {}
     out = []
-    for own in held:
-        key = (stages - 1 in own, sum(st > 0 for st in own), sum(st < stages - 1 for st in own))
-        key += (held_params(mm, own) if reads else 0.0,)
+    for own, ends in zip(held, rank_ends(held, stages)):
+        key = (*ends, held_params(mm, own) if reads else 0.0)
         got = seen.get(key)
         if got is None:
             got = seen[key] = usable_on_rank(m, c, t, lay, recompute, own, stages, microbatches, key[3], common)
         out.append(got)
     return tuple(out)
+
+
+@lru_cache(maxsize=1 << 10)
+def rank_ends(held: tuple, stages: int) -> tuple[tuple[bool, int, int], ...]:
+    """Per rank of a placement holding ``held``: whether it holds the last stage, how many
+    of its stages receive an input and how many send an output (what ``usable_on_rank``
+    reads of them). Kept: the same for every split and layout of a placement, which the
+    search asks about thousands of times."""
+    return tuple((stages - 1 in own, sum(st > 0 for st in own), sum(st < stages - 1 for st in own)) for own in held)
 
 
 def pools_read_params(t) -> bool:
