@@ -115,11 +115,8 @@ def _end_sizes(layer_work: tuple[float, ...], first: float, last: float, stages:
     loads = prefix[ends] - prefix[starts]
     loads[:, 0] += first
     loads[:, -1] += last
-    holds = np.zeros((stages, len(groups)))
-    for r, g in enumerate(groups):
-        for st in g:
-            holds[st, r] += 1
-    rank_loads = loads @ holds
+    holds = _holds(groups, stages)
+    rank_loads = loads if holds is None else loads @ holds
     # the busiest rank, then the slowest stage, then the most even ranks (the sum of squared
     # rank loads, over the total to keep it a load), each within TIE of the total; of splits
     # equal in all three the first listed: the fewest layers on the first stage (which keeps
@@ -132,6 +129,22 @@ def _end_sizes(layer_work: tuple[float, ...], first: float, last: float, stages:
     for key in (rank_loads.max(axis=1), loads.max(axis=1), np.square(rank_loads).sum(axis=1) / scale):
         keep &= key <= key[keep].min() + TIE * scale
     return options[int(np.flatnonzero(keep)[0])]
+
+
+@lru_cache(maxsize=256)
+def _holds(groups: tuple[tuple[int, ...], ...], stages: int) -> np.ndarray | None:
+    """Per stage and rank, how many copies of the stage the rank holds: what turns stage
+    loads into rank loads. None where each rank holds its own one stage (the default):
+    the loads are the rank loads, the same floats the product gives (each adds only
+    zeros), without the product the search would make for every split it asks about."""
+    if groups == tuple((st,) for st in range(stages)):
+        return None
+    holds = np.zeros((stages, len(groups)))
+    for r, g in enumerate(groups):
+        for st in g:
+            holds[st, r] += 1
+    holds.setflags(write=False)  # shared by every call: read only
+    return holds
 
 
 @lru_cache(maxsize=256)
