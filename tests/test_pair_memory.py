@@ -161,3 +161,20 @@ def test_a_cost_files_pairs_run_its_layers_one_by_one():
     s = build("1f1b-overlap", pp, 8)
     peaks = memory(s, simulate(s), mm).activation_peak
     assert peaks == pytest.approx([(2 * (pp - r) - 1) * layers * layer + layer for r in range(pp)])
+
+
+def test_pair_peaks_kept_per_backward_kind_and_model_equality_unchanged():
+    """A model keeps each pair's peak once worked out: by its backward's kind too, and
+    without changing what equal models compare and hash as (they key the planner's
+    caches). By hand, layers of 1 and 2 bytes and 1 made after them (activation 4), W
+    keeping half: under a B the pair starts at -0.5 (half the head's byte freed), then
+    +1, -1, +2, -0.5 and the forward's head +1: 2.0 at the end; under a BW it starts at
+    -1, then +1, -2, +2, -1 and +1: never above 0."""
+    from pipesim.ir import KINDS
+    from pipesim.memory import pair_peak_of
+
+    kept = MemoryModel(params=0.0, activation=4.0, w_share=0.5, layer_bytes=(1.0, 2.0))
+    fresh = MemoryModel(params=0.0, activation=4.0, w_share=0.5, layer_bytes=(1.0, 2.0))
+    b, bw = KINDS.index("B"), KINDS.index("BW")
+    assert [pair_peak_of(kept, 0, 0, k) for k in (b, bw, b, bw)] == [2.0, 0.0, 2.0, 0.0]
+    assert kept == fresh and hash(kept) == hash(fresh) and repr(kept) == repr(fresh)
