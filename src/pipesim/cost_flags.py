@@ -15,6 +15,7 @@ from .options import add_op_costs, cost_value, nonneg_float, positive_float, who
 TYPE_CHECKING = False  # typing's own flag, without importing typing
 if TYPE_CHECKING:
     from .costs import CostModel
+    from .ir import Schedule
 
 # The cost models import numpy: they are imported in costs_from, so that every command's
 # --help (which only declares these flags) starts without them.
@@ -135,3 +136,36 @@ def _refuse_lone_modifiers(layer: dict, extras: dict, base: object, lone: bool, 
     flag = "--" + modifiers[0].replace("_", "-")
     hint = " (per-chunk P2P latency is --comm)" if modifiers[0] == "p2p" and not simple else ""
     raise PipesimError(f"{flag} adjusts a component cost model; give {_COMPONENT_BASES} with it, or drop it{hint}")
+
+
+def refuse_costs_none_use(args: argparse.Namespace, schedules: list[Schedule]) -> None:
+    """--pair prices overlapped F&B pairs and --bw fused backwards (BW): given for
+    schedules that run none, they changed nothing, unsaid (`simulate -s 1f1b --pair 3`
+    printed 1F1B as without it; zb-h1 splits every backward into B and W)."""
+    if schedules:
+        used = set().union(*(costs_run(s) for s in schedules))
+        refuse_costs_unused(args, used, [s.name for s in schedules])
+
+
+#: the cost flags that price one kind of item, and what that item is called
+_PRICED = {"pair": "overlapped F&B pairs", "bw": "fused backwards (BW)"}
+
+
+def costs_run(schedule: Schedule) -> set[str]:
+    """The keys of ``_PRICED`` whose items ``schedule`` runs."""
+    from .ir import KINDS
+
+    t, bw = schedule.table, KINDS.index("BW")
+    runs = {"pair": bool((t.kind2 >= 0).any()), "bw": bool((t.kind == bw).any() or (t.kind2 == bw).any())}
+    return {k for k, yes in runs.items() if yes}
+
+
+def refuse_costs_unused(args: argparse.Namespace, used: set[str], names: list[str]) -> None:
+    """Refuse --pair or --bw when none of the schedules ``names`` runs what it prices
+    (``used``: the union of their ``costs_run``); a sweep, which holds one schedule at
+    a time, gathers ``used`` as it goes."""
+    for key, what in _PRICED.items():
+        if getattr(args, key, None) is not None and key not in used:
+            raise PipesimError(
+                f"--{key} prices {what}, and {', '.join(names)} {'runs' if len(names) == 1 else 'run'} none: drop it"
+            )

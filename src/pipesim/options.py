@@ -335,39 +335,6 @@ def list_work(
         work(pp, M, chunks, where=where, what=what + beside, limit=limit - ops, cost=cost)
 
 
-def refuse_costs_none_use(args: argparse.Namespace, schedules: list[Schedule]) -> None:
-    """--pair prices overlapped F&B pairs and --bw fused backwards (BW): given for
-    schedules that run none, they changed nothing, unsaid (`simulate -s 1f1b --pair 3`
-    printed 1F1B as without it; zb-h1 splits every backward into B and W)."""
-    if schedules:
-        used = set().union(*(costs_run(s) for s in schedules))
-        refuse_costs_unused(args, used, [s.name for s in schedules])
-
-
-#: the cost flags that price one kind of item, and what that item is called
-_PRICED = {"pair": "overlapped F&B pairs", "bw": "fused backwards (BW)"}
-
-
-def costs_run(schedule: Schedule) -> set[str]:
-    """The keys of ``_PRICED`` whose items ``schedule`` runs."""
-    from .ir import KINDS
-
-    t, bw = schedule.table, KINDS.index("BW")
-    runs = {"pair": bool((t.kind2 >= 0).any()), "bw": bool((t.kind == bw).any() or (t.kind2 == bw).any())}
-    return {k for k, yes in runs.items() if yes}
-
-
-def refuse_costs_unused(args: argparse.Namespace, used: set[str], names: list[str]) -> None:
-    """Refuse --pair or --bw when none of the schedules ``names`` runs what it prices
-    (``used``: the union of their ``costs_run``); a sweep, which holds one schedule at
-    a time, gathers ``used`` as it goes."""
-    for key, what in _PRICED.items():
-        if getattr(args, key, None) is not None and key not in used:
-            raise PipesimError(
-                f"--{key} prices {what}, and {', '.join(names)} {'runs' if len(names) == 1 else 'run'} none: drop it"
-            )
-
-
 @contextmanager
 def naming_the_file(name: str) -> Iterator[None]:
     """An error met checking or simulating ``--schedule`` names the file when it is one:

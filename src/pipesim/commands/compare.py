@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..cost_flags import add_costs, cost_flags_given, costs_from
+from ..cost_flags import add_costs, cost_flags_given, costs_from, refuse_costs_none_use
 from ..errors import PipesimError
 from ..options import (
     COLUMNS_HELP,
@@ -18,7 +18,6 @@ from ..options import (
     listed_files,
     positive_float,
     positive_int,
-    refuse_costs_none_use,
     refuse_options_none_take,
     schedule_names,
     schedules_help,

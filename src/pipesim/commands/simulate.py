@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cost_flags import add_costs, costs_from
+from ..cost_flags import add_costs, costs_from, refuse_costs_none_use
 from ..errors import PipesimError
 from ..options import (
     COLUMNS_HELP,
@@ -15,7 +15,6 @@ from ..options import (
     columns,
     naming_the_file,
     options_from,
-    refuse_costs_none_use,
     schedule_from,
 )
 from ..output import console, emit_json, num, pct, share

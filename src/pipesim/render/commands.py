@@ -12,14 +12,13 @@ import argparse
 import shlex
 import sys
 
-from ..cost_flags import add_costs, cost_flags_given, costs_from
+from ..cost_flags import add_costs, cost_flags_given, costs_from, costs_run, refuse_costs_none_use, refuse_costs_unused
 from ..errors import PipesimError
 from ..options import (
     DEFAULT_PP,
     SCHEDULE_HELP,
     add_builder_options,
     add_shape,
-    costs_run,
     list_options,
     list_work,
     listed_files,
@@ -27,8 +26,6 @@ from ..options import (
     number,
     options_for,
     positive_int,
-    refuse_costs_none_use,
-    refuse_costs_unused,
     refuse_options_none_take,
     schedule_from,
     schedule_names,

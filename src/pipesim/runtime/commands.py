@@ -12,18 +12,17 @@ import os
 import sys
 import time
 
+from ..cost_flags import costs_run, refuse_costs_none_use
 from ..errors import PipesimError
 from ..options import (
     SCHEDULE_HELP,
     add_shape,
     columns,
-    costs_run,
     is_schedule_file,
     named_family,
     nonneg_float,
     options_for,
     positive_int,
-    refuse_costs_none_use,
     refuse_options_none_take,
     schedule_from,
     schedule_names,
@@ -207,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _slept(costs, schedule):
     """The synthetic durations ``schedule`` sleeps: --pair and --bw are dropped for one
     that runs no pair or fused backward (in a list beside one that does), as
-    options.costs_run tells; its report listed them as if they had been."""
+    cost_flags.costs_run tells; its report listed them as if they had been."""
     if costs is None:
         return None
     from dataclasses import replace
