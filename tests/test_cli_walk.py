@@ -337,3 +337,14 @@ def test_a_schedule_list_with_an_empty_item_is_refused(capsys, tmp_path, command
     _one_line(code, out, err)
     assert "--schedules '1f1b,,gpipe': an empty item" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_counts_each_schedule_at_its_chunks_against_the_work_limit(capsys):
+    """Two interleaved orders at --chunks 8, pp 8 and M 100,000: each alone is 3 x 100,000 x
+    64 = 19.2M ops, under the 24M limit, but the comparison builds and keeps both, 38.4M.
+    compare counted two chunks a schedule (9.6M) and went on to build them; report and
+    sweep counted --chunks."""
+    argv = ["compare", "--schedules", "interleaved-1f1b,looped-bfs", "--chunks", "8", "--pp", "8", "-m", "100000"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "compare of 2 schedules too large" in err and "38,400,000 ops" in err, err

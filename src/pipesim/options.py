@@ -316,6 +316,13 @@ def listed_files(args: argparse.Namespace, names: list[str], alike: str = "pp, M
     return files
 
 
+def counted_chunks(args: argparse.Namespace, names: list[str]) -> int:
+    """The chunks a rank a list of built schedules (names, not files) is counted at against
+    the work limit: two each (a V's and DualPipe's), or --chunks each where more, since an
+    interleaved order given --chunks 8 has four times the ops two chunks would."""
+    return max(2, getattr(args, "chunks", None) or 1) * len(names)
+
+
 def list_work(
     pp: int, M: int, chunks: int, files: dict[str, Schedule], what: str, where: str = "", limit: int | None = None, cost: str = ""
 ) -> None:

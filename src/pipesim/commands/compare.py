@@ -14,6 +14,7 @@ from ..options import (
     COLUMNS_HELP,
     add_shape,
     columns,
+    counted_chunks,
     list_work,
     listed_files,
     positive_float,
@@ -163,9 +164,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     files = listed_files(args, names)
     pp, M = shape(args, files)
     # the work limit holds for the whole comparison: every schedule is built, simulated
-    # and kept (two chunks per rank bounds a V's and DualPipe's ops; a file counts the
-    # ops it has)
-    list_work(pp, M, 2 * (len(names) - len(files)), files, what=f"compare of {len(names)} schedule{'s' * (len(names) != 1)}")
+    # and kept (counted_chunks: two chunks a rank or --chunks; a file counts the ops it has)
+    built = [n for n in names if n not in files]
+    list_work(pp, M, counted_chunks(args, built), files, what=f"compare of {len(names)} schedule{'s' * (len(names) != 1)}")
     priced = compare_costs(args, pp)
     costs, per_token = priced.costs, priced.per_token
     rows = compare_rows(args, names, costs, priced.costs_for, files)

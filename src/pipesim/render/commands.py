@@ -19,6 +19,7 @@ from ..options import (
     SCHEDULE_HELP,
     add_builder_options,
     add_shape,
+    counted_chunks,
     list_options,
     list_work,
     listed_files,
@@ -243,12 +244,6 @@ def _settings(args: argparse.Namespace, costs: Costs | None, runs: list[tuple[Sc
 # sweep
 
 
-def _chunks_counted(args: argparse.Namespace, names: list[str]) -> int:
-    """The chunks a list of schedules is counted at: two each, as compare counts them (a
-    V's and DualPipe's), or --chunks each where more."""
-    return max(2, getattr(args, "chunks", None) or 1) * len(names)
-
-
 def _sweep_work(
     args: argparse.Namespace, pp: int, Ms: list[int], names: list[str], files: dict[str, Schedule], flag: str, text: str | None
 ) -> None:
@@ -257,7 +252,7 @@ def _sweep_work(
     one schedule at a time, 17 schedules ran 17 times the limit."""
     where = f"{flag} {text!r}: " if text else ""
     what = f"sweep of {len(names)} schedule{'s' * (len(names) != 1)} (M summed over the range)"
-    list_work(pp, sum(Ms), _chunks_counted(args, names), files, what=what, where=where)
+    list_work(pp, sum(Ms), counted_chunks(args, names), files, what=what, where=where)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -389,7 +384,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     # limit holds for them all together, counted as compare counts them (2 chunks each),
     # a file by the ops it has
     built = [n for n in names if n not in files]
-    chunks = _chunks_counted(args, built) if built else 0
+    chunks = counted_chunks(args, built)
     what = f"report of {len(names)} schedule{'s' * (len(names) != 1)}"
     list_work(pp, M, chunks, files, what=what, limit=REPORT_MAX_OPS, cost=REPORT_COST)
     if Ms and built:
