@@ -81,3 +81,47 @@ def test_two_library_jobs_tracing_into_one_folder_are_refused_before_the_launch(
     with pytest.raises(PipesimError, match="the jobs of 1f1b and zb-h1 would write their traces to one folder"):
         execute_many(jobs)
     assert list(tmp_path.iterdir()) == []
+
+
+def _ms(rank: int, rows) -> tuple:
+    from pipesim.ir import parse_item
+    from pipesim.timeline import Event
+
+    return tuple(Event(rank, parse_item(item), a / 1e3, b / 1e3) for item, a, b in rows)
+
+
+def test_a_synthetic_run_is_re_timed_with_the_times_it_took(capsys):
+    """1F1B, pp=2, M=2, every op given 10 ms (BW 20 ms) and a start-up latency of 1 ms:
+    simulated 92 ms by hand (rank 0: F0 0-10, F1 10-20; rank 1: F0 11-21, BW0 21-41;
+    rank 0: BW0 42-62; rank 1: F1 41-51, BW1 51-71; rank 0: BW1 72-92).
+
+    The run, written by hand: each op 10% long (F 11 ms, BW 22 ms), 0.5 ms between a rank's
+    ops, and 1.5 ms from a remote input's end to its consumer's start. So the ops took
+    +10%, the runtime 0.5 ms between ops and a transfer 1.0 ms past that; the order
+    simulated again with F 11.5, BW 22.5 (each with its 0.5 ms) and 1 ms a transfer ends at
+    104 ms (rank 0: F0 0-11.5, F1 -23; rank 1: F0 12.5-24, BW0 -46.5; rank 0: BW0
+    47.5-70; rank 1: F1 46.5-58, BW1 -80.5; rank 0: BW1 81.5-104): half a ms off the
+    measured 103.5, the last op's gap, which the run did not take. The report said only
+    +12.5% against the 92 ms, not that the order ran as simulated and the ops ran long."""
+    from pipesim.timeline import Timeline
+
+    s = build("1f1b", 2, 2)
+    r0 = _ms(0, [("F0.0", 0, 11), ("F0.1", 11.5, 22.5), ("BW0.0", 47.5, 69.5), ("BW0.1", 81.5, 103.5)])
+    r1 = _ms(1, [("F0.0", 12.5, 23.5), ("BW0.0", 24, 46), ("F0.1", 46.5, 57.5), ("BW0.1", 58, 80)])
+    costs = Costs(f=0.01, b=0.01, w=0.01)
+    run = RunResult(s, Timeline(2, (r0, r1), (), source="measured"), [None, None], 0.0, {}, latency=0.001, costs=costs)
+    c = compare(run)
+    assert c.simulated.makespan == pytest.approx(0.092)
+    assert c.measured.makespan == pytest.approx(0.1035)
+    a = c.accounted
+    assert a.overrun == pytest.approx(0.10)
+    assert a.overhead == pytest.approx(0.0005)
+    assert a.wait == pytest.approx(0.001)
+    assert a.makespan == pytest.approx(0.104)
+    report(argparse.Namespace(json=True, comm=None, timeline=False, width=None), [run], [])
+    row = json.loads(capsys.readouterr().out)["schedules"][0]
+    assert row["accounted"] == pytest.approx({"overrun": 0.10, "overhead": 0.0005, "wait": 0.001, "makespan": 0.104})
+    report(argparse.Namespace(json=False, comm=None, timeline=False, width=None), [run], [])
+    text = capsys.readouterr().out
+    assert "re-timed" in text and "104.0 ms" in text
+    assert "ops +10.0% on their durations, 500 us between a rank's ops, 1000 us a transfer" in text

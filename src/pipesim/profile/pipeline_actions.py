@@ -190,6 +190,21 @@ def between_items(schedule: Schedule, timeline: Timeline) -> tuple[float, float]
     return overhead, max(0.0, statistics.fmean(waits) - overhead) if waits else 0.0
 
 
+def timeline_costs(schedule: Schedule, timeline: Timeline) -> Costs:
+    """The costs a measured ``timeline`` of ``schedule`` shows, read as ``pipeline_of``
+    reads a traced run: each kind's mean time at each stage and a pair's, each plus the
+    overhead between items, and the latency as ``comm`` (``between_items``). ``pipesim
+    run --synthetic`` simulates its order again with them, to say how much of its
+    difference from the simulation is the ops' and the runtime's own time."""
+    pl = schedule.placement
+    op_stage = {
+        (e.rank, op): pl.stage_of(e.rank, op.chunk, op.mb) for evs in timeline.events for e in evs for op in ops_of(e.item)
+    }
+    overhead, latency = between_items(schedule, timeline)
+    costs, _ = _stage_costs(timeline.events, op_stage, pl.stages, overhead)
+    return replace(costs, comm=latency)
+
+
 def _with_chunks(item: Item, chunks: tuple[int, ...]) -> Item:
     if isinstance(item, Pair):
         return Pair(Op("F", chunks[0], item.forward.mb), Op(item.backward.kind, chunks[1], item.backward.mb))

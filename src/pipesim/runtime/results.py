@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..costs import Costs
-from ..ir import Item, Schedule
+from ..ir import Item, Pair, Schedule
 from ..metrics import Report, summarize
+from ..profile.pipeline_actions import between_items, timeline_costs
 from ..simulate import simulate
 from ..timeline import Event, Timeline
 
@@ -76,10 +77,27 @@ def assemble(schedule: Schedule, reports: list[RankReport], tolerance: float, co
 
 
 @dataclass(frozen=True)
+class Accounting:
+    """What a synthetic run spent beyond the durations it was given, read off its measured
+    timeline, and its order simulated again with those measurements. Where ``makespan``
+    is close to the measured one, the ranks waited as the simulation says they wait, and
+    the difference from the simulation is the ops' overrun (a sleep wakes late: 0.04-0.2 ms
+    on a shared 2-core machine) and the runtime's time between ops; where the waits are
+    milliseconds against a start-up latency of microseconds, other processes held the
+    cores when a rank or its transfer was to wake."""
+
+    overrun: float  # the ops' measured time over the time they were given, less 1
+    overhead: float  # s: mean gap between a rank's items where nothing remote was awaited
+    wait: float  # s: mean time from a remote input's end to its consumer's start, less the overhead
+    makespan: float  # s: the order simulated with the measured op times, overhead and wait
+
+
+@dataclass(frozen=True)
 class Comparison:
     measured: Report
     simulated: Report
     comm: float  # the P2P latency the simulation was given
+    accounted: Accounting | None = None
 
     @property
     def makespan_error(self) -> float | None:
@@ -99,11 +117,31 @@ class Comparison:
 
 def compare(result: RunResult, comm: float | None = None) -> Comparison:
     """Measured against simulated for a synthetic run: the same schedule simulated with the
-    durations the ranks slept and ``comm`` (default: the latency measured at start-up)."""
+    durations the ranks were given to sleep and ``comm`` (default: the latency measured at
+    start-up); and ``accounted``, the same order simulated with the times the run shows."""
     if result.costs is None:
         raise ValueError("only a synthetic run has durations to simulate")
     if comm is None:
         comm = result.latency or 0.0
     costs = replace(result.costs, comm=comm)
     simulated = simulate(result.schedule, costs)
-    return Comparison(summarize(result.schedule, result.timeline), summarize(result.schedule, simulated), comm)
+    measured = summarize(result.schedule, result.timeline)
+    return Comparison(measured, summarize(result.schedule, simulated), comm, account(result))
+
+
+def account(result: RunResult) -> Accounting:
+    """``Accounting`` of a synthetic run: its ops' measured time against the time each was
+    given, and its order simulated with what its timeline shows (``timeline_costs``)."""
+    s, pl = result.schedule, result.schedule.placement
+    given = ran = 0.0
+    for evs in result.timeline.events:
+        for e in evs:
+            ran += e.end - e.start
+            if isinstance(e.item, Pair):
+                f, b = e.item.forward, e.item.backward
+                given += result.costs.pair_time(e.item, pl.stage_of(e.rank, f.chunk, f.mb), pl.stage_of(e.rank, b.chunk, b.mb))
+            else:
+                given += result.costs.op_time(e.item, pl.stage_of(e.rank, e.item.chunk, e.item.mb))
+    overhead, wait = between_items(s, result.timeline)
+    again = summarize(s, simulate(s, timeline_costs(s, result.timeline))).makespan
+    return Accounting(ran / given - 1 if given else 0.0, overhead, wait, again)

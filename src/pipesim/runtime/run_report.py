@@ -3,6 +3,8 @@ timeline or measured-against-simulated table, as text or JSON."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..output import console, emit_json, pct
 
 
@@ -34,6 +36,7 @@ def report(args, results, skipped) -> int:
                     measured={"makespan": c.measured.makespan, "bubble_ratio": c.measured.bubble_ratio},
                     simulated={"makespan": c.simulated.makespan, "bubble_ratio": c.simulated.bubble_ratio, "comm": c.comm},
                     makespan_error=c.makespan_error,
+                    accounted=dataclasses.asdict(c.accounted),
                 )
             rows.append(d)
         emit_json({"schedules": rows, "skipped": [{"schedule": n, "error": e} for n, e in skipped]})
@@ -56,6 +59,12 @@ def report(args, results, skipped) -> int:
             out.print(f"  {'simulated':10} {c.simulated.makespan * 1e3:9.1f} ms {pct(c.simulated.bubble_ratio):>8}")
             error = "n/a" if c.makespan_error is None else f"{c.makespan_error:+.1%}"
             out.print(f"  {'difference':10} {error:>11} {c.bubble_difference * 100:+6.1f} pts")
+            a = c.accounted
+            out.print(f"  {'re-timed':10} {a.makespan * 1e3:9.1f} ms   (the order simulated with what the run took)")
+            out.print(
+                f"  the run took: ops {a.overrun:+.1%} on their durations, {a.overhead * 1e6:.0f} us between a"
+                f" rank's ops, {a.wait * 1e6:.0f} us a transfer"
+            )
         else:
             from ..metrics import summarize
 
