@@ -1,5 +1,6 @@
-"""What the GPU benchmarks (attention_gpu.py, gemm_gpu.py) share: finding PyTorch with a
-CUDA GPU, or saying in one line why there is nothing to measure, and timing a kernel."""
+"""What the GPU benchmarks (attention_gpu.py, gemm_gpu.py, layer_gpu.py, ub_chunks_gpu.py and
+gpu_checks.py, which runs them all) share:
+finding PyTorch with a CUDA GPU, or saying in one line why there is nothing to measure, and timing a kernel."""
 
 from __future__ import annotations
 
@@ -12,16 +13,29 @@ def preset_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def cuda_torch():
-    """PyTorch when it is installed and sees a CUDA GPU; else None, having said why."""
+NO_GPU = "no CUDA GPU here"
+
+
+def no_gpu_reason() -> str | None:
+    """Why there is nothing to measure here (no PyTorch, or no CUDA GPU it sees), or None."""
     try:
         import torch
     except ImportError:
-        print("PyTorch is not installed (pip install 'pipesim[torch]'): nothing to measure.")
-        return None
+        return "PyTorch is not installed (pip install 'pipesim[torch]')"
     if not torch.cuda.is_available():
-        print("no CUDA GPU here: this benchmark times kernels on one; nothing to measure.")
+        return NO_GPU
+    return None
+
+
+def cuda_torch():
+    """PyTorch when it is installed and sees a CUDA GPU; else None, having said why."""
+    why = no_gpu_reason()
+    if why is not None:
+        on_one = ": this benchmark times kernels on one;" if why == NO_GPU else ":"
+        print(f"{why}{on_one} nothing to measure.")
         return None
+    import torch
+
     return torch
 
 
