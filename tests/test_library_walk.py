@@ -256,7 +256,9 @@ def test_a_standard_placement_is_sized_before_it_is_built(make, said):
     "args, said",
     [
         ((None, 4, 8), r"a schedule name must be a string such as '1f1b' \(pipesim.REGISTRY lists them\), got None \(NoneType\)"),
-        ((1, 4, 8), r"a schedule name must be a string .* got 1$"),
+        # a number in place of a name is said with its type: "got 1" read like a name that was 1
+        ((1, 4, 8), r"a schedule name must be a string .* got 1 \(int\)$"),
+        ((1.5, 4, 8), r"a schedule name must be a string .* got 1.5 \(float\)$"),
         (("1f1b", "4", 8), r"^--pp must be an integer >= 1, got '4' \(str\)$"),
         (("1f1b", True, 8), r"^--pp must be an integer >= 1, got true \(bool\)$"),
         (("1f1b", 4, "8"), r"^--microbatches must be an integer >= 1, got '8' \(str\)$"),

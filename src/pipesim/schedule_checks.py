@@ -123,11 +123,12 @@ def op_problem(op) -> str | None:
     return None
 
 
-def shown(value: object) -> str:
+def shown(value: object, typed: bool = False) -> str:
     """``value`` as an error shows it, with its type where the text alone would hide it
-    (the string '4' beside the number 4)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    (the string '4' beside the number 4); a number's too where ``typed``, for a value
+    that should have been no number (a schedule name of 1 read like the name "1")."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not typed:
         return shorten(value)
-    if value is None or isinstance(value, (bool, str, bytes, list, tuple, dict)):
+    if value is None or isinstance(value, (bool, int, float, str, bytes, list, tuple, dict)):
         return f"{shorten(value)} ({type(value).__name__})"
     return f"a {type(value).__name__}"  # an object's repr (a whole Schedule) says less than its type

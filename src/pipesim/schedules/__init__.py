@@ -272,7 +272,9 @@ def canonical(name: str) -> str | None:
 
 def family(name: str) -> Family:
     if not isinstance(name, str):  # None met an AttributeError in name.lower()
-        raise PipesimError(f"a schedule name must be a string such as '1f1b' (pipesim.REGISTRY lists them), got {shown(name)}")
+        raise PipesimError(
+            f"a schedule name must be a string such as '1f1b' (pipesim.REGISTRY lists them), got {shown(name, typed=True)}"
+        )
     found = canonical(name)
     if found is not None:
         return REGISTRY[found]
