@@ -166,10 +166,13 @@ def test_says_how_it_was_found():
             "zb-auto: --activation-bytes must be a number from 1 to 1e+15, got inf",
         ),
         (dict(memory_limit=10, activation_bytes=0), "zb-auto: --activation-bytes must be a number from 1 to 1e+15, got 0"),
-        (dict(memory_limit=True), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got true"),
-        (dict(memory_limit="4"), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got '4'"),
+        # a library value is said with its type, as build() says pp=True ("got true" read
+        # as the word a TOML file holds; exact=1 "got 1" as the number it should not be)
+        (dict(memory_limit=True), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got true (bool)"),
+        (dict(comm=False), "zb-auto: --comm must be a number from 0 to 1e+15, got false (bool)"),
+        (dict(memory_limit="4"), "zb-auto: --memory-limit must be a number from 0 to 1e+15, got '4' (str)"),
         (dict(exact="yes"), "zb-auto's exact must be True or False, got 'yes' (str)"),
-        (dict(exact=1), "zb-auto's exact must be True or False, got 1"),
+        (dict(exact=1), "zb-auto's exact must be True or False, got 1 (int)"),
     ],
 )
 def test_bad_options_are_one_clear_error(opts, needle):

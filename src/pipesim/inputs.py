@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import PipesimError
 
@@ -176,9 +176,12 @@ def number(
     *,
     integer: bool = False,
     where: str = "",
+    show: Callable[[object], str] = shorten,
 ) -> int | float:
     """A number read from a file or flag: finite, ``lo <= value <= hi``, whole when
-    ``integer`` (3.0 counts as 3). True/false and strings are refused, not coerced."""
+    ``integer`` (3.0 counts as 3). True/false and strings are refused, not coerced; the
+    refusal shows the value with ``show`` (as a file spells it, by default; a library
+    caller's Python value with its type, ``schedule_checks.shown``)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok and isinstance(value, int) and abs(value) >= 10**MAX_DIGITS:
         ok = False  # beyond every range, and past 1e308 not even a float
@@ -187,7 +190,7 @@ def number(
         ok = ok and (not integer or value == int(value))
     if not ok:
         prefix = f"{where}: " if where else ""
-        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, integer)}, got {shorten(value)}")
+        raise PipesimError(f"{prefix}{key} must be {_range(lo, hi, integer)}, got {show(value)}")
     return int(value) if integer else float(value)
 
 

@@ -12,6 +12,8 @@ then holds right after each B too. The default limit is 1F1B's peak, pp activati
 
 from __future__ import annotations
 
+import functools
+
 from ..autoschedule.problem import KIND, Problem
 from ..autoschedule.search import auto_schedule
 from ..costs import Costs
@@ -41,16 +43,18 @@ def zb_auto(
     the memory limit; ``exact`` runs CP-SAT for up to ``time_limit`` seconds to improve it
     and prove it optimal. The schedule's ``info`` says how it was found."""
     if not isinstance(exact, bool):  # "yes" (or "no") ran as true
-        raise PipesimError(f"zb-auto's exact must be True or False, got {shown(exact)}")
+        raise PipesimError(f"zb-auto's exact must be True or False, got {shown(exact, typed=True)}")
     # the ranges the CLI's flags take (options.nonneg_float, positive_float), checked as
-    # they are: finite, and True or "4" refused rather than taken as a number
-    comm = number(comm, "--comm", where="zb-auto")
-    w_memory = number(w_memory, "--w-memory", where="zb-auto")
-    time_limit = number(time_limit, "--time-limit", where="zb-auto")
+    # they are: finite, and True or "4" refused rather than taken as a number (and said
+    # with its type, as build() says pp=True: "got true" read like a file's word)
+    option = functools.partial(number, where="zb-auto", show=shown)
+    comm = option(comm, "--comm")
+    w_memory = option(w_memory, "--w-memory")
+    time_limit = option(time_limit, "--time-limit")
     if activation_bytes is not None:  # a forward adds at least a byte (0 divided the limit by zero)
-        activation_bytes = number(activation_bytes, "--activation-bytes", 1, where="zb-auto")
+        activation_bytes = option(activation_bytes, "--activation-bytes", 1)
     if memory_limit is not None:
-        memory_limit = number(memory_limit, "--memory-limit", where="zb-auto")
+        memory_limit = option(memory_limit, "--memory-limit")
     unit = 1.0 if activation_bytes is None else activation_bytes
     # one micro-batch at a time holds its activation, and after its B what its W keeps
     least = max(1.0, w_memory)
