@@ -107,3 +107,28 @@ def test_an_unknown_schedule_in_a_layout_is_refused_as_everywhere_else():
         calibrate.evaluate_layout(m, c, t, {"pp": 2, "dp": 8, "schedule": "1f1bb"})
     r = calibrate.evaluate_layout(m, c, t, {"pp": 2, "dp": 8, "schedule": "1F1B"})  # PyTorch's Schedule1F1B
     assert r.candidate.schedule == "1f1b"
+
+
+@pytest.mark.parametrize(
+    "text, schedule",
+    [
+        # names as --schedule takes them: any case, and PyTorch's class names (Schedule1F1B,
+        # ScheduleInterleaved1F1B in torch.distributed.pipelining) without "Schedule"
+        ("pp2,dp8,1F1B", "1f1b"),
+        ("pp2,dp8,DualPipeV", "dualpipev"),
+        ("Interleaved1F1B,pp2,dp8,v4", "interleaved-1f1b"),
+        ("pp2,dp8,zb-h1", "zb-h1"),
+    ],
+)
+def test_measured_on_reads_a_schedule_name_as_the_rest_of_the_command_line(text, schedule):
+    # --measured-on took registry names only: "cannot read '1F1B'", where --schedule 1F1B
+    # and the layout dict's "schedule": "1F1B" were taken
+    assert calibrate.parse_layout(text)["schedule"] == schedule
+
+
+def test_measured_on_refuses_an_unknown_name_as_the_rest_of_the_command_line(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--measured-step", "10"]
+    assert main([*argv, "--measured-on", "pp2,dp8,dualpip"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "--measured-on: unknown schedule 'dualpip' (did you mean dualpipe?); choose from gpipe, 1f1b," in err

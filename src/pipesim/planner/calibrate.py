@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from ..components import ComponentCosts
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, integer
-from ..schedules import REGISTRY, family
+from ..schedules import REGISTRY, canonical, family
 from .candidates import Candidate, Pins, schedule_variants, skipped_families
 from .evaluate import evaluate
 from .layer_costs import layer_costs
@@ -49,14 +49,21 @@ def parse_layout(text: str) -> dict:
     for part in (p.strip() for p in text.replace(" ", ",").split(",")):
         if not part:
             continue
-        if part in REGISTRY:
-            out["schedule"] = part
+        # a schedule as --schedule reads one (any case, PyTorch's class names): 1F1B was
+        # "cannot read" here alone
+        if (found := canonical(part)) is not None:
+            out["schedule"] = found
             continue
         if part in ("none", "selective", "full"):
             out["recompute"] = part
             continue
         key = part.rstrip("0123456789")
         digits = part[len(key) :]
+        if not digits and key not in names:  # a word, so a schedule name: family's refusal, with the closest name
+            try:
+                family(part)
+            except PipesimError as e:
+                raise PipesimError(f"--measured-on: {e}") from None
         if key not in names or not digits:
             raise PipesimError(f"--measured-on: cannot read {part!r}; give e.g. pp16,dp128,tp1,ep64,mb1,dualpipe (v2 for chunks)")
         out[names[key]] = integer(digits, key, 1, MAX_COUNT, "--measured-on")  # capped before int()
