@@ -348,3 +348,12 @@ def test_compare_counts_each_schedule_at_its_chunks_against_the_work_limit(capsy
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and "compare of 2 schedules too large" in err and "38,400,000 ops" in err, err
+
+
+@pytest.mark.parametrize("given", ["0.5", "0.999", "1e-9"])
+def test_activation_bytes_under_a_byte_is_refused_by_its_flag(capsys, given):
+    # 0 < x < 1 passed the flag (a number > 0) and was refused by zb-auto's own check
+    # (a forward adds at least a byte) once the build began; the flag now says the range
+    code, out, err = _run(capsys, "simulate", "-s", "zb-auto", "--activation-bytes", given, "--memory-limit", 40)
+    _one_line(code, out, err)
+    assert f"argument --activation-bytes: expected a number from 1 to 1e+15, got '{given}'" in err

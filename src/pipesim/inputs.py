@@ -61,6 +61,10 @@ MAX_COUNT = 16_000_000
 MAX_LAYERS = 10_000
 #: Largest time or cost: MAX_OPS of them still sum to a finite float (no overflow to inf).
 MAX_VALUE = 1e15
+#: Least --activation-bytes (zb-auto's bytes a forward adds, the unit of its memory
+#: limit): a forward adds at least a byte, and 0 divided the limit by zero. The flag and
+#: zb-auto's own check both read it.
+MIN_ACTIVATION_BYTES = 1
 #: Deepest nesting of a JSON document (a schedule file needs 5: placement routes).
 MAX_DEPTH = 32
 #: Largest input file: a schedule at MAX_OPS ops with room for spacing (and /dev/zero

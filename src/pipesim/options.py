@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from .errors import PipesimError
 from .family_names import FAMILY_OPTIONS, takers
-from .inputs import INT32_MAX, MAX_COUNT, MAX_OPS, MAX_OPS_COST, MAX_VALUE, int_text, shorten, work
+from .inputs import INT32_MAX, MAX_COUNT, MAX_OPS, MAX_OPS_COST, MAX_VALUE, MIN_ACTIVATION_BYTES, int_text, shorten, work
 
 TYPE_CHECKING = False  # typing's own flag, without importing typing
 if TYPE_CHECKING:
@@ -76,6 +76,10 @@ def number(ok: Callable[[float], bool], expected: str) -> Callable[[str], float]
 # bounded above so that sums of MAX_OPS of them stay finite (1e308 + 1e308 is inf)
 positive_float = number(lambda v: 0 < v <= MAX_VALUE, f"a number > 0 and <= {MAX_VALUE:g}")
 nonneg_float = number(lambda v: 0 <= v <= MAX_VALUE, f"a number from 0 to {MAX_VALUE:g}")
+#: --activation-bytes, in zb-auto's own range: 0.5 passed the flag and was refused by zb-auto
+activation_bytes = number(
+    lambda v: MIN_ACTIVATION_BYTES <= v <= MAX_VALUE, f"a number from {MIN_ACTIVATION_BYTES} to {MAX_VALUE:g}"
+)
 
 
 DEFAULT_PP, DEFAULT_MICROBATCHES = 8, 16
@@ -168,7 +172,11 @@ def add_search(p: argparse.ArgumentParser) -> None:
         type=nonneg_float,
         help="activations its W keeps from a B to its own end (default 1); above 1 the B adds memory (tensor + sequence parallelism)",
     )
-    g.add_argument("--activation-bytes", type=positive_float, help="bytes one forward adds: --memory-limit is then in bytes")
+    g.add_argument(
+        "--activation-bytes",
+        type=activation_bytes,
+        help=f"bytes one forward adds, at least {MIN_ACTIVATION_BYTES}: --memory-limit is then in bytes",
+    )
     g.add_argument("--exact", action="store_true", help="improve with CP-SAT (OR-Tools) and prove optimality if it can")
     g.add_argument("--time-limit", type=nonneg_float, help="seconds for --exact (default 10)")
 

@@ -18,7 +18,7 @@ from ..autoschedule.problem import KIND, Problem
 from ..autoschedule.search import auto_schedule
 from ..costs import Costs
 from ..errors import PipesimError
-from ..inputs import number
+from ..inputs import MIN_ACTIVATION_BYTES, number
 from ..ir import Placement, Schedule
 from ..schedule_checks import shown
 from .zero_bubble import zb_h1
@@ -51,8 +51,8 @@ def zb_auto(
     comm = option(comm, "--comm")
     w_memory = option(w_memory, "--w-memory")
     time_limit = option(time_limit, "--time-limit")
-    if activation_bytes is not None:  # a forward adds at least a byte (0 divided the limit by zero)
-        activation_bytes = option(activation_bytes, "--activation-bytes", 1)
+    if activation_bytes is not None:
+        activation_bytes = option(activation_bytes, "--activation-bytes", MIN_ACTIVATION_BYTES)
     if memory_limit is not None:
         memory_limit = option(memory_limit, "--memory-limit")
     unit = 1.0 if activation_bytes is None else activation_bytes
