@@ -215,3 +215,52 @@ def test_a_layout_without_expert_parallelism_names_no_all_to_all_span(capsys):
     assert main([*argv, "--ep", "1", "--seq", "4096", "--global-batch", "64"]) == 0
     md = capsys.readouterr().out
     assert ", ep1 x etp16**" in md and "ep1 x etp16 (" not in md
+
+
+def test_a_rank_past_top_is_not_said_as_exact():
+    """The search ranks exactly only its top rows: past them it skips what provably cannot
+    enter them, so fewer results stand ahead of a family's best than would in a full
+    search. Llama 3 8B on 16 H100s, kept to one row, called v-min's best "#33 of 48" where
+    every candidate simulated puts it at #164 of 516."""
+    from pipesim.planner.report import _published_choice
+    from pipesim.planner.search import search
+    from pipesim.planner.specs import load_cluster, load_model, load_training, model_training
+    from pipesim.planner.verdicts import family_verdicts
+
+    m, c = load_model("llama3-8b"), load_cluster("h100", gpus=16)
+    t = load_training(base=model_training("llama3-8b"))
+    full, kept = search(m, c, t, keep=100_000), search(m, c, t, keep=1)
+    assert full.skipped == 0 and kept.skipped > 0  # every candidate simulated, or some skipped
+
+    def ranks(plan):
+        return {k: (int(x[1]), int(x[2])) for k, v in family_verdicts(plan).items() if (x := re.match(r"#(\d+) of (\d+)", v))}
+
+    exact = ranks(full)  # nothing skipped: each rank counts every fitting result ahead
+    assert exact["v-min"][1] == len(full.results)
+    said = family_verdicts(kept)
+    for name, (rank, _) in exact.items():
+        got = re.fullmatch(r"past the top 1 \(#(\d+) of the (\d+) simulated\), .*", said[name])
+        assert got, said[name]
+        assert int(got[1]) <= rank and int(got[2]) == len(kept.results)  # the simulated ones ahead, no more
+    assert ranks(kept) == {}  # no exact-looking "#N of M" left
+
+    # the authors' own choice: at the top, past it, and not simulated at all
+    first = kept.best.candidate
+    here = {"schedule": first.schedule, "pp": first.layout.pp, "ep": first.layout.ep}
+    assert f"ranks #1 of {len(kept.results)} here, +0.0% per step" in _published_choice(kept, here)
+    assert _published_choice(full, {"schedule": "v-min", "pp": 2, "ep": 1}).startswith(
+        f"The authors' own choice (v-min, pp2, ep1) ranks #{exact['v-min'][0]} of {len(full.results)} here"
+    )
+    assert re.search(
+        r"ranks past the top 1 \(#\d+ of the \d+ simulated\) here, ",
+        _published_choice(kept, {"schedule": "v-min", "pp": 2, "ep": 1}),
+    )
+    simulated = {(r.candidate.schedule, r.candidate.layout.pp, r.candidate.layout.ep) for r in kept.results}
+    fits = next(
+        (r.candidate.schedule, r.candidate.layout.pp, r.candidate.layout.ep)
+        for r in full.results
+        if (r.candidate.schedule, r.candidate.layout.pp, r.candidate.layout.ep) not in simulated
+    )
+    text = _published_choice(kept, dict(zip(("schedule", "pp", "ep"), fits)))
+    assert "did not fit or was not searched here" not in text  # it fits: the full search ranks it
+    assert "top 1" in text

@@ -23,7 +23,7 @@ from .naming import fmt_hours, fmt_tokens, hours_for_run, layout_text, recompute
 from .params import published_active_params, total_params
 from .results import Plan, Result
 from .specs import Cluster
-from .verdicts import family_verdicts, nowhere, rejection
+from .verdicts import family_verdicts, nowhere, rank_text, rejection
 
 
 @dataclass(frozen=True)
@@ -94,14 +94,20 @@ def _published_choice(plan: Plan, ref: dict) -> str | None:
     if not {"schedule", "pp", "ep"} <= ref.keys():
         return None
     want = (ref["schedule"], ref["pp"], ref["ep"])
+    theirs = f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]})"
     for i, r in enumerate(plan.results, 1):
         c = r.candidate
         if (c.schedule, c.layout.pp, c.layout.ep) == want:
             return (
-                f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]}) ranks #{i} of {len(plan.results)} here, "
+                f"{theirs} ranks {rank_text(plan, i)} here, "
                 f"{r.step_time / plan.best.step_time - 1:+.1%} per step against the recommendation."
             )
-    return f"The authors' own choice ({want[0]}, pp{want[1]}, ep{want[2]}) did not fit or was not searched here."
+    if plan.skipped:  # a layout that fits may be among those skipped as slower than the top rows
+        return (
+            f"{theirs} is not among the {len(plan.results)} simulated here: it did not fit, was not searched, "
+            f"or cannot reach the top {plan.top} (the search skips such candidates unsimulated)."
+        )
+    return f"{theirs} did not fit or was not searched here."
 
 
 def placement(c: Cluster) -> dict:
