@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from pipesim.cli import main
+from pipesim.errors import PipesimError
 
 
 def _no_launch(*args, **kwargs):
@@ -350,6 +351,36 @@ def test_a_model_at_the_build_bound_goes_to_the_launch(monkeypatch):
     monkeypatch.setattr("pipesim.runtime.commands.check_capacity", lambda *a: None)
     with pytest.raises(Launched):
         main(["run", "-s", "1f1b", "--pp", "2", "-m", "2", "--model", "moe", "--experts", "10000"])
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (
+            lambda m: m.MoETransformer(experts=100_000),
+            "MoETransformer(experts=100000, layers_per_stage=1) builds 100,000 experts a stage, above the 10,000 blocks",
+        ),
+        (
+            lambda m: m.MoETransformer(experts=5000, layers_per_stage=3),
+            "MoETransformer(experts=5000, layers_per_stage=3) builds 15,000 experts a stage, above the 10,000 blocks",
+        ),
+        (
+            lambda m: m.TinyTransformer(layers_per_stage=20_000),
+            "TinyTransformer(layers_per_stage=20000) builds 20,000 blocks a stage, above the 10,000",
+        ),
+    ],
+)
+def test_a_library_model_that_takes_minutes_to_build_is_refused_as_the_flags_are(make, says):
+    """--model moe --experts 100000 is refused before the launch; the class it builds,
+    made from the library, took the same experts and spent minutes in every rank's build.
+    The bound is the flags' (10,000 blocks a stage, the test above)."""
+    pytest.importorskip("torch")
+    from pipesim.runtime import moe
+
+    with pytest.raises(PipesimError) as e:
+        make(moe)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert moe.MoETransformer(experts=10_000).experts == 10_000  # at the bound: taken, as --experts 10000 is
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,9 @@ import torch
 from torch import nn
 
 from ..errors import PipesimError
-from .capacity import available_memory
+from ..inputs import MAX_COUNT
+from ..schedule_checks import whole
+from .capacity import MAX_BLOCKS, available_memory
 
 # torch's CPU allocator failing ("DefaultCPUAllocator: can't allocate memory: you tried to
 # allocate 6400000000000 bytes", torch 2.13, raised at alloc_cpu.cpp as it says); check_stages
@@ -58,6 +60,16 @@ class TinyTransformer:
     layers_per_stage: int = 1
     seed: int = 0
     dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        # the bound --layers has (capacity.MAX_BLOCKS): made from the library, 100,000
+        # layers a stage were taken and built for minutes in every rank
+        whole(self.layers_per_stage, f"{type(self).__name__}'s layers_per_stage", 1, MAX_COUNT)
+        if self.layers_per_stage > MAX_BLOCKS:
+            raise PipesimError(
+                f"TinyTransformer(layers_per_stage={self.layers_per_stage}) builds {self.layers_per_stage:,} blocks a stage, "
+                f"above the {MAX_BLOCKS:,} pipesim's models take (each about 1 ms to build): lower layers_per_stage"
+            )
 
     @property
     def _dtype(self) -> torch.dtype:

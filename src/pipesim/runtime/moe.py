@@ -30,6 +30,9 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import PipesimError
+from ..inputs import MAX_COUNT
+from ..schedule_checks import whole
+from .capacity import MAX_BLOCKS
 from .model import TinyTransformer
 
 PARTS = ("attn", "dispatch", "mlp", "combine")
@@ -200,8 +203,19 @@ class MoETransformer(TinyTransformer):
     top_k: int = 2
 
     def __post_init__(self) -> None:
+        for name in ("layers_per_stage", "experts", "top_k"):  # "4" met a TypeError in a comparison
+            whole(getattr(self, name), f"MoETransformer's {name}", 1, MAX_COUNT)
         if not 1 <= self.top_k <= self.experts:
             raise PipesimError(f"--top-k must be between 1 and --experts={self.experts}, got {self.top_k}")
+        # the bound --experts and --layers have (capacity.MAX_BLOCKS): made from the
+        # library, 100,000 experts were taken and built for minutes in every rank
+        blocks = self.layers_per_stage * self.experts
+        if blocks > MAX_BLOCKS:
+            raise PipesimError(
+                f"MoETransformer(experts={self.experts}, layers_per_stage={self.layers_per_stage}) builds {blocks:,} experts "
+                f"a stage, above the {MAX_BLOCKS:,} blocks pipesim's models take (each about 0.5 ms to build, and every op "
+                "loops over them): lower experts or layers_per_stage"
+            )
 
     def check_ep(self, ep: int) -> None:
         """Bad input before any process starts: the group must split experts and batch evenly."""

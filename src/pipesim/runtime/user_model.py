@@ -12,6 +12,7 @@ import sys
 
 from ..errors import PipesimError
 from ..options import positive_int
+from .capacity import MAX_BLOCKS
 
 
 def even_int(text: str) -> int:
@@ -21,17 +22,9 @@ def even_int(text: str) -> int:
     return v
 
 
-#: the most blocks (a tiny model's layers, or an MoE model's experts over its layers) one
-#: stage of pipesim's own models is built with. Measured here (one thread, dim 16, float64):
-#: building takes about 1.1 ms a tiny layer and 0.4-0.7 ms an expert, and every MoE op loops
-#: over its experts (7-17 us each a forward), so `--experts 100000` kept every rank busy
-#: for minutes with no output before the first op. 10,000 builds in about 5-10 s; the
-#: models check schedules, and published MoE layers hold far fewer experts (DeepSeek-V3:
-#: 256 routed, arXiv 2412.19437 section 4.2).
-MAX_BLOCKS = 10_000
-
-
 def _refuse_slow_build(args, experts: int | None) -> None:
+    """The models' own bound (``capacity.MAX_BLOCKS``, which their constructors hold too),
+    worded for the flags that set it."""
     blocks = args.layers * (experts or 1)
     if blocks <= MAX_BLOCKS:
         return
