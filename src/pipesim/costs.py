@@ -17,6 +17,7 @@ from typing import Protocol
 from .errors import PipesimError
 from .inputs import MAX_VALUE, number
 from .ir import Op, Pair
+from .schedule_checks import shown
 
 PerStage = float | Sequence[float]
 
@@ -39,10 +40,12 @@ def at_stage(v: PerStage, stage: int, what: str) -> float:
 
 def _cost(value: object, name: str) -> float:
     """One cost, checked as the --f flag is: a finite number from 0 to ``MAX_VALUE``.
-    numpy's numbers count (a per-stage list may be an array's)."""
+    numpy's numbers count (a per-stage list may be an array's). A Python value that is no
+    number is said with its type, as build() says pp=True ("got true" read like a file's
+    word; zb-auto's costs come here too)."""
     if isinstance(value, Real) and not isinstance(value, (bool, int, float)):
         value = float(value)
-    return number(value, f"Costs {name}", 0, MAX_VALUE)
+    return number(value, f"Costs {name}", 0, MAX_VALUE, show=shown)
 
 
 class CostModel(Protocol):
