@@ -1,0 +1,314 @@
+"""Each HuggingFace family's reader: which ``config.json`` fields set the shapes the planner
+prices, and the defaults its transformers configuration class gives the absent ones
+(``hf_config`` reads the file, dispatches on ``model_type`` and checks each field). The
+field meanings are those of the families' configuration classes in HuggingFace
+transformers (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig,
+Qwen3Config, Qwen3MoeConfig, GptOssConfig, Gemma3TextConfig) and of DeepSeek's own
+DeepseekV2Config / DeepseekV3Config published with the weights.
+
+Left out on purpose, each far below the published precision of the parameter counts:
+Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's and Gemma 3's per-head q/k
+norms, the MLA down-projections' norms, Qwen2-MoE's one-output shared-expert gate,
+DeepSeek-V3's per-expert routing bias (gpt-oss's biases are not below it, and are
+counted, as are its attention sinks, real parameters however few). Which layers attend over a sliding window, and how wide,
+is read as each family's class sets it (``_windows``) and priced (``attention_window``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import PipesimError
+from ..inputs import MAX_LAYERS
+from .attention_window import FULL, SLIDING, read_layer_types
+
+if TYPE_CHECKING:
+    from .hf_config import Fields
+
+
+def _common(f: Fields) -> dict:
+    # tie_word_embeddings defaults to false in every family read here but Gemma 3's (true)
+    return {
+        "layers": f.int("num_hidden_layers", hi=MAX_LAYERS),
+        "hidden": f.int("hidden_size"),
+        "heads": f.int("num_attention_heads"),
+        "vocab": f.int("vocab_size"),
+        "tied_embeddings": f.flag("tie_word_embeddings", f.config["model_type"] == "gemma3_text"),
+    }
+
+
+def _gqa(f: Fields, head_dim_given: bool = False) -> dict:
+    """Grouped-query attention. Llama, Mistral and Qwen2 derive the head size as
+    hidden / heads unless ``head_dim`` is given (a null one too: configs saved by newer
+    transformers write it out); Qwen3 always gives it (Qwen3-32B:
+    128, not 5120 / 64 = 80), so its readers require it."""
+    out = _common(f)
+    if head_dim_given or f.config.get("head_dim") is not None:  # null: derived, as their classes do
+        head_dim = f.int("head_dim")
+    elif out["hidden"] % out["heads"]:
+        raise PipesimError(
+            f"{f.where}: hidden_size {out['hidden']} is not a multiple of num_attention_heads {out['heads']}; give head_dim"
+        )
+    else:
+        head_dim = out["hidden"] // out["heads"]
+    # num_key_value_heads null is multi-head attention: every family's class sets it to
+    # num_attention_heads then ("for backward compatibility": Llama 1/2-era configs), and so
+    # does an absent one where the class's default is None (LlamaConfig); the others take
+    # their class's default (KV_DEFAULTS)
+    kind = f.config["model_type"]
+    absent = "num_key_value_heads" not in f.config and kind in KV_DEFAULTS
+    kv = KV_DEFAULTS[kind] if absent else f.get("num_key_value_heads", out["heads"], lo=1)
+    if out["heads"] % kv:  # each key/value head serves heads / kv query heads
+        shares = [n for n in range(1, out["heads"] + 1) if out["heads"] % n == 0]
+        raise f.refuse(
+            f"num_key_value_heads {kv}{f' (absent: its {kind} class default)' if absent else ''} must divide "
+            f"num_attention_heads {out['heads']} ({', '.join(map(str, shares[:12]))}{' ...' if len(shares) > 12 else ''})"
+        )
+    out["attention"] = {"kind": "gqa", "kv_heads": kv, "head_dim": head_dim}
+    out.update(_windows(f, out["layers"]))
+    return out
+
+
+def _windows(f: Fields, layers: int) -> dict:
+    """``sliding_window`` and, where only some layers use it, ``layer_types``, as each
+    family's configuration class sets them (transformers, src/transformers/models/*/
+    configuration_*.py). Mistral and Mixtral attend over sliding_window tokens on every
+    layer when it is set (null: the whole sequence; MistralConfig's default 4096,
+    MixtralConfig's None; MistralConfig ignores a layer_types, with a warning). Qwen's
+    window applies only with use_sliding_window (default false), and then on the layers
+    its layer_types names, or by the class's rule: Qwen2Config and Qwen3Config the layers
+    from max_window_layers (default 28) on, Qwen2MoeConfig the even-numbered layers below
+    it; Qwen3MoeConfig has no layer_types and Qwen3MoeAttention takes sliding_window on
+    every layer (modular_qwen3_moe.py). GptOssConfig: sliding_window 128,
+    layer_types alternating from a sliding layer. Gemma3TextConfig: sliding_window 4096,
+    every layer but each sliding_window_pattern-th (default 6: five local, one global).
+    Only the layers named
+    "sliding_attention" attend over the window, and only when it is set."""
+    kind = f.config["model_type"]
+    if not f.flag("use_sliding_window", not kind.startswith("qwen")):
+        return {}
+    if "sliding_window" not in f.config:  # absent: the class's default
+        window = WINDOW_DEFAULTS.get(kind, 0)
+    else:  # null: no window (each class then attends over the whole sequence)
+        window = f.get("sliding_window", 0)
+    if not window:
+        return {}
+    given = f.config.get("layer_types")
+    if given is not None and kind not in ("mistral", "mixtral", "qwen3_moe"):
+        types = list(read_layer_types(given, f.where))
+    elif kind in ("qwen2", "qwen3"):
+        first = f.get("max_window_layers", 28)
+        types = [SLIDING if i >= first else FULL for i in range(layers)]
+    elif kind == "qwen2_moe":
+        below = f.get("max_window_layers", 28)
+        types = [SLIDING if (i + 1) % 2 and i < below else FULL for i in range(layers)]
+    elif kind == "gpt_oss":
+        types = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    elif kind == "gemma3_text":
+        every = f.get("sliding_window_pattern", 6, lo=1)
+        types = [SLIDING if (i + 1) % every else FULL for i in range(layers)]
+    else:
+        types = [SLIDING] * layers
+    if SLIDING not in types:
+        return {}
+    return {"sliding_window": window} if set(types) == {SLIDING} else {"sliding_window": window, "layer_types": types}
+
+
+def _dense(f: Fields, head_dim_given: bool = False) -> dict:
+    # every family here has a gated MLP (gate, up and down: three hidden x ffn matrices)
+    out = _gqa(f, head_dim_given)
+    out["mlp"] = {"dense_ffn": f.int("intermediate_size"), "activation": "swiglu"}
+    return out
+
+
+def _routed(f: Fields, experts_key: str, ffn_key: str) -> dict:
+    """The ``[moe]`` table's routed experts: how many, how wide, and how many a token reaches."""
+    experts, top_k = f.int(experts_key), f.int("num_experts_per_tok")
+    if top_k > experts:
+        raise f.refuse(
+            f"num_experts_per_tok {top_k} exceeds {experts_key} {experts}; a token reaches at most every routed expert"
+        )
+    return {"experts": experts, "expert_ffn": f.int(ffn_key), "top_k": top_k}
+
+
+def _some_moe(f: Fields, dense: int, layers: int, why: str, fix: str) -> None:
+    """Refuse a MoE config whose every layer is dense: its experts would be planned for
+    (expert parallelism, all-to-alls) though no layer runs them."""
+    if dense >= layers:
+        raise f.refuse(f"{why} leaves none of its {layers} layers an MoE layer; {fix}")
+
+
+def _mixtral(f: Fields) -> dict:
+    out = _gqa(f)
+    out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
+    # Mixtral's experts are full-size MLPs: intermediate_size is each expert's width
+    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
+    return out
+
+
+def _leading_dense(f: Fields, layers: int) -> int:
+    """How many first layers of a Qwen MoE are dense. Qwen2MoE/Qwen3MoE make layer i an
+    MoE layer when i is not in ``mlp_only_layers`` and (i + 1) % ``decoder_sparse_step``
+    == 0; pipesim models dense layers only as a prefix (DeepSeek's first_k_dense_replace),
+    so any other pattern is refused."""
+    step = f.get("decoder_sparse_step", 1, lo=1)
+    only = f.config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise PipesimError(f"{f.where}: mlp_only_layers must be a list of layer numbers, got {only!r}")
+    listed = set(only)
+    dense = [i for i in range(layers) if i in listed or (i + 1) % step]
+    if dense != list(range(len(dense))):
+        raise PipesimError(
+            f"{f.where}: dense layers {dense[:8]}{' ...' if len(dense) > 8 else ''} (decoder_sparse_step {step}, "
+            f"mlp_only_layers {only[:8]}) are not the first layers; pipesim models dense layers only before the MoE ones"
+        )
+    return len(dense)
+
+
+def _qwen_moe(f: Fields, shared: bool) -> dict:
+    out = _gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
+    dense = _leading_dense(f, out["layers"])
+    dense_type = "qwen2" if shared else "qwen3"
+    _some_moe(
+        f, dense, out["layers"], "mlp_only_layers with decoder_sparse_step",
+        f"for the dense model it describes give model_type {dense_type!r} (intermediate_size is its width)",
+    )  # fmt: skip
+    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
+    if dense:
+        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    out["moe"] = _routed(f, "num_experts", "moe_intermediate_size")
+    ffn = out["moe"]["expert_ffn"]
+    if shared:
+        # Qwen2-MoE's one shared expert is shared_expert_intermediate_size wide; pipesim
+        # counts shared experts of the routed width (Qwen2-57B-A14B: 20480 = 8 x 2560)
+        width = f.int("shared_expert_intermediate_size", lo=0)
+        if width % ffn:
+            raise PipesimError(
+                f"{f.where}: shared_expert_intermediate_size {width} is not a multiple of moe_intermediate_size {ffn}; "
+                "pipesim counts shared experts of the routed experts' width"
+            )
+        out["moe"]["shared_experts"] = width // ffn
+    return out
+
+
+def _deepseek(f: Fields) -> dict:
+    out = _common(f)
+    out["attention"] = {
+        "kind": "mla",
+        "q_lora_rank": f.get("q_lora_rank", 0, required=True),  # null: no query compression (V2-Lite)
+        "kv_lora_rank": f.int("kv_lora_rank"),
+        "qk_rope_dim": f.int("qk_rope_head_dim"),
+        "qk_nope_dim": f.int("qk_nope_head_dim"),
+        "v_head_dim": f.int("v_head_dim"),
+    }
+    if f.get("moe_layer_freq", 1, lo=1) != 1:
+        raise PipesimError(
+            f"{f.where}: moe_layer_freq {f.config['moe_layer_freq']} interleaves dense and MoE layers; "
+            "pipesim models dense layers only before the MoE ones (moe_layer_freq 1)"
+        )
+    dense = f.int("first_k_dense_replace", lo=0)
+    _some_moe(
+        f, dense, out["layers"], f"first_k_dense_replace {dense}",
+        f"give first_k_dense_replace below num_hidden_layers {out['layers']} (DeepSeek-V2 and V3: 1 and 3)",
+    )  # fmt: skip
+    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
+    if dense:
+        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": f.int("n_shared_experts", lo=0)}
+    # Group-limited routing: the routed experts form n_group groups and a token reaches
+    # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
+    # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
+    # groups as devices and nodes; a token on at most M devices reaches at most M nodes,
+    # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
+    # Absent fields take their class's defaults (transformers): DeepseekV3Config n_group 8,
+    # topk_group 4, and no topk_method (its router always limits the groups);
+    # DeepseekV2Config n_group and topk_group None, topk_method "greedy" (no limit).
+    kind = f.config["model_type"]
+    groups, reach = (f.get(k, GROUP_DEFAULTS[kind][i], lo=1) for i, k in enumerate(("n_group", "topk_group")))
+    if reach > groups:  # DeepSeek's gate takes topk_group of the n_group group scores
+        raise f.refuse(
+            f"topk_group {reach} exceeds n_group {groups}; a token reaches at most every group (topk_group <= n_group)"
+        )
+    if f.config.get("topk_method", TOPK_METHOD_DEFAULTS[kind]) != "greedy" and reach < groups:
+        out["moe"]["max_nodes"] = reach
+    # multi-token prediction modules (V3: 1), trained with the model, on the last stage
+    out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
+    out["active_counts_embedding"] = False  # DeepSeek's activated counts leave the input embedding out
+    return out
+
+
+def _gpt_oss(f: Fields) -> dict:
+    """OpenAI's gpt-oss (transformers' GptOssConfig and modeling_gpt_oss.py): grouped-query
+    attention with head_dim given, q, k, v and o biases (attention_bias, default true) and
+    a learned sink logit a head; every layer an MoE of num_local_experts experts, each a
+    gated MLP intermediate_size wide with biases on both its projections
+    (gate_up_proj_bias, down_proj_bias), reached by num_experts_per_tok a token through a
+    router with a bias; untied embeddings. The biases are counted (39.8M of gpt-oss-120b's
+    116.83B are its experts'), and the sinks (GptOssAttention's ``sinks``, one a head: 2,304
+    in gpt-oss-120b, 1,536 in gpt-oss-20b), which keep both totals at the model card's.
+    The experts' clamped SwiGLU (swiglu_limit, swiglu_alpha) moves the bytes a SwiGLU does.
+    Active parameters: OpenAI's 5.13B (gpt-oss-120b) and 3.61B (gpt-oss-20b; model card,
+    arXiv 2508.10925, Table 1) hold only with the unembedding and without the input
+    embedding, as DeepSeek count (4.55B and 3.03B without either, 5.71B and 4.19B with both)."""
+    out = _gqa(f, head_dim_given=True)
+    if not f.flag("attention_bias", True):
+        raise f.refuse("attention_bias false: pipesim counts gpt-oss's biases on every projection; give true")
+    out["biases"] = True
+    out["attention_sinks"] = True
+    out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
+    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
+    out["active_counts_embedding"] = False
+    return out
+
+
+def _gemma3_text(f: Fields) -> dict:
+    """Gemma 3's text model (transformers' Gemma3TextConfig; ``gemma3_text``: Gemma 3 1B,
+    and the text_config inside the larger models' ``gemma3`` configs, which this reader
+    does not open): grouped-query attention with head_dim given (256 in Gemma 3 1B, not
+    1152 / 4), a gated GELU MLP (gate, up and down: the three multiplies and the bytes of
+    pipesim's gated "swiglu"; the tanh GELU's arithmetic is the memory-bound kernel's),
+    tied embeddings, five sliding-window layers to one global (``_windows``). Left out of
+    the count: the per-head q/k norms and the two norms a layer beyond pipesim's two (73K
+    in Gemma 3 1B). Gemma 3 1B comes to 302M embedding and 698M other parameters, as the
+    Gemma 3 technical report (arXiv 2503.19786, Table 1) gives them."""
+    return _dense(f, head_dim_given=True)
+
+
+#: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4;
+#: DeepseekV2Config's None, one group reached of one
+GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4)}
+
+#: model_type -> topk_method when absent: DeepseekV2Config's "greedy"; DeepseekV3Config has
+#: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups)
+TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc"}
+
+#: model_type -> key/value heads when num_key_value_heads is absent (its class's default in
+#: transformers: MistralConfig, MixtralConfig and GptOssConfig 8, Gemma3TextConfig and
+#: Qwen3MoeConfig 4, Qwen2Config and Qwen3Config 32, Qwen2MoeConfig 16; LlamaConfig's is
+#: None, read as num_attention_heads)
+KV_DEFAULTS = {
+    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
+}  # fmt: skip
+
+#: model_type -> sliding_window when absent (its class's default; null is no window):
+#: MistralConfig, Gemma3TextConfig and the Qwen classes 4096 (Qwen's used only with
+#: use_sliding_window), GptOssConfig 128; MixtralConfig's and LlamaConfig's none
+WINDOW_DEFAULTS = {
+    "mistral": 4096, "gpt_oss": 128, "gemma3_text": 4096, "qwen2": 4096, "qwen3": 4096, "qwen2_moe": 4096, "qwen3_moe": 4096,
+}  # fmt: skip
+
+
+#: model_type -> its reader, in the order the refusal lists them.
+READERS = {
+    "llama": _dense,
+    "mistral": _dense,
+    "mixtral": _mixtral,
+    "qwen2": _dense,
+    "qwen2_moe": lambda f: _qwen_moe(f, shared=True),
+    "qwen3": lambda f: _dense(f, head_dim_given=True),
+    "qwen3_moe": lambda f: _qwen_moe(f, shared=False),
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
+    "gemma3_text": _gemma3_text,
+}
