@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from pipesim.cli import main
 from pipesim.errors import PipesimError
-from pipesim.planner.params import active_params, embedding_params, published_active_params, total_params
+from pipesim.planner.params import active_params, embedding_params, layer_params, published_active_params, total_params
 from pipesim.planner.specs import load_model, model_training
 
 HF = Path(__file__).parent / "data" / "hf"
@@ -136,6 +136,49 @@ def test_each_family_maps_to_the_spec():
     assert (mixtral.dense_layers, mixtral.moe.expert_ffn, mixtral.moe.max_nodes) == (0, 14336, 0)
 
 
+def test_glm_4_5_maps_to_the_spec():
+    """GLM-4.5 technical report (arXiv 2508.06471), Table 1: 3 dense and 89 MoE layers, one
+    MTP layer, 96 query heads of 128 and 8 key/value heads on a 5120 model, 160 experts of
+    1536 with 8 routed and 1 shared; GLM-4.5-Air: 1 dense and 45 MoE layers, 128 experts of
+    1408. n_group 1 of topk_group 1: no group limit."""
+    glm = load_model(str(HF / "glm-4.5.json"))
+    assert (glm.layers, glm.dense_layers, glm.dense_ffn, glm.mtp_layers) == (92, 3, 12288, 1)
+    assert (glm.heads, glm.attention.kind, glm.attention.kv_heads, glm.attention.head_dim) == (96, "gqa", 8, 128)
+    assert glm.hidden // glm.heads == 53  # head_dim is read, not derived
+    assert (glm.moe.experts, glm.moe.top_k, glm.moe.shared_experts, glm.moe.expert_ffn, glm.moe.max_nodes) == (160, 8, 1, 1536, 0)
+    air = load_model(str(HF / "glm-4.5-air.json"))
+    assert (air.layers, air.dense_layers, air.hidden, air.moe.experts, air.moe.expert_ffn, air.mtp_layers) == (
+        46,
+        1,
+        4096,
+        128,
+        1408,
+        1,
+    )
+
+
+def test_glm_counts_are_the_checkpoints_and_near_the_model_cards():
+    """Zhipu's model card gives GLM-4.5 355B total and 32B active, GLM-4.5-Air 106B and 12B;
+    no one counting rule gives both totals from the configs (without the MTP layer, as
+    DeepSeek's 671B is counted: 352.80B and 106.85B; with it, 356.79B and 109.23B), so the
+    totals are held to 1% of the card's, and exactly to what the checkpoints hold: the
+    weights Hugging Face counts in zai-org/GLM-4.5's safetensors (358.34B; the model page's
+    "358B params") and GLM-4.5-Air's ("110B params") are the model, its MTP module as
+    stored (vLLM's glm4_moe_mtp.py: a decoder layer, eh_proj of 2h x h, enorm, hnorm and the
+    shared head's norm, and its own embedding and output head) and the q/k/v biases and q/k
+    norms pipesim leaves out (1.4M). The active counts hold as DeepSeek count them, without
+    the input embedding (32.85B and 12.80B; 33.63B and 13.42B with it), read as the card's
+    "A32B" and "A12B" are: cut, not rounded."""
+    for name, card, card_active, stored in (("glm-4.5", 355, "32 cut", "358.34"), ("glm-4.5-air", 106, "12 cut", "110")):
+        m = load_model(str(HF / f"{name}.json"))
+        total = total_params(m)
+        assert abs(total / (card * 1e9) - 1) < 0.01, name
+        assert shown(published_active_params(m), card_active) == card_active, name
+        h = m.hidden
+        mtp = layer_params(m, m.layers - 1) + 2 * h * h + 3 * h + 2 * m.vocab * h
+        assert shown(total + m.mtp_layers * mtp, stored) == stored, name
+
+
 @pytest.mark.parametrize("preset,config", [("llama3-405b", "llama-3.1-405b"), ("deepseek-v3", "deepseek-v3")])
 def test_preset_and_config_plan_the_same(preset, config, tmp_path, capsys):
     """The preset TOML and the model's config.json give the same model and, with the
@@ -220,6 +263,16 @@ def edited(name: str, **changes) -> dict:
             "leaves none of its 48 layers an MoE layer; for the dense model it describes give model_type 'qwen3'",
         ),
         (edited("deepseek-v2", first_k_dense_replace=60), "first_k_dense_replace 60 leaves none of its 60 layers an MoE layer"),
+        (
+            edited("glm-4.5", first_k_dense_replace=200),
+            "first_k_dense_replace 200 leaves none of its 92 layers an MoE layer; give first_k_dense_replace below "
+            "num_hidden_layers 92 (GLM-4.5 and GLM-4.5-Air: 3 and 1)",
+        ),
+        (edited("glm-4.5", n_routed_experts="160"), "n_routed_experts must be a whole number from 1"),
+        (edited("glm-4.5-air", first_k_dense_replace=1.5), "first_k_dense_replace must be a whole number from 0"),
+        (edited("glm-4.5", num_key_value_heads=7), "num_key_value_heads 7 must divide num_attention_heads 96"),
+        (edited("glm-4.5", hidden_size=...), "missing field 'hidden_size' (a glm4_moe config has it)"),
+        (edited("glm-4.5", head_dim=None), "hidden_size 5120 is not a multiple of num_attention_heads 96; give head_dim"),
     ],
 )
 def test_bad_configs_are_one_line(config, needle, tmp_path, capsys):
@@ -277,7 +330,7 @@ FIELDS = [
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    name=st.sampled_from([row[0] for row in PUBLISHED]),
+    name=st.sampled_from([row[0] for row in PUBLISHED] + ["glm-4.5", "glm-4.5-air"]),
     changes=st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from([*HOSTILE, ...])), min_size=1, max_size=3),
 )
 def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):
@@ -470,3 +523,26 @@ def test_an_absent_field_takes_its_class_default_and_a_null_window_is_none(tmp_p
     assert model("llama-3.1-8b", num_key_value_heads=...).attention.kv_heads == 32  # LlamaConfig: None, every head
     windowed = model("qwen3-32b", use_sliding_window=True, sliding_window=..., max_window_layers=32)
     assert windowed.sliding_window == 4096 and windowed.layer_types.count("sliding_attention") == 32  # layers 32-63
+
+
+def test_an_absent_glm_field_takes_glm4moeconfigs_default(tmp_path):
+    """transformers' Glm4MoeConfig: first_k_dense_replace 1, n_shared_experts 1, n_group 1,
+    topk_group 1, num_key_value_heads 8, and no num_nextn_predict_layers (no MTP module).
+    head_dim absent is hidden / heads (Glm4MoeAttention's getattr), which GLM-4.5's 5120 /
+    96 is not: refused, asking for head_dim (the bad-config cases)."""
+    f = tmp_path / "glm.json"
+    keys = (
+        "first_k_dense_replace",
+        "n_shared_experts",
+        "n_group",
+        "topk_group",
+        "num_key_value_heads",
+        "num_nextn_predict_layers",
+    )
+    f.write_text(json.dumps(edited("glm-4.5", **dict.fromkeys(keys, ...))))
+    m = load_model(str(f))
+    assert (m.dense_layers, m.moe.shared_experts, m.moe.max_nodes, m.attention.kv_heads, m.mtp_layers) == (1, 1, 0, 8, 0)
+    # DeepSeek's configs give first_k_dense_replace: refused by name, not defaulted
+    f.write_text(json.dumps(edited("deepseek-v3", n_shared_experts=...)))
+    with pytest.raises(PipesimError, match="missing field 'n_shared_experts'"):
+        load_model(str(f))

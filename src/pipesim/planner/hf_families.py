@@ -3,8 +3,8 @@ prices, and the defaults its transformers configuration class gives the absent o
 (``hf_config`` reads the file, dispatches on ``model_type`` and checks each field). The
 field meanings are those of the families' configuration classes in HuggingFace
 transformers (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig,
-Qwen3Config, Qwen3MoeConfig, GptOssConfig, Gemma3TextConfig) and of DeepSeek's own
-DeepseekV2Config / DeepseekV3Config published with the weights.
+Qwen3Config, Qwen3MoeConfig, GptOssConfig, Gemma3TextConfig, Glm4MoeConfig) and of
+DeepSeek's own DeepseekV2Config / DeepseekV3Config published with the weights.
 
 Left out on purpose, each far below the published precision of the parameter counts:
 Qwen2's q/k/v biases (0.8M of Qwen2.5-72B's 72.7B), Qwen3's and Gemma 3's per-head q/k
@@ -201,29 +201,43 @@ def _deepseek(f: Fields) -> dict:
         "qk_nope_dim": f.int("qk_nope_head_dim"),
         "v_head_dim": f.int("v_head_dim"),
     }
+    out.update(_deepseek_moe(f, out["layers"], "DeepSeek-V2 and V3: 1 and 3"))
+    return out
+
+
+def _deepseek_moe(f: Fields, layers: int, example: str) -> dict:
+    """DeepSeek's MoE stack, which GLM-4.5 (Glm4MoeMoE, Glm4MoeTopkRouter) repeats: the
+    first first_k_dense_replace layers dense of intermediate_size, the rest n_routed_experts
+    of moe_intermediate_size reached by num_experts_per_tok, with n_shared_experts every
+    token passes through (one MLP moe_intermediate_size x n_shared_experts wide in both
+    families: the weights and multiplies of that many experts), group-limited routing and
+    num_nextn_predict_layers MTP modules. ``example`` names the family's dense prefixes."""
     if f.get("moe_layer_freq", 1, lo=1) != 1:
         raise PipesimError(
             f"{f.where}: moe_layer_freq {f.config['moe_layer_freq']} interleaves dense and MoE layers; "
             "pipesim models dense layers only before the MoE ones (moe_layer_freq 1)"
         )
-    dense = f.int("first_k_dense_replace", lo=0)
+    kind = f.config["model_type"]
+    given = MOE_DEFAULTS.get(kind, {})
+
+    def count(key: str) -> int:  # absent or null: the class's default where pipesim takes it; DeepSeek's must be given
+        return f.get(key, given[key]) if key in given else f.int(key, lo=0)
+
+    dense = count("first_k_dense_replace")
     _some_moe(
-        f, dense, out["layers"], f"first_k_dense_replace {dense}",
-        f"give first_k_dense_replace below num_hidden_layers {out['layers']} (DeepSeek-V2 and V3: 1 and 3)",
+        f, dense, layers, f"first_k_dense_replace {dense}",
+        f"give first_k_dense_replace below num_hidden_layers {layers} ({example})",
     )  # fmt: skip
-    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
+    out = {"mlp": {"dense_layers": dense, "activation": "swiglu"}}
     if dense:
         out["mlp"]["dense_ffn"] = f.int("intermediate_size")
-    out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": f.int("n_shared_experts", lo=0)}
+    out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": count("n_shared_experts")}
     # Group-limited routing: the routed experts form n_group groups and a token reaches
     # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
     # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
     # groups as devices and nodes; a token on at most M devices reaches at most M nodes,
     # which is what max_nodes prices (the deepseek-v3 preset: 4). "greedy" ignores groups.
-    # Absent fields take their class's defaults (transformers): DeepseekV3Config n_group 8,
-    # topk_group 4, and no topk_method (its router always limits the groups);
-    # DeepseekV2Config n_group and topk_group None, topk_method "greedy" (no limit).
-    kind = f.config["model_type"]
+    # Absent fields take their class's defaults (GROUP_DEFAULTS, TOPK_METHOD_DEFAULTS).
     groups, reach = (f.get(k, GROUP_DEFAULTS[kind][i], lo=1) for i, k in enumerate(("n_group", "topk_group")))
     if reach > groups:  # DeepSeek's gate takes topk_group of the n_group group scores
         raise f.refuse(
@@ -234,6 +248,30 @@ def _deepseek(f: Fields) -> dict:
     # multi-token prediction modules (V3: 1), trained with the model, on the last stage
     out["mtp_layers"] = f.get("num_nextn_predict_layers", 0)
     out["active_counts_embedding"] = False  # DeepSeek's activated counts leave the input embedding out
+    return out
+
+
+def _glm4_moe(f: Fields) -> dict:
+    """Zhipu's GLM-4.5, GLM-4.5-Air and GLM-4.6 (transformers' Glm4MoeConfig and
+    modeling_glm4_moe.py): grouped-query attention (Glm4MoeAttention: head_dim as given,
+    else hidden / heads; GLM-4.5: 96 heads of 128 on a 5120 model) over DeepSeek-V3's MoE
+    stack (``_deepseek_moe``; Glm4MoeTopkRouter is DeepSeek-V3's sigmoid router with its
+    groups), and num_nextn_predict_layers MTP modules, which Glm4MoeConfig does not name
+    (transformers skips their weights) and the checkpoint holds: GLM-4.5 technical report
+    (arXiv 2508.06471, Table 1), one MTP layer in both models.
+
+    Priced as without them, each a share of a memory-bound kernel or below a count's
+    published digits: partial_rotary_factor (0.5 in both: rotary on half of each head;
+    TransformerEngine's fused rope copies the unrotated tail into its output, fused_rope.cu
+    "handle the tail", so q and k are read and written whole as ``elementwise`` prices
+    them); use_qk_norm's per-head q and k norms (GLM-4.5: 256 weights a layer) and
+    attention_bias's q, k and v biases (Glm4MoeAttention: no o bias; 14,336 a layer), left
+    out of the count as Qwen3's norms and Qwen2's biases are (1.3M of GLM-4.5's 352.8B),
+    and the router's e_score_correction_bias (a buffer). GLM-4.5 comes to 352.80B without
+    its MTP layer (the checkpoint's 358.34B holds it and its own copy of the embedding and
+    head) and 32.85B active as DeepSeek count it, without the input embedding."""
+    out = _gqa(f)
+    out.update(_deepseek_moe(f, out["layers"], "GLM-4.5 and GLM-4.5-Air: 3 and 1"))
     return out
 
 
@@ -275,19 +313,24 @@ def _gemma3_text(f: Fields) -> dict:
 
 
 #: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4;
-#: DeepseekV2Config's None, one group reached of one
-GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4)}
+#: DeepseekV2Config's None, one group reached of one; Glm4MoeConfig's 1 and 1
+GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4), "glm4_moe": (1, 1)}
 
 #: model_type -> topk_method when absent: DeepseekV2Config's "greedy"; DeepseekV3Config has
-#: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups)
-TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc"}
+#: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups), nor has
+#: Glm4MoeConfig (Glm4MoeTopkRouter, the same router)
+TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc", "glm4_moe": "noaux_tc"}
+
+#: model_type -> its class's first_k_dense_replace and n_shared_experts when absent or null
+#: (Glm4MoeConfig: 1 and 1); DeepSeek's configs must give both
+MOE_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1}}
 
 #: model_type -> key/value heads when num_key_value_heads is absent (its class's default in
-#: transformers: MistralConfig, MixtralConfig and GptOssConfig 8, Gemma3TextConfig and
+#: transformers: MistralConfig, MixtralConfig, GptOssConfig and Glm4MoeConfig 8, Gemma3TextConfig and
 #: Qwen3MoeConfig 4, Qwen2Config and Qwen3Config 32, Qwen2MoeConfig 16; LlamaConfig's is
 #: None, read as num_attention_heads)
 KV_DEFAULTS = {
-    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
+    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "glm4_moe": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
 }  # fmt: skip
 
 #: model_type -> sliding_window when absent (its class's default; null is no window):
@@ -311,4 +354,5 @@ READERS = {
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
     "gemma3_text": _gemma3_text,
+    "glm4_moe": _glm4_moe,
 }
