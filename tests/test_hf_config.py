@@ -179,6 +179,28 @@ def test_glm_counts_are_the_checkpoints_and_near_the_model_cards():
         assert shown(total + m.mtp_layers * mtp, stored) == stored, name
 
 
+def test_kimi_k2_is_read_as_deepseek_v3_and_counts_its_checkpoints_weights(tmp_path):
+    """Kimi K2's config.json declares model_type "kimi_k2" on DeepSeek-V3's architecture
+    (DeepseekV3ForCausalLM); Moonshot's deploy guidance has frameworks that lack it rename
+    model_type to "deepseek_v3", which gives the same model here. The checkpoint holds
+    1,026,408,232,448 weights (Fireworks' model list: paramCount of Kimi K2 Instruct; a
+    header-by-header count of the K2-Instruct safetensors gives the same): pipesim's total
+    and the MLA latent norms (q_lora_rank + kv_lora_rank a layer) and routing biases (one an
+    expert a MoE layer) it leaves out. Moonshot's model card (MoonshotAI/Kimi-K2, README,
+    Model Summary) gives 1T total and 32B activated: 1.03T, and 31.69B as DeepSeek count it,
+    without the input embedding."""
+    k2 = load_model(str(HF / "kimi-k2-instruct.json"))
+    f = tmp_path / "kimi-k2-instruct.json"
+    f.write_text(json.dumps(edited("kimi-k2-instruct", model_type="deepseek_v3")))
+    assert load_model(str(f)) == k2
+    assert (k2.layers, k2.dense_layers, k2.heads, k2.moe.experts, k2.moe.shared_experts, k2.moe.top_k) == (61, 1, 64, 384, 1, 8)
+    assert (k2.moe.max_nodes, k2.mtp_layers) == (0, 0)  # n_group 1 of topk_group 1; no MTP module
+    norms = k2.layers * (k2.attention.q_lora_rank + k2.attention.kv_lora_rank)
+    routing_bias = (k2.layers - k2.dense_layers) * k2.moe.experts
+    assert total_params(k2) + norms + routing_bias == 1_026_408_232_448
+    assert (round(total_params(k2) / 1e12), round(published_active_params(k2) / 1e9)) == (1, 32)
+
+
 @pytest.mark.parametrize("preset,config", [("llama3-405b", "llama-3.1-405b"), ("deepseek-v3", "deepseek-v3")])
 def test_preset_and_config_plan_the_same(preset, config, tmp_path, capsys):
     """The preset TOML and the model's config.json give the same model and, with the
@@ -330,7 +352,7 @@ FIELDS = [
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    name=st.sampled_from([row[0] for row in PUBLISHED] + ["glm-4.5", "glm-4.5-air"]),
+    name=st.sampled_from([row[0] for row in PUBLISHED] + ["glm-4.5", "glm-4.5-air", "kimi-k2-instruct"]),
     changes=st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from([*HOSTILE, ...])), min_size=1, max_size=3),
 )
 def test_hostile_configs_end_in_a_plan_or_one_line(name, changes):

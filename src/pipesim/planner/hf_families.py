@@ -312,14 +312,15 @@ def _gemma3_text(f: Fields) -> dict:
     return _dense(f, head_dim_given=True)
 
 
-#: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4;
+#: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4 (Kimi
+#: K2's kimi_k2 too: its config.json's auto_map names DeepseekV3Config);
 #: DeepseekV2Config's None, one group reached of one; Glm4MoeConfig's 1 and 1
-GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4), "glm4_moe": (1, 1)}
+GROUP_DEFAULTS = {"deepseek_v2": (1, 1), "deepseek_v3": (8, 4), "kimi_k2": (8, 4), "glm4_moe": (1, 1)}
 
 #: model_type -> topk_method when absent: DeepseekV2Config's "greedy"; DeepseekV3Config has
 #: none (DeepseekV3TopkRouter always routes within topk_group of n_group groups), nor has
 #: Glm4MoeConfig (Glm4MoeTopkRouter, the same router)
-TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc", "glm4_moe": "noaux_tc"}
+TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc", "kimi_k2": "noaux_tc", "glm4_moe": "noaux_tc"}
 
 #: model_type -> its class's first_k_dense_replace and n_shared_experts when absent or null
 #: (Glm4MoeConfig: 1 and 1); DeepSeek's configs must give both
@@ -352,6 +353,11 @@ READERS = {
     "qwen3_moe": lambda f: _qwen_moe(f, shared=False),
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    # Moonshot's Kimi K2 (1.04T): DeepSeek-V3's architecture (its config.json names
+    # DeepseekV3ForCausalLM) with 384 experts and 64 heads, under a model_type of its own so
+    # that engines can tell it apart; Moonshot's deploy guidance (docs/deploy_guidance.md)
+    # has frameworks without it rename model_type to deepseek_v3, which is what this reads
+    "kimi_k2": _deepseek,
     "gpt_oss": _gpt_oss,
     "gemma3_text": _gemma3_text,
     "glm4_moe": _glm4_moe,
