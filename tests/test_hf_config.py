@@ -231,6 +231,15 @@ def test_memory_takes_a_config_or_its_folder_named_after_the_folder(tmp_path, ca
     assert d["model"] == "Mixtral-8x22B-v0.1" and d["layout"]["pp"] == 4 and d["layout"]["ep"] > 1
 
 
+#: the text_config fields of Llama 4 Maverick's config.json that set its layer and attention
+#: pattern and size (vLLM's tests/models: LLAMA_4_MAVERICK_TWO_LAYER_CONFIG, 48 layers there cut to 2)
+LLAMA4_MAVERICK = {
+    "attention_chunk_size": 8192, "interleave_moe_layer_step": 2, "hidden_size": 5120, "num_hidden_layers": 48,
+    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 128,
+    "num_experts_per_tok": 1, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+}  # fmt: skip
+
+
 def edited(name: str, **changes) -> dict:
     config = json.loads((HF / f"{name}.json").read_text())
     for key, value in changes.items():
@@ -252,6 +261,19 @@ def edited(name: str, **changes) -> dict:
         (
             {"model_type": "gemma3", "text_config": {**edited("gemma-3-1b"), "vocab_size": 262_208}},
             "model_type 'gemma3' is not a family pipesim reads, but its text_config is ('gemma3_text'): save text_config",
+        ),
+        # Llama 4 Maverick's config.json (vLLM's tests copy its text_config): MoE on every other
+        # layer and 8192-token chunked attention, neither of which pipesim can price; Scout's
+        # text model has MoE on every layer (interleave_moe_layer_step 1) but the chunks
+        (
+            {"model_type": "llama4", "text_config": {"model_type": "llama4_text", **LLAMA4_MAVERICK}},
+            "model_type 'llama4' (Llama 4) has MoE layers interleaved with dense ones (interleave_moe_layer_step 2) and "
+            "attention within chunks of attention_chunk_size 8192 tokens, which pipesim cannot price: it models MoE "
+            "layers only after the first dense ones, and full or sliding-window attention; supported: llama, mistral, ",
+        ),
+        (
+            {"model_type": "llama4_text", **LLAMA4_MAVERICK, "interleave_moe_layer_step": 1},
+            "model_type 'llama4_text' (Llama 4) has attention within chunks of attention_chunk_size 8192 tokens, which",
         ),
         (edited("llama-3.1-8b", intermediate_size=...), "missing field 'intermediate_size'"),
         (edited("mixtral-8x7b-v0.1", num_local_experts=...), "missing field 'num_local_experts'"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, load_json, number
-from .hf_families import READERS
+from .hf_families import READERS, UNPRICED
 
 
 def is_hf_config(name_or_path: str) -> bool:
@@ -68,6 +68,8 @@ def table_from_config(config: object, name: str, where: str, bounds: dict | None
         supported = ", ".join(READERS)
         if kind is None:
             raise PipesimError(f"{where}: missing field 'model_type' (one of {supported})")
+        if isinstance(kind, str) and kind in UNPRICED:  # a family pipesim knows and cannot price
+            raise PipesimError(f"{where}: model_type {kind!r} {UNPRICED[kind](config)}; supported: {supported}")
         text = config.get("text_config")
         inner = text.get("model_type") if isinstance(text, dict) else None
         if isinstance(inner, str) and inner in READERS:

@@ -312,6 +312,31 @@ def _gemma3_text(f: Fields) -> dict:
     return _dense(f, head_dim_given=True)
 
 
+def _llama4(config: dict) -> str:
+    """What Llama 4 (transformers' Llama4Config, the text model under text_config as
+    Llama4TextConfig; a ``llama4_text`` config is that part alone) has that pipesim cannot
+    price: MoE on every interleave_moe_layer_step-th layer with dense layers between them
+    (default 1, every layer; Llama 4 Maverick's 2), where pipesim's dense layers are only
+    the first ones (specs.Model.is_moe_layer), and attention within attention_chunk_size
+    chunks (default 8192; null: none) on its rope layers, a mask pipesim has no price for
+    (it prices full and sliding-window attention)."""
+    text = config.get("text_config") if config.get("model_type") == "llama4" else config
+    text = text if isinstance(text, dict) else {}
+    step, chunk = text.get("interleave_moe_layer_step", 1), text.get("attention_chunk_size", 8192)
+    has = [f"MoE layers interleaved with dense ones (interleave_moe_layer_step {step!r})"] if step != 1 else []
+    if chunk is not None:
+        has.append(f"attention within chunks of attention_chunk_size {chunk!r} tokens")
+    if not has:
+        return "(Llama 4) is not a family pipesim reads"
+    return (
+        f"(Llama 4) has {' and '.join(has)}, which pipesim cannot price: it models MoE layers only after the first "
+        "dense ones, and full or sliding-window attention"
+    )
+
+
+#: model_type -> why pipesim refuses it, for families it knows and cannot price
+UNPRICED = {"llama4": _llama4, "llama4_text": _llama4}
+
 #: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4 (Kimi
 #: K2's kimi_k2 too: its config.json's auto_map names DeepseekV3Config);
 #: DeepseekV2Config's None, one group reached of one; Glm4MoeConfig's 1 and 1
