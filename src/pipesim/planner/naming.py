@@ -64,6 +64,15 @@ def fmt_tokens(n: float) -> str:
     return f"{n:,.0f} token{'' if round(n) == 1 else 's'}"
 
 
+def fmt_params(n: float) -> str:
+    """A parameter count to three figures: "8.03B", "1.03T" (Kimi K2 printed "1.03e+03B"),
+    "302M" (a 0.302B model)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale * 0.9995:  # 999.96B rounds to 1.00T, not "1e+03B"
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:,.0f}"
+
+
 def wall_clock(hours: float) -> str:
     """How long a run takes on its GPUs, in days from two days up ("48 days"), hours or
     minutes below: a one-day run printed as "1 days" and a short one as "0 days"."""
