@@ -49,9 +49,9 @@ def block_cases():
 
         return go
 
-    gpt = Model("gpt", 1, H, 8, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
-    llama = Model("llama", 1, H, 8, 1000, Attention(kv_heads=2), 1, 1376)
-    moe = Model("moe", 1, H, 8, 1000, Attention(kv_heads=2), 0, 0, moe=MoE(experts=8, expert_ffn=256, top_k=2))
+    gpt = Model("gpt", 1, H, 8, 1000, Attention(), (), 4 * H, activation="gelu", rotary=False)
+    llama = Model("llama", 1, H, 8, 1000, Attention(kv_heads=2), (), 1376)
+    moe = Model("moe", 1, H, 8, 1000, Attention(kv_heads=2), (0,), 0, moe=MoE(experts=8, expert_ffn=256, top_k=2))
     lay = Layout(1, 1, micro_batch=B)
     gpt_t = Training(seq=S, flash_attention=False, hidden_dropout=True, sequence_parallel=False)
     for rc in ("none", "selective", "full"):
@@ -79,7 +79,7 @@ def block_cases():
         run(lambda: LlamaBlock(H, 8, 2, 0, True, moe=(8, 256, 2), weighted_act=True), (B, S, H)),
         layer_activation(moe, 0, weighted, lay, "none")[0],
     )
-    titan = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), 4, 1376)
+    titan = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), (), 1376)
     eager = Training(seq=S, fused_elementwise=False)
     for ac in ("none", "op", "every-2", "full"):
 
@@ -92,7 +92,7 @@ def block_cases():
         predicted = sum(layer_activation(titan, i, eager, lay, ac)[0] for i in range(4))
         yield f"torchtitan eager blocks x4 (wq, wk, wv; w1, w3, w2), AC {ac}", stack, predicted
     yield from compiled_cases(titan, lay)
-    mla = Model("mla", 1, H, 8, 1000, MLA, 1, 1376)
+    mla = Model("mla", 1, H, 8, 1000, MLA, (), 1376)
     for rc in ("none", "selective"):
         make = lambda rc=rc: MLABlock(H, 8, 192, 128, 64, 32, 64, 1376, selective=rc == "selective")  # noqa: E731
         yield (
@@ -101,7 +101,7 @@ def block_cases():
             layer_activation(mla, 0, Training(seq=S), lay, rc)[0],
         )
     for tp in (2, 4):
-        kv = Model("llama", 1, H, 8, 1000, Attention(kv_heads=4), 1, 1376)
+        kv = Model("llama", 1, H, 8, 1000, Attention(kv_heads=4), (), 1376)
         t = Training(seq=S, sequence_parallel=True)
         yield (
             f"Llama fused, one rank of tp{tp} with sequence parallelism (Megatron-Core), none",

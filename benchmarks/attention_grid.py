@@ -71,7 +71,7 @@ def shape_model(r: dict) -> Model:
         att = Attention(kind="mla", qk_nope_dim=r["v"], qk_rope_dim=r["qk"] - r["v"], v_head_dim=r["v"], kv_lora_rank=512)
     else:
         att = Attention(kv_heads=r["kv"], head_dim=r["qk"])
-    return Model("shape", 1, r["h"] * r["qk"], r["h"], 32000, att, 1, 4 * r["h"] * r["qk"])
+    return Model("shape", 1, r["h"] * r["qk"], r["h"], 32000, att, (), 4 * r["h"] * r["qk"])
 
 
 def relative_rates(rows: list[dict], key: str) -> list[float]:

@@ -33,7 +33,7 @@ def models() -> dict[str, Model]:
     benchmarks/data/published_runs.toml's torchtitan A100 rows give it)."""
     return {
         "Llama 3 8B": load_model("llama3-8b"),
-        "Llama 2 13B": Model("llama2-13b", 40, 5120, 40, 32000, Attention(), 0, 13824),
+        "Llama 2 13B": Model("llama2-13b", 40, 5120, 40, 32000, Attention(), (), 13824),
     }
 
 
@@ -63,7 +63,7 @@ def mpt_rows():
     attention's own backward passes do not run on the CPU and show as pipesim's alone."""
     from mpt_block import per_token as mpt_per_token
 
-    m = Model("mpt-7b", 32, 4096, 32, 50368, Attention(), 32, 16384, activation="gelu", rotary=False)
+    m = Model("mpt-7b", 32, 4096, 32, 50368, Attention(), (), 16384, activation="gelu", rotary=False)
     t = Training(seq=SEQ, fused_elementwise=False, norm_kernel="fused", eager_block="llm-foundry", sequence_parallel=False)
     return side_by_side(m, t, mpt_per_token(m.hidden, m.heads, seq=SEQ))
 

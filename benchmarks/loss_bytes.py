@@ -35,7 +35,7 @@ def priced(vocab: int, tp: int) -> tuple[float, float, float, float]:
     """pipesim's (bytes moved, of them forward, saved, held by the backward) per logit of
     the shard."""
     t, lay = Training(seq=TOKENS, **torchtitan_loss(tp)), Layout(1, 1, tp=tp, micro_batch=1)
-    m = Model("m", 1, 4096, 32, vocab, Attention(), 1, 14336)
+    m = Model("m", 1, 4096, 32, vocab, Attention(), (), 14336)
     shard = vocab / tp
     forward = t.logit_bytes * t.loss_forward_share
     return t.logit_bytes, forward, head_saved(m, t, tp)["loss softmax"] / shard, loss_transient(m, t, lay) / (TOKENS * shard)

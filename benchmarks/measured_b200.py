@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pipesim.errors import PipesimError
 from pipesim.planner.calibrate import evaluate_layout
+from pipesim.planner.moe_layers import prefix_moe_layers
 from pipesim.planner.specs import load_cluster, load_model, load_training, model_from_table
 
 DATA = Path(__file__).parent / "data" / "measured_b200.toml"
@@ -37,7 +38,11 @@ def model_for(spec: dict, layers: int):
     fields = dict(spec.get("fields", {}))
     if "attention" in fields:
         fields["attention"] = replace(m.attention, **fields["attention"])
-    return replace(m, layers=layers, **fields)
+    if "dense_layers" in fields:  # as a model file's [mlp] says it: the first N layers dense
+        moe = prefix_moe_layers(layers, fields.pop("dense_layers"))
+    else:  # the layers kept keep their kinds
+        moe = tuple(i for i in m.moe_layers if i < layers)
+    return replace(m, layers=layers, moe_layers=moe, **fields)
 
 
 def predict(data: dict, case: dict):

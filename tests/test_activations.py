@@ -14,7 +14,7 @@ from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Attention, Model, Training, load_model
 
 s, b, h, a, t_ = 2048, 1, 12288, 96, 8  # GPT-3 175B's layer, tp 8
-GPT = Model("gpt3", 96, h, a, 51200, Attention(), 96, 4 * h, activation="gelu", rotary=False)
+GPT = Model("gpt3", 96, h, a, 51200, Attention(), (), 4 * h, activation="gelu", rotary=False)
 
 
 def bytes_(recompute, tp=1, sp=False):
@@ -182,7 +182,7 @@ def test_moe_norm_output_stays_bf16_under_te_fp8():
     sequence shard, 6144 / 2 wide at tp2, where a dense layer's fused-norm multiply keeps
     its 1-byte FP8 input."""
     base = load_model("mixtral-8x22b")
-    m = replace(base, moe=replace(base.moe, shared_experts=1), dense_layers=1, dense_ffn=16384)
+    m = replace(base, moe=replace(base.moe, shared_experts=1), moe_layers=base.moe_layers[1:], dense_ffn=16384)
     t = Training(seq=4096, global_batch=8, precision="fp8", fp8_scaling="tensor", fp8_casts="transformer_engine")
     assert layer_saved(m, 1, t, tp=2)["mlp norm output"] == 2 * 6144 / 2
     assert layer_saved(m, 0, t, tp=2)["mlp norm output"] == 1 * 6144 / 2

@@ -46,7 +46,7 @@ def compiled(shape, ac: str) -> int:
 
 
 def model(h, heads, kv, ffn) -> Model:
-    return Model("llama", 1, h, heads, 1000, Attention(kv_heads=kv), 1, ffn)
+    return Model("llama", 1, h, heads, 1000, Attention(kv_heads=kv), (), ffn)
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))

@@ -23,14 +23,14 @@ S, B, H = 128, 2, 256
 
 
 def gpt_model(heads=8):
-    return Model("gpt", 1, H, heads, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
+    return Model("gpt", 1, H, heads, 1000, Attention(), (), 4 * H, activation="gelu", rotary=False)
 
 
 def llama_model(moe=None):
     kv = Attention(kv_heads=2)
     if moe:
-        return Model("moe", 1, H, 8, 1000, kv, 0, 0, moe=MoE(experts=8, expert_ffn=128, top_k=2))
-    return Model("llama", 1, H, 8, 1000, kv, 1, 688)
+        return Model("moe", 1, H, 8, 1000, kv, (0,), 0, moe=MoE(experts=8, expert_ffn=128, top_k=2))
+    return Model("llama", 1, H, 8, 1000, kv, (), 688)
 
 
 def gpt_training(**kw):
@@ -137,7 +137,7 @@ def test_torchtitan_checkpointing(ac):
     from pipesim.planner.activations import layer_mode
     from torch_blocks import SACMeter, TitanBlock, measure_titan
 
-    m = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), 4, 688)
+    m = Model("llama", 4, H, 8, 1000, Attention(kv_heads=2), (), 688)
     meter = SACMeter()
     torch.manual_seed(0)
     blocks = [TitanBlock(H, 8, 2, 688, layer_mode(ac, i), meter) for i in range(4)]
@@ -170,7 +170,7 @@ def test_mla_block(recompute):
     norms' inputs, the two latents, the output and the logsumexp."""
     from torch_blocks_sharded import MLABlock
 
-    m = Model("mla", 1, H, 8, 1000, MLA, 1, 688)
+    m = Model("mla", 1, H, 8, 1000, MLA, (), 688)
     block = MLABlock(H, 8, 96, 64, 32, 16, 32, 688, selective=recompute == "selective")
     t = Training(seq=S)
     within(layer_activation(m, 0, t, Layout(1, 1, micro_batch=B), recompute)[0], run(block, (B, S, H)))
@@ -183,7 +183,7 @@ def test_llama_block_sequence_parallel(tp, kv):
     gathering it again in the backward), attention and MLP on heads/tp and ffn/tp."""
     from torch_blocks_sharded import LlamaSPBlock
 
-    m = Model("llama", 1, H, 8, 1000, Attention(kv_heads=kv), 1, 688)
+    m = Model("llama", 1, H, 8, 1000, Attention(kv_heads=kv), (), 688)
     block = LlamaSPBlock(H, 8, kv, 688, tp)
     t = Training(seq=S, sequence_parallel=True)
     within(layer_activation(m, 0, t, Layout(1, 1, tp=tp, micro_batch=B), "none")[0], run(block, (B, S // tp, H)))

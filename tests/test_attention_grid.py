@@ -27,7 +27,7 @@ CLUSTERS = ROOT / "src" / "pipesim" / "planner" / "presets" / "clusters"
 
 
 def model(heads: int, head_dim: int = 128) -> Model:
-    return Model("m", 1, heads * head_dim, heads, 32000, Attention(head_dim=head_dim), 1, 4 * heads * head_dim)
+    return Model("m", 1, heads * head_dim, heads, 32000, Attention(head_dim=head_dim), (), 4 * heads * head_dim)
 
 
 def forward(c, heads: int, seq: int, micro_batch: int = 1, waves: bool = True, tp: int = 1, cp: int = 1) -> float:

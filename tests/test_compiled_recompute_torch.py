@@ -120,7 +120,7 @@ def test_without_sequence_parallelism_the_last_all_reduce(graphs):
     assert g["backward"] == {"all_gather_into_tensor": 0, "reduce_scatter_tensor": 0, "all_reduce": 1 + 5}
 
 
-M = Model("m", 1, 4096, 32, 32000, Attention(kv_heads=8), 1, 14336)
+M = Model("m", 1, 4096, 32, 32000, Attention(kv_heads=8), (), 14336)
 H100 = load_cluster("h100")
 TP8 = Layout(1, 1, tp=8, micro_batch=1)
 COMPILED = Training(seq=8192, fused_kernels="inductor", tp_overlap="none", sequence_parallel=True)

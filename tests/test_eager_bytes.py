@@ -30,7 +30,7 @@ LAYOUT = Layout(pp=1, dp=1, micro_batch=1)
 
 
 def model(h, heads, kv, ffn) -> Model:
-    return Model("titan", 1, h, heads, 1000, Attention(kv_heads=kv), 1, ffn)
+    return Model("titan", 1, h, heads, 1000, Attention(kv_heads=kv), (), ffn)
 
 
 def within(predicted: float, measured: float, what: str) -> None:

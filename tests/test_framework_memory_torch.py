@@ -30,7 +30,7 @@ B, S, H, V = 2, 64, 32, 96
 
 
 def _model() -> Model:
-    return Model("tiny", 1, H, 4, V, Attention(kv_heads=4), 1, 64)
+    return Model("tiny", 1, H, 4, V, Attention(kv_heads=4), (), 64)
 
 
 def _owned(module) -> list:
@@ -412,7 +412,7 @@ def test_context_parallel_gathers_every_ranks_keys_and_values(fake_group, cp):
     assert gathered == cp * 2 * key.nbytes
     assert cpa._cp_options.convert_to_f32  # the gradients accumulate in fp32
 
-    m = Model("tiny", 1, heads * d, heads, V, Attention(kv_heads=1), 1, 64)
+    m = Model("tiny", 1, heads * d, heads, V, Attention(kv_heads=1), (), 64)
     t = Training(seq=tokens, torch_context_parallel=True, cp_comm="all_gather")
     grown = [cp_attention_transient(m, t, Layout(1, 1, cp=c)) for c in (cp, cp + 1)]
     assert grown[1] - grown[0] == gathered / cp  # one more rank's keys and values
@@ -474,7 +474,7 @@ def test_fsdp2_side_stream_buffers(fake_group, monkeypatch, dp):
     assert seen["gather"] and seen["scatter_in"]
     measured = 2 * max(seen["gather"]) + max(seen["scatter_in"]) + sum(seen["scatter_out"])
 
-    m = Model("linears", layers, h, 4, V, Attention(kv_heads=2), layers, f)  # kv: 2 heads of 8
+    m = Model("linears", layers, h, 4, V, Attention(kv_heads=2), (), f)  # kv: 2 heads of 8
     n = sum(p.numel() for p in model.parameters())
     t = Training(zero=3, grad_reduce_bytes=4, zero_grad_frees=True, fsdp_stream_pools=True)
     assert fsdp_stream_pools(m, t, Layout(1, dp), n) == pytest.approx(measured, rel=1e-9)
@@ -555,7 +555,7 @@ def test_fsdp2_float8_all_gather_keeps_one_byte_gathered(fake_group):
 
     bf16, fp8 = gathered_bytes(False), gathered_bytes(True)
     assert bf16 == 2 * fp8  # every weight gathered, two bytes then one
-    m = Model("linears", 1, h, 4, V, Attention(kv_heads=2), 1, f)
+    m = Model("linears", 1, h, 4, V, Attention(kv_heads=2), (), f)
     t = Training(zero=3, precision="fp8", fp8_scaling="tensor", fsdp_reshard="never")
     lay = Layout(1, dp)
     off, on = (memory_model(m, replace(t, fsdp_float8_all_gather=x), lay, 1, "full").stage_bytes(0)[0] for x in (False, True))

@@ -122,18 +122,18 @@ def test_dense_counts_are_the_checkpoints_weights():
 
 def test_each_family_maps_to_the_spec():
     v3 = load_model(str(HF / "deepseek-v3.json"))
-    assert (v3.dense_layers, v3.dense_ffn, v3.mtp_layers) == (3, 18432, 1)
+    assert (v3.moe_layers, v3.dense_ffn, v3.mtp_layers) == (tuple(range(3, 61)), 18432, 1)
     assert (v3.moe.experts, v3.moe.top_k, v3.moe.shared_experts, v3.moe.expert_ffn) == (256, 8, 1, 2048)
     assert v3.moe.max_nodes == 4  # topk_group 4 of n_group 8: node-limited routing
     assert (v3.attention.kind, v3.attention.q_lora_rank, v3.attention.kv_lora_rank) == ("mla", 1536, 512)
     v2 = load_model(str(HF / "deepseek-v2.json"))
-    assert (v2.dense_layers, v2.moe.shared_experts, v2.moe.max_nodes, v2.mtp_layers) == (1, 2, 3, 0)
+    assert (v2.moe_layers, v2.moe.shared_experts, v2.moe.max_nodes, v2.mtp_layers) == (tuple(range(1, 60)), 2, 3, 0)
     qwen3 = load_model(str(HF / "qwen3-32b.json"))
     assert qwen3.attention.head_dim == 128 and qwen3.hidden // qwen3.heads == 80  # head_dim is read, not derived
     q2moe = load_model(str(HF / "qwen2-57b-a14b.json"))
-    assert (q2moe.dense_layers, q2moe.moe.shared_experts, q2moe.moe.expert_ffn) == (0, 8, 2560)  # 20480 = 8 x 2560
+    assert (len(q2moe.moe_layers), q2moe.moe.shared_experts, q2moe.moe.expert_ffn) == (q2moe.layers, 8, 2560)  # 20480 = 8 x 2560
     mixtral = load_model(str(HF / "mixtral-8x7b-v0.1.json"))
-    assert (mixtral.dense_layers, mixtral.moe.expert_ffn, mixtral.moe.max_nodes) == (0, 14336, 0)
+    assert (len(mixtral.moe_layers), mixtral.moe.expert_ffn, mixtral.moe.max_nodes) == (mixtral.layers, 14336, 0)
 
 
 def test_glm_4_5_maps_to_the_spec():
@@ -142,12 +142,12 @@ def test_glm_4_5_maps_to_the_spec():
     1536 with 8 routed and 1 shared; GLM-4.5-Air: 1 dense and 45 MoE layers, 128 experts of
     1408. n_group 1 of topk_group 1: no group limit."""
     glm = load_model(str(HF / "glm-4.5.json"))
-    assert (glm.layers, glm.dense_layers, glm.dense_ffn, glm.mtp_layers) == (92, 3, 12288, 1)
+    assert (glm.layers, glm.moe_layers[0], glm.dense_ffn, glm.mtp_layers) == (92, 3, 12288, 1)
     assert (glm.heads, glm.attention.kind, glm.attention.kv_heads, glm.attention.head_dim) == (96, "gqa", 8, 128)
     assert glm.hidden // glm.heads == 53  # head_dim is read, not derived
     assert (glm.moe.experts, glm.moe.top_k, glm.moe.shared_experts, glm.moe.expert_ffn, glm.moe.max_nodes) == (160, 8, 1, 1536, 0)
     air = load_model(str(HF / "glm-4.5-air.json"))
-    assert (air.layers, air.dense_layers, air.hidden, air.moe.experts, air.moe.expert_ffn, air.mtp_layers) == (
+    assert (air.layers, air.moe_layers[0], air.hidden, air.moe.experts, air.moe.expert_ffn, air.mtp_layers) == (
         46,
         1,
         4096,
@@ -193,10 +193,10 @@ def test_kimi_k2_is_read_as_deepseek_v3_and_counts_its_checkpoints_weights(tmp_p
     f = tmp_path / "kimi-k2-instruct.json"
     f.write_text(json.dumps(edited("kimi-k2-instruct", model_type="deepseek_v3")))
     assert load_model(str(f)) == k2
-    assert (k2.layers, k2.dense_layers, k2.heads, k2.moe.experts, k2.moe.shared_experts, k2.moe.top_k) == (61, 1, 64, 384, 1, 8)
+    assert (k2.layers, k2.moe_layers[0], k2.heads, k2.moe.experts, k2.moe.shared_experts, k2.moe.top_k) == (61, 1, 64, 384, 1, 8)
     assert (k2.moe.max_nodes, k2.mtp_layers) == (0, 0)  # n_group 1 of topk_group 1; no MTP module
     norms = k2.layers * (k2.attention.q_lora_rank + k2.attention.kv_lora_rank)
-    routing_bias = (k2.layers - k2.dense_layers) * k2.moe.experts
+    routing_bias = len(k2.moe_layers) * k2.moe.experts
     assert total_params(k2) + norms + routing_bias == 1_026_408_232_448
     assert (round(total_params(k2) / 1e12), round(published_active_params(k2) / 1e9)) == (1, 32)
 
@@ -585,7 +585,7 @@ def test_an_absent_glm_field_takes_glm4moeconfigs_default(tmp_path):
     )
     f.write_text(json.dumps(edited("glm-4.5", **dict.fromkeys(keys, ...))))
     m = load_model(str(f))
-    assert (m.dense_layers, m.moe.shared_experts, m.moe.max_nodes, m.attention.kv_heads, m.mtp_layers) == (1, 1, 0, 8, 0)
+    assert (m.moe_layers[0], m.moe.shared_experts, m.moe.max_nodes, m.attention.kv_heads, m.mtp_layers) == (1, 1, 0, 8, 0)
     # DeepSeek's configs give first_k_dense_replace: refused by name, not defaulted
     f.write_text(json.dumps(edited("deepseek-v3", n_shared_experts=...)))
     with pytest.raises(PipesimError, match="missing field 'n_shared_experts'"):

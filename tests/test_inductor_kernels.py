@@ -55,7 +55,7 @@ def test_fp8_takes_torchaos_casts():
 
 def test_other_layers_are_refused():
     """Counted for torchtitan's dense Llama block only: an MoE layer, MLA or GELU is refused."""
-    gelu = Model("gpt", 1, 1024, 16, 1000, Attention(), 1, 4096, activation="gelu", rotary=False)
+    gelu = Model("gpt", 1, 1024, 16, 1000, Attention(), (), 4096, activation="gelu", rotary=False)
     for m, layer in ((load_model("deepseek-v3"), 5), (load_model("mixtral-8x22b"), 0), (gelu, 0)):
         with pytest.raises(PipesimError, match='fused_kernels = "inductor" is counted for'):
             elementwise_terms(m, layer, COMPILED, Layout(pp=1, dp=1))

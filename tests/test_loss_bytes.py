@@ -48,7 +48,7 @@ def counted(request):
 def _priced(what, tp: int) -> float:
     """pipesim's bytes per logit of the shard, the larger vocabulary less the smaller."""
     t, lay = Training(seq=TOKENS, **torchtitan_loss(tp)), Layout(1, 1, tp=tp, micro_batch=1)
-    a, b = (what(Model("m", 1, 64, 4, v, Attention(), 1, 128), t, lay) for v in VOCABS)
+    a, b = (what(Model("m", 1, 64, 4, v, Attention(), (), 128), t, lay) for v in VOCABS)
     return (b - a) / (TOKENS * (VOCABS[1] - VOCABS[0]) / tp)
 
 
@@ -64,7 +64,7 @@ def test_the_head_prices_the_forward_and_backward_apart(counted):
     forward and the backward's in its backward, not half of the sum each."""
     tp, measured = counted
     c, lay = load_cluster("h100"), Layout(1, 1, tp=tp, micro_batch=1)
-    m = Model("m", 1, 64, 4, VOCABS[1], Attention(), 1, 128)
+    m = Model("m", 1, 64, 4, VOCABS[1], Attention(), (), 128)
     with_loss, without = (Training(seq=TOKENS, **{**torchtitan_loss(tp), **x}) for x in ({}, {"logit_bytes": 0}))
     a, b = head_costs(m, c, with_loss, lay), head_costs(m, c, without, lay)
     per_logit_bytes = hbm_rate(c, with_loss) / (TOKENS * VOCABS[1] / tp)

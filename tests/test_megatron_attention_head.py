@@ -25,7 +25,7 @@ from pipesim.planner.layout import Layout
 from pipesim.planner.search import Plan
 from pipesim.planner.specs import Attention, Model, Training, load_cluster, load_model, model_from_table
 
-GPT = Model("gpt-tiny", 2, 64, 4, 512, Attention(), 2, 256, activation="gelu", rotary=False)
+GPT = Model("gpt-tiny", 2, 64, 4, 512, Attention(), (), 256, activation="gelu", rotary=False)
 BLOOM_LIKE = replace(GPT, alibi=True)
 LAY = Layout(pp=1, dp=1, tp=2)
 MEGATRON = Training(

@@ -21,7 +21,7 @@ from pipesim.planner.elementwise import elementwise_bytes, elementwise_terms
 from pipesim.planner.layout import Layout
 from pipesim.planner.specs import Attention, Model, Training, load_training
 
-GPT = Model("gpt-tiny", 2, 64, 4, 512, Attention(), 4, 256, activation="gelu", rotary=False)
+GPT = Model("gpt-tiny", 2, 64, 4, 512, Attention(), (), 256, activation="gelu", rotary=False)
 LAY = Layout(pp=1, dp=1, tp=2)
 MEGATRON = Training(
     seq=32, flash_attention=False, sequence_parallel=False, hidden_dropout=True,

@@ -90,7 +90,7 @@ def measured() -> dict[tuple[str, str], float]:
 def test_torch_moves_what_megatron_jit_terms_count():
     """pipesim's rows (2-byte elements) against torch's ops for the same passes."""
     got = measured()
-    m = Model("gpt", 1, H, HEADS, 512, Attention(), 1, FFN, activation="gelu", rotary=False)
+    m = Model("gpt", 1, H, HEADS, 512, Attention(), (), FFN, activation="gelu", rotary=False)
     t = Training(seq=SEQ, sequence_parallel=False, fused_kernels="megatron-jit")
     rows = {(b, term): (2 * f, 2 * bw) for b, term, f, bw in megatron_jit_terms(m, 0, t, Layout(pp=1, dp=1))}
     # forward: the bias add after the multiply, the context copy; nothing else moves

@@ -53,7 +53,7 @@ def test_the_head_prices_the_forward_and_backward_apart(measured):
     """head_costs at a Megatron row's loss fields moves torch's forward count forward and
     the backward's backward."""
     c, lay = load_cluster("a100"), Layout(1, 1, tp=1, micro_batch=1)
-    m = Model("m", 1, 64, 4, VOCABS[1], Attention(), 1, 128)
+    m = Model("m", 1, 64, 4, VOCABS[1], Attention(), (), 128)
     share = MEGATRON_2021_LOGIT_FORWARD_BYTES / MEGATRON_2021_LOGIT_BYTES
     with_loss, without = (Training(seq=TOKENS, logit_bytes=b, loss_forward_share=share) for b in (MEGATRON_2021_LOGIT_BYTES, 0))
     a, b = head_costs(m, c, with_loss, lay), head_costs(m, c, without, lay)

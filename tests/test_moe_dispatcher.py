@@ -21,7 +21,7 @@ QWEN = Model(
     heads=64,
     vocab=151936,
     attention=Attention(kv_heads=4, head_dim=128),
-    dense_layers=0,
+    moe_layers=(0, 1, 2, 3),
     dense_ffn=0,
     moe=MoE(experts=128, expert_ffn=1536, top_k=8),
 )

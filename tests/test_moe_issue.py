@@ -41,7 +41,7 @@ def test_per_expert_launches_grow_with_local_experts(qwen):
     fp8 = layer_kernels(qwen, 0, load_training(moe_expert_gemms="per_expert", precision="fp8", fp8_scaling="tensor"), 16)
     assert [p - b for p, b in zip(fp8, bf16)] == [96, 96, 0]  # 2 operands x 3 kernels x 16 experts
     assert layer_kernels(qwen, 0, load_training(moe_expert_gemms="per_expert"), 1) == grouped
-    dense = replace(qwen, dense_layers=1, dense_ffn=6144)
+    dense = replace(qwen, moe_layers=qwen.moe_layers[1:], dense_ffn=6144)
     assert layer_kernels(dense, 0, load_training(moe_expert_gemms="per_expert"), 16) == layer_kernels(
         dense, 0, load_training(), 16
     )
@@ -122,7 +122,7 @@ def test_padded_dispatch_lets_the_host_run_ahead_through_the_forward(qwen):
 
 
 def test_the_issue_floor_leaves_dense_layers_alone(qwen):
-    dense = replace(qwen, dense_layers=qwen.layers, dense_ffn=6144, moe=None)
+    dense = replace(qwen, moe_layers=(), dense_ffn=6144, moe=None)
     c = load_cluster("h100").resized(8)
     lay = Layout(pp=1, dp=8)
     on, off = (layer_costs(dense, 0, c, load_training(moe_layer_issue_ms=x), lay, "none") for x in (50.0, 0.0))

@@ -29,7 +29,7 @@ TRITON = "attention backward passes"
 
 
 def model() -> Model:
-    return Model("mpt", 1, H, HEADS, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
+    return Model("mpt", 1, H, HEADS, 1000, Attention(), (), 4 * H, activation="gelu", rotary=False)
 
 
 def priced(phase: str) -> dict[str, float]:

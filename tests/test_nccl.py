@@ -237,7 +237,7 @@ def test_send_recv_over_the_network_at_its_share():
     assert nccl.p2p_rate(C, inside=True) == pytest.approx(100e9)
 
 
-TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), dense_layers=2, dense_ffn=128)  # fmt: skip
+TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), moe_layers=(), dense_ffn=128)  # fmt: skip
 
 
 def test_the_planners_collectives_pay_it():
@@ -259,7 +259,7 @@ def test_megatrons_all_to_all_dispatcher_pays_ncclS_terms_and_deepep_does_not():
     goes to its expert's GPU, 8/16 of them across the network, 7/16 over NVLink, 2 bytes
     an element. NCCL's all-to-all: the network's 2 x 8/16 x 64 x 128 B at 9.2 GB/s and its
     latency 6.6 + 7 x 0.6 + 8 x 2.7 = 32.4 us. DeepEP's kernels: at line rate, no latency."""
-    moe = replace(TINY, dense_layers=0, moe=MoE(experts=16, expert_ffn=32, top_k=2))
+    moe = replace(TINY, moe_layers=(0, 1), moe=MoE(experts=16, expert_ffn=32, top_k=2))
     t = Training(seq=64, global_batch=16, moe_dispatcher="alltoall")
     lay = Layout(pp=1, dp=16, ep=16)
     assert lay.expert_tokens(64) == 64

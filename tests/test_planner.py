@@ -40,7 +40,7 @@ TINY = Model(
     heads=4,
     vocab=100,
     attention=Attention("gqa", kv_heads=2, head_dim=16),
-    dense_layers=2,
+    moe_layers=(),
     dense_ffn=128,
 )
 CLUSTER = Cluster(
@@ -92,7 +92,7 @@ def test_moe_all_to_all_by_hand():
     reaches 2 * (1 - 1/2^2) = 1.5 nodes on average, half of them remote, so 0.75 copies go
     over the network; 2 * 7/8 copies over NVLink. 64 tokens, bf16."""
     m = Model(
-        "moe", 2, 64, 4, 100, Attention("gqa", 2, 16), dense_layers=0, dense_ffn=0, moe=MoE(experts=16, expert_ffn=32, top_k=2)
+        "moe", 2, 64, 4, 100, Attention("gqa", 2, 16), moe_layers=(0, 1), dense_ffn=0, moe=MoE(experts=16, expert_ffn=32, top_k=2)
     )
     t = Training(seq=64, global_batch=16)
     dispatch, combine, _, _ = moe_comm(m, CLUSTER, t, Layout(pp=1, dp=16, ep=16))
@@ -372,7 +372,7 @@ SMALL_MOE = Model(
     heads=8,
     vocab=1000,
     attention=Attention("gqa", kv_heads=8, head_dim=128),
-    dense_layers=1,
+    moe_layers=tuple(range(1, 8)),
     dense_ffn=4096,
     moe=MoE(experts=16, expert_ffn=512, top_k=2),
 )

@@ -27,7 +27,7 @@ from pipesim.planner.stages import component_costs, stage_parts
 from pipesim.planner.step import exposed, step_sync
 
 # test_planner.py's tiny GQA model (hidden 64, 4 heads of 16, 2 KV heads, SwiGLU FFN 128), 4 layers
-TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
+TINY = replace(test_planner.TINY, layers=4)
 # 4 SMs, 100 TFLOP/s BF16 at 0.5, 1 TB/s HBM at 0.5: round numbers to work with
 GPU = Cluster(
     "t", "X", gpus=16, gpus_per_node=8, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10,

@@ -68,8 +68,8 @@ def test_spans_on_nvlink_domains():
 
 
 # hidden 64, 4 heads of 16, 2 kv heads; 8 experts of width 32, top 2
-TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), dense_layers=2, dense_ffn=128)  # fmt: skip
-TINY_MOE = replace(TINY, dense_layers=0, moe=MoE(experts=8, expert_ffn=32, top_k=2))
+TINY = Model("tiny", layers=2, hidden=64, heads=4, vocab=100, attention=Attention("gqa", kv_heads=2, head_dim=16), moe_layers=(), dense_ffn=128)  # fmt: skip
+TINY_MOE = replace(TINY, moe_layers=(0, 1), moe=MoE(experts=8, expert_ffn=32, top_k=2))
 GPU = Cluster("t", "X", gpus=64, gpus_per_node=4, bf16_tflops=100, fp8_tflops=200, hbm_gb=80, nvlink_gbps=100, network_gbps=10, sms=4, hbm_tbps=1.0, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
 T = Training(seq=64, global_batch=16, attention_efficiency=0.5, p2p_latency_us=0)
 

@@ -68,6 +68,7 @@ MEGATRON_FLAGS = {
     "--sequence-parallel",
     "--tp-comm-overlap",  # ModelParallelConfig.tp_comm_overlap, not in arguments.py's exclude list
     "--expert-model-parallel-size",
+    "--moe-layer-freq",  # arguments.py:3520 (moe_freq_type: an integer or a Python list expression)
     "--mtp-num-layers",
     "--micro-batch-size",
     "--global-batch-size",
@@ -314,6 +315,9 @@ def test_megatron_flags_for_deepseek_like_plans():
     inter = out[2]["flags"]
     assert {f.split()[0] for f in inter} <= MEGATRON_FLAGS
     assert "--expert-model-parallel-size 64" in inter and "--mtp-num-layers 1" in inter
+    # DeepSeek-V3's first three layers dense, as Megatron's help text writes such a pattern
+    # ("([0]+[1]*23)": 1 dense layer followed by 23 expert layers); without it every layer is MoE
+    assert '--moe-layer-freq "([0]*3+[1]*58)"' in inter
     assert "--pipeline-model-parallel-size 16" in inter and "--tensor-model-parallel-size 1" in inter
     (layout,) = [f.split(" ", 1)[1].strip('"') for f in inter if f.startswith("--pipeline-model-parallel-layout")]
     assert megatron_layout_ok(layout, 61, 1, 32)  # 16 ranks x 2 virtual stages

@@ -54,7 +54,7 @@ def rerun_by_torch(early_stop: bool) -> list[tuple[int, int, int]]:
 
 
 def rerun_by_pipesim(early_stop: bool) -> list[tuple[int, int, int]]:
-    m = Model("mpt", 1, H, HEADS, 1000, Attention(), 1, 4 * H, activation="gelu", rotary=False)
+    m = Model("mpt", 1, H, HEADS, 1000, Attention(), (), 4 * H, activation="gelu", rotary=False)
     t = Training(seq=SEQ, recompute_early_stop=early_stop)
     lay = Layout(pp=1, dp=1, micro_batch=BATCH)
     shapes = attention_shapes(m, t, lay) + recomputed_mlp_shapes(m, 0, t, lay)

@@ -49,7 +49,7 @@ def test_saved_bytes_drop_by_the_norm_output_and_the_activation_output(oss):
 def test_a_full_recompute_or_a_dense_layer_is_left_alone(oss):
     t = load_training(recompute_modules=BOTH)
     assert layer_saved(oss, 0, t, 1, "full") == layer_saved(oss, 0, replace(t, recompute_modules=()), 1, "full")
-    dense = replace(oss, moe=None, dense_layers=oss.layers, dense_ffn=2880)
+    dense = replace(oss, moe=None, moe_layers=(), dense_ffn=2880)
     assert layer_saved(dense, 0, t, 1, "none") == layer_saved(dense, 0, replace(t, recompute_modules=()), 1, "none")
 
 

@@ -95,7 +95,7 @@ def test_current_scaling_experts_by_hand():
     multi_tensor_quantize_impl fuses delayed scaling only), input and output gradient.
     32 tokens, top 2: 64 routed copies over 4 local experts of 16."""
     moe = Model(
-        "moe", 2, 64, 4, 100, Attention("gqa", 2, 16), dense_layers=0, dense_ffn=0, moe=MoE(experts=16, expert_ffn=32, top_k=2)
+        "moe", 2, 64, 4, 100, Attention("gqa", 2, 16), moe_layers=(0, 1), dense_ffn=0, moe=MoE(experts=16, expert_ffn=32, top_k=2)
     )
     rows = cast_rows(CURRENT, moe, Layout(pp=1, dp=4, ep=4))
     copies, fc1_in, fc2_in, fc1_out, fc2_out = 64, 64, 32, 64, 64

@@ -28,7 +28,7 @@ from pipesim.planner.training import Training
 RUNS = Path(__file__).parent.parent / "benchmarks" / "data" / "published_runs.toml"
 H100 = load_cluster("h100")
 #: a dense first layer, an MoE second (no shared experts), grouped-query attention
-M = Model("m", 2, 1024, 8, 32000, Attention(kv_heads=2), 1, 4096, moe=MoE(experts=8, expert_ffn=512, top_k=2))
+M = Model("m", 2, 1024, 8, 32000, Attention(kv_heads=2), (1,), 4096, moe=MoE(experts=8, expert_ffn=512, top_k=2))
 TP4 = Layout(1, 1, tp=4, micro_batch=1)
 FP8 = Training(seq=2048, precision="fp8", fp8_scaling="tensor", tp_overlap="all")
 SHARD = 2048 * 1024 / 4  # a micro-batch's hidden states on one tensor rank: tokens x hidden / tp

@@ -19,7 +19,7 @@ from pipesim.planner.training import Training
 
 H100 = load_cluster("h100")
 #: a dense SwiGLU first layer, an MoE second, grouped-query attention
-M = Model("m", 2, 1024, 8, 32000, Attention(kv_heads=2), 1, 4096, moe=MoE(experts=8, expert_ffn=512, top_k=2))
+M = Model("m", 2, 1024, 8, 32000, Attention(kv_heads=2), (1,), 4096, moe=MoE(experts=8, expert_ffn=512, top_k=2))
 TP4 = Layout(1, 1, tp=4, micro_batch=1)
 AO = Training(seq=2048, precision="fp8", fp8_scaling="tensor", fp8_casts="torchao", zero=3, fsdp_float8_all_gather=True)
 #: NCCL's LL ring all-reduce of one float over 4 GPUs of a node: 6.6 us + 2 x 3 steps of 0.6 us
@@ -44,7 +44,7 @@ def test_replicated_tensors_reduce_nothing_without_sequence_parallelism():
 
 
 def test_a_gelu_mlp_has_one_column_parallel_linear():
-    gelu = replace(M, activation="gelu", moe=None, dense_layers=2)
+    gelu = replace(M, activation="gelu", moe=None, moe_layers=())
     assert amax_reductions(gelu, 0, AO, TP4) == (2, 4, 2, 2)
 
 

@@ -118,7 +118,7 @@ def test_pipesim_counts_what_torch_issued(counted):
     half (wq, wk, wv column-parallel, wo row-parallel) follows the same plan: forward its
     input's cast and wo's input's, backward the four outputs' gradients."""
     plain, weights = counted["half, weights False"], counted["half, weights True"]
-    m = Model("m", 1, H, 4, 128, Attention(), 1, F)
+    m = Model("m", 1, H, 4, 128, Attention(), (), F)
     t = Training(seq=S, precision="fp8", fp8_scaling="tensor", fp8_casts="torchao", zero=3, fsdp_float8_all_gather=True)
     lay = Layout(1, 1, tp=TP, micro_batch=B)
     _, _, mlp_f, mlp_b = amax_reductions(m, 0, t, lay)

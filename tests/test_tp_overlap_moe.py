@@ -39,7 +39,7 @@ from pipesim.planner.te_tensor_parallel import userbuffers
 from pipesim.planner.tp_overlap import userbuffer_halves
 
 # Mixtral 8x22B's shape with one dense layer first (layer 0 dense, layer 1 MoE)
-M = replace(load_model("mixtral-8x22b"), dense_layers=1, dense_ffn=16384)
+M = replace(load_model("mixtral-8x22b"), moe_layers=tuple(range(1, 56)), dense_ffn=16384)
 C = load_cluster("h100")
 # NVLink 10,000 times slower: every collective (seconds) far longer than any multiply
 # (well under a millisecond), so each hides only its multiply's time
@@ -92,7 +92,7 @@ def test_dense_layer_of_an_moe_model_hides_its_mlp_too():
 def test_dense_model_at_all_still_counts_its_collectives_for_the_split_halves():
     """A dense model's lone ops split their micro-batch in two at "all" and overlap the
     collectives with the other half (stages.py): the layer counts them in full."""
-    dense = replace(M, moe=None, dense_layers=M.layers)
+    dense = replace(M, moe=None, moe_layers=())
     lc = layer_costs(dense, 1, SLOW, replace(T, tp_overlap="all"), LAY, "none")
     assert lc.dispatch_f == lc.combine_f == pytest.approx(2 * _ring1(), rel=1e-6)
     assert lc.dispatch_b == lc.combine_b == pytest.approx(3 * _ring1(), rel=1e-6)

@@ -13,7 +13,7 @@ from pipesim.planner.specs import Attention, Model, Training
 from pipesim.planner.weight_grad_saved import layer_w_saved
 
 h, a, s = 12288, 96, 2048  # GPT-3 175B's layer
-GPT = Model("gpt3", 96, h, a, 51200, Attention(), 96, 4 * h, activation="gelu", rotary=False)
+GPT = Model("gpt3", 96, h, a, 51200, Attention(), (), 4 * h, activation="gelu", rotary=False)
 
 
 def gpt_training(**kw):

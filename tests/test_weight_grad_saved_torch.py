@@ -83,7 +83,7 @@ def test_torch_llama_block_w_set_is_pipesims(tp):
     """An eager Llama block (GQA, rotary, SDPA, SwiGLU) on one tensor rank, no sequence
     parallelism: what the W reads is pipesim's W set within 2%."""
     torch.manual_seed(0)
-    m = Model("llama", 1, H, 8, 1000, Attention(kv_heads=2), 1, 688)
+    m = Model("llama", 1, H, 8, 1000, Attention(kv_heads=2), (), 688)
     blk = LlamaBlock(H, 8 // tp, 2 // tp, 688 // tp, fused=False, head_dim=H // 8)
     weights = [blk.attn.wqkv.weight, blk.attn.wo.weight, blk.mlp.w13.weight, blk.mlp.w2.weight]
     x = torch.randn(B, S, H, dtype=DT)
@@ -103,7 +103,7 @@ def test_torch_moe_block_w_set_is_pipesims():
     down projections keep their input (the dispatched copy, one storage for all experts)
     and output gradient; the router's weight is left to the B, as Megatron-Core's is."""
     torch.manual_seed(0)
-    m = Model("moe", 1, H, 8, 1000, Attention(kv_heads=2), 0, 0, moe=MoE(experts=8, expert_ffn=128, top_k=2))
+    m = Model("moe", 1, H, 8, 1000, Attention(kv_heads=2), (0,), 0, moe=MoE(experts=8, expert_ffn=128, top_k=2))
     blk = LlamaBlock(H, 8, 2, 0, False, moe=(8, 128, 2))
     weights = [blk.attn.wqkv.weight, blk.attn.wo.weight] + [p for e in blk.mlp.experts for p in (e.w13.weight, e.w2.weight)]
     read, _, _ = w_read(blk, torch.randn(B, S, H, dtype=DT), weights)

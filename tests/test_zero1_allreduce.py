@@ -24,7 +24,7 @@ from pipesim.planner.specs import Cluster, Training, load_training
 from pipesim.planner.stages import component_costs
 from pipesim.planner.step import step_sync
 
-TINY = replace(test_planner.TINY, layers=4, dense_layers=4)
+TINY = replace(test_planner.TINY, layers=4)
 GPU = Cluster("t", "X", gpus=4, gpus_per_node=8, bf16_tflops=1e-3, fp8_tflops=0, hbm_gb=80, nvlink_gbps=100, network_gbps=10, gpu_speed_sd=0.0, **test_nccl.BANDWIDTH_ONLY)  # fmt: skip
 
 

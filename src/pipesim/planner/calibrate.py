@@ -210,14 +210,15 @@ class Calibration:
 
 def from_components(m: Model, c: Cluster, t: Training, lay: dict, costs: ComponentCosts, source: str) -> Calibration:
     """Fit to a measured layer: the mean over the file's layers of compute (F, B and W
-    parts) and of communication, against one of the model's MoE layers (its last layer)
-    predicted on the same layout."""
+    parts) and of communication, against one of the model's MoE layers (its last one; a
+    dense model's last layer) predicted on the same layout."""
     layout = check_layout(m, c, t, lay)
     measured = [x for stage in costs.stages for x in stage]
     n = len(measured)
     mc = sum(x.forward_compute + x.backward_compute + x.weight_compute for x in measured) / n
     mm = sum(x.forward_comm + x.backward_comm for x in measured) / n
-    pred = layer_costs(m, m.layers - 1, c, t, layout, lay.get("recompute", "selective" if t.recompute == "auto" else t.recompute))
+    last = m.moe_layers[-1] if m.moe_layers else m.layers - 1  # an interleaved model's last layer may be dense
+    pred = layer_costs(m, last, c, t, layout, lay.get("recompute", "selective" if t.recompute == "auto" else t.recompute))
     pc = pred.forward_compute + pred.backward_compute + pred.weight_compute
     pm = pred.forward_comm + pred.backward_comm
     if mc <= 0:

@@ -32,7 +32,7 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         dense += m.vocab * m.hidden / lay.tp
     if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
         dense += m.vocab * m.hidden / lay.tp
-    if last and m.mtp_layers:  # each MTP module: an MoE (or dense) layer, a 2h x h projection, two norms
+    if last and m.mtp_layers:  # each MTP module: the last layer's kind (layer_costs.mtp_costs), a 2h x h projection, two norms
         d, e = mlp_params(m, m.layers - 1)
         dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
         experts += m.mtp_layers * e / (lay.ep * lay.etp)

@@ -385,7 +385,10 @@ def _tp_placed(t: Training, lc: LayerCosts) -> LayerCosts:
 def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:
     """DeepSeek-V3's multi-token prediction modules, on the last stage: each looks up the
     next token's embedding, joins it to the hidden state (two norms and a 2h -> h
-    projection), runs one more transformer layer (an MoE one) and the shared output head.
+    projection), runs one more transformer layer and the shared output head. That layer
+    is built as the model's last decoder layer is, MoE or dense (Megatron-LM at d98e8a6,
+    gpt_builders.py: "Use spec of the last layer in decoder block as spec of the
+    transformer layer in MTP"), so it is priced as layer ``layers - 1``.
 
     As Megatron-Core runs it (core_v0.14.0 transformer/multi_token_prediction.py): the
     lookup is the model's embedding again on the last stage (``_get_embeddings``, :480-509;

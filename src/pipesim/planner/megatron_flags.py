@@ -16,6 +16,7 @@ import re
 from .attention_window import run_window
 from .collectives import a2a_size
 from .megatron_data_parallel import data_parallel_flags
+from .moe_layers import megatron_moe_layer_freq
 from .naming import every_nth_layer
 from .plan_stages import Part, placement_of
 from .results import Plan, Result
@@ -110,6 +111,10 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
         flags.append(f"--expert-model-parallel-size {lay.ep}")
         if lay.etp != lay.tp:
             flags.append(f"--expert-tensor-parallel-size {lay.etp}")
+        if freq := megatron_moe_layer_freq(m.moe_layers, m.layers):
+            # Megatron builds every layer an MoE one unless told (moe_layer_freq 1,
+            # gpt_layer_specs.py get_gpt_decoder_layer_specs): its dense layers are the plan's too
+            flags.append(f"--moe-layer-freq {freq}")
         flags += moe_flags(t)
         notes += moe_notes(t, combined=name in COMBINED)
     if m.mtp_layers:

@@ -49,21 +49,19 @@ def check_model(m, where: str) -> None:
     if m.activation not in ("swiglu", "gelu"):
         raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
     check_windows(m.layers, m.sliding_window, m.layer_types, where)
-    if m.dense_layers > m.layers:
-        raise PipesimError(f"{where} [mlp]: dense_layers {m.dense_layers} exceeds layers {m.layers}")
-    if m.dense_layers and not m.dense_ffn:
+    moe = m.moe_layers
+    if list(moe) != sorted(set(moe)) or (moe and not 0 <= moe[0] <= moe[-1] < m.layers):
+        # files are read into this shape (moe_layers.read_moe_layers); a Model built in Python may not be
+        raise PipesimError(f"{where}: moe_layers must be distinct layer indices from 0 to {m.layers - 1}, ascending")
+    if len(moe) < m.layers and not m.dense_ffn:
         raise PipesimError(f"{where} [mlp]: dense layers need dense_ffn")
-    if m.moe is None and m.dense_layers < m.layers:
-        raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
+    if m.moe is None and moe:
+        raise PipesimError(f"{where}: MoE layers need a [moe] table")
     if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
         raise PipesimError(f"{where} [moe]: top_k must be between 1 and experts={m.moe.experts}, got {m.moe.top_k}")
-    if m.moe is not None and m.dense_layers >= m.layers:
-        # experts no layer runs would still be planned for (expert parallelism, all-to-alls),
-        # as hf_config refuses a config.json whose every layer is dense
-        raise PipesimError(
-            f"{where} [mlp]: dense_layers {m.dense_layers} leaves none of the {m.layers} layers an MoE layer; give "
-            f"dense_layers below {m.layers}, or drop [moe] for a dense model"
-        )
+    if m.moe is not None and not moe:
+        # experts no layer runs would still be planned for (expert parallelism, all-to-alls)
+        raise PipesimError(f"{where}: [moe] is given but no layer is an MoE layer; drop [moe] for a dense model")
     if m.moe is not None and m.moe.expert_ffn < 1:  # an expert of no width holds and computes nothing
         raise PipesimError(f"{where} [moe]: expert_ffn must be >= 1 (each expert's inner width), got {m.moe.expert_ffn}")
 

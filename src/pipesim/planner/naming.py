@@ -3,8 +3,9 @@ GPU-hours, and the schedule families they speak of together."""
 
 from __future__ import annotations
 
+from .moe_layers import prefix_moe_layers
 from .results import Plan, Result
-from .specs import Training
+from .specs import Model, Training
 
 #: DualPipe's two forms: two parameter copies, or one folded into a V
 DUAL_FAMILY = ("dualpipe", "dualpipev")
@@ -108,3 +109,17 @@ def every_nth_layer(n: int | str) -> str:
         return "every layer"
     suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"every {n}{suffix} layer"
+
+
+def moe_layers_text(m: Model) -> str:
+    """A model's MoE layers in words for its report line, where they are not simply the
+    last ones (a prefix of dense layers, or none, says nothing the layer count and the
+    experts do not): "24 MoE, every 2nd layer from layer 1", or "30 MoE" where no step fits."""
+    moe = m.moe_layers
+    if not moe or moe == prefix_moe_layers(m.layers, moe[0]):
+        return ""
+    first, n = moe[0], len(moe)
+    step = moe[1] - first if n > 1 else 0
+    if step and moe == tuple(range(first, m.layers, step)):
+        return f"{n} MoE, {every_nth_layer(step)} from layer {first}"
+    return f"{n} MoE"

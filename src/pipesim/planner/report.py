@@ -19,7 +19,17 @@ from .calibrate import RANGES, Uncertainty
 from .candidates import skipped_families
 from .compute import model_flops_per_token
 from .memory_lines import held_text, usable_gb
-from .naming import fmt_hours, fmt_params, fmt_tokens, hours_for_run, layout_text, recompute_text, schedule_text, wall_clock
+from .naming import (
+    fmt_hours,
+    fmt_params,
+    fmt_tokens,
+    hours_for_run,
+    layout_text,
+    moe_layers_text,
+    recompute_text,
+    schedule_text,
+    wall_clock,
+)
 from .params import published_active_params, total_params
 from .results import Plan, Result
 from .specs import Cluster
@@ -191,8 +201,9 @@ def compare_dict(plan: Plan, a: str, b: str) -> dict:
 def markdown(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | None = None, layout: int = 1) -> str:
     m, c, t, best = plan.model, plan.cluster, plan.training, plan.best
     lines = [f"# Pipeline plan: {m.name} on {c.name} ({c.gpus} x {c.gpu})", ""]
+    moe_text = f" ({said})" if (said := moe_layers_text(m)) else ""
     lines.append(
-        f"{m.name}: {fmt_params(total_params(m))} parameters ({fmt_params(published_active_params(m))} active per token), {m.layers} layers. "
+        f"{m.name}: {fmt_params(total_params(m))} parameters ({fmt_params(published_active_params(m))} active per token), {m.layers} layers{moe_text}. "
         f"Training: {t.global_batch} sequences of {t.seq} tokens per step, {t.precision}, ZeRO-{t.zero}, "
         f"{fmt_tokens(t.tokens)} in all. Searched {plan.considered} candidate layouts and schedules{_only(plan)}; "
         f"{len(plan.results)} fit and were simulated to the end, {plan.skipped} more fit but provably could not win."

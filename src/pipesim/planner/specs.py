@@ -20,6 +20,7 @@ from .attention_window import layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates, check_required
 from .domains import job_share, neighbours, placement_problem
 from .model_checks import MAX_MODEL_LAYERS, check_model, swapped_file
+from .moe_layers import read_moe_layers
 
 # the run's fields live in training.py; specs is where callers import them from
 from .training import (  # noqa: F401
@@ -143,7 +144,10 @@ class Model:
     heads: int
     vocab: int
     attention: Attention
-    dense_layers: int  # the first dense_layers layers have a dense MLP, the rest MoE
+    # the indices (from 0) of the MoE layers, ascending; the others have a dense MLP. A
+    # model file gives them as [mlp] dense_layers (a prefix of dense layers) or Megatron's
+    # moe_layer_freq (moe_layers.py); ask is_moe_layer, not this
+    moe_layers: tuple[int, ...]
     dense_ffn: int
     moe: MoE | None = None
     tied_embeddings: bool = False
@@ -168,7 +172,8 @@ class Model:
     active_counts_embedding: bool = True
 
     def is_moe_layer(self, i: int) -> bool:
-        return self.moe is not None and i >= self.dense_layers
+        """Whether decoder layer ``i`` (from 0) has experts."""
+        return i in self.moe_layers
 
     def window(self, i: int) -> int:
         return layer_window(self.sliding_window, self.layer_types, i)
@@ -309,7 +314,7 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
         elif want is str:
             ok = isinstance(value, str)
             what = "a string"
-        elif want == tuple[int, ...]:
+        elif want == tuple[int, ...] and not isinstance(value, tuple):  # a tuple: read by the caller (moe_layers)
             ok = (
                 isinstance(value, list)
                 and bool(value)
@@ -329,6 +334,10 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
     return cls(**out)
 
 
+#: the keys of a model file's [mlp] table (moe_layers.py reads the first two)
+MLP_KEYS = ("dense_layers", "moe_layer_freq", "dense_ffn", "activation")
+
+
 def load_model(name_or_path: str) -> Model:
     return model_from_table(*_read("model", name_or_path))
 
@@ -343,22 +352,19 @@ def model_from_table(data: dict, where: str) -> Model:
     mlp = data.pop("mlp", {})
     moe_t = data.pop("moe", None)
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
-    if not isinstance(mlp, dict) or any(k not in ("dense_layers", "dense_ffn", "activation") for k in mlp):
-        raise PipesimError(f"{where} [mlp]: expected dense_layers, dense_ffn and activation")
-    for key in ("dense_layers", "dense_ffn", "activation"):
+    if not isinstance(mlp, dict) or any(k not in MLP_KEYS for k in mlp):
+        raise PipesimError(f"{where} [mlp]: expected {', '.join(MLP_KEYS[:-1])} and {MLP_KEYS[-1]}")
+    for key in MLP_KEYS:
         if key in data:
             raise PipesimError(f"{where}: {key} belongs in the [mlp] table (under an [mlp] header)")
-    known_keys(
-        data,
-        [k for k in get_type_hints(Model) if k not in ("attention", "moe", "dense_layers", "dense_ffn", "activation")],
-        where,
-    )
+    known_keys(data, [k for k in get_type_hints(Model) if k not in ("attention", "moe", "moe_layers", *MLP_KEYS)], where)
     for key in ("name", "layers", "hidden", "heads", "vocab"):
         if key not in data:
             raise PipesimError(f"{where}: missing field {key!r}")
-    dense_layers = mlp.get("dense_layers", 0 if moe else data["layers"])
+    layers = number(data["layers"], "layers", *BOUNDS["layers"], integer=True, where=where)
+    moe_layers = read_moe_layers(mlp, layers, moe is not None, where)
     dense_ffn = mlp.get("dense_ffn", 0)
-    fields_ = {**data, "attention": att, "moe": moe, "dense_layers": dense_layers, "dense_ffn": dense_ffn}
+    fields_ = {**data, "attention": att, "moe": moe, "moe_layers": moe_layers, "dense_ffn": dense_ffn}
     if "layer_types" in data:
         fields_["layer_types"] = read_layer_types(data["layer_types"], where)
     if "activation" in mlp:

@@ -41,7 +41,8 @@ QWEN3_FLAVOURS = {
 
 def _qwen3_shape(m: Model) -> tuple:
     a, e = m.attention, m.moe
-    mlp = (e.experts, e.expert_ffn, e.top_k) if e and not e.shared_experts and not m.dense_layers else m.dense_ffn
+    every_moe = len(m.moe_layers) == m.layers  # torchtitan's Qwen3 MoE flavours have experts on every layer
+    mlp = (e.experts, e.expert_ffn, e.top_k) if e and not e.shared_experts and every_moe else m.dense_ffn
     return (m.layers, m.hidden, m.heads, a.kv_heads or m.heads, a.head_dim, m.vocab, m.tied_embeddings, mlp)
 
 
@@ -57,7 +58,8 @@ GPT_OSS_FLAVOURS = {
 
 def _gpt_oss_base(m: Model) -> str | None:
     a, e = m.attention, m.moe
-    if not (m.attention_sinks and e and a.kind == "gqa" and not m.dense_layers and not m.tied_embeddings):
+    every_moe = len(m.moe_layers) == m.layers  # gpt-oss has experts on every layer
+    if not (m.attention_sinks and e and a.kind == "gqa" and every_moe and not m.tied_embeddings):
         return None
     if any(m.window(i) != (128 if i % 2 == 0 else 0) for i in range(m.layers)):
         return None
