@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,40 @@ def test_moe_layers_without_experts_are_refused(tmp_path, capsys):
     assert main(["plan", "--model", str(path), "--cluster", "h100", "--gpus", "16"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "moe_layer_freq names MoE layers but the model has no [moe] table" in err
+
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def config_file(tmp_path, name: str, **changes) -> str:
+    config = {**json.loads((HF / f"{name}.json").read_text()), **changes}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_qwen_moe_interleaves_as_its_decoder_layer_builds_them(tmp_path):
+    """Qwen3MoeDecoderLayer (transformers' modeling_qwen3_moe.py) makes layer i an MoE layer
+    when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0: step 2 puts
+    experts on layers 1, 3, ..., 47 and a dense MLP of intermediate_size (6144) on the
+    others. Qwen3-30B-A3B's config: hidden 2048, 128 experts of 768. Each layer made dense
+    trades 128 x 3 x 2048 x 768 (603,979,776) expert weights and a 2048 x 128 router
+    (262,144) for 3 x 2048 x 6144 (37,748,736): 566,493,184 fewer a layer, 24 layers
+    13,595,836,416."""
+    every = load_model(str(HF / "qwen3-30b-a3b.json"))
+    half = load_model(config_file(tmp_path, "qwen3-30b-a3b", decoder_sparse_step=2))
+    assert [half.is_moe_layer(i) for i in range(48)] == [False, True] * 24
+    assert half.dense_ffn == 6144
+    assert total_params(every) - total_params(half) == 24 * 566_493_184
+    one = load_model(config_file(tmp_path, "qwen3-30b-a3b", mlp_only_layers=[5]))
+    assert [i for i in range(48) if not one.is_moe_layer(i)] == [5]
+
+
+def test_deepseek_moe_layer_freq_as_deepseek_and_vllm_build_it(tmp_path):
+    """DeepSeek's modeling code and vLLM's DeepseekV2DecoderLayer: layer i is MoE when i >=
+    first_k_dense_replace and i % moe_layer_freq == 0. DeepSeek-V2 (60 layers, first 1)
+    with moe_layer_freq 2: layers 2, 4, ..., 58, 29 of them."""
+    m = load_model(config_file(tmp_path, "deepseek-v2", moe_layer_freq=2))
+    assert m.moe_layers == tuple(range(2, 60, 2))
+    flag = megatron_moe_layer_freq(m.moe_layers, m.layers)  # Megatron's list, evaluated as _eval_pattern does
+    assert eval(flag.strip('"')) == [int(i >= 2 and i % 2 == 0) for i in range(60)]

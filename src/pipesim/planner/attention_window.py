@@ -126,3 +126,19 @@ def window_problem(t) -> str | None:
             "all_gather, or --cp 1"
         )
     return None
+
+
+def chunk_problem(m, t) -> str | None:
+    """Why a plan of ``t.seq`` tokens cannot price model ``m``'s chunked attention (a
+    ``specs.Model`` and ``Training``; this module does not import specs), or None. A query
+    of chunked attention sees only the keys of its own chunk (Llama 4: transformers'
+    create_chunked_causal_mask): a sequence no longer than a chunk is full causal
+    attention, priced as such; a longer one would be several causal squares, which no
+    window here prices (a sliding window reads min(window, i + 1) keys at every position,
+    a chunk i mod chunk + 1), so it is refused rather than mispriced."""
+    if not m.attention_chunk or t.seq <= m.attention_chunk:
+        return None
+    return (
+        f"seq {t.seq} is longer than {m.name}'s attention chunks of {m.attention_chunk} tokens (attention_chunk_size), "
+        f"which pipesim cannot price past one chunk; give --seq {m.attention_chunk} or less"
+    )

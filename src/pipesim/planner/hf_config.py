@@ -3,7 +3,7 @@
 ``--model path/config.json`` (or any ``*.json``) is read here into the table a model
 TOML file holds (see ``presets/models/``), which ``specs.model_from_table`` then checks
 like any other model file. Only the fields that set the shapes the planner prices are
-read; each family's reader (``hf_families``) names the fields it needs, and a missing
+read; each family's reader (``hf_families``, ``hf_llama4``) names the fields it needs, and a missing
 one is refused by name; this module finds the reader by ``model_type`` and reads each
 field as a whole number in its range, or refuses it in one line.
 """
@@ -14,7 +14,10 @@ from pathlib import Path
 
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, load_json, number
-from .hf_families import READERS, UNPRICED
+from . import hf_families, hf_llama4
+
+#: model_type -> its reader, in the order a refusal lists them
+READERS = {**hf_families.READERS, **hf_llama4.READERS}
 
 
 def is_hf_config(name_or_path: str) -> bool:
@@ -68,8 +71,6 @@ def table_from_config(config: object, name: str, where: str, bounds: dict | None
         supported = ", ".join(READERS)
         if kind is None:
             raise PipesimError(f"{where}: missing field 'model_type' (one of {supported})")
-        if isinstance(kind, str) and kind in UNPRICED:  # a family pipesim knows and cannot price
-            raise PipesimError(f"{where}: model_type {kind!r} {UNPRICED[kind](config)}; supported: {supported}")
         text = config.get("text_config")
         inner = text.get("model_type") if isinstance(text, dict) else None
         if isinstance(inner, str) and inner in READERS:

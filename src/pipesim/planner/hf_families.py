@@ -131,11 +131,21 @@ def _routed(f: Fields, experts_key: str, ffn_key: str) -> dict:
     return {"experts": experts, "expert_ffn": f.int(ffn_key), "top_k": top_k}
 
 
-def _some_moe(f: Fields, dense: int, layers: int, why: str, fix: str) -> None:
+def _some_moe(f: Fields, moe: list[bool], why: str, fix: str) -> None:
     """Refuse a MoE config whose every layer is dense: its experts would be planned for
     (expert parallelism, all-to-alls) though no layer runs them."""
-    if dense >= layers:
-        raise f.refuse(f"{why} leaves none of its {layers} layers an MoE layer; {fix}")
+    if not any(moe):
+        raise f.refuse(f"{why} leaves none of its {len(moe)} layers an MoE layer; {fix}")
+
+
+def _moe_mlp(f: Fields, moe: list[bool], dense_key: str) -> dict:
+    """The ``[mlp]`` table of a config whose layers ``moe`` marks MoE: the pattern as
+    Megatron's per-layer moe_layer_freq list (moe_layers.py), and the dense layers' width
+    from ``dense_key`` where some layer is dense."""
+    out = {"moe_layer_freq": [int(x) for x in moe], "activation": "swiglu"}
+    if not all(moe):
+        out["dense_ffn"] = f.int(dense_key)
+    return out
 
 
 def _mixtral(f: Fields) -> dict:
@@ -146,36 +156,28 @@ def _mixtral(f: Fields) -> dict:
     return out
 
 
-def _leading_dense(f: Fields, layers: int) -> int:
-    """How many first layers of a Qwen MoE are dense. Qwen2MoE/Qwen3MoE make layer i an
-    MoE layer when i is not in ``mlp_only_layers`` and (i + 1) % ``decoder_sparse_step``
-    == 0; pipesim models dense layers only as a prefix (DeepSeek's first_k_dense_replace),
-    so any other pattern is refused."""
+def _qwen_moe_layers(f: Fields, layers: int) -> list[bool]:
+    """Which layers of a Qwen MoE are MoE layers: Qwen2MoeDecoderLayer and
+    Qwen3MoeDecoderLayer (transformers' modeling_qwen2_moe.py, modeling_qwen3_moe.py) make
+    layer i one when i is not in ``mlp_only_layers`` and (i + 1) % ``decoder_sparse_step``
+    == 0 (step 2: layers 1, 3, 5, ...); the others are dense, intermediate_size wide."""
     step = f.get("decoder_sparse_step", 1, lo=1)
     only = f.config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise PipesimError(f"{f.where}: mlp_only_layers must be a list of layer numbers, got {only!r}")
     listed = set(only)
-    dense = [i for i in range(layers) if i in listed or (i + 1) % step]
-    if dense != list(range(len(dense))):
-        raise PipesimError(
-            f"{f.where}: dense layers {dense[:8]}{' ...' if len(dense) > 8 else ''} (decoder_sparse_step {step}, "
-            f"mlp_only_layers {only[:8]}) are not the first layers; pipesim models dense layers only before the MoE ones"
-        )
-    return len(dense)
+    return [i not in listed and (i + 1) % step == 0 for i in range(layers)]
 
 
 def _qwen_moe(f: Fields, shared: bool) -> dict:
     out = _gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
-    dense = _leading_dense(f, out["layers"])
+    moe = _qwen_moe_layers(f, out["layers"])
     dense_type = "qwen2" if shared else "qwen3"
     _some_moe(
-        f, dense, out["layers"], "mlp_only_layers with decoder_sparse_step",
+        f, moe, f"mlp_only_layers with decoder_sparse_step {f.get('decoder_sparse_step', 1, lo=1)}",
         f"for the dense model it describes give model_type {dense_type!r} (intermediate_size is its width)",
     )  # fmt: skip
-    out["mlp"] = {"dense_layers": dense, "activation": "swiglu"}
-    if dense:
-        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    out["mlp"] = _moe_mlp(f, moe, "intermediate_size")
     out["moe"] = _routed(f, "num_experts", "moe_intermediate_size")
     ffn = out["moe"]["expert_ffn"]
     if shared:
@@ -211,26 +213,27 @@ def _deepseek_moe(f: Fields, layers: int, example: str) -> dict:
     of moe_intermediate_size reached by num_experts_per_tok, with n_shared_experts every
     token passes through (one MLP moe_intermediate_size x n_shared_experts wide in both
     families: the weights and multiplies of that many experts), group-limited routing and
-    num_nextn_predict_layers MTP modules. ``example`` names the family's dense prefixes."""
-    if f.get("moe_layer_freq", 1, lo=1) != 1:
-        raise PipesimError(
-            f"{f.where}: moe_layer_freq {f.config['moe_layer_freq']} interleaves dense and MoE layers; "
-            "pipesim models dense layers only before the MoE ones (moe_layer_freq 1)"
-        )
+    num_nextn_predict_layers MTP modules. ``example`` names the family's dense prefixes.
+
+    Layer i is an MoE layer when i >= first_k_dense_replace and i % moe_layer_freq == 0, as
+    DeepSeek's own modeling code shipped with the weights builds it and vLLM reads it
+    (vllm-project/vllm, vllm/model_executor/models/deepseek_v2.py, DeepseekV2DecoderLayer);
+    transformers' DeepseekV2DecoderLayer (modular_deepseek_v2.py) and Glm4MoeDecoderLayer
+    test first_k_dense_replace alone: the same layers wherever moe_layer_freq is 1 or
+    absent, as in the DeepSeek-V2/V3, Kimi K2 (1) and GLM-4.5 (absent) configs in tests/data/hf."""
     kind = f.config["model_type"]
     given = MOE_DEFAULTS.get(kind, {})
 
     def count(key: str) -> int:  # absent or null: the class's default where pipesim takes it; DeepSeek's must be given
         return f.get(key, given[key]) if key in given else f.int(key, lo=0)
 
-    dense = count("first_k_dense_replace")
+    dense, freq = count("first_k_dense_replace"), f.get("moe_layer_freq", 1, lo=1)
+    moe = [i >= dense and i % freq == 0 for i in range(layers)]
     _some_moe(
-        f, dense, layers, f"first_k_dense_replace {dense}",
+        f, moe, f"first_k_dense_replace {dense}" + (f" with moe_layer_freq {freq}" if freq != 1 else ""),
         f"give first_k_dense_replace below num_hidden_layers {layers} ({example})",
     )  # fmt: skip
-    out = {"mlp": {"dense_layers": dense, "activation": "swiglu"}}
-    if dense:
-        out["mlp"]["dense_ffn"] = f.int("intermediate_size")
+    out = {"mlp": _moe_mlp(f, moe, "intermediate_size")}
     out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": count("n_shared_experts")}
     # Group-limited routing: the routed experts form n_group groups and a token reaches
     # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
@@ -312,31 +315,6 @@ def _gemma3_text(f: Fields) -> dict:
     return _dense(f, head_dim_given=True)
 
 
-def _llama4(config: dict) -> str:
-    """What Llama 4 (transformers' Llama4Config, the text model under text_config as
-    Llama4TextConfig; a ``llama4_text`` config is that part alone) has that pipesim cannot
-    price: MoE on every interleave_moe_layer_step-th layer with dense layers between them
-    (default 1, every layer; Llama 4 Maverick's 2), where pipesim's dense layers are only
-    the first ones (specs.Model.is_moe_layer), and attention within attention_chunk_size
-    chunks (default 8192; null: none) on its rope layers, a mask pipesim has no price for
-    (it prices full and sliding-window attention)."""
-    text = config.get("text_config") if config.get("model_type") == "llama4" else config
-    text = text if isinstance(text, dict) else {}
-    step, chunk = text.get("interleave_moe_layer_step", 1), text.get("attention_chunk_size", 8192)
-    has = [f"MoE layers interleaved with dense ones (interleave_moe_layer_step {step!r})"] if step != 1 else []
-    if chunk is not None:
-        has.append(f"attention within chunks of attention_chunk_size {chunk!r} tokens")
-    if not has:
-        return "(Llama 4) is not a family pipesim reads"
-    return (
-        f"(Llama 4) has {' and '.join(has)}, which pipesim cannot price: it models MoE layers only after the first "
-        "dense ones, and full or sliding-window attention"
-    )
-
-
-#: model_type -> why pipesim refuses it, for families it knows and cannot price
-UNPRICED = {"llama4": _llama4, "llama4_text": _llama4}
-
 #: model_type -> (n_group, topk_group) when absent or null: DeepseekV3Config's 8 and 4 (Kimi
 #: K2's kimi_k2 too: its config.json's auto_map names DeepseekV3Config);
 #: DeepseekV2Config's None, one group reached of one; Glm4MoeConfig's 1 and 1
@@ -352,11 +330,12 @@ TOPK_METHOD_DEFAULTS = {"deepseek_v2": "greedy", "deepseek_v3": "noaux_tc", "kim
 MOE_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1}}
 
 #: model_type -> key/value heads when num_key_value_heads is absent (its class's default in
-#: transformers: MistralConfig, MixtralConfig, GptOssConfig and Glm4MoeConfig 8, Gemma3TextConfig and
+#: transformers: MistralConfig, MixtralConfig, GptOssConfig, Glm4MoeConfig and Llama4TextConfig 8, Gemma3TextConfig and
 #: Qwen3MoeConfig 4, Qwen2Config and Qwen3Config 32, Qwen2MoeConfig 16; LlamaConfig's is
 #: None, read as num_attention_heads)
 KV_DEFAULTS = {
-    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "glm4_moe": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32, "qwen3": 32, "qwen2_moe": 16,
+    "mistral": 8, "mixtral": 8, "gpt_oss": 8, "glm4_moe": 8, "llama4_text": 8, "gemma3_text": 4, "qwen3_moe": 4, "qwen2": 32,
+    "qwen3": 32, "qwen2_moe": 16,
 }  # fmt: skip
 
 #: model_type -> sliding_window when absent (its class's default; null is no window):

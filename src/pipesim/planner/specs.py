@@ -74,6 +74,7 @@ BOUNDS = {
     # some ten thousand times the largest published run (Llama 3: 15.6e12, arXiv 2407.21783)
     "tokens": (0, 1e18),
     "sliding_window": (0, 100_000_000),  # as long as a sequence may be
+    "attention_chunk": (0, 100_000_000),
     "bf16_tflops": (0.01, 1e7),
     "fp8_tflops": (0, 1e7),
     "hbm_gb": (0, 1e7),
@@ -161,6 +162,11 @@ class Model:
     # layers layer_types names "sliding_attention" (none given: all); attention_window.py
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
+    # tokens a chunk of chunked attention holds (Llama 4's attention_chunk_size: a query
+    # sees only its own chunk's keys on some layers; 0: none). Priced only where a sequence
+    # fits in one chunk, full causal attention then; a longer seq is refused at plan time
+    # (attention_window.chunk_problem)
+    attention_chunk: int = 0
     biases: bool = False  # every projection adds a bias (gpt-oss): counted, priced in its multiply
     # a learned sink logit a head on every layer, one more column of each softmax (gpt-oss;
     # Megatron-Core's softmax_type "learnable"): counted as parameters; the attention kernel
