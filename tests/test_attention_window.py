@@ -26,14 +26,17 @@ H100 = load_cluster("h100")
 OSS = load_model(str(HF / "gpt-oss-120b.json"))  # 64 heads of 64, layer 0 windowed (128), layer 1 full
 
 
-def masked_cells(seq: int, window: int) -> int:
-    """Cells a causal mask over a window leaves, counted by torch (window 0: the causal square)."""
+def masked_cells(seq: int, window: int, chunk: int = 0) -> int:
+    """Cells a causal mask over a window, or within chunks (transformers' chunked_overlay:
+    j // chunk == i // chunk), leaves, counted by torch (neither: the causal square)."""
     torch = pytest.importorskip("torch")
     i = torch.arange(seq)[:, None]
     j = torch.arange(seq)[None, :]
     keep = j <= i
     if window:
         keep &= j > i - window
+    if chunk:
+        keep &= (j // chunk) == (i // chunk)
     return int(keep.sum())
 
 
@@ -177,6 +180,10 @@ BAD_WINDOWS = [
     ),
     ('layer_types = ["sliding_attention", "full_attention", "full_attention", "full_attention"]', "but no sliding_window"),
     ("layer_types = 3", "layer_types must be a list"),
+    # chunked attention (test_chunked_attention.py)
+    ('layer_types = ["chunked_attention", "full_attention", "full_attention", "full_attention"]', "but no attention_chunk"),
+    ("attention_chunk = 64\nsliding_window = 32", "sliding_window and attention_chunk are both set"),
+    ('attention_chunk = 64\nlayer_types = ["chunked", "full_attention", "full_attention", "full_attention"]', "'chunked' is not"),
 ]
 
 
@@ -191,7 +198,8 @@ def test_bad_windows_in_a_hf_config_are_one_line(tmp_path, capsys):
     config = json.loads((HF / "gpt-oss-20b.json").read_text())
     for change, needle in [
         ({"layer_types": config["layer_types"][:-1]}, "layer_types lists 23 layers but the model has 24"),
-        ({"layer_types": ["sliding_attention", "chunked_attention"] * 12}, "'chunked_attention' is not a layer type"),
+        ({"layer_types": ["sliding_attention", "chunked_attention"] * 12}, '"chunked_attention" layers but no attention_chunk'),
+        ({"layer_types": ["sliding_attention", "local_attention"] * 12}, "'local_attention' is not a layer type"),
         ({"sliding_window": 10**9}, "sliding_window must be"),
     ]:
         f = tmp_path / "gpt-oss-20b.json"

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from pipesim.cli import main
 from pipesim.errors import PipesimError
 from pipesim.planner.params import published_active_params, total_params
 from pipesim.planner.specs import load_model
@@ -107,20 +106,3 @@ def test_a_config_pipesim_cannot_read_is_refused_by_its_keys(tmp_path, text, wor
     with pytest.raises(PipesimError) as e:
         load_model(config(tmp_path, text))
     assert words in str(e.value) and "[mlp]" not in str(e.value)
-
-
-def test_a_sequence_past_one_chunk_is_refused_at_plan_time(tmp_path, capsys):
-    """Within one 8192-token chunk chunked attention is full causal attention, priced; a
-    longer sequence is several chunks, which pipesim does not price: refused in one line,
-    exit 2, by plan, memory and compare."""
-    path = config(tmp_path, MAVERICK, "maverick.json")
-    base = ["--model", path, "--cluster", "h100", "--gpus", "512"]
-    assert main(["memory", *base, "--pp", "4", "--seq", "8192", "--json"]) == 0
-    capsys.readouterr()
-    compare = ["compare", "--model", path, "--cluster", "h100", "--pp", "4"]
-    for argv in (["plan", *base], ["memory", *base, "--pp", "4"], compare):
-        assert main([*argv, "--seq", "8193"]) == 2
-        out, err = capsys.readouterr()
-        assert out == "" and err.count("\n") == 1, err
-        assert "seq 8193 is longer than maverick's attention chunks of 8192 tokens (attention_chunk_size)" in err
-        assert "give --seq 8192 or less" in err

@@ -97,7 +97,6 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
             raise PipesimError(f"per-token figures need --seq, --micro-batch-size and --time-unit; add {', '.join(missing)}")
         costs = costs_from(args)
         return CompareCosts(costs, None, PerToken(seq, mbs, SECONDS[unit], pp) if given else None, costs.describe())
-    from ..planner.attention_window import chunk_problem
     from ..planner.layout import Layout, with_default_ep
     from ..planner.memory_command import memory_row
     from ..planner.naming import recompute_text
@@ -117,8 +116,6 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     model, cluster = load_model(args.model), load_cluster(args.cluster)
     base = model_training(args.model)
     training = load_training(None, base=base, seq=seq)
-    if refused := chunk_problem(model, training):  # priced only within one chunk, as plan refuses it
-        raise PipesimError(f"{args.model}: {refused}")
     if training.precision == "fp8" and not cluster.fp8_tflops:  # as plan and memory price it (spec_args)
         training = without_fp8(args, cluster, base, training)
     if cluster.gpus % pp:

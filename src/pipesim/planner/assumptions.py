@@ -381,23 +381,41 @@ def p2p_sync_assumptions(plan: Plan) -> list[tuple[str, str]]:
 
 
 def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
-    """A model whose layers (some or all) attend over a sliding window shorter than the
-    sequence: how many, and what is priced for them."""
+    """A model whose layers (some or all) attend over a sliding window or within chunks
+    shorter than the sequence (Llama 4): how many, and what is priced for them."""
     m, seq = plan.model, plan.training.seq
+    rows = []
     windowed = sum(1 for i in range(m.layers) if 0 < m.window(i) < seq)
-    if not windowed:
-        return []
-    w = m.sliding_window
-    which = f"all {m.layers} layers" if windowed == m.layers else f"{windowed} of {m.layers} layers"
-    how = (
-        "priced as the window's causal pairs (each query reads min(window, position + 1) keys: "
-        f"{100 * causal_pairs(seq, w) / (seq * seq / 2):.3g}% of full causal attention's at {seq:,} tokens), "
-        "in the step and in the model FLOPs of MFU; memory as without the window (flash attention saves no score "
-        "square, so a window saves none)"
+    if windowed:
+        w = m.sliding_window
+        what = f"attend over a {w:,}-token window (sliding_window)"
+        how = "the window's causal pairs (each query reads min(window, position + 1) keys"
+        rows += _masked_row(
+            plan, "sliding window", windowed, what, how, causal_pairs(seq, w), "the window", "so a window saves none"
+        )
+    chunked = sum(1 for i in range(m.layers) if 0 < m.chunk(i) < seq)
+    if chunked:
+        ch = m.attention_chunk
+        what, how = (
+            f"attend within {ch:,}-token chunks (attention_chunk)",
+            "the chunks' causal pairs (each a causal square of its own",
+        )
+        rows += _masked_row(plan, "chunked attention", chunked, what, how, causal_pairs(seq, 0, ch), "chunks", "")
+    return rows
+
+
+def _masked_row(plan: Plan, key: str, layers: int, what: str, how: str, pairs: float, without: str, saves: str):
+    """One assumption row for ``layers`` layers whose mask computes ``pairs`` pairs a head."""
+    m, seq = plan.model, plan.training.seq
+    which = f"all {m.layers} layers" if layers == m.layers else f"{layers} of {m.layers} layers"
+    text = (
+        f"priced as {how}: {100 * pairs / (seq * seq / 2):.3g}% of full causal attention's at {seq:,} tokens), "
+        f"in the step and in the model FLOPs of MFU; memory as without {without} (flash attention saves no score "
+        f"square{', ' + saves if saves else ''})"
         if plan.training.flash_attention
         else "priced as full attention: unfused attention computes the whole score square and masks it"
     )
-    return [("sliding window", f"{which} of {m.name} attend over a {w:,}-token window (sliding_window), {how}")]
+    return [(key, f"{which} of {m.name} {what}, {text}")]
 
 
 def sink_assumptions(plan: Plan) -> list[tuple[str, str]]:

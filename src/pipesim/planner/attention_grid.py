@@ -9,12 +9,13 @@ import functools
 import heapq
 import math
 
+from .attention_window import chunk_lengths
 from .layout import Layout
 from .specs import Cluster, Training
 
 
 def attention_grid_fill(
-    c: Cluster, t: Training, lay: Layout, heads: float, rows: int, backward: bool = False, window: int = 0
+    c: Cluster, t: Training, lay: Layout, heads: float, rows: int, backward: bool = False, window: int = 0, chunk: int = 0
 ) -> float:
     """The share of the GPU a causal fused-attention kernel can keep busy: 1 when its grid
     is large, less when few thread blocks share out the SMs (``t.attention_waves``).
@@ -29,7 +30,9 @@ def attention_grid_fill(
     m_block = blockIdx.x, no tile scheduler), the span of the blocks handed out in launch
     order, each to the first SM free (``launch_grid_span``; the forward's blocks grow along
     a sequence, the backward's key blocks shrink; under a sliding ``window`` each block's
-    keys stop growing at its rows plus the window). Tensor parallelism (few
+    keys stop growing at its rows plus the window; within ``chunk``-token chunks each chunk
+    is a staircase of its own, as a varlen grid of one sequence a chunk launches it).
+    Tensor parallelism (few
     heads a GPU), micro-batch 1 and short sequences (seq / cp rows taken as one causal
     kernel if called for a context rank; the estimate prices a context rank's kernels one
     by one, ``cp_attention_core``) shrink the grid; large grids keep
@@ -41,21 +44,31 @@ def attention_grid_fill(
     seq = t.seq / lay.cp
     copies = lay.micro_batch * math.ceil(heads)
     m = math.ceil(seq / rows)
-    if window and window < seq:
+    if chunk and chunk < seq:
+        work, window = copies * sum(_staircase(seq, rows, 0, chunk)), 0
+    elif window and window < seq:
+        chunk = 0
         work = copies * sum(_staircase(seq, rows, window))
     else:
+        chunk = 0
         work = copies * (rows * (m - 1) * m / 2 + seq)  # keys read, a row of each block: sum of min(seq, (i + 1) rows)
         window = 0  # a window as long as the sequence is the whole causal square
     if t.attention_block_order == "launch":
-        span = launch_grid_span(seq, rows, copies, c.sms, not backward, window)
+        span = launch_grid_span(seq, rows, copies, c.sms, not backward, window, chunk)
     else:
-        span = causal_grid_span(seq, rows, copies, c.sms, window)
+        span = causal_grid_span(seq, rows, copies, c.sms, window, chunk)
     return 1.0 if work >= c.sms * span else work / (c.sms * span)
 
 
-def _staircase(seq: float, rows: int, window: int = 0) -> list[float]:
+def _staircase(seq: float, rows: int, window: int = 0, chunk: int = 0, growing: bool = True) -> list[float]:
     """A causal sequence's blocks of ``rows`` query rows, by the keys each row reads up to;
-    under a sliding ``window`` a block reads from ``window`` before its first row to its last."""
+    under a sliding ``window`` a block reads from ``window`` before its first row to its last;
+    within ``chunk``-token chunks, each chunk's blocks as a sequence of its own, in
+    sequence order (``growing`` false: each chunk's shrinking, as backward's key blocks)."""
+    if chunk and chunk < seq:
+        return [x for n in chunk_lengths(seq, chunk) for x in _staircase(n, rows, growing=growing)]
+    if not growing:
+        return _staircase(seq, rows, window)[::-1]
     ends = [min(seq, (i + 1) * rows) for i in range(math.ceil(seq / rows))]
     return [min(end, end - i * rows + window) for i, end in enumerate(ends)] if window else ends
 
@@ -79,18 +92,17 @@ def _bound_span(sizes, copies: int, sms: int) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool, window: int = 0) -> float:
+def launch_grid_span(seq: float, rows: int, copies: int, sms: int, growing: bool, window: int = 0, chunk: int = 0) -> float:
     """The longest any SM works (in keys read per query row) when ``copies`` causal
     sequences of ``seq`` rows, cut into blocks of ``rows``, are handed out in launch order
     (a sequence's blocks one after another, growing or shrinking along it), each to the
     first SM to come free (``_launch_span``). Never shorter than ``causal_grid_span``, the
     least any order allows."""
-    sizes = _staircase(seq, rows, window)
-    return _launch_span(sizes if growing else sizes[::-1], copies, sms)
+    return _launch_span(_staircase(seq, rows, window, chunk, growing), copies, sms)
 
 
 @functools.lru_cache(maxsize=4096)
-def causal_grid_span(seq: float, rows: int, copies: int, sms: int, window: int = 0) -> float:
+def causal_grid_span(seq: float, rows: int, copies: int, sms: int, window: int = 0, chunk: int = 0) -> float:
     """The longest any SM must work (in keys read per query row) when ``copies`` causal
     sequences of ``seq`` rows are cut into blocks of ``rows`` and shared out over ``sms``
     (``_bound_span``; k = 0: the longest block; whole waves of equal blocks, NVIDIA's wave
@@ -99,7 +111,7 @@ def causal_grid_span(seq: float, rows: int, copies: int, sms: int, window: int =
     reach: a longest-first one (FlashAttention-3 and -4's SingleTileLPTScheduler) reaches
     it on the smallest and the largest grids and comes within 15% between, at two to
     four blocks an SM (tests/test_attention_grid.py)."""
-    return _bound_span(_staircase(seq, rows, window), copies, sms)
+    return _bound_span(_staircase(seq, rows, window, chunk), copies, sms)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -1,5 +1,5 @@
-"""Sliding-window attention: which layers attend over a window, and the query-key pairs a
-windowed causal layer computes.
+"""Sliding-window and chunked attention: which layers attend over a window or within
+chunks, and the query-key pairs such a causal layer computes.
 
 A model file (or a HuggingFace config) gives ``sliding_window`` (tokens a query attends
 back over, itself included) and, where only some layers use it, ``layer_types``: one
@@ -20,6 +20,18 @@ Megatron-Bridge, src/megatron/bridge/training/utils/flop_utils.py at 067f987df: 
 context w - w (w - 1) / 2T, the exact cells), and its published GPT OSS 120B rows' model
 TFLOP/s over tokens/s, 32.59 GFLOP a token, is within 0.4% of pipesim's (5.6% under it
 priced as full attention; tests/test_attention_window.py).
+
+Chunked attention (Llama 4): ``attention_chunk`` tokens a chunk, on the layers
+``layer_types`` names ``"chunked_attention"`` (every layer without it). A query sees only
+the keys of its own chunk, up to itself: transformers' ``chunked_overlay`` (masking_utils.py)
+keeps key j for query i when j // chunk == i // chunk, under the causal mask. So a sequence
+of seq tokens is seq // chunk causal squares of chunk tokens and one of seq mod chunk,
+counted as the causal square is: the sum of c^2 / 2 over the chunks (their exact cells are
+c (c + 1) / 2 each, seq / 2 more in all; tests/test_chunked_attention.py builds the mask in
+torch). Llama4TextConfig (transformers 008e5743, configuration_llama4.py __post_init__)
+sets ``layer_types`` from ``no_rope_layers`` when a config gives none: "chunked_attention"
+on the layers that take rotary positions, "full_attention" on the NoPE ones; its
+Llama4TextModel (modeling_llama4.py at 63210d0e) hands each layer the mask of its type.
 """
 
 from __future__ import annotations
@@ -28,25 +40,30 @@ from ..errors import PipesimError
 from ..inputs import shorten
 
 #: transformers' names of a layer's attention, as ``layer_types`` lists them
-SLIDING, FULL = "sliding_attention", "full_attention"
-LAYER_TYPES = (SLIDING, FULL)
+SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attention"
+LAYER_TYPES = (SLIDING, FULL, CHUNKED)
 
 
 def read_layer_types(value: object, where: str) -> tuple[str, ...]:
-    """A model file's ``layer_types``: a list of ``"sliding_attention"`` / ``"full_attention"``."""
+    """A model file's ``layer_types``: a list of ``"sliding_attention"``, ``"chunked_attention"``
+    or ``"full_attention"``, one a layer."""
+    names = f'"{SLIDING}", "{CHUNKED}" or "{FULL}"'
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
-        raise PipesimError(f'{where}: layer_types must be a list of "{SLIDING}" or "{FULL}", one a layer, got {shorten(value)}')
+        raise PipesimError(f"{where}: layer_types must be a list of {names}, one a layer, got {shorten(value)}")
     wrong = [x for x in value if x not in LAYER_TYPES]
     if wrong:
         raise PipesimError(
             f"{where}: layer_types entry {wrong[0]!r} is not a layer type pipesim prices; give "
-            f'"{SLIDING}" (attends over sliding_window tokens) or "{FULL}" for each layer'
+            f'"{SLIDING}" (attends over sliding_window tokens), "{CHUNKED}" (within attention_chunk tokens) '
+            f'or "{FULL}" for each layer'
         )
     return tuple(value)
 
 
-def check_windows(layers: int, window: int, layer_types: tuple[str, ...], where: str) -> None:
-    """Refuse a ``layer_types`` of the wrong length, or sliding layers without a window."""
+def check_windows(layers: int, window: int, chunk: int, layer_types: tuple[str, ...], where: str) -> None:
+    """Refuse a ``layer_types`` of the wrong length, sliding layers without a window,
+    chunked layers without a chunk, or a window and a chunk with no ``layer_types`` to
+    say which layers take which."""
     if layer_types and len(layer_types) != layers:
         raise PipesimError(
             f"{where}: layer_types lists {len(layer_types)} layers but the model has {layers}; give one entry a layer"
@@ -55,6 +72,14 @@ def check_windows(layers: int, window: int, layer_types: tuple[str, ...], where:
         raise PipesimError(
             f'{where}: layer_types has "{SLIDING}" layers but no sliding_window; give the window in tokens (gpt-oss: 128)'
         )
+    if CHUNKED in layer_types and not chunk:
+        raise PipesimError(
+            f'{where}: layer_types has "{CHUNKED}" layers but no attention_chunk; give the chunk in tokens (Llama 4: 8192)'
+        )
+    if window and chunk and not layer_types:
+        raise PipesimError(
+            f"{where}: sliding_window and attention_chunk are both set; give layer_types to say which layers take which"
+        )
 
 
 def layer_window(window: int, layer_types: tuple[str, ...], layer: int) -> int:
@@ -62,6 +87,13 @@ def layer_window(window: int, layer_types: tuple[str, ...], layer: int) -> int:
     if not window or (layer_types and layer_types[layer] != SLIDING):
         return 0
     return window
+
+
+def layer_chunk(chunk: int, layer_types: tuple[str, ...], layer: int) -> int:
+    """Tokens a chunk of layer ``layer``'s chunked attention holds (0: not chunked)."""
+    if not chunk or (layer_types and layer_types[layer] != CHUNKED):
+        return 0
+    return chunk
 
 
 def run_window(m, t, layer: int) -> int:
@@ -102,9 +134,23 @@ def band_pairs(before: float, rows: float, window: int) -> float:
     return _area(before + rows, window) - _area(before, window)
 
 
-def causal_pairs(seq: float, window: int) -> float:
-    """Query-key pairs a causal sequence of ``seq`` tokens computes per head (module docstring)."""
+def causal_pairs(seq: float, window: int, chunk: int = 0) -> float:
+    """Query-key pairs a causal sequence of ``seq`` tokens computes per head (module
+    docstring): over a sliding ``window``, or within chunks of ``chunk`` tokens (each a
+    causal square of its own, the last one seq mod chunk long)."""
+    if chunk and chunk < seq:
+        whole, rest = divmod(seq, chunk)
+        return whole * chunk * chunk / 2 + rest * rest / 2
     return band_pairs(0.0, seq, window)
+
+
+def chunk_lengths(seq: float, chunk: int) -> list[float]:
+    """The chunks a sequence of ``seq`` tokens falls into (one, the sequence, without chunks
+    or when it fits one)."""
+    if not chunk or chunk >= seq:
+        return [seq]
+    whole, rest = divmod(seq, chunk)
+    return [float(chunk)] * int(whole) + ([rest] if rest else [])
 
 
 def window_problem(t) -> str | None:
@@ -128,17 +174,27 @@ def window_problem(t) -> str | None:
     return None
 
 
-def chunk_problem(m, t) -> str | None:
-    """Why a plan of ``t.seq`` tokens cannot price model ``m``'s chunked attention (a
-    ``specs.Model`` and ``Training``; this module does not import specs), or None. A query
-    of chunked attention sees only the keys of its own chunk (Llama 4: transformers'
-    create_chunked_causal_mask): a sequence no longer than a chunk is full causal
-    attention, priced as such; a longer one would be several causal squares, which no
-    window here prices (a sliding window reads min(window, i + 1) keys at every position,
-    a chunk i mod chunk + 1), so it is refused rather than mispriced."""
-    if not m.attention_chunk or t.seq <= m.attention_chunk:
+def chunk_problem(m, t, cp: int) -> str | None:
+    """Why ``cp`` context ranks cannot run model ``m``'s chunked attention over ``t.seq``
+    tokens (a ``specs.Model`` and ``Training``; this module does not import specs), or None.
+    Only where a chunk is shorter than the sequence: one chunk is the causal square, which
+    every scheme runs. Past it, none of the schemes pipesim prices runs the chunk mask:
+    Transformer Engine's DotProductAttention takes causal, padding and window masks only
+    (its attn_mask_type; a chunk is no sliding window: a query sees from its chunk's start,
+    not a fixed count back), so Megatron-Core's p2p, all_gather and a2a context
+    parallelism have nothing to run it with; PyTorch's ring attention runs SDPA's
+    is_causal only (the same limit ``window_problem`` names); torchtitan's Llama 4 runs
+    chunks as a FlexAttention block mask and raised at cp > 1 ("Context Parallel is not
+    supported for Llama4 (Llama4 requires FlexAttention, which is not supported with CP)",
+    torchtitan/models/llama4/model.py at de329200, quoted in pytorch/torchtitan#2468; later
+    FlexAttention context parallelism, pytorch/torchtitan#2145, shards a block mask's
+    work in a way pipesim does not price). Refused rather than priced as the causal
+    square, several times the chunks' work."""
+    if cp <= 1 or not m.attention_chunk or t.seq <= m.attention_chunk:
+        return None
+    if not any(m.chunk(i) for i in range(m.layers)):
         return None
     return (
-        f"seq {t.seq} is longer than {m.name}'s attention chunks of {m.attention_chunk} tokens (attention_chunk_size), "
-        f"which pipesim cannot price past one chunk; give --seq {m.attention_chunk} or less"
+        f"--cp {cp}: {m.name} attends within chunks of {m.attention_chunk} tokens (attention_chunk), shorter than "
+        f"seq {t.seq}, which no context-parallel scheme pipesim prices runs: give --cp 1, or --seq {m.attention_chunk} or less"
     )

@@ -18,7 +18,6 @@ from dataclasses import dataclass, fields
 from ..errors import PipesimError
 from ..ir import Placement
 from ..schedules import REGISTRY, family
-from .attention_window import chunk_problem
 from .layout import Layout, cp_problem, expert_problem, fold_problem, layout_problem, tp_problem
 from .runnable import candidate_problem
 from .specs import Cluster, Model, Training
@@ -137,8 +136,7 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
                 f"--{name} {v} must divide the cluster's {g} GPUs: give --gpus a multiple of {v}, or another --{name}"
             )
     refused = (
-        chunk_problem(m, t)  # not a pin's, but the search's first check: a library plan meets it too
-        or (tp_problem(m, pins.tp) if pins.tp else None)
+        (tp_problem(m, pins.tp) if pins.tp else None)
         or (cp_problem(m, t, pins.cp, pins.tp or 1) if pins.cp else None)
         or expert_problem(m, pins.ep or 1, pins.etp or 1)
     )

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ..errors import PipesimError
 from .attention_grid import attention_grid_fill, grid_fill
-from .attention_window import causal_pairs, run_window
+from .attention_window import causal_pairs, chunk_problem, run_window
 from .collectives import a2a_ranks
 from .cp_steps import attention_steps
 from .floors import kernel_floor
@@ -31,7 +32,7 @@ from .training import te_current_scaling
 
 def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
     """Forward FLOPs per token: attention projections, attention scores (causal, over the
-    layer's window if it has one: ``attention_window.causal_pairs``), MLP."""
+    layer's window or within its chunks if it has them: ``attention_window.causal_pairs``), MLP."""
     qk, v = attention_dims(m)
     dense, _ = mlp_params(m, layer)
     if m.is_moe_layer(layer):
@@ -39,12 +40,18 @@ def layer_flops(m: Model, layer: int, seq: int) -> dict[str, float]:
         mlp = 2 * (3 * m.hidden * e.expert_ffn * (e.top_k + e.shared_experts) + m.hidden * e.experts)
     else:
         mlp = 2 * dense
-    return {"attn_proj": 2 * attention_params(m), "attn_core": m.heads * _core_rows(seq, m.window(layer)) * (qk + v), "mlp": mlp}
+    return {
+        "attn_proj": 2 * attention_params(m),
+        "attn_core": m.heads * _core_rows(seq, m.window(layer), m.chunk(layer)) * (qk + v),
+        "mlp": mlp,
+    }
 
 
-def _core_rows(seq: float, window: int) -> float:
+def _core_rows(seq: float, window: int, chunk: int = 0) -> float:
     """Twice the query-key pairs a token computes on average (seq for the causal square's
-    seq^2 / 2; a layer's window shortens it: ``attention_window.causal_pairs``)."""
+    seq^2 / 2; a layer's window or chunks shorten it: ``attention_window.causal_pairs``)."""
+    if chunk and chunk < seq:
+        return 2 * causal_pairs(seq, 0, chunk) / seq
     if not window or window >= seq:
         return seq  # the causal square, as before windows were priced: bit for bit
     return 2 * causal_pairs(seq, window) / seq
@@ -352,16 +359,32 @@ def attention_core(m: Model, c: Cluster, t: Training, lay: Layout, layer: int) -
     window's pairs (``attention_window.causal_pairs``) and each block's work is capped at
     its rows plus the window. Unfused, the score square is computed whole and masked
     (Megatron's and transformers' eager attention add the mask to the full square), so a
-    window changes nothing there."""
+    window changes nothing there.
+
+    A layer attending within chunks shorter than the sequence (``Model.chunk``: Llama 4's
+    rope layers), fused: each chunk is a causal square of its own, so the FLOPs are the
+    chunks' pairs (``attention_window.causal_pairs``) and the grid each chunk's blocks of
+    rows, reading from the chunk's first key to their last row (``attention_grid.
+    _staircase``), backward each chunk's key blocks read by the rows after them in it: a
+    varlen call with one sequence a chunk (cu_seqlens), and FlexAttention's block mask
+    (torchtitan's Llama 4), which skips the blocks a mask leaves empty, forward and
+    backward. FlashAttention-3's forward ``attention_chunk`` starts a block at its chunk
+    (Dao-AILab/flash-attention 0f25c7b, hopper/block.h get_n_block_min_max); its backward's
+    get_m_block_min_max does not yet ("TODO: support attention_chunk"). Unfused, the
+    square is masked whole, as for a window. Context ranks do not run chunks
+    (``attention_window.chunk_problem``: the layout is refused before it is priced)."""
     qk, v = attention_dims(m)
     T, heads, window = lay.tokens(t.seq), m.heads / lay.tp, run_window(m, t, layer)
     window = window if window < t.seq else 0  # a window as long as the sequence is none
+    chunk = m.chunk(layer) if m.chunk(layer) < t.seq else 0  # so is a chunk
+    if chunk and lay.cp > 1:  # cp_problem refuses the layout; never priced as the causal square
+        raise PipesimError(chunk_problem(m, t, lay.cp) or f"--cp {lay.cp}: chunked attention under context parallelism")
     if t.flash_attention and lay.cp > 1:
         return cp_attention_core(m, c, t, lay, window)
     if t.flash_attention:
-        f = T * heads * _core_rows(t.seq, window) * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
-        forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows, window=window)
-        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS, backward=True, window=window)
+        f = T * heads * _core_rows(t.seq, window, chunk) * (qk + v) / (c.bf16_tflops * 1e12 * t.attention_efficiency)
+        forward = attention_grid_fill(c, t, lay, heads, c.attention_tile_rows, window=window, chunk=chunk)
+        backward = attention_grid_fill(c, t, lay, heads, FLASH_BACKWARD_TILE_ROWS, backward=True, window=window, chunk=chunk)
         return f / forward, 2.5 * f / FLASH_BACKWARD_SHARE / backward
     per_seq, rows = lay.micro_batch * heads, t.seq // lay.cp
     # each product is one batched kernel over the micro-batch's heads: one launch floor

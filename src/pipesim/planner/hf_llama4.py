@@ -15,15 +15,17 @@ modeling_llama4.py build it.
   logits and a sigmoid of them (Llama4Router.forward) where Mixtral's takes a softmax:
   a k-wide elementwise op on the logits either way, priced as the router pipesim prices.
 * Attention: grouped-query, ``head_dim`` (class default 128; null: hidden / heads), no
-  biases (attention_bias is set False by the class). Layers whose ``no_rope_layers`` entry
-  is 1 (by default all but every ``no_rope_layer_interval``-th, 4) take rotary positions and
-  attend within chunks of ``attention_chunk_size`` tokens (layer_types "chunked_attention",
-  create_chunked_causal_mask: a query sees the keys of its own chunk only); the others
-  (NoPE) attend over the whole sequence. A sequence no longer than a chunk is one chunk, so
-  every layer is then full causal attention; pipesim has no price for chunks shorter than
-  the sequence (its windows slide: attention_window.py), so a model read with chunks
-  carries ``attention_chunk`` and a plan of a longer sequence is refused
-  (attention_window.chunk_problem).
+  biases (attention_bias is set False by the class). Each layer's kind is the config's
+  ``layer_types`` where it gives one, else Llama4TextConfig.__post_init__'s (transformers
+  008e5743, configuration_llama4.py): "chunked_attention" on the layers whose
+  ``no_rope_layers`` entry is 1 (despite its name, the layers that take rotary positions),
+  "full_attention" on the others (NoPE); ``no_rope_layers`` absent, null or empty is
+  int((i + 1) % no_rope_layer_interval != 0) for layer i, the interval 4 by default: layers
+  3, 7, ..., 47 full, the other 36 of 48 chunked. Llama4TextDecoderLayer takes
+  config.layer_types[layer_idx] as its attention_type and Llama4TextModel.forward hands it
+  create_chunked_causal_mask's or create_causal_mask's mask by that name (modeling_llama4.py
+  at 63210d0e). The chunk is ``attention_chunk_size`` (8192; null: none, every layer full),
+  read as ``attention_chunk``; attention_window.py prices the chunks' pairs.
 
 Priced as without them: the NoPE layers' query temperature scaling (attn_temperature_tuning,
 an elementwise multiply of q), the rotary positions on every layer (pipesim's rotary
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import PipesimError
 from ..inputs import shorten
+from .attention_window import CHUNKED, FULL, SLIDING, read_layer_types
 from .hf_families import _gqa, _moe_mlp, _routed, _some_moe
 
 if TYPE_CHECKING:
@@ -94,9 +97,23 @@ def read_llama4(f: Fields) -> dict:
     # absent: the class's 8192; null: no chunks (every layer attends over the whole sequence)
     chunked = f.config.get("attention_chunk_size", CHUNK) is not None
     chunk = f.get("attention_chunk_size", CHUNK) if chunked else 0
-    if chunk and any(_rope_layers(f, layers)):
-        out["attention_chunk"] = chunk
+    types = _layer_types(f, layers)
+    if chunk and CHUNKED in types:
+        out["attention_chunk"], out["layer_types"] = chunk, types
     return out
+
+
+def _layer_types(f: Fields, layers: int) -> list[str]:
+    """Each layer's attention as Llama4TextConfig sets it: the config's ``layer_types``
+    ("chunked_attention" or "full_attention", one a layer) where given, else chunked on the
+    rope layers (``_rope_layers``)."""
+    given = f.config.get("layer_types")
+    if given is None:
+        return [CHUNKED if rope else FULL for rope in _rope_layers(f, layers)]
+    types = list(read_layer_types(given, f.where))
+    if SLIDING in types:
+        raise PipesimError(f'{f.where}: layer_types of Llama 4 are "{CHUNKED}" or "{FULL}", got "{SLIDING}"')
+    return types
 
 
 def _rope_layers(f: Fields, layers: int) -> list[bool]:

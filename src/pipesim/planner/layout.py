@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .attention_window import window_problem
+from .attention_window import chunk_problem, window_problem
 from .specs import Model, Training, hashed_once
 
 #: the dimensions of each mesh, fastest first
@@ -199,6 +199,8 @@ def cp_problem(m: Model, t: Training, cp: int, tp: int = 1) -> str | None:
         return f"--cp {cp} needs fused attention (flash_attention = true): context parallelism runs blockwise flash kernels"
     if any(0 < m.window(i) < t.seq for i in range(m.layers)) and window_problem(t):
         return f"--cp {cp}: {m.name} attends over a sliding window, and {window_problem(t)}"
+    if refused := chunk_problem(m, t, cp):
+        return refused
     if m.attention_sinks and (t.torch_context_parallel or t.cp_comm != "a2a"):
         # Transformer Engine's get_attention_backend (v2.9 and d0067d0da, "Filter: Softmax
         # type"): a softmax other than vanilla under context parallelism has only its cuDNN

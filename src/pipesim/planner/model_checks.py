@@ -48,7 +48,7 @@ def check_model(m, where: str) -> None:
         raise PipesimError(f"{where}: alibi = true needs rotary = false and gqa attention (ALiBi replaces rotary positions)")
     if m.activation not in ("swiglu", "gelu"):
         raise PipesimError(f'{where}: activation must be "swiglu" or "gelu", got {m.activation!r}')
-    check_windows(m.layers, m.sliding_window, m.layer_types, where)
+    check_windows(m.layers, m.sliding_window, m.attention_chunk, m.layer_types, where)
     moe = m.moe_layers
     if list(moe) != sorted(set(moe)) or (moe and not 0 <= moe[0] <= moe[-1] < m.layers):
         # files are read into this shape (moe_layers.read_moe_layers); a Model built in Python may not be

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from ..errors import PipesimError
 from ..options import number, positive_int, whole_number
-from .attention_window import chunk_problem
 from .specs import (
     BOUNDS,
     CP_COMMS,
@@ -106,8 +105,6 @@ def specs_from(args: argparse.Namespace):
         tp_overlap=getattr(args, "tp_overlap", None),
         stage_split=args.stage_split,
     )
-    if refused := chunk_problem(model, training):  # memory's and plan's: priced only within one chunk
-        raise PipesimError(f"{args.model}: {refused}")
     if training.comm_sms >= cluster.sms:  # the compute kernels would get no SMs
         raise PipesimError(
             f"{args.cluster}: sms = {cluster.sms} leaves none for compute beside the training's comm_sms = {training.comm_sms}; "

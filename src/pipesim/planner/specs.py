@@ -16,7 +16,7 @@ from typing import get_type_hints
 from ..errors import PipesimError
 from ..inputs import MAX_COUNT, did_you_mean, known_keys, load_toml, number, shorten
 from . import hf_config
-from .attention_window import layer_window, read_layer_types
+from .attention_window import layer_chunk, layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates, check_required
 from .domains import job_share, neighbours, placement_problem
 from .model_checks import MAX_MODEL_LAYERS, check_model, swapped_file
@@ -163,9 +163,8 @@ class Model:
     sliding_window: int = 0
     layer_types: tuple[str, ...] = ()
     # tokens a chunk of chunked attention holds (Llama 4's attention_chunk_size: a query
-    # sees only its own chunk's keys on some layers; 0: none). Priced only where a sequence
-    # fits in one chunk, full causal attention then; a longer seq is refused at plan time
-    # (attention_window.chunk_problem)
+    # sees only its own chunk's keys, up to itself; 0: none), on the layers layer_types
+    # names "chunked_attention" (none given: all); attention_window.py
     attention_chunk: int = 0
     biases: bool = False  # every projection adds a bias (gpt-oss): counted, priced in its multiply
     # a learned sink logit a head on every layer, one more column of each softmax (gpt-oss;
@@ -183,6 +182,9 @@ class Model:
 
     def window(self, i: int) -> int:
         return layer_window(self.sliding_window, self.layer_types, i)
+
+    def chunk(self, i: int) -> int:
+        return layer_chunk(self.attention_chunk, self.layer_types, i)
 
 
 @hashed_once

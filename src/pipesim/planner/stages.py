@@ -18,7 +18,7 @@ from .tp_overlap import splits_lone_ops
 # One search asks for the same layer's costs under one layout many times over: for each
 # stage count, recomputation and split, in ``stage_parts`` and again in ``component_costs``.
 # The specs are frozen (hashable) and a layer's costs depend only on its kind (MoE or
-# dense, and its window), so they are kept here, the least recently used dropped past a few thousand.
+# dense, its window and its chunks), so they are kept here, the least recently used dropped past a few thousand.
 @lru_cache(maxsize=4096)
 def _layer(m: Model, first: int, c: Cluster, t: Training, lay: Layout, recompute: str):
     return layer_costs(m, first, c, t, lay, recompute)
@@ -32,22 +32,23 @@ def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
     return embedding_costs(m, c, t, lay), head_costs(m, c, t, lay), tuple(mtp_costs(m, c, t, lay, recompute))
 
 
-def _kind(m: Model, i: int) -> tuple[bool, int]:
-    """What a layer's costs depend on: MoE or dense, and the window it attends over."""
-    return m.is_moe_layer(i), m.window(i)
+def _kind(m: Model, i: int) -> tuple[bool, int, int]:
+    """What a layer's costs depend on: MoE or dense, the window it attends over and the
+    chunks it attends within."""
+    return m.is_moe_layer(i), m.window(i), m.chunk(i)
 
 
 @lru_cache(maxsize=64)
-def _kinds(m: Model) -> tuple[tuple[bool, int], ...]:
+def _kinds(m: Model) -> tuple[tuple[bool, int, int], ...]:
     """Each layer's kind (``_kind``), in layer order: read for every split and cost model
     of a search, worked out once a model."""
     return tuple(_kind(m, i) for i in range(m.layers))
 
 
 @lru_cache(maxsize=64)
-def _first_of_kinds(m: Model) -> tuple[tuple[int, tuple[bool, int]], ...]:
+def _first_of_kinds(m: Model) -> tuple[tuple[int, tuple[bool, int, int]], ...]:
     """(the first layer of each kind, its kind), in layer order: once a model."""
-    firsts: dict[tuple[bool, int], int] = {}
+    firsts: dict[tuple[bool, int, int], int] = {}
     for i, k in enumerate(_kinds(m)):
         firsts.setdefault(k, i)
     return tuple((i, k) for k, i in firsts.items())
