@@ -170,3 +170,14 @@ def test_a_llama4_config_with_sliding_layers_is_refused(tmp_path):
 
     with pytest.raises(PipesimError, match='layer_types of Llama 4 are "chunked_attention" or "full_attention"'):
         load_model(config(tmp_path, {**SCOUT, "layer_types": ["sliding_attention"] * 48}))
+
+
+def test_megatrons_flags_say_they_attend_over_the_whole_sequence(maverick):
+    # Megatron-Core (d98e8a6) has no chunk mask for training: past one chunk its run does the
+    # 36 rope layers' full attention, which the recipe must say; within one chunk nothing differs
+    from pipesim.planner.megatron_flags import attention_notes
+
+    long, short = load_training(seq=32768), load_training(seq=8192)
+    (note,) = attention_notes(maverick, long)
+    assert "chunked attention on 36 of 48 layers" in note and "whole sequence" in note
+    assert attention_notes(maverick, short) == []

@@ -120,7 +120,7 @@ def megatron(plan: Plan, r: Result, parts: list[Part]) -> dict:
     if m.mtp_layers:
         flags.append(f"--mtp-num-layers {m.mtp_layers}")
     flags += attention_flags(m, t)
-    notes += attention_notes(m)
+    notes += attention_notes(m, t)
     if not t.flash_attention:
         # priced as the score square through HBM: Megatron-Core's own DotProductAttention
         # (TransformerConfig.attention_backend, AttnBackend at d98e8a6: flash, fused, unfused,
@@ -367,15 +367,28 @@ def _skip_freq(windowed: list[bool]) -> str:
     return '"[' + ",".join("1" if w else "0" for w in windowed) + ']"'
 
 
-def attention_notes(m: Model) -> list[str]:
+def attention_notes(m: Model, t: Training) -> list[str]:
     """What the sinks need of the software beneath Megatron-LM (Transformer Engine 2.9, and
     the same at d0067d0da): get_attention_backend turns FlashAttention off for a softmax
     other than vanilla, and nvte_get_fused_attn_backend takes learnable offsets in the cuDNN
-    fused attention only from cuDNN 9.13.1; Megatron-Core asserts TE 2.8 for softmax_type."""
-    if not m.attention_sinks:
-        return []
-    return [
-        "the plan priced the sinks inside fused attention: Transformer Engine runs --softmax-type learnable only in its "
-        "cuDNN fused attention (TE 2.8 or later, cuDNN 9.13.1 or later); with an older cuDNN it falls back to unfused "
-        "attention, which writes the whole score square (flash_attention = false prices that)"
-    ]
+    fused attention only from cuDNN 9.13.1; Megatron-Core asserts TE 2.8 for softmax_type.
+
+    And chunked attention (Llama 4) past one chunk: Megatron-Core at d98e8a6 takes Llama 4's
+    NoPE layers (TransformerConfig.no_rope_freq) but has no chunk mask for training (its
+    only ``attention_chunk`` is the 0 it hands FlashAttention's KV-cache kernel at inference,
+    core/transformer/attention.py), so its run attends over the whole sequence there."""
+    notes = []
+    if m.attention_sinks:
+        notes.append(
+            "the plan priced the sinks inside fused attention: Transformer Engine runs --softmax-type learnable only in "
+            "its cuDNN fused attention (TE 2.8 or later, cuDNN 9.13.1 or later); with an older cuDNN it falls back to "
+            "unfused attention, which writes the whole score square (flash_attention = false prices that)"
+        )
+    chunked = sum(1 for i in range(m.layers) if m.chunk(i))
+    if chunked and t.seq > m.attention_chunk:
+        notes.append(
+            f"the plan priced chunked attention on {chunked} of {m.layers} layers (chunks of {m.attention_chunk} tokens); "
+            "Megatron-Core has no chunk mask for training, so these flags attend over the whole sequence there, more "
+            f"attention work than priced (a config without attention_chunk_size prices that, or --seq {m.attention_chunk})"
+        )
+    return notes
