@@ -165,7 +165,7 @@ def flops_bounds(model: str, seq: int) -> tuple[float, float]:
             lo_params += mats * d * m.moe.expert_ffn * (m.moe.top_k + m.moe.shared_experts) + d * m.moe.experts
         else:
             lo_params += mats * d * m.dense_ffn
-        w = m.window(i) or seq
+        w = m.window(i) or m.chunk(i) or seq  # a chunk of c tokens: about c / 2 keys a query, as a window's least
         lo_attn += 3 * 2 * min(seq, w) / 2 * (qk + v) * 0.98  # causal: on average under half the keys
         hi_attn += 3 * 2 * seq * (qk + v)
     head = m.vocab * d
