@@ -257,8 +257,10 @@ class _Ops(NamedTuple):
     back: np.ndarray  # their backwards' indices
     triples: list  # the (forward stage, backward stage, backward kind) of the pairs, once each
     which: np.ndarray  # per pair, its triple's index
-    row: np.ndarray  # the ops grouped by rank (``_rank_peaks``): the rank of each place
-    col: np.ndarray  # and its place in its rank's row
+    # per op, its cell in a grid of one row per rank (``_rank_peaks``): its rank's row, at
+    # its place among that rank's ops; ``width`` cells a row, the most ops a rank has
+    cell: np.ndarray
+    width: int
 
 
 def _ops(pl, t) -> _Ops:
@@ -271,9 +273,11 @@ def _ops(pl, t) -> _Ops:
     cols = np.stack([stage[pair], stage[back], kind[back]]).astype(np.int64)
     _, first, which = np.unique(cols[0] * (1 << 40) + cols[1] * 4 + cols[2], return_index=True, return_inverse=True)
     counts = np.bincount(rank, minlength=pl.pp)
-    row = np.repeat(np.arange(pl.pp), counts)
-    col = np.arange(len(rank)) - np.repeat(np.cumsum(counts) - counts, counts)
-    return _Ops(rank, kind, stage, pair, back, cols[:, first].T.tolist(), which.reshape(-1), row, col)
+    width = int(counts.max()) if len(rank) else 0
+    by_rank = np.argsort(rank, kind="stable")  # each rank's ops in their own order
+    cell = np.empty(len(rank), np.int64)
+    cell[by_rank] = np.arange(len(rank)) - np.repeat(np.cumsum(counts) - counts, counts) + rank[by_rank] * width
+    return _Ops(rank, kind, stage, pair, back, cols[:, first].T.tolist(), which.reshape(-1), cell, width)
 
 
 def _activation_changes(pl, timeline: Timeline, model: MemoryModel) -> tuple:
@@ -295,15 +299,22 @@ def _activation_changes(pl, timeline: Timeline, model: MemoryModel) -> tuple:
 
 def _rank_peaks(ops: _Ops, when: np.ndarray, delta: np.ndarray, pp: int) -> list[float]:
     """Per rank, ``running_peak`` of its ops' changes (``when``, ``delta``: all ranks'
-    ops), every rank's running sum at once: each in a row of its own, in time order and
-    padded with zeros past its end (which leave its sum as it was), summed along the rows
-    (each row from 0, one addition after another: the same floats)."""
-    order = np.lexsort((delta, when, ops.rank))
-    width = int(ops.col.max()) + 1 if len(order) else 0
-    rows = np.zeros((pp, width))
-    rows[ops.row, ops.col] = delta[order]
-    peaks = np.cumsum(rows, axis=1).max(axis=1) if width else np.zeros(pp)
-    return [float(max(0, x)) for x in peaks.tolist()]
+    ops), every rank's running sum at once: each in a row of its own, padded past its end
+    with zeros that come last (at an infinite time) and leave its sum as it was, each row
+    sorted by time then change, and summed along the rows (each row from 0, one addition
+    after another: the same floats). Rows sorted each on its own, not one sort of every
+    op by (rank, time, change): a key less and shorter runs, half the time of the
+    planner's thousand simulations' peaks."""
+    width = ops.width
+    if not width:
+        return [0.0] * pp
+    times = np.full(pp * width, np.inf)
+    times[ops.cell] = when
+    changes = np.zeros(pp * width)
+    changes[ops.cell] = delta
+    times, changes = times.reshape(pp, width), changes.reshape(pp, width)
+    rows = np.take_along_axis(changes, np.lexsort((changes, times), axis=1), axis=1)
+    return [float(max(0, x)) for x in np.cumsum(rows, axis=1).max(axis=1).tolist()]
 
 
 def _pairs_by_layer(model: MemoryModel, delta, ops: _Ops) -> None:
