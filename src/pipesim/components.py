@@ -41,6 +41,7 @@ from .streams import (
     lone_plan,
     pair_plan,
     run_streams,
+    serial_parts,
     serial_time,
     serial_times,
     weight_tasks,
@@ -277,20 +278,29 @@ class ComponentCosts:
         return got
 
     def _run_plan(self, key: tuple) -> tuple[float, Inside]:
+        if key[0] != "pair" and not (self.lone_overlap and key[0] != "W"):
+            # parts one after another, timed without their tasks (``serial_parts``): a
+            # chain's parts that take time start one after another, so each stream's list
+            # is in order already, and the op ends where its last part does
+            end, kept = serial_parts(key[0], self.layers(key[1]))
+            parts = tuple((stream, part, 0, li, a, b) for stream, part, li, a, b in kept)
+            compute = [(a, b) for stream, _, _, a, b in kept if stream == "compute"]
+            comm = [(a, b) for stream, _, _, a, b in kept if stream != "compute"]
+            return end, Inside(parts, sum(b - a for a, b in compute), exposed_time(compute, comm), ("",) * len(parts))
         if key[0] == "pair":
             _, fs, bs, bkind = key
             tasks, orders = pair_plan(self.layers(fs), self.layers(bs), bkind == "BW")
         else:
             kind, stage = key
             tasks, orders = lone_plan(Op(kind, 0, 0), self.layers(stage), self.lone_overlap)
-        if key[0] != "pair" and not (self.lone_overlap and key[0] != "W"):
-            times = serial_times(tasks)
-        else:
-            times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
-        kept = [(t, a, b) for t, (a, b) in zip(tasks, times) if b > a]
-        parts = tuple((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b) for t, a, b in kept)
-        tags = tuple(t.half if t.half in ("a", "b") else "" for t, _, _ in kept)
-        compute = sorted((a, b) for t, a, b in kept if t.stream == "compute")
-        comm = sorted((a, b) for t, a, b in kept if t.stream != "compute")
-        inside = Inside(parts, sum(b - a for a, b in compute), exposed_time(compute, comm), tags)
+        times = run_streams(tasks, orders, self.comm_share, held=self.held_in_pairs and key[0] == "pair")
+        parts, tags, compute, comm = [], [], [], []
+        for t, (a, b) in zip(tasks, times):  # the parts that take time
+            if b > a:
+                parts.append((t.stream, t.part, 1 if t.half == "B" else 0, t.layer, a, b))
+                tags.append(t.half if t.half in ("a", "b") else "")
+                (compute if t.stream == "compute" else comm).append((a, b))
+        compute.sort()
+        comm.sort()
+        inside = Inside(tuple(parts), sum(b - a for a, b in compute), exposed_time(compute, comm), tuple(tags))
         return max((b for _, b in times), default=0.0), inside

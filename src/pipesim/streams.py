@@ -259,6 +259,42 @@ def serial_times(tasks: list[Task]) -> list[tuple[float, float]]:
     return out
 
 
+#: each field of ``SERIAL_PARTS``: the part it times and the stream that runs it, as
+#: ``forward_tasks``, ``backward_tasks`` and ``weight_tasks`` name them
+PART_OF = {
+    "attn_f": ("ATTN(F)", "compute"),
+    "dispatch_f": ("DISPATCH(F)", "comm"),
+    "mlp_f": ("MLP(F)", "compute"),
+    "combine_f": ("COMBINE(F)", "comm"),
+    "combine_b": ("COMBINE(B)", "comm"),
+    "mlp_b": ("MLP(B)", "compute"),
+    "dispatch_b": ("DISPATCH(B)", "comm"),
+    "attn_b": ("ATTN(B)", "compute"),
+    "mlp_w": ("MLP(W)", "compute"),
+    "attn_w": ("ATTN(W)", "compute"),
+}
+
+
+def serial_parts(kind: str, layers: tuple[LayerCosts, ...]) -> tuple[float, list[tuple[str, str, int, float, float]]]:
+    """A lone op whose parts run one after another (``lone_plan`` without ``split``),
+    timed as ``serial_times`` times its tasks, without making them: its end, and its
+    parts that take time as (stream, part, layer, start, end), in the tasks' order.
+    The simulation asks this of every kind of op on every stage it runs (thousands in a
+    search), where the tasks, made twice over by ``lone_plan``, cost more than the sums."""
+    t = 0.0
+    out = []
+    names = [(name, *PART_OF[name]) for name in SERIAL_PARTS[kind]]
+    order = range(len(layers)) if kind == "F" else reversed(range(len(layers)))
+    for li in order:
+        c = layers[li]
+        for name, part, stream in names:
+            work = getattr(c, name)
+            if work > 0:
+                out.append((stream, part, li, t, t + work))
+                t += work
+    return t, out
+
+
 def serial_time(kind: str, layers: tuple[LayerCosts, ...]) -> float:
     """How long a lone op lasts when its parts run one after another (``lone_plan``
     without ``split``): their sum, added in the order ``run_streams`` advances its clock
