@@ -76,6 +76,9 @@ class MemoryModel:
     # order it checks on it (Qwen3-235B on b200: 51807 asks, 14346 of them repeats)
     _pair_peaks: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
     _layers: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)  # ``layers_at``'s
+    # ``stage_bytes``' answers by stage: the planner sums them for every rank of every
+    # placement of a split (``bounds.static_bytes``), and again for each simulation
+    _bytes: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.w_share < float("inf"):  # above 1 a B adds memory (module docstring)
@@ -93,6 +96,12 @@ class MemoryModel:
         """(parameter, gradient, optimizer) bytes of one stage on one GPU. ZeRO stage k
         shards optimizer states (k >= 1), gradients (k >= 2) and parameters (k = 3) over
         the replicas of each parameter: dp for the dense ones, expert_dp for experts."""
+        got = self._bytes.get(stage)
+        if got is None:
+            got = self._bytes[stage] = self._bytes_made(stage)
+        return got
+
+    def _bytes_made(self, stage: int) -> tuple[float, float, float]:
         dense, experts = self.params_at(stage)
         zero, dp = self.zero, self.dp
         edp = self.expert_dp or dp
