@@ -49,58 +49,64 @@ def run_streams(
     n = len(tasks)
     ends: list[float | None] = [None] * n
     starts = [0.0] * n
+    # the tasks' fields the loop reads, as lists (a search times thousands of pairs)
+    works = [task.work for task in tasks]
+    afters = [task.after for task in tasks]
     seqs = list(orders.values())
     compute = [name == "compute" for name in orders]
     comm = [name == "comm" for name in orders]
     k = len(seqs)
+    streams = range(k)
+    lens = [len(seq) for seq in seqs]
     pos = [0] * k
     task = [-1] * k  # per stream, the task it runs (-1: none), its start and work left
     left = [0.0] * k
     rate = [1.0] * k
     slow = 1.0 - comm_share
     # held: the SMs stay taken until the communication stream's last task with work ends
-    last_comm = next((i for i in reversed(orders.get("comm", [])) if tasks[i].work > 0), None) if held else None
+    last_comm = next((i for i in reversed(orders.get("comm", [])) if works[i] > 0), None) if held else None
     t = 0.0
     while True:
         # start what can start now (zero-work tasks finish on the spot)
         progressed = True
+        now = t + 1e-12
         while progressed:
             progressed = False
-            for s in range(k):
-                if task[s] >= 0 or pos[s] >= len(seqs[s]):
+            for s in streams:
+                if task[s] >= 0 or pos[s] >= lens[s]:
                     continue
                 i = seqs[s][pos[s]]
                 ready = True
-                for j in tasks[i].after:
+                for j in afters[i]:
                     e = ends[j]
-                    if e is None or e > t + 1e-12:
+                    if e is None or e > now:
                         ready = False
                         break
                 if ready:
                     pos[s] += 1
                     progressed = True
-                    work = tasks[i].work
+                    work = works[i]
                     if work <= 0:
                         starts[i] = ends[i] = t
                     else:
                         task[s], starts[i], left[s] = i, t, work
         comm_on = last_comm is not None and ends[last_comm] is None
         busy = False
-        for s in range(k):
+        for s in streams:
             if task[s] >= 0:
                 busy = True
                 comm_on = comm_on or comm[s]
         if not busy:
             break
         step = math.inf
-        for s in range(k):
+        for s in streams:
             if task[s] >= 0:
                 rate[s] = slow if comm_on and compute[s] else 1.0
                 d = left[s] / rate[s]
                 if d < step:
                     step = d
         t += step
-        for s in range(k):
+        for s in streams:
             if task[s] >= 0:
                 left[s] -= step * rate[s]
                 if left[s] <= 1e-12:

@@ -55,11 +55,12 @@ class Inside:
 def exposed_time(compute: list[tuple[float, float]], comm: list[tuple[float, float]]) -> float:
     """Length of ``comm`` not covered by ``compute``; both sorted, each one stream (disjoint)."""
     exposed, i = 0.0, 0
+    n = len(compute)  # asked of every plan a search makes: its length looked up once
     for a, b in comm:
-        while i < len(compute) and compute[i][1] <= a:
+        while i < n and compute[i][1] <= a:
             i += 1
         covered, j = 0.0, i
-        while j < len(compute) and compute[j][0] < b:
+        while j < n and compute[j][0] < b:
             covered += min(b, compute[j][1]) - max(a, compute[j][0])
             j += 1
         exposed += (b - a) - covered
