@@ -126,8 +126,16 @@ def _end_sizes(layer_work: tuple[float, ...], first: float, last: float, stages:
     # would take the simulator.
     scale = prefix[-1] + first + last
     keep = np.ones(len(options), dtype=bool)
-    for key in (rank_loads.max(axis=1), loads.max(axis=1), np.square(rank_loads).sum(axis=1) / scale):
+    keys = (
+        lambda: rank_loads.max(axis=1),
+        lambda: loads.max(axis=1),
+        lambda: np.square(rank_loads).sum(axis=1) / scale,
+    )
+    for key_of in keys:  # each worked out only while splits are still tied (one left stays)
+        key = key_of()
         keep &= key <= key[keep].min() + TIE * scale
+        if np.count_nonzero(keep) == 1:
+            break
     return options[int(np.flatnonzero(keep)[0])]
 
 
@@ -211,13 +219,10 @@ def _even_out_ranks(sizes: list[int], layer_work, first: float, last: float, gro
 
 
 @lru_cache(maxsize=256)
-def _moves(
-    groups: tuple[tuple[int, ...], ...], k: int
-) -> tuple[tuple[int, int, tuple[tuple[int, int], ...], tuple[int, ...]], ...]:
+def _moves(groups: tuple[tuple[int, ...], ...], k: int) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
     """Each single-layer move between neighbouring stages, in the order ``_better_move``
     tries them: (from stage, to stage, the ranks holding either with how many more of
-    their stages gain the layer than lose it, the other ranks), the same for every split
-    of a placement."""
+    their stages gain the layer than lose it), the same for every split of a placement."""
     held_by: list[list[int]] = [[] for _ in range(k)]
     for r, g in enumerate(groups):
         for st in g:
@@ -227,7 +232,7 @@ def _moves(
         for to in (st - 1, st + 1):
             if 0 <= to < k:
                 gain = {q: groups[q].count(to) - groups[q].count(st) for q in {*held_by[st], *held_by[to]}}
-                out.append((st, to, tuple(gain.items()), tuple(q for q in range(len(groups)) if q not in gain)))
+                out.append((st, to, tuple(gain.items())))
     return tuple(out)
 
 
@@ -236,16 +241,22 @@ def _better_move(sizes, starts, load, layer_work, moves, eps: float):
     keeps it and lowers the sum of squared rank loads: (from stage, to stage, new loads of
     the ranks it changes), or None."""
     top = max(load)
-    for st, to, gain, others in moves:
+    # the ranks from the most loaded down: the most any rank a move leaves alone holds is
+    # the load of the first of them the move does not change (a few steps, not a max over
+    # every other rank for each move tried)
+    busiest = sorted(range(len(load)), key=load.__getitem__, reverse=True)
+    for st, to, gain in moves:
         if sizes[st] == 1:
             continue
         x = layer_work[starts[st]] if to < st else layer_work[starts[st] + sizes[st] - 1]
-        moved = {q: load[q] + x * d for q, d in gain}
-        peak = max(moved.values())
+        moved = [load[q] + x * d for q, d in gain]
+        peak = max(moved)
         if peak > top + eps:
             continue
-        new_top = max(peak, max((load[q] for q in others), default=-math.inf))
-        squares = sum(v * v - load[q] * load[q] for q, v in moved.items())
+        changed = [q for q, _ in gain]
+        rest = next((load[q] for q in busiest if q not in changed), -math.inf)
+        new_top = max(peak, rest)
+        squares = sum(v * v - load[q] * load[q] for q, v in zip(changed, moved))
         if new_top < top - eps or squares < -eps * top:
-            return st, to, moved
+            return st, to, dict(zip(changed, moved))
     return None
