@@ -223,17 +223,23 @@ def activation_peaks(sh: Shape, mm, table: np.ndarray | None = None) -> list[flo
         table = np.zeros(sh.used[-1] + 2 if sh.used else 1, np.float64)
         for x in sh.used:
             table[x] = mm.activation_bytes(x)
-    live = table[sh.row_cols] * (sh.u + w * sh.v)  # per row and column, bytes
-    total = np.zeros(len(live))
-    for j in range(live.shape[1]):  # column by column: the rank's stages in ascending order
-        total = total + live[:, j]
+    live = table[sh.row_cols]
+    live *= sh.u + w * sh.v  # per row and column, bytes
+    # column by column, the rank's stages in ascending order, onto 0.0 (the first column
+    # plus 0.0: the same floats as 0.0 plus it, without a row of zeros made first)
+    total = live[:, 0] + 0.0 if live.shape[1] else np.zeros(len(live))
+    for j in range(1, live.shape[1]):
+        total += live[:, j]
     if len(sh.pair_rows):  # at a pair's row, the most its layer-by-layer run holds besides
         extra = [pair_peak_of(mm, f, b, k) for f, b, k in sh.pairs]
         total[sh.pair_rows] += np.asarray(extra)[sh.pair_of]
-    out = [0.0] * sh.cols.shape[0]
-    if len(sh.has):
-        for r, x in zip(sh.has.tolist(), np.maximum.reduceat(total, sh.has_rows).tolist()):
-            out[r] = x
+    pp = sh.cols.shape[0]
+    peaks = np.maximum.reduceat(total, sh.has_rows).tolist() if len(sh.has) else []
+    if len(peaks) == pp:  # every rank has rows (the common case): in rank order already
+        return peaks
+    out = [0.0] * pp
+    for r, x in zip(sh.has.tolist(), peaks):
+        out[r] = x
     return out
 
 
