@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..components import ComponentCosts
+from ..components import ComponentCosts, LayerCosts
 from .collectives import p2p_seconds
 from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs, mtp_costs
 from .layout import Layout
@@ -21,7 +21,7 @@ from .tp_overlap import splits_lone_ops
 # dense, its window and its chunks), so they are kept here, the least recently used dropped past a few thousand.
 @lru_cache(maxsize=4096)
 def _layer(m: Model, first: int, c: Cluster, t: Training, lay: Layout, recompute: str):
-    return layer_costs(m, first, c, t, lay, recompute)
+    return _one_of(layer_costs(m, first, c, t, lay, recompute))
 
 
 @lru_cache(maxsize=4096)
@@ -29,7 +29,24 @@ def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
     """(embedding, head, MTP modules) costs of a layout. Kept for as many layouts and
     recomputations as a wide search has (Qwen3-235B-A22B on h800-2048: about 1,700; with
     1024 kept, 3,134 were worked out)."""
-    return embedding_costs(m, c, t, lay), head_costs(m, c, t, lay), tuple(mtp_costs(m, c, t, lay, recompute))
+    mtp = tuple(map(_one_of, mtp_costs(m, c, t, lay, recompute)))
+    return _one_of(embedding_costs(m, c, t, lay)), _one_of(head_costs(m, c, t, lay)), mtp
+
+
+#: one object for equal layer costs: layouts that price a layer alike (tensor or data
+#: parallelism a layer's costs do not read) then hand the cost models the same objects,
+#: and the caches keyed by the layers' identities (``components._serial``: a stage's
+#: serial times) serve them all. Qwen3-235B-A22B on h800-2048 makes 2014 layer costs, 250
+#: of them distinct. Bounded: past it, sharing starts again from empty
+_SAME: dict[LayerCosts, LayerCosts] = {}
+SAME_KEPT = 1 << 14
+
+
+def _one_of(costs: LayerCosts) -> LayerCosts:
+    """The object kept for costs equal to ``costs`` (``_SAME``), ``costs`` if it is the first."""
+    if len(_SAME) > SAME_KEPT:
+        _SAME.clear()
+    return _SAME.setdefault(costs, costs)
 
 
 def _kind(m: Model, i: int) -> tuple[bool, int, int]:
