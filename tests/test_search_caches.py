@@ -8,10 +8,11 @@ import random
 
 import pytest
 
-from pipesim.components import ComponentCosts, LayerCosts, lone_plan, run_streams, serial_time, serial_times
+from pipesim.components import ComponentCosts, LayerCosts, lone_plan, pair_plan, run_streams, serial_time, serial_times
 from pipesim.ir import Op
 from pipesim.planner import split
 from pipesim.planner.split import balanced_partition
+from pipesim.streams import serial_parts
 
 
 def _layers(rng: random.Random, n: int) -> tuple[LayerCosts, ...]:
@@ -33,6 +34,38 @@ def test_a_lone_op_part_after_part_is_timed_as_the_two_streams_time_it(kind):
         streams = run_streams(tasks, orders, rng.choice([0.0, 20 / 132, 0.5]))
         assert serial_times(tasks) == streams
         assert serial_time(kind, layers) == max(b for _, b in streams)
+
+
+@pytest.mark.parametrize("kind", ["F", "B", "W", "BW"])
+def test_a_lone_ops_parts_are_its_tasks_timed_one_after_another(kind):
+    """``serial_parts`` gives the parts that take time of a lone op without half
+    micro-batches, with the start and end ``serial_times`` gives its tasks, and its end."""
+    rng = random.Random("parts" + kind)
+    for _ in range(300):
+        layers = _layers(rng, rng.randint(1, 12))
+        tasks, _ = lone_plan(Op(kind, 0, 0), layers, split=False)
+        times = serial_times(tasks)
+        kept = [(t.stream, t.part, t.layer, a, b) for t, (a, b) in zip(tasks, times) if b > a]
+        assert serial_parts(kind, layers) == (max((b for _, b in times), default=0.0), kept)
+
+
+@pytest.mark.parametrize("plan", ["pair B", "pair BW", "split F", "split B", "split BW"])
+def test_a_compute_and_a_comm_stream_time_as_any_streams_do(plan):
+    """``run_streams`` times the compute and communication streams of a pair or of a lone
+    op's half micro-batches in a loop written for the two; given the same streams in
+    another order it runs its loop over any streams: the same starts and ends, for any
+    layers, SM share and holding of the SMs."""
+    rng = random.Random(plan)
+    for _ in range(200):
+        f_layers, b_layers = _layers(rng, rng.randint(1, 8)), _layers(rng, rng.randint(1, 8))
+        if plan.startswith("pair"):
+            tasks, orders = pair_plan(f_layers, b_layers, plan.endswith("BW"))
+        else:
+            tasks, orders = lone_plan(Op(plan.split()[1], 0, 0), f_layers, split=True)
+        assert list(orders) == ["compute", "comm"]
+        share, held = rng.choice([0.0, 20 / 132, 0.5]), rng.choice([False, True])
+        other = {"comm": orders["comm"], "compute": orders["compute"]}
+        assert run_streams(tasks, orders, share, held) == run_streams(tasks, other, share, held)
 
 
 def test_op_times_are_kept_by_kind_and_stage():

@@ -52,6 +52,21 @@ def run_streams(
     # the tasks' fields the loop reads, as lists (a search times thousands of pairs)
     works = [task.work for task in tasks]
     afters = [task.after for task in tasks]
+    slow = 1.0 - comm_share
+    # held: the SMs stay taken until the communication stream's last task with work ends
+    last_comm = next((i for i in reversed(orders.get("comm", [])) if works[i] > 0), None) if held else None
+    if list(orders) == ["compute", "comm"]:  # every plan this module makes
+        _compute_and_comm(works, afters, orders["compute"], orders["comm"], slow, last_comm, starts, ends)
+    else:
+        _any_streams(works, afters, orders, slow, last_comm, starts, ends)
+    if any(x is None for x in ends):  # an order that contradicts the dependencies
+        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(ends) if x is None]
+        raise PipesimError(f"component stream orders cannot run: {', '.join(stuck[:4])} never start")
+    return list(zip(starts, ends))  # type: ignore[arg-type]
+
+
+def _any_streams(works, afters, orders, slow, last_comm, starts, ends) -> None:
+    """``run_streams``' loop over any streams, into ``starts`` and ``ends``."""
     seqs = list(orders.values())
     compute = [name == "compute" for name in orders]
     comm = [name == "comm" for name in orders]
@@ -62,9 +77,6 @@ def run_streams(
     task = [-1] * k  # per stream, the task it runs (-1: none), its start and work left
     left = [0.0] * k
     rate = [1.0] * k
-    slow = 1.0 - comm_share
-    # held: the SMs stay taken until the communication stream's last task with work ends
-    last_comm = next((i for i in reversed(orders.get("comm", [])) if works[i] > 0), None) if held else None
     t = 0.0
     while True:
         # start what can start now (zero-work tasks finish on the spot)
@@ -97,7 +109,7 @@ def run_streams(
                 busy = True
                 comm_on = comm_on or comm[s]
         if not busy:
-            break
+            return
         step = math.inf
         for s in streams:
             if task[s] >= 0:
@@ -112,10 +124,66 @@ def run_streams(
                 if left[s] <= 1e-12:
                     ends[task[s]] = t
                     task[s] = -1
-    if any(x is None for x in ends):  # an order that contradicts the dependencies
-        stuck = [f"{tasks[i].part} L{tasks[i].layer}" for i, x in enumerate(ends) if x is None]
-        raise PipesimError(f"component stream orders cannot run: {', '.join(stuck[:4])} never start")
-    return list(zip(starts, ends))  # type: ignore[arg-type]
+
+
+def _compute_and_comm(works, afters, compute, comm, slow, last_comm, starts, ends) -> None:
+    """``run_streams``' loop for a compute stream and a communication stream, written out
+    for the two (the thousands of pair plans a search times run here): the same events
+    in the same order, the same arithmetic (a rate of 1.0 leaves a number as it is), into
+    ``starts`` and ``ends``."""
+    p0 = p1 = 0  # each stream's next task in its order
+    run0 = run1 = -1  # the task each stream runs, -1: none; and its work left
+    left0 = left1 = 0.0
+    t = 0.0
+    while True:
+        now = t + 1e-12
+        progressed = True
+        while progressed:  # start what can start now (zero-work tasks finish on the spot)
+            progressed = False
+            if run0 < 0:
+                p0, run0, left0, started = _start(compute, p0, works, afters, starts, ends, t, now)
+                progressed = started
+            if run1 < 0:
+                p1, run1, left1, started = _start(comm, p1, works, afters, starts, ends, t, now)
+                progressed = progressed or started
+            if run0 >= 0 and run1 >= 0:
+                break  # both busy: nothing more starts now
+        if run0 < 0 and run1 < 0:
+            return
+        rate0 = slow if run1 >= 0 or (last_comm is not None and ends[last_comm] is None) else 1.0
+        step = left0 / rate0 if run0 >= 0 else math.inf
+        if run1 >= 0 and left1 < step:
+            step = left1
+        t += step
+        if run0 >= 0:
+            left0 -= step * rate0
+            if left0 <= 1e-12:
+                ends[run0] = t
+                run0 = -1
+        if run1 >= 0:
+            left1 -= step
+            if left1 <= 1e-12:
+                ends[run1] = t
+                run1 = -1
+
+
+def _start(order, p, works, afters, starts, ends, t, now) -> tuple[int, int, float, bool]:
+    """An idle stream's next task at ``t``, if its inputs have ended by ``now``:
+    (its next place, the task it runs or -1, that task's work, whether one started). A
+    task without work ends where it starts."""
+    if p >= len(order):
+        return p, -1, 0.0, False
+    i = order[p]
+    for j in afters[i]:
+        e = ends[j]
+        if e is None or e > now:
+            return p, -1, 0.0, False
+    starts[i] = t
+    work = works[i]
+    if work <= 0:
+        ends[i] = t
+        return p + 1, -1, 0.0, True
+    return p + 1, i, work, True
 
 
 def forward_tasks(layers: tuple[LayerCosts, ...], tag: str, tasks: list[Task]) -> list[dict[str, int]]:
