@@ -47,6 +47,9 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
     comm = prob.comm
     fadd, badd, wadd = prob.deltas
     broom = prob.b_room
+    # the costs by kind and the W costs, looked up once: ``put`` and ``fill`` run for
+    # every op of every pass (tens of thousands at pp36 x 64)
+    costs, wcost = (prob.f, prob.b, prob.w), prob.w
     free = [0.0] * pp
     live = [0.0] * pp
     bubble = [0.0] * pp
@@ -57,24 +60,14 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
     order: Order = [[] for _ in range(pp)]
     top = max(allowed) if allowed else 0.0
 
-    def stage(r: int, kind: int, leg: int) -> int:
-        chunk_one = leg == 1 if kind == F else leg == 0
-        return S - 1 - r if chunk_one else r
-
     def allowance(r: int) -> float:
         return max(worst[0], top - allowed[r] if allowed else 0.0)
-
-    def source(r: int, leg: int) -> int | None:
-        """The rank a leg's input comes from (None: the turn, on this rank)."""
-        if leg == 0:
-            return r - 1 if r > 0 else None
-        return r + 1 if r < pp - 1 else None
 
     def arrival(r: int, kind: int, leg: int) -> float | None:
         """When the next op's input from another rank arrives; None if it has none; -1
         if it is not placed yet."""
-        src = source(r, leg)
-        if src is None:
+        src = r - 1 if leg == 0 else r + 1  # the rank a leg's input comes from
+        if not 0 <= src < pp:  # none: the turn of the V, on this rank
             return None
         e = end.get((kind, leg, src, count[r][kind][leg]))
         return -1.0 if e is None else e + comm
@@ -83,27 +76,31 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         i = count[r][kind][leg]
         if i >= M:
             return False
-        if source(r, leg) is not None:
-            return (kind, leg, source(r, leg), i) in end
+        src = r - 1 if leg == 0 else r + 1  # the rank a leg's input comes from (``arrival``)
+        if 0 <= src < pp:
+            return (kind, leg, src, i) in end
         if kind == F:  # the bottom of the V: leg 1 after this rank's leg 0
             return leg == 0 or (F, 0, r, i) in end
         return (F, 1, r, i) in end if leg == 0 else (B, 0, r, i) in end
 
     def put(r: int, kind: int, leg: int) -> None:
-        i = count[r][kind][leg]
-        s = stage(r, kind, leg)
+        done = count[r][kind]
+        i = done[leg]
+        # its stage: chunk 1 (the V's way up) is a forward's leg 1 and a backward's leg 0
+        chunk_one = leg == 1 if kind == F else leg == 0
+        s = S - 1 - r if chunk_one else r
         start = free[r]
         a = arrival(r, kind, leg)
-        if a is not None:
-            start = max(start, a)
+        if a is not None and a > start:  # max(start, a)
+            start = a
         if count[r][F][0] > 0:
             bubble[r] += start - free[r]
             if bubble[r] > worst[0]:
                 worst[0] = bubble[r]
-        free[r] = start + prob.cost(kind, s)
+        free[r] = start + costs[kind][s]
         end[(kind, leg, r, i)] = free[r]
-        count[r][kind][leg] += 1
-        order[r].append((kind, 1 if s >= pp else 0, i))
+        done[leg] += 1
+        order[r].append((kind, 1 if chunk_one else 0, i))
         if kind == F:
             live[r] += fadd
         else:
@@ -112,7 +109,7 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
 
     def put_w(r: int) -> None:
         s, i = pending[r].popleft()  # a W never waits: its B ran on this rank
-        free[r] += prob.w[s]
+        free[r] += wcost[s]
         live[r] += wadd
         order[r].append((W, 1 if s >= pp else 0, i))
 
@@ -133,7 +130,7 @@ def _pass(prob: Problem, fill_f: bool, fill_b: bool, allowed: list[float] | None
         a = arrival(r, kind, leg)
         if a is None or a < 0:
             return
-        while pending[r] and a + EPS >= free[r] + prob.w[pending[r][0][0]]:
+        while pending[r] and a + EPS >= free[r] + wcost[pending[r][0][0]]:
             put_w(r)
         if extra and pending[r] and a - free[r] > allowance(r) - bubble[r] + EPS:
             put_w(r)
