@@ -98,7 +98,7 @@ def wave_schedule(
     broom = prob.b_room
     limit = math.inf if prob.memory_limit is None else prob.memory_limit + EPS
     cost = (prob.f, prob.b, prob.w)
-    wcost = prob.w
+    fcost, bcost, wcost = cost
     left = [M * (prob.f[r] + prob.b[r] + prob.w[r]) for r in range(pp)]  # work still to place
     fend = [[0.0] * M for _ in range(pp)]
     bend = [[0.0] * M for _ in range(pp)]
@@ -119,6 +119,8 @@ def wave_schedule(
     def fill(r: int, arrive: float) -> None:
         """Ws into the wait before an op whose input arrives at ``arrive``."""
         q = wq[r]
+        if not q:  # no W pending: nothing to place
+            return
         w = wcost[r]
         while q and free[r] + w <= arrive + EPS:
             run(r, W, q.popleft(), free[r])
@@ -145,21 +147,32 @@ def wave_schedule(
             live[r] += wadd
         return True
 
+    # ``forward`` and ``backward`` run for every op of every construction (the heuristic
+    # makes hundreds): ``make_room`` is asked only where the op does not fit as it is,
+    # and the op placed in place, as ``run`` would place it
     def forward(r: int, i: int) -> bool:
         arrive = 0.0 if r == 0 else fend[r - 1][i] + comm
-        if not make_room(r, fadd) or (not wq[r] and live[r] + fadd + broom > limit):
+        if (live[r] + fadd > limit and not make_room(r, fadd)) or (not wq[r] and live[r] + fadd + broom > limit):
             return False
         fill(r, arrive)
-        fend[r][i] = run(r, F, i, max(free[r], arrive))
+        at = arrive if arrive > free[r] else free[r]  # max(free[r], arrive)
+        d = fcost[r]
+        end = fend[r][i] = free[r] = at + d
+        out[r].append((F, 0, i, at, end))
+        left[r] -= d
         live[r] += fadd
         return True
 
     def backward(r: int, i: int) -> bool:
         arrive = fend[r][i] if r == pp - 1 else bend[r + 1][i] + comm
-        if not make_room(r, badd):
+        if live[r] + badd > limit and not make_room(r, badd):
             return False
         fill(r, arrive)
-        bend[r][i] = run(r, B, i, max(free[r], arrive))
+        at = arrive if arrive > free[r] else free[r]  # max(free[r], arrive)
+        d = bcost[r]
+        end = bend[r][i] = free[r] = at + d
+        out[r].append((B, 0, i, at, end))
+        left[r] -= d
         live[r] += badd
         wq[r].append(i)
         return True
