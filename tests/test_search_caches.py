@@ -68,6 +68,19 @@ def test_a_compute_and_a_comm_stream_time_as_any_streams_do(plan):
         assert run_streams(tasks, orders, share, held) == run_streams(tasks, other, share, held)
 
 
+def test_a_component_models_pass_times_are_its_op_times():
+    """``pass_times`` gives each stage's forward and shorter backward as ``op_time`` gives
+    them, on any layers; and leaves them to ``op_time`` where lone ops overlap halves."""
+    rng = random.Random("passes")
+    for _ in range(100):
+        stages = tuple(_layers(rng, rng.randint(1, 6)) for _ in range(rng.randint(1, 5)))
+        model = ComponentCosts(stages)
+        fwd = [model.op_time(Op("F", 0, 0), s) for s in range(len(stages))]
+        bwd = [min(model.op_time(Op("B", 0, 0), s), model.op_time(Op("BW", 0, 0), s)) for s in range(len(stages))]
+        assert ComponentCosts(stages).pass_times(len(stages)) == (fwd, bwd)  # a fresh model: nothing kept yet
+        assert ComponentCosts(stages, lone_overlap=True).pass_times(len(stages)) is None
+
+
 def test_op_times_are_kept_by_kind_and_stage():
     """A cost model keeps each op's time by its kind and stage, and cost models share them
     by kind and layers: stages holding other layers, and other kinds of op on the same

@@ -204,6 +204,20 @@ class ComponentCosts:
         # only a simulation asks for (``inside``)
         return self._serial_times(stage)[kind]
 
+    def pass_times(self, stages: int) -> tuple[list[float], list[float]] | None:
+        """Per stage of the first ``stages``, ``op_time`` of its forward and of its
+        shorter backward (B, or the fused BW), read off each stage's serial times at once
+        (a planner asks this of thousands of cost models, three ``op_time`` calls a stage
+        otherwise); None where lone ops overlap half micro-batches (simulated plans)."""
+        if self.lone_overlap:
+            return None
+        fwd, bwd = [], []
+        for stage in range(stages):
+            times = self._serial_times(stage)
+            fwd.append(times["F"])
+            bwd.append(min(times["B"], times["BW"]))
+        return fwd, bwd
+
     def compute_time(self, kind: str, stage: int) -> float:
         """Seconds of compute in one op (F, B or the fused BW) on one stage: its compute
         parts one after another at full rate, the least an item holding it lasts."""

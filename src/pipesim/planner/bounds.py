@@ -154,6 +154,10 @@ def stage_passes(costs, stages: int) -> tuple[list[float], list[float]]:
     """Per stage, its forward and its shortest backward (B, or the fused BW if shorter):
     what ``pipeline_bound`` fills and drains with, the same for every placement of a cost
     model (the search computes them once per cost model)."""
+    every = getattr(costs, "pass_times", None)  # a component model's, every stage at once
+    got = every(stages) if every is not None else None
+    if got is not None:
+        return got
     f, b, bw = _op("F"), _op("B"), _op("BW")
     fwd = [costs.op_time(f, s) for s in range(stages)]
     bwd = [min(costs.op_time(b, s), costs.op_time(bw, s)) for s in range(stages)]
