@@ -47,6 +47,7 @@ def static_bytes(held: tuple[tuple[int, ...], ...], mm) -> list[float]:
 #: hundreds of thousands (an Op is a frozen dataclass, a microsecond each to make)
 _OPS = {(k, ch): Op(k, ch, 0) for k in ("F", "B", "W", "BW") for ch in range(2)}
 _PAIRS = {k: Pair(_OPS["F", 0], Op(k, 0, 1)) for k in ("B", "BW")}
+_LONE = {k: op for (k, ch), op in _OPS.items() if ch == 0}  # by kind alone: ``item_time``'s
 
 
 def _op(kind: str, chunk: int = 0) -> Op:
@@ -57,7 +58,7 @@ def item_time(key: tuple, costs) -> float:
     if key[0] == "pair":  # ("pair", backward kind, f stage, b stage)
         pair = _PAIRS.get(key[1]) or Pair(_op("F"), Op(key[1], 0, 1))
         return costs.pair_time(pair, key[2], key[3])
-    return costs.op_time(_op(key[0]), key[1])
+    return costs.op_time(_LONE.get(key[0]) or _op(key[0]), key[1])
 
 
 def rank_work(counts: list[dict], costs, times: dict | None = None) -> tuple[list[float], list[float]]:
