@@ -83,7 +83,28 @@ def torchtitan_base(m: Model) -> tuple[str, str, str]:
             return "torchtitan.models.qwen3.config_registry", base, ""
         if flavour:
             return (*PLACEHOLDER, f'its model_spec is torchtitan.models.qwen3.model_registry("{flavour}")')
-    return (*PLACEHOLDER, "")
+    return (*PLACEHOLDER, _no_flavour_hint(m))
+
+
+def _no_flavour_hint(m: Model) -> str:
+    """What torchtitan holds for a model it has no configuration of, where the placeholder's
+    "yours to write" would let a user look for a model spec that is gone or guess at one:
+    torchtitan's Llama 4 (the one model of it with chunked attention, flavours 17bx16e and
+    17bx128e) was removed by #3573 (d92336f, 2026-06-08, "deprecate llama4": models/llama4
+    deleted), so no model at b5bcd76 attends within chunks; its deepseek_v3 model_registry
+    builds MLA + MoE in the flavours 16B, 236B and 671B alone (deepseekv3_configs at b5bcd76:
+    DeepSeek-V2-Lite's, V2's and V3's shapes)."""
+    if any(m.chunk(i) for i in range(m.layers)):
+        return (
+            "torchtitan has no model with chunked attention since #3573 (2026-06-08) removed its Llama 4, "
+            "so the model spec is yours too"
+        )
+    if m.attention.kind == "mla" and m.moe:
+        return (
+            "torchtitan.models.deepseek_v3.model_registry builds MLA and MoE layers in the flavours "
+            '"16B", "236B" and "671B" alone (DeepSeek-V2-Lite\'s, V2\'s and V3\'s shapes)'
+        )
+    return ""
 
 
 @cache
