@@ -10,6 +10,7 @@ from ..costs import PerStage, at_stage
 from ..memory import MemoryModel
 from . import activations
 from .layout import Layout, keeps_gathered, local_training
+from .moe_layers import mtp_layer_kind
 from .params import attention_params, mlp_params
 from .pipeline_io import stage_boundary_pairs
 from .saved_widths import layer_mode
@@ -32,8 +33,8 @@ def stage_params(m: Model, rng: range, last: bool, first: bool, lay: Layout) -> 
         dense += m.vocab * m.hidden / lay.tp
     if last and not (m.tied_embeddings and first):  # a tied head on its own stage keeps a copy
         dense += m.vocab * m.hidden / lay.tp
-    if last and m.mtp_layers:  # each MTP module: the last layer's kind (layer_costs.mtp_costs), a 2h x h projection, two norms
-        d, e = mlp_params(m, m.layers - 1)
+    if last and m.mtp_layers:  # each MTP module: the last layer's kind (mtp_layer_kind), a 2h x h projection, two norms
+        d, e = mlp_params(m, mtp_layer_kind(m, len(rng)))
         dense += m.mtp_layers * ((attention_params(m) + d + 2 * m.hidden * m.hidden) / lay.tp + 4 * m.hidden)
         experts += m.mtp_layers * e / (lay.ep * lay.etp)
     return dense, experts
@@ -128,7 +129,8 @@ def memory_model(
         # a stage's layers are consecutive (``stage_parts``): slices of the columns
         held, held_kept = sizes[rng.start : rng.stop], weighted[rng.start : rng.stop]
         if last and m.mtp_layers:
-            held, held_kept = held + sizes[-1:] * m.mtp_layers, held_kept + weighted[-1:] * m.mtp_layers
+            k = mtp_layer_kind(m, len(rng))
+            held, held_kept = held + sizes[k : k + 1] * m.mtp_layers, held_kept + weighted[k : k + 1] * m.mtp_layers
         layers.append(held)  # Megatron-Core runs MTP layers after the decoder's
         extra = []
         if last:  # the final norm and the loss's softmax (no weighted multiply's input W waits on)

@@ -382,13 +382,14 @@ def _tp_placed(t: Training, lc: LayerCosts) -> LayerCosts:
     return replace(lc, attn_f=lc.attn_f + lc.dispatch_f, attn_b=lc.attn_b + lc.dispatch_b, dispatch_f=0.0, dispatch_b=0.0)
 
 
-def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) -> tuple[LayerCosts, ...]:
+def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, kind: int | None = None) -> tuple[LayerCosts, ...]:
     """DeepSeek-V3's multi-token prediction modules, on the last stage: each looks up the
     next token's embedding, joins it to the hidden state (two norms and a 2h -> h
     projection), runs one more transformer layer and the shared output head. That layer
     is built as the model's last decoder layer is, MoE or dense (Megatron-LM at d98e8a6,
     gpt_builders.py: "Use spec of the last layer in decoder block as spec of the
-    transformer layer in MTP"), so it is priced as layer ``layers - 1``.
+    transformer layer in MTP"), so it is priced as layer ``layers - 1``, or as ``kind``
+    where the last stage holds no decoder layer (``moe_layers.mtp_layer_kind``).
 
     As Megatron-Core runs it (core_v0.14.0 transformer/multi_token_prediction.py): the
     lookup is the model's embedding again on the last stage (``_get_embeddings``, :480-509;
@@ -405,7 +406,7 @@ def mtp_costs(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str) ->
     if not m.mtp_layers:
         return ()
     T, h = lay.tokens(t.seq), m.hidden
-    block = layer_costs(m, m.layers - 1, c, t, lay, recompute)
+    block = layer_costs(m, m.layers - 1 if kind is None else kind, c, t, lay, recompute)
     pf, pb, pw = gemm_fbw(c, t, T, h / lay.tp, 2 * h)
     norms = T * 2 * 2 * 2 * h / hbm_rate(c, t)
     emb = embedding_costs(m, c, t, lay)

@@ -90,6 +90,20 @@ def _list_shape(value: list) -> str:
     return f"entry {shorten(bad[0])}" if bad else f"{len(value)} entries"
 
 
+def mtp_layer_kind(m, last_stage_layers: int) -> int:
+    """The decoder layer (index from 0) each MTP layer is built as, for a model ``m`` whose
+    last pipeline stage holds ``last_stage_layers`` decoder layers. Megatron-LM (d98e8a6,
+    gpt_builders.py) builds the MTP layer from the last decoder layer's spec
+    (``decoder_layer_specs[-1]``, every layer's spec by moe_layer_freq), except where the
+    last stage's block has no decoder layer (a layout such as ``...|mL``): there it takes
+    ``_get_transformer_layer_spec``, the one layer spec with ``config.num_moe_experts``,
+    an MoE layer whenever the model has experts. A dense last layer before such a stage
+    then gives an MoE MTP layer, priced here as the last MoE layer."""
+    if last_stage_layers or not m.moe_layers or m.is_moe_layer(m.layers - 1):
+        return m.layers - 1
+    return m.moe_layers[-1]
+
+
 def megatron_moe_layer_freq(moe_layers: tuple[int, ...], layers: int) -> str:
     """``--moe-layer-freq`` for these MoE layers ("" when every layer is one, Megatron's
     default 1): the integer N where the layers are those ``i % N == 0`` makes, else the

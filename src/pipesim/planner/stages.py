@@ -8,6 +8,7 @@ from ..components import ComponentCosts, LayerCosts
 from .collectives import p2p_seconds
 from .layer_costs import blocking_p2p, embedding_costs, head_costs, layer_costs, mtp_costs
 from .layout import Layout
+from .moe_layers import mtp_layer_kind
 from .p2p_sync import sync_costs
 from .pipeline_layout import is_layout, layout_sizes
 from .specs import Cluster, Model, Training
@@ -25,11 +26,12 @@ def _layer(m: Model, first: int, c: Cluster, t: Training, lay: Layout, recompute
 
 
 @lru_cache(maxsize=4096)
-def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str):
+def _ends(m: Model, c: Cluster, t: Training, lay: Layout, recompute: str, mtp_kind: int | None = None):
     """(embedding, head, MTP modules) costs of a layout. Kept for as many layouts and
     recomputations as a wide search has (Qwen3-235B-A22B on h800-2048: about 1,700; with
-    1024 kept, 3,134 were worked out)."""
-    mtp = tuple(map(_one_of, mtp_costs(m, c, t, lay, recompute)))
+    1024 kept, 3,134 were worked out). ``mtp_kind``: the layer the MTP modules are built
+    as (``moe_layers.mtp_layer_kind``; the last by default)."""
+    mtp = tuple(map(_one_of, mtp_costs(m, c, t, lay, recompute, mtp_kind)))
     return _one_of(embedding_costs(m, c, t, lay)), _one_of(head_costs(m, c, t, lay)), mtp
 
 
@@ -123,7 +125,7 @@ def component_costs(
     m: Model, c: Cluster, t: Training, lay: Layout, stages: int, recompute: str, parts: list[range] | None = None
 ) -> ComponentCosts:
     parts = parts or stage_parts(m, c, t, lay, stages, recompute)
-    embed, head, mtp = _ends(m, c, t, lay, recompute)
+    embed, head, mtp = _ends(m, c, t, lay, recompute, mtp_layer_kind(m, len(parts[-1])))
     # one lookup per kind of layer, not per layer: the cache's key hashes every spec
     kinds = {k: _layer(m, i, c, t, lay, recompute) for i, k in _first_of_kinds(m)}
     layers = tuple(kinds[k] for k in _kinds(m))  # each layer's costs, in layer order
