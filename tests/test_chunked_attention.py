@@ -181,3 +181,16 @@ def test_megatrons_flags_say_they_attend_over_the_whole_sequence(maverick):
     (note,) = attention_notes(maverick, long)
     assert "chunked attention on 36 of 48 layers" in note and "whole sequence" in note
     assert attention_notes(maverick, short) == []
+
+
+def test_the_megatron_notes_remedy_prices_full_attention(tmp_path, maverick):
+    # transformers' Llama4TextConfig defaults attention_chunk_size to 8192, so a config
+    # without the key is still chunked (the note said "a config without attention_chunk_size
+    # prices that"); null is what turns chunks off, as attention_chunk = 0 does in a model file
+    from pipesim.planner.megatron_flags import attention_notes
+
+    (note,) = attention_notes(maverick, load_training(seq=32768))
+    assert "attention_chunk_size null in its config.json" in note and "attention_chunk = 0" in note
+    assert "without attention_chunk_size" not in note
+    nulled = load_model(config(tmp_path, {**MAVERICK, "attention_chunk_size": None}, "nulled.json"))
+    assert attention_notes(nulled, load_training(seq=32768)) == []

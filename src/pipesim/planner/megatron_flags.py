@@ -376,7 +376,9 @@ def attention_notes(m: Model, t: Training) -> list[str]:
     And chunked attention (Llama 4) past one chunk: Megatron-Core at d98e8a6 takes Llama 4's
     NoPE layers (TransformerConfig.no_rope_freq) but has no chunk mask for training (its
     only ``attention_chunk`` is the 0 it hands FlashAttention's KV-cache kernel at inference,
-    core/transformer/attention.py), so its run attends over the whole sequence there."""
+    core/transformer/attention.py), so its run attends over the whole sequence there. A
+    config.json prices that with attention_chunk_size null: absent, it is Llama4TextConfig's
+    8192 (hf_llama4)."""
     notes = []
     if m.attention_sinks:
         notes.append(
@@ -389,6 +391,7 @@ def attention_notes(m: Model, t: Training) -> list[str]:
         notes.append(
             f"the plan priced chunked attention on {chunked} of {m.layers} layers (chunks of {m.attention_chunk} tokens); "
             "Megatron-Core has no chunk mask for training, so these flags attend over the whole sequence there, more "
-            f"attention work than priced (a config without attention_chunk_size prices that, or --seq {m.attention_chunk})"
+            "attention work than priced (attention_chunk_size null in its config.json, or attention_chunk = 0 in a model "
+            f"file, prices that; or --seq {m.attention_chunk})"
         )
     return notes
