@@ -194,3 +194,13 @@ def test_the_megatron_notes_remedy_prices_full_attention(tmp_path, maverick):
     assert "without attention_chunk_size" not in note
     nulled = load_model(config(tmp_path, {**MAVERICK, "attention_chunk_size": None}, "nulled.json"))
     assert attention_notes(nulled, load_training(seq=32768)) == []
+
+
+@pytest.mark.parametrize("kind", ["full_attention", "chunked_attention"])
+def test_a_layer_types_list_of_the_wrong_length_is_refused(tmp_path, capsys, kind):
+    # transformers refuses it (configuration_utils.layer_type_validation, which
+    # Llama4TextConfig calls with num_hidden_layers): "`num_hidden_layers` (48) must be equal
+    # to the number of layer types (47)"; a list without a chunked entry was dropped unread
+    path = config(tmp_path, {**MAVERICK, "layer_types": [kind] * 47})
+    code, _, err = run(capsys, "memory", "--model", path, "--cluster", "h100", "--gpus", "64", "--pp", "4")
+    one_line(code, err, "layer_types lists 47 layers but the model has 48; give one entry a layer")

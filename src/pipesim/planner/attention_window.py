@@ -44,9 +44,13 @@ SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attenti
 LAYER_TYPES = (SLIDING, FULL, CHUNKED)
 
 
-def read_layer_types(value: object, where: str) -> tuple[str, ...]:
+def read_layer_types(value: object, layers: int, where: str) -> tuple[str, ...]:
     """A model file's ``layer_types``: a list of ``"sliding_attention"``, ``"chunked_attention"``
-    or ``"full_attention"``, one a layer."""
+    or ``"full_attention"``, one a layer of the model's ``layers``. A config.json's list of
+    another length is refused here, before a reader that finds no window or chunk in it
+    drops it: transformers refuses it too (configuration_utils.layer_type_validation,
+    called with num_hidden_layers by Llama4TextConfig and the other classes with
+    layer_types: "`num_hidden_layers` (48) must be equal to the number of layer types")."""
     names = f'"{SLIDING}", "{CHUNKED}" or "{FULL}"'
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
         raise PipesimError(f"{where}: layer_types must be a list of {names}, one a layer, got {shorten(value)}")
@@ -57,17 +61,22 @@ def read_layer_types(value: object, where: str) -> tuple[str, ...]:
             f'"{SLIDING}" (attends over sliding_window tokens), "{CHUNKED}" (within attention_chunk tokens) '
             f'or "{FULL}" for each layer'
         )
+    _check_length(value, layers, where)
     return tuple(value)
+
+
+def _check_length(layer_types, layers: int, where: str) -> None:
+    if layer_types and len(layer_types) != layers:
+        raise PipesimError(
+            f"{where}: layer_types lists {len(layer_types)} layers but the model has {layers}; give one entry a layer"
+        )
 
 
 def check_windows(layers: int, window: int, chunk: int, layer_types: tuple[str, ...], where: str) -> None:
     """Refuse a ``layer_types`` of the wrong length, sliding layers without a window,
     chunked layers without a chunk, or a window and a chunk with no ``layer_types`` to
     say which layers take which."""
-    if layer_types and len(layer_types) != layers:
-        raise PipesimError(
-            f"{where}: layer_types lists {len(layer_types)} layers but the model has {layers}; give one entry a layer"
-        )
+    _check_length(layer_types, layers, where)
     if SLIDING in layer_types and not window:
         raise PipesimError(
             f'{where}: layer_types has "{SLIDING}" layers but no sliding_window; give the window in tokens (gpt-oss: 128)'

@@ -95,7 +95,7 @@ def _windows(f: Fields, layers: int) -> dict:
         return {}
     given = f.config.get("layer_types")
     if given is not None and kind not in ("mistral", "mixtral", "qwen3_moe"):
-        types = list(read_layer_types(given, f.where))
+        types = list(read_layer_types(given, layers, f.where))
     elif kind in ("qwen2", "qwen3"):
         first = f.get("max_window_layers", 28)
         types = [SLIDING if i >= first else FULL for i in range(layers)]

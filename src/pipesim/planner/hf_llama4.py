@@ -110,7 +110,7 @@ def _layer_types(f: Fields, layers: int) -> list[str]:
     given = f.config.get("layer_types")
     if given is None:
         return [CHUNKED if rope else FULL for rope in _rope_layers(f, layers)]
-    types = list(read_layer_types(given, f.where))
+    types = list(read_layer_types(given, layers, f.where))
     if SLIDING in types:
         raise PipesimError(f'{f.where}: layer_types of Llama 4 are "{CHUNKED}" or "{FULL}", got "{SLIDING}"')
     return types

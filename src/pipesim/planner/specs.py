@@ -374,7 +374,7 @@ def model_from_table(data: dict, where: str) -> Model:
     dense_ffn = mlp.get("dense_ffn", 0)
     fields_ = {**data, "attention": att, "moe": moe, "moe_layers": moe_layers, "dense_ffn": dense_ffn}
     if "layer_types" in data:
-        fields_["layer_types"] = read_layer_types(data["layer_types"], where)
+        fields_["layer_types"] = read_layer_types(data["layer_types"], layers, where)
     if "activation" in mlp:
         fields_["activation"] = mlp["activation"]
     m = _fill(Model, fields_, where)
