@@ -23,7 +23,7 @@ from ..inputs import MAX_LAYERS
 from .attention_window import FULL, SLIDING, read_layer_types
 
 if TYPE_CHECKING:
-    from .hf_config import Fields
+    from .hf_fields import Fields
 
 
 def _common(f: Fields) -> dict:
@@ -37,7 +37,7 @@ def _common(f: Fields) -> dict:
     }
 
 
-def _gqa(f: Fields, head_dim_given: bool = False) -> dict:
+def gqa(f: Fields, head_dim_given: bool = False) -> dict:
     """Grouped-query attention. Llama, Mistral and Qwen2 derive the head size as
     hidden / heads unless ``head_dim`` is given (a null one too: configs saved by newer
     transformers write it out); Qwen3 always gives it (Qwen3-32B:
@@ -116,12 +116,12 @@ def _windows(f: Fields, layers: int) -> dict:
 
 def _dense(f: Fields, head_dim_given: bool = False) -> dict:
     # every family here has a gated MLP (gate, up and down: three hidden x ffn matrices)
-    out = _gqa(f, head_dim_given)
+    out = gqa(f, head_dim_given)
     out["mlp"] = {"dense_ffn": f.int("intermediate_size"), "activation": "swiglu"}
     return out
 
 
-def _routed(f: Fields, experts_key: str, ffn_key: str) -> dict:
+def routed(f: Fields, experts_key: str, ffn_key: str) -> dict:
     """The ``[moe]`` table's routed experts: how many, how wide, and how many a token reaches."""
     experts, top_k = f.int(experts_key), f.int("num_experts_per_tok")
     if top_k > experts:
@@ -131,14 +131,14 @@ def _routed(f: Fields, experts_key: str, ffn_key: str) -> dict:
     return {"experts": experts, "expert_ffn": f.int(ffn_key), "top_k": top_k}
 
 
-def _some_moe(f: Fields, moe: list[bool], why: str, fix: str) -> None:
+def some_moe(f: Fields, moe: list[bool], why: str, fix: str) -> None:
     """Refuse a MoE config whose every layer is dense: its experts would be planned for
     (expert parallelism, all-to-alls) though no layer runs them."""
     if not any(moe):
         raise f.refuse(f"{why} leaves none of its {len(moe)} layers an MoE layer; {fix}")
 
 
-def _moe_mlp(f: Fields, moe: list[bool], dense_key: str) -> dict:
+def moe_mlp(f: Fields, moe: list[bool], dense_key: str) -> dict:
     """The ``[mlp]`` table of a config whose layers ``moe`` marks MoE: the pattern as
     Megatron's per-layer moe_layer_freq list (moe_layers.py), and the dense layers' width
     from ``dense_key`` where some layer is dense."""
@@ -149,10 +149,10 @@ def _moe_mlp(f: Fields, moe: list[bool], dense_key: str) -> dict:
 
 
 def _mixtral(f: Fields) -> dict:
-    out = _gqa(f)
+    out = gqa(f)
     out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
     # Mixtral's experts are full-size MLPs: intermediate_size is each expert's width
-    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
+    out["moe"] = routed(f, "num_local_experts", "intermediate_size")
     return out
 
 
@@ -170,15 +170,15 @@ def _qwen_moe_layers(f: Fields, layers: int) -> list[bool]:
 
 
 def _qwen_moe(f: Fields, shared: bool) -> dict:
-    out = _gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
+    out = gqa(f, head_dim_given=not shared)  # qwen3_moe gives head_dim; qwen2_moe derives it
     moe = _qwen_moe_layers(f, out["layers"])
     dense_type = "qwen2" if shared else "qwen3"
-    _some_moe(
+    some_moe(
         f, moe, f"mlp_only_layers with decoder_sparse_step {f.get('decoder_sparse_step', 1, lo=1)}",
         f"for the dense model it describes give model_type {dense_type!r} (intermediate_size is its width)",
     )  # fmt: skip
-    out["mlp"] = _moe_mlp(f, moe, "intermediate_size")
-    out["moe"] = _routed(f, "num_experts", "moe_intermediate_size")
+    out["mlp"] = moe_mlp(f, moe, "intermediate_size")
+    out["moe"] = routed(f, "num_experts", "moe_intermediate_size")
     ffn = out["moe"]["expert_ffn"]
     if shared:
         # Qwen2-MoE's one shared expert is shared_expert_intermediate_size wide; pipesim
@@ -229,12 +229,12 @@ def _deepseek_moe(f: Fields, layers: int, example: str) -> dict:
 
     dense, freq = count("first_k_dense_replace"), f.get("moe_layer_freq", 1, lo=1)
     moe = [i >= dense and i % freq == 0 for i in range(layers)]
-    _some_moe(
+    some_moe(
         f, moe, f"first_k_dense_replace {dense}" + (f" with moe_layer_freq {freq}" if freq != 1 else ""),
         f"give first_k_dense_replace below num_hidden_layers {layers} ({example})",
     )  # fmt: skip
-    out = {"mlp": _moe_mlp(f, moe, "intermediate_size")}
-    out["moe"] = {**_routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": count("n_shared_experts")}
+    out = {"mlp": moe_mlp(f, moe, "intermediate_size")}
+    out["moe"] = {**routed(f, "n_routed_experts", "moe_intermediate_size"), "shared_experts": count("n_shared_experts")}
     # Group-limited routing: the routed experts form n_group groups and a token reaches
     # experts of topk_group of them. DeepSeek-V2 (section 2.2.2, "device-limited
     # routing", M = 3) and V3 (section 2.1.2, "node-limited routing", M = 4) state the
@@ -273,7 +273,7 @@ def _glm4_moe(f: Fields) -> dict:
     and the router's e_score_correction_bias (a buffer). GLM-4.5 comes to 352.80B without
     its MTP layer (the checkpoint's 358.34B holds it and its own copy of the embedding and
     head) and 32.85B active as DeepSeek count it, without the input embedding."""
-    out = _gqa(f)
+    out = gqa(f)
     out.update(_deepseek_moe(f, out["layers"], "GLM-4.5 and GLM-4.5-Air: 3 and 1"))
     return out
 
@@ -291,13 +291,13 @@ def _gpt_oss(f: Fields) -> dict:
     Active parameters: OpenAI's 5.13B (gpt-oss-120b) and 3.61B (gpt-oss-20b; model card,
     arXiv 2508.10925, Table 1) hold only with the unembedding and without the input
     embedding, as DeepSeek count (4.55B and 3.03B without either, 5.71B and 4.19B with both)."""
-    out = _gqa(f, head_dim_given=True)
+    out = gqa(f, head_dim_given=True)
     if not f.flag("attention_bias", True):
         raise f.refuse("attention_bias false: pipesim counts gpt-oss's biases on every projection; give true")
     out["biases"] = True
     out["attention_sinks"] = True
     out["mlp"] = {"dense_layers": 0, "activation": "swiglu"}
-    out["moe"] = _routed(f, "num_local_experts", "intermediate_size")
+    out["moe"] = routed(f, "num_local_experts", "intermediate_size")
     out["active_counts_embedding"] = False
     return out
 

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 from ..errors import PipesimError
 from ..inputs import shorten
 from .attention_window import CHUNKED, FULL, SLIDING, read_layer_types
-from .hf_families import _gqa, _moe_mlp, _routed, _some_moe
+from .hf_families import gqa, moe_mlp, routed, some_moe
 
 if TYPE_CHECKING:
-    from .hf_config import Fields
+    from .hf_fields import Fields
 
 #: Llama4TextConfig's defaults for the fields read here when absent (transformers'
 #: configuration_llama4.py)
@@ -76,9 +76,9 @@ def _layer_list(f: Fields, key: str) -> list | None:
 
 def read_llama4(f: Fields) -> dict:
     f = text_fields(f)
-    if "head_dim" not in f.config:  # absent: the class's 128 (null: hidden / heads, as _gqa reads it)
+    if "head_dim" not in f.config:  # absent: the class's 128 (null: hidden / heads, as gqa reads it)
         f = type(f)({**f.config, "head_dim": HEAD_DIM}, f.where, f.bounds)
-    out = _gqa(f)
+    out = gqa(f)
     layers = out["layers"]
     listed = _layer_list(f, "moe_layers")  # Llama4TextConfig takes it whenever it is not None, [] too
     if listed is None:
@@ -89,11 +89,11 @@ def read_llama4(f: Fields) -> dict:
     else:
         why = f"moe_layers {shorten(listed)}"
     moe = [i in set(listed) for i in range(layers)]
-    _some_moe(f, moe, why, "for a dense model give model_type 'llama'")
+    some_moe(f, moe, why, "for a dense model give model_type 'llama'")
     if not all(moe) and "intermediate_size_mlp" not in f.config:
         f = type(f)({**f.config, "intermediate_size_mlp": DENSE_FFN}, f.where, f.bounds)
-    out["mlp"] = _moe_mlp(f, moe, "intermediate_size_mlp")
-    out["moe"] = {**_routed(f, "num_local_experts", "intermediate_size"), "shared_experts": 1}
+    out["mlp"] = moe_mlp(f, moe, "intermediate_size_mlp")
+    out["moe"] = {**routed(f, "num_local_experts", "intermediate_size"), "shared_experts": 1}
     # absent: the class's 8192; null: no chunks (every layer attends over the whole sequence)
     chunked = f.config.get("attention_chunk_size", CHUNK) is not None
     chunk = f.get("attention_chunk_size", CHUNK) if chunked else 0
