@@ -157,7 +157,14 @@ def test_nvl72_presets_name_their_domain():
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--seq", "4096", "--cp", "3"], "--cp 3 must divide"),
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--seq", "4100", "--cp", "4"], "divisible by 2 x cp = 8"),
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--cp", "4", "--cp-comm", "a2a", "--tp", "4"], "splits heads cp ways"),
-        (["--model", "deepseek-v3", "--cluster", "h800-2048", "--ep", "3"], "--ep 3 must divide deepseek-v3's 256 experts"),
+        # 256 = 2^8: its divisors are the nine powers of two up to it
+        (["--model", "deepseek-v3", "--cluster", "h800-2048", "--ep", "3"], "--ep 3 must divide deepseek-v3's 256 experts: give --ep one of 1, 2, 4, 8, 16, 32, 64, 128 or 256\n"),
+        # Kimi K2's 384 experts (2^7 x 3) have 16 divisors: the two nearest 5 are named
+        (["--model", "tests/data/hf/kimi-k2-instruct.json", "--cluster", "h800-2048", "--ep", "5"], "--ep 5 must divide kimi-k2-instruct's 384 experts: give --ep a divisor of 384, such as 4 or 6\n"),
+        # DeepSeek-V3's experts are 2048 wide (moe_intermediate_size)
+        (["--model", "deepseek-v3", "--cluster", "h800-2048", "--etp", "3"], "--etp 3 must divide deepseek-v3's expert width 2048: give --etp a divisor of 2048, such as 2 or 4\n"),
+        # Llama 3 8B: 32 query heads, 8 key/value heads; tp divides both, so it divides 8
+        (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "24", "--tp", "3"], "--tp 3 must divide llama3-8b's 32 attention heads and 8 key/value heads: give --tp one of 1, 2, 4 or 8\n"),
         (["--model", "llama3-8b", "--cluster", "h100", "--gpus", "64", "--ep", "2"], "has no experts"),
         (["--model", "deepseek-v3", "--cluster", "h800-2048", "--tp", "1", "--pp", "16", "--dp", "128", "--ep", "64", "--etp", "4"], "must divide tp x cp x dp = 128"),
         # 25 trays split only into shares of 5 (20 GPUs, two could share a rack); 24 and 26 trays into 2 x 12 and 2 x 13

@@ -172,6 +172,19 @@ def _range(lo: float | None, hi: float | None, integer: bool) -> str:
     return f"{kind} >= {fmt(lo)}" if lo is not None else f"{kind} <= {fmt(hi)}" if hi is not None else kind
 
 
+def divisors_text(n: int, near: int) -> str:
+    """What a refusal of a value that does not divide ``n`` offers instead: every divisor
+    of n where there are ten or fewer ("one of 1, 2, 4 or 8"), else the two nearest
+    ``near`` (the value refused), so that the line stays one line for any n."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    every = sorted({*small, *(n // d for d in small)})
+    if len(every) <= 10:
+        return "one of " + (f"{', '.join(map(str, every[:-1]))} or {every[-1]}" if len(every) > 1 else "1")
+    below = [d for d in every if d < near][-1:]
+    above = [d for d in every if d > near][:1]
+    return f"a divisor of {n}, such as {' or '.join(map(str, below + above))}"
+
+
 def number(
     value: object,
     key: str,

@@ -20,11 +20,13 @@ from them; this is the planner's equivalent, without processes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
+from ..inputs import divisors_text
 from .attention_window import chunk_problem, window_problem
 from .specs import Model, Training, hashed_once
 
@@ -182,7 +184,10 @@ def keeps_gathered(t: Training, lay: Layout) -> bool:
 def tp_problem(m: Model, tp: int) -> str | None:
     kv = m.attention.kv_heads or m.heads
     if m.heads % tp or kv % tp:
-        return f"--tp {tp} must divide {m.name}'s {m.heads} attention heads and {kv} key/value heads"
+        return (
+            f"--tp {tp} must divide {m.name}'s {m.heads} attention heads and {kv} key/value heads: "
+            f"give --tp {divisors_text(math.gcd(m.heads, kv), tp)}"
+        )
     return None
 
 
@@ -225,9 +230,12 @@ def expert_problem(m: Model, ep: int, etp: int) -> str | None:
     if m.moe is None:
         return f"{m.name} has no experts; drop --ep and --etp"
     if m.moe.experts % ep:
-        return f"--ep {ep} must divide {m.name}'s {m.moe.experts} experts"
+        return f"--ep {ep} must divide {m.name}'s {m.moe.experts} experts: give --ep {divisors_text(m.moe.experts, ep)}"
     if m.moe.expert_ffn % etp:
-        return f"--etp {etp} must divide {m.name}'s expert width {m.moe.expert_ffn}"
+        return (
+            f"--etp {etp} must divide {m.name}'s expert width {m.moe.expert_ffn}: "
+            f"give --etp {divisors_text(m.moe.expert_ffn, etp)}"
+        )
     return None
 
 
