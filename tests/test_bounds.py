@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "src" / "pipesim" / "planner" / "presets"
 H100 = (PRESETS / "clusters" / "h100.toml").read_text()
 LLAMA = (PRESETS / "models" / "llama3-8b.toml").read_text()
+DEEPSEEK = (PRESETS / "models" / "deepseek-v3.toml").read_text()
 TRAINING = 'seq = 1024\nglobal_batch = 64\nprecision = "bf16"\nzero = 1\n'
 COSTS = "[layer]\nattn_f = 1\nmlp_f = 1\ndispatch_f = 1\ncombine_f = 1\n"
 DIGITS = "9" * 5000  # past Python's int() limit of 4,300 digits
@@ -85,6 +86,12 @@ CASES = [
      "c.toml: sms = 10 leaves none for compute beside the training's comm_sms = 20; give sms from 21 up"),
     ({"m.toml": LLAMA.replace("kv_heads = 8", "kv_heads = 64")}, ["plan", "--model", "m.toml", "--cluster", "h100", "--gpus", "8"],
      "kv_heads must divide heads = 32 (from 1 to 32), got 64"),
+    # a dense layer with no width named the key alone; the line says what to write, and where
+    ({"m.toml": LLAMA.replace("dense_ffn = 14336", "")}, ["plan", "--model", "m.toml", "--cluster", "h100", "--gpus", "8"],
+     "m.toml [mlp]: every layer is dense, so give dense_ffn = <width>, the dense MLP's inner width in elements\n"),
+    # DeepSeek-V3's first three of 61 layers are dense (arXiv 2412.19437, section 4.2)
+    ({"m.toml": DEEPSEEK.replace("dense_ffn = 18432", "")}, ["plan", "--model", "m.toml", "--cluster", "h800-2048"],
+     "m.toml [mlp]: 3 of its 61 layers are dense, so give dense_ffn = <width>"),
     ({}, [*PLAN, "--measured-step", "inf", "--measured-on", "pp1,dp8"], "--measured-step: expected a number > 0"),
     ({}, ["import", "--torch", "Interleaved1F1B", "--pp", "2", "-m", "4", "--stages-per-rank", "-3"],
      "--stages-per-rank: expected a whole number from 1 to"),

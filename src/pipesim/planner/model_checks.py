@@ -54,7 +54,8 @@ def check_model(m, where: str) -> None:
         # files are read into this shape (moe_layers.read_moe_layers); a Model built in Python may not be
         raise PipesimError(f"{where}: moe_layers must be distinct layer indices from 0 to {m.layers - 1}, ascending")
     if len(moe) < m.layers and not m.dense_ffn:
-        raise PipesimError(f"{where} [mlp]: dense layers need dense_ffn")
+        which = f"{m.layers - len(moe)} of its {m.layers} layers are" if moe else "every layer is"
+        raise PipesimError(f"{where} [mlp]: {which} dense, so give dense_ffn = <width>, the dense MLP's inner width in elements")
     if m.moe is None and moe:
         raise PipesimError(f"{where}: MoE layers need a [moe] table")
     if m.moe is not None and not (1 <= m.moe.top_k <= m.moe.experts):
