@@ -204,3 +204,17 @@ def test_a_layer_types_list_of_the_wrong_length_is_refused(tmp_path, capsys, kin
     path = config(tmp_path, {**MAVERICK, "layer_types": [kind] * 47})
     code, _, err = run(capsys, "memory", "--model", path, "--cluster", "h100", "--gpus", "64", "--pp", "4")
     one_line(code, err, "layer_types lists 47 layers but the model has 48; give one entry a layer")
+
+
+def test_nothing_fits_says_context_parallelism_was_left_out(capsys):
+    """Scout at 1M tokens on 256 H100s fits no layout, and every cp > 1 was refused for its
+    chunks (attention_chunk_size 8192 in its config.json): the refusal said "add GPUs ... or
+    lower the global batch", neither of which fits it (2048 GPUs and a global batch of 16
+    still do not), and not that the one split of a sequence's activations was off."""
+    args = ["plan", "--model", "tests/data/hf/llama-4-scout.json", "--cluster", "h100", "--gpus", "256", "--seq", "1048576"]
+    code, out, err = run(capsys, *args)
+    error = err.splitlines()[-1]  # after the search's progress lines
+    assert code == 2 and out == "" and error.startswith("pipesim: error: nothing fits llama-4-scout"), err
+    assert "; context parallelism, which would split each sequence's activations, was left out: llama-4-scout " in err, err
+    assert "attends within chunks of 8192 tokens (attention_chunk), shorter than seq 1048576" in err, err
+    assert err.endswith("; give a shorter --seq or use a larger-memory GPU\n") and "add GPUs" not in err, err

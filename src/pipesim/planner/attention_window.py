@@ -199,11 +199,18 @@ def chunk_problem(m, t, cp: int) -> str | None:
     FlexAttention context parallelism, pytorch/torchtitan#2145, shards a block mask's
     work in a way pipesim does not price). Refused rather than priced as the causal
     square, several times the chunks' work."""
-    if cp <= 1 or not m.attention_chunk or t.seq <= m.attention_chunk:
-        return None
-    if not any(m.chunk(i) for i in range(m.layers)):
+    why = chunked_past_one(m, t) if cp > 1 else None
+    return f"--cp {cp}: {why}: give --cp 1, or --seq {m.attention_chunk} or less" if why else None
+
+
+def chunked_past_one(m, t) -> str | None:
+    """Why no context parallelism can run model ``m`` over ``t.seq`` tokens, as a clause
+    (``chunk_problem`` says why), or None where it can: the search leaves every cp > 1
+    out for it, which a refusal for memory names, since context parallelism is what
+    would split a long sequence's activations."""
+    if not m.attention_chunk or t.seq <= m.attention_chunk or not any(m.chunk(i) for i in range(m.layers)):
         return None
     return (
-        f"--cp {cp}: {m.name} attends within chunks of {m.attention_chunk} tokens (attention_chunk), shorter than "
-        f"seq {t.seq}, which no context-parallel scheme pipesim prices runs: give --cp 1, or --seq {m.attention_chunk} or less"
+        f"{m.name} attends within chunks of {m.attention_chunk} tokens (attention_chunk), shorter than "
+        f"seq {t.seq}, which no context-parallel scheme pipesim prices runs"
     )

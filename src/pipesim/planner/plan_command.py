@@ -14,6 +14,7 @@ from ..files import json_text, write_text_atomic
 from ..options import schedule_names
 from ..schedules import family
 from . import calibrate
+from .attention_window import chunked_past_one
 from .candidates import Pins
 from .naming import layout_text
 from .pipeline_layout import is_layout, stage_count
@@ -119,6 +120,14 @@ def _remedy(plan) -> str:
         return (
             "add GPUs (--gpus) or use a larger-memory GPU (parameters, gradients and optimizer states alone are over, "
             "so a smaller global batch or sequence would not help)"
+        )
+    if why := chunked_past_one(plan.model, plan.training):
+        # every cp > 1 was refused (layout.cp_problem), so nothing split the sequence's
+        # activations: on Llama 4 Scout at 1M tokens neither 2048 H100s nor a global batch of
+        # 16 fit, while a shorter sequence (512K on 256) or a larger card (H200) did
+        return (
+            f"context parallelism, which would split each sequence's activations, was left out: {why}; "
+            f"give a shorter --seq or use a larger-memory GPU"
         )
     return "add GPUs (--gpus), use a larger-memory GPU, or lower the global batch or sequence length"
 
