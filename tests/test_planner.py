@@ -307,10 +307,28 @@ def test_memory_takes_the_folded_and_context_parallel_layouts_plan_takes(capsys)
 @pytest.mark.parametrize(
     "text,needle",
     [
-        ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\n', "missing field 'vocab'"),
+        # a missing field says what it holds, with a published model's value (Llama 3 8B's
+        # 128,256-token vocabulary, its preset; DeepSeek-V3's 2048-wide experts, arXiv 2412.19437 4.2)
+        (
+            'name = "x"\nlayers = 2\nhidden = 64\nheads = 4\n',
+            "m.toml: missing field 'vocab': give the vocabulary's tokens, e.g. vocab = 128256 (Llama 3 8B)\n",
+        ),
         ('name = "x"\nlayers = -2\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number from 1 to 500"),
         ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\nfoo = 1\n', "unknown key 'foo'"),
-        ('name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[moe]\nexperts = 8\n', "missing field 'expert_ffn'"),
+        (
+            'name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\n[moe]\nexperts = 8\n',
+            "m.toml [moe]: missing field 'expert_ffn': give an expert's inner width, e.g. expert_ffn = 2048 (DeepSeek-V3)\n",
+        ),
+        # a key that is a table given as a value: where the header goes
+        (
+            'name = "x"\nlayers = 2\nhidden = 64\nheads = 4\nvocab = 10\nattention = 3\n',
+            "m.toml [attention] must be a table, got 3: write [attention] on a line of its own, its keys below it\n",
+        ),
+        # dense_layers short of the layers, with no experts for the rest: what to give either way
+        (
+            'name = "x"\nlayers = 4\nhidden = 64\nheads = 4\nvocab = 10\n[mlp]\ndense_ffn = 64\ndense_layers = 1\n',
+            "m.toml: dense_layers 1 leaves 3 of the 4 layers MoE, which need a [moe] table: give one (experts, expert_ffn and top_k), or drop dense_layers for a dense model\n",
+        ),
         ('name = "x"\nlayers = 2.5\nhidden = 64\nheads = 4\nvocab = 10\n', "layers must be a whole number"),
         # a [moe] table no layer runs was planned for (ep, all-to-alls), as no config.json is
         (

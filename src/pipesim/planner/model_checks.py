@@ -16,6 +16,32 @@ from .attention_window import check_windows
 MAX_MODEL_LAYERS = min(MAX_LAYERS, 500)
 
 
+#: what each key a model file must give holds, with a published model's value as the
+#: example: Llama 3 8B's shape (Meta 2024, "The Llama 3 Herd of Models", Table 3; the
+#: llama3-8b preset) and DeepSeek-V3's experts (arXiv 2412.19437, section 4.2: 256 routed
+#: experts 2048 wide, 8 of them a token). "missing field 'hidden'" alone left the user to
+#: find which width it is.
+REQUIRED = {
+    "name": 'the model\'s name in reports, e.g. name = "my-llama"',
+    "layers": "transformer layers, e.g. layers = 32 (Llama 3 8B)",
+    "hidden": "the model width (d_model), e.g. hidden = 4096 (Llama 3 8B)",
+    "heads": "attention (query) heads a layer, e.g. heads = 32 (Llama 3 8B)",
+    "vocab": "the vocabulary's tokens, e.g. vocab = 128256 (Llama 3 8B)",
+    "experts": "routed experts a MoE layer, e.g. experts = 256 (DeepSeek-V3)",
+    "expert_ffn": "an expert's inner width, e.g. expert_ffn = 2048 (DeepSeek-V3)",
+    "top_k": "routed experts a token goes to, e.g. top_k = 8 (DeepSeek-V3)",
+}
+
+
+def check_model_keys(table, keys: tuple[str, ...], where: str) -> None:
+    """Refuse a model file's table that leaves out one of ``keys``, saying what it holds."""
+    if not isinstance(table, dict):
+        return
+    for key in keys:
+        if key not in table:
+            raise PipesimError(f"{where}: missing field {key!r}: give {REQUIRED[key]}")
+
+
 def check_model(m, where: str) -> None:
     """Refuse, in one line naming the file and the key, a model (a ``specs.Model``, which
     specs hands here once built: this module does not import specs back) whose fields do

@@ -52,7 +52,10 @@ def read_moe_layers(mlp: dict, layers: int, has_moe: bool, where: str) -> tuple[
         return _from_freq(mlp["moe_layer_freq"], layers, at)
     dense = number(mlp.get("dense_layers", 0 if has_moe else layers), "dense_layers", 0, layers, integer=True, where=at)
     if not has_moe and dense < layers:
-        raise PipesimError(f"{where}: layers beyond dense_layers need a [moe] table")
+        raise PipesimError(
+            f"{where}: dense_layers {dense} leaves {layers - dense} of the {layers} layers MoE, which need a [moe] table: "
+            "give one (experts, expert_ffn and top_k), or drop dense_layers for a dense model"
+        )
     if has_moe and dense == layers:
         # experts no layer runs would still be planned for (expert parallelism, all-to-alls),
         # as hf_config refuses a config.json whose every layer is dense

@@ -19,7 +19,7 @@ from . import hf_config
 from .attention_window import layer_chunk, layer_window, read_layer_types
 from .cluster_checks import MAX_HBM_TBPS, MAX_NETWORK_GBPS, MAX_NVLINK_GBPS, check_cluster, check_rates, check_required
 from .domains import job_share, neighbours, placement_problem
-from .model_checks import MAX_MODEL_LAYERS, check_model, swapped_file
+from .model_checks import MAX_MODEL_LAYERS, check_model, check_model_keys, swapped_file
 from .moe_layers import read_moe_layers
 
 # the run's fields live in training.py; specs is where callers import them from
@@ -306,7 +306,8 @@ def _fill(cls, table: dict, where: str, required: tuple[str, ...] = ()):
     """Build ``cls`` from ``table``: known fields only, each of its declared type, numbers
     not negative, the ``required`` ones present."""
     if not isinstance(table, dict):
-        raise PipesimError(f"{where} must be a table")
+        header = f": write {where.rsplit(' ', 1)[-1]} on a line of its own, its keys below it" if where.endswith("]") else ""
+        raise PipesimError(f"{where} must be a table, got {shorten(table)}{header}")
     hints = get_type_hints(cls)
     known_keys(table, hints, where)
     needed = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
@@ -359,6 +360,7 @@ def model_from_table(data: dict, where: str) -> Model:
     att = _fill(Attention, data.pop("attention", {}), f"{where} [attention]")
     mlp = data.pop("mlp", {})
     moe_t = data.pop("moe", None)
+    check_model_keys(moe_t, ("experts", "expert_ffn", "top_k"), f"{where} [moe]")
     moe = _fill(MoE, moe_t, f"{where} [moe]", ("experts", "expert_ffn", "top_k")) if moe_t is not None else None
     if not isinstance(mlp, dict) or any(k not in MLP_KEYS for k in mlp):
         raise PipesimError(f"{where} [mlp]: expected {', '.join(MLP_KEYS[:-1])} and {MLP_KEYS[-1]}")
@@ -366,9 +368,7 @@ def model_from_table(data: dict, where: str) -> Model:
         if key in data:
             raise PipesimError(f"{where}: {key} belongs in the [mlp] table (under an [mlp] header)")
     known_keys(data, [k for k in get_type_hints(Model) if k not in ("attention", "moe", "moe_layers", *MLP_KEYS)], where)
-    for key in ("name", "layers", "hidden", "heads", "vocab"):
-        if key not in data:
-            raise PipesimError(f"{where}: missing field {key!r}")
+    check_model_keys(data, ("name", "layers", "hidden", "heads", "vocab"), where)
     layers = number(data["layers"], "layers", *BOUNDS["layers"], integer=True, where=where)
     moe_layers = read_moe_layers(mlp, layers, moe is not None, where)
     dense_ffn = mlp.get("dense_ffn", 0)
