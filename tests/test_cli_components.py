@@ -192,3 +192,11 @@ def test_compare_with_a_model_names_its_own_costs_for_any_cost_flag(flag, capsys
     code, out, err = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "4", *flag)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--model brings its own costs; drop the cost flags" in err
+
+
+def test_compare_with_a_model_names_the_pp_that_divide_the_cluster(capsys):
+    # the h100 preset is 1024 GPUs (2^10: eleven divisors, the two nearest 3 named); the
+    # refusal said only that --pp 3 does not divide them
+    code, out, err = run(capsys, "compare", "--model", "llama3-8b", "--cluster", "h100", "--pp", "3")
+    assert code == 2 and out == ""
+    assert err == "pipesim: error: --pp 3 must divide the cluster's 1024 GPUs: give --pp a divisor of 1024, such as 2 or 4\n"

@@ -486,10 +486,27 @@ def test_pinned_plan_json_keeps_the_headline_numbers(capsys):
     "flags,needle",
     [
         (["--tp", "3"], "--tp 3 must divide the cluster's 64 GPUs"),
-        (["--pp", "128", "--gpus", "128"], "--pp 128 exceeds llama3-70b's 80 layers"),
+        (
+            ["--pp", "128", "--gpus", "128"],
+            "--pp 128 exceeds llama3-70b's 80 layers (one stage needs a layer): give --pp 80 or less\n",
+        ),
         (["--tp", "8", "--pp", "8", "--dp", "8"], "tp x cp x pp x dp must be 64"),
+        # 72 GPUs / tp8 leave 9 a tensor group: pp divides 9
+        (
+            ["--gpus", "72", "--tp", "8", "--pp", "6"],
+            "--tp 8 x --pp 6 = 48 does not divide the cluster's 72 GPUs: with --tp 8, give --pp one of 1, 3 or 9\n",
+        ),
         (["--ep", "2"], "has no experts"),
-        (["--microbatches", "7"], "--microbatches 7 must divide the global batch of 2048"),
+        # 2048 = 2^11 has twelve divisors: the two nearest 7 are named
+        (
+            ["--microbatches", "7"],
+            "--microbatches 7 must divide the global batch of 2048 sequences: give --microbatches a divisor of 2048, such as 4 or 8\n",
+        ),
+        # 2048 / 4 = 512 sequences a micro-batch count must divide: 2^9, ten divisors, all named
+        (
+            ["--micro-batch-size", "4", "--microbatches", "1024"],
+            "--micro-batch-size 4 x --microbatches 1024 must divide the global batch of 2048 sequences: with --micro-batch-size 4, give --microbatches one of 1, 2, 4, 8, 16, 32, 64, 128, 256 or 512\n",
+        ),
         (["--chunks", "3", "--schedules", "1f1b"], "no schedule searched holds 3 chunks"),
         (["--pp", "1", "--tp", "1"], "the pinned layout (--tp 1 --pp 1) does not fit"),
     ],

@@ -553,7 +553,10 @@ def test_uncertainty_brackets_the_step():
         (["--measured-step", "3"], "needs the layout it was measured on"),
         (["--measured-step", "3", "--measured-on", "pp2,xx8"], "cannot read 'xx8'"),
         (["--measured-step", "3", "--measured-on", "dp8"], "needs at least pp and dp"),
-        (["--measured-step", "3", "--measured-on", "pp4,dp8"], "uses 32 GPUs, the cluster has 16"),
+        (
+            ["--measured-step", "3", "--measured-on", "pp4,dp8"],
+            "uses 32 GPUs, the cluster has 16: give a layout whose pp x dp x tp x cp is 16, or --gpus 32\n",
+        ),
         (["--measured-step", "-1", "--measured-on", "pp2,dp8"], "--measured-step: expected a number > 0"),
         (["--calibrate", "nope.toml", "--measured-on", "pp2,dp8"], "cannot read cost file"),
     ],

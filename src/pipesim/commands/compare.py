@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..cost_flags import add_costs, cost_flags_given, costs_from, refuse_costs_none_use
 from ..errors import PipesimError
+from ..inputs import divisors_text
 from ..options import (
     COLUMNS_HELP,
     add_shape,
@@ -119,7 +120,9 @@ def compare_costs(args: argparse.Namespace, pp: int) -> CompareCosts:
     if training.precision == "fp8" and not cluster.fp8_tflops:  # as plan and memory price it (spec_args)
         training = without_fp8(args, cluster, base, training)
     if cluster.gpus % pp:
-        raise PipesimError(f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs")
+        raise PipesimError(
+            f"--pp {pp} must divide the cluster's {cluster.gpus} GPUs: give --pp {divisors_text(cluster.gpus, pp)}"
+        )
     dp = cluster.gpus // pp
     lay = with_default_ep(model, training, Layout(pp=pp, dp=dp, micro_batch=mbs or 1))
     recompute = "selective" if training.recompute == "auto" else training.recompute

@@ -86,7 +86,10 @@ def check_layout(m: Model, c: Cluster, t: Training, lay: dict) -> Layout:
         etp=lay.get("etp", 1),
     )
     if out.gpus != c.gpus:
-        raise PipesimError(f"layout {out} uses {out.gpus} GPUs, the cluster has {c.gpus}")
+        raise PipesimError(
+            f"layout {out} uses {out.gpus} GPUs, the cluster has {c.gpus}: give a layout whose pp x dp x tp x cp is {c.gpus}, "
+            f"or --gpus {out.gpus}"
+        )
     refused = layout_problem(m, t, out)
     if refused:
         raise PipesimError(f"layout {out}: {refused}")

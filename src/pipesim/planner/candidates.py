@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 from ..errors import PipesimError
+from ..inputs import divisors_text
 from ..ir import Placement
 from ..schedules import REGISTRY, family
 from .layout import Layout, cp_problem, expert_problem, fold_problem, layout_problem, tp_problem
@@ -143,14 +144,20 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
     if refused:
         raise PipesimError(refused)
     if pins.pp and pins.pp > m.layers:
-        raise PipesimError(f"--pp {pins.pp} exceeds {m.name}'s {m.layers} layers (one stage needs a layer)")
+        raise PipesimError(
+            f"--pp {pins.pp} exceeds {m.name}'s {m.layers} layers (one stage needs a layer): give --pp {m.layers} or less"
+        )
     given = [(n, getattr(pins, n)) for n in ("tp", "cp", "pp", "dp") if getattr(pins, n)]
     product = math.prod(v for _, v in given)
     text = " x ".join(f"--{n} {v}" for n, v in given)
     if len(given) == 4 and product != g or product > g:
         raise PipesimError(f"{text} = {product} GPUs, but the cluster has {g}; tp x cp x pp x dp must be {g}")
     if len(given) >= 2 and g % product:
-        raise PipesimError(f"{text} = {product} does not divide the cluster's {g} GPUs")
+        # the last pin named, given the others (each of which divides g, so their product may)
+        (last, v), others = given[-1], math.prod(v for _, v in given[:-1])
+        rest = " x ".join(f"--{n} {x}" for n, x in given[:-1])
+        hint = f": with {rest}, give --{last} {divisors_text(g // others, v)}" if g % others == 0 else ""
+        raise PipesimError(f"{text} = {product} does not divide the cluster's {g} GPUs{hint}")
     if (pins.ep or pins.etp) and pins.tp and pins.dp and (pins.cp or pins.pp):
         cp = pins.cp or g // (pins.tp * pins.pp * pins.dp)  # the context ranks the other pins leave
         refused = fold_problem(Layout(pp=1, dp=pins.dp, tp=pins.tp, cp=cp, ep=pins.ep or 1, etp=pins.etp or 1))
@@ -167,10 +174,13 @@ def check_pins(m: Model, c: Cluster, t: Training, pins: Pins) -> None:
     mb, M = pins.micro_batch, pins.microbatches
     for flag, v in (("--micro-batch-size", mb), ("--microbatches", M)):
         if v and t.global_batch % v:
-            raise PipesimError(f"{flag} {v} must divide the global batch of {t.global_batch} sequences")
+            raise PipesimError(
+                f"{flag} {v} must divide the global batch of {t.global_batch} sequences: give {flag} {divisors_text(t.global_batch, v)}"
+            )
     if mb and M and t.global_batch % (mb * M):
         raise PipesimError(
-            f"--micro-batch-size {mb} x --microbatches {M} must divide the global batch of {t.global_batch} sequences"
+            f"--micro-batch-size {mb} x --microbatches {M} must divide the global batch of {t.global_batch} sequences: "
+            f"with --micro-batch-size {mb}, give --microbatches {divisors_text(t.global_batch // mb, M)}"
         )
     if mb and M and pins.dp and pins.dp * mb * M != t.global_batch:
         raise PipesimError(
