@@ -166,7 +166,11 @@ network_gbps = 50
     "lines, needle",
     [
         ("gpus = 100\nnvlink_domain = 72\n", "gpus = 100 with nvlink_domain 72: its 25 nodes of 4 GPUs do not split"),
-        ("gpus = 144\nnvlink_domain = 70\n", "nvlink_domain 70 must be a multiple of gpus_per_node 4"),
+        # 70 lies between 17 and 18 nodes of 4
+        (
+            "gpus = 144\nnvlink_domain = 70\n",
+            "nvlink_domain 70 must be a multiple of gpus_per_node 4 (a domain holds whole nodes): give 68 or 72\n",
+        ),
         (
             "gpus = 1152\nnvlink_domain = 72\ndomain_share = 66\n",
             "domain_share 66 must be whole 4-GPU nodes (gpus_per_node), at most nvlink_domain 72",

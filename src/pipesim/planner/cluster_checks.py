@@ -102,8 +102,10 @@ def check_cluster(c, where: str) -> None:
         )
     d = c.nvlink_domain
     if d and d % c.gpus_per_node:
+        whole = [n * c.gpus_per_node for n in (d // c.gpus_per_node, d // c.gpus_per_node + 1) if n]
         raise PipesimError(
-            f"{where}: nvlink_domain {d} must be a multiple of gpus_per_node {c.gpus_per_node} (a domain holds whole nodes)"
+            f"{where}: nvlink_domain {d} must be a multiple of gpus_per_node {c.gpus_per_node} (a domain holds whole nodes): "
+            f"give {' or '.join(map(str, whole))}"
         )
     if c.domain_share and not d:
         raise PipesimError(f"{where}: domain_share is the job's GPUs in each NVLink domain; give nvlink_domain too, or drop it")
