@@ -260,6 +260,30 @@ def test_the_groups_left_out_are_quoted_as_the_benchmark_prints_them(published):
         published.error("Megatron-Bridge 25.09 Llama 3 70B, 64 H100"),
         published.error("Megatron-Bridge 25.09 Llama 3.1 405B, 1024 H100 (CP2)"),
     )
+    # Megatron-Bridge 26.06's group beside the 25.09 rows: each row as printed, the group's figures
+    for name, pattern in (
+        (
+            "25.09 Llama 3.1 405B, 1024 H100 (CP2)",
+            r"25.09 at GBS 512 is ([\d,]+) tokens/s a GPU, predicted ([\d,]+) \(([-+][\d.]+%)\)",
+        ),
+        ("26.06 Llama 3.1 405B, 1024 H100 (CP2)", r"26.06 at GBS 1536 is ([\d,]+), predicted ([\d,]+) \(([-+][\d.]+%)\)"),
+        ("25.09 Qwen3-30B-A3B, 16 H100 (EP8)", r"all-to-all is ([\d,]+) tokens/s a GPU \(([-+][\d.]+%)\)"),
+        ("26.06 Qwen3-30B-A3B, 16 H100 (EP16)", r"no CUDA graphs, is ([\d,]+), predicted ([\d,]+) \(([-+][\d.]+%)\)"),
+    ):
+        *figs, error = quoted("fidelity.md", pattern)
+        row = f"Megatron-Bridge {name}"
+        assert ([f.replace(",", "") for f in figs], error) == (list(published.metric(row))[: len(figs)], published.error(row))
+    median, mean, bias, fast, of = quoted(
+        "fidelity.md",
+        r"The group: median \|error\| ([\d.]+%), mean ([\d.]+%), bias ([-+][\d.]+%), (\d+) of (\d+) predicted fast",
+    )
+    group = published.summary("2 rows (marked *) left out of those figures: Megatron-Bridge 26.06's DGX H100 rows")
+    assert (median, mean, bias, fast, of) == (group[0], group[1], group[6], group[7], group[8])
+    n, median, mean, fast = quoted(
+        "fidelity.md", r"all (\d+) rows together: median ([\d.]+%), mean ([\d.]+%), (\d+) of \d+ fast\. ### Where"
+    )
+    every = published.summary(f"All {n} rows together: ")
+    assert (median, mean, fast, n) == (every[0], every[1], every[7], every[8])
     at8, at128, pub8, pub128 = quoted(
         "fidelity.md", r"predicted ([\d.]+x) at 8 GPUs and ([\d.]+x) at 128, against a published ([\d.]+x) and ([\d.]+x)"
     )
