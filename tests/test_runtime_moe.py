@@ -124,8 +124,11 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--ep", "3"], "--ep 3 must divide the model's 4 experts"),
-        (["--ep", "4", "--experts", "6"], "--ep 4 must divide the model's 6 experts"),
+        (["--ep", "3"], "--ep 3 must divide the model's 4 experts (each rank holds an equal share): give --ep one of 1, 2 or 4"),
+        (
+            ["--ep", "4", "--experts", "6"],
+            "--ep 4 must divide the model's 6 experts (each rank holds an equal share): give --ep one of 1, 2, 3 or 6",
+        ),
         (["--experts", "2", "--top-k", "3"], "--top-k must be between 1 and --experts=2, got 3"),
         (["--model", "tiny", "--ep", "2"], "--ep 2 shards a model's experts, and TinyTransformer has none"),
         (["--model", "tiny", "--experts", "8"], "--experts sets the experts of --model moe; --model tiny has none"),
@@ -140,6 +143,16 @@ def test_bad_expert_input_is_one_line_before_any_process(argv, says, capsys, mon
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("pipesim: error: ") and says in err and err.count("\n") == 1
+
+
+def test_a_batch_the_expert_group_cannot_slice_says_which_groups_can():
+    # from the library only (the CLI's moe model takes a batch of 2 ep): a batch of 6 over
+    # ep 4 is refused naming 6's divisors, counted by hand: 1, 2, 3, 6
+    from pipesim.errors import PipesimError
+    from pipesim.runtime.moe import MoETransformer
+
+    with pytest.raises(PipesimError, match=r"6 sequences .*: give --ep one of 1, 2, 3 or 6, or a batch that 4 divides$"):
+        MoETransformer(experts=8, batch=6).check_ep(4)
 
 
 def _no_launch(*args, **kwargs):

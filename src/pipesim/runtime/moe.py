@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import PipesimError
-from ..inputs import MAX_COUNT
+from ..inputs import MAX_COUNT, divisors_text
 from ..schedule_checks import whole
 from .capacity import MAX_BLOCKS
 from .model import TinyTransformer
@@ -221,11 +221,15 @@ class MoETransformer(TinyTransformer):
         """Bad input before any process starts: the group must split experts and batch evenly."""
         if self.experts % ep:
             raise PipesimError(
-                f"--ep {ep} must divide the model's {self.experts} experts (each rank holds an equal share); "
-                f"use --ep among {', '.join(str(d) for d in range(1, self.experts + 1) if self.experts % d == 0)}"
+                f"--ep {ep} must divide the model's {self.experts} experts (each rank holds an equal share): "
+                f"give --ep {divisors_text(self.experts, ep)}"
             )
         if self.batch % ep:
-            raise PipesimError(f"--ep {ep} must divide the micro-batch's {self.batch} sequences (each rank takes a slice)")
+            # reached from the library only: the CLI's moe model takes a batch of 2 ep
+            raise PipesimError(
+                f"--ep {ep} must divide the micro-batch's {self.batch} sequences (each rank takes a slice): give --ep "
+                f"{divisors_text(self.batch, ep)}, or a batch that {ep} divides"
+            )
 
     def build(self, stage: int, stages: int, ep: ExpertGroup | None = None) -> nn.Module:
         per = self.experts // (ep.size if ep else 1)
