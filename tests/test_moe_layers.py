@@ -188,3 +188,16 @@ def test_deepseek_moe_layer_freq_as_deepseek_and_vllm_build_it(tmp_path):
     assert m.moe_layers == tuple(range(2, 60, 2))
     flag = megatron_moe_layer_freq(m.moe_layers, m.layers)  # Megatron's list, evaluated as _eval_pattern does
     assert eval(flag.strip('"')) == [int(i >= 2 and i % 2 == 0) for i in range(60)]
+
+
+def test_the_plan_json_lists_the_moe_layers(tmp_path, capsys):
+    # Llama 4 Maverick: experts on every other layer from layer 1 (interleave_moe_layer_step 2,
+    # transformers' Llama4TextConfig), so 24 of 48: 1, 3, ..., 47; the text said it in words only
+    import json
+
+    from pipesim.cli import main
+
+    argv = ["plan", "--model", "tests/data/hf/llama-4-maverick.json", "--cluster", "h100", "--gpus", "256", "--json"]
+    assert main([*argv, "--pp", "2", "--tp", "4", "--schedules", "1f1b"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["layers"] == 48 and d["moe_layers"] == list(range(1, 48, 2))

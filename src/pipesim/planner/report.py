@@ -141,6 +141,8 @@ def to_dict(plan: Plan, compare: tuple[str, str] | None = None, notes: Notes | N
         "placement": placement(plan.cluster),
         "parameters": total_params(plan.model),
         "active_parameters": published_active_params(plan.model),  # as the maker counts them
+        "layers": plan.model.layers,
+        "moe_layers": list(plan.model.moe_layers),  # from 0; the others have a dense MLP (the text says it in words)
         "training": asdict(plan.training),
         "candidates": plan.considered,
         "fitting": len(plan.results),  # simulated to the end
