@@ -62,6 +62,16 @@ class CostModel(Protocol):
     def scaled(self, k: float) -> CostModel: ...
 
 
+def item_time(costs: CostModel, placement, rank: int, item: Op | Pair) -> float:
+    """Seconds ``costs`` give ``item`` on ``rank`` under ``placement``: an op at its
+    stage, a pair at its forward's and its backward's (what a synthetic run sleeps, and
+    what its report sets against the time each item took)."""
+    if isinstance(item, Pair):
+        f, b = item.forward, item.backward
+        return costs.pair_time(item, placement.stage_of(rank, f.chunk, f.mb), placement.stage_of(rank, b.chunk, b.mb))
+    return costs.op_time(item, placement.stage_of(rank, item.chunk, item.mb))
+
+
 def chunk_costs(costs: CostModel, schedule, per: str = "chunk") -> CostModel:
     """The cost model for ``schedule``'s chunks. ``per="chunk"``: the costs are given per
     chunk, whatever its size (the papers' convention). ``per="stage"``: they are given per

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..costs import Costs
+from ..costs import Costs, item_time
 from ..deps import Key, produces
 from ..ir import Item, Op, Pair, Schedule, ops_of
 from .plan import Plan, data_needs, held_stages
@@ -268,11 +268,7 @@ class SyntheticWork:
         self.losses: dict[int, float] = {}
 
     def duration(self, item: Item) -> float:
-        pl = self.schedule.placement
-        if isinstance(item, Pair):
-            f, b = item.forward, item.backward
-            return self.costs.pair_time(item, pl.stage_of(self.rank, f.chunk, f.mb), pl.stage_of(self.rank, b.chunk, b.mb))
-        return self.costs.op_time(item, pl.stage_of(self.rank, item.chunk, item.mb))
+        return item_time(self.costs, self.schedule.placement, self.rank, item)
 
     def run(self, item: Item, inputs) -> dict:
         deadline = time.perf_counter() + self.duration(item)

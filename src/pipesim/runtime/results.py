@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..costs import Costs
-from ..ir import Item, Pair, Schedule
+from ..costs import Costs, item_time
+from ..ir import Item, Schedule
 from ..metrics import Report, summarize
 from ..profile.pipeline_actions import between_items, timeline_costs
 from ..simulate import simulate
@@ -137,11 +137,7 @@ def account(result: RunResult) -> Accounting:
     for evs in result.timeline.events:
         for e in evs:
             ran += e.end - e.start
-            if isinstance(e.item, Pair):
-                f, b = e.item.forward, e.item.backward
-                given += result.costs.pair_time(e.item, pl.stage_of(e.rank, f.chunk, f.mb), pl.stage_of(e.rank, b.chunk, b.mb))
-            else:
-                given += result.costs.op_time(e.item, pl.stage_of(e.rank, e.item.chunk, e.item.mb))
+            given += item_time(result.costs, pl, e.rank, e.item)  # what the rank slept for it
     overhead, wait = between_items(s, result.timeline)
     again = summarize(s, simulate(s, timeline_costs(s, result.timeline))).makespan
     return Accounting(ran / given - 1 if given else 0.0, overhead, wait, again)
