@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from .attention_window import causal_pairs
+from .attention_window import causal_pairs, chunked_layers
 from .candidates import SEARCHED_MAX_SLOTS, fixed_order_families, placement_chunks
 from .collectives import float8_gathers
 from .compute import (
@@ -393,7 +393,7 @@ def window_assumptions(plan: Plan) -> list[tuple[str, str]]:
         rows += _masked_row(
             plan, "sliding window", windowed, what, how, causal_pairs(seq, w), "the window", "so a window saves none"
         )
-    chunked = sum(1 for i in range(m.layers) if 0 < m.chunk(i) < seq)
+    chunked = chunked_layers(m, seq)
     if chunked:
         ch = m.attention_chunk
         what, how = (

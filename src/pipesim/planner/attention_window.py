@@ -36,6 +36,8 @@ Llama4TextModel (modeling_llama4.py at 63210d0e) hands each layer the mask of it
 
 from __future__ import annotations
 
+import math
+
 from ..errors import PipesimError
 from ..inputs import shorten
 
@@ -103,6 +105,15 @@ def layer_chunk(chunk: int, layer_types: tuple[str, ...], layer: int) -> int:
     if not chunk or (layer_types and layer_types[layer] != CHUNKED):
         return 0
     return chunk
+
+
+def chunked_layers(m, seq: float = math.inf) -> int:
+    """How many of model ``m``'s layers attend within chunks shorter than ``seq`` tokens
+    (any chunks, without ``seq``): past one chunk a layer computes less than the causal
+    square, and no context-parallel scheme runs it; within one it is the causal square."""
+    if not m.attention_chunk or m.attention_chunk >= seq:
+        return 0
+    return sum(1 for i in range(m.layers) if m.chunk(i))
 
 
 def run_window(m, t, layer: int) -> int:
@@ -208,7 +219,7 @@ def chunked_past_one(m, t) -> str | None:
     (``chunk_problem`` says why), or None where it can: the search leaves every cp > 1
     out for it, which a refusal for memory names, since context parallelism is what
     would split a long sequence's activations."""
-    if not m.attention_chunk or t.seq <= m.attention_chunk or not any(m.chunk(i) for i in range(m.layers)):
+    if not chunked_layers(m, t.seq):
         return None
     return (
         f"{m.name} attends within chunks of {m.attention_chunk} tokens (attention_chunk), shorter than "

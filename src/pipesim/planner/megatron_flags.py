@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .attention_window import run_window
+from .attention_window import chunked_layers, run_window
 from .collectives import a2a_size
 from .megatron_data_parallel import data_parallel_flags
 from .moe_layers import megatron_moe_layer_freq
@@ -386,8 +386,8 @@ def attention_notes(m: Model, t: Training) -> list[str]:
             "its cuDNN fused attention (TE 2.8 or later, cuDNN 9.13.1 or later); with an older cuDNN it falls back to "
             "unfused attention, which writes the whole score square (flash_attention = false prices that)"
         )
-    chunked = sum(1 for i in range(m.layers) if m.chunk(i))
-    if chunked and t.seq > m.attention_chunk:
+    chunked = chunked_layers(m, t.seq)
+    if chunked:
         notes.append(
             f"the plan priced chunked attention on {chunked} of {m.layers} layers (chunks of {m.attention_chunk} tokens); "
             "Megatron-Core has no chunk mask for training, so these flags attend over the whole sequence there, more "

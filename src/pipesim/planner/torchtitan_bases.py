@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+from .attention_window import chunked_layers
 from .specs import Model, load_model
 
 #: the model presets' full configurations in torchtitan (config_registry.py of each model)
@@ -94,7 +95,7 @@ def _no_flavour_hint(m: Model) -> str:
     deleted), so no model at b5bcd76 attends within chunks; its deepseek_v3 model_registry
     builds MLA + MoE in the flavours 16B, 236B and 671B alone (deepseekv3_configs at b5bcd76:
     DeepSeek-V2-Lite's, V2's and V3's shapes)."""
-    if any(m.chunk(i) for i in range(m.layers)):
+    if chunked_layers(m):
         return (
             "torchtitan has no model with chunked attention since #3573 (2026-06-08) removed its Llama 4, "
             "so the model spec is yours too"
